@@ -1,0 +1,49 @@
+"""The user cache: a content-addressed store of upstream base files.
+
+Bases are third-party files, so they are never committed; patchkit keeps the
+ones it has seen (from ``add --base``, from reconstructing a committed
+overlay's base) under ``$PATCHKIT_CACHE`` or ``$XDG_CACHE_HOME/patchkit``,
+named by their sha256 and checked on every read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from patchkit.errors import WriteFailed
+from patchkit.hashing import sha256_bytes
+from patchkit.repo import atomic_write
+
+
+def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
+    if override:
+        return Path(override)
+    if env := os.environ.get("PATCHKIT_CACHE"):
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "patchkit"
+
+
+class BlobStore:
+    """Files by sha256. Reads verify the hash; a corrupt entry reads as missing."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root / "blobs" / "sha256"
+
+    def get(self, hexdigest: str) -> bytes | None:
+        try:
+            data = (self.root / hexdigest).read_bytes()
+        except OSError:
+            return None
+        return data if sha256_bytes(data) == hexdigest else None
+
+    def put(self, data: bytes) -> str:
+        """Store ``data``; a cache that cannot be written is not an error, only slower."""
+        digest = sha256_bytes(data)
+        path = self.root / digest
+        if not path.exists():
+            with contextlib.suppress(WriteFailed):
+                atomic_write(path, data)
+        return digest

@@ -1,0 +1,433 @@
+"""``patchkit check``: every offline invariant of a deployment, as a list of findings.
+
+Each finding names the file, the line or lockfile field, what is wrong and the
+command that fixes it. The checker reads the repository and hashes; it never
+writes.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from patchkit import diffs, sums
+from patchkit.cache import BlobStore
+from patchkit.hashing import sha256_bytes, sha256_many
+from patchkit.lockfile import LOCKFILE_NAME, Lockfile, Patch, PatchKind
+from patchkit.repo import MANAGED_DIRS, Escape, Repo
+from patchkit.tomlpos import LineIndex
+from patchkit.values import RepoPath
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing wrong (``error``) or worth knowing (``note``) about a deployment."""
+
+    code: str
+    file: str
+    line: int | None
+    message: str
+    fix: str | None = None
+    field: str | None = None
+    severity: str = "error"
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "code": self.code,
+            "severity": self.severity,
+            "file": self.file,
+            "line": self.line,
+            "field": self.field,
+            "message": self.message,
+            "fix": self.fix,
+        }
+
+
+@dataclass
+class CheckResult:
+    findings: list[Finding] = field(default_factory=list)
+    files_hashed: int = 0
+    diffs_verified: int = 0
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+@dataclass(frozen=True)
+class _Named:
+    field: tuple[str | int, ...]
+    path: RepoPath
+    sha256: str
+    owner: str
+
+
+def expected_sums(lock: Lockfile, lock_bytes: bytes) -> bytes:
+    """The SHA256SUMS patchkit generates: the lockfile itself and every file it pins."""
+    entries = {str(path): str(sha) for _, path, sha in lock.files()}
+    entries[LOCKFILE_NAME] = sha256_bytes(lock_bytes)
+    return sums.render(entries.items())
+
+
+def base_of_committed(patch: Patch, patch_bytes: bytes, diff_bytes: bytes) -> bytes:
+    """The base of a committed overlay: its diff applied in reverse to it, exactly."""
+    files = diffs.parse(diff_bytes)
+    if len(files) != 1:
+        raise diffs.DiffError(1, f"holds {len(files)} file diffs; a patch's diff covers one file")
+    return diffs.apply(files[0].reversed(), patch_bytes)
+
+
+class Checker:
+    """Runs every offline check over one repository and its loaded lockfile."""
+
+    def __init__(self, repo: Repo, lock: Lockfile, lock_bytes: bytes, store: BlobStore | None = None) -> None:
+        self.repo = repo
+        self.lock = lock
+        self.lock_bytes = lock_bytes
+        self.store = store
+        self.index = LineIndex(lock_bytes.decode("utf-8"))
+        self.result = CheckResult()
+
+    # -- helpers
+
+    def _lock_finding(
+        self, code: str, path: tuple[str | int, ...], message: str, fix: str | None, severity: str = "error"
+    ) -> None:
+        self.result.findings.append(
+            Finding(
+                code=code,
+                file=LOCKFILE_NAME,
+                line=self.index.line_of(path),
+                field=_field_name(path, self.lock),
+                message=message,
+                fix=fix,
+                severity=severity,
+            )
+        )
+
+    def _named(self) -> Iterator[_Named]:
+        for i, p in enumerate(self.lock.patches):
+            if p.file is not None:
+                yield _Named(("patches", i, "sha256"), p.file, p.sha256.hex, f"patch '{p.name}'")
+            if p.diff is not None:
+                yield _Named(
+                    ("patches", i, "diff", "sha256"), p.diff.file, p.diff.sha256.hex, f"diff of '{p.name}'"
+                )
+        for key, items in (("tuning", self.lock.tuning), ("artifacts", self.lock.artifacts)):
+            for i, a in enumerate(items):
+                yield _Named((key, i, "sha256"), a.file, a.sha256.hex, f"{key} '{a.name}'")
+
+    # -- checks
+
+    def run(self) -> CheckResult:
+        readable = self._check_files()
+        self._check_orphans()
+        self._check_targets()
+        self._check_diffs(readable)
+        self._check_sums()
+        return self.result
+
+    def _check_files(self) -> dict[str, Path]:
+        """Existence, containment and hashes of every pinned file; returns the readable ones."""
+        ok: dict[str, Path] = {}
+        named = list(self._named())
+        for n in named:
+            rel = str(n.path)
+            try:
+                ok[rel] = self.repo.check_inside(n.path)
+            except FileNotFoundError:
+                self._lock_finding(
+                    "missing",
+                    (*n.field[:-1], "file") if n.field[-1] == "sha256" else n.field,
+                    f"{rel} ({n.owner}) is pinned but does not exist",
+                    f"restore it (git checkout -- {rel}) or drop the entry (patchkit remove)",
+                )
+            except Escape as e:
+                self.result.findings.append(
+                    Finding(
+                        "unsafe-path", rel, None, f"{rel} ({n.owner}) {e}", "replace it with a regular file"
+                    )
+                )
+        hashes = sha256_many(ok.values())
+        self.result.files_hashed = len(hashes)
+        for n in named:
+            rel = str(n.path)
+            if rel not in ok:
+                continue
+            got = hashes[ok[rel]]
+            if isinstance(got, OSError):
+                self.result.findings.append(Finding("unreadable", rel, None, f"cannot read: {got.strerror}"))
+                del ok[rel]
+                continue
+            if got != n.sha256:
+                self._lock_finding(
+                    "hash-mismatch",
+                    n.field,
+                    f"{rel} ({n.owner}) does not match its pin: pinned {n.sha256[:12]}…, file has {got[:12]}…",
+                    "if the change is intended: patchkit lock; if not: git checkout -- " + rel,
+                )
+        return ok
+
+    def _check_orphans(self) -> None:
+        named = {str(n.path) for n in self._named()}
+        for top in MANAGED_DIRS:
+            base = self.repo.root / top
+            if not base.is_dir() or base.is_symlink():
+                if base.is_symlink():
+                    self.result.findings.append(
+                        Finding("unsafe-path", top, None, f"{top}/ is a symlink", "make it a real directory")
+                    )
+                continue
+            for dirpath, dirnames, filenames in os.walk(base):
+                dirnames.sort()
+                for name in sorted(dirnames + filenames):
+                    path = Path(dirpath) / name
+                    rel = self.repo.rel(path)
+                    st = path.lstat()
+                    if stat.S_ISLNK(st.st_mode):
+                        if rel in named:
+                            continue  # reported by the file check
+                        inside = path.resolve().is_relative_to(self.repo.root)
+                        where = "inside" if inside else "outside"
+                        self.result.findings.append(
+                            Finding(
+                                "unsafe-path",
+                                rel,
+                                None,
+                                f"{rel} is a symlink to {os.readlink(path)} ({where} the repository) "
+                                "and is not pinned",
+                                "delete the link; commit the file itself and pin it with patchkit add",
+                            )
+                        )
+                    elif stat.S_ISREG(st.st_mode) and rel not in named:
+                        self.result.findings.append(
+                            Finding(
+                                "orphan",
+                                rel,
+                                None,
+                                f"{rel} is not named by the lockfile",
+                                f"pin it (patchkit add {rel} --target …) or delete it",
+                            )
+                        )
+
+    def _check_targets(self) -> None:
+        claimed: dict[str, tuple[str | int, ...]] = {}
+        owners: list[tuple[tuple[str | int, ...], str]] = []
+        for i, p in enumerate(self.lock.patches):
+            owners.append((("patches", i, "target"), str(p.target)))
+        for key, items in (("tuning", self.lock.tuning), ("artifacts", self.lock.artifacts)):
+            for i, a in enumerate(items):
+                if a.target is not None:
+                    owners.append(((key, i, "target"), str(a.target)))
+        for path, target in owners:
+            if target in claimed:
+                first = _field_name(claimed[target], self.lock)
+                self._lock_finding(
+                    "duplicate-target",
+                    path,
+                    f"target {target} is already claimed by {first}",
+                    "give each file its own container target (edit lockfile.toml or patchkit remove one)",
+                )
+            else:
+                claimed[target] = path
+
+    def _check_diffs(self, readable: dict[str, Path]) -> None:
+        for i, p in enumerate(self.lock.patches):
+            if p.diff is None:
+                continue
+            drel = str(p.diff.file)
+            if drel not in readable:
+                continue
+            data = readable[drel].read_bytes()
+            try:
+                files = diffs.parse(data)
+            except diffs.DiffError as e:
+                self.result.findings.append(
+                    Finding(
+                        "diff-invalid",
+                        drel,
+                        e.line,
+                        f"diff of '{p.name}' does not parse: {e.message}",
+                        f"regenerate it: patchkit diff --write {p.name}",
+                    )
+                )
+                continue
+            if len(files) != 1:
+                self.result.findings.append(
+                    Finding(
+                        "diff-invalid",
+                        drel,
+                        files[1].line,
+                        f"diff of '{p.name}' covers {len(files)} files; a patch's diff covers its one base file",
+                        f"split it, then patchkit diff --write {p.name}",
+                    )
+                )
+                continue
+            fd = files[0]
+            if p.base is not None:
+                want = str(p.base.path)
+                old, new = diffs.strip_prefix(fd.old_path), diffs.strip_prefix(fd.new_path)
+                if old != want or new != want:
+                    self.result.findings.append(
+                        Finding(
+                            "diff-header",
+                            drel,
+                            fd.line,
+                            f"diff headers name {fd.old_path!s} / {fd.new_path!s}; the base is {want} "
+                            f"(expected a/{want} and b/{want})",
+                            f"regenerate it: patchkit diff --write {p.name}",
+                        )
+                    )
+            self._verify_reconstruction(i, p, fd, readable)
+
+    def _verify_reconstruction(self, i: int, p: Patch, fd: diffs.FileDiff, readable: dict[str, Path]) -> None:
+        drel = str(p.diff.file) if p.diff else ""
+        if p.kind is not PatchKind.OVERLAY or p.base is None:
+            return
+        if p.file is not None:
+            prel = str(p.file)
+            if prel not in readable:
+                return
+            try:
+                base = diffs.apply(fd.reversed(), readable[prel].read_bytes())
+            except diffs.ApplyError as e:
+                self.result.findings.append(
+                    Finding(
+                        "diff-stale",
+                        drel,
+                        e.line,
+                        f"diff no longer matches the overlay {prel}: {e.message}",
+                        "regenerate the diff from the base: patchkit lock (after an intended edit of the "
+                        f"overlay) or patchkit diff --write {p.name}",
+                    )
+                )
+                return
+            got = sha256_bytes(base)
+            if got != p.base.sha256.hex:
+                self._lock_finding(
+                    "base-mismatch",
+                    ("patches", i, "base", "sha256"),
+                    f"reversing {drel} on {prel} gives a base with sha256 {got[:12]}…, "
+                    f"not the pinned base {p.base.sha256.short}…",
+                    f"regenerate the diff against the pinned base: patchkit diff --write {p.name}",
+                )
+                return
+            self.result.diffs_verified += 1
+            return
+        # Diff-only: the file that runs is base + diff; verifiable when the base is at hand.
+        base_bytes = self.store.get(p.base.sha256.hex) if self.store else None
+        if base_bytes is None:
+            self._lock_finding(
+                "base-unavailable",
+                ("patches", i, "base"),
+                f"diff-only patch '{p.name}': base {p.base.path} is not in the local cache, "
+                "so the materialized file's sha256 was not recomputed",
+                "fetch the upstream base into the cache (patchkit materialize, with the upstream sources)",
+                severity="note",
+            )
+            return
+        try:
+            materialized = diffs.apply(fd, base_bytes)
+        except diffs.ApplyError as e:
+            self.result.findings.append(
+                Finding("diff-stale", drel, e.line, f"diff does not apply to the pinned base: {e.message}")
+            )
+            return
+        got = sha256_bytes(materialized)
+        if got != p.sha256.hex:
+            self._lock_finding(
+                "hash-mismatch",
+                ("patches", i, "sha256"),
+                f"base + {drel} gives sha256 {got[:12]}…, not the pinned {p.sha256.short}…",
+                "if the diff change is intended: patchkit lock",
+            )
+            return
+        self.result.diffs_verified += 1
+
+    def _check_sums(self) -> None:
+        expected = expected_sums(self.lock, self.lock_bytes)
+        path = self.repo.root / sums.FILENAME
+        fix = "regenerate it: patchkit sums"
+        try:
+            actual = self.repo.check_inside(sums.FILENAME).read_bytes()
+        except FileNotFoundError:
+            self.result.findings.append(Finding("sums-missing", sums.FILENAME, None, "does not exist", fix))
+            return
+        except Escape as e:
+            self.result.findings.append(Finding("unsafe-path", sums.FILENAME, None, f"{path.name} {e}", fix))
+            return
+        if actual == expected:
+            return
+        have, problems = sums.parse(actual)
+        for pr in problems:
+            self.result.findings.append(Finding("sums-drift", sums.FILENAME, pr.line, pr.message, fix))
+        want, _ = sums.parse(expected)
+        want_by = {w.name: w for w in want}
+        have_by = {h.name: h for h in have}
+        for h in have:
+            w = want_by.get(h.name)
+            if w is None:
+                self.result.findings.append(
+                    Finding(
+                        "sums-drift",
+                        sums.FILENAME,
+                        h.line,
+                        f"lists {h.name}, which the lockfile does not pin",
+                        fix,
+                    )
+                )
+            elif w.sha256 != h.sha256:
+                self.result.findings.append(
+                    Finding(
+                        "sums-drift",
+                        sums.FILENAME,
+                        h.line,
+                        f"{h.name}: sha256 {h.sha256[:12]}… differs from the pinned {w.sha256[:12]}…",
+                        fix,
+                    )
+                )
+        for w in want:
+            if w.name not in have_by:
+                self.result.findings.append(
+                    Finding("sums-drift", sums.FILENAME, None, f"does not list {w.name}", fix)
+                )
+        if not any(f.file == sums.FILENAME for f in self.result.findings):
+            self.result.findings.append(
+                Finding(
+                    "sums-drift",
+                    sums.FILENAME,
+                    None,
+                    "differs from what patchkit generates (order or format)",
+                    fix,
+                )
+            )
+
+
+def _field_name(path: tuple[str | int, ...], lock: Lockfile) -> str:
+    """``patches[kv-fence].base.sha256``: indices shown as the entry's name where it has one."""
+    out = ""
+    collection: tuple[object, ...] | None = None
+    for part in path:
+        if isinstance(part, int):
+            item = collection[part] if collection is not None and part < len(collection) else None
+            label = getattr(item, "name", None)
+            out += f"[{label}]" if label else f"[{part}]"
+            collection = None
+        else:
+            out += ("." if out else "") + part
+            collection = getattr(lock, part, None) if out == part else None
+            if not isinstance(collection, tuple):
+                collection = None
+    return out
+
+
+def check(repo: Repo, lock: Lockfile, lock_bytes: bytes, store: BlobStore | None = None) -> CheckResult:
+    """Run every offline invariant over ``repo``; never writes."""
+    return Checker(repo, lock, lock_bytes, store).run()

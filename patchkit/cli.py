@@ -1,0 +1,355 @@
+"""The command line: parse arguments, call one core function, render its result.
+
+Heavy or rarely needed modules are imported inside the commands that use
+them, so ``patchkit --help`` and ``patchkit check`` start fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from patchkit import __version__
+from patchkit.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, LockfileError, PatchkitError
+
+EXIT_INTERNAL = 4
+
+EPILOG = """\b
+Exit codes:
+  0  all good
+  1  findings: a check failed, or the repository is not in a state the command can build on
+  2  bad usage or bad input (a malformed lockfile, a wrong argument, an unwritable repository)
+  3  an external service or tool failed
+  4  internal error in patchkit (please report it; --verbose shows the traceback)
+"""
+
+
+class _Group(click.Group):
+    """Turns patchkit errors into one-line messages and their exit codes."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except PatchkitError as e:
+            if _verbose(ctx):
+                raise
+            _report_error(e)
+            ctx.exit(e.exit_code)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except KeyboardInterrupt:
+            click.echo("patchkit: interrupted; nothing was half-written", err=True)
+            ctx.exit(130)
+        except Exception as e:
+            if _verbose(ctx):
+                raise
+            click.echo(f"patchkit: internal error: {type(e).__name__}: {e}", err=True)
+            click.echo("  rerun with --verbose for the traceback, and please report it", err=True)
+            ctx.exit(EXIT_INTERNAL)
+
+
+def _verbose(ctx: click.Context) -> bool:
+    root = ctx.find_root()
+    return bool(root.obj and root.obj.get("verbose"))
+
+
+def _report_error(e: PatchkitError) -> None:
+    if isinstance(e, LockfileError):
+        for p in e.problems:
+            click.echo(f"patchkit: error: {p.render()}", err=True)
+            if p.hint:
+                click.echo(f"  fix: {p.hint}", err=True)
+        return
+    click.echo(f"patchkit: error: {e.message}", err=True)
+    if e.hint:
+        click.echo(f"  fix: {e.hint}", err=True)
+
+
+@click.group(cls=_Group, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "-C",
+    "--repo",
+    "repo_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Deployment repository (default: the nearest directory upward holding lockfile.toml).",
+)
+@click.option("-v", "--verbose", is_flag=True, help="Show tracebacks for errors.")
+@click.version_option(__version__, prog_name="patchkit")
+@click.pass_context
+def cli(ctx: click.Context, repo_dir: Path | None, verbose: bool) -> None:
+    """patchkit: pin, check and ship the patches, artifacts and images of a deployment.
+
+    The lockfile (lockfile.toml) pins every image digest, the model revision,
+    upstream commits and the sha256 of every file the deployment runs.
+    `patchkit check` proves the repository matches it.
+    """
+    ctx.obj = {"verbose": verbose, "repo_dir": repo_dir}
+
+
+def _open(ctx: click.Context) -> tuple[Any, Any, bytes]:
+    from patchkit.repo import Repo, find_root
+
+    given = ctx.find_root().obj.get("repo_dir")
+    root = find_root(given if given is not None else Path.cwd())
+    if given is not None and root != Path(given).resolve():
+        from patchkit.errors import BadInput
+
+        raise BadInput(f"{given}: no lockfile.toml there", "run `patchkit init` in it first")
+    repo = Repo(root)
+    lock, data = repo.read_lockfile()
+    return repo, lock, data
+
+
+def _store() -> Any:
+    from patchkit.cache import BlobStore, cache_dir
+
+    return BlobStore(cache_dir())
+
+
+def _print_changes(outcome: Any, fmt: str, nothing: str) -> None:
+    if fmt == "json":
+        click.echo(
+            json.dumps(
+                {
+                    "changes": [c.as_dict() for c in outcome.changes],
+                    "written": outcome.written,
+                    "removed": outcome.removed,
+                },
+                indent=2,
+                sort_keys=True,
+            )
+        )
+        return
+    for c in outcome.changes:
+        click.echo(f"{c.what}: {c.old} -> {c.new}")
+    for rel in outcome.removed:
+        click.echo(f"removed {rel}")
+    for rel in outcome.written:
+        click.echo(f"wrote {rel}")
+    if not outcome.changes and not outcome.written and not outcome.removed:
+        click.echo(nothing)
+
+
+FORMAT = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Output for people (text) or machines (json).",
+)
+
+
+@cli.command()
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path), default=".")
+@click.option("--name", help="Deployment name (default: the directory's name).")
+def init(directory: Path, name: str | None) -> None:
+    """Create an empty deployment in DIRECTORY that `patchkit check` passes on.
+
+    Writes lockfile.toml and SHA256SUMS and creates patches/, upstream/ and
+    tuning/. Refuses to overwrite an existing lockfile.
+    """
+    from patchkit.edit import init as do_init
+
+    outcome = do_init(directory, name)
+    for rel in outcome.written:
+        click.echo(f"created {directory / rel}")
+
+
+@cli.command()
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "github"]),
+    default="text",
+    show_default=True,
+    help="text for people, json for machines, github for workflow annotations (::error file=…,line=…::).",
+)
+@click.pass_context
+def check(ctx: click.Context, fmt: str) -> None:
+    """Verify every offline invariant of the deployment; exit 1 on any finding.
+
+    \b
+    - every pinned file exists, is a regular file inside the repository and
+      matches its sha256;
+    - every file in patches/, upstream/ and tuning/ is pinned (no orphans);
+    - every diff parses with consistent hunk counts, names its base, and,
+      reversed onto its committed overlay, gives exactly the pinned base;
+    - SHA256SUMS is exactly what `patchkit sums` writes;
+    - images are pinned by digest, the model by full commit, container
+      targets are absolute and claimed once.
+
+    Diff-only patches are materialized and re-hashed when their base is in
+    the local cache; otherwise a note says so.
+    """
+    from patchkit.check import check as run_check
+    from patchkit.report import render
+
+    repo, lock, data = _open(ctx)
+    result = run_check(repo, lock, data, _store())
+    click.echo(render(result, fmt), nl=False)
+    ctx.exit(EXIT_OK if result.ok else EXIT_FINDINGS)
+
+
+@cli.command()
+@click.option(
+    "--check", "verify", is_flag=True, help="Verify SHA256SUMS and every hash it lists; write nothing."
+)
+@FORMAT
+@click.pass_context
+def sums(ctx: click.Context, verify: bool, fmt: str) -> None:
+    """Write SHA256SUMS over the lockfile and every file it pins.
+
+    GNU coreutils format, sorted by name; `sha256sum -c --strict SHA256SUMS`
+    accepts it. Refuses (exit 1) while a pinned file does not match its pin.
+    """
+    from patchkit import edit
+    from patchkit.report import render
+
+    repo, lock, data = _open(ctx)
+    if verify:
+        result = edit.check_sums(repo, lock, data)
+        click.echo(render(result, fmt, what="sums --check"), nl=False)
+        ctx.exit(EXIT_OK if result.ok else EXIT_FINDINGS)
+    outcome = edit.write_sums(repo, lock, data)
+    _print_changes(outcome, fmt, "SHA256SUMS is up to date")
+
+
+@cli.command()
+@FORMAT
+@click.pass_context
+def lock(ctx: click.Context, fmt: str) -> None:
+    """Refresh file pins after an intended edit, and print each change (old -> new).
+
+    Re-hashes every pinned file; regenerates the diff of an edited overlay
+    from its pinned base (found in the cache or rebuilt from the overlay's
+    committed version); rewrites lockfile.toml canonically and SHA256SUMS.
+    Never changes an image digest, the model revision or an upstream commit.
+    """
+    from patchkit.edit import relock
+
+    repo, lockf, _ = _open(ctx)
+    outcome = relock(repo, lockf, _store())
+    _print_changes(outcome, fmt, "nothing changed")
+
+
+@cli.command()
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--target", help="Absolute container path the file is mounted at.")
+@click.option("--name", help="Entry name (default: derived from the file name).")
+@click.option(
+    "--kind",
+    type=click.Choice(["overlay", "module", "transformer", "tuning", "artifact"]),
+    help="Default: overlay with --base; tuning under tuning/; module under patches/; else artifact.",
+)
+@click.option("--upstream", help="Upstream name (declared in the lockfile) the overlay is based on.")
+@click.option("--commit", help="Upstream commit of the base (default: the upstream's pinned commit).")
+@click.option("--upstream-path", help="Path of the base file inside the upstream tree.")
+@click.option(
+    "--base",
+    "base_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="The upstream base file (read once to pin its sha256 and write the diff).",
+)
+@click.option(
+    "--ref", "refs", multiple=True, help="Upstream issue/PR (owner/repo#N) or commit URL; repeatable."
+)
+@click.option("--reason", help="One line: why the deployment carries this.")
+@click.option("--drop-when", help="When the patch can be dropped, e.g. 'vllm-project/vllm#47291 is merged'.")
+@click.option("--diff-only", is_flag=True, help="Commit only the diff; PATH must be outside the repository.")
+@FORMAT
+@click.pass_context
+def add(ctx: click.Context, /, path: Path, fmt: str, **options: Any) -> None:
+    """Pin PATH: an overlay, new module, transformer, tuning table or artifact.
+
+    A file outside the repository is copied into patches/ (tuning/ for a
+    tuning table). An overlay's diff against --base is written to
+    upstream/NAME.diff. Updates lockfile.toml and SHA256SUMS.
+    """
+    from patchkit.edit import AddRequest
+    from patchkit.edit import add as do_add
+
+    repo, lockf, _ = _open(ctx)
+    options["refs"] = tuple(options["refs"])
+    outcome = do_add(repo, lockf, AddRequest(path=path, **options), _store())
+    _print_changes(outcome, fmt, "nothing changed")
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--keep-files", is_flag=True, help="Unpin only; leave the files on disk.")
+@FORMAT
+@click.pass_context
+def remove(ctx: click.Context, name: str, keep_files: bool, fmt: str) -> None:
+    """Unpin NAME and delete the files only it named (the patch and its diff)."""
+    from patchkit.edit import remove as do_remove
+
+    repo, lockf, _ = _open(ctx)
+    outcome = do_remove(repo, lockf, name, keep_files)
+    _print_changes(outcome, fmt, "nothing changed")
+
+
+@cli.command()
+@click.argument("names", nargs=-1)
+@click.option(
+    "--stat", "show_stat", is_flag=True, help="Lines added and removed per patch instead of the diff."
+)
+@click.option(
+    "--write", is_flag=True, help="Write the diffs to their files under upstream/ and refresh their pins."
+)
+@FORMAT
+@click.pass_context
+def diff(ctx: click.Context, names: tuple[str, ...], show_stat: bool, write: bool, fmt: str) -> None:
+    """Print each overlay's diff against its upstream base (all overlays by default).
+
+    Headers are a/<upstream path> and b/<upstream path>, with no timestamps:
+    the same input gives the same bytes every run.
+    """
+    from patchkit.edit import regenerate_diffs, write_diffs
+
+    repo, lockf, _ = _open(ctx)
+    result = regenerate_diffs(repo, lockf, names, _store())
+    if write:
+        outcome = write_diffs(repo, lockf, result)
+        _print_changes(outcome, fmt, "diffs are up to date")
+        return
+    if fmt == "json":
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "name": d.name,
+                        "path": d.path,
+                        "added": d.added,
+                        "removed": d.removed,
+                        "diff": d.diff.decode("utf-8", "replace"),
+                    }
+                    for d in result
+                ],
+                indent=2,
+                sort_keys=True,
+            )
+        )
+        return
+    if show_stat:
+        width = max((len(d.name) for d in result), default=0)
+        for d in result:
+            click.echo(f" {d.name.ljust(width)} | +{d.added} -{d.removed}  {d.path}")
+        total_a, total_r = sum(d.added for d in result), sum(d.removed for d in result)
+        click.echo(f" {len(result)} patches, {total_a} insertions(+), {total_r} deletions(-)")
+        return
+    out = sys.stdout.buffer
+    for d in result:
+        out.write(d.diff)
+    out.flush()
+
+
+def main() -> NoReturn:
+    """Console entry point."""
+    cli.main(prog_name="patchkit")
+    sys.exit(EXIT_BAD_INPUT)  # not reached: click exits in standalone mode

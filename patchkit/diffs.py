@@ -1,0 +1,289 @@
+"""Unified diffs on bytes: parse strictly, apply exactly, generate stably.
+
+Everything here works on bytes, so CRLF line endings and non-UTF-8 content
+survive untouched: a line is everything up to and including ``\\n``. Parsing
+checks every hunk's line counts against its header and reports the diff's
+line number. Applying never searches for an offset and never fuzzes: a hunk
+applies at the line its header names, or the diff does not match.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+
+NO_NEWLINE = b"\\ No newline at end of file"
+_HUNK = re.compile(rb"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)")
+
+
+class DiffError(ValueError):
+    """A diff that does not parse; ``line`` is 1-based in the diff file."""
+
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(message)
+        self.line = line
+        self.message = message
+
+
+class ApplyError(ValueError):
+    """A diff that does not apply exactly; ``line`` is the hunk header's line in the diff."""
+
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(message)
+        self.line = line
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Hunk:
+    old_start: int
+    old_len: int
+    new_start: int
+    new_len: int
+    # (tag, content) where tag is b" ", b"-" or b"+"; content keeps its line
+    # ending, and has none when the file ends without a newline there.
+    lines: tuple[tuple[bytes, bytes], ...]
+    line: int = 0
+
+    def old_lines(self) -> list[bytes]:
+        return [c for t, c in self.lines if t != b"+"]
+
+    def new_lines(self) -> list[bytes]:
+        return [c for t, c in self.lines if t != b"-"]
+
+
+@dataclass(frozen=True)
+class FileDiff:
+    old_path: str | None  # None for /dev/null
+    new_path: str | None
+    hunks: tuple[Hunk, ...]
+    line: int = 0
+
+    def reversed(self) -> FileDiff:
+        swap = {b"-": b"+", b"+": b"-", b" ": b" "}
+        return FileDiff(
+            old_path=self.new_path,
+            new_path=self.old_path,
+            hunks=tuple(
+                Hunk(
+                    h.new_start,
+                    h.new_len,
+                    h.old_start,
+                    h.old_len,
+                    tuple((swap[t], c) for t, c in h.lines),
+                    h.line,
+                )
+                for h in self.hunks
+            ),
+            line=self.line,
+        )
+
+    @property
+    def added(self) -> int:
+        return sum(1 for h in self.hunks for t, _ in h.lines if t == b"+")
+
+    @property
+    def removed(self) -> int:
+        return sum(1 for h in self.hunks for t, _ in h.lines if t == b"-")
+
+
+def split_lines(data: bytes) -> list[bytes]:
+    """Split on ``\\n`` only, keeping it: ``\\r`` and other bytes stay part of the line."""
+    if not data:
+        return []
+    parts = data.split(b"\n")
+    lines = [p + b"\n" for p in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return lines
+
+
+def _path(header: bytes) -> str | None:
+    # "--- a/foo.py\t2024-01-01 ..." -> "a/foo.py"; quoted names are git's C-style form.
+    text = header[4:].split(b"\t", 1)[0].rstrip(b"\r\n")
+    if text.startswith(b'"') and text.endswith(b'"') and len(text) >= 2:
+        text = text[1:-1].decode("unicode_escape").encode("latin-1")
+    name = text.decode("utf-8", "surrogateescape").rstrip(" ")
+    return None if name == "/dev/null" else name
+
+
+def strip_prefix(path: str | None) -> str | None:
+    """Drop a leading ``a/`` or ``b/`` as ``patch -p1`` does."""
+    if path is None:
+        return None
+    if path.startswith(("a/", "b/")):
+        return path[2:]
+    return path
+
+
+def parse(data: bytes) -> list[FileDiff]:
+    """Parse a unified diff of one or more files; raise ``DiffError`` on any inconsistency."""
+    lines = split_lines(data)
+    files: list[FileDiff] = []
+    i = 0
+    n = len(lines)
+    while i < n:
+        line = lines[i]
+        if line.startswith(b"--- ") and i + 1 < n and lines[i + 1].startswith(b"+++ "):
+            header_line = i + 1
+            old_path, new_path = _path(line), _path(lines[i + 1])
+            i += 2
+            hunks: list[Hunk] = []
+            while i < n and lines[i].startswith(b"@@"):
+                hunk, i = _parse_hunk(lines, i)
+                hunks.append(hunk)
+            if not hunks:
+                raise DiffError(header_line, "file header without any hunk")
+            files.append(FileDiff(old_path, new_path, tuple(hunks), header_line))
+            continue
+        if line.startswith(b"@@"):
+            raise DiffError(i + 1, "hunk without a '--- '/'+++ ' file header before it")
+        if files and line[:1] in (b"+", b"-", b" ") and not line.startswith((b"--- ", b"+++ ")):
+            raise DiffError(i + 1, "line after the last hunk: its header counts too few lines")
+        # Anything else (diff --git, index, mode lines, prose) is a header line.
+        i += 1
+    if not files:
+        raise DiffError(1, "no file diff found (expected '--- a/…', '+++ b/…' and '@@' hunks)")
+    return files
+
+
+def _parse_hunk(lines: list[bytes], i: int) -> tuple[Hunk, int]:
+    header_line = i + 1
+    m = _HUNK.match(lines[i].rstrip(b"\r\n"))
+    if m is None:
+        raise DiffError(header_line, f"malformed hunk header {lines[i].rstrip()!r}")
+    old_start, new_start = int(m.group(1)), int(m.group(3))
+    old_len = 1 if m.group(2) is None else int(m.group(2))
+    new_len = 1 if m.group(4) is None else int(m.group(4))
+    i += 1
+    body: list[tuple[bytes, bytes]] = []
+    old_seen = new_seen = 0
+    while old_seen < old_len or new_seen < new_len:
+        if i >= len(lines):
+            raise DiffError(
+                header_line,
+                f"hunk declares {old_len} old / {new_len} new lines but the diff ends after "
+                f"{old_seen} old / {new_seen} new",
+            )
+        line = lines[i]
+        tag = line[:1]
+        if line in (b"\n", b"\r\n"):
+            tag, content = b" ", line  # a blank context line whose space was stripped
+        elif tag in (b" ", b"-", b"+"):
+            content = line[1:]
+        elif line.startswith(NO_NEWLINE[:2]) and body:
+            _strip_newline(body)
+            i += 1
+            continue
+        else:
+            raise DiffError(
+                header_line,
+                f"hunk declares {old_len} old / {new_len} new lines but has "
+                f"{old_seen} old / {new_seen} new before line {i + 1}",
+            )
+        if tag != b"+":
+            old_seen += 1
+        if tag != b"-":
+            new_seen += 1
+        if old_seen > old_len or new_seen > new_len:
+            raise DiffError(
+                header_line,
+                f"hunk declares {old_len} old / {new_len} new lines but line {i + 1} exceeds that",
+            )
+        body.append((tag, content))
+        i += 1
+    if i < len(lines) and lines[i].startswith(NO_NEWLINE[:2]):
+        _strip_newline(body)
+        i += 1
+    hunk = Hunk(old_start, old_len, new_start, new_len, tuple(body), header_line)
+    if (old_len == 0 and old_start < 0) or (new_len == 0 and new_start < 0):
+        raise DiffError(header_line, "negative line number in hunk header")
+    return hunk, i
+
+
+def _strip_newline(body: list[tuple[bytes, bytes]]) -> None:
+    # Only the "\n" goes: a "\r" before it was part of the line's bytes.
+    tag, content = body[-1]
+    if content.endswith(b"\n"):
+        body[-1] = (tag, content[:-1])
+
+
+def apply(diff: FileDiff, old: bytes) -> bytes:
+    """Apply ``diff`` to ``old`` exactly: every hunk at its stated line, no fuzz, no offset."""
+    src = split_lines(old)
+    out: list[bytes] = []
+    pos = 0  # index in src of the next line not yet copied
+    for h in diff.hunks:
+        expected = h.old_lines()
+        # For a pure insertion (old_len 0) the header names the line after which to insert.
+        start = h.old_start if h.old_len == 0 else h.old_start - 1
+        if start < pos:
+            raise ApplyError(h.line, "hunk overlaps the previous one")
+        if start + len(expected) > len(src):
+            raise ApplyError(
+                h.line,
+                f"hunk expects lines {start + 1}-{start + len(expected)} but the file has {len(src)}",
+            )
+        actual = src[start : start + len(expected)]
+        if actual != expected:
+            for k, (a, e) in enumerate(zip(actual, expected, strict=True)):
+                if a != e:
+                    raise ApplyError(
+                        h.line,
+                        f"line {start + k + 1} of the file does not match the hunk "
+                        f"(expected {e[:60]!r}, found {a[:60]!r})",
+                    )
+        out.extend(src[pos:start])
+        out.extend(h.new_lines())
+        pos = start + len(expected)
+    out.extend(src[pos:])
+    return b"".join(out)
+
+
+def make(old: bytes, new: bytes, old_name: str, new_name: str, context: int = 3) -> bytes:
+    """A unified diff from ``old`` to ``new`` with stable headers and no timestamps.
+
+    Empty when the two are equal. A missing final newline is marked the way
+    ``diff`` and ``git`` mark it.
+    """
+    a, b = split_lines(old), split_lines(new)
+    if a == b:
+        return b""
+    out = [f"--- {old_name}\n".encode(), f"+++ {new_name}\n".encode()]
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    for group in matcher.get_grouped_opcodes(context):
+        i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
+        out.append(f"@@ -{_range(i1, i2)} +{_range(j1, j2)} @@\n".encode())
+        for tag, ai1, ai2, bj1, bj2 in group:
+            if tag == "equal":
+                out.extend(_emit(b" ", a[ai1:ai2]))
+                continue
+            if tag in ("replace", "delete"):
+                out.extend(_emit(b"-", a[ai1:ai2]))
+            if tag in ("replace", "insert"):
+                out.extend(_emit(b"+", b[bj1:bj2]))
+    return b"".join(out)
+
+
+def _range(start: int, stop: int) -> str:
+    length = stop - start
+    first = start + 1
+    if length == 0:
+        first -= 1
+    return f"{first}" if length == 1 else f"{first},{length}"
+
+
+def _emit(tag: bytes, lines: list[bytes]) -> list[bytes]:
+    out = []
+    for line in lines:
+        if line.endswith(b"\n"):
+            out.append(tag + line)
+        else:
+            out.append(tag + line + b"\n" + NO_NEWLINE + b"\n")
+    return out
+
+
+def stat(diff: FileDiff) -> tuple[int, int]:
+    """(lines added, lines removed)."""
+    return diff.added, diff.removed

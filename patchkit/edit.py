@@ -1,0 +1,582 @@
+"""Changing a deployment: init, add, remove, lock, sums and diff regeneration.
+
+Every operation computes the complete new state first (lockfile text, diffs,
+SHA256SUMS) and then writes it with ``write_all``: staged, then renamed in, so
+a failure leaves the repository as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from patchkit import diffs, lockfile, sums
+from patchkit.cache import BlobStore
+from patchkit.check import Checker, CheckResult, Finding, base_of_committed, expected_sums
+from patchkit.errors import EXIT_FINDINGS, BadInput, PatchkitError
+from patchkit.hashing import sha256_bytes, sha256_many
+from patchkit.lockfile import Artifact, Base, DiffPin, Lockfile, Patch, PatchKind
+from patchkit.repo import MANAGED_DIRS, Escape, Repo, write_all
+from patchkit.values import ContainerPath, Reference, RepoPath, Revision, Sha256, UpstreamPath, check_name
+
+
+class Refused(PatchkitError):
+    """The repository is not in a state the operation can build on (exit 1: findings)."""
+
+    exit_code = EXIT_FINDINGS
+
+
+@dataclass
+class Change:
+    """One pin that changed: what, and its old and new value."""
+
+    what: str
+    old: str
+    new: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"what": self.what, "old": self.old, "new": self.new}
+
+
+@dataclass
+class Outcome:
+    """What an operation changed on disk."""
+
+    changes: list[Change] = field(default_factory=list)
+    written: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    output: bytes = b""
+
+
+def _finish(repo: Repo, lock: Lockfile, extra: dict[str, bytes] | None = None) -> list[str]:
+    """Write ``lock``, any extra files and the matching SHA256SUMS as one step."""
+    text = lockfile.dumps(lock).encode()
+    files = dict(extra or {})
+    files[lockfile.LOCKFILE_NAME] = text
+    files[sums.FILENAME] = expected_sums(lock, text)
+    return write_all(repo.root, files)
+
+
+# --------------------------------------------------------------------------- init
+
+
+def init(directory: Path, name: str | None = None) -> Outcome:
+    """Create an empty deployment in ``directory`` that ``patchkit check`` passes on."""
+    root = directory.resolve()
+    if (root / lockfile.LOCKFILE_NAME).exists():
+        raise BadInput(
+            f"{root / lockfile.LOCKFILE_NAME}: already exists; init does not overwrite a deployment",
+            "run patchkit check there instead",
+        )
+    if name is None:
+        name = re.sub(r"[^a-z0-9._-]+", "-", root.name.lower()).strip("-._") or "deployment"
+    try:
+        check_name(name, "deployment name")
+    except ValueError as e:
+        raise BadInput(f"--name: {e}") from e
+    lock = Lockfile(name=name)
+    for d in MANAGED_DIRS:
+        try:
+            (root / d).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise BadInput(f"{root / d}: cannot create ({e.strerror})") from e
+    written = _finish(Repo(root), lock)
+    return Outcome(written=[*[f"{d}/" for d in MANAGED_DIRS], *written])
+
+
+# --------------------------------------------------------------------------- sums
+
+
+def pinned_file_problems(repo: Repo, lock: Lockfile, lock_bytes: bytes) -> list[Finding]:
+    """Findings for pinned files that are missing, unsafe or do not match their pins."""
+    checker = Checker(repo, lock, lock_bytes)
+    checker._check_files()
+    return checker.result.findings
+
+
+def write_sums(repo: Repo, lock: Lockfile, lock_bytes: bytes) -> Outcome:
+    """Regenerate SHA256SUMS from the pins, after checking every file matches its pin."""
+    problems = pinned_file_problems(repo, lock, lock_bytes)
+    if problems:
+        raise Refused(
+            f"{problems[0].message}; SHA256SUMS would not verify",
+            problems[0].fix,
+        )
+    data = expected_sums(lock, lock_bytes)
+    return Outcome(written=write_all(repo.root, {sums.FILENAME: data}))
+
+
+def check_sums(repo: Repo, lock: Lockfile, lock_bytes: bytes) -> CheckResult:
+    """Verify SHA256SUMS like ``sha256sum -c --strict``, and that it is what patchkit generates."""
+    checker = Checker(repo, lock, lock_bytes)
+    result = checker.result
+    try:
+        data = repo.check_inside(sums.FILENAME).read_bytes()
+    except (FileNotFoundError, Escape):
+        checker._check_sums()
+        return result
+    entries, _ = sums.parse(data)
+    paths: dict[str, Path] = {}
+    for e in entries:
+        try:
+            paths[e.name] = repo.check_inside(e.name)
+        except FileNotFoundError:
+            result.findings.append(Finding("missing", sums.FILENAME, e.line, f"{e.name}: listed but missing"))
+        except (Escape, ValueError) as ex:
+            result.findings.append(Finding("unsafe-path", sums.FILENAME, e.line, f"{e.name}: {ex}"))
+    hashes = sha256_many(paths.values())
+    result.files_hashed = len(hashes)
+    for e in entries:
+        if e.name not in paths:
+            continue
+        got = hashes[paths[e.name]]
+        if isinstance(got, OSError):
+            result.findings.append(Finding("unreadable", e.name, None, f"cannot read: {got.strerror}"))
+        elif got != e.sha256:
+            result.findings.append(
+                Finding(
+                    "hash-mismatch",
+                    sums.FILENAME,
+                    e.line,
+                    f"{e.name}: FAILED (listed {e.sha256[:12]}…, file has {got[:12]}…)",
+                    "patchkit check says which pin or file is wrong",
+                )
+            )
+    checker._check_sums()
+    return result
+
+
+# --------------------------------------------------------------------------- base recovery
+
+
+def _git_show(repo: Repo, rel: str) -> bytes | None:
+    """The committed (HEAD) content of a repository file, if the repository is a git work tree."""
+    if shutil.which("git") is None:
+        return None
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(repo.root), "show", f"HEAD:./{rel}"],
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def recover_base(repo: Repo, p: Patch, store: BlobStore) -> bytes | None:
+    """The bytes of ``p``'s pinned base, from wherever they can be had offline.
+
+    In order: the content-addressed cache; the committed overlay with its
+    current diff reversed; the overlay and diff as last committed to git.
+    Every candidate is checked against the pinned base sha256.
+    """
+    if p.base is None:
+        return None
+    want = p.base.sha256.hex
+    cached = store.get(want)
+    if cached is not None:
+        return cached
+    if p.file is None or p.diff is None:
+        return None
+    candidates: list[tuple[bytes | None, bytes | None]] = []
+    with contextlib.suppress(OSError):
+        candidates.append((repo.path(p.file).read_bytes(), repo.path(p.diff.file).read_bytes()))
+    candidates.append((_git_show(repo, str(p.file)), _git_show(repo, str(p.diff.file))))
+    for patch_bytes, diff_bytes in candidates:
+        if patch_bytes is None or diff_bytes is None:
+            continue
+        try:
+            base = base_of_committed(p, patch_bytes, diff_bytes)
+        except (diffs.DiffError, diffs.ApplyError):
+            continue
+        if sha256_bytes(base) == want:
+            store.put(base)
+            return base
+    return None
+
+
+def canonical_diff(base: bytes, new: bytes, base_path: UpstreamPath) -> bytes:
+    """The diff patchkit writes: ``a/<upstream path>`` and ``b/<upstream path>``, no timestamps."""
+    return diffs.make(base, new, f"a/{base_path}", f"b/{base_path}")
+
+
+# --------------------------------------------------------------------------- lock
+
+
+def relock(repo: Repo, lock: Lockfile, store: BlobStore) -> Outcome:
+    """Refresh the file pins after intended edits; never touches image, model or upstream pins."""
+    outcome = Outcome()
+    extra: dict[str, bytes] = {}
+
+    def current(rel: RepoPath, owner: str) -> bytes:
+        try:
+            return repo.check_inside(rel).read_bytes()
+        except FileNotFoundError as e:
+            raise BadInput(
+                f"{rel} ({owner}) is pinned but missing",
+                f"restore it (git checkout -- {rel}) or drop the entry (patchkit remove)",
+            ) from e
+        except Escape as e:
+            raise BadInput(f"{rel} ({owner}) {e}") from e
+
+    patches = []
+    for p in lock.patches:
+        new = p
+        if p.file is not None:
+            data = current(p.file, f"patch '{p.name}'")
+            digest = sha256_bytes(data)
+            if digest != p.sha256.hex:
+                outcome.changes.append(Change(f"patches[{p.name}].sha256 ({p.file})", p.sha256.hex, digest))
+                new = dataclasses.replace(new, sha256=Sha256(digest))
+            if p.kind is PatchKind.OVERLAY and p.base is not None and p.diff is not None:
+                diff_bytes = current(p.diff.file, f"diff of '{p.name}'")
+                consistent = False
+                try:
+                    consistent = sha256_bytes(base_of_committed(p, data, diff_bytes)) == p.base.sha256.hex
+                except (diffs.DiffError, diffs.ApplyError):
+                    consistent = False
+                if not consistent:
+                    base = recover_base(repo, p, store)
+                    if base is None:
+                        raise Refused(
+                            f"{p.diff.file}: cannot refresh the diff of '{p.name}': its pinned base "
+                            f"({p.base.path}, sha256 {p.base.sha256.short}…) is not in the cache and "
+                            "cannot be rebuilt from the overlay's committed history",
+                            f"re-add it with the upstream file: patchkit add {p.file} --base FILE …",
+                        )
+                    diff_bytes = canonical_diff(base, data, p.base.path)
+                    extra[str(p.diff.file)] = diff_bytes
+                    outcome.changes.append(
+                        Change(f"{p.diff.file}", "stale diff", "regenerated from the base")
+                    )
+                dsha = sha256_bytes(diff_bytes)
+                if dsha != p.diff.sha256.hex:
+                    outcome.changes.append(Change(f"patches[{p.name}].diff.sha256", p.diff.sha256.hex, dsha))
+                    new = dataclasses.replace(new, diff=DiffPin(p.diff.file, Sha256(dsha)))
+        elif p.diff is not None:
+            diff_bytes = current(p.diff.file, f"diff of '{p.name}'")
+            dsha = sha256_bytes(diff_bytes)
+            if dsha != p.diff.sha256.hex:
+                base = store.get(p.base.sha256.hex) if p.base else None
+                if base is None:
+                    raise Refused(
+                        f"{p.diff.file}: the diff of diff-only patch '{p.name}' changed, and its base is not "
+                        "in the cache to recompute the file that runs",
+                        "fetch the base into the cache first (upstream sources), then patchkit lock",
+                    )
+                try:
+                    fd = diffs.parse(diff_bytes)
+                    materialized = diffs.apply(fd[0], base)
+                except (diffs.DiffError, diffs.ApplyError) as e:
+                    raise BadInput(f"{p.diff.file}:{e.line}: {e.message}") from e
+                msha = sha256_bytes(materialized)
+                outcome.changes.append(Change(f"patches[{p.name}].diff.sha256", p.diff.sha256.hex, dsha))
+                if msha != p.sha256.hex:
+                    outcome.changes.append(
+                        Change(f"patches[{p.name}].sha256 (materialized)", p.sha256.hex, msha)
+                    )
+                new = dataclasses.replace(new, sha256=Sha256(msha), diff=DiffPin(p.diff.file, Sha256(dsha)))
+        patches.append(new)
+
+    def relock_artifacts(items: tuple[Artifact, ...], key: str) -> tuple[Artifact, ...]:
+        out = []
+        for a in items:
+            digest = sha256_bytes(current(a.file, f"{key} '{a.name}'"))
+            if digest != a.sha256.hex:
+                outcome.changes.append(Change(f"{key}[{a.name}].sha256 ({a.file})", a.sha256.hex, digest))
+                a = dataclasses.replace(a, sha256=Sha256(digest))
+            out.append(a)
+        return tuple(out)
+
+    new_lock = dataclasses.replace(
+        lock,
+        patches=tuple(patches),
+        tuning=relock_artifacts(lock.tuning, "tuning"),
+        artifacts=relock_artifacts(lock.artifacts, "artifacts"),
+    )
+    outcome.written = _finish(repo, new_lock, extra)
+    return outcome
+
+
+# --------------------------------------------------------------------------- add / remove
+
+_KINDS = ("overlay", "module", "transformer", "tuning", "artifact")
+
+
+@dataclass(frozen=True)
+class AddRequest:
+    path: Path
+    target: str | None
+    name: str | None = None
+    kind: str | None = None
+    upstream: str | None = None
+    commit: str | None = None
+    upstream_path: str | None = None
+    base_file: Path | None = None
+    refs: tuple[str, ...] = ()
+    reason: str | None = None
+    drop_when: str | None = None
+    diff_only: bool = False
+
+
+def _default_name(path: Path) -> str:
+    stem = path.name.split(".")[0] if not path.name.startswith(".") else path.name
+    return re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip("-._") or "patch"
+
+
+def _infer_kind(req: AddRequest, rel: str | None) -> str:
+    if req.kind is not None:
+        return req.kind
+    if req.base_file is not None or req.upstream is not None or req.upstream_path is not None:
+        return "overlay"
+    if rel is not None and rel.startswith("tuning/"):
+        return "tuning"
+    if rel is not None and rel.startswith("patches/"):
+        return "module"
+    return "artifact"
+
+
+def add(repo: Repo, lock: Lockfile, req: AddRequest, store: BlobStore) -> Outcome:
+    """Pin a new file: a patch (overlay, module, transformer), a tuning table or an artifact."""
+    src = req.path if req.path.is_absolute() else (Path.cwd() / req.path)
+    src = Path(os.path.abspath(src))
+    inside = src.is_relative_to(repo.root)
+    rel: str | None = repo.rel(src) if inside else None
+    kind = _infer_kind(req, rel)
+    if kind not in _KINDS:
+        raise BadInput(f"--kind: unknown kind '{kind}' ({', '.join(_KINDS)})")
+    try:
+        data = (repo.check_inside(rel) if rel is not None else src).read_bytes()
+    except FileNotFoundError as e:
+        raise BadInput(f"{req.path}: no such file") from e
+    except Escape as e:
+        raise BadInput(f"{req.path} {e}") from e
+    except IsADirectoryError as e:
+        raise BadInput(f"{req.path}: is a directory; add files one by one") from e
+
+    name = req.name or _default_name(src)
+    try:
+        check_name(name, "name")
+    except ValueError as e:
+        raise BadInput(f"--name: {e}", "pass --name with a valid name") from e
+    taken = {p.name for p in lock.patches} | {a.name for a in (*lock.tuning, *lock.artifacts)}
+    if name in taken:
+        raise BadInput(f"name '{name}' is already pinned", "pass --name, or patchkit remove it first")
+
+    target = None
+    if req.target is not None:
+        try:
+            target = ContainerPath(req.target)
+        except ValueError as e:
+            raise BadInput(f"--target: {e}") from e
+        claimed = {str(p.target): p.name for p in lock.patches}
+        claimed.update({str(a.target): a.name for a in (*lock.tuning, *lock.artifacts) if a.target})
+        if str(target) in claimed:
+            raise BadInput(
+                f"--target {target} is already claimed by '{claimed[str(target)]}'",
+                "each container path can be mounted from one file only",
+            )
+    elif kind != "artifact":
+        raise BadInput(f"--target is required for a {kind}", "pass the absolute path it is mounted at")
+
+    refs = []
+    for r in req.refs:
+        try:
+            refs.append(Reference(r))
+        except ValueError as e:
+            raise BadInput(f"--ref: {e}") from e
+
+    extra: dict[str, bytes] = {}
+    if req.diff_only and kind != "overlay":
+        raise BadInput("--diff-only applies to overlays only (a patch with --base)")
+    if req.diff_only and inside:
+        raise BadInput(
+            f"{rel}: --diff-only keeps only the diff; the file itself must not be in the repository",
+            "move the edited file out of the repository (e.g. to /tmp) and add it from there",
+        )
+    if rel is None and not req.diff_only:
+        folder = "tuning" if kind == "tuning" else "patches"
+        rel = f"{folder}/{src.name}"
+        if repo.path(rel).exists():
+            raise BadInput(f"{rel} already exists", "pass the file inside the repository, or rename it")
+        extra[rel] = data
+
+    digest = Sha256(sha256_bytes(data))
+    if kind in ("tuning", "artifact"):
+        if rel is None:  # unreachable: only overlays can be diff-only
+            raise BadInput("--diff-only applies to overlays only")
+        art = Artifact(name=name, file=RepoPath(rel), sha256=digest, target=target, note=req.reason)
+        if kind == "tuning":
+            new_lock = dataclasses.replace(lock, tuning=(*lock.tuning, art))
+        else:
+            new_lock = dataclasses.replace(lock, artifacts=(*lock.artifacts, art))
+        return Outcome(written=_finish(repo, new_lock, extra), changes=[Change(f"{kind} {name}", "-", rel)])
+
+    if target is None:
+        raise BadInput(f"--target is required for a {kind}")
+    base = diff = None
+    if kind == "overlay":
+        base, base_bytes, diff_bytes = _overlay_base(lock, req, name, data)
+        store.put(base_bytes)
+        diff_rel = f"upstream/{name}.diff"
+        if repo.path(diff_rel).exists():
+            raise BadInput(f"{diff_rel} already exists", "remove it or pass another --name")
+        extra[diff_rel] = diff_bytes
+        diff = DiffPin(RepoPath(diff_rel), Sha256(sha256_bytes(diff_bytes)))
+    elif req.base_file is not None or req.upstream is not None:
+        raise BadInput(f"--base/--upstream apply to overlays; a {kind} has no upstream base")
+
+    patch = Patch(
+        name=name,
+        kind=PatchKind(kind),
+        sha256=digest,
+        target=target,
+        file=None if req.diff_only else RepoPath(rel) if rel else None,
+        base=base,
+        diff=diff,
+        reason=req.reason,
+        refs=tuple(refs),
+        drop_when=req.drop_when,
+    )
+    new_lock = dataclasses.replace(lock, patches=(*lock.patches, patch))
+    where = "diff-only" if req.diff_only else str(rel)
+    return Outcome(written=_finish(repo, new_lock, extra), changes=[Change(f"{kind} {name}", "-", where)])
+
+
+def _overlay_base(lock: Lockfile, req: AddRequest, name: str, data: bytes) -> tuple[Base, bytes, bytes]:
+    if req.upstream is None or req.upstream_path is None or req.base_file is None:
+        raise BadInput(
+            "an overlay needs --upstream NAME, --upstream-path P and --base FILE (the upstream file it changes)",
+            "pass all three; --commit defaults to the upstream's pinned commit",
+        )
+    up = lock.upstream(req.upstream)
+    if up is None:
+        known = ", ".join(u.name for u in lock.upstreams) or "none declared"
+        raise BadInput(f"--upstream: '{req.upstream}' is not in the lockfile (known: {known})")
+    commit = up.commit
+    if req.commit is not None:
+        try:
+            commit = Revision(req.commit)
+        except ValueError as e:
+            raise BadInput(f"--commit: {e}") from e
+    try:
+        upath = UpstreamPath(req.upstream_path)
+    except ValueError as e:
+        raise BadInput(f"--upstream-path: {e}") from e
+    try:
+        base_bytes = req.base_file.read_bytes()
+    except OSError as e:
+        raise BadInput(f"--base {req.base_file}: cannot read ({e.strerror})") from e
+    if b"\0" in base_bytes[:8192] or b"\0" in data[:8192]:
+        raise BadInput(f"{name}: binary file; patchkit diffs text files only")
+    diff_bytes = canonical_diff(base_bytes, data, upath)
+    if not diff_bytes:
+        raise BadInput(f"{req.path} is identical to its base; there is nothing to patch")
+    base = Base(upstream=up.name, path=upath, sha256=Sha256(sha256_bytes(base_bytes)), commit=commit)
+    return base, base_bytes, diff_bytes
+
+
+def remove(repo: Repo, lock: Lockfile, name: str, keep_files: bool = False) -> Outcome:
+    """Drop a pinned entry and, unless asked not to, the files only it named."""
+    files: list[str] = []
+    patch = lock.patch(name)
+    if patch is not None:
+        new_lock = dataclasses.replace(lock, patches=tuple(p for p in lock.patches if p.name != name))
+        files = [str(f) for f in (patch.file, patch.diff.file if patch.diff else None) if f is not None]
+    else:
+        tuning_hit = next((a for a in lock.tuning if a.name == name), None)
+        artifact_hit = next((a for a in lock.artifacts if a.name == name), None)
+        if tuning_hit is not None:
+            new_lock = dataclasses.replace(lock, tuning=tuple(a for a in lock.tuning if a.name != name))
+            files = [str(tuning_hit.file)]
+        elif artifact_hit is not None:
+            new_lock = dataclasses.replace(lock, artifacts=tuple(a for a in lock.artifacts if a.name != name))
+            files = [str(artifact_hit.file)]
+        else:
+            known = [p.name for p in lock.patches] + [a.name for a in (*lock.tuning, *lock.artifacts)]
+            raise BadInput(f"'{name}' is not pinned", f"known: {', '.join(known) or 'nothing yet'}")
+    outcome = Outcome(written=_finish(repo, new_lock))
+    outcome.changes.append(Change(name, "pinned", "removed"))
+    if not keep_files:
+        for rel in files:
+            try:
+                repo.path(rel).unlink()
+                outcome.removed.append(rel)
+            except FileNotFoundError:
+                pass
+    return outcome
+
+
+# --------------------------------------------------------------------------- diff
+
+
+@dataclass
+class PatchDiff:
+    name: str
+    diff: bytes
+    added: int
+    removed: int
+    path: str
+
+
+def regenerate_diffs(repo: Repo, lock: Lockfile, names: tuple[str, ...], store: BlobStore) -> list[PatchDiff]:
+    """The canonical diff of each named overlay (all overlays when ``names`` is empty)."""
+    unknown = [n for n in names if lock.patch(n) is None]
+    if unknown:
+        raise BadInput(f"not a pinned patch: {', '.join(unknown)}")
+    out = []
+    for p in lock.patches:
+        if names and p.name not in names:
+            continue
+        if p.kind is not PatchKind.OVERLAY or p.base is None:
+            if names:
+                raise BadInput(f"'{p.name}' is a {p.kind.value}; it has no upstream base to diff against")
+            continue
+        base = recover_base(repo, p, store)
+        if base is None:
+            raise Refused(
+                f"'{p.name}': its base ({p.base.path}, sha256 {p.base.sha256.short}…) is not available offline",
+                "restore the committed diff (git checkout), or re-add the patch with --base FILE",
+            )
+        if p.file is not None:
+            current = repo.path(p.file).read_bytes()
+        elif p.diff is None:
+            raise BadInput(f"'{p.name}' has neither a file nor a diff")
+        else:
+            fd = diffs.parse(repo.path(p.diff.file).read_bytes())
+            current = diffs.apply(fd[0], base)
+        d = canonical_diff(base, current, p.base.path)
+        parsed = diffs.parse(d)[0] if d else None
+        out.append(
+            PatchDiff(
+                p.name, d, parsed.added if parsed else 0, parsed.removed if parsed else 0, str(p.base.path)
+            )
+        )
+    return out
+
+
+def write_diffs(repo: Repo, lock: Lockfile, regenerated: list[PatchDiff]) -> Outcome:
+    """Write regenerated diffs under upstream/ and refresh their pins."""
+    outcome = Outcome()
+    extra: dict[str, bytes] = {}
+    by_name = {d.name: d for d in regenerated}
+    patches = []
+    for p in lock.patches:
+        d = by_name.get(p.name)
+        if d is not None and p.diff is not None:
+            extra[str(p.diff.file)] = d.diff
+            dsha = sha256_bytes(d.diff)
+            if dsha != p.diff.sha256.hex:
+                outcome.changes.append(Change(f"patches[{p.name}].diff.sha256", p.diff.sha256.hex, dsha))
+                p = dataclasses.replace(p, diff=DiffPin(p.diff.file, Sha256(dsha)))
+        patches.append(p)
+    outcome.written = _finish(repo, dataclasses.replace(lock, patches=tuple(patches)), extra)
+    return outcome

@@ -1,0 +1,753 @@
+"""The lockfile model: every pin of a deployment, loaded strictly, saved canonically.
+
+``loads`` turns TOML text into frozen dataclasses and reports every problem
+with its file, line and field. ``dumps`` writes the canonical form: fixed key
+order, fixed formatting, so the same content always gives the same bytes and a
+re-lock without change is a no-op. See docs/lockfile.md for every field.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, TypeVar
+
+from patchkit.errors import LockfileError, Problem
+from patchkit.tomlpos import LineIndex
+from patchkit.values import (
+    ContainerPath,
+    Digest,
+    Reference,
+    RepoPath,
+    Revision,
+    Sha256,
+    UpstreamPath,
+    check_name,
+)
+
+SCHEMA_VERSION = 1
+LOCKFILE_NAME = "lockfile.toml"
+HEADER = (
+    "# patchkit lockfile: every pin of this deployment.\n"
+    "# Written by patchkit (init, add, remove, lock); hand edits are fine, then run\n"
+    "# `patchkit lock` and `patchkit check`. Fields: docs/lockfile.md.\n"
+)
+
+
+class PatchKind(Enum):
+    """What a patch is: a full-file overlay, a new module, or a source transformer."""
+
+    OVERLAY = "overlay"
+    MODULE = "module"
+    TRANSFORMER = "transformer"
+
+
+@dataclass(frozen=True)
+class Image:
+    """A container image pinned by digest."""
+
+    name: str
+    repository: str
+    digest: Digest
+    tag: str | None = None
+    resolved_at: str | None = None
+    platform: str | None = None
+    platform_digest: Digest | None = None
+    version: str | None = None
+    note: str | None = None
+
+    @property
+    def reference(self) -> str:
+        return f"{self.repository}@{self.digest}"
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """One file of a model revision: its size and its hash (LFS sha256 or git blob id)."""
+
+    path: UpstreamPath
+    size: int
+    sha256: Sha256 | None = None
+    blob: str | None = None
+
+
+@dataclass(frozen=True)
+class Model:
+    """A Hugging Face model pinned at a full commit."""
+
+    repo: str
+    revision: Revision
+    files: tuple[ModelFile, ...] = ()
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """An upstream project the patches are based on, pinned at a commit."""
+
+    name: str
+    git: str | None = None
+    commit: Revision | None = None
+    version: str | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Base:
+    """The upstream file a patch is based on, pinned by its sha256."""
+
+    upstream: str
+    path: UpstreamPath
+    sha256: Sha256
+    commit: Revision | None = None
+
+
+@dataclass(frozen=True)
+class DiffPin:
+    """The diff of a patch against its base, committed under ``upstream/``."""
+
+    file: RepoPath
+    sha256: Sha256
+
+
+@dataclass(frozen=True)
+class Patch:
+    """A file the deployment runs instead of, or beside, upstream code.
+
+    ``file`` is ``None`` for a diff-only patch: the file that runs is the base
+    plus the diff, and ``sha256`` pins the result.
+    """
+
+    name: str
+    kind: PatchKind
+    sha256: Sha256
+    target: ContainerPath
+    file: RepoPath | None = None
+    base: Base | None = None
+    diff: DiffPin | None = None
+    reason: str | None = None
+    refs: tuple[Reference, ...] = ()
+    drop_when: str | None = None
+
+    @property
+    def committed(self) -> bool:
+        return self.file is not None
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A pinned file: a tuning table, the entrypoint, a proxy config, compose.yaml."""
+
+    name: str
+    file: RepoPath
+    sha256: Sha256
+    target: ContainerPath | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class RefState:
+    """The last known state of an upstream issue or pull request."""
+
+    ref: Reference
+    state: str
+    checked_at: str | None = None
+    merge_commit: Revision | None = None
+    head_commit: Revision | None = None
+
+
+@dataclass(frozen=True)
+class Lockfile:
+    """Every pin of a deployment."""
+
+    name: str | None = None
+    images: tuple[Image, ...] = ()
+    model: Model | None = None
+    upstreams: tuple[Upstream, ...] = ()
+    patches: tuple[Patch, ...] = ()
+    tuning: tuple[Artifact, ...] = ()
+    artifacts: tuple[Artifact, ...] = ()
+    refs: tuple[RefState, ...] = ()
+    schema: int = SCHEMA_VERSION
+
+    def upstream(self, name: str) -> Upstream | None:
+        return next((u for u in self.upstreams if u.name == name), None)
+
+    def patch(self, name: str) -> Patch | None:
+        return next((p for p in self.patches if p.name == name), None)
+
+    def files(self) -> list[tuple[str, RepoPath, Sha256]]:
+        """Every repository file the lockfile pins, as (field, path, sha256)."""
+        out: list[tuple[str, RepoPath, Sha256]] = []
+        for i, p in enumerate(self.patches):
+            if p.file is not None:
+                out.append((f"patches[{i}].sha256", p.file, p.sha256))
+            if p.diff is not None:
+                out.append((f"patches[{i}].diff.sha256", p.diff.file, p.diff.sha256))
+        for i, t in enumerate(self.tuning):
+            out.append((f"tuning[{i}].sha256", t.file, t.sha256))
+        for i, a in enumerate(self.artifacts):
+            out.append((f"artifacts[{i}].sha256", a.file, a.sha256))
+        return out
+
+
+# --------------------------------------------------------------------------- loading
+
+T = TypeVar("T")
+FieldPath = tuple[str | int, ...]
+
+
+class _Reader:
+    """Reads raw TOML data into typed values, collecting located problems."""
+
+    def __init__(self, filename: str, index: LineIndex) -> None:
+        self.filename = filename
+        self.index = index
+        self.problems: list[Problem] = []
+
+    def problem(self, path: FieldPath, message: str, hint: str | None = None) -> None:
+        self.problems.append(
+            Problem(self.filename, self.index.line_of(path), _render_path(path), message, hint)
+        )
+
+    def table(self, data: dict[str, Any], path: FieldPath, key: str) -> dict[str, Any] | None:
+        value = data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            self.problem((*path, key), f"must be a table, got {_toml_type(value)}")
+            return None
+        return value
+
+    def array_of_tables(self, data: dict[str, Any], key: str) -> list[dict[str, Any]]:
+        value = data.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+            self.problem((key,), f"must be an array of tables ([[{key}]]), got {_toml_type(value)}")
+            return []
+        return value
+
+    def string(
+        self, data: dict[str, Any], path: FieldPath, key: str, *, required: bool = False
+    ) -> str | None:
+        if key not in data:
+            if required:
+                self.problem(path, f"missing required field '{key}'")
+            return None
+        value = data[key]
+        if not isinstance(value, str):
+            self.problem((*path, key), f"must be a string, got {_toml_type(value)}")
+            return None
+        return value
+
+    def typed(
+        self,
+        data: dict[str, Any],
+        path: FieldPath,
+        key: str,
+        ctor: Callable[[str], T],
+        *,
+        required: bool = False,
+        hint: str | None = None,
+    ) -> T | None:
+        text = self.string(data, path, key, required=required)
+        if text is None:
+            return None
+        try:
+            return ctor(text)
+        except ValueError as e:
+            self.problem((*path, key), str(e), hint)
+            return None
+
+    def known(self, data: dict[str, Any], path: FieldPath, allowed: Iterable[str]) -> None:
+        allowed = tuple(allowed)
+        for key in data:
+            if key not in allowed:
+                self.problem(
+                    (*path, key),
+                    f"unknown field '{key}' (known: {', '.join(allowed)})",
+                    "remove it or fix its spelling",
+                )
+
+
+def _toml_type(value: object) -> str:
+    return {
+        str: "a string",
+        int: "an integer",
+        float: "a float",
+        bool: "a boolean",
+        list: "an array",
+        dict: "a table",
+    }.get(type(value), type(value).__name__)
+
+
+def _render_path(path: FieldPath) -> str:
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + part
+    return out
+
+
+def loads(text: str, filename: str = LOCKFILE_NAME) -> Lockfile:
+    """Parse and validate lockfile text; raise ``LockfileError`` listing every problem."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        line = _toml_error_line(str(e))
+        raise LockfileError(
+            [Problem(filename, line, None, f"not valid TOML: {e}", "fix the syntax at that line")]
+        ) from e
+    reader = _Reader(filename, LineIndex(text))
+    lock = _read(raw, reader)
+    if reader.problems or lock is None:
+        raise LockfileError(reader.problems or [Problem(filename, None, None, "cannot be read")])
+    return lock
+
+
+def _toml_error_line(message: str) -> int | None:
+    import re
+
+    m = re.search(r"line (\d+)", message)
+    return int(m.group(1)) if m else None
+
+
+def _read(raw: dict[str, Any], r: _Reader) -> Lockfile | None:
+    r.known(
+        raw,
+        (),
+        ("schema", "deployment", "images", "model", "upstreams", "patches", "tuning", "artifacts", "refs"),
+    )
+    schema = raw.get("schema")
+    if schema is None:
+        r.problem((), "missing 'schema'", f"add 'schema = {SCHEMA_VERSION}' at the top")
+        return None
+    if not isinstance(schema, int) or isinstance(schema, bool):
+        r.problem(("schema",), f"must be an integer, got {_toml_type(schema)}")
+        return None
+    if schema != SCHEMA_VERSION:
+        r.problem(
+            ("schema",),
+            f"unknown schema version {schema}; this patchkit reads version {SCHEMA_VERSION}",
+            "upgrade patchkit" if schema > SCHEMA_VERSION else "set schema = 1",
+        )
+        return None
+
+    name = None
+    deployment = r.table(raw, (), "deployment")
+    if deployment is not None:
+        r.known(deployment, ("deployment",), ("name",))
+        name = r.typed(deployment, ("deployment",), "name", lambda s: check_name(s, "deployment name"))
+
+    images = []
+    images_raw = r.table(raw, (), "images") or {}
+    for key, value in images_raw.items():
+        path: FieldPath = ("images", key)
+        if not isinstance(value, dict):
+            r.problem(path, f"must be a table, got {_toml_type(value)}")
+            continue
+        images.append(_read_image(key, value, path, r))
+
+    model = None
+    model_raw = r.table(raw, (), "model")
+    if model_raw is not None:
+        model = _read_model(model_raw, r)
+
+    upstreams = []
+    for key, value in (r.table(raw, (), "upstreams") or {}).items():
+        path = ("upstreams", key)
+        if not isinstance(value, dict):
+            r.problem(path, f"must be a table, got {_toml_type(value)}")
+            continue
+        upstreams.append(_read_upstream(key, value, path, r))
+
+    upstream_names = {u.name for u in upstreams if u is not None}
+    patches = []
+    seen: dict[str, int] = {}
+    for i, value in enumerate(r.array_of_tables(raw, "patches")):
+        patch = _read_patch(value, ("patches", i), r, upstream_names)
+        if patch is None:
+            continue
+        if patch.name in seen:
+            r.problem(
+                ("patches", i, "name"),
+                f"duplicate patch name '{patch.name}' (also patches[{seen[patch.name]}])",
+                "give each patch its own name",
+            )
+        seen[patch.name] = i
+        patches.append(patch)
+
+    tuning = _read_artifacts(raw, "tuning", r)
+    artifacts = _read_artifacts(raw, "artifacts", r)
+
+    refs = []
+    for key, value in (r.table(raw, (), "refs") or {}).items():
+        path = ("refs", key)
+        if not isinstance(value, dict):
+            r.problem(path, f"must be a table, got {_toml_type(value)}")
+            continue
+        refs.append(_read_ref(key, value, path, r))
+
+    if r.problems:
+        return None
+    return Lockfile(
+        name=name,
+        images=tuple(i for i in images if i is not None),
+        model=model,
+        upstreams=tuple(u for u in upstreams if u is not None),
+        patches=tuple(patches),
+        tuning=tuning,
+        artifacts=artifacts,
+        refs=tuple(x for x in refs if x is not None),
+    )
+
+
+def _name(r: _Reader, path: FieldPath, key: str, what: str) -> str | None:
+    try:
+        return check_name(key, what)
+    except ValueError as e:
+        r.problem(path, str(e))
+        return None
+
+
+def _read_image(key: str, t: dict[str, Any], path: FieldPath, r: _Reader) -> Image | None:
+    fields = ("repository", "digest", "tag", "resolved_at", "platform", "platform_digest", "version", "note")
+    r.known(t, path, fields)
+    name = _name(r, path, key, "image name")
+    repository = r.string(t, path, "repository", required=True)
+    if repository is not None and ("@" in repository or repository.rsplit("/", 1)[-1].count(":")):
+        r.problem(
+            (*path, "repository"),
+            f"'{repository}' must be the repository alone, without a tag or digest",
+            "put the tag in 'tag' and the digest in 'digest'",
+        )
+        repository = None
+    digest = r.typed(t, path, "digest", Digest, required=True, hint="pin images by digest")
+    platform_digest = r.typed(t, path, "platform_digest", Digest)
+    if name is None or repository is None or digest is None:
+        return None
+    return Image(
+        name=name,
+        repository=repository,
+        digest=digest,
+        tag=r.string(t, path, "tag"),
+        resolved_at=r.string(t, path, "resolved_at"),
+        platform=r.string(t, path, "platform"),
+        platform_digest=platform_digest,
+        version=r.string(t, path, "version"),
+        note=r.string(t, path, "note"),
+    )
+
+
+def _read_model(t: dict[str, Any], r: _Reader) -> Model | None:
+    path: FieldPath = ("model",)
+    r.known(t, path, ("repo", "revision", "files"))
+    repo = r.string(t, path, "repo", required=True)
+    if repo is not None and repo.count("/") != 1:
+        r.problem((*path, "repo"), f"'{repo}' is not a Hugging Face repo id (write 'org/name')")
+        repo = None
+    revision = r.typed(
+        t,
+        path,
+        "revision",
+        Revision,
+        required=True,
+        hint="resolve the branch to its commit (the model page shows it) and pin that",
+    )
+    files = []
+    raw_files = t.get("files", [])
+    if not isinstance(raw_files, list) or not all(isinstance(f, dict) for f in raw_files):
+        r.problem((*path, "files"), "must be an array of tables ([[model.files]])")
+        raw_files = []
+    for i, f in enumerate(raw_files):
+        fpath: FieldPath = (*path, "files", i)
+        r.known(f, fpath, ("path", "size", "sha256", "blob"))
+        p = r.typed(f, fpath, "path", UpstreamPath, required=True)
+        size = f.get("size")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            r.problem((*fpath, "size"), "must be a non-negative integer")
+            size = None
+        sha = r.typed(f, fpath, "sha256", Sha256)
+        blob = r.string(f, fpath, "blob")
+        if blob is not None and not (len(blob) == 40 and all(c in "0123456789abcdef" for c in blob)):
+            r.problem((*fpath, "blob"), f"'{blob}' is not a git blob id (40 lowercase hex)")
+        if sha is None and blob is None:
+            r.problem(fpath, "needs 'sha256' (LFS files) or 'blob' (small files)")
+        if p is not None and size is not None:
+            files.append(ModelFile(path=p, size=size, sha256=sha, blob=blob))
+    if repo is None or revision is None:
+        return None
+    return Model(repo=repo, revision=revision, files=tuple(files))
+
+
+def _read_upstream(key: str, t: dict[str, Any], path: FieldPath, r: _Reader) -> Upstream | None:
+    r.known(t, path, ("git", "commit", "version", "note"))
+    name = _name(r, path, key, "upstream name")
+    git = r.string(t, path, "git")
+    commit = r.typed(t, path, "commit", Revision)
+    if name is None:
+        return None
+    return Upstream(
+        name=name,
+        git=git,
+        commit=commit,
+        version=r.string(t, path, "version"),
+        note=r.string(t, path, "note"),
+    )
+
+
+_PATCH_FIELDS = ("name", "kind", "file", "sha256", "target", "reason", "refs", "drop_when", "base", "diff")
+
+
+def _read_patch(t: dict[str, Any], path: FieldPath, r: _Reader, upstreams: set[str]) -> Patch | None:
+    r.known(t, path, _PATCH_FIELDS)
+    name = r.typed(t, path, "name", lambda s: check_name(s, "patch name"), required=True)
+    kind_text = r.string(t, path, "kind", required=True)
+    kind = None
+    if kind_text is not None:
+        try:
+            kind = PatchKind(kind_text)
+        except ValueError:
+            r.problem((*path, "kind"), f"unknown kind '{kind_text}' (overlay, module or transformer)")
+    file = r.typed(t, path, "file", RepoPath)
+    sha = r.typed(t, path, "sha256", Sha256, required=True)
+    target = r.typed(t, path, "target", ContainerPath, required=True)
+    refs: list[Reference] = []
+    raw_refs = t.get("refs", [])
+    if not isinstance(raw_refs, list):
+        r.problem((*path, "refs"), f"must be an array of strings, got {_toml_type(raw_refs)}")
+        raw_refs = []
+    for i, ref in enumerate(raw_refs):
+        try:
+            refs.append(Reference(ref if isinstance(ref, str) else repr(ref)))
+        except ValueError as e:
+            r.problem((*path, "refs", i), str(e))
+
+    base = None
+    base_raw = r.table(t, path, "base")
+    if base_raw is not None:
+        bpath = (*path, "base")
+        r.known(base_raw, bpath, ("upstream", "commit", "path", "sha256"))
+        upstream = r.string(base_raw, bpath, "upstream", required=True)
+        if upstream is not None and upstream not in upstreams:
+            r.problem(
+                (*bpath, "upstream"),
+                f"upstream '{upstream}' is not declared",
+                f"add an [upstreams.{upstream}] table",
+            )
+        bpath_value = r.typed(base_raw, bpath, "path", UpstreamPath, required=True)
+        bsha = r.typed(base_raw, bpath, "sha256", Sha256, required=True)
+        commit = r.typed(base_raw, bpath, "commit", Revision)
+        if upstream is not None and bpath_value is not None and bsha is not None:
+            base = Base(upstream=upstream, path=bpath_value, sha256=bsha, commit=commit)
+
+    diff = None
+    diff_raw = r.table(t, path, "diff")
+    if diff_raw is not None:
+        dpath = (*path, "diff")
+        r.known(diff_raw, dpath, ("file", "sha256"))
+        dfile = r.typed(diff_raw, dpath, "file", RepoPath, required=True)
+        dsha = r.typed(diff_raw, dpath, "sha256", Sha256, required=True)
+        if dfile is not None and dsha is not None:
+            diff = DiffPin(file=dfile, sha256=dsha)
+
+    if kind is PatchKind.OVERLAY:
+        if "base" not in t:
+            r.problem(path, "an overlay needs [base]: the upstream file it replaces", "see docs/lockfile.md")
+        if "diff" not in t:
+            r.problem(
+                path, "an overlay needs [diff]: its diff against the base", "run `patchkit diff --write`"
+            )
+    elif kind is PatchKind.MODULE and "base" in t:
+        r.problem((*path, "base"), "a module is a new file and has no upstream base", "use kind = 'overlay'")
+    if kind is not None and kind is not PatchKind.OVERLAY and "diff" in t and "file" not in t:
+        r.problem(path, f"a {kind.value} must be committed: set 'file'")
+    if "file" not in t and "diff" not in t:
+        r.problem(path, "needs 'file' (committed) or [diff] (diff-only)")
+
+    if name is None or kind is None or sha is None or target is None:
+        return None
+    return Patch(
+        name=name,
+        kind=kind,
+        sha256=sha,
+        target=target,
+        file=file,
+        base=base,
+        diff=diff,
+        reason=r.string(t, path, "reason"),
+        refs=tuple(refs),
+        drop_when=r.string(t, path, "drop_when"),
+    )
+
+
+def _read_artifacts(raw: dict[str, Any], key: str, r: _Reader) -> tuple[Artifact, ...]:
+    out = []
+    seen: set[str] = set()
+    for i, t in enumerate(r.array_of_tables(raw, key)):
+        path: FieldPath = (key, i)
+        r.known(t, path, ("name", "file", "sha256", "target", "note"))
+        name = r.typed(t, path, "name", lambda s: check_name(s, f"{key} name"), required=True)
+        file = r.typed(t, path, "file", RepoPath, required=True)
+        sha = r.typed(t, path, "sha256", Sha256, required=True)
+        target = r.typed(t, path, "target", ContainerPath)
+        if name is not None and name in seen:
+            r.problem((*path, "name"), f"duplicate {key} name '{name}'")
+        if name is not None:
+            seen.add(name)
+        if name is None or file is None or sha is None:
+            continue
+        out.append(Artifact(name=name, file=file, sha256=sha, target=target, note=r.string(t, path, "note")))
+    return tuple(out)
+
+
+def _read_ref(key: str, t: dict[str, Any], path: FieldPath, r: _Reader) -> RefState | None:
+    r.known(t, path, ("state", "checked_at", "merge_commit", "head_commit"))
+    try:
+        ref = Reference(key)
+    except ValueError as e:
+        r.problem(path, str(e))
+        return None
+    state = r.string(t, path, "state", required=True)
+    if state is not None and state not in ("open", "closed", "merged", "unknown"):
+        r.problem((*path, "state"), f"unknown state '{state}' (open, closed, merged or unknown)")
+    merge = r.typed(t, path, "merge_commit", Revision)
+    head = r.typed(t, path, "head_commit", Revision)
+    if state is None:
+        return None
+    return RefState(
+        ref=ref, state=state, checked_at=r.string(t, path, "checked_at"), merge_commit=merge, head_commit=head
+    )
+
+
+# --------------------------------------------------------------------------- saving
+
+
+def dumps(lock: Lockfile) -> str:
+    """The canonical text of a lockfile: same content, same bytes."""
+    import tomlkit
+
+    doc = tomlkit.document()
+    doc.add("schema", lock.schema)
+    if lock.name is not None:
+        doc.add("deployment", _table({"name": lock.name}))
+
+    if lock.images:
+        images = tomlkit.table(is_super_table=True)
+        for img in sorted(lock.images, key=lambda i: i.name):
+            images.add(
+                img.name,
+                _table(
+                    {
+                        "repository": img.repository,
+                        "digest": img.digest,
+                        "tag": img.tag,
+                        "resolved_at": img.resolved_at,
+                        "platform": img.platform,
+                        "platform_digest": img.platform_digest,
+                        "version": img.version,
+                        "note": img.note,
+                    }
+                ),
+            )
+        doc.add("images", images)
+
+    if lock.model is not None:
+        m = lock.model
+        model = _table({"repo": m.repo, "revision": m.revision})
+        if m.files:
+            files = tomlkit.aot()
+            for f in sorted(m.files, key=lambda f: f.path.path):
+                files.append(_table({"path": f.path, "size": f.size, "sha256": f.sha256, "blob": f.blob}))
+            model.add("files", files)
+        doc.add("model", model)
+
+    if lock.upstreams:
+        ups = tomlkit.table(is_super_table=True)
+        for u in sorted(lock.upstreams, key=lambda u: u.name):
+            ups.add(u.name, _table({"git": u.git, "commit": u.commit, "version": u.version, "note": u.note}))
+        doc.add("upstreams", ups)
+
+    if lock.patches:
+        aot = tomlkit.aot()
+        for p in lock.patches:
+            t = _table(
+                {
+                    "name": p.name,
+                    "kind": p.kind.value,
+                    "file": p.file,
+                    "sha256": p.sha256,
+                    "target": p.target,
+                    "reason": p.reason,
+                    "refs": [str(x) for x in p.refs] or None,
+                    "drop_when": p.drop_when,
+                }
+            )
+            if p.base is not None:
+                t.add(
+                    "base",
+                    _table(
+                        {
+                            "upstream": p.base.upstream,
+                            "commit": p.base.commit,
+                            "path": p.base.path,
+                            "sha256": p.base.sha256,
+                        }
+                    ),
+                )
+            if p.diff is not None:
+                t.add("diff", _table({"file": p.diff.file, "sha256": p.diff.sha256}))
+            aot.append(t)
+        doc.add("patches", aot)
+
+    for key, items in (("tuning", lock.tuning), ("artifacts", lock.artifacts)):
+        if items:
+            aot = tomlkit.aot()
+            for a in items:
+                aot.append(
+                    _table(
+                        {
+                            "name": a.name,
+                            "file": a.file,
+                            "sha256": a.sha256,
+                            "target": a.target,
+                            "note": a.note,
+                        }
+                    )
+                )
+            doc.add(key, aot)
+
+    if lock.refs:
+        refs = tomlkit.table(is_super_table=True)
+        for s in sorted(lock.refs, key=lambda s: s.ref.text):
+            refs.add(
+                s.ref.text,
+                _table(
+                    {
+                        "state": s.state,
+                        "checked_at": s.checked_at,
+                        "merge_commit": s.merge_commit,
+                        "head_commit": s.head_commit,
+                    }
+                ),
+            )
+        doc.add("refs", refs)
+
+    return HEADER + "\n" + tomlkit.dumps(doc)
+
+
+def _table(values: dict[str, Any]) -> Any:
+    import tomlkit
+
+    t = tomlkit.table()
+    for key, value in values.items():
+        if value is None:
+            continue
+        if isinstance(value, (Digest, Revision, Sha256, ContainerPath, RepoPath, UpstreamPath)):
+            value = str(value)
+        t.add(key, value)
+    return t

@@ -1,0 +1,184 @@
+"""The deployment repository on disk: finding it, reading inside it safely, writing atomically."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from patchkit import lockfile
+from patchkit.errors import BadInput, WriteFailed
+from patchkit.values import RepoPath
+
+MANAGED_DIRS = ("patches", "upstream", "tuning")
+
+
+def find_root(start: Path) -> Path:
+    """The nearest directory at or above ``start`` that holds a lockfile."""
+    start = start.resolve()
+    for d in (start, *start.parents):
+        if (d / lockfile.LOCKFILE_NAME).is_file():
+            return d
+    raise BadInput(
+        f"{start}: no {lockfile.LOCKFILE_NAME} here or in any parent directory",
+        "run `patchkit init` to start a deployment, or pass --repo DIR",
+    )
+
+
+class Escape(Exception):
+    """A repository path that resolves outside the repository, or through a symlink."""
+
+
+@dataclass(frozen=True)
+class Repo:
+    """A deployment repository rooted at ``root`` (an absolute, resolved path)."""
+
+    root: Path
+
+    @property
+    def lockfile_path(self) -> Path:
+        return self.root / lockfile.LOCKFILE_NAME
+
+    def path(self, rel: RepoPath | str) -> Path:
+        return self.root / str(rel)
+
+    def rel(self, path: Path) -> str:
+        return path.relative_to(self.root).as_posix()
+
+    def read_lockfile(self) -> tuple[lockfile.Lockfile, bytes]:
+        """Load the lockfile; its exact bytes come along for hashing and no-op detection."""
+        try:
+            data = self.lockfile_path.read_bytes()
+        except FileNotFoundError as e:
+            raise BadInput(
+                f"{self.lockfile_path}: not found", "run `patchkit init` to create a deployment"
+            ) from e
+        except OSError as e:
+            raise BadInput(f"{self.lockfile_path}: cannot read: {e.strerror}") from e
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            line = data[: e.start].count(b"\n") + 1
+            raise BadInput(
+                f"{lockfile.LOCKFILE_NAME}:{line}: not UTF-8 (byte {data[e.start]:#04x})",
+                "TOML files must be UTF-8",
+            ) from e
+        return lockfile.loads(text, lockfile.LOCKFILE_NAME), data
+
+    def check_inside(self, rel: RepoPath | str) -> Path:
+        """Resolve ``rel`` and make sure no component is a symlink and it stays inside.
+
+        Raises ``Escape`` with a reason; the caller reports it with its own context.
+        """
+        current = self.root
+        for part in str(rel).split("/"):
+            current = current / part
+            st = current.lstat()  # FileNotFoundError propagates: the caller reports "missing"
+            if stat.S_ISLNK(st.st_mode):
+                target = os.readlink(current)
+                resolved = current.resolve()
+                if not resolved.is_relative_to(self.root):
+                    raise Escape(f"is a symlink to {target}, outside the repository")
+                raise Escape(f"is a symlink (to {target}); store the file itself, not a link")
+        st = current.lstat()
+        if not stat.S_ISREG(st.st_mode):
+            raise Escape("is not a regular file")
+        return current
+
+    def write(self, rel: RepoPath | str, data: bytes) -> bool:
+        """Write a repository file atomically; False (and no write) when it already holds ``data``."""
+        path = self.path(rel)
+        with contextlib.suppress(OSError):
+            if path.read_bytes() == data:
+                return False
+        atomic_write(path, data)
+        return True
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the new one, never half.
+
+    Temporary file in the same directory, fsync, rename over, fsync the directory.
+    """
+    tmp = _stage(path, data)
+    try:
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise _write_failed(path, e) from e
+    _fsync_dir(path.parent)
+
+
+def _write_failed(path: Path, e: OSError) -> WriteFailed:
+    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return WriteFailed(
+            f"{path}: cannot write ({e.strerror}); nothing was changed",
+            "make the repository writable (or run where you have write access), then retry",
+        )
+    return WriteFailed(f"{path}: cannot write ({e.strerror}); nothing was changed")
+
+
+def write_all(root: Path, files: dict[str, bytes]) -> list[str]:
+    """Write several repository files as one step: all staged first, then renamed in.
+
+    A failure while staging (read-only directory, full disk) removes every
+    staged file and changes nothing. Files whose content is unchanged are not
+    touched. Returns the relative paths that changed, in order.
+    """
+    staged: list[tuple[str, Path, Path]] = []
+    try:
+        for rel, data in files.items():
+            path = root / rel
+            with contextlib.suppress(OSError):
+                if path.read_bytes() == data:
+                    continue
+            tmp = _stage(path, data)
+            staged.append((rel, path, tmp))
+    except WriteFailed:
+        for _, _, tmp in staged:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        raise
+    for _, path, tmp in staged:
+        os.replace(tmp, path)
+    for directory in {p.parent for _, p, _ in staged}:
+        _fsync_dir(directory)
+    return [rel for rel, _, _ in staged]
+
+
+def _stage(path: Path, data: bytes) -> Path:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise _write_failed(path, e) from e
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+        with contextlib.suppress(FileNotFoundError):
+            mode = stat.S_IMODE(path.stat().st_mode)
+        os.chmod(tmp, mode)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise _write_failed(path, e) from e
+    return Path(tmp)
+
+
+def _fsync_dir(directory: Path) -> None:
+    with contextlib.suppress(OSError):
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)

@@ -1,0 +1,72 @@
+"""Rendering check findings for people (text), machines (JSON) and CI (GitHub annotations)."""
+
+from __future__ import annotations
+
+import json
+
+from patchkit.check import CheckResult, Finding
+
+
+def _where(f: Finding) -> str:
+    return f.file if f.line is None else f"{f.file}:{f.line}"
+
+
+def text(result: CheckResult, what: str = "check") -> str:
+    lines = []
+    for f in result.findings:
+        field = f" {f.field}:" if f.field else ""
+        label = "error" if f.severity == "error" else "note"
+        lines.append(f"{_where(f)}: {label}:{field} {f.message}")
+        if f.fix:
+            lines.append(f"  fix: {f.fix}")
+    errors = len(result.errors)
+    notes = len(result.findings) - errors
+    summary = (
+        f"{what}: {'ok' if result.ok else 'FAILED'}: {result.files_hashed} files hashed, "
+        f"{result.diffs_verified} diffs verified, {errors} error{'s' * (errors != 1)}"
+    )
+    if notes:
+        summary += f", {notes} note{'s' * (notes != 1)}"
+    lines.append(summary)
+    return "\n".join(lines) + "\n"
+
+
+def as_json(result: CheckResult) -> str:
+    doc = {
+        "ok": result.ok,
+        "files_hashed": result.files_hashed,
+        "diffs_verified": result.diffs_verified,
+        "findings": [f.as_dict() for f in result.findings],
+    }
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+
+def _gh_escape(value: str, prop: bool = False) -> str:
+    value = value.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    if prop:
+        value = value.replace(":", "%3A").replace(",", "%2C")
+    return value
+
+
+def github(result: CheckResult) -> str:
+    """GitHub Actions workflow commands: one ``::error``/``::notice`` line per finding."""
+    lines = []
+    for f in result.findings:
+        level = "error" if f.severity == "error" else "notice"
+        props = [f"file={_gh_escape(f.file, prop=True)}"]
+        if f.line is not None:
+            props.append(f"line={f.line}")
+        props.append(f"title={_gh_escape('patchkit ' + f.code, prop=True)}")
+        message = (f"{f.field}: " if f.field else "") + f.message + (f" Fix: {f.fix}" if f.fix else "")
+        lines.append(f"::{level} {','.join(props)}::{_gh_escape(message)}")
+    errors = len(result.errors)
+    lines.append(f"patchkit check: {'ok' if result.ok else 'FAILED'} ({errors} errors)")
+    return "\n".join(lines) + "\n"
+
+
+def render(result: CheckResult, fmt: str, what: str = "check") -> str:
+    if fmt == "json":
+        return as_json(result)
+    if fmt == "github":
+        return github(result)
+    return text(result, what)

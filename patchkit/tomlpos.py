@@ -1,0 +1,133 @@
+"""Find the line of a key in a TOML document, so errors can say where.
+
+``tomllib`` reports lines for syntax errors only. Once a document has parsed,
+this scanner maps each table header and each ``key =`` to its line, keyed by
+the same path the parsed data uses (array-of-tables entries by index). It is
+deliberately small: it knows headers, keys, quoted keys and multi-line values,
+which is all it needs to point at the right line of a valid document.
+"""
+
+from __future__ import annotations
+
+import re
+
+Path = tuple[str | int, ...]
+
+_BARE = r"[A-Za-z0-9_-]+"
+_BASIC = r'"(?:[^"\\]|\\.)*"'
+_LITERAL = r"'[^']*'"
+_KEYPART = rf"(?:{_BARE}|{_BASIC}|{_LITERAL})"
+_DOTTED = rf"{_KEYPART}(?:\s*\.\s*{_KEYPART})*"
+_HEADER = re.compile(rf"^\s*\[\s*({_DOTTED})\s*\]\s*(?:#.*)?$")
+_ARRAY_HEADER = re.compile(rf"^\s*\[\[\s*({_DOTTED})\s*\]\]\s*(?:#.*)?$")
+_KEYLINE = re.compile(rf"^\s*({_DOTTED})\s*=\s*(.*)$")
+_PART = re.compile(_KEYPART)
+
+
+def _split_key(dotted: str) -> tuple[str, ...]:
+    parts = []
+    for m in _PART.finditer(dotted):
+        raw = m.group(0)
+        if raw.startswith('"'):
+            parts.append(raw[1:-1].encode().decode("unicode_escape"))
+        elif raw.startswith("'"):
+            parts.append(raw[1:-1])
+        else:
+            parts.append(raw)
+    return tuple(parts)
+
+
+class LineIndex:
+    """Maps key paths of a TOML document to 1-based line numbers."""
+
+    def __init__(self, text: str) -> None:
+        self._lines: dict[Path, int] = {}
+        self._scan(text)
+
+    def line_of(self, path: Path) -> int | None:
+        """The line of ``path``, or of its nearest enclosing table that has one."""
+        p = tuple(path)
+        while p:
+            if p in self._lines:
+                return self._lines[p]
+            p = p[:-1]
+        return None
+
+    def _scan(self, text: str) -> None:
+        counters: dict[tuple[str, ...], int] = {}
+        # Maps a header path written in the file (names only) to the concrete
+        # path with array indices, so [patches.base] after [[patches]] lands
+        # under the latest patches entry.
+        current: Path = ()
+        pending_close: str | None = None
+        depth = 0
+        for lineno, line in enumerate(text.splitlines(), start=1):
+            if pending_close is not None:
+                if pending_close in line:
+                    pending_close = None
+                continue
+            if depth > 0:
+                depth += _bracket_delta(line)
+                continue
+            m = _ARRAY_HEADER.match(line)
+            if m:
+                names = _split_key(m.group(1))
+                parent = self._resolve(names[:-1], counters)
+                key = names
+                counters[key] = counters.get(key, -1) + 1
+                current = (*parent, names[-1], counters[key])
+                self._lines.setdefault(current, lineno)
+                self._lines.setdefault(current[:-1], lineno)
+                continue
+            m = _HEADER.match(line)
+            if m:
+                names = _split_key(m.group(1))
+                current = (*self._resolve(names[:-1], counters), names[-1])
+                self._lines.setdefault(current, lineno)
+                continue
+            m = _KEYLINE.match(line)
+            if m:
+                keypath = (*current, *_split_key(m.group(1)))
+                self._lines.setdefault(keypath, lineno)
+                value = m.group(2).strip()
+                for quote in ('"""', "'''"):
+                    if value.startswith(quote) and value.count(quote) == 1:
+                        pending_close = quote
+                if value.startswith("["):
+                    depth = _bracket_delta(value)
+
+    @staticmethod
+    def _resolve(names: tuple[str, ...], counters: dict[tuple[str, ...], int]) -> Path:
+        """Insert the current index after every prefix that is an array of tables."""
+        out: list[str | int] = []
+        for i, name in enumerate(names):
+            out.append(name)
+            prefix = names[: i + 1]
+            if prefix in counters:
+                out.append(counters[prefix])
+        return tuple(out)
+
+
+def _bracket_delta(text: str) -> int:
+    """Net '[' minus ']' outside strings and comments (enough for arrays of scalars)."""
+    delta = 0
+    quote: str | None = None
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if quote:
+            if c == "\\" and quote == '"':
+                i += 2
+                continue
+            if c == quote:
+                quote = None
+        elif c in "\"'":
+            quote = c
+        elif c == "#":
+            break
+        elif c == "[":
+            delta += 1
+        elif c == "]":
+            delta -= 1
+        i += 1
+    return delta
