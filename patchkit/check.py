@@ -117,9 +117,7 @@ class Checker:
             if p.file is not None:
                 yield _Named(("patches", i, "sha256"), p.file, p.sha256.hex, f"patch '{p.name}'")
             if p.diff is not None:
-                yield _Named(
-                    ("patches", i, "diff", "sha256"), p.diff.file, p.diff.sha256.hex, f"diff of '{p.name}'"
-                )
+                yield _Named(("patches", i, "diff", "sha256"), p.diff.file, p.diff.sha256.hex, f"diff of '{p.name}'")
         for key, items in (("tuning", self.lock.tuning), ("artifacts", self.lock.artifacts)):
             for i, a in enumerate(items):
                 yield _Named((key, i, "sha256"), a.file, a.sha256.hex, f"{key} '{a.name}'")
@@ -127,12 +125,51 @@ class Checker:
     # -- checks
 
     def run(self) -> CheckResult:
+        self._check_canonical()
         readable = self._check_files()
         self._check_orphans()
         self._check_targets()
+        self._check_bases()
         self._check_diffs(readable)
         self._check_sums()
         return self.result
+
+    def _check_canonical(self) -> None:
+        """The lockfile is in the form patchkit writes, so reviews see only real changes."""
+        from patchkit.lockfile import dumps
+
+        canonical = dumps(self.lock).encode()
+        if canonical == self.lock_bytes:
+            return
+        have, want = self.lock_bytes.split(b"\n"), canonical.split(b"\n")
+        line = next((i + 1 for i, (a, b) in enumerate(zip(have, want, strict=False)) if a != b), None)
+        if line is None:
+            line = min(len(have), len(want))
+        self.result.findings.append(
+            Finding(
+                "lockfile-format",
+                LOCKFILE_NAME,
+                line,
+                "is not in canonical form (hand-edited layout, order or comments); the content is valid",
+                "rewrite it canonically: patchkit lock",
+            )
+        )
+
+    def _check_bases(self) -> None:
+        """A base older than the pinned upstream silently reverts what upstream fixed since."""
+        for i, p in enumerate(self.lock.patches):
+            if p.base is None or p.base.commit is None:
+                continue
+            up = self.lock.upstream(p.base.upstream)
+            if up is None or up.commit is None or up.commit == p.base.commit:
+                continue
+            self._lock_finding(
+                "base-outdated",
+                ("patches", i, "base", "commit"),
+                f"'{p.name}' is based on {p.base.upstream} {p.base.commit.short}, but the deployment pins "
+                f"{p.base.upstream} {up.commit.short}: the overlay may revert upstream changes made since",
+                f"rebase the patch onto {up.commit.short} (patchkit rebase) and re-pin its base",
+            )
 
     def _check_files(self) -> dict[str, Path]:
         """Existence, containment and hashes of every pinned file; returns the readable ones."""
@@ -151,9 +188,7 @@ class Checker:
                 )
             except Escape as e:
                 self.result.findings.append(
-                    Finding(
-                        "unsafe-path", rel, None, f"{rel} ({n.owner}) {e}", "replace it with a regular file"
-                    )
+                    Finding("unsafe-path", rel, None, f"{rel} ({n.owner}) {e}", "replace it with a regular file")
                 )
         hashes = sha256_many(ok.values())
         self.result.files_hashed = len(hashes)
@@ -201,8 +236,7 @@ class Checker:
                                 "unsafe-path",
                                 rel,
                                 None,
-                                f"{rel} is a symlink to {os.readlink(path)} ({where} the repository) "
-                                "and is not pinned",
+                                f"{rel} is a symlink to {os.readlink(path)} ({where} the repository) and is not pinned",
                                 "delete the link; commit the file itself and pin it with patchkit add",
                             )
                         )
@@ -384,20 +418,19 @@ class Checker:
                     )
                 )
             elif w.sha256 != h.sha256:
+                now = "the lockfile now has" if h.name == LOCKFILE_NAME else "the lockfile pins"
                 self.result.findings.append(
                     Finding(
                         "sums-drift",
                         sums.FILENAME,
                         h.line,
-                        f"{h.name}: sha256 {h.sha256[:12]}… differs from the pinned {w.sha256[:12]}…",
+                        f"lists {h.name} as {h.sha256[:12]}…, but {now} {w.sha256[:12]}…",
                         fix,
                     )
                 )
         for w in want:
             if w.name not in have_by:
-                self.result.findings.append(
-                    Finding("sums-drift", sums.FILENAME, None, f"does not list {w.name}", fix)
-                )
+                self.result.findings.append(Finding("sums-drift", sums.FILENAME, None, f"does not list {w.name}", fix))
         if not any(f.file == sums.FILENAME for f in self.result.findings):
             self.result.findings.append(
                 Finding(

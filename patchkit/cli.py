@@ -197,9 +197,7 @@ def check(ctx: click.Context, fmt: str) -> None:
 
 
 @cli.command()
-@click.option(
-    "--check", "verify", is_flag=True, help="Verify SHA256SUMS and every hash it lists; write nothing."
-)
+@click.option("--check", "verify", is_flag=True, help="Verify SHA256SUMS and every hash it lists; write nothing.")
 @FORMAT
 @click.pass_context
 def sums(ctx: click.Context, verify: bool, fmt: str) -> None:
@@ -256,9 +254,7 @@ def lock(ctx: click.Context, fmt: str) -> None:
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="The upstream base file (read once to pin its sha256 and write the diff).",
 )
-@click.option(
-    "--ref", "refs", multiple=True, help="Upstream issue/PR (owner/repo#N) or commit URL; repeatable."
-)
+@click.option("--ref", "refs", multiple=True, help="Upstream issue/PR (owner/repo#N) or commit URL; repeatable.")
 @click.option("--reason", help="One line: why the deployment carries this.")
 @click.option("--drop-when", help="When the patch can be dropped, e.g. 'vllm-project/vllm#47291 is merged'.")
 @click.option("--diff-only", is_flag=True, help="Commit only the diff; PATH must be outside the repository.")
@@ -296,12 +292,8 @@ def remove(ctx: click.Context, name: str, keep_files: bool, fmt: str) -> None:
 
 @cli.command()
 @click.argument("names", nargs=-1)
-@click.option(
-    "--stat", "show_stat", is_flag=True, help="Lines added and removed per patch instead of the diff."
-)
-@click.option(
-    "--write", is_flag=True, help="Write the diffs to their files under upstream/ and refresh their pins."
-)
+@click.option("--stat", "show_stat", is_flag=True, help="Lines added and removed per patch instead of the diff.")
+@click.option("--write", is_flag=True, help="Write the diffs to their files under upstream/ and refresh their pins.")
 @FORMAT
 @click.pass_context
 def diff(ctx: click.Context, names: tuple[str, ...], show_stat: bool, write: bool, fmt: str) -> None:

@@ -140,7 +140,12 @@ def parse(data: bytes) -> list[FileDiff]:
         if line.startswith(b"@@"):
             raise DiffError(i + 1, "hunk without a '--- '/'+++ ' file header before it")
         if files and line[:1] in (b"+", b"-", b" ") and not line.startswith((b"--- ", b"+++ ")):
-            raise DiffError(i + 1, "line after the last hunk: its header counts too few lines")
+            last = files[-1].hunks[-1]
+            raise DiffError(
+                last.line,
+                f"hunk declares {last.old_len} old / {last.new_len} new lines but line {i + 1} "
+                "continues it: its header counts too few lines",
+            )
         # Anything else (diff --git, index, mode lines, prose) is a header line.
         i += 1
     if not files:

@@ -254,9 +254,7 @@ def relock(repo: Repo, lock: Lockfile, store: BlobStore) -> Outcome:
                         )
                     diff_bytes = canonical_diff(base, data, p.base.path)
                     extra[str(p.diff.file)] = diff_bytes
-                    outcome.changes.append(
-                        Change(f"{p.diff.file}", "stale diff", "regenerated from the base")
-                    )
+                    outcome.changes.append(Change(f"{p.diff.file}", "stale diff", "regenerated from the base"))
                 dsha = sha256_bytes(diff_bytes)
                 if dsha != p.diff.sha256.hex:
                     outcome.changes.append(Change(f"patches[{p.name}].diff.sha256", p.diff.sha256.hex, dsha))
@@ -280,9 +278,7 @@ def relock(repo: Repo, lock: Lockfile, store: BlobStore) -> Outcome:
                 msha = sha256_bytes(materialized)
                 outcome.changes.append(Change(f"patches[{p.name}].diff.sha256", p.diff.sha256.hex, dsha))
                 if msha != p.sha256.hex:
-                    outcome.changes.append(
-                        Change(f"patches[{p.name}].sha256 (materialized)", p.sha256.hex, msha)
-                    )
+                    outcome.changes.append(Change(f"patches[{p.name}].sha256 (materialized)", p.sha256.hex, msha))
                 new = dataclasses.replace(new, sha256=Sha256(msha), diff=DiffPin(p.diff.file, Sha256(dsha)))
         patches.append(new)
 
@@ -556,9 +552,7 @@ def regenerate_diffs(repo: Repo, lock: Lockfile, names: tuple[str, ...], store: 
         d = canonical_diff(base, current, p.base.path)
         parsed = diffs.parse(d)[0] if d else None
         out.append(
-            PatchDiff(
-                p.name, d, parsed.added if parsed else 0, parsed.removed if parsed else 0, str(p.base.path)
-            )
+            PatchDiff(p.name, d, parsed.added if parsed else 0, parsed.removed if parsed else 0, str(p.base.path))
         )
     return out
 

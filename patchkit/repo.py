@@ -54,9 +54,7 @@ class Repo:
         try:
             data = self.lockfile_path.read_bytes()
         except FileNotFoundError as e:
-            raise BadInput(
-                f"{self.lockfile_path}: not found", "run `patchkit init` to create a deployment"
-            ) from e
+            raise BadInput(f"{self.lockfile_path}: not found", "run `patchkit init` to create a deployment") from e
         except OSError as e:
             raise BadInput(f"{self.lockfile_path}: cannot read: {e.strerror}") from e
         try:

@@ -72,7 +72,7 @@ def parse(data: bytes, filename: str = FILENAME) -> tuple[list[SumLine], list[Pr
     for lineno, raw in enumerate(data.split(b"\n"), start=1):
         if raw == b"" and lineno == data.count(b"\n") + 1:
             break
-        m = _LINE.fullmatch(raw)
+        m = None if raw.endswith(b"\r") else _LINE.fullmatch(raw)
         if m is None:
             what = "leading space" if raw[:1] in (b" ", b"\t") else "not '<64 hex>  <name>'"
             if raw.endswith(b"\r"):
@@ -90,8 +90,6 @@ def parse(data: bytes, filename: str = FILENAME) -> tuple[list[SumLine], list[Pr
         if hexdigest != hexdigest.lower():
             problems.append(Problem(filename, lineno, None, "uppercase hex (patchkit writes lowercase)"))
         if mode == b"*":
-            problems.append(
-                Problem(filename, lineno, None, "binary-mode marker '*' (patchkit writes two spaces)")
-            )
+            problems.append(Problem(filename, lineno, None, "binary-mode marker '*' (patchkit writes two spaces)"))
         entries.append(SumLine(lineno, hexdigest.decode().lower(), name))
     return entries, problems

@@ -34,8 +34,7 @@ class Sha256:
         if not isinstance(self.hex, str) or not _HEX64.fullmatch(self.hex):
             n = len(self.hex) if isinstance(self.hex, str) else 0
             raise ValueError(
-                f"{_describe(str(self.hex))} is not a sha256 "
-                f"(need 64 lowercase hex digits, got {n} characters)"
+                f"{_describe(str(self.hex))} is not a sha256 (need 64 lowercase hex digits, got {n} characters)"
             )
 
     def __str__(self) -> str:
@@ -54,15 +53,12 @@ class Digest:
 
     def __post_init__(self) -> None:
         if not isinstance(self.text, str) or not self.text.startswith("sha256:"):
-            raise ValueError(
-                f"{_describe(str(self.text))} is not a digest (need 'sha256:' + 64 lowercase hex)"
-            )
+            raise ValueError(f"{_describe(str(self.text))} is not a digest (need 'sha256:' + 64 lowercase hex)")
         hexpart = self.text[len("sha256:") :]
         if not _HEX64.fullmatch(hexpart):
             raise ValueError(
                 f"{_describe(self.text)} is not a digest: need 64 lowercase hex digits "
-                f"after 'sha256:', got {len(hexpart)}"
-                + (" with uppercase" if hexpart.lower() != hexpart else "")
+                f"after 'sha256:', got {len(hexpart)}" + (" with uppercase" if hexpart.lower() != hexpart else "")
             )
 
     def __str__(self) -> str:
@@ -104,10 +100,12 @@ class ContainerPath:
         p = self.path
         if not isinstance(p, str) or not p.startswith("/"):
             raise ValueError(f"{_describe(str(p))} is not an absolute container path (must start with '/')")
-        if "\x00" in p or "\n" in p:
-            raise ValueError(f"{_describe(p)} contains a control character")
+        if any(c in p for c in "\x00\n\r\\"):
+            raise ValueError(f"{_describe(p)} contains a control character or a backslash")
         parts = p.split("/")[1:]
-        if p != "/" and (any(part in ("", ".", "..") for part in parts)):
+        if p == "/":
+            raise ValueError("'/' is not a file path")
+        if any(part in ("", ".", "..") for part in parts):
             raise ValueError(f"{_describe(p)} is not normalised (no '.', '..', '//' or trailing '/')")
 
     def __str__(self) -> str:
@@ -125,9 +123,7 @@ class RepoPath:
         if not isinstance(p, str) or not p:
             raise ValueError("empty path")
         if p.startswith("/"):
-            raise ValueError(
-                f"{_describe(p)} is absolute; paths in the lockfile are relative to the repository"
-            )
+            raise ValueError(f"{_describe(p)} is absolute; paths in the lockfile are relative to the repository")
         if "\\" in p:
             raise ValueError(f"{_describe(p)} uses '\\'; write repository paths with '/'")
         if "\x00" in p or "\n" in p or "\r" in p:
@@ -153,7 +149,17 @@ class UpstreamPath:
     path: str
 
     def __post_init__(self) -> None:
-        RepoPath(self.path)  # same rules; re-raises with the same message
+        p = self.path
+        if not isinstance(p, str) or not p:
+            raise ValueError("empty upstream path")
+        parts = p.split("/")
+        if p.startswith("/") or ".." in parts or any(part in ("", ".") for part in parts) or "\\" in p:
+            raise ValueError(
+                f"{_describe(p)} is not a path inside the upstream tree "
+                "(relative, '/'-separated, no '.', '..' or empty parts)"
+            )
+        if any(c in p for c in "\x00\n\r"):
+            raise ValueError(f"{_describe(p)} contains a control character")
 
     def __str__(self) -> str:
         return self.path
