@@ -1,0 +1,108 @@
+"""The command line as users meet it: exit codes, messages, formats, a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+from conftest import REPO_ROOT, Invoke
+
+from patchkit.cli import cli
+
+
+def test_help_documents_exit_codes(invoke: Invoke) -> None:
+    r = invoke("--help")
+    assert r.exit_code == 0
+    for line in ("0  all good", "1  findings", "2  bad usage or bad input", "3  an external service"):
+        assert line in r.stdout
+    for command in ("init", "check", "sums", "lock", "add", "remove", "diff"):
+        assert command in r.stdout
+
+
+def test_malformed_lockfile_is_exit_2_one_line_no_traceback(invoke: Invoke, deploy: Path) -> None:
+    lock = deploy / "lockfile.toml"
+    lines = lock.read_text().splitlines(keepends=True)
+    lines[5] = "schema = = 1\n"
+    lock.write_text("".join(lines))
+    r = invoke("check", repo=deploy)
+    assert r.exit_code == 2
+    assert r.stderr.startswith("patchkit: error: lockfile.toml:6: not valid TOML")
+    assert "Traceback" not in r.stderr and r.stdout == ""
+
+
+def test_every_lockfile_problem_is_listed(invoke: Invoke, deploy: Path) -> None:
+    lock = deploy / "lockfile.toml"
+    text = lock.read_text()
+    text = text.replace('commit = "124154a8843d1f8e4d4e2d5d466e2d3ebc3716da"', 'commit = "main"', 1)
+    text = text.replace('target = "/opt/tuning/moe.csv"', 'target = "opt/tuning/moe.csv"')
+    lock.write_text(text)
+    r = invoke("check", repo=deploy)
+    assert r.exit_code == 2
+    errors = [line for line in r.stderr.splitlines() if line.startswith("patchkit: error:")]
+    assert len(errors) == 2
+    assert any("upstreams.vllm.commit: 'main' is not a full commit id" in e for e in errors)
+    assert any("tuning[0].target: 'opt/tuning/moe.csv' is not an absolute container path" in e for e in errors)
+
+
+def test_non_utf8_lockfile(invoke: Invoke, deploy: Path) -> None:
+    lock = deploy / "lockfile.toml"
+    lock.write_bytes(lock.read_bytes().replace(b"fence CPU", b"fence \xff CPU"))
+    r = invoke("check", repo=deploy)
+    assert r.exit_code == 2
+    assert "not UTF-8 (byte 0xff)" in r.stderr
+
+
+def test_verbose_shows_the_traceback(deploy: Path) -> None:
+    (deploy / "lockfile.toml").write_text("schema = 9\n")
+    result = CliRunner().invoke(cli, ["--verbose", "--repo", str(deploy), "check"])
+    assert result.exit_code != 0
+    assert result.exception is not None  # re-raised for the traceback
+    assert "unknown schema version 9" in str(result.exception)
+
+
+def test_no_lockfile_here(invoke: Invoke, tmp_path: Path) -> None:
+    r = invoke("check", repo=tmp_path)
+    assert r.exit_code == 2
+    assert "no lockfile.toml" in r.stderr
+    assert "patchkit init" in r.stderr
+
+
+def test_usage_error_is_exit_2(invoke: Invoke, deploy: Path) -> None:
+    r = invoke("check", "--format", "xml", repo=deploy)
+    assert r.exit_code == 2
+
+
+def test_json_output(invoke: Invoke, deploy: Path) -> None:
+    doc = json.loads(invoke("check", "--format", "json", repo=deploy).stdout)
+    assert doc == {"ok": True, "files_hashed": 5, "diffs_verified": 1, "findings": []}
+    (deploy / "tuning" / "moe.csv").write_text("x\n")
+    lock = json.loads(invoke("lock", "--format", "json", repo=deploy).stdout)
+    assert [c["what"] for c in lock["changes"]] == ["tuning[moe].sha256 (tuning/moe.csv)"]
+    assert lock["written"] == ["lockfile.toml", "SHA256SUMS"]
+
+
+def test_runs_as_a_real_process_from_a_subdirectory(deploy: Path) -> None:
+    """As a user runs it: the console script, found from inside the repository."""
+    exe = Path(sys.executable).parent / "patchkit"
+    argv = [str(exe)] if exe.exists() else [sys.executable, "-m", "patchkit"]
+    r = subprocess.run([*argv, "check"], cwd=deploy / "patches", capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("check: ok:")
+    (deploy / "patches" / "fp8_fnuz.py").write_text("changed\n")
+    r = subprocess.run([*argv, "check"], cwd=deploy, capture_output=True, text=True, check=False)
+    assert r.returncode == 1
+    assert "patches/fp8_fnuz.py" in r.stdout
+
+
+def test_help_does_not_import_heavy_libraries() -> None:
+    code = (
+        "import sys; from click.testing import CliRunner; from patchkit.cli import cli;"
+        "CliRunner().invoke(cli, ['--help']);"
+        "heavy = [m for m in ('git', 'docker', 'huggingface_hub', 'requests', 'tomlkit') if m in sys.modules];"
+        "print(','.join(heavy))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT)
+    assert out.stdout.strip() == ""
