@@ -333,7 +333,8 @@ def diff(ctx: click.Context, names: tuple[str, ...], show_stat: bool, write: boo
         for d in result:
             click.echo(f" {d.name.ljust(width)} | +{d.added} -{d.removed}  {d.path}")
         total_a, total_r = sum(d.added for d in result), sum(d.removed for d in result)
-        click.echo(f" {len(result)} patches, {total_a} insertions(+), {total_r} deletions(-)")
+        patches = "patch" if len(result) == 1 else "patches"
+        click.echo(f" {len(result)} {patches}, {total_a} insertions(+), {total_r} deletions(-)")
         return
     out = sys.stdout.buffer
     for d in result:

@@ -414,7 +414,7 @@ def add(repo: Repo, lock: Lockfile, req: AddRequest, store: BlobStore) -> Outcom
             new_lock = dataclasses.replace(lock, tuning=(*lock.tuning, art))
         else:
             new_lock = dataclasses.replace(lock, artifacts=(*lock.artifacts, art))
-        return Outcome(written=_finish(repo, new_lock, extra), changes=[Change(f"{kind} {name}", "-", rel)])
+        return Outcome(written=_finish(repo, new_lock, extra), changes=[Change(f"{kind} {name}", "unpinned", rel)])
 
     if target is None:
         raise BadInput(f"--target is required for a {kind}")
@@ -444,7 +444,7 @@ def add(repo: Repo, lock: Lockfile, req: AddRequest, store: BlobStore) -> Outcom
     )
     new_lock = dataclasses.replace(lock, patches=(*lock.patches, patch))
     where = "diff-only" if req.diff_only else str(rel)
-    return Outcome(written=_finish(repo, new_lock, extra), changes=[Change(f"{kind} {name}", "-", where)])
+    return Outcome(written=_finish(repo, new_lock, extra), changes=[Change(f"{kind} {name}", "unpinned", where)])
 
 
 def _overlay_base(lock: Lockfile, req: AddRequest, name: str, data: bytes) -> tuple[Base, bytes, bytes]:

@@ -21,9 +21,10 @@ def text(result: CheckResult, what: str = "check") -> str:
             lines.append(f"  fix: {f.fix}")
     errors = len(result.errors)
     notes = len(result.findings) - errors
+    verified = f"{result.diffs_verified} diffs verified, " if what == "check" else ""
     summary = (
         f"{what}: {'ok' if result.ok else 'FAILED'}: {result.files_hashed} files hashed, "
-        f"{result.diffs_verified} diffs verified, {errors} error{'s' * (errors != 1)}"
+        f"{verified}{errors} error{'s' * (errors != 1)}"
     )
     if notes:
         summary += f", {notes} note{'s' * (notes != 1)}"

@@ -1,0 +1,27 @@
+"""The project's own promises: the README's commands are the ones CI runs."""
+
+from __future__ import annotations
+
+import re
+
+from conftest import REPO_ROOT
+
+
+def _readme_commands() -> list[str]:
+    readme = (REPO_ROOT / "README.md").read_text()
+    setup = readme.split("## Set up", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```sh\n(.+?)\n```", setup)
+
+
+def test_readme_has_the_two_setup_commands() -> None:
+    main_job, tests = _readme_commands()
+    assert main_job == "pip install -e . && patchkit check"
+    assert tests == "pip install -e '.[test]' && python -m pytest"
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    _, tests = _readme_commands()
+    ci = (REPO_ROOT / ".ci" / "run").read_text().splitlines()
+    assert tests in ci
+    assert ci[ci.index(tests) + 1] == "status=$?"
+    assert '"$status" -eq 5' in "\n".join(ci)  # no tests collected is a failure
