@@ -168,7 +168,8 @@ class Checker:
                 ("patches", i, "base", "commit"),
                 f"'{p.name}' is based on {p.base.upstream} {p.base.commit.short}, but the deployment pins "
                 f"{p.base.upstream} {up.commit.short}: the overlay may revert upstream changes made since",
-                f"rebase the patch onto {up.commit.short} (patchkit rebase) and re-pin its base",
+                f"move the patch onto {up.commit.short}: merge it with the upstream file at that commit, "
+                f"then re-pin it (patchkit remove {p.name}; patchkit add … --base FILE)",
             )
 
     def _check_files(self) -> dict[str, Path]:
