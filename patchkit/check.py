@@ -92,8 +92,14 @@ class Checker:
         self.lock = lock
         self.lock_bytes = lock_bytes
         self.store = store
-        self.index = LineIndex(lock_bytes.decode("utf-8"))
+        self._index: LineIndex | None = None
         self.result = CheckResult()
+
+    @property
+    def index(self) -> LineIndex:
+        if self._index is None:  # only findings need lines
+            self._index = LineIndex(self.lock_bytes.decode("utf-8"))
+        return self._index
 
     # -- helpers
 
@@ -175,11 +181,13 @@ class Checker:
     def _check_files(self) -> dict[str, Path]:
         """Existence, containment and hashes of every pinned file; returns the readable ones."""
         ok: dict[str, Path] = {}
+        sizes: dict[Path, int] = {}
         named = list(self._named())
         for n in named:
             rel = str(n.path)
             try:
-                ok[rel] = self.repo.check_inside(n.path)
+                ok[rel], st = self.repo.check_inside_stat(n.path)
+                sizes[ok[rel]] = st.st_size
             except FileNotFoundError:
                 self._lock_finding(
                     "missing",
@@ -191,7 +199,7 @@ class Checker:
                 self.result.findings.append(
                     Finding("unsafe-path", rel, None, f"{rel} ({n.owner}) {e}", "replace it with a regular file")
                 )
-        hashes = sha256_many(ok.values())
+        hashes = sha256_many(ok.values(), sizes=sizes)
         self.result.files_hashed = len(hashes)
         for n in named:
             rel = str(n.path)
@@ -387,61 +395,58 @@ class Checker:
         self.result.diffs_verified += 1
 
     def _check_sums(self) -> None:
-        expected = expected_sums(self.lock, self.lock_bytes)
-        path = self.repo.root / sums.FILENAME
-        fix = "regenerate it: patchkit sums"
         try:
-            actual = self.repo.check_inside(sums.FILENAME).read_bytes()
+            actual: bytes | None = self.repo.check_inside(sums.FILENAME).read_bytes()
         except FileNotFoundError:
-            self.result.findings.append(Finding("sums-missing", sums.FILENAME, None, "does not exist", fix))
-            return
+            actual = None
         except Escape as e:
-            self.result.findings.append(Finding("unsafe-path", sums.FILENAME, None, f"{path.name} {e}", fix))
-            return
-        if actual == expected:
-            return
-        have, problems = sums.parse(actual)
-        for pr in problems:
-            self.result.findings.append(Finding("sums-drift", sums.FILENAME, pr.line, pr.message, fix))
-        want, _ = sums.parse(expected)
-        want_by = {w.name: w for w in want}
-        have_by = {h.name: h for h in have}
-        for h in have:
-            w = want_by.get(h.name)
-            if w is None:
-                self.result.findings.append(
-                    Finding(
-                        "sums-drift",
-                        sums.FILENAME,
-                        h.line,
-                        f"lists {h.name}, which the lockfile does not pin",
-                        fix,
-                    )
-                )
-            elif w.sha256 != h.sha256:
-                now = "the lockfile now has" if h.name == LOCKFILE_NAME else "the lockfile pins"
-                self.result.findings.append(
-                    Finding(
-                        "sums-drift",
-                        sums.FILENAME,
-                        h.line,
-                        f"lists {h.name} as {h.sha256[:12]}…, but {now} {w.sha256[:12]}…",
-                        fix,
-                    )
-                )
-        for w in want:
-            if w.name not in have_by:
-                self.result.findings.append(Finding("sums-drift", sums.FILENAME, None, f"does not list {w.name}", fix))
-        if not any(f.file == sums.FILENAME for f in self.result.findings):
             self.result.findings.append(
-                Finding(
-                    "sums-drift",
-                    sums.FILENAME,
-                    None,
-                    "differs from what patchkit generates (order or format)",
-                    fix,
-                )
+                Finding("unsafe-path", sums.FILENAME, None, f"{sums.FILENAME} {e}", "make it a regular file")
             )
+            return
+        self.result.findings.extend(sums_findings(self.lock, self.lock_bytes, actual))
+
+
+def sums_findings(lock: Lockfile, lock_bytes: bytes, actual: bytes | None) -> list[Finding]:
+    """How the SHA256SUMS bytes ``actual`` (None: missing) differ from what patchkit generates."""
+    fix = "regenerate it: patchkit sums"
+    if actual is None:
+        return [Finding("sums-missing", sums.FILENAME, None, "does not exist", fix)]
+    expected = expected_sums(lock, lock_bytes)
+    if actual == expected:
+        return []
+    out: list[Finding] = []
+    have, problems = sums.parse(actual)
+    for pr in problems:
+        out.append(Finding("sums-drift", sums.FILENAME, pr.line, pr.message, fix))
+    want, _ = sums.parse(expected)
+    want_by = {w.name: w for w in want}
+    have_by = {h.name: h for h in have}
+    for h in have:
+        w = want_by.get(h.name)
+        if w is None:
+            out.append(
+                Finding("sums-drift", sums.FILENAME, h.line, f"lists {h.name}, which the lockfile does not pin", fix)
+            )
+        elif w.sha256 != h.sha256:
+            now = "the lockfile now has" if h.name == LOCKFILE_NAME else "the lockfile pins"
+            message = f"lists {h.name} as {h.sha256[:12]}…, but {now} {w.sha256[:12]}…"
+            out.append(Finding("sums-drift", sums.FILENAME, h.line, message, fix))
+    for w in want:
+        if w.name not in have_by:
+            out.append(Finding("sums-drift", sums.FILENAME, None, f"does not list {w.name}", fix))
+    if not out:
+        out.append(
+            Finding("sums-drift", sums.FILENAME, None, "differs from what patchkit generates (order or format)", fix)
+        )
+    return out
+
+
+def check_pinned_files(repo: Repo, lock: Lockfile, lock_bytes: bytes) -> CheckResult:
+    """Only the existence, containment and hash checks of the pinned files."""
+    checker = Checker(repo, lock, lock_bytes)
+    checker._check_files()
+    return checker.result
 
 
 def _field_name(path: tuple[str | int, ...], lock: Lockfile) -> str:

@@ -91,7 +91,8 @@ def cli(ctx: click.Context, repo_dir: Path | None, verbose: bool) -> None:
     ctx.obj = {"verbose": verbose, "repo_dir": repo_dir}
 
 
-def _open(ctx: click.Context) -> tuple[Any, Any, bytes]:
+def _repo(ctx: click.Context) -> Any:
+    """The deployment repository: --repo, or the nearest one upward from here."""
     from patchkit.repo import Repo, find_root
 
     given = ctx.find_root().obj.get("repo_dir")
@@ -100,7 +101,11 @@ def _open(ctx: click.Context) -> tuple[Any, Any, bytes]:
         from patchkit.errors import BadInput
 
         raise BadInput(f"{given}: no lockfile.toml there", "run `patchkit init` in it first")
-    repo = Repo(root)
+    return Repo(root)
+
+
+def _open(ctx: click.Context) -> tuple[Any, Any, bytes]:
+    repo = _repo(ctx)
     lock, data = repo.read_lockfile()
     return repo, lock, data
 
@@ -206,14 +211,17 @@ def sums(ctx: click.Context, verify: bool, fmt: str) -> None:
     GNU coreutils format, sorted by name; `sha256sum -c --strict SHA256SUMS`
     accepts it. Refuses (exit 1) while a pinned file does not match its pin.
     """
-    from patchkit import edit
-    from patchkit.report import render
-
-    repo, lock, data = _open(ctx)
     if verify:
-        result = edit.check_sums(repo, lock, data)
+        from patchkit.verify import check_sums
+
+        result = check_sums(_repo(ctx))
+        from patchkit.report import render
+
         click.echo(render(result, fmt, what="sums --check"), nl=False)
         ctx.exit(EXIT_OK if result.ok else EXIT_FINDINGS)
+    from patchkit import edit
+
+    repo, lock, data = _open(ctx)
     outcome = edit.write_sums(repo, lock, data)
     _print_changes(outcome, fmt, "SHA256SUMS is up to date")
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from patchkit import diffs, lockfile, sums
 from patchkit.cache import BlobStore
-from patchkit.check import Checker, CheckResult, Finding, base_of_committed, expected_sums
+from patchkit.check import base_of_committed, check_pinned_files, expected_sums
 from patchkit.errors import EXIT_FINDINGS, BadInput, PatchkitError
-from patchkit.hashing import sha256_bytes, sha256_many
+from patchkit.hashing import sha256_bytes
 from patchkit.lockfile import Artifact, Base, DiffPin, Lockfile, Patch, PatchKind
 from patchkit.repo import MANAGED_DIRS, Escape, Repo, write_all
 from patchkit.values import ContainerPath, Reference, RepoPath, Revision, Sha256, UpstreamPath, check_name
@@ -93,63 +93,13 @@ def init(directory: Path, name: str | None = None) -> Outcome:
 # --------------------------------------------------------------------------- sums
 
 
-def pinned_file_problems(repo: Repo, lock: Lockfile, lock_bytes: bytes) -> list[Finding]:
-    """Findings for pinned files that are missing, unsafe or do not match their pins."""
-    checker = Checker(repo, lock, lock_bytes)
-    checker._check_files()
-    return checker.result.findings
-
-
 def write_sums(repo: Repo, lock: Lockfile, lock_bytes: bytes) -> Outcome:
     """Regenerate SHA256SUMS from the pins, after checking every file matches its pin."""
-    problems = pinned_file_problems(repo, lock, lock_bytes)
+    problems = check_pinned_files(repo, lock, lock_bytes).findings
     if problems:
-        raise Refused(
-            f"{problems[0].message}; SHA256SUMS would not verify",
-            problems[0].fix,
-        )
+        raise Refused(f"{problems[0].message}; SHA256SUMS would not verify", problems[0].fix)
     data = expected_sums(lock, lock_bytes)
     return Outcome(written=write_all(repo.root, {sums.FILENAME: data}))
-
-
-def check_sums(repo: Repo, lock: Lockfile, lock_bytes: bytes) -> CheckResult:
-    """Verify SHA256SUMS like ``sha256sum -c --strict``, and that it is what patchkit generates."""
-    checker = Checker(repo, lock, lock_bytes)
-    result = checker.result
-    try:
-        data = repo.check_inside(sums.FILENAME).read_bytes()
-    except (FileNotFoundError, Escape):
-        checker._check_sums()
-        return result
-    entries, _ = sums.parse(data)
-    paths: dict[str, Path] = {}
-    for e in entries:
-        try:
-            paths[e.name] = repo.check_inside(e.name)
-        except FileNotFoundError:
-            result.findings.append(Finding("missing", sums.FILENAME, e.line, f"{e.name}: listed but missing"))
-        except (Escape, ValueError) as ex:
-            result.findings.append(Finding("unsafe-path", sums.FILENAME, e.line, f"{e.name}: {ex}"))
-    hashes = sha256_many(paths.values())
-    result.files_hashed = len(hashes)
-    for e in entries:
-        if e.name not in paths:
-            continue
-        got = hashes[paths[e.name]]
-        if isinstance(got, OSError):
-            result.findings.append(Finding("unreadable", e.name, None, f"cannot read: {got.strerror}"))
-        elif got != e.sha256:
-            result.findings.append(
-                Finding(
-                    "hash-mismatch",
-                    sums.FILENAME,
-                    e.line,
-                    f"{e.name}: FAILED (listed {e.sha256[:12]}…, file has {got[:12]}…)",
-                    "patchkit check says which pin or file is wrong",
-                )
-            )
-    checker._check_sums()
-    return result
 
 
 # --------------------------------------------------------------------------- base recovery

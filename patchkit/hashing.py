@@ -11,18 +11,31 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
+import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 CHUNK = 64 * 1024 * 1024
 SMALL = 1024 * 1024
+BATCH = 32 * 1024 * 1024
 
 Progress = Callable[[int], None]
 
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+_local = threading.local()
+
+
+def _buffer() -> memoryview:
+    """A read buffer per thread, reused for every small file it hashes."""
+    buf: memoryview | None = getattr(_local, "buf", None)
+    if buf is None:
+        buf = _local.buf = memoryview(bytearray(SMALL))
+    return buf
 
 
 def sha256_file(path: Path | str, progress: Progress | None = None) -> str:
@@ -33,11 +46,11 @@ def sha256_file(path: Path | str, progress: Progress | None = None) -> str:
         size = os.fstat(fd).st_size
         h = hashlib.sha256()
         if size < SMALL:
-            with os.fdopen(os.dup(fd), "rb") as f:
-                data = f.read()
-            h.update(data)
-            if progress:
-                progress(len(data))
+            buf = _buffer()
+            while n := os.readv(fd, [buf]):
+                h.update(buf[:n])
+                if progress:
+                    progress(n)
             return h.hexdigest()
         with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mm:
             if hasattr(mm, "madvise"):
@@ -64,28 +77,72 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def _batches(items: list[Path], sizes: dict[Path, int]) -> list[list[Path]]:
+    """Large files alone, small files grouped, largest work first.
+
+    One pool task per small file makes the threads trade the interpreter lock
+    thousands of times; groups of about BATCH bytes keep each thread in its
+    own loop while still sharing the work evenly.
+    """
+    batches: list[list[Path]] = []
+    group: list[Path] = []
+    group_bytes = 0
+    for p in sorted(items, key=lambda p: -sizes.get(p, 0)):
+        size = sizes.get(p, 0)
+        if size >= BATCH:
+            batches.append([p])
+            continue
+        group.append(p)
+        group_bytes += size
+        if group_bytes >= BATCH or len(group) >= 512:
+            batches.append(group)
+            group, group_bytes = [], 0
+    if group:
+        batches.append(group)
+    return batches
+
+
 def sha256_many(
-    paths: Iterable[Path], jobs: int | None = None, progress: Progress | None = None
+    paths: Iterable[Path],
+    jobs: int | None = None,
+    progress: Progress | None = None,
+    sizes: dict[Path, int] | None = None,
+    cancel: threading.Event | None = None,
 ) -> dict[Path, str | OSError]:
-    """Hash many files on ``jobs`` threads; each result is a hex digest or the OSError."""
+    """Hash many files on ``jobs`` threads; each result is a hex digest or the OSError.
+
+    ``sizes`` (from an lstat the caller already made) saves a second one.
+    Setting ``cancel`` stops the work after the files in progress; the
+    result then lacks the files not hashed.
+    """
     items = list(dict.fromkeys(paths))
-    sizes: dict[Path, int] = {}
+    known = dict(sizes or {})
     for p in items:
-        try:
-            sizes[p] = p.lstat().st_size
-        except OSError:
-            sizes[p] = 0
-    # Largest first, so one big file does not start last and leave a core idle.
-    items.sort(key=lambda p: -sizes[p])
+        if p not in known:
+            try:
+                known[p] = p.lstat().st_size
+            except OSError:
+                known[p] = 0
 
-    def one(p: Path) -> str | OSError:
-        try:
-            return sha256_file(p, progress)
-        except OSError as e:
-            return e
+    def run(batch: list[Path]) -> list[tuple[Path, str | OSError]]:
+        out: list[tuple[Path, str | OSError]] = []
+        for p in batch:
+            if cancel is not None and cancel.is_set():
+                break
+            try:
+                out.append((p, sha256_file(p, progress)))
+            except OSError as e:
+                out.append((p, e))
+        return out
 
-    workers = jobs or default_jobs()
-    if workers == 1 or len(items) <= 1:
-        return {p: one(p) for p in items}
+    workers = min(jobs or default_jobs(), max(1, len(items)))
+    batches = _batches(items, known)
+    results: dict[Path, str | OSError] = {}
+    if workers == 1:
+        for batch in batches:
+            results.update(run(batch))
+        return results
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sha256") as pool:
-        return dict(zip(items, pool.map(one, items), strict=True))
+        for done in pool.map(run, batches):
+            results.update(done)
+    return results

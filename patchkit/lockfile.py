@@ -205,10 +205,18 @@ FieldPath = tuple[str | int, ...]
 class _Reader:
     """Reads raw TOML data into typed values, collecting located problems."""
 
-    def __init__(self, filename: str, index: LineIndex) -> None:
+    def __init__(self, filename: str, text: str) -> None:
         self.filename = filename
-        self.index = index
+        self.text = text
+        self._index: LineIndex | None = None
         self.problems: list[Problem] = []
+
+    @property
+    def index(self) -> LineIndex:
+        # Built on the first problem only: a valid lockfile never pays for it.
+        if self._index is None:
+            self._index = LineIndex(self.text)
+        return self._index
 
     def problem(self, path: FieldPath, message: str, hint: str | None = None) -> None:
         self.problems.append(Problem(self.filename, self.index.line_of(path), _render_path(path), message, hint))
@@ -302,7 +310,7 @@ def loads(text: str, filename: str = LOCKFILE_NAME) -> Lockfile:
         raise LockfileError(
             [Problem(filename, line, None, f"not valid TOML: {e}", "fix the syntax at that line")]
         ) from e
-    reader = _Reader(filename, LineIndex(text))
+    reader = _Reader(filename, text)
     lock = _read(raw, reader)
     if reader.problems or lock is None:
         raise LockfileError(reader.problems or [Problem(filename, None, None, "cannot be read")])
@@ -660,126 +668,82 @@ def _read_ref(key: str, t: dict[str, Any], path: FieldPath, r: _Reader) -> RefSt
 
 
 def dumps(lock: Lockfile) -> str:
-    """The canonical text of a lockfile: same content, same bytes."""
-    import tomlkit
+    """The canonical text of a lockfile: same content, same bytes.
 
-    doc = tomlkit.document()
-    doc.add("schema", lock.schema)
+    Tables and keys come in a fixed order, unset optional fields are left out,
+    arrays of references are written one per line so a pull request shows
+    each added or dropped reference on its own line.
+    """
+    import tomli_w
+
+    doc: dict[str, Any] = {"schema": lock.schema}
     if lock.name is not None:
-        doc.add("deployment", _table({"name": lock.name}))
-
+        doc["deployment"] = {"name": lock.name}
     if lock.images:
-        images = tomlkit.table(is_super_table=True)
-        for img in sorted(lock.images, key=lambda i: i.name):
-            images.add(
-                img.name,
-                _table(
-                    {
-                        "repository": img.repository,
-                        "digest": img.digest,
-                        "tag": img.tag,
-                        "resolved_at": img.resolved_at,
-                        "platform": img.platform,
-                        "platform_digest": img.platform_digest,
-                        "version": img.version,
-                        "note": img.note,
-                    }
-                ),
+        doc["images"] = {
+            img.name: _table(
+                repository=img.repository,
+                digest=img.digest,
+                tag=img.tag,
+                resolved_at=img.resolved_at,
+                platform=img.platform,
+                platform_digest=img.platform_digest,
+                version=img.version,
+                note=img.note,
             )
-        doc.add("images", images)
-
+            for img in sorted(lock.images, key=lambda i: i.name)
+        }
     if lock.model is not None:
         m = lock.model
-        model = _table({"repo": m.repo, "revision": m.revision})
+        model = _table(repo=m.repo, revision=m.revision)
         if m.files:
-            files = tomlkit.aot()
-            for f in sorted(m.files, key=lambda f: f.path.path):
-                files.append(_table({"path": f.path, "size": f.size, "sha256": f.sha256, "blob": f.blob}))
-            model.add("files", files)
-        doc.add("model", model)
-
+            model["files"] = [
+                _table(path=f.path, size=f.size, sha256=f.sha256, blob=f.blob)
+                for f in sorted(m.files, key=lambda f: f.path.path)
+            ]
+        doc["model"] = model
     if lock.upstreams:
-        ups = tomlkit.table(is_super_table=True)
-        for u in sorted(lock.upstreams, key=lambda u: u.name):
-            ups.add(u.name, _table({"git": u.git, "commit": u.commit, "version": u.version, "note": u.note}))
-        doc.add("upstreams", ups)
-
+        doc["upstreams"] = {
+            u.name: _table(git=u.git, commit=u.commit, version=u.version, note=u.note)
+            for u in sorted(lock.upstreams, key=lambda u: u.name)
+        }
     if lock.patches:
-        aot = tomlkit.aot()
+        patches = []
         for p in lock.patches:
             t = _table(
-                {
-                    "name": p.name,
-                    "kind": p.kind.value,
-                    "file": p.file,
-                    "sha256": p.sha256,
-                    "target": p.target,
-                    "reason": p.reason,
-                    "refs": [str(x) for x in p.refs] or None,
-                    "drop_when": p.drop_when,
-                }
+                name=p.name,
+                kind=p.kind.value,
+                file=p.file,
+                sha256=p.sha256,
+                target=p.target,
+                reason=p.reason,
+                refs=[str(x) for x in p.refs] or None,
+                drop_when=p.drop_when,
             )
             if p.base is not None:
-                t.add(
-                    "base",
-                    _table(
-                        {
-                            "upstream": p.base.upstream,
-                            "commit": p.base.commit,
-                            "path": p.base.path,
-                            "sha256": p.base.sha256,
-                        }
-                    ),
+                t["base"] = _table(
+                    upstream=p.base.upstream, commit=p.base.commit, path=p.base.path, sha256=p.base.sha256
                 )
             if p.diff is not None:
-                t.add("diff", _table({"file": p.diff.file, "sha256": p.diff.sha256}))
-            aot.append(t)
-        doc.add("patches", aot)
-
+                t["diff"] = _table(file=p.diff.file, sha256=p.diff.sha256)
+            patches.append(t)
+        doc["patches"] = patches
     for key, items in (("tuning", lock.tuning), ("artifacts", lock.artifacts)):
         if items:
-            aot = tomlkit.aot()
-            for a in items:
-                aot.append(
-                    _table(
-                        {
-                            "name": a.name,
-                            "file": a.file,
-                            "sha256": a.sha256,
-                            "target": a.target,
-                            "note": a.note,
-                        }
-                    )
-                )
-            doc.add(key, aot)
-
+            doc[key] = [_table(name=a.name, file=a.file, sha256=a.sha256, target=a.target, note=a.note) for a in items]
     if lock.refs:
-        refs = tomlkit.table(is_super_table=True)
-        for s in sorted(lock.refs, key=lambda s: s.ref.text):
-            refs.add(
-                s.ref.text,
-                _table(
-                    {
-                        "state": s.state,
-                        "checked_at": s.checked_at,
-                        "merge_commit": s.merge_commit,
-                        "head_commit": s.head_commit,
-                    }
-                ),
+        doc["refs"] = {
+            s.ref.text: _table(
+                state=s.state, checked_at=s.checked_at, merge_commit=s.merge_commit, head_commit=s.head_commit
             )
-        doc.add("refs", refs)
+            for s in sorted(lock.refs, key=lambda s: s.ref.text)
+        }
+    return HEADER + "\n" + tomli_w.dumps(doc)
 
-    return HEADER + "\n" + tomlkit.dumps(doc)
+
+_VALUE_TYPES = (Digest, Revision, Sha256, ContainerPath, RepoPath, UpstreamPath)
 
 
-def _table(values: dict[str, Any]) -> Any:
-    import tomlkit
-
-    t = tomlkit.table()
-    for key, value in values.items():
-        if value is None:
-            continue
-        if isinstance(value, (Digest, Revision, Sha256, ContainerPath, RepoPath, UpstreamPath)):
-            value = str(value)
-        t.add(key, value)
-    return t
+def _table(**values: Any) -> dict[str, Any]:
+    """A TOML table of the set values, in the order given; typed values as their text."""
+    return {k: str(v) if isinstance(v, _VALUE_TYPES) else v for k, v in values.items() if v is not None}

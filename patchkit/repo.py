@@ -7,12 +7,19 @@ import errno
 import os
 import stat
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from patchkit import lockfile
 from patchkit.errors import BadInput, WriteFailed
 from patchkit.values import RepoPath
+
+if TYPE_CHECKING:
+    from patchkit.lockfile import Lockfile
+
+# The lockfile module is imported only when a lockfile is read, so that
+# `sums --check` can start hashing before paying for it.
+LOCKFILE_NAME = "lockfile.toml"
 
 MANAGED_DIRS = ("patches", "upstream", "tuning")
 
@@ -21,10 +28,10 @@ def find_root(start: Path) -> Path:
     """The nearest directory at or above ``start`` that holds a lockfile."""
     start = start.resolve()
     for d in (start, *start.parents):
-        if (d / lockfile.LOCKFILE_NAME).is_file():
+        if (d / LOCKFILE_NAME).is_file():
             return d
     raise BadInput(
-        f"{start}: no {lockfile.LOCKFILE_NAME} here or in any parent directory",
+        f"{start}: no {LOCKFILE_NAME} here or in any parent directory",
         "run `patchkit init` to start a deployment, or pass --repo DIR",
     )
 
@@ -38,10 +45,13 @@ class Repo:
     """A deployment repository rooted at ``root`` (an absolute, resolved path)."""
 
     root: Path
+    # Directories already proven to be real directories (not symlinks) inside
+    # the repository, so checking thousands of files costs one lstat each.
+    _safe_dirs: set[str] = field(default_factory=set, compare=False, repr=False)
 
     @property
     def lockfile_path(self) -> Path:
-        return self.root / lockfile.LOCKFILE_NAME
+        return self.root / LOCKFILE_NAME
 
     def path(self, rel: RepoPath | str) -> Path:
         return self.root / str(rel)
@@ -49,7 +59,7 @@ class Repo:
     def rel(self, path: Path) -> str:
         return path.relative_to(self.root).as_posix()
 
-    def read_lockfile(self) -> tuple[lockfile.Lockfile, bytes]:
+    def read_lockfile(self) -> tuple[Lockfile, bytes]:
         """Load the lockfile; its exact bytes come along for hashing and no-op detection."""
         try:
             data = self.lockfile_path.read_bytes()
@@ -62,30 +72,49 @@ class Repo:
         except UnicodeDecodeError as e:
             line = data[: e.start].count(b"\n") + 1
             raise BadInput(
-                f"{lockfile.LOCKFILE_NAME}:{line}: not UTF-8 (byte {data[e.start]:#04x})",
+                f"{LOCKFILE_NAME}:{line}: not UTF-8 (byte {data[e.start]:#04x})",
                 "TOML files must be UTF-8",
             ) from e
-        return lockfile.loads(text, lockfile.LOCKFILE_NAME), data
+        from patchkit.lockfile import loads
+
+        return loads(text, LOCKFILE_NAME), data
 
     def check_inside(self, rel: RepoPath | str) -> Path:
         """Resolve ``rel`` and make sure no component is a symlink and it stays inside.
 
         Raises ``Escape`` with a reason; the caller reports it with its own context.
         """
-        current = self.root
-        for part in str(rel).split("/"):
-            current = current / part
-            st = current.lstat()  # FileNotFoundError propagates: the caller reports "missing"
+        return self.check_inside_stat(rel)[0]
+
+    def check_inside_stat(self, rel: RepoPath | str) -> tuple[Path, os.stat_result]:
+        """``check_inside``, also returning the file's lstat result."""
+        if not isinstance(rel, RepoPath):
+            try:
+                rel = RepoPath(rel)
+            except ValueError as e:
+                raise Escape(str(e)) from e
+        parts = rel.path.split("/")
+        root = str(self.root)
+        # Plain strings and os.lstat: this runs once per pinned file.
+        for i in range(len(parts)):
+            prefix = "/".join(parts[: i + 1])
+            is_last = i == len(parts) - 1
+            if not is_last and prefix in self._safe_dirs:
+                continue
+            current = f"{root}/{prefix}"
+            st = os.lstat(current)  # FileNotFoundError propagates: the caller reports "missing"
             if stat.S_ISLNK(st.st_mode):
                 target = os.readlink(current)
-                resolved = current.resolve()
-                if not resolved.is_relative_to(self.root):
+                if not Path(current).resolve().is_relative_to(self.root):
                     raise Escape(f"is a symlink to {target}, outside the repository")
                 raise Escape(f"is a symlink (to {target}); store the file itself, not a link")
-        st = current.lstat()
+            if not is_last:
+                if not stat.S_ISDIR(st.st_mode):
+                    raise FileNotFoundError(current)
+                self._safe_dirs.add(prefix)
         if not stat.S_ISREG(st.st_mode):
             raise Escape("is not a regular file")
-        return current
+        return Path(current), st
 
     def write(self, rel: RepoPath | str, data: bytes) -> bool:
         """Write a repository file atomically; False (and no write) when it already holds ``data``."""

@@ -223,3 +223,16 @@ def test_diff_recovers_the_base_from_the_cache(invoke: Invoke, deploy: Path) -> 
     r = invoke("diff", "--write", repo=deploy)
     assert r.exit_code == 0, r.stderr
     assert invoke("check", repo=deploy).exit_code == 0
+
+
+def test_sums_check_refuses_names_leaving_the_repository(invoke: Invoke, deploy: Path, tmp_path: Path) -> None:
+    (tmp_path / "outside.txt").write_text("secret\n")
+    import hashlib
+
+    digest = hashlib.sha256(b"secret\n").hexdigest()
+    with (deploy / "SHA256SUMS").open("a") as f:
+        f.write(f"{digest}  ../outside.txt\n")
+    r = invoke("sums", "--check", repo=deploy)
+    assert r.exit_code == 1
+    assert "../outside.txt: '../outside.txt' leaves the repository" in r.stdout
+    assert "1 errors" not in r.stdout

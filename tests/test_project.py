@@ -25,3 +25,16 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert tests in ci
     assert ci[ci.index(tests) + 1] == "status=$?"
     assert '"$status" -eq 5' in "\n".join(ci)  # no tests collected is a failure
+
+
+def test_lockfile_doc_example_is_canonical() -> None:
+    """docs/lockfile.md's annotated example loads and, without its comments, is what patchkit writes."""
+    from patchkit import lockfile
+
+    doc = (REPO_ROOT / "docs" / "lockfile.md").read_text()
+    example = re.search(r"```toml\n(.*?)```", doc.split("## Annotated example", 1)[1], re.S)
+    assert example is not None
+    text = example.group(1)
+    assert text.startswith(lockfile.HEADER)
+    body = "".join(line for line in text[len(lockfile.HEADER) :].splitlines(keepends=True) if not line.startswith("#"))
+    assert lockfile.dumps(lockfile.loads(lockfile.HEADER + body)) == lockfile.HEADER + body

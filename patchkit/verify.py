@@ -1,0 +1,80 @@
+"""Verifying SHA256SUMS the way ``sha256sum -c --strict`` does, and against the lockfile.
+
+Kept apart from the other commands so that ``patchkit sums --check`` starts
+hashing before it imports and parses anything it does not need for that:
+the lockfile is loaded, and its drift checked, while the files hash.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from patchkit import sums
+from patchkit.errors import BadInput
+from patchkit.hashing import sha256_many
+from patchkit.repo import Escape, Repo
+
+if TYPE_CHECKING:
+    from patchkit.check import CheckResult
+
+
+def check_sums(repo: Repo) -> CheckResult:
+    """Verify SHA256SUMS like ``sha256sum -c --strict``, and that it is what patchkit generates.
+
+    The files SHA256SUMS lists are hashed on worker threads while the
+    lockfile is read and parsed, so on a large tree the parse costs no wall time.
+    """
+    try:
+        data: bytes | None = repo.check_inside(sums.FILENAME).read_bytes()
+    except FileNotFoundError:
+        data = None
+    except Escape as err:
+        raise BadInput(f"{sums.FILENAME} {err}") from err
+    entries, _ = sums.parse(data or b"")
+    paths: dict[str, Path] = {}
+    sizes: dict[Path, int] = {}
+    unsafe: list[tuple[sums.SumLine, str]] = []
+    for entry in entries:
+        try:
+            paths[entry.name], st = repo.check_inside_stat(entry.name)
+            sizes[paths[entry.name]] = st.st_size
+        except FileNotFoundError:
+            unsafe.append((entry, "listed but missing"))
+        except Escape as ex:
+            unsafe.append((entry, str(ex)))
+    cancel = threading.Event()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sums") as runner:
+        pending = runner.submit(sha256_many, paths.values(), sizes=sizes, cancel=cancel)
+        try:
+            from patchkit.check import CheckResult, Finding, sums_findings
+
+            lock, lock_bytes = repo.read_lockfile()
+        except BaseException:
+            cancel.set()
+            raise
+        hashes = pending.result()
+    result = CheckResult(files_hashed=len(hashes))
+    for entry, why in unsafe:
+        code = "missing" if why == "listed but missing" else "unsafe-path"
+        result.findings.append(Finding(code, sums.FILENAME, entry.line, f"{entry.name}: {why}"))
+    for entry in entries:
+        if entry.name not in paths:
+            continue
+        got = hashes[paths[entry.name]]
+        if isinstance(got, OSError):
+            result.findings.append(Finding("unreadable", entry.name, None, f"cannot read: {got.strerror}"))
+        elif got != entry.sha256:
+            result.findings.append(
+                Finding(
+                    "hash-mismatch",
+                    sums.FILENAME,
+                    entry.line,
+                    f"{entry.name}: FAILED (listed {entry.sha256[:12]}…, file has {got[:12]}…)",
+                    "patchkit check says which pin or file is wrong",
+                )
+            )
+    result.findings.extend(sums_findings(lock, lock_bytes, data))
+    return result
