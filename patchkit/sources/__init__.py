@@ -1,0 +1,1 @@
+"""Upstream sources: git repositories, Python wheels and plain directories."""

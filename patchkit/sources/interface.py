@@ -1,0 +1,81 @@
+"""The upstream-source boundary: "give me the bytes of these paths at this pin".
+
+An ``UpstreamSource`` knows where an upstream's files come from (a git
+repository, a Python wheel, a plain directory). ``snapshot(ref)`` resolves a
+reference (a commit or branch for git, a version for a wheel, a path for a
+directory) to an exact, pinned ``Snapshot``; the snapshot reads many files
+at once. Every adapter wraps its foreign errors (git, pip, OS) into
+``SourceError`` (exit 3: an external tool or service failed) or ``BadInput``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from patchkit.errors import ExternalFailure
+
+
+class SourceError(ExternalFailure):
+    """An upstream source could not be reached or read (network, git, pip)."""
+
+
+@dataclass(frozen=True)
+class Pin:
+    """What makes a snapshot exact, as recorded in the lockfile's [upstreams.NAME].
+
+    ``kind`` is ``git``, ``wheel`` or ``dir``. For git, ``commit`` is the full
+    commit id. For a wheel, ``version`` is the project version, ``sha256`` the
+    wheel file's hash and ``filename`` the wheel's file name. For a directory,
+    ``path`` is where it is and ``sha256`` a digest of its listing and contents.
+    """
+
+    kind: str
+    commit: str | None = None
+    version: str | None = None
+    sha256: str | None = None
+    filename: str | None = None
+    path: str | None = None
+
+    def describe(self) -> str:
+        if self.kind == "git":
+            return f"git {self.commit[:12] if self.commit else '?'}"
+        if self.kind == "wheel":
+            return f"wheel {self.filename or self.version}"
+        return f"dir {self.path}"
+
+
+class Snapshot(ABC):
+    """The files of one upstream at one exact pin."""
+
+    @property
+    @abstractmethod
+    def pin(self) -> Pin:
+        """The pin that makes this snapshot exact."""
+
+    @abstractmethod
+    def read(self, paths: Iterable[str]) -> dict[str, bytes | None]:
+        """The bytes of each upstream path; ``None`` where the path does not exist.
+
+        Paths are relative, '/'-separated, inside the upstream tree. Reading
+        many paths costs about as much as reading one (batched).
+        """
+
+    def renames(self, other: Snapshot, paths: Iterable[str]) -> Mapping[str, str]:
+        """For paths of this snapshot that ``other`` has under a new name: old -> new.
+
+        Only sources that can see history (git) detect renames; the default is none.
+        """
+        del other, paths
+        return {}
+
+
+class UpstreamSource(ABC):
+    """Where an upstream's files come from."""
+
+    kind: str
+
+    @abstractmethod
+    def snapshot(self, ref: str) -> Snapshot:
+        """Resolve ``ref`` to an exact snapshot (fetching or downloading what is missing)."""
