@@ -40,7 +40,7 @@ class Pin:
 
     def describe(self) -> str:
         if self.kind == "git":
-            return f"git {self.commit[:12] if self.commit else '?'}"
+            return self.commit[:12] if self.commit else "?"
         if self.kind == "wheel":
             return f"wheel {self.filename or self.version}"
         return f"dir {self.path}"

@@ -1,0 +1,403 @@
+"""Git upstreams: a bare clone per URL in the user cache, read with one batched object reader.
+
+``GitSource(url, cache_dir)`` keeps a bare repository for ``url`` under
+``cache_dir/git/<name>-<sha1(url)[:12]>``, created on first use. A snapshot
+of a full commit id that is already in the cache needs no network at all;
+anything else is fetched first, under a lock file beside the clone, so two
+patchkit processes sharing the cache never fetch into it at once.
+
+Fetches keep their objects as one pack that git moves into place only when
+it is complete (``fetch.unpackLimit=1``), so an interrupted fetch leaves the
+cache as it was: a commit present in the cache always has its whole tree.
+Every commit a snapshot resolved to is kept by a ref (``refs/patchkit/<id>``)
+and automatic gc is off, so nothing a lockfile pins is ever pruned.
+
+Reading many paths costs one ``git cat-file --batch`` process per ``read``
+call, whatever the number of paths.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import IO, cast
+
+import git
+
+from patchkit.errors import BadInput, WriteFailed
+from patchkit.sources.interface import Pin, Snapshot, SourceError, UpstreamSource
+from patchkit.values import UpstreamPath
+
+_FULL_SHA = re.compile(r"[0-9a-fA-F]{40}")
+_SHORT_SHA = re.compile(r"[0-9a-fA-F]{4,39}")
+_OBJECT_HEADER = re.compile(rb"([0-9a-f]{40}) (blob|tree|commit|tag) ([0-9]+)")
+_REF_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
+
+# Never prompt for credentials: a prompt would hang a CI job; a failure is reported instead.
+_ENV = {"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never"}
+
+# Set in every cache repository when it is created (see the module docstring).
+_CONFIG = {
+    ("fetch", "unpackLimit"): "1",
+    ("gc", "auto"): "0",
+    ("maintenance", "auto"): "false",
+    # Abort an HTTP transfer that stalls below 1 kB/s for a minute: a bound in time
+    # that still lets a large first clone take as long as it needs.
+    ("http", "lowSpeedLimit"): "1000",
+    ("http", "lowSpeedTime"): "60",
+}
+
+_HEADS_AND_TAGS = ("+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*")
+
+
+class GitSource(UpstreamSource):
+    """An upstream that is a git repository, reached by URL and cached as a bare clone."""
+
+    kind = "git"
+
+    def __init__(self, url: str, cache_dir: Path) -> None:
+        if not url or url.startswith("-") or any(c in url for c in "\x00\n\r"):
+            raise BadInput(f"{url!r} is not a git URL", "give the repository's URL, e.g. https://github.com/o/r")
+        self.url = url
+        base = cache_dir / "git"
+        name = f"{_readable_name(url)}-{hashlib.sha1(url.encode(), usedforsecurity=False).hexdigest()[:12]}"
+        #: The bare clone of ``url`` (exists once a snapshot has been taken).
+        self.path = base / name
+        self._lock_path = base / f"{name}.lock"
+
+    def __repr__(self) -> str:
+        return f"GitSource({self.url!r}, cache={self.path})"
+
+    def snapshot(self, ref: str) -> GitSnapshot:
+        """Resolve ``ref`` (a full or short commit id, a branch, a tag, ``HEAD``) to a commit.
+
+        A full commit id already in the cache is used without any network.
+        Otherwise the ref is fetched from ``url``: a commit id by itself first
+        (servers may refuse that), then every branch and tag; a name by itself.
+        Raises ``BadInput`` when ``url`` has no such ref or commit and
+        ``SourceError`` when ``url`` cannot be fetched from.
+        """
+        _check_ref(ref)
+        full = ref.lower() if _FULL_SHA.fullmatch(ref) else None
+        if full is not None and self.path.is_dir() and (commit := self._resolve(full)):
+            return GitSnapshot(self, commit)
+        with self._locked():
+            self._ensure_repo()
+            # A commit id: another process may have fetched it while this one waited for the lock.
+            commit = self._fetch_name(ref) if full is None else (self._resolve(full) or self._fetch_commit(full))
+            self._keep(commit)
+        return GitSnapshot(self, commit)
+
+    # -- the cache repository -------------------------------------------------
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the clone's lock file: one creator or fetcher at a time across processes."""
+        try:
+            self._lock_path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        except OSError as e:
+            raise WriteFailed(
+                f"{self._lock_path}: cannot create the git cache ({e.strerror})",
+                "make the cache writable or point PATCHKIT_CACHE at a writable directory",
+            ) from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def _ensure_repo(self) -> None:
+        """Create the bare clone, complete or not at all (built aside, then renamed in)."""
+        if self.path.is_dir():
+            return
+        try:
+            tmp = Path(tempfile.mkdtemp(prefix=f".{self.path.name}.", dir=self.path.parent))
+        except OSError as e:
+            raise WriteFailed(f"{self.path.parent}: cannot create the git cache ({e.strerror})") from e
+        try:
+            status, _, err = _run_git(tmp, "init", "--bare", "--quiet")
+            if status != 0:
+                raise WriteFailed(f"{self.path}: cannot create the git cache ({_reason(err)})")
+            # Written by gitpython's parser to this file by name: a git.Repo would honour GIT_COMMON_DIR.
+            with git.GitConfigParser(str(tmp / "config"), read_only=False) as config:
+                for (section, option), value in _CONFIG.items():
+                    config.set_value(section, option, value)
+                config.set_value('remote "origin"', "url", self.url)
+                config.set_value('remote "origin"', "fetch", _HEADS_AND_TAGS[0])
+            tmp.rename(self.path)
+        except (git.GitError, OSError) as e:
+            raise WriteFailed(f"{self.path}: cannot create the git cache ({_one_line(str(e))})") from e
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def _git(self, *args: str, check: bool = False) -> tuple[int, bytes, str]:
+        """Run git on the cache repository: (status, stdout bytes, stderr text)."""
+        status, out, err = _run_git(self.path, *args)
+        if check and status != 0:
+            raise SourceError(f"git {args[0]} in the cache {self.path} failed: {_reason(err)}")
+        return status, out, err
+
+    def _resolve(self, rev: str) -> str | None:
+        """The full id of the commit ``rev`` names in the cache, or None."""
+        status, out, _ = self._git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+        sha = out.decode("ascii", "replace").strip()
+        return sha if status == 0 and _FULL_SHA.fullmatch(sha) else None
+
+    def _fetch(self, *refspecs: str) -> tuple[int, str]:
+        status, _, err = self._git("fetch", "--no-tags", "--quiet", "origin", *refspecs)
+        return status, err
+
+    def _fetch_commit(self, sha: str) -> str:
+        status, _ = self._fetch(sha)
+        if status == 0 and (commit := self._resolve(sha)):
+            return commit
+        # The server may not serve unadvertised objects: fetch what it advertises.
+        status, err = self._fetch(*_HEADS_AND_TAGS)
+        if status != 0:
+            raise self._fetch_failed(err)
+        if commit := self._resolve(sha):
+            return commit
+        raise BadInput(
+            f"commit {sha} is not in {self.url} (fetched every branch and tag)",
+            "check the commit id; a commit only on a deleted branch or a pull request cannot be fetched",
+        )
+
+    def _fetch_name(self, ref: str) -> str:
+        status, err = self._fetch(ref)
+        if status == 0:
+            if commit := self._resolve("FETCH_HEAD"):
+                return commit
+            raise BadInput(f"{ref!r} in {self.url} does not name a commit")
+        if "couldn't find remote ref" not in err:
+            raise self._fetch_failed(err)
+        if _SHORT_SHA.fullmatch(ref):
+            # A short commit id (a version string's '+g<hex>'): resolve it among everything.
+            status, err = self._fetch(*_HEADS_AND_TAGS)
+            if status != 0:
+                raise self._fetch_failed(err)
+            if commit := self._resolve(ref.lower()):
+                return commit
+            raise BadInput(f"{ref!r} is not a unique commit id, branch or tag of {self.url}")
+        raise BadInput(
+            f"{self.url} has no branch or tag named {ref!r}",
+            "give a branch, a tag or a full commit id",
+        )
+
+    def _fetch_failed(self, err: str) -> SourceError:
+        return SourceError(
+            f"git fetch from {self.url} failed: {_reason(err)}",
+            f"check the URL and the network; the cache ({self.path}) is unchanged",
+        )
+
+    def _keep(self, commit: str) -> None:
+        """Keep ``commit`` reachable by a ref, so no gc ever prunes a pinned commit."""
+        self._git("update-ref", f"refs/patchkit/{commit}", commit, check=True)
+
+
+class GitSnapshot(Snapshot):
+    """One commit of a git upstream, read from the cache repository."""
+
+    def __init__(self, source: GitSource, commit: str) -> None:
+        self.source = source
+        #: The full 40-hex commit id.
+        self.commit = commit
+
+    def __repr__(self) -> str:
+        return f"GitSnapshot({self.source.url!r}, {self.commit})"
+
+    @property
+    def pin(self) -> Pin:
+        return Pin(kind="git", commit=self.commit)
+
+    def read(self, paths: Iterable[str]) -> dict[str, bytes | None]:
+        """The blob at each path of this commit, in one ``git cat-file --batch`` process.
+
+        A path that does not exist at this commit, or names a directory or a
+        submodule, reads as None; a symlink reads as git stores it (its target
+        text). A path that is not a clean relative path raises ``BadInput``.
+        """
+        wanted = list(dict.fromkeys(paths))
+        for p in wanted:
+            _check_path(p)
+        if not wanted:
+            return {}
+        names = [f"{self.commit}:{p}".encode("utf-8", "surrogateescape") for p in wanted]
+        return dict(zip(wanted, _cat_file_batch(self.source.path, names), strict=True))
+
+    def renames(self, other: Snapshot, paths: Iterable[str]) -> Mapping[str, str]:
+        """Paths of this commit that ``other``'s commit has under a new name, by git's rename detection.
+
+        Runs ``git diff -M --diff-filter=R`` over the whole tree (a rename's new
+        name lies outside any pathspec of the old one). A snapshot of another
+        kind of source, or of a commit not in this cache, has no renames.
+        """
+        wanted = set(paths)
+        if not isinstance(other, GitSnapshot) or not wanted:
+            return {}
+        if other.source.path != self.source.path and not self.source._resolve(other.commit):
+            return {}
+        status, out, err = self.source._git(
+            "diff", "--no-ext-diff", "-M", "--name-status", "-z", "--diff-filter=R", self.commit, other.commit
+        )
+        if status != 0:
+            raise SourceError(f"git diff {self.commit[:12]} {other.commit[:12]} failed: {_reason(err)}")
+        fields = out.split(b"\0")
+        found: dict[str, str] = {}
+        i = 0
+        while i + 2 < len(fields):
+            if fields[i].startswith(b"R"):
+                old = fields[i + 1].decode("utf-8", "surrogateescape")
+                new = fields[i + 2].decode("utf-8", "surrogateescape")
+                if old in wanted:
+                    found[old] = new
+                i += 3
+            else:
+                i += 1
+        return found
+
+
+def _repo_env(git_dir: Path) -> dict[str, str]:
+    """Environment that points git at ``git_dir`` and nothing else.
+
+    Run from a git hook (or inside another repository's tooling), the
+    environment may carry ``GIT_DIR``, ``GIT_OBJECT_DIRECTORY`` and the like
+    for the user's own repository; they would override ``--git-dir`` in part.
+    """
+    return {
+        **_ENV,
+        "GIT_DIR": str(git_dir),
+        "GIT_COMMON_DIR": str(git_dir),
+        "GIT_OBJECT_DIRECTORY": str(git_dir / "objects"),
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES": "",
+        "GIT_NAMESPACE": "",
+    }
+
+
+def _run_git(git_dir: Path, *args: str) -> tuple[int, bytes, str]:
+    """Run git (through gitpython) on the repository ``git_dir``; never raises on a non-zero status."""
+    try:
+        return git.Git(str(git_dir.parent)).execute(
+            ["git", f"--git-dir={git_dir}", *args],
+            with_extended_output=True,
+            with_exceptions=False,
+            stdout_as_string=False,
+            env=_repo_env(git_dir),
+        )
+    except git.GitCommandNotFound as e:
+        raise SourceError("git is not installed (or not on PATH)", "install git") from e
+
+
+def _cat_file_batch(git_dir: Path, names: list[bytes]) -> list[bytes | None]:
+    """Feed object names to one ``git cat-file --batch`` and collect each blob (None otherwise).
+
+    A thread writes the names while this one reads the answers, so neither
+    pipe can fill up and block the other, whatever the number of names.
+    """
+    command = ["git", f"--git-dir={git_dir}", "cat-file", "--batch", "--buffer"]
+    with tempfile.TemporaryFile() as errors:
+        try:
+            proc = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=errors,
+                env={**os.environ, **_repo_env(git_dir)},
+            )
+        except OSError as e:
+            raise SourceError(f"cannot run git cat-file: {e.strerror}", "install git") from e
+        stdin = cast("IO[bytes]", proc.stdin)
+        stdout = cast("IO[bytes]", proc.stdout)
+
+        def feed() -> None:
+            with contextlib.suppress(OSError):  # git exited early: reported by the reader
+                for name in names:
+                    stdin.write(name + b"\n")
+            with contextlib.suppress(OSError):
+                stdin.close()
+
+        writer = threading.Thread(target=feed, name="git-cat-file-input", daemon=True)
+        writer.start()
+        results: list[bytes | None] = []
+        try:
+            for _ in names:
+                header = stdout.readline()
+                if not header:
+                    break
+                m = _OBJECT_HEADER.fullmatch(header.rstrip(b"\n"))
+                if m is None:  # "<name> missing" (or ambiguous)
+                    results.append(None)
+                    continue
+                size = int(m.group(3))
+                data = stdout.read(size)
+                if len(data) != size or stdout.read(1) != b"\n":  # each object ends with a newline
+                    break
+                results.append(data if m.group(2) == b"blob" else None)
+        finally:
+            if len(results) < len(names):
+                proc.kill()  # also unblocks the writer
+            writer.join()
+            stdout.close()
+            status = proc.wait()
+        if len(results) < len(names) or status != 0:
+            errors.seek(0)
+            reason = _reason(errors.read().decode("utf-8", "replace")) or f"exit status {status}"
+            raise SourceError(f"git cat-file in {git_dir} failed: {reason}")
+    return results
+
+
+def _check_ref(ref: str) -> None:
+    """Refuse what git would take as an option, a refspec or a revision expression."""
+    bad = (
+        not ref
+        or ref.startswith(("-", "+", "/"))
+        or ref.endswith(("/", ".", ".lock"))
+        or ".." in ref
+        or "@{" in ref
+        or "//" in ref
+        or _REF_FORBIDDEN.search(ref) is not None
+    )
+    if bad:
+        raise BadInput(
+            f"{ref!r} is not a git commit id, branch or tag",
+            "give a full commit id (40 hex digits), a branch or a tag name",
+        )
+
+
+def _check_path(path: str) -> None:
+    """Refuse a path that cannot name a file inside the upstream tree (the caller's mistake)."""
+    try:
+        UpstreamPath(path)
+    except ValueError as e:
+        raise BadInput(str(e), "upstream paths are relative and '/'-separated, without '.', '..' or '//'") from e
+
+
+def _readable_name(url: str) -> str:
+    """The last component of a URL, safe as a directory name: for people browsing the cache."""
+    last = re.split(r"[/:]", url.rstrip("/"))[-1].removesuffix(".git")
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", last).lstrip(".")[:40]
+    return name or "repo"
+
+
+def _reason(stderr: str) -> str:
+    """git's one-line reason: its first ``fatal:``/``error:`` line, else its last line."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for line in lines:
+        for prefix in ("fatal:", "error:"):
+            if line.startswith(prefix):
+                return _one_line(line[len(prefix) :])
+    return _one_line(lines[-1]) if lines else ""
+
+
+def _one_line(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= 300 else line[:297] + "..."
