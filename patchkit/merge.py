@@ -1,0 +1,685 @@
+"""Three-way rebase of one patched file onto a new upstream file: the pure merge core.
+
+Rebasing a patch merges three versions of one file: *base*, the upstream file
+the patch was made against; *ours*, the patched file; *theirs*, the same path
+at the new upstream revision. :func:`rebase_file` takes the three as bytes and
+returns what happened (an :class:`Outcome`), the merged bytes, every conflict
+with its line numbers, which of the patch's hunks upstream has taken, and where
+a clean merge still deserves a human look. It does no I/O, so the rebase
+command can plan a whole bump before it writes anything.
+
+The merge is exact line-based diff3 and never fuzzes. Lines are split on
+``\\n`` only (:func:`patchkit.diffs.split_lines`), so CRLF endings, non-UTF-8
+bytes and a missing final newline survive byte for byte. merge3 (Breezy's
+diff3) aligns the three files into *sync regions*, lines that neither side
+changed; every stretch between two sync regions is then taken from the side
+that changed it, or is a conflict, by the same rules as merge3's
+``merge_regions``. We walk ``find_sync_regions`` ourselves rather than call
+``merge_regions`` because the outcome needs the base, ours and theirs ranges of
+every stretch, and ``merge_regions`` reports only one side's range for the
+stretches that merge cleanly.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import re
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Literal, assert_never
+
+import merge3
+
+from patchkit.diffs import split_lines
+from patchkit.errors import BadInput
+
+#: The conflict markers written into a conflicted file, diff3 style (the base section included).
+OURS_MARKER = b"<<<<<<< ours (patch)"
+BASE_MARKER = b"||||||| base"
+SEPARATOR = b"======="
+THEIRS_MARKER = b">>>>>>> theirs (upstream)"
+
+#: Lines of unchanged context around each hunk, as in the diffs patchkit writes.
+CONTEXT = 3
+
+
+class Outcome(Enum):
+    """What rebasing one patch onto a new upstream found.
+
+    :func:`rebase_file` decides the content outcomes; ``MOVED`` and ``DELETED``
+    are for the caller, which learns from the upstream source that the path
+    was renamed or is gone.
+    """
+
+    CLEAN = "clean"
+    CONFLICT = "conflict"
+    UPSTREAMED = "upstreamed"
+    PARTIALLY_UPSTREAMED = "partially-upstreamed"
+    UNCHANGED = "unchanged"
+    MOVED = "moved"
+    DELETED = "deleted"
+
+
+class BinaryFileError(BadInput):
+    """One of the three versions holds a NUL byte: patchkit merges text files only."""
+
+
+@dataclass(frozen=True)
+class LineRange:
+    """Lines ``start`` to ``end`` of one file, 1-based and inclusive.
+
+    An empty range has ``end == start - 1``: it is the position just before
+    line ``start``, where lines were inserted or deleted.
+    """
+
+    start: int
+    end: int
+
+    @property
+    def count(self) -> int:
+        return self.end - self.start + 1
+
+    def unified(self) -> str:
+        """The range as a unified diff hunk header writes it: ``10,3``, ``10`` for one line, ``9,0`` when empty."""
+        if self.count == 1:
+            return str(self.start)
+        if self.count == 0:
+            return f"{self.start - 1},0"
+        return f"{self.start},{self.count}"
+
+    def __str__(self) -> str:
+        if self.count == 0:
+            return f"after line {self.start - 1}"
+        if self.count == 1:
+            return f"line {self.start}"
+        return f"lines {self.start}-{self.end}"
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """One conflicting region.
+
+    ``start`` and ``end`` are the lines of the merged output holding the
+    ``<<<<<<<`` and ``>>>>>>>`` markers (1-based, inclusive); ``base``,
+    ``ours`` and ``theirs`` are the lines each version had there.
+    """
+
+    start: int
+    end: int
+    base: LineRange
+    ours: LineRange
+    theirs: LineRange
+
+
+@dataclass(frozen=True)
+class HunkRef:
+    """One hunk of a diff from base: of the patch (base -> ours) or of upstream (base -> theirs).
+
+    ``header`` is the hunk's header as ``patchkit.diffs.make`` writes it, with
+    three lines of context (``@@ -10,7 +10,8 @@``), so a reader finds the hunk
+    in the patch's diff file. ``base`` and ``new`` are the ranges the header
+    names: in base, and in ours (or theirs, for an upstream hunk).
+    ``definitions`` are the qualified names (``GpuWorker.restore_blocks``) of
+    the innermost Python functions or classes whose lines the hunk changes;
+    empty when the file is not Python or was not analysed.
+    """
+
+    header: str
+    base: LineRange
+    new: LineRange
+    definitions: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ReviewFlag:
+    """A reason a clean merge still needs a human look.
+
+    Upstream changed ``definition`` (the function or class, qualified name)
+    in hunk ``upstream`` of diff(base, theirs) (``upstream.new`` is its range
+    in theirs), and patch hunk ``hunk`` changes the same definition: the two
+    edits merged as text, but nobody has checked that they still fit together.
+    """
+
+    hunk: HunkRef
+    definition: str
+    upstream: HunkRef
+
+    @property
+    def message(self) -> str:
+        return (
+            f"upstream hunk {self.upstream.header} changed {self.definition}, which patch hunk "
+            f"{self.hunk.header} also changes: check that the two still fit together"
+        )
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    """Everything :func:`rebase_file` found for one file.
+
+    ``merged`` is the new patched file; for ``CONFLICT`` it holds conflict
+    markers (see :data:`OURS_MARKER` and the others) with the base section,
+    diff3 style. The hunks are those of diff(base, ours), each in exactly one
+    of ``hunks_upstreamed`` and ``hunks_remaining``; ``hunks_partly_upstreamed``
+    are the remaining hunks that upstream took part of.
+    """
+
+    outcome: Outcome
+    merged: bytes
+    conflicts: tuple[Conflict, ...] = ()
+    hunks_upstreamed: tuple[HunkRef, ...] = ()
+    hunks_remaining: tuple[HunkRef, ...] = ()
+    hunks_partly_upstreamed: tuple[HunkRef, ...] = ()
+    review_flags: tuple[ReviewFlag, ...] = ()
+
+
+def rebase_file(base: bytes, ours: bytes, theirs: bytes, *, path: str = "") -> MergeResult:
+    """Merge the patch (base -> ours) onto the new upstream file ``theirs``; pure, bytes in and out.
+
+    The outcome, decided in this order:
+
+    - ``UNCHANGED``: theirs is base byte for byte; the result is ours. Even an
+      empty patch (ours == base) is ``UNCHANGED`` then: there is nothing to do.
+    - ``CONFLICT``: both sides changed the same or adjacent lines differently
+      (diff3 semantics, as ``git merge-file``); ``conflicts`` lists every region.
+    - ``UPSTREAMED``: the clean merge equals theirs, so upstream already
+      contains the whole change and the patch is a drop candidate; every hunk
+      is in ``hunks_upstreamed``. An empty patch (ours == base) whose file
+      upstream changed is ``UPSTREAMED`` too, with no hunks: the merge is
+      theirs and the patch carries nothing.
+    - ``PARTIALLY_UPSTREAMED``: the merge is clean and differs from theirs, but
+      upstream already made some of the patch's changes (the patch shrank).
+    - ``CLEAN`` otherwise.
+
+    Which changes went upstream: each change of diff(base, ours) lies in one
+    stretch between two sync regions of the merge. It *went upstream* when that
+    stretch is the same in ours and theirs (both made the identical edit), so
+    the merge takes it from upstream and diff(theirs, merged) no longer
+    contains it; it *remains* when the merge takes the stretch from ours, which
+    is exactly where diff(theirs, merged) still shows it. A hunk went upstream
+    when all its changes did; a hunk with some changes gone and some left is
+    remaining and also listed in ``hunks_partly_upstreamed``.
+
+    ``review_flags`` are set for ``CLEAN`` and ``PARTIALLY_UPSTREAMED`` merges of
+    Python files (``path`` ends with ``.py``/``.pyi`` and all three versions parse);
+    see :func:`_review_flags` for the rule.
+
+    Raises :class:`BinaryFileError` when any of the three holds a NUL byte.
+    """
+    for role, data in (("old upstream (base)", base), ("patched", ours), ("new upstream", theirs)):
+        if b"\0" in data:
+            raise BinaryFileError(
+                f"{path or 'file'}: the {role} version is binary (it contains a NUL byte); "
+                "patchkit merges text files only",
+                hint="ship binary files as artifacts pinned by sha256 in the lockfile instead of patching them",
+            )
+    base_lines, our_lines, their_lines = split_lines(base), split_lines(ours), split_lines(theirs)
+    our_blocks = _matching_blocks(base_lines, our_lines)
+    our_changes = _changes(our_blocks)
+    our_groups = _group(our_changes)
+    if theirs == base:
+        # The fast path: no merge and no Python analysis, since upstream did not touch the file.
+        hunks = tuple(_hunk_ref(our_changes, g, len(base_lines), ()) for g in our_groups)
+        return MergeResult(Outcome.UNCHANGED, ours, hunks_remaining=hunks)
+
+    their_blocks = _matching_blocks(base_lines, their_lines)
+    regions = _regions(base_lines, our_lines, their_lines, our_blocks, their_blocks)
+    merged_lines, conflicts = _render(regions, base_lines, our_lines, their_lines)
+    merged = b"".join(merged_lines)
+
+    defs = _python_defs(base) if path.endswith((".py", ".pyi")) else None
+    our_kinds = _locate(our_changes, regions, side="ours")
+    our_hunks = [
+        _hunk_ref(our_changes, g, len(base_lines), _names(defs, our_changes, g, our_lines)) for g in our_groups
+    ]
+    gone = [[our_kinds[k] in ("same", "theirs") for k in g] for g in our_groups]
+
+    if conflicts:
+        outcome = Outcome.CONFLICT
+    elif merged == theirs:
+        outcome = Outcome.UPSTREAMED
+        gone = [[True for _ in g] for g in our_groups]
+    elif any(any(g) for g in gone):
+        outcome = Outcome.PARTIALLY_UPSTREAMED
+    else:
+        outcome = Outcome.CLEAN
+
+    flags: tuple[ReviewFlag, ...] = ()
+    if defs is not None and outcome in (Outcome.CLEAN, Outcome.PARTIALLY_UPSTREAMED):
+        their_changes = _changes(their_blocks)
+        flags = _review_flags(
+            defs,
+            [(our_hunks[i], [our_changes[k] for k in g if our_kinds[k] == "ours"]) for i, g in enumerate(our_groups)],
+            their_changes,
+            _locate(their_changes, regions, side="theirs"),
+            ours=our_lines,
+            theirs=their_lines,
+            base_len=len(base_lines),
+        )
+        if flags and not (_parses(ours) and _parses(theirs)):
+            flags = ()
+    return MergeResult(
+        outcome,
+        merged,
+        conflicts=tuple(conflicts),
+        hunks_upstreamed=tuple(h for h, g in zip(our_hunks, gone, strict=True) if all(g)),
+        hunks_remaining=tuple(h for h, g in zip(our_hunks, gone, strict=True) if not all(g)),
+        hunks_partly_upstreamed=tuple(h for h, g in zip(our_hunks, gone, strict=True) if any(g) and not all(g)),
+        review_flags=flags,
+    )
+
+
+def conflict_markers_remain(data: bytes) -> list[int]:
+    """The 1-based numbers of lines that are still conflict markers, so ``rebase --continue`` can refuse.
+
+    A marker line is ``<<<<<<<``, ``|||||||`` or ``>>>>>>>`` followed by a space
+    or the end of the line, or ``=======`` alone on its line (CRLF endings
+    allowed), the same lines ``git diff --check`` reports. Like git, a file
+    whose own content has such a line (a seven-character reStructuredText
+    underline) is reported too.
+    """
+    found = []
+    for number, line in enumerate(split_lines(data), start=1):
+        text = line[:-1] if line.endswith(b"\n") else line
+        text = text.removesuffix(b"\r")
+        if text == SEPARATOR or (text[:7] in (b"<<<<<<<", b"|||||||", b">>>>>>>") and text[7:8] in (b"", b" ")):
+            found.append(number)
+    return found
+
+
+# --- alignment ------------------------------------------------------------------------------------------------
+
+# A matching block (i, j, n): a[i:i+n] == b[j:j+n], as difflib reports them.
+_Block = tuple[int, int, int]
+# A half-open, 0-based span of line indices.
+_Span = tuple[int, int]
+_Kind = Literal["unchanged", "same", "ours", "theirs", "conflict"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Change:
+    """One change of a two-way diff from base: base lines ``base`` became ``side`` lines of the other file."""
+
+    base: _Span
+    side: _Span
+
+
+@dataclass(frozen=True, slots=True)
+class _Region:
+    """One stretch of the merge: a sync region (``unchanged``) or the stretch between two."""
+
+    kind: _Kind
+    base: _Span
+    ours: _Span
+    theirs: _Span
+
+
+def _matching_blocks(a: Sequence[bytes], b: Sequence[bytes]) -> list[_Block]:
+    """difflib's matching blocks of ``a`` and ``b``, after setting aside their common first and last lines.
+
+    Without autojunk, as ``patchkit.diffs.make`` does (so hunks match the
+    patch's diff file): autojunk, merge3's default, stops frequent lines
+    (blank lines, closing brackets) from anchoring a match in files over 200
+    lines, which makes diffs coarser and conflicts spurious. But without it
+    difflib takes time quadratic in how often a line repeats, so the common
+    first and last lines, usually most of a patched file, are matched here
+    and never reach it.
+    """
+    n, m = len(a), len(b)
+    limit = min(n, m)
+    head = 0
+    while head < limit and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < limit - head and a[n - 1 - tail] == b[m - 1 - tail]:
+        tail += 1
+    blocks: list[_Block] = [(0, 0, head)] if head else []
+    if head < n - tail and head < m - tail:
+        matcher = difflib.SequenceMatcher(None, a[head : n - tail], b[head : m - tail], autojunk=False)
+        blocks.extend((i + head, j + head, k) for i, j, k in matcher.get_matching_blocks() if k)
+    if tail:
+        blocks.append((n - tail, m - tail, tail))
+    blocks.append((n, m, 0))
+    return blocks
+
+
+def _changes(blocks: list[_Block]) -> list[_Change]:
+    """The changes between consecutive matching blocks (difflib's non-equal opcodes)."""
+    changes = []
+    i = j = 0
+    for bi, bj, k in blocks:
+        if i < bi or j < bj:
+            changes.append(_Change((i, bi), (j, bj)))
+        i, j = bi + k, bj + k
+    return changes
+
+
+def _regions(
+    base: list[bytes],
+    ours: list[bytes],
+    theirs: list[bytes],
+    our_blocks: list[_Block],
+    their_blocks: list[_Block],
+) -> list[_Region]:
+    """The merge as a list of regions, from merge3's sync regions and merge3's rules for what lies between."""
+    known = {id(ours): our_blocks, id(theirs): their_blocks}
+
+    class Matcher:
+        # merge3 asks its sequence matcher for the blocks of (base, ours) and
+        # (base, theirs): hand it the ones already computed.
+        def __init__(
+            self,
+            isjunk: object = None,
+            a: Sequence[bytes] = (),
+            b: Sequence[bytes] = (),
+            autojunk: bool = False,
+        ) -> None:
+            blocks = known.get(id(b)) if a is base else None
+            self.blocks = blocks if blocks is not None else _matching_blocks(a, b)
+
+        def get_matching_blocks(self) -> list[_Block]:
+            return self.blocks
+
+    m3 = merge3.Merge3(base, ours, theirs, sequence_matcher=Matcher)
+    regions = []
+    iz = ia = ib = 0
+    for zmatch, zend, amatch, aend, bmatch, bend in m3.find_sync_regions():
+        if iz < zmatch or ia < amatch or ib < bmatch:
+            a, b, z = ours[ia:amatch], theirs[ib:bmatch], base[iz:zmatch]
+            # merge3's merge_regions rules; both sides deleting the same lines is "same" (it emits nothing).
+            kind: _Kind
+            if a == b:
+                kind = "same"
+            elif a == z:
+                kind = "theirs"
+            elif b == z:
+                kind = "ours"
+            else:
+                kind = "conflict"
+            regions.append(_Region(kind, (iz, zmatch), (ia, amatch), (ib, bmatch)))
+        if zend > zmatch:
+            regions.append(_Region("unchanged", (zmatch, zend), (amatch, aend), (bmatch, bend)))
+        iz, ia, ib = zend, aend, bend
+    return regions
+
+
+def _render(
+    regions: list[_Region], base: list[bytes], ours: list[bytes], theirs: list[bytes]
+) -> tuple[list[bytes], list[Conflict]]:
+    """The merged lines, with diff3-style markers around each conflict, and the conflicts' positions."""
+    first = next((lines[0] for lines in (ours, theirs, base) if lines), b"")
+    newline = b"\r\n" if first.endswith(b"\r\n") else b"\n"
+    out: list[bytes] = []
+    conflicts = []
+    for r in regions:
+        match r.kind:
+            case "unchanged":
+                out.extend(base[r.base[0] : r.base[1]])
+            case "same" | "ours":
+                out.extend(ours[r.ours[0] : r.ours[1]])
+            case "theirs":
+                out.extend(theirs[r.theirs[0] : r.theirs[1]])
+            case "conflict":
+                start = len(out) + 1
+                out.append(OURS_MARKER + newline)
+                out.extend(_terminated(ours[r.ours[0] : r.ours[1]], newline))
+                out.append(BASE_MARKER + newline)
+                out.extend(_terminated(base[r.base[0] : r.base[1]], newline))
+                out.append(SEPARATOR + newline)
+                out.extend(_terminated(theirs[r.theirs[0] : r.theirs[1]], newline))
+                out.append(THEIRS_MARKER + newline)
+                conflicts.append(Conflict(start, len(out), _lines(r.base), _lines(r.ours), _lines(r.theirs)))
+            case _:
+                assert_never(r.kind)
+    return out, conflicts
+
+
+def _terminated(lines: list[bytes], newline: bytes) -> list[bytes]:
+    # A section ending the file without a final newline gets one, so the next
+    # marker stays on its own line (as git merge-file does); resolving the
+    # conflict decides whether the file ends with a newline.
+    if lines and not lines[-1].endswith(b"\n"):
+        return [*lines[:-1], lines[-1] + newline]
+    return lines
+
+
+def _lines(span: _Span) -> LineRange:
+    return LineRange(span[0] + 1, span[1])
+
+
+def _locate(changes: list[_Change], regions: list[_Region], side: Literal["ours", "theirs"]) -> list[_Kind]:
+    """The kind of the merge region holding each change of diff(base, ours) or diff(base, theirs).
+
+    A change lies between two matching blocks of its diff, and sync regions
+    are parts of matching blocks, so each change fits in exactly one region
+    between two sync regions; both lists are in file order.
+    """
+    kinds: list[_Kind] = []
+    r = 0
+    for c in changes:
+        while True:
+            region = regions[r]
+            span = region.ours if side == "ours" else region.theirs
+            if (
+                region.kind != "unchanged"
+                and region.base[0] <= c.base[0]
+                and c.base[1] <= region.base[1]
+                and span[0] <= c.side[0]
+                and c.side[1] <= span[1]
+            ):
+                break
+            r += 1
+        kinds.append(region.kind)
+    return kinds
+
+
+def _group(changes: list[_Change]) -> list[list[int]]:
+    """Indices of the changes that share one hunk: as difflib groups them, apart by at most 2 x CONTEXT lines."""
+    groups: list[list[int]] = []
+    for k, c in enumerate(changes):
+        if groups and c.base[0] - changes[groups[-1][-1]].base[1] <= 2 * CONTEXT:
+            groups[-1].append(k)
+        else:
+            groups.append([k])
+    return groups
+
+
+def _hunk_ref(changes: list[_Change], group: list[int], base_len: int, definitions: tuple[str, ...]) -> HunkRef:
+    first, last = changes[group[0]], changes[group[-1]]
+    # The context lines before and after are unchanged, so they are as many on both sides.
+    b0 = max(0, first.base[0] - CONTEXT)
+    b1 = min(base_len, last.base[1] + CONTEXT)
+    s0 = first.side[0] - (first.base[0] - b0)
+    s1 = last.side[1] + (b1 - last.base[1])
+    old, new = _lines((b0, b1)), _lines((s0, s1))
+    return HunkRef(f"@@ -{old.unified()} +{new.unified()} @@", old, new, definitions)
+
+
+# --- Python definitions and review flags ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Def:
+    """A function or class of the base file: lines ``start`` (its first decorator) to ``end``, 1-based."""
+
+    name: str
+    start: int
+    end: int
+    column: int
+    function: bool
+    parent: int | None
+
+
+@dataclass(frozen=True)
+class _Defs:
+    """The definitions of a Python file in source order, and the innermost one owning each line."""
+
+    defs: list[_Def]
+    owner: list[int | None]  # owner[line], 1-based; owner[0] is unused
+
+
+_LONE_CR = re.compile(rb"\r(?!\n)")
+
+
+def _parse(source: bytes) -> ast.Module | None:
+    try:
+        with warnings.catch_warnings():
+            # Invalid escape sequences and the like warn at compile time; they are upstream's business.
+            warnings.simplefilter("ignore")
+            return ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def _parses(source: bytes) -> bool:
+    return _parse(source) is not None
+
+
+def _python_defs(source: bytes) -> _Defs | None:
+    """The definitions of the base file, or None when it does not parse.
+
+    Also None when the file has a lone ``\\r``: Python ends a line there, we
+    do not, so ast's line numbers would not be ours.
+    """
+    if _LONE_CR.search(source):
+        return None
+    tree = _parse(source)
+    if tree is None:
+        return None
+    defs: list[_Def] = []
+
+    def visit(body: list[ast.stmt], parent: int | None, prefix: str) -> None:
+        for node in body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                function = not isinstance(node, ast.ClassDef)
+                start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                end = node.end_lineno if node.end_lineno is not None else node.lineno
+                defs.append(_Def(prefix + node.name, start, end, node.col_offset, function, parent))
+                inner = prefix + node.name + (".<locals>." if function else ".")
+                visit(node.body, len(defs) - 1, inner)
+                continue
+            # Definitions also sit inside if/try/with/for/while/match blocks.
+            for field in ("body", "orelse", "finalbody"):
+                value = getattr(node, field, None)
+                if isinstance(value, list):
+                    visit(value, parent, prefix)
+            for handler in getattr(node, "handlers", ()):
+                visit(handler.body, parent, prefix)
+            for case in getattr(node, "cases", ()):
+                visit(case.body, parent, prefix)
+
+    visit(tree.body, None, "")
+    owner: list[int | None] = [None] * (source.count(b"\n") + 2)
+    # Source order puts every definition after the ones enclosing it, so inner ones paint last.
+    for index, d in enumerate(defs):
+        end = min(d.end, len(owner) - 1)
+        owner[d.start : end + 1] = [index] * (end + 1 - d.start)
+    return _Defs(defs, owner)
+
+
+def _indent(lines: Sequence[bytes]) -> tuple[int, bytes] | None:
+    """The indentation width and the text of the first line with content, or None if all are blank."""
+    for line in lines:
+        text = line.lstrip(b" \t")
+        if text.strip():
+            return len(line) - len(text), text
+    return None
+
+
+def _touched(py: _Defs, change: _Change, side: Sequence[bytes]) -> set[int]:
+    """The innermost definitions (indices) whose lines a change of a diff from base changes.
+
+    Lines replaced or deleted belong to their innermost definition. Lines
+    inserted after base line ``k`` belong to the innermost definition holding
+    both line ``k`` and line ``k + 1``; or to the one ending at line ``k`` when
+    they are indented deeper than its ``def``/``class`` (they extend its body);
+    or to the definition starting at line ``k + 1`` when they are a decorator
+    at its indentation.
+    """
+    lo, hi = change.base
+    if hi > lo:
+        return {d for d in py.owner[lo + 1 : hi + 1] if d is not None}
+    k = lo
+    first = _indent(side[change.side[0] : change.side[1]])
+    below = py.owner[k + 1] if k + 1 < len(py.owner) else None
+    if below is not None and first is not None:
+        d = py.defs[below]
+        if d.start == k + 1 and first[0] == d.column and first[1].startswith(b"@"):
+            return {below}
+    current = py.owner[k] if k >= 1 else None
+    while current is not None:
+        d = py.defs[current]
+        if d.end > k or (first is not None and first[0] > d.column):
+            return {current}
+        current = d.parent
+    return set()
+
+
+def _names(py: _Defs | None, changes: list[_Change], group: list[int], side: Sequence[bytes]) -> tuple[str, ...]:
+    if py is None:
+        return ()
+    touched: set[int] = set()
+    for k in group:
+        touched |= _touched(py, changes[k], side)
+    return tuple(py.defs[d].name for d in sorted(touched))
+
+
+def _unit(py: _Defs, index: int) -> int:
+    """The definition a change in definition ``index`` counts for when comparing edits.
+
+    That is the definition itself, except inside a function: a nested
+    function or class shares the enclosing function's variables, so it
+    counts as part of the outermost function around it.
+    """
+    unit = index
+    current: int | None = index
+    while current is not None:
+        if py.defs[current].function:
+            unit = current
+        current = py.defs[current].parent
+    return unit
+
+
+def _review_flags(
+    py: _Defs,
+    patch: list[tuple[HunkRef, list[_Change]]],
+    their_changes: list[_Change],
+    their_kinds: list[_Kind],
+    *,
+    ours: Sequence[bytes],
+    theirs: Sequence[bytes],
+    base_len: int,
+) -> tuple[ReviewFlag, ...]:
+    """Flag each patch hunk whose remaining changes share a definition with an upstream-only change.
+
+    Both diffs are mapped onto the base file's lines and each change onto the
+    innermost function or class it touches (:func:`_touched`), counted as its
+    enclosing function when nested in one (:func:`_unit`). A patch hunk and an
+    upstream hunk of diff(base, theirs) are flagged when they share such a
+    definition. Upstream changes identical to the patch's (the part upstream
+    took) do not count, nor do the patch changes that went upstream:
+    they are no longer an edit on top of upstream. Module-level lines belong
+    to no definition and are never flagged.
+    """
+    upstream = []
+    for group in _group(their_changes):
+        units: set[int] = set()
+        touched: set[int] = set()
+        for k in group:
+            hit = _touched(py, their_changes[k], theirs)
+            touched |= hit
+            if their_kinds[k] == "theirs":
+                units |= {_unit(py, d) for d in hit}
+        names = tuple(py.defs[d].name for d in sorted(touched))
+        upstream.append((_hunk_ref(their_changes, group, base_len, names), units))
+    flags: list[ReviewFlag] = []
+    for hunk, changes in patch:
+        mine = {_unit(py, d) for c in changes for d in _touched(py, c, ours)}
+        for ref, units in upstream:
+            flags.extend(ReviewFlag(hunk, py.defs[d].name, ref) for d in sorted(mine & units))
+    return tuple(flags)

@@ -1,0 +1,587 @@
+from __future__ import annotations
+
+import random
+import time
+
+import merge3
+import pytest
+
+from patchkit import diffs
+from patchkit.errors import EXIT_BAD_INPUT, BadInput
+from patchkit.merge import (
+    BASE_MARKER,
+    OURS_MARKER,
+    SEPARATOR,
+    THEIRS_MARKER,
+    BinaryFileError,
+    Conflict,
+    LineRange,
+    Outcome,
+    _matching_blocks,
+    conflict_markers_remain,
+    rebase_file,
+)
+
+# A vLLM-like KV offloading worker. Line numbers used below: 30 `def restore_blocks`,
+# 31 its docstring, 34 the restore copy, 35 its logger.debug, 37 `def offload_blocks`,
+# 42 `self.stream.synchronize()`, 45 `def make_worker`, 47 its return.
+BASE = b'''"""CPU<->GPU KV block transfers for the offloading worker."""
+
+import torch
+
+from vllm.logger import init_logger
+
+logger = init_logger(__name__)
+
+
+class CpuGpuBuffers:
+    """Pinned CPU buffers that mirror GPU KV blocks."""
+
+    def __init__(self, num_blocks: int, block_bytes: int) -> None:
+        self.num_blocks = num_blocks
+        self.block_bytes = block_bytes
+        self.cpu = torch.empty((num_blocks, block_bytes), dtype=torch.uint8, pin_memory=True)
+
+    def size(self) -> int:
+        return self.num_blocks * self.block_bytes
+
+
+class GpuWorker:
+    """Moves KV blocks between the GPU cache and pinned CPU memory."""
+
+    def __init__(self, buffers: CpuGpuBuffers, gpu_cache: torch.Tensor) -> None:
+        self.buffers = buffers
+        self.gpu_cache = gpu_cache
+        self.stream = torch.cuda.Stream()
+
+    def restore_blocks(self, src: list[int], dst: list[int]) -> None:
+        """Copy CPU blocks back into the GPU KV cache."""
+        with torch.cuda.stream(self.stream):
+            for s, d in zip(src, dst):
+                self.gpu_cache[d].copy_(self.buffers.cpu[s], non_blocking=True)
+        logger.debug("restored %d blocks", len(src))
+
+    def offload_blocks(self, src: list[int], dst: list[int]) -> None:
+        """Copy GPU blocks out to pinned CPU memory."""
+        with torch.cuda.stream(self.stream):
+            for s, d in zip(src, dst):
+                self.buffers.cpu[d].copy_(self.gpu_cache[s], non_blocking=True)
+        self.stream.synchronize()
+
+
+def make_worker(num_blocks: int, block_bytes: int, gpu_cache: torch.Tensor) -> GpuWorker:
+    buffers = CpuGpuBuffers(num_blocks, block_bytes)
+    return GpuWorker(buffers, gpu_cache)
+'''
+
+RESTORE_DOC = b'        """Copy CPU blocks back into the GPU KV cache."""\n'
+FENCE = (
+    b"        # Restores must not overtake compute still reading these blocks (vllm#47282).\n"
+    b"        self.stream.wait_stream(torch.cuda.current_stream())\n"
+)
+OFFLOAD_SYNC = b"        self.stream.synchronize()\n"
+OFFLOAD_EVENT = b"        torch.cuda.current_stream().wait_stream(self.stream)\n"
+MAKE_RETURN = b"    return GpuWorker(buffers, gpu_cache)\n"
+MAKE_RETURN_NEW = (
+    b'    worker = GpuWorker(buffers, gpu_cache)\n    logger.info("KV offload worker ready")\n    return worker\n'
+)
+RESTORE_LOG = b'logger.debug("restored %d blocks", len(src))'
+
+
+def edit(data: bytes, old: bytes, new: bytes) -> bytes:
+    assert data.count(old) == 1, old
+    return data.replace(old, new)
+
+
+def fenced(data: bytes) -> bytes:
+    """The patch vllm#47291 proposes: fence the restore behind in-flight compute."""
+    return edit(data, RESTORE_DOC, RESTORE_DOC + FENCE)
+
+
+def headers(old: bytes, new: bytes) -> list[str]:
+    """The hunk headers of patchkit's own diff, as a reviewer sees them in upstream/."""
+    made = diffs.make(old, new, "a/f", "b/f")
+    return [line.decode() for line in made.splitlines() if line.startswith(b"@@")]
+
+
+def test_outcome_values_are_the_issue_words() -> None:
+    assert [o.value for o in Outcome] == [
+        "clean",
+        "conflict",
+        "upstreamed",
+        "partially-upstreamed",
+        "unchanged",
+        "moved",
+        "deleted",
+    ]
+
+
+def test_clean_merge_with_upstream_changes_elsewhere() -> None:
+    ours = fenced(BASE)
+    theirs = edit(BASE, MAKE_RETURN, MAKE_RETURN_NEW)
+    result = rebase_file(BASE, ours, theirs, path="vllm/v1/kv_offload/cpu/gpu_worker.py")
+    assert result.outcome is Outcome.CLEAN
+    assert result.merged == fenced(theirs)
+    assert result.conflicts == ()
+    assert result.hunks_upstreamed == result.hunks_partly_upstreamed == ()
+    (hunk,) = result.hunks_remaining
+    assert [hunk.header] == headers(BASE, ours) == ["@@ -29,6 +29,8 @@"]
+    assert (hunk.base, hunk.new) == (LineRange(29, 34), LineRange(29, 36))
+    assert hunk.definitions == ("GpuWorker.restore_blocks",)
+    # Upstream changed make_worker, the patch GpuWorker.restore_blocks: nothing to review.
+    assert result.review_flags == ()
+
+
+def test_conflict_on_the_same_lines_has_diff3_markers_and_line_numbers() -> None:
+    copy = b"self.gpu_cache[d].copy_(self.buffers.cpu[s], non_blocking=True)"
+    ours = edit(
+        edit(BASE, copy, copy.replace(b"True", b"False")), MAKE_RETURN, b"    return GpuWorker(buffers, cache)\n"
+    )
+    theirs = edit(
+        edit(BASE, copy, copy.replace(b"True", b"self.async_restore")),
+        MAKE_RETURN,
+        b"    return GpuWorker(buffers, gpu_cache.contiguous())\n",
+    )
+    result = rebase_file(BASE, ours, theirs, path="gpu_worker.py")
+    assert result.outcome is Outcome.CONFLICT
+    lines = result.merged.splitlines(keepends=True)
+    assert lines[32:41] == [
+        b"            for s, d in zip(src, dst):\n",
+        b"<<<<<<< ours (patch)\n",
+        b"                self.gpu_cache[d].copy_(self.buffers.cpu[s], non_blocking=False)\n",
+        b"||||||| base\n",
+        b"                self.gpu_cache[d].copy_(self.buffers.cpu[s], non_blocking=True)\n",
+        b"=======\n",
+        b"                self.gpu_cache[d].copy_(self.buffers.cpu[s], non_blocking=self.async_restore)\n",
+        b">>>>>>> theirs (upstream)\n",
+        b'        logger.debug("restored %d blocks", len(src))\n',
+    ]
+    # The first conflict replaced one base line by seven, so the second one starts six lines later.
+    assert result.conflicts == (
+        Conflict(34, 40, LineRange(34, 34), LineRange(34, 34), LineRange(34, 34)),
+        Conflict(53, 59, LineRange(47, 47), LineRange(47, 47), LineRange(47, 47)),
+    )
+    assert lines[52] == OURS_MARKER + b"\n"
+    assert lines[58] == THEIRS_MARKER + b"\n"
+    assert conflict_markers_remain(result.merged) == [34, 36, 38, 40, 53, 55, 57, 59]
+    assert result.review_flags == ()
+    assert len(result.hunks_remaining) == 2
+    # Taking the ours section of every conflict gives back the patched file.
+    ours_side = b"".join(lines[:33] + lines[34:35] + lines[40:52] + lines[53:54] + lines[59:])
+    assert ours_side == ours
+
+
+def test_conflict_on_an_insertion_at_the_same_place_has_an_empty_base_section() -> None:
+    theirs = edit(BASE, RESTORE_DOC, RESTORE_DOC + b"        torch.cuda.synchronize()\n")
+    result = rebase_file(BASE, fenced(BASE), theirs, path="gpu_worker.py")
+    assert result.outcome is Outcome.CONFLICT
+    (conflict,) = result.conflicts
+    assert conflict == Conflict(32, 38, LineRange(32, 31), LineRange(32, 33), LineRange(32, 32))
+    assert str(conflict.base) == "after line 31"
+    block = result.merged.splitlines(keepends=True)[31:38]
+    assert block == [
+        OURS_MARKER + b"\n",
+        *FENCE.splitlines(keepends=True),
+        BASE_MARKER + b"\n",
+        SEPARATOR + b"\n",
+        b"        torch.cuda.synchronize()\n",
+        THEIRS_MARKER + b"\n",
+    ]
+
+
+def test_fully_upstreamed_when_upstream_has_the_change_plus_more() -> None:
+    ours = fenced(BASE)
+    theirs = edit(fenced(BASE), MAKE_RETURN, MAKE_RETURN_NEW)
+    result = rebase_file(BASE, ours, theirs, path="gpu_worker.py")
+    assert result.outcome is Outcome.UPSTREAMED
+    assert result.merged == theirs
+    assert [h.header for h in result.hunks_upstreamed] == headers(BASE, ours)
+    assert (result.hunks_remaining, result.review_flags, result.conflicts) == ((), (), ())
+
+
+def test_upstream_identical_to_the_patch_is_upstreamed() -> None:
+    result = rebase_file(BASE, fenced(BASE), fenced(BASE))
+    assert result.outcome is Outcome.UPSTREAMED
+    assert result.merged == fenced(BASE)
+
+
+def test_partially_upstreamed_reports_which_hunk_went() -> None:
+    ours = edit(fenced(BASE), OFFLOAD_SYNC, OFFLOAD_EVENT)
+    assert headers(BASE, ours) == ["@@ -29,6 +29,8 @@", "@@ -39,7 +41,7 @@"]
+    # Upstream merged the fence (PR #47291) and changed make_worker; the offload change is still ours.
+    theirs = edit(fenced(BASE), MAKE_RETURN, MAKE_RETURN_NEW)
+    result = rebase_file(BASE, ours, theirs, path="gpu_worker.py")
+    assert result.outcome is Outcome.PARTIALLY_UPSTREAMED
+    assert result.merged == edit(theirs, OFFLOAD_SYNC, OFFLOAD_EVENT)
+    (went,) = result.hunks_upstreamed
+    (left,) = result.hunks_remaining
+    assert (went.header, went.definitions) == ("@@ -29,6 +29,8 @@", ("GpuWorker.restore_blocks",))
+    assert (left.header, left.definitions) == ("@@ -39,7 +41,7 @@", ("GpuWorker.offload_blocks",))
+    assert result.hunks_partly_upstreamed == ()
+    # The patch shrank to one hunk: diff(theirs, merged) is exactly the remaining change.
+    (remaining,) = diffs.parse(diffs.make(theirs, result.merged, "a/f", "b/f"))
+    assert remaining.added == remaining.removed == 1
+    # The fence upstream took is the patch's own change, not an upstream edit to review.
+    assert result.review_flags == ()
+
+
+def test_partially_upstreamed_within_one_hunk() -> None:
+    # Two changes three lines apart: one hunk, of which upstream took the second change.
+    doc = b"back into the GPU KV cache."
+    ours = edit(edit(BASE, doc, doc + b" Fenced."), RESTORE_LOG, RESTORE_LOG.replace(b"debug", b"info"))
+    theirs = edit(BASE, RESTORE_LOG, RESTORE_LOG.replace(b"debug", b"info"))
+    result = rebase_file(BASE, ours, theirs, path="gpu_worker.py")
+    assert result.outcome is Outcome.PARTIALLY_UPSTREAMED
+    assert result.merged == edit(theirs, doc, doc + b" Fenced.")
+    assert result.hunks_upstreamed == ()
+    assert result.hunks_partly_upstreamed == result.hunks_remaining
+    assert [h.header for h in result.hunks_remaining] == headers(BASE, ours)
+
+
+def test_unchanged_upstream_keeps_the_patch() -> None:
+    ours = fenced(BASE)
+    result = rebase_file(BASE, ours, BASE, path="gpu_worker.py")
+    assert result.outcome is Outcome.UNCHANGED
+    assert result.merged == ours
+    assert [h.header for h in result.hunks_remaining] == headers(BASE, ours)
+    assert (result.hunks_upstreamed, result.conflicts, result.review_flags) == ((), (), ())
+
+
+def test_empty_patch() -> None:
+    theirs = edit(BASE, MAKE_RETURN, MAKE_RETURN_NEW)
+    upstreamed = rebase_file(BASE, BASE, theirs)
+    assert upstreamed.outcome is Outcome.UPSTREAMED
+    assert upstreamed.merged == theirs
+    assert upstreamed.hunks_upstreamed == upstreamed.hunks_remaining == ()
+    assert rebase_file(BASE, BASE, BASE).outcome is Outcome.UNCHANGED
+
+
+def test_crlf_file_survives_byte_exact() -> None:
+    def crlf(data: bytes) -> bytes:
+        return data.replace(b"\n", b"\r\n")
+
+    base, ours = crlf(BASE), crlf(fenced(BASE))
+    theirs = crlf(edit(BASE, MAKE_RETURN, MAKE_RETURN_NEW))
+    result = rebase_file(base, ours, theirs, path="gpu_worker.py")
+    assert result.outcome is Outcome.CLEAN
+    assert result.merged == crlf(fenced(edit(BASE, MAKE_RETURN, MAKE_RETURN_NEW)))
+    assert result.hunks_remaining[0].definitions == ("GpuWorker.restore_blocks",)
+    # Conflict markers follow the file's line endings.
+    conflicted = rebase_file(base, ours, crlf(edit(BASE, RESTORE_DOC, RESTORE_DOC + b"        pass\n")))
+    assert conflicted.outcome is Outcome.CONFLICT
+    assert OURS_MARKER + b"\r\n" in conflicted.merged
+    assert b"\n\n" not in conflicted.merged.replace(b"\r\n", b"")
+    assert conflict_markers_remain(conflicted.merged) == [32, 35, 36, 38]
+
+
+def test_a_lone_carriage_return_is_part_of_a_line() -> None:
+    base = b"a\rb\nc\nd\ne\nf\n"
+    ours = b"a\rB\nc\nd\ne\nf\n"
+    theirs = b"a\rb\nc\nd\ne\nF\n"
+    result = rebase_file(base, ours, theirs, path="odd.py")
+    assert result.outcome is Outcome.CLEAN
+    assert result.merged == b"a\rB\nc\nd\ne\nF\n"
+    # Python would count the \r as a line end: no analysis rather than wrong line numbers.
+    assert result.hunks_remaining[0].definitions == ()
+
+
+def test_non_utf8_bytes_survive_and_python_analysis_is_skipped() -> None:
+    # Latin-1 in a comment (CPython's tokenizer lets that pass) and in a string (it does not).
+    base = edit(BASE, b"import torch\n", b'import torch  # \xe9t\xe9 \xff\n\nDEVICE = "MI300X \xe0"\n')
+    ours, theirs = fenced(base), edit(base, RESTORE_LOG, RESTORE_LOG.replace(b"restored", b"restored \xe0"))
+    result = rebase_file(base, ours, theirs, path="gpu_worker.py")
+    assert result.outcome is Outcome.CLEAN
+    assert result.merged == fenced(theirs)
+    # Not UTF-8 and no coding cookie: ast refuses it, so no definitions and no flags, and no crash.
+    assert result.hunks_remaining[0].definitions == ()
+    assert result.review_flags == ()
+
+
+def test_latin1_with_a_coding_cookie_is_analysed() -> None:
+    base = b"# -*- coding: latin-1 -*-\n" + edit(BASE, b"import torch\n", b"import torch  # \xe9t\xe9\n")
+    theirs = edit(base, RESTORE_LOG, RESTORE_LOG.replace(b"restored", b"restored \xe0"))
+    result = rebase_file(base, fenced(base), theirs, path="gpu_worker.py")
+    assert result.outcome is Outcome.CLEAN
+    assert [f.definition for f in result.review_flags] == ["GpuWorker.restore_blocks"]
+
+
+def test_missing_final_newline_survives() -> None:
+    base = BASE.rstrip(b"\n")
+    theirs = edit(base, b"import torch\n", b"import torch\nimport torch.nn\n")
+    result = rebase_file(base, fenced(base), theirs)
+    assert result.outcome is Outcome.CLEAN
+    assert result.merged == fenced(theirs)
+    assert result.merged.endswith(b"return GpuWorker(buffers, gpu_cache)")
+    # A patch that only adds the final newline, against an upstream that did not touch the end.
+    result = rebase_file(base, base + b"\n", theirs)
+    assert result.merged == theirs + b"\n"
+
+
+def test_conflict_at_a_last_line_without_newline_keeps_markers_on_their_own_lines() -> None:
+    base = b"a\nb\nc\nlast"
+    result = rebase_file(base, b"a\nb\nc\nours", b"a\nb\nc\ntheirs\n")
+    assert result.outcome is Outcome.CONFLICT
+    assert result.merged == (
+        b"a\nb\nc\n<<<<<<< ours (patch)\nours\n||||||| base\nlast\n=======\ntheirs\n>>>>>>> theirs (upstream)\n"
+    )
+    assert result.conflicts == (Conflict(4, 10, LineRange(4, 4), LineRange(4, 4), LineRange(4, 4)),)
+
+
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_binary_input_is_refused(which: int) -> None:
+    versions = [BASE, fenced(BASE), BASE.replace(b"torch.uint8", b"torch.int8")]
+    versions[which] = versions[which][:100] + b"\x00\x01" + versions[which][100:]
+    with pytest.raises(BinaryFileError) as caught:
+        rebase_file(*versions, path="vllm/kernels/table.bin")
+    message = str(caught.value)
+    assert message.startswith("vllm/kernels/table.bin: the ")
+    assert ["old upstream (base)", "patched", "new upstream"][which] in message
+    assert "patchkit merges text files only" in message
+    assert isinstance(caught.value, BadInput)
+    assert caught.value.exit_code == EXIT_BAD_INPUT
+    assert caught.value.hint
+
+
+def test_review_flag_when_upstream_edited_the_same_function() -> None:
+    theirs = edit(BASE, RESTORE_LOG, b'logger.debug("restored %d blocks to the GPU", len(src))')
+    result = rebase_file(BASE, fenced(BASE), theirs, path="gpu_worker.py")
+    assert result.outcome is Outcome.CLEAN
+    assert result.merged == fenced(theirs)
+    (flag,) = result.review_flags
+    assert flag.definition == "GpuWorker.restore_blocks"
+    assert flag.hunk == result.hunks_remaining[0]
+    assert flag.upstream.header == headers(BASE, theirs)[0] == "@@ -32,7 +32,7 @@"
+    assert flag.upstream.new == LineRange(32, 38)
+    assert flag.upstream.definitions == ("GpuWorker.restore_blocks",)
+    assert flag.message == (
+        "upstream hunk @@ -32,7 +32,7 @@ changed GpuWorker.restore_blocks, which patch hunk "
+        "@@ -29,6 +29,8 @@ also changes: check that the two still fit together"
+    )
+
+
+def test_no_review_flag_when_upstream_edited_another_function() -> None:
+    theirs = edit(BASE, OFFLOAD_SYNC, OFFLOAD_EVENT)  # another method of the same class
+    result = rebase_file(BASE, fenced(BASE), theirs, path="gpu_worker.py")
+    assert result.outcome is Outcome.CLEAN
+    assert result.review_flags == ()
+
+
+def test_review_flags_only_for_python_files() -> None:
+    theirs = edit(BASE, RESTORE_LOG, b'logger.debug("restored %d blocks to the GPU", len(src))')
+    result = rebase_file(BASE, fenced(BASE), theirs, path="gpu_worker.txt")
+    assert result.outcome is Outcome.CLEAN
+    assert result.review_flags == ()
+    assert result.hunks_remaining[0].definitions == ()
+
+
+def test_review_flag_on_a_partially_upstreamed_patch() -> None:
+    ours = edit(fenced(BASE), OFFLOAD_SYNC, OFFLOAD_EVENT)
+    offload_doc = b'"""Copy GPU blocks out to pinned CPU memory."""'
+    theirs = edit(fenced(BASE), offload_doc, b'"""Copy GPU blocks out to pinned CPU memory, on the side stream."""')
+    result = rebase_file(BASE, ours, theirs, path="gpu_worker.py")
+    assert result.outcome is Outcome.PARTIALLY_UPSTREAMED
+    (flag,) = result.review_flags
+    assert flag.definition == "GpuWorker.offload_blocks"
+    assert flag.hunk == result.hunks_remaining[0]
+
+
+def test_invalid_python_gives_no_flags_and_no_crash() -> None:
+    theirs = edit(BASE, RESTORE_LOG, b'logger.debug("restored %d blocks to the GPU", len(src))')
+    theirs = edit(theirs, MAKE_RETURN, b"    return GpuWorker(buffers, gpu_cache\n")  # unclosed bracket
+    result = rebase_file(BASE, fenced(BASE), theirs, path="gpu_worker.py")
+    assert result.outcome is Outcome.CLEAN
+    assert result.review_flags == ()
+    broken_base = edit(BASE, b"class GpuWorker:\n", b"class GpuWorker\n")
+    result = rebase_file(broken_base, fenced(broken_base), edit(broken_base, MAKE_RETURN, MAKE_RETURN_NEW), path="w.py")
+    assert result.outcome is Outcome.CLEAN
+    assert result.review_flags == ()
+    assert result.hunks_remaining[0].definitions == ()
+
+
+def test_syntax_warnings_do_not_leak_or_stop_the_analysis() -> None:
+    # "\d" is an invalid escape: compiling it warns, which this suite turns into errors.
+    base = edit(BASE, b"logger = init_logger(__name__)\n", b'logger = init_logger(__name__)\nPATTERN = "\\d+"\n')
+    theirs = edit(base, RESTORE_LOG, b'logger.debug("restored %d blocks to the GPU", len(src))')
+    result = rebase_file(base, fenced(base), theirs, path="gpu_worker.py")
+    assert [f.definition for f in result.review_flags] == ["GpuWorker.restore_blocks"]
+
+
+NESTED = b"""import functools
+
+
+def build(n):
+    total = 0
+
+    def step(x):
+        return x + 1
+
+    for i in range(n):
+        total += step(i)
+    return total
+
+
+class Engine:
+    max_batch = 8
+
+    def run(self, batch):
+        out = []
+        for item in batch:
+            out.append(item)
+        return out
+
+    def stop(self):
+        pass
+"""
+
+
+def test_definitions_of_nested_functions_count_for_the_enclosing_function() -> None:
+    ours = edit(NESTED, b"        return x + 1\n", b"        return x + 2\n")
+    theirs = edit(NESTED, b"    return total\n", b"    return int(total)\n")
+    result = rebase_file(NESTED, ours, theirs, path="nested.py")
+    assert result.outcome is Outcome.CLEAN
+    assert result.hunks_remaining[0].definitions == ("build.<locals>.step",)
+    (flag,) = result.review_flags
+    assert flag.definition == "build"
+
+
+def test_class_level_and_method_edits_are_different_definitions() -> None:
+    ours = edit(NESTED, b"    max_batch = 8\n", b"    max_batch = 16\n")
+    theirs = edit(NESTED, b"        pass\n", b"        return None\n")
+    result = rebase_file(NESTED, ours, theirs, path="nested.py")
+    assert result.hunks_remaining[0].definitions == ("Engine",)
+    assert result.review_flags == ()
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        # Appended to a body (indented deeper than its def): part of that function.
+        (b"        return out\n", b"        return out\n        # done\n", ("Engine.run",)),
+        # A new method after run, at method indentation: part of the class only.
+        (b"        return out\n", b"        return out\n\n    def size(self):\n        return 0\n", ("Engine",)),
+        # A decorator added right before a def belongs to that def.
+        (b"    def stop(self):\n", b"    @functools.cache\n    def stop(self):\n", ("Engine.stop",)),
+        # Module level: no definition.
+        (b"import functools\n", b"import functools\nimport os\n", ()),
+    ],
+)
+def test_where_inserted_lines_belong(old: bytes, new: bytes, expected: tuple[str, ...]) -> None:
+    result = rebase_file(NESTED, edit(NESTED, old, new), NESTED + b"\n\nX = 1\n", path="nested.py")
+    assert result.hunks_remaining[0].definitions == expected
+
+
+def test_conflict_markers_remain() -> None:
+    text = (
+        b"ok\n<<<<<<< ours (patch)\nx\n||||||| base\ny\n=======\nz\n>>>>>>> theirs (upstream)\n"
+        b"<<<<<<<\r\n=======\r\n>>>>>>>"
+        b"\n======== not a marker\n<<<<<<<< eight\n  =======\nx <<<<<<< y\n"
+    )
+    assert conflict_markers_remain(text) == [2, 4, 6, 8, 9, 10, 11]
+    assert conflict_markers_remain(BASE) == []
+    assert conflict_markers_remain(b"") == []
+
+
+def test_hunk_headers_match_patchkits_own_diffs() -> None:
+    rng = random.Random(11)
+    for _ in range(200):
+        base = [f"line {i}\n".encode() for i in range(rng.randint(0, 40))]
+        ours = list(base)
+        for _ in range(rng.randint(1, 4)):
+            at = rng.randint(0, len(ours))
+            ours[at : at + rng.randint(0, 2)] = [f"new {rng.random()}\n".encode()] * rng.randint(0, 2)
+        old, new = b"".join(base), b"".join(ours)
+        result = rebase_file(old, new, old)
+        assert [h.header for h in result.hunks_remaining] == headers(old, new)
+
+
+def _apply(base: list[bytes], edits: list[tuple[int, int, list[bytes]]]) -> bytes:
+    out = list(base)
+    for start, end, lines in sorted(edits, reverse=True):
+        out[start:end] = lines
+    return b"".join(out)
+
+
+def test_random_disjoint_edits_merge_cleanly_in_either_order() -> None:
+    rng = random.Random(2024)
+    for case in range(300):
+        base = [f"base {case}.{i}\n".encode() for i in range(rng.randint(1, 50))]
+        edits: dict[str, list[tuple[int, int, list[bytes]]]] = {"ours": [], "theirs": []}
+        pos = 0
+        while (start := pos + rng.randint(0, 4)) <= len(base):
+            end = min(len(base), start + rng.randint(0, 3))
+            side = rng.choice(["ours", "theirs"])
+            new = [f"{side} {case}.{start}.{k}\n".encode() for k in range(rng.randint(end == start, 3))]
+            edits[side].append((start, end, new))
+            pos = end + 1  # at least one untouched base line between two edits
+        if not edits["ours"] or not edits["theirs"]:
+            continue
+        old, ours, theirs = b"".join(base), _apply(base, edits["ours"]), _apply(base, edits["theirs"])
+        both = _apply(base, edits["ours"] + edits["theirs"])
+        for a, b in ((ours, theirs), (theirs, ours)):
+            result = rebase_file(old, a, b)
+            assert result.outcome is Outcome.CLEAN, case
+            assert result.merged == both, case
+            assert result.hunks_upstreamed == ()
+
+
+def test_random_merges_agree_with_merge3() -> None:
+    """Our walk over merge3's sync regions renders what merge3's own merge_lines renders."""
+
+    class Matcher:
+        def __init__(self, isjunk: object, a: list[bytes], b: list[bytes], autojunk: bool = False) -> None:
+            self.blocks = _matching_blocks(a, b)
+
+        def get_matching_blocks(self) -> list[tuple[int, int, int]]:
+            return self.blocks
+
+    rng = random.Random(5)
+    alphabet = [b"a\n", b"b\n", b"c\n", b"\n", b"    pass\n"]
+
+    def mutate(lines: list[bytes]) -> list[bytes]:
+        out = list(lines)
+        for _ in range(rng.randint(0, 3)):
+            at = rng.randint(0, len(out))
+            out[at : at + rng.randint(0, 2)] = rng.choices(alphabet, k=rng.randint(0, 2))
+        return out
+
+    outcomes = set()
+    for _ in range(500):
+        base = rng.choices(alphabet, k=rng.randint(0, 20))
+        ours, theirs = mutate(base), mutate(base)
+        result = rebase_file(b"".join(base), b"".join(ours), b"".join(theirs))
+        outcomes.add(result.outcome)
+        # merge3 cannot tell bytes from str when all three are empty, and rebase_file returns
+        # ours unmerged when upstream did not change the file.
+        if theirs != base and (base or ours or theirs):
+            m3 = merge3.Merge3(base, ours, theirs, sequence_matcher=Matcher)
+            expected = b"".join(
+                m3.merge_lines(
+                    name_a=b"ours (patch)", name_b=b"theirs (upstream)", name_base=b"base", base_marker=b"|||||||"
+                )
+            )
+            assert result.merged == expected
+        lines = result.merged.splitlines(keepends=True)
+        markers = []
+        for c in result.conflicts:
+            assert lines[c.start - 1] == OURS_MARKER + b"\n"
+            assert lines[c.end - 1] == THEIRS_MARKER + b"\n"
+            assert c.end - c.start + 1 == 4 + c.base.count + c.ours.count + c.theirs.count
+            markers += [c.start, c.start + 1 + c.ours.count, c.end - 1 - c.theirs.count, c.end]
+        assert conflict_markers_remain(result.merged) == markers
+    assert outcomes >= {Outcome.CLEAN, Outcome.CONFLICT, Outcome.UPSTREAMED, Outcome.UNCHANGED}
+
+
+def test_a_large_repetitive_file_merges_exactly() -> None:
+    # 1,500 lines, two in five of them repeated hundreds of times (blank lines, "return x"):
+    # the shape that makes difflib slow, kept small enough to stay fast here.
+    body = b"".join(b"    def f%d(self):\n        x = %d\n\n        return x\n\n" % (i, i) for i in range(300))
+    base = b"class Big:\n" + body
+    ours = edit(base, b"        x = 100\n", b"        x = -100\n")
+    theirs = edit(edit(base, b"        x = 7\n", b"        x = -7\n"), b"        x = 290\n", b"        x = -290\n")
+    started = time.perf_counter()
+    result = rebase_file(base, ours, theirs, path="big.py")
+    assert time.perf_counter() - started < 2
+    assert result.outcome is Outcome.CLEAN
+    assert result.merged == edit(theirs, b"        x = 100\n", b"        x = -100\n")
+    assert result.hunks_remaining[0].definitions == ("Big.f100",)
+    assert result.review_flags == ()
