@@ -17,9 +17,11 @@ from patchkit import diffs, sums
 from patchkit.cache import BlobStore
 from patchkit.hashing import sha256_bytes, sha256_many
 from patchkit.lockfile import LOCKFILE_NAME, Lockfile, Patch, PatchKind
-from patchkit.repo import MANAGED_DIRS, Escape, Repo
+from patchkit.repo import JOURNAL, MANAGED_DIRS, WORK_DIR, Escape, Repo, pending_journal
 from patchkit.tomlpos import LineIndex
 from patchkit.values import RepoPath
+
+REBASE_STATE = f"{WORK_DIR}/rebase/state.json"
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,27 @@ class Checker:
     # -- checks
 
     def run(self) -> CheckResult:
+        if pending_journal(self.repo.root):
+            self.result.findings.append(
+                Finding(
+                    "interrupted-write",
+                    JOURNAL,
+                    None,
+                    "a write of several files was interrupted; the repository is between two states",
+                    "finish it: patchkit status",
+                )
+            )
+        if (self.repo.root / REBASE_STATE).exists():
+            self.result.findings.append(
+                Finding(
+                    "rebase-in-progress",
+                    REBASE_STATE,
+                    None,
+                    "a rebase waits for its conflicts to be resolved; the repository is still at the old pin",
+                    "patchkit status; then patchkit rebase --continue or --abort",
+                    severity="note",
+                )
+            )
         self._check_canonical()
         readable = self._check_files()
         self._check_orphans()
@@ -164,18 +187,23 @@ class Checker:
     def _check_bases(self) -> None:
         """A base older than the pinned upstream silently reverts what upstream fixed since."""
         for i, p in enumerate(self.lock.patches):
-            if p.base is None or p.base.commit is None:
+            up = self.lock.upstream(p.base.upstream) if p.base is not None else None
+            if p.base is None or up is None:
                 continue
-            up = self.lock.upstream(p.base.upstream)
-            if up is None or up.commit is None or up.commit == p.base.commit:
+            if up.source == "wheel" and p.base.version is not None and up.wheel_version is not None:
+                field, have, want = "version", p.base.version, up.wheel_version
+            elif p.base.commit is not None and up.commit is not None:
+                field, have, want = "commit", p.base.commit.short, up.commit.short
+            else:
+                continue
+            if have == want:
                 continue
             self._lock_finding(
                 "base-outdated",
-                ("patches", i, "base", "commit"),
-                f"'{p.name}' is based on {p.base.upstream} {p.base.commit.short}, but the deployment pins "
-                f"{p.base.upstream} {up.commit.short}: the overlay may revert upstream changes made since",
-                f"move the patch onto {up.commit.short}: merge it with the upstream file at that commit, "
-                f"then re-pin it (patchkit remove {p.name}; patchkit add … --base FILE)",
+                ("patches", i, "base", field),
+                f"'{p.name}' is based on {p.base.upstream} {have}, but the deployment pins "
+                f"{p.base.upstream} {want}: the overlay may revert upstream changes made since",
+                f"move the patch onto {want}: patchkit rebase --onto {want} --upstream {p.base.upstream}",
             )
 
     def _check_files(self) -> dict[str, Path]:
@@ -289,6 +317,9 @@ class Checker:
             if drel not in readable:
                 continue
             data = readable[drel].read_bytes()
+            if not data:
+                self._check_identical(i, p)
+                continue
             try:
                 files = diffs.parse(data)
             except diffs.DiffError as e:
@@ -329,6 +360,28 @@ class Checker:
                         )
                     )
             self._verify_reconstruction(i, p, fd, readable)
+
+    def _check_identical(self, i: int, p: Patch) -> None:
+        """An empty diff: the patch is its base, byte for byte (upstream took the whole change)."""
+        if p.base is None:
+            return
+        if p.base.sha256 != p.sha256:
+            self._lock_finding(
+                "base-mismatch",
+                ("patches", i, "base", "sha256"),
+                f"the diff of '{p.name}' is empty, so the patch must equal its base, but sha256 "
+                f"{p.sha256.short}… is not the base's {p.base.sha256.short}…",
+                f"regenerate the diff: patchkit diff --write {p.name}",
+            )
+            return
+        self.result.diffs_verified += 1
+        self._lock_finding(
+            "upstreamed",
+            ("patches", i, "name"),
+            f"'{p.name}' is identical to upstream {p.base.path}: upstream has the whole change",
+            f"drop it: patchkit remove {p.name}",
+            severity="note",
+        )
 
     def _verify_reconstruction(self, i: int, p: Patch, fd: diffs.FileDiff, readable: dict[str, Path]) -> None:
         drel = str(p.diff.file) if p.diff else ""

@@ -78,10 +78,16 @@ def _report_error(e: PatchkitError) -> None:
     default=None,
     help="Deployment repository (default: the nearest directory upward holding lockfile.toml).",
 )
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="PATCHKIT_CACHE",
+    help="Cache of upstream clones, wheels and base files (default: $XDG_CACHE_HOME/patchkit; env PATCHKIT_CACHE).",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Show tracebacks for errors.")
 @click.version_option(__version__, prog_name="patchkit")
 @click.pass_context
-def cli(ctx: click.Context, repo_dir: Path | None, verbose: bool) -> None:
+def cli(ctx: click.Context, repo_dir: Path | None, cache_dir: Path | None, verbose: bool) -> None:
     """patchkit: pin, check and ship the patches, artifacts and images of a deployment.
 
     The lockfile (lockfile.toml) pins every image digest, the model revision,
@@ -89,6 +95,11 @@ def cli(ctx: click.Context, repo_dir: Path | None, verbose: bool) -> None:
     `patchkit check` proves the repository matches it.
     """
     ctx.obj = {"verbose": verbose, "repo_dir": repo_dir}
+    if cache_dir is not None:
+        import os
+
+        # One place decides the cache: the core reads PATCHKIT_CACHE.
+        os.environ["PATCHKIT_CACHE"] = str(cache_dir)
 
 
 def _repo(ctx: click.Context) -> Any:
@@ -104,10 +115,22 @@ def _repo(ctx: click.Context) -> Any:
     return Repo(root)
 
 
-def _open(ctx: click.Context) -> tuple[Any, Any, bytes]:
+def _open(ctx: click.Context, *, writes: bool = False) -> tuple[Any, Any, bytes]:
+    """The repository and its lockfile; a writing command first finishes an interrupted write."""
     repo = _repo(ctx)
+    if writes:
+        from patchkit.repo import recover
+
+        if recover(repo.root):
+            click.echo("patchkit: finished a write that was interrupted earlier", err=True)
     lock, data = repo.read_lockfile()
     return repo, lock, data
+
+
+def _cache() -> Path:
+    from patchkit.cache import cache_dir
+
+    return cache_dir()
 
 
 def _store() -> Any:
@@ -221,7 +244,7 @@ def sums(ctx: click.Context, verify: bool, fmt: str) -> None:
         ctx.exit(EXIT_OK if result.ok else EXIT_FINDINGS)
     from patchkit import edit
 
-    repo, lock, data = _open(ctx)
+    repo, lock, data = _open(ctx, writes=True)
     outcome = edit.write_sums(repo, lock, data)
     _print_changes(outcome, fmt, "SHA256SUMS is up to date")
 
@@ -239,7 +262,7 @@ def lock(ctx: click.Context, fmt: str) -> None:
     """
     from patchkit.edit import relock
 
-    repo, lockf, _ = _open(ctx)
+    repo, lockf, _ = _open(ctx, writes=True)
     outcome = relock(repo, lockf, _store())
     _print_changes(outcome, fmt, "nothing changed")
 
@@ -278,7 +301,7 @@ def add(ctx: click.Context, /, path: Path, fmt: str, **options: Any) -> None:
     from patchkit.edit import AddRequest
     from patchkit.edit import add as do_add
 
-    repo, lockf, _ = _open(ctx)
+    repo, lockf, _ = _open(ctx, writes=True)
     options["refs"] = tuple(options["refs"])
     outcome = do_add(repo, lockf, AddRequest(path=path, **options), _store())
     _print_changes(outcome, fmt, "nothing changed")
@@ -293,7 +316,7 @@ def remove(ctx: click.Context, name: str, keep_files: bool, fmt: str) -> None:
     """Unpin NAME and delete the files only it named (the patch and its diff)."""
     from patchkit.edit import remove as do_remove
 
-    repo, lockf, _ = _open(ctx)
+    repo, lockf, _ = _open(ctx, writes=True)
     outcome = do_remove(repo, lockf, name, keep_files)
     _print_changes(outcome, fmt, "nothing changed")
 
@@ -312,7 +335,7 @@ def diff(ctx: click.Context, names: tuple[str, ...], show_stat: bool, write: boo
     """
     from patchkit.edit import regenerate_diffs, write_diffs
 
-    repo, lockf, _ = _open(ctx)
+    repo, lockf, _ = _open(ctx, writes=write)
     result = regenerate_diffs(repo, lockf, names, _store())
     if write:
         outcome = write_diffs(repo, lockf, result)
@@ -348,6 +371,186 @@ def diff(ctx: click.Context, names: tuple[str, ...], show_stat: bool, write: boo
     for d in result:
         out.write(d.diff)
     out.flush()
+
+
+@cli.group()
+def upstream() -> None:
+    """Register and list upstreams: where base files come from, pinned exactly."""
+
+
+@upstream.command("add")
+@click.argument("name")
+@click.option("--git", "git_url", metavar="URL", help="A git repository (https://, ssh or file://).")
+@click.option("--commit", metavar="REV", help="With --git: a commit, branch or tag; the full commit is pinned.")
+@click.option("--wheel", metavar="PROJECT==VERSION", help="A wheel from the package index, pinned by its sha256.")
+@click.option("--dir", "directory", metavar="PATH", help="A directory tree (an unpacked wheel or image filesystem).")
+@click.option("--note", help="One line for reviewers, e.g. why this source.")
+@FORMAT
+@click.pass_context
+def upstream_add(
+    ctx: click.Context,
+    name: str,
+    git_url: str | None,
+    commit: str | None,
+    wheel: str | None,
+    directory: str | None,
+    note: str | None,
+    fmt: str,
+) -> None:
+    """Register upstream NAME: fetch or download it once and pin it exactly.
+
+    \b
+      patchkit upstream add vllm --git https://github.com/vllm-project/vllm --commit 124154a8…
+      patchkit upstream add vllm-release --wheel vllm==0.26.0
+      patchkit upstream add image-fs --dir /srv/rootfs/usr/local/lib/python3.12/dist-packages
+    """
+    from patchkit.upstreams import register
+
+    repo, lockf, _ = _open(ctx, writes=True)
+    outcome = register(
+        repo, lockf, name, _cache(), git=git_url, commit=commit, wheel=wheel, directory=directory, note=note
+    )
+    _print_changes(outcome, fmt, "nothing changed")
+
+
+@upstream.command("list")
+@FORMAT
+@click.pass_context
+def upstream_list(ctx: click.Context, fmt: str) -> None:
+    """Show each upstream: its source, its pin and the patches based on it."""
+    from patchkit.upstreams import listing
+
+    _, lockf, _ = _open(ctx)
+    rows = listing(lockf)
+    if fmt == "json":
+        click.echo(json.dumps(rows, indent=2, sort_keys=True))
+        return
+    if not rows:
+        click.echo("no upstreams (register one: patchkit upstream add NAME --git URL --commit REV)")
+        return
+    width = max(len(r["name"]) for r in rows)
+    for r in rows:
+        patches = f"{len(r['patches'])} patch{'es' * (len(r['patches']) != 1)}"
+        click.echo(f"{r['name'].ljust(width)}  {r['source']:<5}  {r['pin']}  {patches}  {r['location'] or ''}".rstrip())
+
+
+@cli.command()
+@click.option("--onto", metavar="REV", help="The new upstream pin: a commit, branch or tag (git), a version (wheel).")
+@click.option(
+    "--upstream", "upstream_name", metavar="NAME", help="Which upstream (default: the only one with overlays)."
+)
+@click.option(
+    "--source",
+    metavar="SPEC",
+    help="Read the new files from git, dir:PATH or wheel:PROJECT==VERSION instead of the recorded source.",
+)
+@click.option("--continue", "cont", is_flag=True, help="Commit a rebase whose conflicts are resolved.")
+@click.option("--abort", is_flag=True, help="Forget the rebase in progress (the repository was never changed).")
+@click.option("--drop", multiple=True, metavar="NAME", help="Drop this patch in the bump (e.g. deleted upstream).")
+@click.option("--summary", type=click.Path(dir_okay=False, path_type=Path), help="Write a Markdown summary for the PR.")
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format."
+)
+@click.pass_context
+def rebase(
+    ctx: click.Context,
+    onto: str | None,
+    upstream_name: str | None,
+    source: str | None,
+    cont: bool,
+    abort: bool,
+    drop: tuple[str, ...],
+    summary: Path | None,
+    fmt: str,
+) -> None:
+    """Move every overlay of an upstream onto a new pin, three-way, as one transaction.
+
+    For each overlay: base = the old upstream file (from the cache, the
+    committed overlay and its diff, or the source at the old pin), ours = the
+    patch, theirs = the file at the new pin (renames followed). Outcomes:
+    clean, conflict, upstreamed, partially-upstreamed, unchanged, moved,
+    deleted; clean merges that touch a function upstream also changed are
+    flagged for review.
+
+    With no conflict, patches, diffs, lockfile and SHA256SUMS are updated
+    together (exit 0). Otherwise nothing in the repository changes: the
+    conflicted files wait under .patchkit/rebase/ with markers (exit 1);
+    resolve them and run --continue, or --abort.
+    """
+    from patchkit import rebase as rb
+
+    if abort:
+        repo = _repo(ctx)
+        click.echo("rebase aborted; the repository is as it was" if rb.abort(repo) else "no rebase in progress")
+        return
+    repo, lockf, data = _open(ctx, writes=True)
+    store = _store()
+    if cont:
+        result, outcome = rb.resume(repo, lockf, data, store, drop)
+        if not result.upstream:
+            click.echo("the rebase had already been committed; cleaned up its work area")
+            return
+        _print_changes(outcome, fmt, "nothing changed")
+        if summary is not None:
+            from patchkit.repo import atomic_write
+
+            atomic_write(summary, rb.summary_markdown(result).encode())
+        return
+    started = rb.start(
+        repo, lockf, data, onto=onto, upstream=upstream_name, source=source, cache=_cache(), store=store, drop=drop
+    )
+    if summary is not None:
+        from patchkit.repo import atomic_write
+
+        atomic_write(summary, rb.summary_markdown(started.plan).encode())
+    if fmt == "json":
+        doc = rb.result_json(started.plan)
+        doc["committed"] = started.outcome is not None
+        doc["work_files"] = started.conflict_files
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        click.echo(rb.table(started.plan), nl=False)
+        if started.outcome is not None:
+            for rel in started.outcome.written:
+                click.echo(f"wrote {rel}")
+        else:
+            click.echo("nothing in the repository changed; resolve, then: patchkit rebase --continue")
+            for rel in started.conflict_files:
+                click.echo(f"  resolve {rel}")
+    ctx.exit(EXIT_OK if started.outcome is not None else EXIT_FINDINGS)
+
+
+@cli.command()
+@FORMAT
+@click.pass_context
+def status(ctx: click.Context, fmt: str) -> None:
+    """Where the repository stands: a rebase in progress and its files, or an interrupted write."""
+    from patchkit import rebase as rb
+    from patchkit.repo import recover
+
+    repo = _repo(ctx)
+    finished = recover(repo.root)
+    state = rb.status(repo)
+    state["finished_interrupted_write"] = finished
+    if fmt == "json":
+        click.echo(json.dumps(state, indent=2, sort_keys=True))
+        return
+    if finished:
+        click.echo("finished a write of several files that was interrupted")
+    r = state["rebase"]
+    if r is None:
+        click.echo("no rebase in progress")
+        return
+    if "error" in r:
+        click.echo(r["error"])
+        return
+    click.echo(f"rebase of {r['upstream']} in progress: {r['from']} -> {r['to']}")
+    for f in r["conflicts"]:
+        left = "resolved" if f["resolved"] else f"markers at lines {', '.join(map(str, f['markers'][:5]))}"
+        click.echo(f"  {f['patch']}: {f['file']} ({left})")
+    for name in r["deleted"]:
+        click.echo(f"  {name}: deleted upstream; --continue --drop {name} to drop it")
+    click.echo("then: patchkit rebase --continue (or --abort)")
 
 
 def main() -> NoReturn:

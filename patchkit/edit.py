@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from patchkit.cache import BlobStore
 from patchkit.check import base_of_committed, check_pinned_files, expected_sums
 from patchkit.errors import EXIT_FINDINGS, BadInput, PatchkitError
 from patchkit.hashing import sha256_bytes
-from patchkit.lockfile import Artifact, Base, DiffPin, Lockfile, Patch, PatchKind
+from patchkit.lockfile import Artifact, Base, DiffPin, Lockfile, Patch, PatchKind, Upstream
 from patchkit.repo import MANAGED_DIRS, Escape, Repo, write_all
 from patchkit.values import ContainerPath, Reference, RepoPath, Revision, Sha256, UpstreamPath, check_name
 
@@ -54,13 +55,13 @@ class Outcome:
     output: bytes = b""
 
 
-def _finish(repo: Repo, lock: Lockfile, extra: dict[str, bytes] | None = None) -> list[str]:
-    """Write ``lock``, any extra files and the matching SHA256SUMS as one step."""
+def finish(repo: Repo, lock: Lockfile, extra: dict[str, bytes] | None = None, deletes: Iterable[str] = ()) -> list[str]:
+    """Write ``lock``, any extra files and the matching SHA256SUMS as one transaction."""
     text = lockfile.dumps(lock).encode()
     files = dict(extra or {})
     files[lockfile.LOCKFILE_NAME] = text
     files[sums.FILENAME] = expected_sums(lock, text)
-    return write_all(repo.root, files)
+    return write_all(repo.root, files, deletes)
 
 
 # --------------------------------------------------------------------------- init
@@ -86,7 +87,12 @@ def init(directory: Path, name: str | None = None) -> Outcome:
             (root / d).mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise BadInput(f"{root / d}: cannot create ({e.strerror})") from e
-    written = _finish(Repo(root), lock)
+    extra = (
+        {}
+        if (root / ".gitignore").exists()
+        else {".gitignore": b"# patchkit's work area (rebase in progress, journal)\n.patchkit/\n"}
+    )
+    written = finish(Repo(root), lock, extra)
     return Outcome(written=[*[f"{d}/" for d in MANAGED_DIRS], *written])
 
 
@@ -248,7 +254,7 @@ def relock(repo: Repo, lock: Lockfile, store: BlobStore) -> Outcome:
         tuning=relock_artifacts(lock.tuning, "tuning"),
         artifacts=relock_artifacts(lock.artifacts, "artifacts"),
     )
-    outcome.written = _finish(repo, new_lock, extra)
+    outcome.written = finish(repo, new_lock, extra)
     return outcome
 
 
@@ -364,13 +370,13 @@ def add(repo: Repo, lock: Lockfile, req: AddRequest, store: BlobStore) -> Outcom
             new_lock = dataclasses.replace(lock, tuning=(*lock.tuning, art))
         else:
             new_lock = dataclasses.replace(lock, artifacts=(*lock.artifacts, art))
-        return Outcome(written=_finish(repo, new_lock, extra), changes=[Change(f"{kind} {name}", "unpinned", rel)])
+        return Outcome(written=finish(repo, new_lock, extra), changes=[Change(f"{kind} {name}", "unpinned", rel)])
 
     if target is None:
         raise BadInput(f"--target is required for a {kind}")
     base = diff = None
     if kind == "overlay":
-        base, base_bytes, diff_bytes = _overlay_base(lock, req, name, data)
+        base, base_bytes, diff_bytes = _overlay_base(repo, lock, req, name, data)
         store.put(base_bytes)
         diff_rel = f"upstream/{name}.diff"
         if repo.path(diff_rel).exists():
@@ -394,14 +400,15 @@ def add(repo: Repo, lock: Lockfile, req: AddRequest, store: BlobStore) -> Outcom
     )
     new_lock = dataclasses.replace(lock, patches=(*lock.patches, patch))
     where = "diff-only" if req.diff_only else str(rel)
-    return Outcome(written=_finish(repo, new_lock, extra), changes=[Change(f"{kind} {name}", "unpinned", where)])
+    return Outcome(written=finish(repo, new_lock, extra), changes=[Change(f"{kind} {name}", "unpinned", where)])
 
 
-def _overlay_base(lock: Lockfile, req: AddRequest, name: str, data: bytes) -> tuple[Base, bytes, bytes]:
-    if req.upstream is None or req.upstream_path is None or req.base_file is None:
+def _overlay_base(repo: Repo, lock: Lockfile, req: AddRequest, name: str, data: bytes) -> tuple[Base, bytes, bytes]:
+    if req.upstream is None or req.upstream_path is None:
         raise BadInput(
-            "an overlay needs --upstream NAME, --upstream-path P and --base FILE (the upstream file it changes)",
-            "pass all three; --commit defaults to the upstream's pinned commit",
+            "an overlay needs --upstream NAME and --upstream-path P (and --base FILE, unless the upstream "
+            "has a source to read the base from)",
+            "pass them; --commit defaults to the upstream's pinned commit",
         )
     up = lock.upstream(req.upstream)
     if up is None:
@@ -417,17 +424,41 @@ def _overlay_base(lock: Lockfile, req: AddRequest, name: str, data: bytes) -> tu
         upath = UpstreamPath(req.upstream_path)
     except ValueError as e:
         raise BadInput(f"--upstream-path: {e}") from e
-    try:
-        base_bytes = req.base_file.read_bytes()
-    except OSError as e:
-        raise BadInput(f"--base {req.base_file}: cannot read ({e.strerror})") from e
+    if req.base_file is not None:
+        try:
+            base_bytes = req.base_file.read_bytes()
+        except OSError as e:
+            raise BadInput(f"--base {req.base_file}: cannot read ({e.strerror})") from e
+    else:
+        base_bytes = _base_from_source(repo, up, upath, req.commit)
     if b"\0" in base_bytes[:8192] or b"\0" in data[:8192]:
         raise BadInput(f"{name}: binary file; patchkit diffs text files only")
     diff_bytes = canonical_diff(base_bytes, data, upath)
     if not diff_bytes:
         raise BadInput(f"{req.path} is identical to its base; there is nothing to patch")
-    base = Base(upstream=up.name, path=upath, sha256=Sha256(sha256_bytes(base_bytes)), commit=commit)
+    base = Base(
+        upstream=up.name,
+        path=upath,
+        sha256=Sha256(sha256_bytes(base_bytes)),
+        commit=commit,
+        version=up.wheel_version if up.source == "wheel" else None,
+    )
     return base, base_bytes, diff_bytes
+
+
+def _base_from_source(repo: Repo, up: Upstream, path: UpstreamPath, ref: str | None) -> bytes:
+    """The base file read from the upstream's source at its pin (or at ``ref``)."""
+    from patchkit.cache import cache_dir
+    from patchkit.sources.factory import open_source, pinned_snapshot
+
+    source = open_source(up, cache_dir(), repo.root)
+    data = pinned_snapshot(source, up, ref).read([str(path)]).get(str(path))
+    if data is None:
+        raise BadInput(
+            f"--upstream-path {path}: no such file in {up.name} at {ref or up.pin_text}",
+            "check the path (it is relative to the upstream's tree, e.g. vllm/v1/...)",
+        )
+    return data
 
 
 def remove(repo: Repo, lock: Lockfile, name: str, keep_files: bool = False) -> Outcome:
@@ -449,15 +480,10 @@ def remove(repo: Repo, lock: Lockfile, name: str, keep_files: bool = False) -> O
         else:
             known = [p.name for p in lock.patches] + [a.name for a in (*lock.tuning, *lock.artifacts)]
             raise BadInput(f"'{name}' is not pinned", f"known: {', '.join(known) or 'nothing yet'}")
-    outcome = Outcome(written=_finish(repo, new_lock))
+    deletes = [] if keep_files else [rel for rel in files if repo.path(rel).exists()]
+    written = finish(repo, new_lock, deletes=deletes)
+    outcome = Outcome(written=[w for w in written if w not in deletes], removed=deletes)
     outcome.changes.append(Change(name, "pinned", "removed"))
-    if not keep_files:
-        for rel in files:
-            try:
-                repo.path(rel).unlink()
-                outcome.removed.append(rel)
-            except FileNotFoundError:
-                pass
     return outcome
 
 
@@ -522,5 +548,5 @@ def write_diffs(repo: Repo, lock: Lockfile, regenerated: list[PatchDiff]) -> Out
                 outcome.changes.append(Change(f"patches[{p.name}].diff.sha256", p.diff.sha256.hex, dsha))
                 p = dataclasses.replace(p, diff=DiffPin(p.diff.file, Sha256(dsha)))
         patches.append(p)
-    outcome.written = _finish(repo, dataclasses.replace(lock, patches=tuple(patches)), extra)
+    outcome.written = finish(repo, dataclasses.replace(lock, patches=tuple(patches)), extra)
     return outcome

@@ -88,23 +88,56 @@ class Model:
 
 @dataclass(frozen=True)
 class Upstream:
-    """An upstream project the patches are based on, pinned at a commit."""
+    """An upstream project the patches are based on, and the source that serves its files.
+
+    ``source`` is ``git`` (``git`` URL at ``commit``), ``wheel`` (the wheel of
+    ``wheel`` = "project==version", pinned by ``wheel_sha256``) or ``dir`` (a
+    local directory tree, pinned by ``dir_sha256`` over its files).
+    """
 
     name: str
     git: str | None = None
     commit: Revision | None = None
     version: str | None = None
     note: str | None = None
+    source: str = "git"
+    wheel: str | None = None
+    wheel_sha256: Sha256 | None = None
+    wheel_file: str | None = None
+    dir: str | None = None
+    dir_sha256: Sha256 | None = None
+
+    @property
+    def wheel_project(self) -> str | None:
+        return self.wheel.split("==", 1)[0] if self.wheel else None
+
+    @property
+    def wheel_version(self) -> str | None:
+        return self.wheel.split("==", 1)[1] if self.wheel else None
+
+    @property
+    def pin_text(self) -> str:
+        """The pin in one phrase: a commit, a wheel or a directory digest."""
+        if self.source == "wheel":
+            return f"{self.wheel} ({self.wheel_sha256.short if self.wheel_sha256 else 'unpinned'})"
+        if self.source == "dir":
+            return f"dir {self.dir} ({self.dir_sha256.short if self.dir_sha256 else 'unpinned'})"
+        return self.commit.short if self.commit else "unpinned"
 
 
 @dataclass(frozen=True)
 class Base:
-    """The upstream file a patch is based on, pinned by its sha256."""
+    """The upstream file a patch is based on, pinned by its sha256.
+
+    ``commit`` (git upstreams) or ``version`` (wheel upstreams) says at which
+    upstream pin the base was taken.
+    """
 
     upstream: str
     path: UpstreamPath
     sha256: Sha256
     commit: Revision | None = None
+    version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -523,11 +556,32 @@ def _read_model(t: dict[str, Any], r: _Reader) -> Model | None:
     return Model(repo=repo, revision=revision, files=tuple(files))
 
 
+_UPSTREAM_FIELDS = (
+    "source", "git", "commit", "wheel", "wheel_sha256", "wheel_file", "dir", "dir_sha256", "version", "note",
+)  # fmt: skip
+_WHEEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!_-]*")
+
+
 def _read_upstream(key: str, t: dict[str, Any], path: FieldPath, r: _Reader) -> Upstream | None:
-    r.known(t, path, ("git", "commit", "version", "note"))
+    r.known(t, path, _UPSTREAM_FIELDS)
     name = _name(r, path, key, "upstream name")
     git = r.string(t, path, "git")
     commit = r.typed(t, path, "commit", Revision)
+    wheel = r.string(t, path, "wheel")
+    if wheel is not None and not _WHEEL.fullmatch(wheel):
+        r.problem((*path, "wheel"), f"'{wheel}' is not 'project==version'", 'e.g. wheel = "vllm==0.26.0"')
+    directory = r.string(t, path, "dir")
+    source = r.string(t, path, "source")
+    if source is None:
+        source = "wheel" if wheel is not None else "dir" if directory is not None else "git"
+    if source not in ("git", "wheel", "dir"):
+        r.problem((*path, "source"), f"unknown source '{source}' (git, wheel or dir)")
+    elif source == "wheel" and wheel is None:
+        r.problem(path, "a wheel upstream needs 'wheel = \"project==version\"'")
+    elif source == "dir" and directory is None:
+        r.problem(path, "a dir upstream needs 'dir' (the directory's path)")
+    wheel_sha = r.typed(t, path, "wheel_sha256", Sha256)
+    dir_sha = r.typed(t, path, "dir_sha256", Sha256)
     if name is None:
         return None
     return Upstream(
@@ -536,6 +590,12 @@ def _read_upstream(key: str, t: dict[str, Any], path: FieldPath, r: _Reader) -> 
         commit=commit,
         version=r.string(t, path, "version"),
         note=r.string(t, path, "note"),
+        source=source,
+        wheel=wheel,
+        wheel_sha256=wheel_sha,
+        wheel_file=r.string(t, path, "wheel_file"),
+        dir=directory,
+        dir_sha256=dir_sha,
     )
 
 
@@ -570,7 +630,7 @@ def _read_patch(t: dict[str, Any], path: FieldPath, r: _Reader, upstreams: set[s
     base_raw = r.table(t, path, "base")
     if base_raw is not None:
         bpath = (*path, "base")
-        r.known(base_raw, bpath, ("upstream", "commit", "path", "sha256"))
+        r.known(base_raw, bpath, ("upstream", "commit", "version", "path", "sha256"))
         upstream = r.string(base_raw, bpath, "upstream", required=True)
         if upstream is not None and upstream not in upstreams:
             r.problem(
@@ -582,7 +642,8 @@ def _read_patch(t: dict[str, Any], path: FieldPath, r: _Reader, upstreams: set[s
         bsha = r.typed(base_raw, bpath, "sha256", Sha256, required=True)
         commit = r.typed(base_raw, bpath, "commit", Revision)
         if upstream is not None and bpath_value is not None and bsha is not None:
-            base = Base(upstream=upstream, path=bpath_value, sha256=bsha, commit=commit)
+            version = r.string(base_raw, bpath, "version")
+            base = Base(upstream=upstream, path=bpath_value, sha256=bsha, commit=commit, version=version)
 
     diff = None
     diff_raw = r.table(t, path, "diff")
@@ -704,7 +765,18 @@ def dumps(lock: Lockfile) -> str:
         doc["model"] = model
     if lock.upstreams:
         doc["upstreams"] = {
-            u.name: _table(git=u.git, commit=u.commit, version=u.version, note=u.note)
+            u.name: _table(
+                source=None if u.source == "git" else u.source,
+                git=u.git,
+                commit=u.commit,
+                wheel=u.wheel,
+                wheel_sha256=u.wheel_sha256,
+                wheel_file=u.wheel_file,
+                dir=u.dir,
+                dir_sha256=u.dir_sha256,
+                version=u.version,
+                note=u.note,
+            )
             for u in sorted(lock.upstreams, key=lambda u: u.name)
         }
     if lock.patches:
@@ -722,7 +794,11 @@ def dumps(lock: Lockfile) -> str:
             )
             if p.base is not None:
                 t["base"] = _table(
-                    upstream=p.base.upstream, commit=p.base.commit, path=p.base.path, sha256=p.base.sha256
+                    upstream=p.base.upstream,
+                    commit=p.base.commit,
+                    version=p.base.version,
+                    path=p.base.path,
+                    sha256=p.base.sha256,
                 )
             if p.diff is not None:
                 t["diff"] = _table(file=p.diff.file, sha256=p.diff.sha256)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import stat
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -150,12 +152,21 @@ def _write_failed(path: Path, e: OSError) -> WriteFailed:
     return WriteFailed(f"{path}: cannot write ({e.strerror}); nothing was changed")
 
 
-def write_all(root: Path, files: dict[str, bytes]) -> list[str]:
-    """Write several repository files as one step: all staged first, then renamed in.
+WORK_DIR = ".patchkit"
+TMP_PREFIX = ".patchkit-tmp-"
+JOURNAL = f"{WORK_DIR}/journal.json"
 
-    A failure while staging (read-only directory, full disk) removes every
-    staged file and changes nothing. Files whose content is unchanged are not
-    touched. Returns the relative paths that changed, in order.
+
+def write_all(root: Path, files: dict[str, bytes], deletes: Iterable[str] = ()) -> list[str]:
+    """Write (and delete) several repository files as one transaction.
+
+    Every new file is staged first (temporary file beside its target,
+    fsynced). A failure while staging (read-only directory, full disk)
+    removes what was staged and changes nothing. Then a journal listing the
+    renames and deletions is written atomically and carried out; a crash
+    after that point leaves the journal, and ``recover`` finishes the
+    transaction. Unchanged files are not touched. Returns the paths that
+    changed, in order.
     """
     staged: list[tuple[str, Path, Path]] = []
     try:
@@ -171,17 +182,73 @@ def write_all(root: Path, files: dict[str, bytes]) -> list[str]:
             with contextlib.suppress(OSError):
                 tmp.unlink()
         raise
-    for _, path, tmp in staged:
-        os.replace(tmp, path)
-    for directory in {p.parent for _, p, _ in staged}:
+    removals = [rel for rel in deletes if (root / rel).exists()]
+    if not staged and not removals:
+        return []
+    journal = root / JOURNAL
+    if len(staged) + len(removals) > 1:
+        record = {
+            "replace": [[str(tmp.relative_to(root)), rel] for rel, _, tmp in staged],
+            "delete": removals,
+        }
+        atomic_write(journal, json.dumps(record, indent=1).encode())
+    _carry_out(root, [(str(tmp.relative_to(root)), rel) for rel, _, tmp in staged], removals)
+    with contextlib.suppress(FileNotFoundError):
+        journal.unlink()
+    return [rel for rel, _, _ in staged] + removals
+
+
+def _carry_out(root: Path, replace: list[tuple[str, str]], delete: list[str]) -> None:
+    for tmp, rel in replace:
+        with contextlib.suppress(FileNotFoundError):  # already renamed before a crash
+            (root / tmp).replace(root / rel)
+    for rel in delete:
+        with contextlib.suppress(FileNotFoundError):
+            (root / rel).unlink()
+    for directory in {(root / rel).parent for _, rel in replace}:
         _fsync_dir(directory)
-    return [rel for rel, _, _ in staged]
+
+
+def pending_journal(root: Path) -> bool:
+    """Whether an interrupted transaction waits to be finished."""
+    return (root / JOURNAL).exists()
+
+
+def recover(root: Path) -> bool:
+    """Finish a transaction a crash interrupted; True when there was one.
+
+    Without a journal, a crash came while staging: the staged temporary
+    files are all that is left of it, and they are removed.
+    """
+    journal = root / JOURNAL
+    try:
+        record = json.loads(journal.read_bytes())
+    except FileNotFoundError:
+        _remove_stale_temporaries(root)
+        return False
+    except ValueError:
+        journal.unlink()
+        _remove_stale_temporaries(root)
+        return False
+    _carry_out(root, [(a, b) for a, b in record["replace"]], list(record["delete"]))
+    journal.unlink()
+    _remove_stale_temporaries(root)
+    return True
+
+
+def _remove_stale_temporaries(root: Path) -> None:
+    for directory in (root, *(root / d for d in (*MANAGED_DIRS, WORK_DIR))):
+        if not directory.is_dir():
+            continue
+        for tmp in directory.rglob(f"{TMP_PREFIX}*.tmp"):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
 
 
 def _stage(path: Path, data: bytes) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as e:
         raise _write_failed(path, e) from e
     try:

@@ -96,7 +96,7 @@ def test_add_refuses_a_taken_target(invoke: Invoke, deploy: Path) -> None:
         (["--target", "relative/path.py"], "--target: 'relative/path.py' is not an absolute container path"),
         (["--target", "/opt/x.py", "--ref", "vllm#1"], "--ref: 'vllm#1' is not a reference"),
         (["--target", "/opt/x.py", "--name", "Bad Name"], "--name: 'Bad Name' is not a valid name"),
-        (["--target", "/opt/x.py", "--upstream", "vllm"], "an overlay needs --upstream NAME, --upstream-path P"),
+        (["--target", "/opt/x.py", "--upstream", "vllm"], "an overlay needs --upstream NAME and --upstream-path P"),
     ],
 )
 def test_add_bad_arguments(invoke: Invoke, deploy: Path, args: list[str], message: str) -> None:

@@ -1,0 +1,729 @@
+"""Rebasing patches onto a new upstream: plan, merge, and a transactional bump.
+
+``plan`` reads every overlay's base (from the cache, from the committed
+overlay and its diff, or from the upstream source at the base's own pin),
+the patch itself, and the file at the new upstream pin (renames followed
+where the source can see them), and merges each three-way. Nothing in the
+repository changes while planning.
+
+A plan with no conflict and no deleted file is committed at once: patches,
+diffs, lockfile, SHA256SUMS in one journaled transaction (``repo.write_all``).
+Otherwise the plan goes to a work area (``.patchkit/rebase/``): conflicted
+files with markers for the user to resolve, the clean merges, and a state
+file. ``resume`` (``--continue``) picks up the resolved files and commits;
+``abort`` deletes the work area (the repository was never changed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from patchkit import diffs
+from patchkit.cache import BlobStore
+from patchkit.edit import Outcome as WriteOutcome
+from patchkit.edit import canonical_diff, finish, recover_base
+from patchkit.errors import BadInput, PatchkitError
+from patchkit.hashing import sha256_bytes
+from patchkit.lockfile import Base, DiffPin, Lockfile, Patch, PatchKind, Upstream, dumps
+from patchkit.merge import MergeResult, Outcome, conflict_markers_remain, rebase_file
+from patchkit.repo import WORK_DIR, Repo, atomic_write
+from patchkit.sources.interface import Pin, Snapshot, UpstreamSource
+from patchkit.values import ContainerPath, Revision, Sha256, UpstreamPath
+
+STATE_DIR = f"{WORK_DIR}/rebase"
+STATE_FILE = f"{STATE_DIR}/state.json"
+STATE_VERSION = 1
+
+BLOCKING = (Outcome.CONFLICT, Outcome.DELETED)
+
+
+class RebaseInProgress(BadInput):
+    """A rebase waits for --continue or --abort."""
+
+
+@dataclass(frozen=True)
+class PatchResult:
+    """One patch's outcome: what the merge found and what it would write."""
+
+    name: str
+    outcome: Outcome
+    old_path: str
+    new_path: str
+    old_target: str
+    new_target: str
+    merge: MergeResult | None  # None for a deleted file
+    theirs_sha256: str | None  # the new base
+
+    def as_dict(self) -> dict[str, Any]:
+        m = self.merge
+        return {
+            "name": self.name,
+            "outcome": self.outcome.value,
+            "path": self.old_path,
+            "new_path": self.new_path if self.new_path != self.old_path else None,
+            "target": self.new_target if self.new_target != self.old_target else None,
+            "conflicts": [dataclasses.asdict(c) for c in m.conflicts] if m else [],
+            "hunks_upstreamed": [h.header for h in m.hunks_upstreamed] if m else [],
+            "review": [_flag_text(f) for f in m.review_flags] if m else [],
+        }
+
+
+def _flag_text(flag: Any) -> str:
+    return str(getattr(flag, "message", None) or flag)
+
+
+@dataclass
+class Plan:
+    """Every patch of one upstream moved onto one new pin."""
+
+    upstream: str
+    old_pin: str
+    new_pin: Pin
+    results: list[PatchResult] = field(default_factory=list)
+
+    @property
+    def blocked(self) -> list[PatchResult]:
+        return [r for r in self.results if r.outcome in BLOCKING]
+
+
+# --------------------------------------------------------------------------- planning
+
+
+def _ours(repo: Repo, p: Patch, base: bytes) -> bytes:
+    if p.file is not None:
+        return repo.path(p.file).read_bytes()
+    if p.diff is None:
+        raise BadInput(f"'{p.name}' has neither a file nor a diff")
+    data = repo.path(p.diff.file).read_bytes()
+    if not data:
+        return base
+    return diffs.apply(diffs.parse(data)[0], base)
+
+
+def _bases(
+    repo: Repo,
+    lock: Lockfile,
+    patches: list[tuple[Patch, Base]],
+    old_source: UpstreamSource | None,
+    store: BlobStore,
+) -> dict[str, bytes]:
+    """Each patch's base bytes, verified against its pinned sha256; the network only when needed.
+
+    Offline first (the cache, the committed overlay with its diff reversed);
+    otherwise the old upstream source at the base's own pin, one snapshot
+    and one batched read per pin.
+    """
+    from patchkit.sources.factory import pinned_snapshot
+
+    out: dict[str, bytes] = {}
+    missing: dict[str, list[tuple[Patch, Base]]] = {}
+    for p, base in patches:
+        data = recover_base(repo, p, store)
+        if data is not None:
+            out[p.name] = data
+            continue
+        up = lock.upstream(base.upstream)
+        ref = str(base.commit) if base.commit else base.version or (_current_ref(up) if up else None)
+        if ref is None or old_source is None or up is None:
+            raise PatchkitError(
+                f"'{p.name}': its base {base.path} (sha256 {base.sha256.short}…) is not available offline "
+                "and no upstream source and pin are recorded to fetch it",
+                "restore the committed diff, or re-add the patch with --base FILE",
+            )
+        missing.setdefault(ref, []).append((p, base))
+    for ref, group in missing.items():
+        up = lock.upstream(group[0][1].upstream)
+        if up is None or old_source is None:
+            continue
+        got = pinned_snapshot(old_source, up, ref).read([str(b.path) for _, b in group])
+        for p, base in group:
+            data = got.get(str(base.path))
+            if data is None or sha256_bytes(data) != base.sha256.hex:
+                found = "missing" if data is None else f"sha256 {sha256_bytes(data)[:12]}…"
+                raise PatchkitError(
+                    f"'{p.name}': base {base.path} at {ref} is {found}, not the pinned "
+                    f"{base.sha256.short}…: the upstream source does not match the lockfile",
+                    "check the upstream's source and pin (patchkit upstream list)",
+                )
+            store.put(data)
+            out[p.name] = data
+    return out
+
+
+def _current_ref(up: Upstream) -> str | None:
+    if up.source == "wheel":
+        return up.wheel_version
+    if up.source == "dir":
+        return up.dir
+    return str(up.commit) if up.commit else None
+
+
+def _moved_target(target: str, old_path: str, new_path: str) -> str:
+    """The container path after an upstream rename: the same suffix swap, when the target ends with it."""
+    if old_path != new_path and target.endswith("/" + old_path):
+        return target[: -len(old_path)] + new_path
+    return target
+
+
+def plan(
+    repo: Repo,
+    lock: Lockfile,
+    upstream: str,
+    new: Snapshot,
+    old_source: UpstreamSource | None,
+    store: BlobStore,
+) -> Plan:
+    """Merge every overlay of ``upstream`` onto the snapshot ``new``; writes nothing to the repository."""
+    up = lock.upstream(upstream)
+    if up is None:
+        raise BadInput(f"upstream '{upstream}' is not in the lockfile")
+    patches = [
+        (p, p.base)
+        for p in lock.patches
+        if p.kind is PatchKind.OVERLAY and p.base is not None and p.base.upstream == upstream
+    ]
+    result = Plan(upstream=upstream, old_pin=up.pin_text, new_pin=new.pin)
+    if not patches:
+        return result
+    bases = _bases(repo, lock, patches, old_source, store)
+    paths = [str(b.path) for _, b in patches]
+    theirs = new.read(paths)
+    renames: dict[str, str] = {}
+    gone = [path for path in paths if theirs.get(path) is None]
+    if gone and old_source is not None:
+        ref = _current_ref(up)
+        if ref is not None:
+            try:
+                renames = dict(old_source.snapshot(ref).renames(new, gone))
+            except PatchkitError:
+                renames = {}
+    if renames:
+        theirs.update(new.read(renames.values()))
+    for p, pbase in patches:
+        old_path = str(pbase.path)
+        new_path = renames.get(old_path, old_path)
+        their_bytes = theirs.get(new_path)
+        base = bases[p.name]
+        target = str(p.target)
+        if their_bytes is None:
+            result.results.append(PatchResult(p.name, Outcome.DELETED, old_path, old_path, target, target, None, None))
+            continue
+        store.put(their_bytes)
+        merged = rebase_file(base, _ours(repo, p, base), their_bytes, path=new_path)
+        outcome = merged.outcome
+        if new_path != old_path and outcome is not Outcome.CONFLICT:
+            outcome = Outcome.MOVED
+        result.results.append(
+            PatchResult(
+                p.name,
+                outcome,
+                old_path,
+                new_path,
+                target,
+                _moved_target(target, old_path, new_path),
+                merged,
+                sha256_bytes(their_bytes),
+            )
+        )
+    return result
+
+
+# --------------------------------------------------------------------------- committing
+
+
+def _new_upstream(up: Upstream, pin: Pin) -> Upstream:
+    if pin.kind == "wheel":
+        project = up.wheel_project or ""
+        return dataclasses.replace(
+            up,
+            source="wheel",
+            wheel=f"{project}=={pin.version}",
+            wheel_sha256=Sha256(pin.sha256) if pin.sha256 else None,
+            wheel_file=pin.filename,
+            version=pin.version,
+        )
+    if pin.kind == "dir":
+        return dataclasses.replace(
+            up, source="dir", dir=pin.path, dir_sha256=Sha256(pin.sha256) if pin.sha256 else None
+        )
+    return dataclasses.replace(up, source="git", commit=Revision(pin.commit) if pin.commit else None, version=None)
+
+
+def prepare(
+    lock: Lockfile,
+    result: Plan,
+    store: BlobStore,
+    resolved: dict[str, bytes] | None = None,
+    drop: Iterable[str] = (),
+) -> tuple[Lockfile, dict[str, bytes], list[str], WriteOutcome]:
+    """The complete new state of the bump: lockfile, files to write, files to delete."""
+    resolved = dict(resolved or {})
+    drop = set(drop)
+    by_name = {r.name: r for r in result.results}
+    pin = result.new_pin
+    files: dict[str, bytes] = {}
+    deletes: list[str] = []
+    patches: list[Patch] = []
+    outcome = WriteOutcome()
+    for p in lock.patches:
+        r = by_name.get(p.name)
+        if r is None:
+            patches.append(p)
+            continue
+        if p.name in drop:
+            deletes += [str(f) for f in (p.file, p.diff.file if p.diff else None) if f is not None]
+            outcome.changes.append(_change(p.name, r, "dropped"))
+            continue
+        if r.outcome is Outcome.DELETED:
+            raise BadInput(
+                f"'{p.name}': {r.old_path} was deleted upstream; the patch needs a decision",
+                f"drop it with --drop {p.name}, or abort (patchkit rebase --abort)",
+            )
+        if r.merge is None or r.theirs_sha256 is None or p.base is None:
+            raise BadInput(f"'{p.name}': no merge result to commit")
+        new_bytes = resolved.get(p.name, r.merge.merged)
+        theirs = store.get(r.theirs_sha256)
+        if theirs is None:
+            raise PatchkitError(
+                f"'{p.name}': the new upstream file (sha256 {r.theirs_sha256[:12]}…) is no longer in the cache",
+                "abort and run the rebase again: patchkit rebase --abort",
+            )
+        diff_bytes = canonical_diff(theirs, new_bytes, UpstreamPath(r.new_path))
+        diff_pin = p.diff
+        if p.diff is not None:
+            files[str(p.diff.file)] = diff_bytes
+            diff_pin = DiffPin(p.diff.file, Sha256(sha256_bytes(diff_bytes)))
+        if p.file is not None:
+            files[str(p.file)] = new_bytes
+        base = Base(
+            upstream=p.base.upstream,
+            path=UpstreamPath(r.new_path),
+            sha256=Sha256(r.theirs_sha256),
+            commit=Revision(pin.commit) if pin.kind == "git" and pin.commit else None,
+            version=pin.version if pin.kind == "wheel" else None,
+        )
+        new_patch = dataclasses.replace(
+            p,
+            sha256=Sha256(sha256_bytes(new_bytes)),
+            base=base,
+            diff=diff_pin,
+            target=ContainerPath(r.new_target),
+        )
+        outcome.changes.append(_change(p.name, r, "resolved" if p.name in resolved else r.outcome.value))
+        patches.append(new_patch)
+    upstreams = tuple(_new_upstream(u, pin) if u.name == result.upstream else u for u in lock.upstreams)
+    new_lock = dataclasses.replace(lock, patches=tuple(patches), upstreams=upstreams)
+    return new_lock, files, deletes, outcome
+
+
+def commit(
+    repo: Repo,
+    lock: Lockfile,
+    result: Plan,
+    store: BlobStore,
+    resolved: dict[str, bytes] | None = None,
+    drop: Iterable[str] = (),
+) -> WriteOutcome:
+    """Write the whole bump as one journaled transaction: patches, diffs, lockfile, SHA256SUMS."""
+    new_lock, files, deletes, outcome = prepare(lock, result, store, resolved, drop)
+    if in_progress(repo):
+        # Record where the lockfile is going, so a crash between the write and
+        # the clean-up is recognised as a finished rebase, not a foreign edit.
+        _mark_committing(repo, sha256_bytes(dumps(new_lock).encode()))
+    written = finish(repo, new_lock, files, deletes)
+    outcome.written = [w for w in written if w not in deletes]
+    outcome.removed = [w for w in written if w in deletes]
+    return outcome
+
+
+def _change(name: str, r: PatchResult, what: str) -> Any:
+    from patchkit.edit import Change
+
+    where = r.new_path if what != "dropped" else "-"
+    return Change(f"patches[{name}] ({what})", r.old_path, where)
+
+
+# --------------------------------------------------------------------------- the work area
+
+
+def _state_path(repo: Repo) -> Path:
+    return repo.root / STATE_FILE
+
+
+def in_progress(repo: Repo) -> bool:
+    return _state_path(repo).exists()
+
+
+def conflict_file(r: PatchResult) -> str:
+    """Where a conflicted file waits for its resolution, relative to the repository."""
+    return f"{STATE_DIR}/conflicts/{r.name}/{Path(r.new_path).name}"
+
+
+def save(repo: Repo, lock_bytes: bytes, result: Plan, store: BlobStore) -> list[str]:
+    """Write the work area for a blocked plan; the state file last, so a crash leaves no half state."""
+    files: list[str] = []
+    for r in result.results:
+        if r.merge is None:
+            continue
+        store.put(r.merge.merged)
+        if r.outcome is Outcome.CONFLICT:
+            rel = conflict_file(r)
+            atomic_write(repo.root / rel, r.merge.merged)
+            files.append(rel)
+    state = {
+        "version": STATE_VERSION,
+        "upstream": result.upstream,
+        "old_pin": result.old_pin,
+        "new_pin": dataclasses.asdict(result.new_pin),
+        "lockfile_sha256": sha256_bytes(lock_bytes),
+        "patches": [
+            {
+                **r.as_dict(),
+                "old_path": r.old_path,
+                "new_path": r.new_path,
+                "old_target": r.old_target,
+                "new_target": r.new_target,
+                "theirs_sha256": r.theirs_sha256,
+                "merged_sha256": sha256_bytes(r.merge.merged) if r.merge else None,
+            }
+            for r in result.results
+        ],
+    }
+    atomic_write(_state_path(repo), json.dumps(state, indent=2, sort_keys=True).encode())
+    return files
+
+
+def load(repo: Repo, lock_bytes: bytes, store: BlobStore) -> Plan:
+    """The saved plan of a rebase in progress, checked against the repository it was made for."""
+    try:
+        state = json.loads(_state_path(repo).read_bytes())
+    except FileNotFoundError as e:
+        raise BadInput("no rebase in progress", "start one with patchkit rebase --onto REV") from e
+    except ValueError as e:
+        raise BadInput(f"{STATE_FILE}: unreadable ({e})", "patchkit rebase --abort, then start again") from e
+    if state.get("version") != STATE_VERSION:
+        raise BadInput(f"{STATE_FILE}: written by another patchkit version", "patchkit rebase --abort")
+    if state.get("committed_lockfile_sha256") == sha256_bytes(lock_bytes):
+        raise RebaseFinished()
+    if state["lockfile_sha256"] != sha256_bytes(lock_bytes):
+        raise BadInput(
+            "lockfile.toml changed since the rebase started; the saved plan no longer applies",
+            "patchkit rebase --abort, then run the rebase again",
+        )
+    result = Plan(state["upstream"], state["old_pin"], Pin(**state["new_pin"]))
+    for entry in state["patches"]:
+        outcome = Outcome(entry["outcome"])
+        merged = None
+        if entry["merged_sha256"] is not None:
+            data = store.get(entry["merged_sha256"])
+            if data is None:
+                raise PatchkitError(
+                    f"the merge of '{entry['name']}' is no longer in the cache",
+                    "patchkit rebase --abort, then run the rebase again",
+                )
+            merged = _SavedMerge(outcome, data)
+        result.results.append(
+            PatchResult(
+                entry["name"],
+                outcome,
+                entry["old_path"],
+                entry["new_path"],
+                entry["old_target"],
+                entry["new_target"],
+                merged,  # type: ignore[arg-type]
+                entry["theirs_sha256"],
+            )
+        )
+    return result
+
+
+@dataclass(frozen=True)
+class _SavedMerge:
+    """The part of a MergeResult that --continue needs: the merged bytes."""
+
+    outcome: Outcome
+    merged: bytes
+    conflicts: tuple[Any, ...] = ()
+    hunks_upstreamed: tuple[Any, ...] = ()
+    review_flags: tuple[Any, ...] = ()
+
+
+def resolved_files(repo: Repo, result: Plan) -> dict[str, bytes]:
+    """The user's resolutions of every conflicted file; refuses while markers remain."""
+    out: dict[str, bytes] = {}
+    problems: list[str] = []
+    for r in result.results:
+        if r.outcome is not Outcome.CONFLICT:
+            continue
+        rel = conflict_file(r)
+        try:
+            data = (repo.root / rel).read_bytes()
+        except FileNotFoundError:
+            problems.append(f"{rel}: missing (resolve the conflict in this file)")
+            continue
+        lines = conflict_markers_remain(data)
+        if lines:
+            shown = ", ".join(str(n) for n in lines[:5]) + (" …" if len(lines) > 5 else "")
+            problems.append(f"{rel}:{lines[0]}: conflict markers remain (lines {shown})")
+            continue
+        out[r.name] = data
+    if problems:
+        raise RebaseBlocked(problems)
+    return out
+
+
+class RebaseBlocked(PatchkitError):
+    """--continue refused: unresolved files; exit 1 (findings)."""
+
+    exit_code = 1
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__(
+            "; ".join(problems),
+            "edit the files to the intended result, remove the markers, then patchkit rebase --continue",
+        )
+
+
+def abort(repo: Repo) -> bool:
+    """Forget the rebase in progress; the repository itself was never changed."""
+    work = repo.root / STATE_DIR
+    if not work.exists():
+        return False
+    shutil.rmtree(work)
+    return True
+
+
+def clear(repo: Repo) -> None:
+    shutil.rmtree(repo.root / STATE_DIR, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- reporting
+
+
+def table(result: Plan) -> str:
+    """The outcome of each patch, one line each, for a terminal."""
+    lines = [f"rebase {result.upstream}: {result.old_pin} -> {result.new_pin.describe()}"]
+    width = max((len(r.name) for r in result.results), default=4)
+    for r in result.results:
+        detail = ""
+        if r.outcome is Outcome.MOVED or r.new_path != r.old_path:
+            detail = f"{r.old_path} -> {r.new_path}"
+        elif r.outcome is Outcome.CONFLICT and r.merge is not None:
+            regions = ", ".join(f"lines {c.start}-{c.end}" for c in r.merge.conflicts)
+            detail = f"{conflict_file(r)}: {regions}"
+        elif r.outcome is Outcome.PARTIALLY_UPSTREAMED and r.merge is not None:
+            detail = "upstream took " + ", ".join(h.header for h in r.merge.hunks_upstreamed)
+        elif r.outcome is Outcome.UPSTREAMED:
+            detail = "drop candidate: upstream has the change"
+        elif r.outcome is Outcome.DELETED:
+            detail = f"{r.old_path} is gone upstream: decide (--drop {r.name})"
+        lines.append(f"  {r.name.ljust(width)}  {r.outcome.value:<21} {detail}".rstrip())
+        if r.merge is not None:
+            for flag in r.merge.review_flags:
+                lines.append(f"  {'':{width}}  review: {_flag_text(flag)}")
+    counts: dict[str, int] = {}
+    for r in result.results:
+        counts[r.outcome.value] = counts.get(r.outcome.value, 0) + 1
+    lines.append("  " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) if counts else "  no patches")
+    return "\n".join(lines) + "\n"
+
+
+def summary_markdown(result: Plan) -> str:
+    """A pull-request description: revisions, outcomes, drop candidates, what to review."""
+    out = [
+        f"## Rebase of `{result.upstream}`",
+        "",
+        f"From `{result.old_pin}` to `{result.new_pin.describe()}`.",
+        "",
+        "| patch | outcome | notes |",
+        "| --- | --- | --- |",
+    ]
+    drops, review = [], []
+    for r in result.results:
+        notes = []
+        if r.new_path != r.old_path:
+            notes.append(f"moved `{r.old_path}` → `{r.new_path}`")
+        if r.merge is not None and r.merge.hunks_upstreamed:
+            notes.append("upstream took " + ", ".join(f"`{h.header}`" for h in r.merge.hunks_upstreamed))
+        if r.merge is not None and r.merge.conflicts:
+            notes.append(", ".join(f"conflict at lines {c.start}-{c.end}" for c in r.merge.conflicts))
+        if r.outcome in (Outcome.UPSTREAMED, Outcome.DELETED):
+            drops.append(r)
+        if r.merge is not None and r.merge.review_flags:
+            review.append(r)
+        out.append(f"| `{r.name}` | {r.outcome.value} | {'; '.join(notes)} |")
+    if drops:
+        out += ["", "### Drop candidates", ""]
+        out += [
+            f"- `{r.name}`: {'upstream has the change' if r.outcome is Outcome.UPSTREAMED else 'file deleted upstream'}"
+            for r in drops
+        ]
+    if review:
+        out += ["", "### Review", ""]
+        for r in review:
+            flags = r.merge.review_flags if r.merge is not None else ()
+            out += [f"- `{r.name}`: {_flag_text(f)}" for f in flags]
+    return "\n".join(out) + "\n"
+
+
+def result_json(result: Plan) -> dict[str, Any]:
+    return {
+        "upstream": result.upstream,
+        "from": result.old_pin,
+        "to": dataclasses.asdict(result.new_pin),
+        "patches": [r.as_dict() for r in result.results],
+        "blocked": [r.name for r in result.blocked],
+    }
+
+
+class RebaseFinished(Exception):
+    """The saved rebase was already committed (a crash came before the clean-up)."""
+
+
+def _mark_committing(repo: Repo, new_lock_sha256: str) -> None:
+    path = _state_path(repo)
+    state = json.loads(path.read_bytes())
+    state["committed_lockfile_sha256"] = new_lock_sha256
+    atomic_write(path, json.dumps(state, indent=2, sort_keys=True).encode())
+
+
+# --------------------------------------------------------------------------- the commands
+
+
+@dataclass
+class Started:
+    """What ``start`` did: committed the bump, or saved it for resolution."""
+
+    plan: Plan
+    outcome: WriteOutcome | None
+    conflict_files: list[str]
+
+
+def _pick_upstream(lock: Lockfile, name: str | None) -> Upstream:
+    if name is not None:
+        up = lock.upstream(name)
+        if up is None:
+            known = ", ".join(u.name for u in lock.upstreams) or "none"
+            raise BadInput(f"--upstream: '{name}' is not in the lockfile (known: {known})")
+        return up
+    with_patches = sorted({p.base.upstream for p in lock.patches if p.kind is PatchKind.OVERLAY and p.base is not None})
+    if len(with_patches) == 1:
+        found = lock.upstream(with_patches[0])
+        if found is not None:
+            return found
+    if not with_patches:
+        raise BadInput("no overlay is based on an upstream: nothing to rebase")
+    raise BadInput(
+        f"several upstreams have overlays ({', '.join(with_patches)}); say which",
+        "pass --upstream NAME",
+    )
+
+
+def start(
+    repo: Repo,
+    lock: Lockfile,
+    lock_bytes: bytes,
+    *,
+    onto: str | None,
+    upstream: str | None,
+    source: str | None,
+    cache: Path,
+    store: BlobStore,
+    drop: Iterable[str] = (),
+) -> Started:
+    """Plan the bump; commit it when nothing blocks, else save the work area (exit 1 for the caller)."""
+    from patchkit.sources.factory import open_source, parse_source
+
+    if in_progress(repo):
+        raise RebaseInProgress(
+            "a rebase is already in progress",
+            "resolve it (patchkit status; patchkit rebase --continue) or patchkit rebase --abort",
+        )
+    up = _pick_upstream(lock, upstream)
+    try:
+        old_source: UpstreamSource | None = open_source(up, cache, repo.root)
+    except BadInput:
+        old_source = None
+    if source is not None:
+        new_source, implied = parse_source(source, up, cache, repo.root)
+    elif old_source is not None:
+        new_source, implied = old_source, None
+    else:
+        raise BadInput(f"upstream '{up.name}' has no source to read the new files from", "pass --source")
+    ref = onto or implied
+    if ref is None:
+        raise BadInput("--onto REV is required (a commit, branch or tag; a version for a wheel)")
+    if implied is not None and onto is not None and onto != implied and source and source.startswith("wheel:"):
+        raise BadInput(f"--onto {onto} disagrees with --source {source}")
+    new = new_source.snapshot(ref)
+    result = plan(repo, lock, up.name, new, old_source, store)
+    dropped = set(drop)
+    unknown = dropped - {r.name for r in result.results}
+    if unknown:
+        raise BadInput(f"--drop: not a patch of {up.name}: {', '.join(sorted(unknown))}")
+    blocked = [r for r in result.blocked if r.name not in dropped]
+    if blocked:
+        return Started(result, None, save(repo, lock_bytes, result, store))
+    return Started(result, commit(repo, lock, result, store, drop=dropped), [])
+
+
+def resume(
+    repo: Repo, lock: Lockfile, lock_bytes: bytes, store: BlobStore, drop: Iterable[str] = ()
+) -> tuple[Plan, WriteOutcome]:
+    """--continue: take the resolved files and commit the saved bump."""
+    try:
+        result = load(repo, lock_bytes, store)
+    except RebaseFinished:
+        clear(repo)
+        return Plan("", "", Pin("git")), WriteOutcome()
+    dropped = set(drop)
+    undecided = [
+        f"{r.old_path} was deleted upstream: keep nothing (--drop {r.name}) or abort"
+        for r in result.results
+        if r.outcome is Outcome.DELETED and r.name not in dropped
+    ]
+    resolved = resolved_files(repo, result) if not undecided else {}
+    if undecided:
+        raise RebaseBlocked(undecided)
+    outcome = commit(repo, lock, result, store, resolved, dropped)
+    clear(repo)
+    return result, outcome
+
+
+def status(repo: Repo) -> dict[str, Any]:
+    """Where the repository stands: an interrupted write, a rebase waiting, or nothing."""
+    state: dict[str, Any] = {"rebase": None}
+    path = _state_path(repo)
+    if not path.exists():
+        return state
+    try:
+        saved = json.loads(path.read_bytes())
+    except ValueError:
+        state["rebase"] = {"error": f"{STATE_FILE} is unreadable: patchkit rebase --abort"}
+        return state
+    files = []
+    for entry in saved.get("patches", []):
+        if entry["outcome"] != Outcome.CONFLICT.value:
+            continue
+        rel = f"{STATE_DIR}/conflicts/{entry['name']}/{Path(entry['new_path']).name}"
+        try:
+            markers = conflict_markers_remain((repo.root / rel).read_bytes())
+        except FileNotFoundError:
+            markers = []
+        files.append({"patch": entry["name"], "file": rel, "markers": markers, "resolved": not markers})
+    state["rebase"] = {
+        "upstream": saved["upstream"],
+        "from": saved["old_pin"],
+        "to": Pin(**saved["new_pin"]).describe(),
+        "conflicts": files,
+        "deleted": [e["name"] for e in saved.get("patches", []) if e["outcome"] == Outcome.DELETED.value],
+        "patches": {e["name"]: e["outcome"] for e in saved.get("patches", [])},
+    }
+    return state

@@ -1,0 +1,79 @@
+"""Choosing the adapter that serves an upstream, from the lockfile or a --source option."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from patchkit.errors import BadInput
+from patchkit.lockfile import Upstream
+from patchkit.sources.interface import Snapshot, UpstreamSource
+
+
+def open_source(up: Upstream, cache: Path, repo_root: Path) -> UpstreamSource:
+    """The adapter for an upstream as the lockfile records it."""
+    if up.source == "wheel":
+        from patchkit.sources.wheel import WheelSource
+
+        if up.wheel_project is None:
+            raise BadInput(f"upstream '{up.name}': a wheel upstream needs 'wheel = \"project==version\"'")
+        return WheelSource(up.wheel_project, cache)
+    if up.source == "dir":
+        from patchkit.sources.directory import DirSource
+
+        if up.dir is None:
+            raise BadInput(f"upstream '{up.name}': a dir upstream needs 'dir'")
+        return DirSource(_dir(up.dir, repo_root))
+    from patchkit.sources.git import GitSource
+
+    if up.git is None:
+        raise BadInput(
+            f"upstream '{up.name}' has no source: its table names no git URL, wheel or directory",
+            "register one: patchkit upstream add NAME (--git URL --commit SHA | --wheel P==V | --dir PATH)",
+        )
+    return GitSource(up.git, cache)
+
+
+def parse_source(text: str, up: Upstream, cache: Path, repo_root: Path) -> tuple[UpstreamSource, str | None]:
+    """A --source option (``git``, ``dir:PATH``, ``wheel:PROJECT==VERSION``) and the ref it implies."""
+    if text == "git":
+        if up.git is None:
+            raise BadInput(f"--source git: upstream '{up.name}' has no git URL", "set 'git' in its table")
+        from patchkit.sources.git import GitSource
+
+        return GitSource(up.git, cache), None
+    kind, _, arg = text.partition(":")
+    if kind == "dir" and arg:
+        from patchkit.sources.directory import DirSource
+
+        return DirSource(_dir(arg, repo_root)), arg
+    if kind == "wheel" and "==" in arg:
+        from patchkit.sources.wheel import WheelSource
+
+        project, version = arg.split("==", 1)
+        return WheelSource(project, cache), version
+    raise BadInput(f"--source {text!r}: expected git, dir:PATH or wheel:PROJECT==VERSION")
+
+
+def pinned_snapshot(source: UpstreamSource, up: Upstream, ref: str | None = None) -> Snapshot:
+    """A snapshot at ``ref`` (default: the upstream's own pin), verified against the pin where known."""
+    if up.source == "wheel":
+        from patchkit.sources.wheel import WheelSource
+
+        version = ref or up.wheel_version
+        if version is None:
+            raise BadInput(f"upstream '{up.name}': no wheel version pinned")
+        pinned = str(up.wheel_sha256) if up.wheel_sha256 and version == up.wheel_version else None
+        if isinstance(source, WheelSource):
+            return source.snapshot(version, sha256=pinned)
+        return source.snapshot(version)
+    if up.source == "dir":
+        return source.snapshot(ref or "")
+    commit = ref or (str(up.commit) if up.commit else None)
+    if commit is None:
+        raise BadInput(f"upstream '{up.name}': no commit pinned", "pin one: patchkit upstream add")
+    return source.snapshot(commit)
+
+
+def _dir(text: str, repo_root: Path) -> Path:
+    path = Path(text)
+    return path if path.is_absolute() else (repo_root / path)

@@ -1,0 +1,107 @@
+"""Registering and listing upstreams: which source serves each, and the pin that makes it exact."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from patchkit.edit import Change, finish
+from patchkit.edit import Outcome as WriteOutcome
+from patchkit.errors import BadInput
+from patchkit.lockfile import Lockfile, PatchKind, Upstream
+from patchkit.repo import Repo
+from patchkit.sources.interface import Pin
+from patchkit.values import Revision, Sha256, check_name
+
+
+def register(
+    repo: Repo,
+    lock: Lockfile,
+    name: str,
+    cache: Path,
+    *,
+    git: str | None = None,
+    commit: str | None = None,
+    wheel: str | None = None,
+    directory: str | None = None,
+    note: str | None = None,
+) -> WriteOutcome:
+    """Resolve the source to an exact pin (fetching or downloading as needed) and record it."""
+    try:
+        check_name(name, "upstream name")
+    except ValueError as e:
+        raise BadInput(f"NAME: {e}") from e
+    if lock.upstream(name) is not None:
+        raise BadInput(
+            f"upstream '{name}' already exists",
+            f"to move it to a new pin: patchkit rebase --upstream {name} --onto REV",
+        )
+    chosen = [x for x in (git, wheel, directory) if x is not None]
+    if len(chosen) != 1:
+        raise BadInput("give exactly one of --git URL, --wheel PROJECT==VERSION or --dir PATH")
+    if git is not None:
+        from patchkit.sources.git import GitSource
+
+        if commit is None:
+            raise BadInput("--git needs --commit (a commit, branch or tag; patchkit pins the full commit)")
+        pin = GitSource(git, cache).snapshot(commit).pin
+        up = Upstream(name=name, git=git, commit=Revision(pin.commit or ""), note=note)
+    elif wheel is not None:
+        from patchkit.sources.wheel import WheelSource
+
+        project, sep, version = wheel.partition("==")
+        if not sep or not project or not version:
+            raise BadInput(f"--wheel {wheel!r}: expected PROJECT==VERSION, e.g. vllm==0.26.0")
+        pin = WheelSource(project, cache).snapshot(version).pin
+        up = _wheel_upstream(name, project, pin, note)
+    else:
+        from patchkit.sources.directory import DirSource
+
+        path = Path(directory or ".")
+        if not (path if path.is_absolute() else repo.root / path).is_dir():
+            raise BadInput(f"--dir {directory}: not a directory")
+        pin = DirSource(path if path.is_absolute() else repo.root / path).snapshot().pin
+        up = Upstream(
+            name=name, source="dir", dir=directory, dir_sha256=Sha256(pin.sha256) if pin.sha256 else None, note=note
+        )
+    new_lock = dataclasses.replace(lock, upstreams=(*lock.upstreams, up))
+    outcome = WriteOutcome(written=finish(repo, new_lock))
+    outcome.changes.append(Change(f"upstreams[{name}]", "unpinned", up.pin_text))
+    return outcome
+
+
+def _wheel_upstream(name: str, project: str, pin: Pin, note: str | None) -> Upstream:
+    return Upstream(
+        name=name,
+        source="wheel",
+        wheel=f"{project}=={pin.version}",
+        wheel_sha256=Sha256(pin.sha256) if pin.sha256 else None,
+        wheel_file=pin.filename,
+        version=pin.version,
+        note=note,
+    )
+
+
+def listing(lock: Lockfile) -> list[dict[str, Any]]:
+    """Each upstream with its source, pin and the patches based on it."""
+    out = []
+    for up in sorted(lock.upstreams, key=lambda u: u.name):
+        patches = [p.name for p in lock.patches if p.base is not None and p.base.upstream == up.name]
+        location = {"git": up.git, "wheel": up.wheel, "dir": up.dir}.get(up.source)
+        out.append(
+            {
+                "name": up.name,
+                "source": up.source,
+                "location": location,
+                "pin": up.pin_text,
+                "commit": str(up.commit) if up.commit else None,
+                "wheel_sha256": str(up.wheel_sha256) if up.wheel_sha256 else None,
+                "dir_sha256": str(up.dir_sha256) if up.dir_sha256 else None,
+                "version": up.version,
+                "overlays": sum(1 for p in lock.patches if p.kind is PatchKind.OVERLAY and p.name in patches),
+                "patches": patches,
+                "note": up.note,
+            }
+        )
+    return out
