@@ -42,7 +42,8 @@ class Pin:
         if self.kind == "git":
             return self.commit[:12] if self.commit else "?"
         if self.kind == "wheel":
-            return f"wheel {self.filename or self.version}"
+            project = (self.filename or "?").split("-", 1)[0]
+            return f"{project}=={self.version} ({(self.sha256 or '?')[:12]})"
         return f"dir {self.path}"
 
 
