@@ -239,7 +239,8 @@ def plan(
 
 def _new_upstream(up: Upstream, pin: Pin) -> Upstream:
     if pin.kind == "wheel":
-        project = up.wheel_project or ""
+        # The project as the wheel names it, for an upstream switching to a wheel source.
+        project = up.wheel_project or (pin.filename or "").split("-", 1)[0]
         return dataclasses.replace(
             up,
             source="wheel",

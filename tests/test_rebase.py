@@ -376,3 +376,18 @@ def test_kill_at_any_moment_leaves_old_or_resumable_state(invoke: Invoke, tmp_pa
     assert "old" in seen or "new" in seen
     if os.environ.get("CI"):
         assert seen  # both ends are reached on a normal machine; timing decides how many kills land early
+
+
+def test_rebase_from_a_directory_source(invoke: Invoke, tmp_path: Path, upstream: Upstream) -> None:
+    """--source dir:PATH: the new files come from a plain tree, e.g. an extracted image filesystem."""
+    c1 = upstream.commit({"vllm/worker.py": WORKER})
+    root = make_deploy(invoke, tmp_path, upstream, c1, {"vllm/worker.py": FENCED})
+    tree = tmp_path / "site-packages"
+    (tree / "vllm").mkdir(parents=True)
+    (tree / "vllm" / "worker.py").write_bytes(WORKER.replace(b"import torch\n", b"import torch\nimport os\n"))
+    code, doc = rebase_json(invoke, root, "--source", f"dir:{tree}")
+    assert code == 0, doc
+    assert outcomes(doc) == {"worker": "clean"}
+    lock = (root / "lockfile.toml").read_text()
+    assert 'source = "dir"' in lock and f'dir = "{tree}"' in lock and "dir_sha256 = " in lock
+    assert invoke("check", repo=root).exit_code == 0
