@@ -18,7 +18,7 @@ from pathlib import Path
 
 from patchkit.errors import BadInput
 from patchkit.hashing import sha256_many
-from patchkit.sources.interface import Pin, Snapshot, SourceError, UpstreamSource
+from patchkit.sources.interface import Pin, Snapshot, SourceError, UpstreamSource, check_path
 from patchkit.values import UpstreamPath
 
 # As many symlinks as Linux follows in one path lookup before giving up (ELOOP).
@@ -124,7 +124,7 @@ class DirSnapshot(Snapshot):
         root = os.path.abspath(self.root)
         out: dict[str, bytes | None] = {}
         for p in paths:
-            _check_path(p)
+            check_path(p)
             rel = f"{self.prefix}/{p}" if self.prefix else p
             resolved = _resolve_in_root(root, rel)
             if resolved is None or not stat.S_ISREG(resolved[1].st_mode):
@@ -218,11 +218,3 @@ def _read_regular(path: str) -> bytes | None:
         raise SourceError(f"{path}: cannot read the upstream file ({e.strerror})") from e
     finally:
         os.close(fd)
-
-
-def _check_path(path: str) -> None:
-    """Refuse a path that cannot name a file inside the upstream tree (the caller's mistake)."""
-    try:
-        UpstreamPath(path)
-    except ValueError as e:
-        raise BadInput(str(e), "upstream paths are relative and '/'-separated, without '.', '..' or '//'") from e

@@ -34,8 +34,7 @@ from typing import IO, cast
 import git
 
 from patchkit.errors import BadInput, WriteFailed
-from patchkit.sources.interface import Pin, Snapshot, SourceError, UpstreamSource
-from patchkit.values import UpstreamPath
+from patchkit.sources.interface import Pin, Snapshot, SourceError, UpstreamSource, check_path
 
 _FULL_SHA = re.compile(r"[0-9a-fA-F]{40}")
 _SHORT_SHA = re.compile(r"[0-9a-fA-F]{4,39}")
@@ -228,7 +227,7 @@ class GitSnapshot(Snapshot):
         """
         wanted = list(dict.fromkeys(paths))
         for p in wanted:
-            _check_path(p)
+            check_path(p)
         if not wanted:
             return {}
         names = [f"{self.commit}:{p}".encode("utf-8", "surrogateescape") for p in wanted]
@@ -371,14 +370,6 @@ def _check_ref(ref: str) -> None:
             f"{ref!r} is not a git commit id, branch or tag",
             "give a full commit id (40 hex digits), a branch or a tag name",
         )
-
-
-def _check_path(path: str) -> None:
-    """Refuse a path that cannot name a file inside the upstream tree (the caller's mistake)."""
-    try:
-        UpstreamPath(path)
-    except ValueError as e:
-        raise BadInput(str(e), "upstream paths are relative and '/'-separated, without '.', '..' or '//'") from e
 
 
 def _readable_name(url: str) -> str:

@@ -14,7 +14,16 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from patchkit.errors import ExternalFailure
+from patchkit.errors import BadInput, ExternalFailure
+from patchkit.values import UpstreamPath
+
+
+def check_path(path: str) -> None:
+    """Refuse a path that cannot name a file inside an upstream tree (the caller's mistake)."""
+    try:
+        UpstreamPath(path)
+    except ValueError as e:
+        raise BadInput(str(e), "upstream paths are relative and '/'-separated, without '.', '..' or '//'") from e
 
 
 class SourceError(ExternalFailure):

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from patchkit.errors import BadInput, WriteFailed
 from patchkit.hashing import sha256_file
-from patchkit.sources.interface import Pin, Snapshot, SourceError, UpstreamSource
-from patchkit.values import Sha256, UpstreamPath
+from patchkit.sources.interface import Pin, Snapshot, SourceError, UpstreamSource, check_path
+from patchkit.values import Sha256
 
 _PROJECT = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
 _VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]*")
@@ -231,7 +231,7 @@ class WheelSnapshot(Snapshot):
         """
         wanted = list(dict.fromkeys(paths))
         for p in wanted:
-            _check_path(p)
+            check_path(p)
         out: dict[str, bytes | None] = {}
         try:
             with zipfile.ZipFile(self.path) as zf:
@@ -275,11 +275,3 @@ def _pip_reason(output: str) -> tuple[str, str | None]:
         if m := re.search(r"\(from versions: ([^)]*)\)", line):
             available = m.group(1)
     return reason, available
-
-
-def _check_path(path: str) -> None:
-    """Refuse a path that cannot name a file inside the upstream tree (the caller's mistake)."""
-    try:
-        UpstreamPath(path)
-    except ValueError as e:
-        raise BadInput(str(e), "upstream paths are relative and '/'-separated, without '.', '..' or '//'") from e
