@@ -45,5 +45,5 @@ class BlobStore:
         path = self.root / digest
         if not path.exists():
             with contextlib.suppress(WriteFailed):
-                atomic_write(path, data)
+                atomic_write(path, data, durable=False)  # a cache: rebuilt if lost
         return digest

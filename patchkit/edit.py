@@ -7,7 +7,6 @@ a failure leaves the repository as it was.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import re
@@ -142,11 +141,20 @@ def recover_base(repo: Repo, p: Patch, store: BlobStore) -> bytes | None:
         return cached
     if p.file is None or p.diff is None:
         return None
-    candidates: list[tuple[bytes | None, bytes | None]] = []
-    with contextlib.suppress(OSError):
-        candidates.append((repo.path(p.file).read_bytes(), repo.path(p.diff.file).read_bytes()))
-    candidates.append((_git_show(repo, str(p.file)), _git_show(repo, str(p.diff.file))))
-    for patch_bytes, diff_bytes in candidates:
+    file, diff_file = str(p.file), str(p.diff.file)
+
+    def working_tree() -> tuple[bytes | None, bytes | None]:
+        try:
+            return repo.path(file).read_bytes(), repo.path(diff_file).read_bytes()
+        except OSError:
+            return None, None
+
+    def committed() -> tuple[bytes | None, bytes | None]:
+        return _git_show(repo, file), _git_show(repo, diff_file)
+
+    # The working tree first: git is asked (two processes) only when it does not give the base.
+    for candidate in (working_tree, committed):
+        patch_bytes, diff_bytes = candidate()
         if patch_bytes is None or diff_bytes is None:
             continue
         try:

@@ -124,7 +124,9 @@ class HunkRef:
     names: in base, and in ours (or theirs, for an upstream hunk).
     ``definitions`` are the qualified names (``GpuWorker.restore_blocks``) of
     the innermost Python functions or classes whose lines the hunk changes;
-    empty when the file is not Python or was not analysed.
+    empty when the file is not Python or was not analysed, which includes
+    merges where no upstream change shares a top-level definition with the
+    patch (see ``_may_share_block``): those need no review and skip parsing.
     """
 
     header: str
@@ -232,7 +234,9 @@ def rebase_file(base: bytes, ours: bytes, theirs: bytes, *, path: str = "") -> M
     merged_lines, conflicts = _render(regions, base_lines, our_lines, their_lines)
     merged = b"".join(merged_lines)
 
-    defs = _python_defs(base) if path.endswith((".py", ".pyi")) else None
+    defs = None
+    if path.endswith((".py", ".pyi")) and _may_share_block(base_lines, our_changes, _changes(their_blocks)):
+        defs = _python_defs(base)
     our_kinds = _locate(our_changes, regions, side="ours")
     our_hunks = [
         _hunk_ref(our_changes, g, len(base_lines), _names(defs, our_changes, g, our_lines)) for g in our_groups
@@ -272,6 +276,42 @@ def rebase_file(base: bytes, ours: bytes, theirs: bytes, *, path: str = "") -> M
         hunks_partly_upstreamed=tuple(h for h, g in zip(our_hunks, gone, strict=True) if any(g) and not all(g)),
         review_flags=flags,
     )
+
+
+_BLOCK_START = (b"def ", b"async def ", b"class ", b"@")
+
+
+def _may_share_block(base: list[bytes], ours: list[_Change], theirs: list[_Change]) -> bool:
+    """Whether a patch change and an upstream change can lie in the same top-level definition.
+
+    A cheap, conservative pre-filter for the review flags: parsing and walking
+    the base with ``ast`` costs milliseconds a file, and most upstream changes
+    are far from the patch. Top-level blocks start at a column-0 ``def``,
+    ``class`` or decorator; everything else stays in the current block, so
+    two changes in one definition always share a block (the reverse need not
+    hold, which only costs a full analysis).
+    """
+    block: list[int] = []
+    current = 0
+    after_decorator = False
+    for line in base:
+        if line.startswith(_BLOCK_START):
+            if not (after_decorator and not line.startswith(b"@")):
+                current += 1
+            after_decorator = line.startswith(b"@")
+        elif line[:1] not in (b" ", b"\t", b"\r", b"\n", b"#", b""):
+            after_decorator = False
+        block.append(current)
+
+    def ids(changes: list[_Change]) -> set[int]:
+        found: set[int] = set()
+        for c in changes:
+            start, stop = c.base
+            for i in range(max(start - 1, 0), min(max(stop, start + 1), len(block))):
+                found.add(block[i])
+        return found
+
+    return bool(ids(ours) & ids(theirs))
 
 
 def conflict_markers_remain(data: bytes) -> list[int]:
