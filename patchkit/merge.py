@@ -23,7 +23,6 @@ stretches that merge cleanly.
 from __future__ import annotations
 
 import ast
-import difflib
 import re
 import warnings
 from collections.abc import Sequence
@@ -33,7 +32,7 @@ from typing import Literal, assert_never
 
 import merge3
 
-from patchkit.diffs import split_lines
+from patchkit.diffs import line_matcher, split_lines
 from patchkit.errors import BadInput
 
 #: The conflict markers written into a conflicted file, diff3 style (the base section included).
@@ -360,15 +359,14 @@ class _Region:
 
 
 def _matching_blocks(a: Sequence[bytes], b: Sequence[bytes]) -> list[_Block]:
-    """difflib's matching blocks of ``a`` and ``b``, after setting aside their common first and last lines.
+    """The matching blocks of ``a`` and ``b``, after setting aside their common first and last lines.
 
-    Without autojunk, as ``patchkit.diffs.make`` does (so hunks match the
-    patch's diff file): autojunk, merge3's default, stops frequent lines
-    (blank lines, closing brackets) from anchoring a match in files over 200
-    lines, which makes diffs coarser and conflicts spurious. But without it
-    difflib takes time quadratic in how often a line repeats, so the common
-    first and last lines, usually most of a patched file, are matched here
-    and never reach it.
+    The same matcher as ``patchkit.diffs.make`` (``diffs.line_matcher``, patience
+    diff), so the hunks a merge reports match the patch's diff file. merge3's
+    default, difflib with autojunk, stops frequent lines (blank lines, closing
+    brackets) from anchoring a match in files over 200 lines, which makes
+    diffs coarser and conflicts spurious. The common first and last lines,
+    usually most of a patched file, are matched here without the matcher.
     """
     n, m = len(a), len(b)
     limit = min(n, m)
@@ -380,7 +378,7 @@ def _matching_blocks(a: Sequence[bytes], b: Sequence[bytes]) -> list[_Block]:
         tail += 1
     blocks: list[_Block] = [(0, 0, head)] if head else []
     if head < n - tail and head < m - tail:
-        matcher = difflib.SequenceMatcher(None, a[head : n - tail], b[head : m - tail], autojunk=False)
+        matcher = line_matcher(a[head : n - tail], b[head : m - tail])
         blocks.extend((i + head, j + head, k) for i, j, k in matcher.get_matching_blocks() if k)
     if tail:
         blocks.append((n - tail, m - tail, tail))
