@@ -9,6 +9,7 @@ import os
 import stat
 import tempfile
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -171,20 +172,32 @@ def write_all(root: Path, files: dict[str, bytes], deletes: Iterable[str] = ()) 
     transaction. Unchanged files are not touched. Returns the paths that
     changed, in order.
     """
-    staged: list[tuple[str, Path, Path]] = []
-    try:
-        for rel, data in files.items():
-            path = root / rel
-            with contextlib.suppress(OSError):
-                if path.read_bytes() == data:
-                    continue
-            tmp = _stage(path, data, sync=False)
-            staged.append((rel, path, tmp))
-    except WriteFailed:
+    def stage(item: tuple[str, bytes]) -> tuple[str, Path, Path | WriteFailed | None]:
+        rel, data = item
+        path = root / rel
+        with contextlib.suppress(OSError):
+            if path.read_bytes() == data:
+                return rel, path, None
+        try:
+            return rel, path, _stage(path, data, sync=False)
+        except WriteFailed as e:
+            return rel, path, e
+
+    items = list(files.items())
+    if len(items) > 32:
+        # Creating a file costs about a millisecond on some file systems; the
+        # system calls overlap well on a few threads (they release the GIL).
+        with ThreadPoolExecutor(max_workers=8, thread_name_prefix="stage") as pool:
+            results = list(pool.map(stage, items))
+    else:
+        results = [stage(item) for item in items]
+    staged = [(rel, path, tmp) for rel, path, tmp in results if isinstance(tmp, Path)]
+    failed = [tmp for _, _, tmp in results if isinstance(tmp, WriteFailed)]
+    if failed:
         for _, _, tmp in staged:
             with contextlib.suppress(OSError):
                 tmp.unlink()
-        raise
+        raise failed[0]
     _sync([tmp for _, _, tmp in staged])
     removals = [rel for rel in deletes if (root / rel).exists()]
     if not staged and not removals:
