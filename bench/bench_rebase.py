@@ -58,15 +58,19 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any
+
+# bench/benchlib.py: bench/ is sys.path[0] when this runs as a script (isort files it as third-party)
+from benchlib import Out, Timing, fail, find_patchkit, run_checked, timed
 
 from patchkit.edit import canonical_diff
 from patchkit.lockfile import Base, DiffPin, Lockfile, Patch, PatchKind, Upstream, dumps
 from patchkit.values import ContainerPath, RepoPath, Revision, Sha256, UpstreamPath
 
+PROG = "bench_rebase"  # prefixes its error messages
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 
@@ -89,37 +93,6 @@ GIT_IDENTITY = {
 }
 C1_DATE = "2026-01-05T12:00:00+00:00"
 C2_DATE = "2026-01-12T12:00:00+00:00"
-
-# --------------------------------------------------------------------------- output
-
-
-class Out:
-    """Progress and the report go to one stream; progress always goes to stderr."""
-
-    def __init__(self, report: TextIO) -> None:
-        self.report = report
-
-    def line(self, text: str = "") -> None:
-        print(text, file=self.report, flush=True)
-
-    @staticmethod
-    def progress(text: str) -> None:
-        print(f"[bench] {text}", file=sys.stderr, flush=True)
-
-
-def fail(message: str) -> NoReturn:
-    print(f"bench_rebase: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
-
-
-def run_checked(
-    argv: Sequence[str], cwd: Path, env: dict[str, str] | None = None, hint: str = ""
-) -> subprocess.CompletedProcess[bytes]:
-    done = subprocess.run(argv, cwd=cwd, capture_output=True, check=False, env=env)
-    if done.returncode != 0:
-        output = (done.stdout + done.stderr).decode(errors="replace").strip()
-        fail(f"`{' '.join(argv)}` in {cwd} exited {done.returncode}:\n{output}{hint}")
-    return done
 
 
 def sha256_hex(data: bytes) -> str:
@@ -475,7 +448,7 @@ def git(cwd: Path, *args: str, date: str | None = None) -> str:
     env = {**os.environ, **GIT_IDENTITY}
     if date is not None:
         env["GIT_AUTHOR_DATE"] = env["GIT_COMMITTER_DATE"] = date
-    return run_checked(["git", *args], cwd, env).stdout.decode().strip()
+    return run_checked(PROG, ["git", *args], cwd, env=env).stdout.decode().strip()
 
 
 def want_manifest(patches: int) -> dict[str, Any]:
@@ -516,7 +489,8 @@ def ensure_tree(layout: Layout, patches: int, patchkit: str, out: Out) -> Tree:
     if layout.root.exists():
         if not layout.manifest.exists():
             fail(
-                f"{layout.root} exists but was not made by this benchmark ({layout.manifest} is missing); move it away"
+                PROG,
+                f"{layout.root} exists but was not made by this benchmark ({layout.manifest} is missing); move it away",
             )
         out.progress(f"removing stale {layout.root}")
         shutil.rmtree(layout.root)
@@ -554,7 +528,7 @@ def ensure_tree(layout: Layout, patches: int, patchkit: str, out: Out) -> Tree:
 
     out.progress(f"building the deployment {layout.pristine}: {patches} overlays on C1")
     dep = layout.pristine
-    run_checked([patchkit, "init", str(dep), "--name", "bench-rebase"], cwd=layout.root)
+    run_checked(PROG, [patchkit, "init", str(dep), "--name", "bench-rebase"], cwd=layout.root)
     upstream = Upstream(name=UPSTREAM, git=up.resolve().as_uri(), commit=Revision(c1))
     pins: list[Patch] = []
     for f in files:
@@ -581,7 +555,7 @@ def ensure_tree(layout: Layout, patches: int, patchkit: str, out: Out) -> Tree:
     # library, then let patchkit itself write SHA256SUMS.
     lock = Lockfile(name="bench-rebase", upstreams=(upstream,), patches=tuple(pins))
     (dep / "lockfile.toml").write_text(dumps(lock), encoding="utf-8")
-    run_checked([patchkit, "sums"], cwd=dep)
+    run_checked(PROG, [patchkit, "sums"], cwd=dep)
 
     tree = Tree(
         c1,
@@ -647,22 +621,6 @@ echo "$n $conflicts $errors"
 """
 
 
-@dataclass
-class Timing:
-    key: str
-    tag: str
-    label: str
-    seconds: list[float] = field(default_factory=list)
-
-    @property
-    def best(self) -> float:
-        return min(self.seconds)
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.seconds)
-
-
 @dataclass(frozen=True)
 class LoopResult:
     merged: int
@@ -693,7 +651,7 @@ class GitLoop:
 
     def run(self) -> LoopResult:
         argv = ["bash", "-c", LOOP_SCRIPT, "bash", str(self.listing), self.tree.c1, self.tree.c2, str(self.scratch)]
-        done = run_checked(argv, self.layout.upstream)
+        done = run_checked(PROG, argv, self.layout.upstream)
         merged, conflicts, errors = (int(x) for x in done.stdout.split())
         return LoopResult(merged, conflicts, errors)
 
@@ -704,12 +662,6 @@ def patchkit_env(layout: Layout, workdir: Path) -> dict[str, str]:
     env["PYTHONPYCACHEPREFIX"] = str(workdir / "pycache")
     env["PATCHKIT_CACHE"] = str(layout.cache)
     return env
-
-
-def timed(run: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    run()
-    return time.perf_counter() - started
 
 
 # --------------------------------------------------------------------------- where the time goes
@@ -784,7 +736,7 @@ def breakdown(layout: Layout, tree: Tree) -> Breakdown:
     store = BlobStore(layout.cache)
     up = lock.upstream(UPSTREAM)
     if up is None:
-        fail(f"no upstream {UPSTREAM} in {repo.lockfile_path}")
+        fail(PROG, f"no upstream {UPSTREAM} in {repo.lockfile_path}")
     with t("resolve C2 in the cached clone"):
         source = open_source(up, layout.cache, repo.root)
         new = source.snapshot(tree.c2)
@@ -802,7 +754,7 @@ def breakdown(layout: Layout, tree: Tree) -> Breakdown:
         path = str(pbase.path)
         their = theirs[path]
         if their is None:
-            fail(f"{path} is missing at C2")
+            fail(PROG, f"{path} is missing at C2")
         with t("store new files in the blob cache"):
             store.put(their)
         with t("three-way merge (rebase_file)"):
@@ -912,17 +864,6 @@ def median_wall(argv: Sequence[str], cwd: Path, env: dict[str, str], runs: int) 
 # --------------------------------------------------------------------------- main
 
 
-def find_patchkit() -> str:
-    """The console script of this interpreter (not a pyenv/asdf shim, which adds its own start-up)."""
-    beside = Path(sys.executable).parent / "patchkit"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    found = shutil.which("patchkit")
-    if found is None:
-        fail("no `patchkit` console script; pip install -e '.[test]' first")
-    return str(found)
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0] if __doc__ else None)
     p.add_argument("--patches", type=int, default=1000, help="overlays (and upstream files) to rebase (default 1000)")
@@ -941,9 +882,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     out = Out(sys.stderr if args.json else sys.stdout)
     if shutil.which("git") is None or shutil.which("bash") is None:
-        fail("needs git and bash on PATH")
+        fail(PROG, "needs git and bash on PATH")
     cores = len(os.sched_getaffinity(0))
-    patchkit = find_patchkit()
+    patchkit = find_patchkit(PROG)
     workdir = args.workdir.resolve()
     layout = Layout(workdir / "rebase")
     tree = ensure_tree(layout, args.patches, patchkit, out)
@@ -953,7 +894,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     restore(layout)
     out.progress("patchkit check on the deployment")
-    run_checked([patchkit, "check"], layout.deployment, env)
+    run_checked(PROG, [patchkit, "check"], layout.deployment, env=env)
 
     # Every run starts from the same patchkit cache state: empty now, filled by the warm-up.
     shutil.rmtree(layout.cache, ignore_errors=True)
@@ -962,14 +903,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     out.progress("warm-up: patchkit rebase --format json (cold patchkit cache: clones the upstream, fills the cache)")
     started = time.perf_counter()
-    done = run_checked([*rebase_argv, "--format", "json"], layout.deployment, env, hint)
+    done = run_checked(PROG, [*rebase_argv, "--format", "json"], layout.deployment, env=env, hint=hint)
     first = time.perf_counter() - started
     outcomes = read_outcomes(json.loads(done.stdout), tree)
     if not outcomes.committed:
-        fail("the warm-up rebase did not commit")
+        fail(PROG, "the warm-up rebase did not commit")
     if pinned_commit(layout) != tree.c2:
-        fail("after the warm-up rebase, lockfile.toml does not pin C2")
-    run_checked([patchkit, "check"], layout.deployment, env, hint)
+        fail(PROG, "after the warm-up rebase, lockfile.toml does not pin C2")
+    run_checked(PROG, [patchkit, "check"], layout.deployment, env=env, hint=hint)
     cli_tree = tree_digest(layout.deployment)
 
     loop = GitLoop(layout, tree)
@@ -977,7 +918,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.progress("warm-up: the git show + git merge-file loop")
     loop_first = loop.run()
     if loop_first.merged != n or loop_first.errors:
-        fail(f"the git loop merged {loop_first.merged}/{n} files with {loop_first.errors} errors")
+        fail(PROG, f"the git loop merged {loop_first.merged}/{n} files with {loop_first.errors} errors")
     differ = compare_merges(layout, tree)
     if differ:
         notes.append(
@@ -993,13 +934,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     for r in range(args.repeat):
         out.progress(f"timed round {r + 1}/{args.repeat}")
         restore(layout)
-        timings["patchkit"].seconds.append(timed(lambda: run_checked(rebase_argv, layout.deployment, env, hint)))
+        timings["patchkit"].seconds.append(
+            timed(lambda: run_checked(PROG, rebase_argv, layout.deployment, env=env, hint=hint))
+        )
         if pinned_commit(layout) != tree.c2:
-            fail(f"round {r + 1}: after the rebase, lockfile.toml does not pin C2")
+            fail(PROG, f"round {r + 1}: after the rebase, lockfile.toml does not pin C2")
         loop.prepare()
         timings["git_loop"].seconds.append(timed(lambda: loop_results.append(loop.run())))
         if loop_results[-1] != loop_first:
-            fail(f"round {r + 1}: the git loop gave {loop_results[-1]}, the warm-up {loop_first}")
+            fail(PROG, f"round {r + 1}: the git loop gave {loop_results[-1]}, the warm-up {loop_first}")
 
     out.progress("where the time goes: one rebase in process, stage by stage")
     restore(layout)

@@ -50,14 +50,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any
+
+# bench/benchlib.py: bench/ is sys.path[0] when this runs as a script (isort files it as third-party)
+from benchlib import Out, Timing, fail, find_patchkit, run_checked, timed
 
 from patchkit.hashing import sha256_many
 from patchkit.lockfile import Artifact, Lockfile, dumps
 from patchkit.values import RepoPath, Sha256
 
+PROG = "bench_sums"  # prefixes its error messages
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 
@@ -74,28 +78,6 @@ POOL_SIZE = 32 * MIB  # seeded random bytes that every file's content is cut fro
 WRITE_CHUNK = 8 * MIB
 TARGET_SHARE = 0.85  # the project's target: patchkit >= 85% of cores x OpenSSL
 OPENSSL_BLOCK = 16384
-
-# --------------------------------------------------------------------------- output
-
-
-class Out:
-    """Progress and the report go to one stream; progress always goes to stderr."""
-
-    def __init__(self, report: TextIO) -> None:
-        self.report = report
-
-    def line(self, text: str = "") -> None:
-        print(text, file=self.report, flush=True)
-
-    @staticmethod
-    def progress(text: str) -> None:
-        print(f"[bench] {text}", file=sys.stderr, flush=True)
-
-
-def fail(message: str) -> NoReturn:
-    print(f"bench_sums: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
-
 
 # --------------------------------------------------------------------------- the tree
 
@@ -161,16 +143,6 @@ def write_file(path: Path, spec: FileSpec, pool: memoryview) -> str:
     return h.hexdigest()
 
 
-def run_checked(
-    argv: Sequence[str], cwd: Path, hint: str = "", env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[bytes]:
-    done = subprocess.run(argv, cwd=cwd, capture_output=True, check=False, env=env)
-    if done.returncode != 0:
-        output = (done.stdout + done.stderr).decode(errors="replace").strip()
-        fail(f"`{' '.join(argv)}` in {cwd} exited {done.returncode}:\n{output}{hint}")
-    return done
-
-
 @dataclass(frozen=True)
 class Tree:
     root: Path
@@ -219,7 +191,7 @@ def ensure_tree(workdir: Path, size_gb: float, patchkit: str, out: Out, shape: s
 
     if root.exists():
         if not manifest_path.exists():
-            fail(f"{root} exists but was not made by this benchmark ({manifest_path} is missing); move it away")
+            fail(PROG, f"{root} exists but was not made by this benchmark ({manifest_path} is missing); move it away")
         out.progress(f"removing stale {root}")
         shutil.rmtree(root)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -227,7 +199,7 @@ def ensure_tree(workdir: Path, size_gb: float, patchkit: str, out: Out, shape: s
 
     out.progress(f"building {root}: {want['bytes'] / GB:.2f} GB in {len(specs)} files")
     started = time.perf_counter()
-    run_checked([patchkit, "init", str(root), "--name", "bench-sums"], cwd=workdir)
+    run_checked(PROG, [patchkit, "init", str(root), "--name", "bench-sums"], cwd=workdir)
     pool = memoryview(random.Random(SEED).randbytes(POOL_SIZE))  # noqa: S311 - test data
     artifacts: list[Artifact] = []
     for i, spec in enumerate(specs):
@@ -243,7 +215,7 @@ def ensure_tree(workdir: Path, size_gb: float, patchkit: str, out: Out, shape: s
     lock = Lockfile(name="bench-sums", artifacts=tuple(artifacts))
     (root / "lockfile.toml").write_text(dumps(lock), encoding="utf-8")
     out.progress("running `patchkit sums` to write SHA256SUMS")
-    run_checked([patchkit, "sums"], cwd=root)
+    run_checked(PROG, [patchkit, "sums"], cwd=root)
     manifest_path.write_text(json.dumps({**want, "complete": True}, indent=2) + "\n")
     return Tree(root, False, time.perf_counter() - started, large, len(specs) - large)
 
@@ -260,33 +232,11 @@ def listed_files(root: Path) -> dict[Path, str]:
 # --------------------------------------------------------------------------- timing
 
 
-@dataclass
-class Timing:
-    key: str
-    tag: str  # the row letter in the report
-    label: str
-    seconds: list[float] = field(default_factory=list)
-
-    @property
-    def best(self) -> float:
-        return min(self.seconds)
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.seconds)
-
-
-def timed(fn: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    fn()
-    return time.perf_counter() - started
-
-
 def subprocess_runner(argv: Sequence[str], cwd: Path, env: dict[str, str] | None = None) -> Callable[[], object]:
     hint = f"\n(was the tree modified? delete {cwd} and {cwd}.json to rebuild it)"
 
     def run() -> object:
-        return run_checked(argv, cwd, hint, env)
+        return run_checked(PROG, argv, cwd, env=env, hint=hint)
 
     return run
 
@@ -301,7 +251,7 @@ def library_runner(paths: list[Path], jobs: int) -> Callable[[], object]:
 def verify_digests(label: str, got: dict[Path, str | OSError], expected: dict[Path, str]) -> None:
     bad = [str(p) for p, digest in expected.items() if got.get(p) != digest]
     if bad:
-        fail(f"{label}: {len(bad)} digests differ from SHA256SUMS, e.g. {bad[0]}")
+        fail(PROG, f"{label}: {len(bad)} digests differ from SHA256SUMS, e.g. {bad[0]}")
 
 
 @dataclass(frozen=True)
@@ -387,17 +337,6 @@ def openssl_rate() -> OpenSSL | None:
 # --------------------------------------------------------------------------- main
 
 
-def find_patchkit() -> str:
-    """The console script of this interpreter (not a pyenv/asdf shim, which adds its own start-up)."""
-    beside = Path(sys.executable).parent / "patchkit"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    found = shutil.which("patchkit")
-    if found is None:
-        fail("no `patchkit` console script; pip install -e '.[test]' first")
-    return str(found)
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0] if __doc__ else None)
     p.add_argument("--size-gb", type=float, default=2.0, help="size of the deployment tree in GB (default 2)")
@@ -422,7 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     out = Out(sys.stderr if args.json else sys.stdout)
     cores = len(os.sched_getaffinity(0))
-    patchkit = find_patchkit()
+    patchkit = find_patchkit(PROG)
     sha256sum = shutil.which("sha256sum")
 
     tree = ensure_tree(args.workdir.resolve() / args.shape, args.size_gb, patchkit, out, args.shape)
