@@ -425,7 +425,7 @@ class Checker:
                 ("patches", i, "base"),
                 f"diff-only patch '{p.name}': base {p.base.path} is not in the local cache, "
                 "so the materialized file's sha256 was not recomputed",
-                "fetch the upstream base into the cache (patchkit materialize, with the upstream sources)",
+                "fetch the base and verify the file that runs: patchkit materialize",
                 severity="note",
             )
             return

@@ -584,6 +584,120 @@ def materialize(ctx: click.Context, out: Path | None, fmt: str) -> None:
     ctx.exit(EXIT_OK if all(r.ok for r in results) else EXIT_FINDINGS)
 
 
+@cli.group()
+def image() -> None:
+    """Resolve image references to digests, pin them, read files out of images."""
+
+
+PLATFORM = click.option("--platform", default="linux/amd64", show_default=True, help="os/architecture[/variant].")
+INSECURE = click.option(
+    "--insecure-registry",
+    "insecure",
+    multiple=True,
+    metavar="HOST[:PORT]",
+    help="Allow plain HTTP for this registry (loopback registries always may).",
+)
+
+
+@image.command("resolve")
+@click.argument("ref")
+@PLATFORM
+@INSECURE
+@FORMAT
+def image_resolve(ref: str, platform: str, insecure: tuple[str, ...], fmt: str) -> None:
+    """Resolve REF (repo:tag, registry/repo:tag, repo@sha256:…) to its digests, without a daemon.
+
+    The digest is the top-level one (a multi-platform index, or the manifest):
+    what compose pins. The platform digest is the manifest chosen for
+    --platform: what the files are read from.
+    """
+    from patchkit.images import resolve
+
+    found = resolve(ref, platform, insecure)
+    if fmt == "json":
+        click.echo(json.dumps(found, indent=2, sort_keys=True))
+        return
+    click.echo(f"{found['repository']}@{found['digest']}")
+    if found["platform_digest"] != found["digest"]:
+        click.echo(f"  {found['platform']}: {found['platform_digest']}")
+
+
+@image.command("pin")
+@click.argument("name")
+@click.argument("ref")
+@PLATFORM
+@INSECURE
+@FORMAT
+@click.pass_context
+def image_pin(ctx: click.Context, name: str, ref: str, platform: str, insecure: tuple[str, ...], fmt: str) -> None:
+    """Resolve REF and pin it as images.NAME: digest, tag, time, and the platform digest."""
+    from patchkit.images import pin
+
+    repo, lockf, _ = _open(ctx, writes=True)
+    _print_changes(pin(repo, lockf, name, ref, platform, insecure), fmt, "nothing changed")
+
+
+@image.command("cat")
+@click.argument("image_ref", metavar="IMAGE")
+@click.argument("path")
+@click.option("--via", type=click.Choice(["registry", "docker"]), default="registry", show_default=True)
+@PLATFORM
+@INSECURE
+@click.pass_context
+def image_cat(
+    ctx: click.Context, image_ref: str, path: str, via: str, platform: str, insecure: tuple[str, ...]
+) -> None:
+    """Print the file PATH of IMAGE (a reference, or the name of a pinned image)."""
+    from patchkit.errors import BadInput
+    from patchkit.images import image_reference, read
+
+    text = _pinned_or_given(ctx, image_ref, image_reference)
+    data = read(text, [path], via=via, platform=platform, insecure=insecure).get(path)
+    if data is None:
+        raise BadInput(f"{path}: no such file in {text}")
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+
+
+@image.command("files")
+@click.argument("image_ref", metavar="IMAGE")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Directory to write into.")
+@click.option("--via", type=click.Choice(["registry", "docker"]), default="registry", show_default=True)
+@PLATFORM
+@INSECURE
+@click.pass_context
+def image_files(
+    ctx: click.Context,
+    image_ref: str,
+    paths: tuple[str, ...],
+    out: Path,
+    via: str,
+    platform: str,
+    insecure: tuple[str, ...],
+) -> None:
+    """Copy PATHs out of IMAGE into --out, each at its container path; exit 1 if any is missing."""
+    from patchkit.images import image_reference, read, write_files
+
+    text = _pinned_or_given(ctx, image_ref, image_reference)
+    found = read(text, list(paths), via=via, platform=platform, insecure=insecure)
+    for path in write_files(found, out):
+        click.echo(f"wrote {out / path.lstrip('/')}")
+    missing = [p for p, data in found.items() if data is None]
+    for p in missing:
+        click.echo(f"missing {p}", err=True)
+    ctx.exit(EXIT_FINDINGS if missing else EXIT_OK)
+
+
+def _pinned_or_given(ctx: click.Context, text: str, lookup: Any) -> str:
+    """A pinned image's name maps to its digest reference when a lockfile is at hand."""
+    try:
+        _, lockf, _ = _open(ctx)
+    except PatchkitError:
+        return text
+    return str(lookup(lockf, text))
+
+
 def main() -> NoReturn:
     """Console entry point."""
     cli.main(prog_name="patchkit")
