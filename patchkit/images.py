@@ -1,0 +1,123 @@
+"""Images: resolve references to digests, pin them, and read files out of them.
+
+The registry path (patchkit.registry) needs no daemon; the engine path
+(patchkit.engine) goes through a local Docker engine. Both are imported only
+by the commands that use them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from patchkit.edit import Change, finish
+from patchkit.edit import Outcome as WriteOutcome
+from patchkit.errors import BadInput
+from patchkit.lockfile import Image, Lockfile
+from patchkit.repo import Repo, atomic_write
+from patchkit.values import Digest, check_name
+
+
+def _client(insecure: Iterable[str] = ()) -> Any:
+    from patchkit.registry import RegistryClient
+
+    return RegistryClient(insecure=tuple(insecure))
+
+
+def resolve(text: str, platform: str = "linux/amd64", insecure: Iterable[str] = ()) -> dict[str, Any]:
+    """Resolve a reference to its digests (index and platform manifest)."""
+    from patchkit.registry import ImageRef
+
+    ref = ImageRef.parse(text)
+    r = _client(insecure).resolve(ref, platform=platform)
+    return {
+        "reference": str(ref),
+        "repository": _display_repository(ref),
+        "tag": ref.tag,
+        "digest": str(r.digest),
+        "media_type": r.media_type,
+        "platform": str(r.platform),
+        "platform_digest": str(r.platform_digest),
+    }
+
+
+def _display_repository(ref: Any) -> str:
+    """The repository as compose and Docker write it: Docker Hub names short, others with the host."""
+    repo = str(ref.repository)
+    if ref.display_registry == "docker.io":
+        return repo.removeprefix("library/")
+    return f"{ref.display_registry}/{repo}"
+
+
+def pin(
+    repo: Repo, lock: Lockfile, name: str, text: str, platform: str = "linux/amd64", insecure: Iterable[str] = ()
+) -> WriteOutcome:
+    """Resolve ``text`` and record its digest, tag, time and platform digest under images.NAME."""
+    try:
+        check_name(name, "image name")
+    except ValueError as e:
+        raise BadInput(f"NAME: {e}") from e
+    found = resolve(text, platform, insecure)
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    old = next((i for i in lock.images if i.name == name), None)
+    new = Image(
+        name=name,
+        repository=found["repository"],
+        digest=Digest(found["digest"]),
+        tag=found["tag"],
+        resolved_at=now,
+        platform=found["platform"] if found["platform_digest"] != found["digest"] else None,
+        platform_digest=Digest(found["platform_digest"]) if found["platform_digest"] != found["digest"] else None,
+        version=old.version if old is not None and old.digest == Digest(found["digest"]) else None,
+        note=old.note if old is not None else None,
+    )
+    if old is not None and old.digest == new.digest and old.repository == new.repository:
+        new = dataclasses.replace(new, resolved_at=old.resolved_at)  # unchanged: keep the lockfile as it is
+    images = (*tuple(i for i in lock.images if i.name != name), new)
+    outcome = WriteOutcome(written=finish(repo, dataclasses.replace(lock, images=images)))
+    outcome.changes.append(Change(f"images[{name}]", str(old.digest) if old else "unpinned", str(new.digest)))
+    return outcome
+
+
+def image_reference(lock: Lockfile, text: str) -> str:
+    """A lockfile image name stands for its pinned reference; anything else is a reference."""
+    img = next((i for i in lock.images if i.name == text), None)
+    return img.reference if img is not None else text
+
+
+def read(
+    text: str,
+    paths: list[str],
+    *,
+    via: str = "registry",
+    platform: str = "linux/amd64",
+    insecure: Iterable[str] = (),
+) -> dict[str, bytes | None]:
+    """The bytes of absolute container paths in an image, through the registry or a Docker engine."""
+    for p in paths:
+        if not p.startswith("/"):
+            raise BadInput(f"{p}: container paths are absolute (start with '/')")
+    if via == "docker":
+        from patchkit.engine import DockerEngine
+
+        with DockerEngine() as engine:
+            if engine.image_id(text) is None:
+                engine.pull(text, platform=platform)
+            return dict(engine.read_files(text, paths))
+    from patchkit.registry import ImageRef
+
+    return dict(_client(insecure).read_files(ImageRef.parse(text), paths, platform=platform))
+
+
+def write_files(found: dict[str, bytes | None], out: Path) -> list[str]:
+    """Write each found file at its container path below ``out``; returns the paths written."""
+    written = []
+    for path, data in sorted(found.items()):
+        if data is None:
+            continue
+        atomic_write(out / path.lstrip("/"), data)
+        written.append(path)
+    return written
