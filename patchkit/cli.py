@@ -163,6 +163,16 @@ def _print_changes(outcome: Any, fmt: str, nothing: str) -> None:
         click.echo(nothing)
 
 
+PLATFORM = click.option("--platform", default="linux/amd64", show_default=True, help="os/architecture[/variant].")
+INSECURE = click.option(
+    "--insecure-registry",
+    "insecure",
+    multiple=True,
+    metavar="HOST[:PORT]",
+    help="Allow plain HTTP for this registry (loopback registries always may).",
+)
+
+
 FORMAT = click.option(
     "--format",
     "fmt",
@@ -198,8 +208,15 @@ def init(directory: Path, name: str | None) -> None:
     show_default=True,
     help="text for people, json for machines, github for workflow annotations (::error file=…,line=…::).",
 )
+@click.option("--online", is_flag=True, help="Also ask the registries: pinned digests resolve, tags that moved.")
+@click.option(
+    "--image-bases",
+    is_flag=True,
+    help="With --online: compare each overlay's base with the file at its target in the pinned images.",
+)
+@INSECURE
 @click.pass_context
-def check(ctx: click.Context, fmt: str) -> None:
+def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, insecure: tuple[str, ...]) -> None:
     """Verify every offline invariant of the deployment; exit 1 on any finding.
 
     \b
@@ -220,6 +237,16 @@ def check(ctx: click.Context, fmt: str) -> None:
 
     repo, lock, data = _open(ctx)
     result = run_check(repo, lock, data, _store())
+    if image_bases and not online:
+        from patchkit.errors import BadInput
+
+        raise BadInput("--image-bases needs --online (it reads files from the registries)")
+    if online:
+        from patchkit.online import image_findings
+        from patchkit.tomlpos import LineIndex
+
+        index = LineIndex(data.decode("utf-8"))
+        result.findings.extend(image_findings(lock, index.line_of, insecure=insecure, image_bases=image_bases))
     click.echo(render(result, fmt), nl=False)
     ctx.exit(EXIT_OK if result.ok else EXIT_FINDINGS)
 
@@ -587,16 +614,6 @@ def materialize(ctx: click.Context, out: Path | None, fmt: str) -> None:
 @cli.group()
 def image() -> None:
     """Resolve image references to digests, pin them, read files out of images."""
-
-
-PLATFORM = click.option("--platform", default="linux/amd64", show_default=True, help="os/architecture[/variant].")
-INSECURE = click.option(
-    "--insecure-registry",
-    "insecure",
-    multiple=True,
-    metavar="HOST[:PORT]",
-    help="Allow plain HTTP for this registry (loopback registries always may).",
-)
 
 
 @image.command("resolve")

@@ -1,0 +1,94 @@
+"""``patchkit check --online``: what only the network can tell.
+
+Each pinned image's digest must still resolve in its registry (a failure);
+a recorded tag that now points elsewhere is worth knowing (a note: the pin
+is what runs). With ``--image-bases``, each overlay whose target exists in a
+pinned image is compared with the recorded base: a difference means the
+overlay would silently revert what that image contains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from patchkit.check import Finding
+from patchkit.hashing import sha256_bytes
+from patchkit.lockfile import LOCKFILE_NAME, Lockfile, PatchKind
+
+if TYPE_CHECKING:
+    from patchkit.registry import RegistryClient
+
+Locate = Callable[[tuple[str | int, ...]], int | None]
+
+
+def image_findings(
+    lock: Lockfile, locate: Locate, *, insecure: Iterable[str] = (), image_bases: bool = False
+) -> list[Finding]:
+    """Findings about the lockfile's images from their registries."""
+    from patchkit.registry import ImageRef, RegistryClient
+
+    client = RegistryClient(insecure=tuple(insecure))
+    out: list[Finding] = []
+    for img in lock.images:
+        line = locate(("images", img.name, "digest"))
+        pinned = ImageRef.parse(f"{img.repository}@{img.digest}")
+        if not client.exists(pinned):
+            out.append(
+                Finding(
+                    "image-gone",
+                    LOCKFILE_NAME,
+                    line,
+                    f"images.{img.name}: {img.repository}@{img.digest} no longer resolves in its registry",
+                    f"pin an image that exists: patchkit image pin {img.name} {img.repository}:<tag>",
+                    field=f"images.{img.name}.digest",
+                )
+            )
+            continue
+        if img.tag:
+            now = client.resolve(ImageRef.parse(f"{img.repository}:{img.tag}"))
+            if str(now.digest) != str(img.digest):
+                out.append(
+                    Finding(
+                        "tag-moved",
+                        LOCKFILE_NAME,
+                        line,
+                        f"images.{img.name}: tag {img.tag} now points to {now.digest}, not the pinned {img.digest} "
+                        "(the pin is what runs)",
+                        f"to move to it: patchkit image pin {img.name} {img.repository}:{img.tag}",
+                        field=f"images.{img.name}.tag",
+                        severity="note",
+                    )
+                )
+    if image_bases:
+        out.extend(_image_bases(lock, locate, client))
+    return out
+
+
+def _image_bases(lock: Lockfile, locate: Locate, client: RegistryClient) -> list[Finding]:
+    from patchkit.registry import ImageRef
+
+    overlays = [(i, p) for i, p in enumerate(lock.patches) if p.kind is PatchKind.OVERLAY and p.base is not None]
+    out: list[Finding] = []
+    for img in lock.images:
+        found = client.read_files(
+            ImageRef.parse(f"{img.repository}@{img.digest}"), [str(p.target) for _, p in overlays]
+        )
+        for i, p in overlays:
+            data = found.get(str(p.target))
+            if data is None or p.base is None:
+                continue
+            got = sha256_bytes(data)
+            if got != p.base.sha256.hex:
+                out.append(
+                    Finding(
+                        "image-base-mismatch",
+                        LOCKFILE_NAME,
+                        locate(("patches", i, "base", "sha256")),
+                        f"'{p.name}': {p.target} in image {img.name} has sha256 {got[:12]}…, not the recorded base "
+                        f"{p.base.sha256.short}…: the overlay would revert what the image contains",
+                        f"rebase the patch onto the image's file: patchkit rebase --upstream {p.base.upstream} …",
+                        field=f"patches[{p.name}].base.sha256",
+                    )
+                )
+    return out

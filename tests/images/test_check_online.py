@@ -1,0 +1,103 @@
+"""patchkit check --online against the real local registry."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import Invoke
+
+from .conftest import ImageBuilder, RegistryServer
+
+TARGET = "/usr/local/lib/python3.12/dist-packages/vllm/worker.py"
+BASE = b"def restore():\n    return 1\n"
+
+
+@pytest.fixture
+def pinned(
+    invoke: Invoke, tmp_path: Path, image_builder: ImageBuilder, registry_server: RegistryServer
+) -> tuple[Path, str]:
+    """A deployment pinning a fresh image (its own tag) that carries TARGET with BASE."""
+    tag = f"online-{tmp_path.name[-12:].lower().replace('_', '-')}"
+    image_builder.new(tag)
+    image_builder.repack(tag, {TARGET.lstrip("/"): BASE})
+    ref = registry_server.push(image_builder.ref(tag), f"patchkit/online:{tag}")
+    root = tmp_path / "deploy"
+    assert invoke("init", str(root)).exit_code == 0
+    assert invoke("image", "pin", "vllm", ref, repo=root).exit_code == 0
+    with (root / "lockfile.toml").open("a") as f:
+        f.write('\n[upstreams.vllm]\ngit = "https://github.com/vllm-project/vllm"\n')
+    assert invoke("lock", repo=root).exit_code == 0
+    base = tmp_path / "base.py"
+    base.write_bytes(BASE)
+    edited = tmp_path / "worker.py"
+    edited.write_bytes(BASE.replace(b"return 1", b"return 2"))
+    r = invoke(
+        "add", str(edited), "--target", TARGET, "--upstream", "vllm", "--upstream-path", "vllm/worker.py",
+        "--base", str(base), repo=root,
+    )  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    return root, tag
+
+
+def findings(invoke: Invoke, root: Path, *args: str) -> tuple[int, list[dict[str, object]]]:
+    r = invoke("check", "--online", "--format", "json", *args, repo=root)
+    assert r.stdout, r.stderr
+    return r.exit_code, json.loads(r.stdout)["findings"]
+
+
+def test_online_passes_and_image_bases_match(invoke: Invoke, pinned: tuple[Path, str]) -> None:
+    root, _ = pinned
+    code, found = findings(invoke, root, "--image-bases")
+    assert code == 0, found
+    assert found == []
+
+
+def test_tag_moved_is_a_note(
+    invoke: Invoke, pinned: tuple[Path, str], image_builder: ImageBuilder, registry_server: RegistryServer
+) -> None:
+    root, tag = pinned
+    image_builder.repack(tag, {"etc/moved": b"1\n"})
+    registry_server.push(image_builder.ref(tag), f"patchkit/online:{tag}")
+    code, found = findings(invoke, root)
+    assert code == 0
+    assert [(f["code"], f["severity"]) for f in found] == [("tag-moved", "note")]
+
+
+def test_pinned_digest_gone_fails(invoke: Invoke, pinned: tuple[Path, str]) -> None:
+    root, _ = pinned
+    lock = root / "lockfile.toml"
+    text = lock.read_text()
+    start = text.index('digest = "sha256:') + len('digest = "sha256:')
+    lock.write_text(text[:start] + "0" * 64 + text[start + 64 :])
+    assert invoke("sums", repo=root).exit_code == 0
+    code, found = findings(invoke, root)
+    assert code == 1
+    assert [f["code"] for f in found] == ["image-gone"]
+    assert found[0]["field"] == "images.vllm.digest"
+
+
+def test_image_base_mismatch_fails(invoke: Invoke, pinned: tuple[Path, str], tmp_path: Path) -> None:
+    root, _ = pinned
+    assert invoke("remove", "worker", repo=root).exit_code == 0
+    older = tmp_path / "older.py"
+    older.write_bytes(b"def restore():\n    return 0\n")
+    edited = tmp_path / "worker.py"
+    r = invoke(
+        "add", str(edited), "--target", TARGET, "--upstream", "vllm", "--upstream-path", "vllm/worker.py",
+        "--base", str(older), repo=root,
+    )  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    assert invoke("check", repo=root).exit_code == 0  # offline, nothing can tell
+    code, found = findings(invoke, root, "--image-bases")
+    assert code == 1
+    assert [f["code"] for f in found] == ["image-base-mismatch"]
+    assert "would revert what the image contains" in str(found[0]["message"])
+
+
+def test_image_bases_needs_online(invoke: Invoke, pinned: tuple[Path, str]) -> None:
+    root, _ = pinned
+    r = invoke("check", "--image-bases", repo=root)
+    assert r.exit_code == 2 and "--image-bases needs --online" in r.stderr
