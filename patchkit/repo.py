@@ -172,6 +172,7 @@ def write_all(root: Path, files: dict[str, bytes], deletes: Iterable[str] = ()) 
     transaction. Unchanged files are not touched. Returns the paths that
     changed, in order.
     """
+
     def stage(item: tuple[str, bytes]) -> tuple[str, Path, Path | WriteFailed | None]:
         rel, data = item
         path = root / rel

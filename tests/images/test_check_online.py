@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import Invoke
 
 from .conftest import ImageBuilder, RegistryServer
