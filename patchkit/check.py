@@ -192,6 +192,8 @@ class Checker:
                 continue
             if up.source == "wheel" and p.base.version is not None and up.wheel_version is not None:
                 field, have, want = "version", p.base.version, up.wheel_version
+            elif up.source == "image" and p.base.version is not None and up.version is not None:
+                field, have, want = "version", p.base.version, up.version
             elif p.base.commit is not None and up.commit is not None:
                 field, have, want = "commit", p.base.commit.short, up.commit.short
             else:

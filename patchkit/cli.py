@@ -411,6 +411,11 @@ def upstream() -> None:
 @click.option("--commit", metavar="REV", help="With --git: a commit, branch or tag; the full commit is pinned.")
 @click.option("--wheel", metavar="PROJECT==VERSION", help="A wheel from the package index, pinned by its sha256.")
 @click.option("--dir", "directory", metavar="PATH", help="A directory tree (an unpacked wheel or image filesystem).")
+@click.option(
+    "--image", "image_ref", metavar="REF", help="A container image: its files under --prefix, pinned by digest."
+)
+@click.option("--prefix", metavar="PATH", help="With --image: where the upstream tree is inside the image.")
+@PLATFORM
 @click.option("--note", help="One line for reviewers, e.g. why this source.")
 @FORMAT
 @click.pass_context
@@ -421,6 +426,9 @@ def upstream_add(
     commit: str | None,
     wheel: str | None,
     directory: str | None,
+    image_ref: str | None,
+    prefix: str | None,
+    platform: str,
     note: str | None,
     fmt: str,
 ) -> None:
@@ -430,12 +438,25 @@ def upstream_add(
       patchkit upstream add vllm --git https://github.com/vllm-project/vllm --commit 124154a8…
       patchkit upstream add vllm-release --wheel vllm==0.26.0
       patchkit upstream add image-fs --dir /srv/rootfs/usr/local/lib/python3.12/dist-packages
+      patchkit upstream add nightly --image vllm/vllm-openai-rocm:nightly \\
+          --prefix /usr/local/lib/python3.12/dist-packages
     """
     from patchkit.upstreams import register
 
     repo, lockf, _ = _open(ctx, writes=True)
     outcome = register(
-        repo, lockf, name, _cache(), git=git_url, commit=commit, wheel=wheel, directory=directory, note=note
+        repo,
+        lockf,
+        name,
+        _cache(),
+        git=git_url,
+        commit=commit,
+        wheel=wheel,
+        directory=directory,
+        image=image_ref,
+        prefix=prefix,
+        platform=platform,
+        note=note,
     )
     _print_changes(outcome, fmt, "nothing changed")
 

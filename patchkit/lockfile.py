@@ -106,6 +106,11 @@ class Upstream:
     wheel_file: str | None = None
     dir: str | None = None
     dir_sha256: Sha256 | None = None
+    image: str | None = None
+    image_digest: Digest | None = None
+    image_tag: str | None = None
+    prefix: ContainerPath | None = None
+    platform: str | None = None
 
     @property
     def wheel_project(self) -> str | None:
@@ -122,6 +127,9 @@ class Upstream:
             return f"{self.wheel} ({self.wheel_sha256.short if self.wheel_sha256 else 'unpinned'})"
         if self.source == "dir":
             return f"dir {self.dir} ({self.dir_sha256.short if self.dir_sha256 else 'unpinned'})"
+        if self.source == "image":
+            digest = self.image_digest.hex[:12] if self.image_digest else "unpinned"
+            return f"{self.image}@sha256:{digest}" + (f" ({self.version})" if self.version else "")
         return self.commit.short if self.commit else "unpinned"
 
 
@@ -557,7 +565,8 @@ def _read_model(t: dict[str, Any], r: _Reader) -> Model | None:
 
 
 _UPSTREAM_FIELDS = (
-    "source", "git", "commit", "wheel", "wheel_sha256", "wheel_file", "dir", "dir_sha256", "version", "note",
+    "source", "git", "commit", "wheel", "wheel_sha256", "wheel_file", "dir", "dir_sha256",
+    "image", "image_digest", "image_tag", "prefix", "platform", "version", "note",
 )  # fmt: skip
 _WHEEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!_-]*")
 
@@ -574,14 +583,21 @@ def _read_upstream(key: str, t: dict[str, Any], path: FieldPath, r: _Reader) -> 
     source = r.string(t, path, "source")
     if source is None:
         source = "wheel" if wheel is not None else "dir" if directory is not None else "git"
-    if source not in ("git", "wheel", "dir"):
-        r.problem((*path, "source"), f"unknown source '{source}' (git, wheel or dir)")
+    image = r.string(t, path, "image")
+    if source == "git" and image is not None and wheel is None and directory is None:
+        source = "image"
+    if source not in ("git", "wheel", "dir", "image"):
+        r.problem((*path, "source"), f"unknown source '{source}' (git, wheel, dir or image)")
+    elif source == "image" and (image is None or "image_digest" not in t or "prefix" not in t):
+        r.problem(path, "an image upstream needs 'image' (the repository), 'image_digest' and 'prefix'")
     elif source == "wheel" and wheel is None:
         r.problem(path, "a wheel upstream needs 'wheel = \"project==version\"'")
     elif source == "dir" and directory is None:
         r.problem(path, "a dir upstream needs 'dir' (the directory's path)")
     wheel_sha = r.typed(t, path, "wheel_sha256", Sha256)
     dir_sha = r.typed(t, path, "dir_sha256", Sha256)
+    image_digest = r.typed(t, path, "image_digest", Digest, hint="pin images by digest")
+    prefix = r.typed(t, path, "prefix", ContainerPath)
     if name is None:
         return None
     return Upstream(
@@ -596,6 +612,11 @@ def _read_upstream(key: str, t: dict[str, Any], path: FieldPath, r: _Reader) -> 
         wheel_file=r.string(t, path, "wheel_file"),
         dir=directory,
         dir_sha256=dir_sha,
+        image=image,
+        image_digest=image_digest,
+        image_tag=r.string(t, path, "image_tag"),
+        prefix=prefix,
+        platform=r.string(t, path, "platform"),
     )
 
 
@@ -766,7 +787,7 @@ def dumps(lock: Lockfile) -> str:
     if lock.upstreams:
         doc["upstreams"] = {
             u.name: _table(
-                source=None if u.source == "git" else u.source,
+                source=None if u.source in ("git", "image") else u.source,
                 git=u.git,
                 commit=u.commit,
                 wheel=u.wheel,
@@ -774,6 +795,11 @@ def dumps(lock: Lockfile) -> str:
                 wheel_file=u.wheel_file,
                 dir=u.dir,
                 dir_sha256=u.dir_sha256,
+                image=u.image,
+                image_digest=u.image_digest,
+                image_tag=u.image_tag,
+                prefix=u.prefix,
+                platform=u.platform,
                 version=u.version,
                 note=u.note,
             )

@@ -34,7 +34,7 @@ from patchkit.lockfile import Base, DiffPin, Lockfile, Patch, PatchKind, Upstrea
 from patchkit.merge import MergeResult, Outcome, conflict_markers_remain, rebase_file
 from patchkit.repo import WORK_DIR, Repo, atomic_write
 from patchkit.sources.interface import Pin, Snapshot, UpstreamSource
-from patchkit.values import ContainerPath, Revision, Sha256, UpstreamPath
+from patchkit.values import ContainerPath, Digest, Revision, Sha256, UpstreamPath
 
 STATE_DIR = f"{WORK_DIR}/rebase"
 STATE_FILE = f"{STATE_DIR}/state.json"
@@ -129,7 +129,10 @@ def _bases(
             out[p.name] = data
             continue
         up = lock.upstream(base.upstream)
-        ref = str(base.commit) if base.commit else base.version or (_current_ref(up) if up else None)
+        if up is not None and up.source == "image":
+            ref = _current_ref(up)  # an image base records the runtime version, not a reference
+        else:
+            ref = str(base.commit) if base.commit else base.version or (_current_ref(up) if up else None)
         if ref is None or old_source is None or up is None:
             raise PatchkitError(
                 f"'{p.name}': its base {base.path} (sha256 {base.sha256.short}…) is not available offline "
@@ -161,6 +164,8 @@ def _current_ref(up: Upstream) -> str | None:
         return up.wheel_version
     if up.source == "dir":
         return up.dir
+    if up.source == "image":
+        return str(up.image_digest) if up.image_digest else None
     return str(up.commit) if up.commit else None
 
 
@@ -249,6 +254,16 @@ def _new_upstream(up: Upstream, pin: Pin) -> Upstream:
             wheel_file=pin.filename,
             version=pin.version,
         )
+    if pin.kind == "image":
+        repository = (pin.path or "").split("@", 1)[0] or up.image
+        return dataclasses.replace(
+            up,
+            source="image",
+            image=repository,
+            image_digest=Digest(f"sha256:{pin.sha256}") if pin.sha256 else up.image_digest,
+            image_tag=None,
+            version=pin.version,
+        )
     if pin.kind == "dir":
         return dataclasses.replace(
             up, source="dir", dir=pin.path, dir_sha256=Sha256(pin.sha256) if pin.sha256 else None
@@ -307,7 +322,7 @@ def prepare(
             path=UpstreamPath(r.new_path),
             sha256=Sha256(r.theirs_sha256),
             commit=Revision(pin.commit) if pin.kind == "git" and pin.commit else None,
-            version=pin.version if pin.kind == "wheel" else None,
+            version=pin.version if pin.kind in ("wheel", "image") else None,
         )
         new_patch = dataclasses.replace(
             p,

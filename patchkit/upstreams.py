@@ -12,7 +12,7 @@ from patchkit.errors import BadInput
 from patchkit.lockfile import Lockfile, PatchKind, Upstream
 from patchkit.repo import Repo
 from patchkit.sources.interface import Pin
-from patchkit.values import Revision, Sha256, check_name
+from patchkit.values import ContainerPath, Digest, Revision, Sha256, check_name
 
 
 def register(
@@ -25,6 +25,9 @@ def register(
     commit: str | None = None,
     wheel: str | None = None,
     directory: str | None = None,
+    image: str | None = None,
+    prefix: str | None = None,
+    platform: str = "linux/amd64",
     note: str | None = None,
 ) -> WriteOutcome:
     """Resolve the source to an exact pin (fetching or downloading as needed) and record it."""
@@ -37,10 +40,12 @@ def register(
             f"upstream '{name}' already exists",
             f"to move it to a new pin: patchkit rebase --upstream {name} --onto REV",
         )
-    chosen = [x for x in (git, wheel, directory) if x is not None]
+    chosen = [x for x in (git, wheel, directory, image) if x is not None]
     if len(chosen) != 1:
-        raise BadInput("give exactly one of --git URL, --wheel PROJECT==VERSION or --dir PATH")
-    if git is not None:
+        raise BadInput("give exactly one of --git URL, --wheel PROJECT==VERSION, --dir PATH or --image REF")
+    if image is not None:
+        up = _image_upstream(name, image, prefix, platform, note)
+    elif git is not None:
         from patchkit.sources.git import GitSource
 
         if commit is None:
@@ -71,6 +76,31 @@ def register(
     return outcome
 
 
+def _image_upstream(name: str, text: str, prefix: str | None, platform: str, note: str | None) -> Upstream:
+    from patchkit.registry import ImageRef
+    from patchkit.sources.image import ImageSource, display_repository
+
+    if prefix is None:
+        raise BadInput(
+            "--image needs --prefix: where the upstream tree is inside the image",
+            "e.g. --prefix /usr/local/lib/python3.12/dist-packages",
+        )
+    with ImageSource(display_repository(ImageRef.parse(text)), prefix, platform=platform) as source:
+        snap = source.snapshot(text)
+        version = snap.version
+        return Upstream(
+            name=name,
+            source="image",
+            image=source.repository,
+            image_digest=Digest(str(snap.digest)),
+            image_tag=snap.tag,
+            prefix=ContainerPath(source.prefix),
+            platform=None if platform == "linux/amd64" else platform,
+            version=version,
+            note=note,
+        )
+
+
 def _wheel_upstream(name: str, project: str, pin: Pin, note: str | None) -> Upstream:
     return Upstream(
         name=name,
@@ -88,7 +118,7 @@ def listing(lock: Lockfile) -> list[dict[str, Any]]:
     out = []
     for up in sorted(lock.upstreams, key=lambda u: u.name):
         patches = [p.name for p in lock.patches if p.base is not None and p.base.upstream == up.name]
-        location = {"git": up.git, "wheel": up.wheel, "dir": up.dir}.get(up.source)
+        location = {"git": up.git, "wheel": up.wheel, "dir": up.dir, "image": up.image}.get(up.source)
         out.append(
             {
                 "name": up.name,

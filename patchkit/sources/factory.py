@@ -23,6 +23,12 @@ def open_source(up: Upstream, cache: Path, repo_root: Path) -> UpstreamSource:
         if up.dir is None:
             raise BadInput(f"upstream '{up.name}': a dir upstream needs 'dir'")
         return DirSource(_dir(up.dir, repo_root))
+    if up.source == "image":
+        from patchkit.sources.image import ImageSource
+
+        if up.image is None or up.prefix is None:
+            raise BadInput(f"upstream '{up.name}': an image upstream needs 'image' and 'prefix'")
+        return ImageSource(up.image, str(up.prefix), platform=up.platform or "linux/amd64")
     from patchkit.sources.git import GitSource
 
     if up.git is None:
@@ -42,6 +48,14 @@ def parse_source(text: str, up: Upstream, cache: Path, repo_root: Path) -> tuple
 
         return GitSource(up.git, cache), None
     kind, _, arg = text.partition(":")
+    if kind == "image" and arg:
+        from patchkit.registry import ImageRef
+        from patchkit.sources.image import ImageSource, display_repository
+
+        if up.prefix is None:
+            raise BadInput(f"--source image: upstream '{up.name}' has no 'prefix' (where its files are in the image)")
+        ref = ImageRef.parse(arg)
+        return ImageSource(display_repository(ref), str(up.prefix), platform=up.platform or "linux/amd64"), arg
     if kind == "dir" and arg:
         from patchkit.sources.directory import DirSource
 
@@ -51,7 +65,7 @@ def parse_source(text: str, up: Upstream, cache: Path, repo_root: Path) -> tuple
 
         project, version = arg.split("==", 1)
         return WheelSource(project, cache), version
-    raise BadInput(f"--source {text!r}: expected git, dir:PATH or wheel:PROJECT==VERSION")
+    raise BadInput(f"--source {text!r}: expected git, dir:PATH, wheel:PROJECT==VERSION or image:REF")
 
 
 def pinned_snapshot(source: UpstreamSource, up: Upstream, ref: str | None = None) -> Snapshot:
@@ -68,6 +82,11 @@ def pinned_snapshot(source: UpstreamSource, up: Upstream, ref: str | None = None
         return source.snapshot(version)
     if up.source == "dir":
         return source.snapshot(ref or "")
+    if up.source == "image":
+        digest = ref or (str(up.image_digest) if up.image_digest else None)
+        if digest is None:
+            raise BadInput(f"upstream '{up.name}': no image digest pinned")
+        return source.snapshot(digest)
     commit = ref or (str(up.commit) if up.commit else None)
     if commit is None:
         raise BadInput(f"upstream '{up.name}': no commit pinned", "pin one: patchkit upstream add")

@@ -50,6 +50,9 @@ class Pin:
     def describe(self) -> str:
         if self.kind == "git":
             return self.commit[:12] if self.commit else "?"
+        if self.kind == "image":
+            where = (self.path or "?").split("@", 1)[0]
+            return f"{where}@sha256:{(self.sha256 or '?')[:12]}" + (f" ({self.version})" if self.version else "")
         if self.kind == "wheel":
             project = (self.filename or "?").split("-", 1)[0]
             return f"{project}=={self.version} ({(self.sha256 or '?')[:12]})"

@@ -1,0 +1,64 @@
+"""An image as the upstream source: register it, then rebase onto a newer image."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import Invoke
+
+from .conftest import ImageBuilder, RegistryServer
+
+PREFIX = "usr/local/lib/python3.12/dist-packages"
+WORKER = b"class Worker:\n    def restore(self, blocks):\n        return len(blocks)\n\n\ndef helper():\n    return 1\n"
+
+
+def test_upstream_from_an_image_and_rebase_onto_the_next(
+    invoke: Invoke, tmp_path: Path, image_builder: ImageBuilder, registry_server: RegistryServer
+) -> None:
+    image_builder.new("nightly-1")
+    image_builder.repack(
+        "nightly-1",
+        {
+            f"{PREFIX}/vllm/_version.py": b"__version__ = version = '0.26.1rc1.dev229+g124154a88'\n",
+            f"{PREFIX}/vllm/worker.py": WORKER,
+        },
+    )
+    old = registry_server.push(image_builder.ref("nightly-1"), "pk/vllm-rocm:nightly-1")
+    root = tmp_path / "deploy"
+    assert invoke("init", str(root)).exit_code == 0
+    r = invoke("upstream", "add", "nightly", "--image", old, "--prefix", f"/{PREFIX}", repo=root)
+    assert r.exit_code == 0, r.stderr
+    lock = (root / "lockfile.toml").read_text()
+    assert (
+        'version = "0.26.1rc1.dev229+g124154a88"' in lock
+        and 'prefix = "/usr/local/lib/python3.12/dist-packages"' in lock
+    )
+    listing = json.loads(invoke("upstream", "list", "--format", "json", repo=root).stdout)
+    assert listing[0]["source"] == "image"
+
+    edited = tmp_path / "worker.py"
+    edited.write_bytes(WORKER.replace(b"        return len(blocks)", b"        sync()\n        return len(blocks)"))
+    r = invoke(
+        "add", str(edited), "--target", f"/{PREFIX}/vllm/worker.py", "--upstream", "nightly",
+        "--upstream-path", "vllm/worker.py", repo=root,
+    )  # fmt: skip
+    assert r.exit_code == 0, r.stderr  # the base was read from the pinned image
+    assert invoke("check", repo=root).exit_code == 0
+
+    image_builder.repack(
+        "nightly-1",
+        {
+            f"{PREFIX}/vllm/_version.py": b"__version__ = version = '0.26.1rc1.dev250+gabcdef012'\n",
+            f"{PREFIX}/vllm/worker.py": WORKER.replace(b"    return 1", b"    return 2"),
+        },
+    )
+    new = registry_server.push(image_builder.ref("nightly-1"), "pk/vllm-rocm:nightly-2")
+    r = invoke("rebase", "--upstream", "nightly", "--source", f"image:{new}", "--format", "json", repo=root)
+    assert r.exit_code == 0, r.stderr
+    assert {p["name"]: p["outcome"] for p in json.loads(r.stdout)["patches"]} == {"worker": "clean"}
+    lock = (root / "lockfile.toml").read_text()
+    assert 'version = "0.26.1rc1.dev250+gabcdef012"' in lock
+    merged = (root / "patches" / "worker.py").read_bytes()
+    assert b"sync()" in merged and b"return 2" in merged
+    assert invoke("check", repo=root).exit_code == 0
