@@ -569,6 +569,75 @@ def rebase(
 
 
 @cli.command()
+@click.option("--image", "image_ref", metavar="REF", required=True, help="The new image (a tag or a digest).")
+@click.option("--upstream", "upstream_name", metavar="NAME", help="The image upstream (default: REF's repository).")
+@click.option("--drop", multiple=True, metavar="NAME", help="Drop this patch in the bump (e.g. deleted upstream).")
+@click.option("--summary", type=click.Path(dir_okay=False, path_type=Path), help="Write a Markdown summary for the PR.")
+@FORMAT
+@click.pass_context
+def bump(
+    ctx: click.Context,
+    image_ref: str,
+    upstream_name: str | None,
+    drop: tuple[str, ...],
+    summary: Path | None,
+    fmt: str,
+) -> None:
+    """Move the deployment to a new image: rebase its overlays onto the image's files, re-pin it.
+
+    Resolves REF, reads the runtime version inside it (vllm/_version.py:
+    0.26.1rc1.dev229+g124154a88 -> commit 124154a88), rebases every overlay
+    of the image upstream onto the files in the new image, and moves every
+    pinned image of that repository to the new digest, all in one
+    transaction. Conflicts wait for `patchkit rebase --continue` as usual.
+    """
+    from patchkit import rebase as rb
+    from patchkit.images import bump_plan
+    from patchkit.sources.image import commit_prefix
+
+    repo, lockf, data = _open(ctx, writes=True)
+    upstream_found, pins = bump_plan(lockf, image_ref, upstream_name)
+    started = rb.start(
+        repo,
+        lockf,
+        data,
+        onto=None,
+        upstream=upstream_found,
+        source=f"image:{image_ref}",
+        cache=_cache(),
+        store=_store(),
+        drop=drop,
+        image_pins=pins,
+    )
+    if summary is not None:
+        from patchkit.repo import atomic_write
+
+        atomic_write(summary, rb.summary_markdown(started.plan).encode())
+    version = started.plan.new_pin.version
+    if fmt == "json":
+        doc = rb.result_json(started.plan)
+        doc.update(
+            committed=started.outcome is not None,
+            images=pins,
+            version=version,
+            commit_prefix=commit_prefix(version),
+            work_files=started.conflict_files,
+        )
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        click.echo(rb.table(started.plan), nl=False)
+        if version:
+            click.echo(f"runtime version {version} (upstream commit {commit_prefix(version) or 'unknown'})")
+        for name, digest in sorted(pins.items()):
+            click.echo(f"images[{name}] -> {digest}")
+        if started.outcome is None:
+            click.echo("nothing in the repository changed; resolve, then: patchkit rebase --continue")
+            for rel in started.conflict_files:
+                click.echo(f"  resolve {rel}")
+    ctx.exit(EXIT_OK if started.outcome is not None else EXIT_FINDINGS)
+
+
+@cli.command()
 @FORMAT
 @click.pass_context
 def status(ctx: click.Context, fmt: str) -> None:

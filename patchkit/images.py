@@ -121,3 +121,29 @@ def write_files(found: dict[str, bytes | None], out: Path) -> list[str]:
         atomic_write(out / path.lstrip("/"), data)
         written.append(path)
     return written
+
+
+def bump_plan(lock: Lockfile, text: str, upstream: str | None = None) -> tuple[str, dict[str, str]]:
+    """For ``bump --image REF``: the image upstream to rebase and the images to re-pin (name -> digest).
+
+    The upstream is the image upstream of REF's repository (or ``upstream``);
+    every ``[images]`` entry of that repository moves to REF's digest in the
+    same transaction, so the deployed image and the patches' bases agree.
+    """
+    from patchkit.registry import ImageRef
+    from patchkit.sources.image import display_repository
+
+    ref = ImageRef.parse(text)
+    repository = display_repository(ref)
+    candidates = [u for u in lock.upstreams if u.source == "image" and (upstream is None or u.name == upstream)]
+    if upstream is None:
+        candidates = [u for u in candidates if u.image == repository]
+    if len(candidates) != 1:
+        known = ", ".join(f"{u.name} ({u.image})" for u in lock.upstreams if u.source == "image") or "none"
+        raise BadInput(
+            f"no single image upstream for {repository} (image upstreams: {known})",
+            "register one (patchkit upstream add NAME --image REF --prefix PATH) or pass --upstream NAME",
+        )
+    resolved = _client().resolve(ref)
+    pins = {img.name: str(resolved.digest) for img in lock.images if img.repository == repository}
+    return candidates[0].name, pins

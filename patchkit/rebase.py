@@ -86,6 +86,8 @@ class Plan:
     old_pin: str
     new_pin: Pin
     results: list[PatchResult] = field(default_factory=list)
+    # Images to move with the bump (bump --image): name -> new digest, in the same transaction.
+    image_pins: dict[str, str] = field(default_factory=dict)
 
     @property
     def blocked(self) -> list[PatchResult]:
@@ -334,7 +336,19 @@ def prepare(
         outcome.changes.append(_change(p.name, r, "resolved" if p.name in resolved else r.outcome.value))
         patches.append(new_patch)
     upstreams = tuple(_new_upstream(u, pin) if u.name == result.upstream else u for u in lock.upstreams)
-    new_lock = dataclasses.replace(lock, patches=tuple(patches), upstreams=upstreams)
+    images = tuple(
+        dataclasses.replace(i, digest=Digest(result.image_pins[i.name]), platform_digest=None, resolved_at=None)
+        if i.name in result.image_pins and str(i.digest) != result.image_pins[i.name]
+        else i
+        for i in lock.images
+    )
+    for name, digest in sorted(result.image_pins.items()):
+        old = next((i for i in lock.images if i.name == name), None)
+        if old is not None and str(old.digest) != digest:
+            from patchkit.edit import Change
+
+            outcome.changes.append(Change(f"images[{name}]", str(old.digest), digest))
+    new_lock = dataclasses.replace(lock, patches=tuple(patches), upstreams=upstreams, images=images)
     return new_lock, files, deletes, outcome
 
 
@@ -398,6 +412,7 @@ def save(repo: Repo, lock_bytes: bytes, result: Plan, store: BlobStore) -> list[
         "old_pin": result.old_pin,
         "new_pin": dataclasses.asdict(result.new_pin),
         "lockfile_sha256": sha256_bytes(lock_bytes),
+        "image_pins": result.image_pins,
         "patches": [
             {
                 **r.as_dict(),
@@ -433,6 +448,7 @@ def load(repo: Repo, lock_bytes: bytes, store: BlobStore) -> Plan:
             "patchkit rebase --abort, then run the rebase again",
         )
     result = Plan(state["upstream"], state["old_pin"], Pin(**state["new_pin"]))
+    result.image_pins = dict(state.get("image_pins", {}))
     for entry in state["patches"]:
         outcome = Outcome(entry["outcome"])
         merged = None
@@ -653,6 +669,7 @@ def start(
     cache: Path,
     store: BlobStore,
     drop: Iterable[str] = (),
+    image_pins: dict[str, str] | None = None,
 ) -> Started:
     """Plan the bump; commit it when nothing blocks, else save the work area (exit 1 for the caller)."""
     from patchkit.sources.factory import open_source, parse_source
@@ -680,6 +697,7 @@ def start(
         raise BadInput(f"--onto {onto} disagrees with --source {source}")
     new = new_source.snapshot(ref)
     result = plan(repo, lock, up.name, new, old_source, store)
+    result.image_pins = dict(image_pins or {})
     dropped = set(drop)
     unknown = dropped - {r.name for r in result.results}
     if unknown:

@@ -62,3 +62,46 @@ def test_upstream_from_an_image_and_rebase_onto_the_next(
     merged = (root / "patches" / "worker.py").read_bytes()
     assert b"sync()" in merged and b"return 2" in merged
     assert invoke("check", repo=root).exit_code == 0
+
+
+def test_bump_image_rebases_and_repins_in_one_step(
+    invoke: Invoke, tmp_path: Path, image_builder: ImageBuilder, registry_server: RegistryServer
+) -> None:
+    image_builder.new("bump-1")
+    image_builder.repack(
+        "bump-1",
+        {
+            f"{PREFIX}/vllm/_version.py": b"__version__ = version = '0.26.1rc1.dev229+g124154a88'\n",
+            f"{PREFIX}/vllm/worker.py": WORKER,
+        },
+    )
+    old = registry_server.push(image_builder.ref("bump-1"), "pk/vllm-bump:nightly")
+    root = tmp_path / "deploy"
+    assert invoke("init", str(root)).exit_code == 0
+    assert invoke("image", "pin", "vllm", old, repo=root).exit_code == 0
+    assert invoke("upstream", "add", "nightly", "--image", old, "--prefix", f"/{PREFIX}", repo=root).exit_code == 0
+    edited = tmp_path / "worker.py"
+    edited.write_bytes(WORKER.replace(b"        return len(blocks)", b"        sync()\n        return len(blocks)"))
+    r = invoke(
+        "add", str(edited), "--target", f"/{PREFIX}/vllm/worker.py", "--upstream", "nightly",
+        "--upstream-path", "vllm/worker.py", repo=root,
+    )  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+
+    image_builder.repack(
+        "bump-1",
+        {
+            f"{PREFIX}/vllm/_version.py": b"__version__ = version = '0.26.1rc1.dev300+g0123abcd9.rocm723'\n",
+            f"{PREFIX}/vllm/worker.py": WORKER.replace(b"    return 1", b"    return 3"),
+        },
+    )
+    new = registry_server.push(image_builder.ref("bump-1"), "pk/vllm-bump:nightly")
+    r = invoke("bump", "--image", new, "--format", "json", repo=root)
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["committed"] and doc["commit_prefix"] == "0123abcd9"
+    new_digest = json.loads(invoke("image", "resolve", new, "--format", "json").stdout)["digest"]
+    assert doc["images"] == {"vllm": new_digest}
+    lock = (root / "lockfile.toml").read_text()
+    assert lock.count(f'"{new_digest}"') == 2  # the deployed image and the upstream moved together
+    assert invoke("check", repo=root).exit_code == 0
