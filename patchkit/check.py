@@ -205,7 +205,12 @@ class Checker:
                 ("patches", i, "base", field),
                 f"'{p.name}' is based on {p.base.upstream} {have}, but the deployment pins "
                 f"{p.base.upstream} {want}: the overlay may revert upstream changes made since",
-                f"move the patch onto {want}: patchkit rebase --onto {want} --upstream {p.base.upstream}",
+                (
+                    f"move the patch onto the pinned image: patchkit rebase --upstream {p.base.upstream} "
+                    f"--onto {up.image_digest}"
+                    if up.source == "image"
+                    else f"move the patch onto {want}: patchkit rebase --onto {want} --upstream {p.base.upstream}"
+                ),
             )
 
     def _check_files(self) -> dict[str, Path]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import posixpath
 import re
 import shutil
 import socket
@@ -33,6 +32,7 @@ import docker  # type: ignore[import-untyped]  # docker-py ships no type informa
 import requests
 
 from patchkit.errors import BadInput, PatchkitError
+from patchkit.registry import normalise_path  # the same path rule for both ways in
 from patchkit.sources.interface import SourceError
 from patchkit.values import Digest
 
@@ -463,24 +463,6 @@ class _IterReader(io.RawIOBase):
         target[:n] = self._pending[:n]
         self._pending = self._pending[n:]
         return n
-
-
-def normalise_path(path: str) -> str:
-    """An absolute container path in normal form (``/a//b/./c`` is ``/a/b/c``); ``BadInput`` otherwise.
-
-    The same rule as the registry path's, so ``--via docker`` and ``--via registry`` accept the same paths.
-    """
-    if not isinstance(path, str) or not path.startswith("/"):
-        raise BadInput(
-            f"{path!r} is not an absolute container path",
-            "write container paths from the root, e.g. /usr/local/lib/python3.12/dist-packages/vllm/envs.py",
-        )
-    if "\x00" in path:
-        raise BadInput(f"{path!r} contains a NUL character")
-    norm = "/" + posixpath.normpath(path).lstrip("/")
-    if norm == "/":
-        raise BadInput(f"{path!r} is the root directory, not a file")
-    return norm
 
 
 def _close(stream: Iterator[bytes]) -> None:

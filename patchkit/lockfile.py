@@ -571,6 +571,15 @@ _UPSTREAM_FIELDS = (
 _WHEEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!_-]*")
 
 
+def _inferred_source(u: Upstream) -> str:
+    """The source the loader infers when ``source`` is absent (so dumps can leave it out)."""
+    if u.wheel is not None:
+        return "wheel"
+    if u.dir is not None:
+        return "dir"
+    return "image" if u.image is not None else "git"
+
+
 def _read_upstream(key: str, t: dict[str, Any], path: FieldPath, r: _Reader) -> Upstream | None:
     r.known(t, path, _UPSTREAM_FIELDS)
     name = _name(r, path, key, "upstream name")
@@ -787,7 +796,9 @@ def dumps(lock: Lockfile) -> str:
     if lock.upstreams:
         doc["upstreams"] = {
             u.name: _table(
-                source=None if u.source in ("git", "image") else u.source,
+                # Written except for a plain git upstream, and always when the
+                # fields present would make the loader infer another source.
+                source=None if u.source == "git" == _inferred_source(u) else u.source,
                 git=u.git,
                 commit=u.commit,
                 wheel=u.wheel,

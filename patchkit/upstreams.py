@@ -85,6 +85,8 @@ def _image_upstream(name: str, text: str, prefix: str | None, platform: str, not
             "--image needs --prefix: where the upstream tree is inside the image",
             "e.g. --prefix /usr/local/lib/python3.12/dist-packages",
         )
+    if prefix.rstrip("/") == "":
+        raise BadInput("--prefix /: name the directory the upstream tree is in, not the root")
     with ImageSource(display_repository(ImageRef.parse(text)), prefix, platform=platform) as source:
         snap = source.snapshot(text)
         version = snap.version
