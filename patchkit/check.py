@@ -161,7 +161,34 @@ class Checker:
         self._check_bases()
         self._check_diffs(readable)
         self._check_sums()
+        self._check_compose()
         return self.result
+
+    def _check_compose(self) -> None:
+        """With a deploy.toml, every compose file must be exactly what ``patchkit emit`` writes."""
+        if not (self.repo.root / "deploy.toml").exists():
+            return
+        from patchkit.emit import emit_files
+        from patchkit.errors import BadInput
+
+        try:
+            _, drift = emit_files(self.repo, self.lock, check_only=True)
+        except BadInput as e:
+            self.result.findings.append(
+                Finding("compose-unchecked", "deploy.toml", None, f"cannot emit the compose files: {e}", e.hint)
+            )
+            return
+        for rel in drift:
+            self.result.findings.append(
+                Finding(
+                    "compose-drift",
+                    rel,
+                    None,
+                    "differs from what patchkit emit writes from lockfile.toml and deploy.toml "
+                    "(edited by hand, or the pins moved)",
+                    "regenerate it: patchkit emit (edit deploy.toml for service settings)",
+                )
+            )
 
     def _check_canonical(self) -> None:
         """The lockfile is in the form patchkit writes, so reviews see only real changes."""

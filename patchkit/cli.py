@@ -805,6 +805,78 @@ def _pinned_or_given(ctx: click.Context, text: str, lookup: Any) -> str:
     return str(lookup(lockf, text))
 
 
+@cli.command()
+@click.option("--profile", "profiles", multiple=True, help="Only this profile (default: every profile of deploy.toml).")
+@click.option("--check", "verify", is_flag=True, help="Write nothing; exit 1 if a compose file differs (drift).")
+@FORMAT
+@click.pass_context
+def emit(ctx: click.Context, profiles: tuple[str, ...], verify: bool, fmt: str) -> None:
+    """Write the compose files from lockfile.toml (pins) and deploy.toml (service configuration).
+
+    Images by digest, every patch, module, transformer, tuning table and
+    artifact mounted read-only at its target with a comment from its reason
+    and references, the model at its pinned revision, the entrypoint. Each
+    file is validated against the Compose specification schema and the
+    security rules (inference service on loopback only, images by digest,
+    read-only mounts) before anything is written. Output is byte-stable.
+    """
+    from patchkit.emit import emit_files
+
+    repo, lockf, _ = _open(ctx, writes=not verify)
+    outcome, drift = emit_files(repo, lockf, profiles, check_only=verify)
+    if verify:
+        for rel in drift:
+            click.echo(f"{rel}: differs from what patchkit emit writes (edited by hand, or the pins moved)")
+        click.echo(
+            "emit --check: " + ("ok" if not drift else f"FAILED: {len(drift)} file(s) drifted; fix: patchkit emit")
+        )
+        ctx.exit(EXIT_FINDINGS if drift else EXIT_OK)
+    _print_changes(outcome, fmt, "compose files are up to date")
+
+
+@cli.command()
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True, help="The .tar.gz.")
+@click.pass_context
+def bundle(ctx: click.Context, output: Path) -> None:
+    """Build the production bundle: compose files, entrypoint, Caddyfile, lockfile, the files that run.
+
+    Reproducible: byte-identical whatever the file mtimes, umask, user, locale,
+    time zone or file-system order (sorted entries, owner 0, normalised
+    modes, mtimes = $SOURCE_DATE_EPOCH or 0, no gzip name or time). Diff-only
+    patches are materialized and verified first. Unpacked, `sha256sum -c
+    --strict SHA256SUMS` passes inside it.
+    """
+    from patchkit.bundle import build_bundle, collect_files_that_run
+    from patchkit.hashing import sha256_bytes
+    from patchkit.repo import atomic_write
+
+    repo, lockf, data = _open(ctx)
+    archive = build_bundle(repo, lockf, data, collect_files_that_run(repo, lockf, _store(), _cache()))
+    atomic_write(output, archive)
+    click.echo(f"wrote {output} ({len(archive)} bytes, sha256 {sha256_bytes(archive)})")
+
+
+@cli.command("verify-bundle")
+@click.argument("path", type=click.Path(dir_okay=False, exists=True, path_type=Path))
+@FORMAT
+def verify_bundle(path: Path, fmt: str) -> None:
+    """Unpack a bundle safely and verify its SHA256SUMS and lockfile pins; exit 1 on any problem.
+
+    Refuses absolute paths, '..', links, devices, oversized members and
+    duplicates before anything is written.
+    """
+    from patchkit.bundle import verify_bundle as run
+
+    problems = run(path)
+    if fmt == "json":
+        click.echo(json.dumps({"ok": not problems, "problems": problems}, indent=2))
+    else:
+        for problem in problems:
+            click.echo(problem)
+        click.echo("verify-bundle: " + ("ok" if not problems else f"FAILED: {len(problems)} problem(s)"))
+    sys.exit(EXIT_FINDINGS if problems else EXIT_OK)
+
+
 def main() -> NoReturn:
     """Console entry point."""
     cli.main(prog_name="patchkit")
