@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import http.server
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -20,7 +19,16 @@ from conftest import REPO_ROOT, Invoke
 
 from patchkit.lockfile import loads
 
-DEPLOYMENT_FILES = ("lockfile.toml", "SHA256SUMS", "entrypoint.sh", "Caddyfile.example", "compose.yaml")
+DEPLOYMENT_FILES = (
+    "lockfile.toml",
+    "SHA256SUMS",
+    "entrypoint.sh",
+    "Caddyfile.example",
+    "Caddyfile.tp1x2.example",
+    "deploy.toml",
+    "compose.yaml",
+    "compose.tp1x2.yaml",
+)
 
 
 def test_shipped_deployment_checks_clean(invoke: Invoke) -> None:
@@ -61,18 +69,26 @@ def test_one_changed_byte_in_any_pinned_file_fails(invoke: Invoke, shipped: Path
 
 
 def test_compose_agrees_with_the_lockfile() -> None:
+    import yaml
+
     lock = loads((REPO_ROOT / "lockfile.toml").read_text())
-    compose = (REPO_ROOT / "compose.yaml").read_text()
-    for image in lock.images:
-        assert f"image: {image.repository}@{image.digest}" in compose
-    images = re.findall(r"^\s*image:\s*(\S+)", compose, re.M)
-    assert images and all("@sha256:" in i for i in images), "images by digest only"
-    assert lock.model is not None
-    org, name = lock.model.repo.split("/")
-    assert f"models--{org}--{name}/snapshots/{lock.model.revision}" in compose
-    assert re.search(r"^\s*- 127\.0\.0\.1:8000:8000$", compose, re.M), "inference service on loopback only"
-    for line in re.findall(r"^\s*- (\./\S+:\S+)$", compose, re.M):
-        assert line.endswith(":ro"), f"mount not read-only: {line}"
+    for name in ("compose.yaml", "compose.tp1x2.yaml"):
+        doc = yaml.safe_load((REPO_ROOT / name).read_text())
+        images = {svc["image"] for svc in doc["services"].values()}
+        assert images == {img.reference for img in lock.images}, name
+        assert lock.model is not None
+        org, model = lock.model.repo.split("/")
+        inference = [svc for svc in doc["services"].values() if "vllm" in svc["image"]]
+        assert inference
+        for svc in inference:
+            assert f"models--{org}--{model}/snapshots/{lock.model.revision}" in svc["command"][0]
+            assert all(str(p).startswith("127.0.0.1:") for p in svc["ports"]), "inference on loopback only"
+            for mount in svc["volumes"]:
+                if str(mount).startswith("./"):
+                    assert str(mount).endswith(":ro"), f"mount not read-only: {mount}"
+            targets = {str(m).split(":")[1] for m in svc["volumes"]}
+            for p in lock.patches:
+                assert str(p.target) in targets, (name, p.name)
 
 
 # --------------------------------------------------------------------------- entrypoint

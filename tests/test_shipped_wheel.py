@@ -20,7 +20,16 @@ from conftest import REPO_ROOT, Invoke
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 
-DEPLOYMENT = ("lockfile.toml", "SHA256SUMS", "entrypoint.sh", "Caddyfile.example", "compose.yaml")
+DEPLOYMENT = (
+    "lockfile.toml",
+    "SHA256SUMS",
+    "entrypoint.sh",
+    "Caddyfile.example",
+    "Caddyfile.tp1x2.example",
+    "deploy.toml",
+    "compose.yaml",
+    "compose.tp1x2.yaml",
+)
 
 
 @pytest.fixture(scope="session")
