@@ -225,13 +225,14 @@ def collect_files_that_run(repo: Repo, lock: Lockfile, store: BlobStore, cache: 
     """Every diff-only patch materialized and verified: container target -> bytes."""
     from patchkit.materialize import materialize
 
-    with tempfile.TemporaryDirectory(prefix="patchkit-bundle-") as tmp:
-        out = Path(tmp)
-        results = materialize(repo, lock, store, cache, out)
-        bad = [r for r in results if not r.ok]
-        if bad:
-            raise BadInput(f"'{bad[0].name}' ({bad[0].target}): {bad[0].how}; refusing to bundle")
-        return {str(p.target): (out / str(p.target).lstrip("/")).read_bytes() for p in lock.patches if p.file is None}
+    # Only the diff-only patches, in memory: committed ones are read (and
+    # checked against their pins) by build_bundle itself.
+    files: dict[str, bytes] = {}
+    results = materialize(repo, lock, store, cache, diff_only=True, keep=files)
+    bad = [r for r in results if not r.ok]
+    if bad:
+        raise BadInput(f"'{bad[0].name}' ({bad[0].target}): {bad[0].how}; refusing to bundle")
+    return files
 
 
 # --------------------------------------------------------------------------- verifying

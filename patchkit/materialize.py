@@ -58,11 +58,25 @@ def _base(repo: Repo, lock: Lockfile, p: Patch, store: BlobStore, cache: Path) -
 
 
 def materialize(
-    repo: Repo, lock: Lockfile, store: BlobStore, cache: Path, out: Path | None = None
+    repo: Repo,
+    lock: Lockfile,
+    store: BlobStore,
+    cache: Path,
+    out: Path | None = None,
+    *,
+    diff_only: bool = False,
+    keep: dict[str, bytes] | None = None,
 ) -> list[Materialized]:
-    """Every patch's running file, verified against its pin; written under ``out`` if given."""
+    """Every patch's running file, verified against its pin; written under ``out`` if given.
+
+    ``diff_only`` limits the work to the diff-only patches; ``keep`` receives
+    each verified file's bytes by container target (for the bundle, which
+    needs them in memory, not on disk).
+    """
     results = []
     for p in lock.patches:
+        if diff_only and p.file is not None:
+            continue
         if p.file is not None:
             data = repo.path(p.file).read_bytes()
             how = "committed"
@@ -82,5 +96,7 @@ def materialize(
             how = f"sha256 {digest[:12]}… is not the pinned {p.sha256.short}…"
         elif out is not None:
             atomic_write(out / str(p.target).lstrip("/"), data)
+        if ok and keep is not None:
+            keep[str(p.target)] = data
         results.append(Materialized(p.name, str(p.target), digest, ok, how))
     return results
