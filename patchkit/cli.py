@@ -823,7 +823,10 @@ def emit(ctx: click.Context, profiles: tuple[str, ...], verify: bool, fmt: str) 
     from patchkit.emit import emit_files
 
     repo, lockf, _ = _open(ctx, writes=not verify)
-    outcome, drift = emit_files(repo, lockf, profiles, check_only=verify)
+    notes: list[str] = []
+    outcome, drift = emit_files(repo, lockf, profiles, check_only=verify, notes=notes)
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
     if verify:
         for rel in drift:
             click.echo(f"{rel}: differs from what patchkit emit writes (edited by hand, or the pins moved)")

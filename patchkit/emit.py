@@ -62,14 +62,21 @@ structure, naming the ``deploy.toml`` field and line that breaks one:
 :func:`validate` checks emitted text against the Compose specification schema
 (``<repo>/../shared/reference/compose-spec.json``, see :func:`find_schema`;
 when it is missing the caller skips schema validation and says so) and the same
-security rules.
+security rules. :func:`emit_files` also validates the other files of the bundle
+before writing anything: the entrypoint artifact with ``sh -n`` and every pinned
+``Caddyfile*`` artifact with ``caddy validate --adapter caddyfile`` (skipped,
+with a note, when caddy is not installed).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import re
+import shutil
+import subprocess
+import tempfile
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -853,13 +860,93 @@ def validate(
     return out
 
 
+EXTERNAL_TIMEOUT = 60.0
+CADDY_SKIPPED = "caddy is not installed: the Caddyfile artifacts were not validated (caddy validate skipped)"
+
+
+def _first_error_line(output: str) -> str:
+    """The first line of a tool's output that reads as an error (caddy also logs JSON lines first)."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    for line in lines:
+        if line.startswith("Error:"):
+            return line
+    plain = [line for line in lines if not line.startswith("{")]
+    return (plain or lines or ["(no message)"])[0]
+
+
+def _run_tool(argv: list[str], cwd: Path, env: Mapping[str, str] | None, rel: str) -> str | None:
+    """Run a validator; ``None`` when it passes, else its first error line. ``BadInput`` when it cannot run."""
+    try:
+        proc = subprocess.run(
+            argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=EXTERNAL_TIMEOUT, check=False
+        )
+    except subprocess.TimeoutExpired as e:
+        raise BadInput(f"{rel}: {argv[0]} did not finish within {EXTERNAL_TIMEOUT:.0f} s", "nothing was written") from e
+    except OSError as e:
+        raise BadInput(f"{rel}: cannot run {argv[0]} ({e})", "nothing was written") from e
+    if proc.returncode == 0:
+        return None
+    return _first_error_line(proc.stderr + "\n" + proc.stdout)
+
+
+def validate_bundle_files(repo_root: Path, lock: Lockfile, config: DeployConfig) -> list[str]:
+    """Validate the other files of the bundle; return notes about skipped checks.
+
+    ``sh -n`` on the entrypoint artifact named by ``inference.entrypoint``, and
+    ``caddy validate --adapter caddyfile`` on every pinned artifact whose file
+    name starts with ``Caddyfile`` (HOME and the XDG directories pointed at a
+    temporary directory, so caddy touches nothing of the user's). Raises
+    ``BadInput`` naming the file and the tool's first error line.
+    """
+    notes: list[str] = []
+    entry = next((a for a in lock.artifacts if a.name == config.inference.entrypoint), None)
+    if entry is not None:
+        rel = str(entry.file)
+        if not (repo_root / rel).is_file():
+            raise BadInput(
+                f"{rel}: the entrypoint artifact '{entry.name}' is missing", "restore it; nothing was written"
+            )
+        error = _run_tool(["sh", "-n", rel], repo_root, None, rel)
+        if error is not None:
+            raise BadInput(f"{rel}: sh -n: {error}", "fix the entrypoint script; nothing was written")
+    caddyfiles = sorted(str(a.file) for a in lock.artifacts if Path(str(a.file)).name.startswith("Caddyfile"))
+    if not caddyfiles:
+        return notes
+    caddy = shutil.which("caddy")
+    if caddy is None:
+        notes.append(CADDY_SKIPPED)
+        return notes
+    with tempfile.TemporaryDirectory(prefix="patchkit-caddy-") as home:
+        env = {**os.environ, "HOME": home, "XDG_DATA_HOME": home, "XDG_CONFIG_HOME": home}
+        for rel in caddyfiles:
+            if not (repo_root / rel).is_file():
+                raise BadInput(f"{rel}: the pinned Caddyfile is missing", "restore it; nothing was written")
+            error = _run_tool([caddy, "validate", "--adapter", "caddyfile", "--config", rel], repo_root, env, rel)
+            if error is not None:
+                raise BadInput(f"{rel}: caddy validate: {error}", "fix the Caddyfile; nothing was written")
+    return notes
+
+
 def emit_files(
-    repo: Repo, lock: Lockfile, profiles: Iterable[str] = (), *, check_only: bool = False
+    repo: Repo,
+    lock: Lockfile,
+    profiles: Iterable[str] = (),
+    *,
+    check_only: bool = False,
+    notes: list[str] | None = None,
 ) -> tuple[WriteOutcome, list[str]]:
     """Emit every (or the named) profile's compose file, validated, and write them as one transaction.
 
+    Before anything is written (also with ``check_only``), the compose text is
+    checked against the Compose schema and the security rules, the entrypoint
+    with ``sh -n`` and every pinned ``Caddyfile*`` artifact with ``caddy
+    validate`` (see :func:`validate_bundle_files`); any failure raises
+    ``BadInput`` and nothing is written.
+
     With ``check_only`` nothing is written and the second value lists the
-    files whose bytes differ from what would be written (drift).
+    files whose bytes differ from what would be written (drift). When
+    ``notes`` is given, a line is appended to it for every validation that was
+    skipped (no compose schema beside the repository, caddy not installed).
     """
     from patchkit.edit import Outcome as WriteOutcome
     from patchkit.repo import write_all
@@ -882,6 +969,11 @@ def emit_files(
         if problems:
             raise BadInput(f"{p.file}: {problems[0]}", "fix deploy.toml; nothing was written")
         files[p.file] = text
+    skipped = validate_bundle_files(repo.root, lock, config)
+    if notes is not None:
+        if schema is None:
+            notes.append(SCHEMA_SKIPPED)
+        notes.extend(skipped)
     drift = []
     for rel, text in files.items():
         try:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -297,3 +298,73 @@ def test_config_syntax_error_and_missing_pieces(tmp_path: Path) -> None:
 )  # fmt: skip
 def test_quote_round_trips(value: str) -> None:
     assert parse(f"k: {quote(value)}\n") == {"k": value}
+
+
+# --------------------------------------------------------------------------- the other bundle files
+
+BUNDLE_FILES = (
+    "lockfile.toml", "SHA256SUMS", "entrypoint.sh", "Caddyfile.example", "Caddyfile.tp1x2.example",
+    "deploy.toml", "compose.yaml", "compose.tp1x2.yaml",
+)  # fmt: skip
+
+
+def shipped_copy(tmp_path: Path) -> Path:
+    root = (tmp_path / "shipped").resolve()
+    root.mkdir()
+    for name in BUNDLE_FILES:
+        shutil.copy2(ROOT / name, root / name)
+    # The compose files must be written by emit to show that nothing was.
+    (root / "compose.yaml").unlink()
+    (root / "compose.tp1x2.yaml").unlink()
+    return root
+
+
+def repinned(lock: Lockfile, root: Path, name: str) -> Lockfile:
+    """``lock`` with the artifact ``name`` pinned at the current hash of its file in ``root``."""
+    from patchkit.hashing import sha256_bytes
+
+    artifacts = tuple(
+        dataclasses.replace(a, sha256=Sha256(sha256_bytes((root / str(a.file)).read_bytes()))) if a.name == name else a
+        for a in lock.artifacts
+    )
+    return dataclasses.replace(lock, artifacts=artifacts)
+
+
+def test_emit_files_validates_the_shipped_bundle_files(lock: Lockfile, tmp_path: Path) -> None:
+    from patchkit.repo import Repo
+
+    root = shipped_copy(tmp_path)
+    notes: list[str] = []
+    outcome, drift = emit.emit_files(Repo(root), lock, check_only=True, notes=notes)
+    assert outcome.written == [] and sorted(drift) == ["compose.tp1x2.yaml", "compose.yaml"]
+    assert (emit.CADDY_SKIPPED in notes) == (shutil.which("caddy") is None)
+
+
+@pytest.mark.skipif(shutil.which("caddy") is None, reason="caddy not installed (.ci/run installs it)")
+@pytest.mark.parametrize("check_only", [False, True])
+def test_emit_refuses_a_broken_caddyfile_artifact(lock: Lockfile, tmp_path: Path, check_only: bool) -> None:
+    from patchkit.repo import Repo
+
+    root = shipped_copy(tmp_path)
+    caddyfile = root / "Caddyfile.tp1x2.example"
+    caddyfile.write_text(caddyfile.read_text(encoding="utf-8") + "\nbroken {\n", encoding="utf-8")
+    pinned = repinned(lock, root, "caddyfile-tp1x2")
+    with pytest.raises(BadInput) as e:
+        emit.emit_files(Repo(root), pinned, check_only=check_only)
+    message = str(e.value)
+    assert message.startswith("Caddyfile.tp1x2.example: caddy validate: Error:"), message
+    assert "Caddyfile.tp1x2.example" in message.split("caddy validate:", 1)[1]
+    assert not (root / "compose.yaml").exists() and not (root / "compose.tp1x2.yaml").exists()
+
+
+def test_emit_refuses_a_broken_entrypoint(lock: Lockfile, tmp_path: Path) -> None:
+    from patchkit.repo import Repo
+
+    root = shipped_copy(tmp_path)
+    (root / "entrypoint.sh").write_text("#!/bin/sh\nif then\n", encoding="utf-8")
+    pinned = repinned(lock, root, "entrypoint")
+    with pytest.raises(BadInput) as e:
+        emit.emit_files(Repo(root), pinned)
+    message = str(e.value)
+    assert message.startswith("entrypoint.sh: sh -n: ") and "then" in message, message
+    assert not (root / "compose.yaml").exists() and not (root / "compose.tp1x2.yaml").exists()
