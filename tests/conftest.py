@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -106,6 +107,24 @@ def deploy(tmp_path: Path, invoke: Invoke) -> Path:
     git(root, "init", "-q")
     git(root, "add", "-A")
     git(root, "commit", "-qm", "deployment")
+    return root
+
+
+# The files of this repository's own deployment (the top level, beside the tool).
+SHIPPED_FILES = (
+    "lockfile.toml", "SHA256SUMS", "entrypoint.sh", "Caddyfile.example", "Caddyfile.tp1x2.example",
+    "deploy.toml", "compose.yaml", "compose.tp1x2.yaml",
+)  # fmt: skip
+
+
+def copy_shipped(root: Path) -> Path:
+    """A copy of the shipped deployment at ``root`` (created), to change without touching the repository."""
+    root.mkdir(parents=True)
+    for name in SHIPPED_FILES:
+        shutil.copy2(REPO_ROOT / name, root / name)
+    for d in ("patches", "upstream", "tuning"):
+        if (REPO_ROOT / d).is_dir():
+            shutil.copytree(REPO_ROOT / d, root / d)
     return root
 
 

@@ -2,28 +2,17 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, Invoke
-
-FILES = (
-    "lockfile.toml", "SHA256SUMS", "entrypoint.sh", "Caddyfile.example", "Caddyfile.tp1x2.example",
-    "deploy.toml", "compose.yaml", "compose.tp1x2.yaml",
-)  # fmt: skip
+from conftest import Invoke, copy_shipped
 
 
 @pytest.fixture
 def shipped(tmp_path: Path) -> Path:
-    root = tmp_path / "shipped"
-    root.mkdir()
-    for name in FILES:
-        shutil.copy2(REPO_ROOT / name, root / name)
-    shutil.copytree(REPO_ROOT / "upstream", root / "upstream")
-    return root
+    return copy_shipped(tmp_path / "shipped")
 
 
 def test_emit_is_a_no_op_on_the_shipped_deployment_and_catches_drift(invoke: Invoke, shipped: Path) -> None:

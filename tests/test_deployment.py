@@ -15,20 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, Invoke
+from conftest import REPO_ROOT, Invoke, copy_shipped
 
 from patchkit.lockfile import loads
-
-DEPLOYMENT_FILES = (
-    "lockfile.toml",
-    "SHA256SUMS",
-    "entrypoint.sh",
-    "Caddyfile.example",
-    "Caddyfile.tp1x2.example",
-    "deploy.toml",
-    "compose.yaml",
-    "compose.tp1x2.yaml",
-)
 
 
 def test_shipped_deployment_checks_clean(invoke: Invoke) -> None:
@@ -43,14 +32,7 @@ def test_shipped_deployment_checks_clean(invoke: Invoke) -> None:
 @pytest.fixture
 def shipped(tmp_path: Path) -> Path:
     """A copy of the shipped deployment, to damage."""
-    root = tmp_path / "shipped"
-    root.mkdir()
-    for name in DEPLOYMENT_FILES:
-        shutil.copy2(REPO_ROOT / name, root / name)
-    for d in ("patches", "upstream", "tuning"):
-        if (REPO_ROOT / d).is_dir():
-            shutil.copytree(REPO_ROOT / d, root / d)
-    return root
+    return copy_shipped(tmp_path / "shipped")
 
 
 def test_one_changed_byte_in_any_pinned_file_fails(invoke: Invoke, shipped: Path) -> None:

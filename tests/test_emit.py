@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import yaml  # type: ignore[import-untyped]
+from conftest import copy_shipped
 
 from patchkit import emit, lockfile
 from patchkit.emit import ConfigError, DeployConfig, emit_all, load_config, loads_config, quote, validate
@@ -302,17 +303,9 @@ def test_quote_round_trips(value: str) -> None:
 
 # --------------------------------------------------------------------------- the other bundle files
 
-BUNDLE_FILES = (
-    "lockfile.toml", "SHA256SUMS", "entrypoint.sh", "Caddyfile.example", "Caddyfile.tp1x2.example",
-    "deploy.toml", "compose.yaml", "compose.tp1x2.yaml",
-)  # fmt: skip
-
 
 def shipped_copy(tmp_path: Path) -> Path:
-    root = (tmp_path / "shipped").resolve()
-    root.mkdir()
-    for name in BUNDLE_FILES:
-        shutil.copy2(ROOT / name, root / name)
+    root = copy_shipped((tmp_path / "shipped").resolve())
     # The compose files must be written by emit to show that nothing was.
     (root / "compose.yaml").unlink()
     (root / "compose.tp1x2.yaml").unlink()

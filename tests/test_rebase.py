@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -358,7 +357,6 @@ def test_kill_at_any_moment_leaves_old_or_resumable_state(invoke: Invoke, tmp_pa
     c2 = upstream.commit({"vllm/worker.py": WORKER.replace(b"import torch\n", b"import torch\nimport os\n")})
     old = snapshot(root)
     exe = [sys.executable, "-m", "patchkit", "--repo", str(root)]
-    seen = set()
     for delay_ms in range(0, 1200, 60):
         proc = subprocess.Popen([*exe, "rebase", "--onto", c2], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(delay_ms / 1000)
@@ -368,14 +366,14 @@ def test_kill_at_any_moment_leaves_old_or_resumable_state(invoke: Invoke, tmp_pa
         result = subprocess.run([*exe, "check"], capture_output=True, text=True, check=False)
         assert result.returncode == 0, (delay_ms, result.stdout)
         now = (root / "lockfile.toml").read_text()
-        state = "new" if f'commit = "{c2}"' in now else "old"
-        seen.add(state)
-        if state == "new":
-            break
+        if f'commit = "{c2}"' in now:
+            break  # this run got through: the new state, checked clean above
         assert {k: v for k, v in snapshot(root).items() if not k.startswith(".patchkit/")} == old
-    assert "old" in seen or "new" in seen
-    if os.environ.get("CI"):
-        assert seen  # both ends are reached on a normal machine; timing decides how many kills land early
+    # However many runs were killed, the rebase still completes afterwards.
+    done = subprocess.run([*exe, "rebase", "--onto", c2], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert f'commit = "{c2}"' in (root / "lockfile.toml").read_text()
+    assert subprocess.run([*exe, "check"], capture_output=True, check=False).returncode == 0
 
 
 def test_rebase_from_a_directory_source(invoke: Invoke, tmp_path: Path, upstream: Upstream) -> None:

@@ -9,27 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, Invoke
+from conftest import REPO_ROOT, Invoke, copy_shipped
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
-
-DEPLOYMENT = (
-    "lockfile.toml",
-    "SHA256SUMS",
-    "entrypoint.sh",
-    "Caddyfile.example",
-    "Caddyfile.tp1x2.example",
-    "deploy.toml",
-    "compose.yaml",
-    "compose.tp1x2.yaml",
-)
 
 
 @pytest.fixture(scope="session")
@@ -51,12 +39,7 @@ def wheel_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture
 def shipped(tmp_path: Path, wheel_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("PATCHKIT_CACHE", str(wheel_cache))
-    root = tmp_path / "shipped"
-    root.mkdir()
-    for name in DEPLOYMENT:
-        shutil.copy2(REPO_ROOT / name, root / name)
-    shutil.copytree(REPO_ROOT / "upstream", root / "upstream")
-    return root
+    return copy_shipped(tmp_path / "shipped")
 
 
 def test_shipped_patches_materialize_from_the_pinned_wheel(invoke: Invoke, shipped: Path, tmp_path: Path) -> None:
