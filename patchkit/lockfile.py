@@ -78,12 +78,28 @@ class ModelFile:
 
 
 @dataclass(frozen=True)
+class FilePin:
+    """A repository file pinned by its sha256 (e.g. a model manifest too large to inline)."""
+
+    file: RepoPath
+    sha256: Sha256
+
+
+@dataclass(frozen=True)
 class Model:
-    """A Hugging Face model pinned at a full commit."""
+    """A Hugging Face model pinned at a full commit.
+
+    ``ref`` is the branch or tag the revision was resolved from (the cache's
+    ``refs/<ref>`` must name the revision); the file manifest is either inline
+    (``files``) or in a repository file pinned by ``manifest``.
+    """
 
     repo: str
     revision: Revision
     files: tuple[ModelFile, ...] = ()
+    ref: str | None = None
+    resolved_at: str | None = None
+    manifest: FilePin | None = None
 
 
 @dataclass(frozen=True)
@@ -191,15 +207,41 @@ class Artifact:
     note: str | None = None
 
 
+REF_STATES = ("open", "closed", "merged", "unknown")
+REF_KINDS = ("issue", "pull", "commit")
+
+
 @dataclass(frozen=True)
 class RefState:
-    """The last known state of an upstream issue or pull request."""
+    """The last known state of an upstream issue or pull request.
+
+    ``etag`` is the validator of the last answer, sent back as ``If-None-Match``
+    so an unchanged state costs no rate limit.
+    """
 
     ref: Reference
     state: str
     checked_at: str | None = None
     merge_commit: Revision | None = None
     head_commit: Revision | None = None
+    kind: str | None = None
+    title: str | None = None
+    merged_at: str | None = None
+    etag: str | None = None
+
+
+@dataclass(frozen=True)
+class Signing:
+    """How the repository's signatures are checked.
+
+    ``allowed_signers`` is an OpenSSH allowed-signers file in the repository;
+    ``identity`` the principal signatures must be made by; ``files`` the files
+    that must carry a valid ``<file>.sig`` (SSHSIG, namespace ``patchkit``).
+    """
+
+    allowed_signers: RepoPath
+    identity: str | None = None
+    files: tuple[RepoPath, ...] = (RepoPath("SHA256SUMS"),)
 
 
 @dataclass(frozen=True)
@@ -214,6 +256,7 @@ class Lockfile:
     tuning: tuple[Artifact, ...] = ()
     artifacts: tuple[Artifact, ...] = ()
     refs: tuple[RefState, ...] = ()
+    signing: Signing | None = None
     schema: int = SCHEMA_VERSION
 
     def upstream(self, name: str) -> Upstream | None:
@@ -234,7 +277,12 @@ class Lockfile:
             out.append((f"tuning[{i}].sha256", t.file, t.sha256))
         for i, a in enumerate(self.artifacts):
             out.append((f"artifacts[{i}].sha256", a.file, a.sha256))
+        if self.model is not None and self.model.manifest is not None:
+            out.append(("model.manifest.sha256", self.model.manifest.file, self.model.manifest.sha256))
         return out
+
+    def ref_state(self, ref: Reference) -> RefState | None:
+        return next((s for s in self.refs if s.ref == ref), None)
 
 
 # --------------------------------------------------------------------------- loading
@@ -367,7 +415,7 @@ def _read(raw: dict[str, Any], r: _Reader) -> Lockfile | None:
     r.known(
         raw,
         (),
-        ("schema", "deployment", "images", "model", "upstreams", "patches", "tuning", "artifacts", "refs"),
+        ("schema", "deployment", "images", "model", "upstreams", "patches", "tuning", "artifacts", "refs", "signing"),
     )
     schema = raw.get("schema")
     if schema is None:
@@ -439,6 +487,11 @@ def _read(raw: dict[str, Any], r: _Reader) -> Lockfile | None:
             continue
         refs.append(_read_ref(key, value, path, r))
 
+    signing = None
+    signing_raw = r.table(raw, (), "signing")
+    if signing_raw is not None:
+        signing = _read_signing(signing_raw, r)
+
     _check_unique(r, patches, tuning, artifacts)
     if r.problems:
         return None
@@ -451,6 +504,7 @@ def _read(raw: dict[str, Any], r: _Reader) -> Lockfile | None:
         tuning=tuning,
         artifacts=artifacts,
         refs=tuple(x for x in refs if x is not None),
+        signing=signing,
     )
 
 
@@ -525,7 +579,7 @@ def _read_image(key: str, t: dict[str, Any], path: FieldPath, r: _Reader) -> Ima
 
 def _read_model(t: dict[str, Any], r: _Reader) -> Model | None:
     path: FieldPath = ("model",)
-    r.known(t, path, ("repo", "revision", "files"))
+    r.known(t, path, ("repo", "revision", "ref", "resolved_at", "files", "manifest"))
     repo = r.string(t, path, "repo", required=True)
     if repo is not None and not _HF_REPO.fullmatch(repo):
         r.problem((*path, "repo"), f"'{repo}' is not a Hugging Face repo id (write 'org/name')")
@@ -559,9 +613,30 @@ def _read_model(t: dict[str, Any], r: _Reader) -> Model | None:
             r.problem(fpath, "needs 'sha256' (LFS files) or 'blob' (small files)")
         if p is not None and size is not None:
             files.append(ModelFile(path=p, size=size, sha256=sha, blob=blob))
+    ref = r.string(t, path, "ref")
+    if ref is not None and (not ref or ref.startswith(("/", "-")) or ".." in ref or any(c in ref for c in " \t\n\\")):
+        r.problem((*path, "ref"), f"'{ref}' is not a branch or tag name")
+    manifest = None
+    manifest_raw = r.table(t, path, "manifest")
+    if manifest_raw is not None:
+        mpath: FieldPath = (*path, "manifest")
+        r.known(manifest_raw, mpath, ("file", "sha256"))
+        mfile = r.typed(manifest_raw, mpath, "file", RepoPath, required=True)
+        msha = r.typed(manifest_raw, mpath, "sha256", Sha256, required=True)
+        if mfile is not None and msha is not None:
+            manifest = FilePin(mfile, msha)
+        if files:
+            r.problem(mpath, "a model has its file list inline (files) or in a manifest file, not both")
     if repo is None or revision is None:
         return None
-    return Model(repo=repo, revision=revision, files=tuple(files))
+    return Model(
+        repo=repo,
+        revision=revision,
+        files=tuple(files),
+        ref=ref,
+        resolved_at=r.string(t, path, "resolved_at"),
+        manifest=manifest,
+    )
 
 
 _UPSTREAM_FIELDS = (
@@ -737,22 +812,53 @@ def _read_artifacts(raw: dict[str, Any], key: str, r: _Reader) -> tuple[Artifact
 
 
 def _read_ref(key: str, t: dict[str, Any], path: FieldPath, r: _Reader) -> RefState | None:
-    r.known(t, path, ("state", "checked_at", "merge_commit", "head_commit"))
+    r.known(t, path, ("state", "kind", "title", "checked_at", "merged_at", "merge_commit", "head_commit", "etag"))
     try:
         ref = Reference(key)
     except ValueError as e:
         r.problem(path, str(e))
         return None
     state = r.string(t, path, "state", required=True)
-    if state is not None and state not in ("open", "closed", "merged", "unknown"):
+    if state is not None and state not in REF_STATES:
         r.problem((*path, "state"), f"unknown state '{state}' (open, closed, merged or unknown)")
+    kind = r.string(t, path, "kind")
+    if kind is not None and kind not in REF_KINDS:
+        r.problem((*path, "kind"), f"unknown kind '{kind}' (issue, pull or commit)")
     merge = r.typed(t, path, "merge_commit", Revision)
     head = r.typed(t, path, "head_commit", Revision)
     if state is None:
         return None
     return RefState(
-        ref=ref, state=state, checked_at=r.string(t, path, "checked_at"), merge_commit=merge, head_commit=head
+        ref=ref,
+        state=state,
+        checked_at=r.string(t, path, "checked_at"),
+        merge_commit=merge,
+        head_commit=head,
+        kind=kind,
+        title=r.string(t, path, "title"),
+        merged_at=r.string(t, path, "merged_at"),
+        etag=r.string(t, path, "etag"),
     )
+
+
+def _read_signing(t: dict[str, Any], r: _Reader) -> Signing | None:
+    path: FieldPath = ("signing",)
+    r.known(t, path, ("allowed_signers", "identity", "files"))
+    allowed = r.typed(t, path, "allowed_signers", RepoPath, required=True)
+    identity = r.string(t, path, "identity")
+    files: list[RepoPath] = []
+    raw_files = t.get("files", ["SHA256SUMS"])
+    if not isinstance(raw_files, list) or not raw_files:
+        r.problem((*path, "files"), "must be a non-empty array of repository paths")
+        raw_files = []
+    for i, f in enumerate(raw_files):
+        try:
+            files.append(RepoPath(f if isinstance(f, str) else repr(f)))
+        except ValueError as e:
+            r.problem((*path, "files", i), str(e))
+    if allowed is None:
+        return None
+    return Signing(allowed_signers=allowed, identity=identity, files=tuple(files))
 
 
 # --------------------------------------------------------------------------- saving
@@ -786,7 +892,9 @@ def dumps(lock: Lockfile) -> str:
         }
     if lock.model is not None:
         m = lock.model
-        model = _table(repo=m.repo, revision=m.revision)
+        model = _table(repo=m.repo, revision=m.revision, ref=m.ref, resolved_at=m.resolved_at)
+        if m.manifest is not None:
+            model["manifest"] = _table(file=m.manifest.file, sha256=m.manifest.sha256)
         if m.files:
             model["files"] = [
                 _table(path=f.path, size=f.size, sha256=f.sha256, blob=f.blob)
@@ -847,10 +955,24 @@ def dumps(lock: Lockfile) -> str:
     if lock.refs:
         doc["refs"] = {
             s.ref.text: _table(
-                state=s.state, checked_at=s.checked_at, merge_commit=s.merge_commit, head_commit=s.head_commit
+                state=s.state,
+                kind=s.kind,
+                title=s.title,
+                checked_at=s.checked_at,
+                merged_at=s.merged_at,
+                merge_commit=s.merge_commit,
+                head_commit=s.head_commit,
+                etag=s.etag,
             )
             for s in sorted(lock.refs, key=lambda s: s.ref.text)
         }
+    if lock.signing is not None:
+        sg = lock.signing
+        doc["signing"] = _table(
+            allowed_signers=sg.allowed_signers,
+            identity=sg.identity,
+            files=None if sg.files == Signing.files else [str(f) for f in sg.files],
+        )
     return HEADER + "\n" + tomli_w.dumps(doc)
 
 
