@@ -129,6 +129,8 @@ class Checker:
         for key, items in (("tuning", self.lock.tuning), ("artifacts", self.lock.artifacts)):
             for i, a in enumerate(items):
                 yield _Named((key, i, "sha256"), a.file, a.sha256.hex, f"{key} '{a.name}'")
+        for i, d in enumerate(self.lock.diffs):
+            yield _Named(("diffs", i, "sha256"), d.file, d.sha256.hex, "hand-kept diff")
 
     # -- checks
 
@@ -160,9 +162,164 @@ class Checker:
         self._check_targets()
         self._check_bases()
         self._check_diffs(readable)
+        self._check_hand_diffs(readable)
+        self._check_overlays_have_diffs()
         self._check_sums()
         self._check_compose()
+        self._check_mounts()
         return self.result
+
+    def _check_hand_diffs(self, readable: dict[str, Path]) -> None:
+        """Diffs adopted by ``patchkit import``: they parse, reproduce their files, and are against upstream."""
+        if not self.lock.diffs:
+            return
+        from patchkit.importing import handdiffs
+
+        by_name = {p.name: p for p in self.lock.patches}
+        chains: dict[str, list[tuple[str, diffs.FileDiff]]] = {}
+        for d in self.lock.diffs:
+            rel = str(d.file)
+            if rel not in readable:
+                continue
+            data = readable[rel].read_bytes()
+            try:
+                diffs.parse(data)
+            except diffs.DiffError as e:
+                self.result.findings.append(
+                    Finding(
+                        "diff-invalid",
+                        rel,
+                        e.line,
+                        f"does not parse: {e.message}",
+                        "rewrite it canonically: patchkit import --normalize",
+                    )
+                )
+            try:
+                sections, _ = diffs.parse_lenient(data)
+            except diffs.DiffError:
+                continue
+            if d.against == "overlay":
+                self.result.findings.append(
+                    Finding(
+                        "diff-incremental",
+                        rel,
+                        sections[0].line,
+                        "is against an earlier version of the overlay, not against upstream: "
+                        "it does not show what the deployment changes",
+                        "fold it into one diff against upstream: patchkit import --normalize",
+                    )
+                )
+            candidates = [
+                handdiffs.Candidate(p.name, str(p.file), str(p.target))
+                for n in d.patches
+                if (p := by_name.get(n)) is not None and p.file is not None
+            ]
+            for fd in sections:
+                m = handdiffs.match(fd, candidates)
+                if m.candidate is not None and m.against != "new":
+                    chains.setdefault(m.candidate.key, []).append((rel, fd))
+        for name, chain in chains.items():
+            p = by_name[name]
+            prel = str(p.file)
+            if prel not in readable or p.kind is not PatchKind.OVERLAY:
+                continue
+            undone = handdiffs.undo(readable[prel].read_bytes(), chain)
+            if undone.stale is not None:
+                rel, line, why = undone.stale
+                self.result.findings.append(
+                    Finding(
+                        "diff-stale",
+                        rel,
+                        line,
+                        f"no longer reproduces {prel}: {why}",
+                        f"regenerate the diff of '{name}' against upstream (the overlay changed after it was made)",
+                    )
+                )
+            else:
+                self.result.diffs_verified += 1
+
+    def _check_overlays_have_diffs(self) -> None:
+        """Every overlay shows reviewers what it changes: a diff to upstream."""
+        covered = {n for d in self.lock.diffs for n in d.patches}
+        for i, p in enumerate(self.lock.patches):
+            if p.kind is not PatchKind.OVERLAY:
+                continue
+            if p.diff is None and p.name not in covered:
+                self._lock_finding(
+                    "no-diff",
+                    ("patches", i, "name"),
+                    f"overlay '{p.name}' ({p.file}) has no diff to upstream: reviewers cannot see what it changes",
+                    "state its upstream base (provenance table), then patchkit import --normalize; or write a diff",
+                )
+            if p.base is None and p.origin is not None:
+                stated = f" (stated: {p.origin.repository or '?'} {p.origin.commit})" if p.origin.commit else ""
+                self._lock_finding(
+                    "base-unknown",
+                    ("patches", i, "name"),
+                    f"overlay '{p.name}': its upstream base is not established{stated}",
+                    "patchkit import --normalize rebuilds it from the diffs where they reproduce the overlay",
+                    severity="note",
+                )
+
+    def _check_mounts(self) -> None:
+        """Hand-kept compose files (no deploy.toml): every mount's source exists and is pinned at its target."""
+        if (self.repo.root / "deploy.toml").exists():
+            return
+        from patchkit.importing import compose
+
+        compose_files = [a for a in self.lock.artifacts if compose.COMPOSE_NAMES.fullmatch(a.file.pure.name)]
+        if not compose_files:
+            return
+        from patchkit.errors import BadInput
+
+        pinned: dict[str, str | None] = {str(p.file): str(p.target) for p in self.lock.patches if p.file}
+        for a in (*self.lock.tuning, *self.lock.artifacts):
+            pinned[str(a.file)] = str(a.target) if a.target else None
+        for art in compose_files:
+            rel = str(art.file)
+            try:
+                text = self.repo.check_inside(art.file).read_text(encoding="utf-8")
+                parsed = compose.read(rel, text)
+            except (OSError, UnicodeDecodeError, Escape):
+                continue  # reported by the file checks
+            except BadInput as e:
+                self.result.findings.append(Finding("compose-invalid", rel, None, e.message, e.hint))
+                continue
+            for m in parsed.mounts:
+                if m.source.startswith(("/", "~", "$")):
+                    continue
+                src = os.path.normpath(m.source)
+                path = self.repo.root / src
+                if not path.exists() or path.is_symlink():
+                    self.result.findings.append(
+                        Finding(
+                            "mount-missing",
+                            rel,
+                            m.line,
+                            f"mounts {m.source} at {m.target}, but {src} does not exist",
+                            f"restore the file (git log -- {src}) or remove the mount",
+                        )
+                    )
+                elif path.is_file() and src not in pinned:
+                    self.result.findings.append(
+                        Finding(
+                            "mount-unpinned",
+                            rel,
+                            m.line,
+                            f"mounts {src}, which the lockfile does not pin (so SHA256SUMS does not list it)",
+                            f"pin it: patchkit add {src} --target {m.target}",
+                        )
+                    )
+                elif path.is_file() and pinned[src] not in (None, m.target):
+                    self.result.findings.append(
+                        Finding(
+                            "mount-target",
+                            rel,
+                            m.line,
+                            f"mounts {src} at {m.target}, but the lockfile pins it for {pinned[src]}",
+                            "make the compose mount and the lockfile target agree",
+                        )
+                    )
 
     def _check_compose(self) -> None:
         """With a deploy.toml, every compose file must be exactly what ``patchkit emit`` writes."""
@@ -172,7 +329,7 @@ class Checker:
         from patchkit.errors import BadInput
 
         try:
-            _, drift = emit_files(self.repo, self.lock, check_only=True)
+            _, drift = emit_files(self.repo, self.lock, check_only=True, validate_output=False)
         except BadInput as e:
             self.result.findings.append(
                 Finding("compose-unchecked", "deploy.toml", None, f"cannot emit the compose files: {e}", e.hint)
@@ -491,11 +648,14 @@ class Checker:
                 Finding("unsafe-path", sums.FILENAME, None, f"{sums.FILENAME} {e}", "make it a regular file")
             )
             return
-        self.result.findings.extend(sums_findings(self.lock, self.lock_bytes, actual))
+        self.result.findings.extend(sums_findings(self.lock, self.lock_bytes, actual, self.repo.root))
 
 
-def sums_findings(lock: Lockfile, lock_bytes: bytes, actual: bytes | None) -> list[Finding]:
-    """How the SHA256SUMS bytes ``actual`` (None: missing) differ from what patchkit generates."""
+def sums_findings(lock: Lockfile, lock_bytes: bytes, actual: bytes | None, root: Path | None = None) -> list[Finding]:
+    """How the SHA256SUMS bytes ``actual`` (None: missing) differ from what patchkit generates.
+
+    With the repository ``root``, an entry for a file that does not exist says so.
+    """
     fix = "regenerate it: patchkit sums"
     if actual is None:
         return [Finding("sums-missing", sums.FILENAME, None, "does not exist", fix)]
@@ -512,8 +672,11 @@ def sums_findings(lock: Lockfile, lock_bytes: bytes, actual: bytes | None) -> li
     for h in have:
         w = want_by.get(h.name)
         if w is None:
+            gone = " (and which does not exist)" if root is not None and not (root / h.name).exists() else ""
             out.append(
-                Finding("sums-drift", sums.FILENAME, h.line, f"lists {h.name}, which the lockfile does not pin", fix)
+                Finding(
+                    "sums-drift", sums.FILENAME, h.line, f"lists {h.name}, which the lockfile does not pin{gone}", fix
+                )
             )
         elif w.sha256 != h.sha256:
             now = "the lockfile now has" if h.name == LOCKFILE_NAME else "the lockfile pins"

@@ -880,6 +880,10 @@ def verify_bundle(path: Path, fmt: str) -> None:
     sys.exit(EXIT_FINDINGS if problems else EXIT_OK)
 
 
+# Command groups kept in their own modules register themselves on `cli` when imported.
+from patchkit import cli_import  # noqa: E402,F401
+
+
 def main() -> NoReturn:
     """Console entry point."""
     cli.main(prog_name="patchkit")

@@ -154,6 +154,104 @@ def parse(data: bytes) -> list[FileDiff]:
     return files
 
 
+def parse_lenient(data: bytes) -> tuple[list[FileDiff], list[DiffError]]:
+    """Parse a hand-kept diff the way ``patch`` reads it: hunk sizes from their bodies.
+
+    Returns the file diffs with corrected hunk headers (counts taken from the
+    body, new-side starts recomputed from the old side) and every repair made,
+    as errors with the diff's line numbers. A diff that parses strictly comes
+    back unchanged with no errors. Raises ``DiffError`` only when no file diff
+    is found at all.
+    """
+    try:
+        return parse(data), []
+    except DiffError as e:
+        strict = e
+    problems: list[DiffError] = []
+    lines = split_lines(data)
+    files: list[FileDiff] = []
+    i, n = 0, len(lines)
+    while i < n:
+        if not (lines[i].startswith(b"--- ") and i + 1 < n and lines[i + 1].startswith(b"+++ ")):
+            i += 1
+            continue
+        header_line = i + 1
+        old_path, new_path = _path(lines[i]), _path(lines[i + 1])
+        i += 2
+        hunks: list[Hunk] = []
+        delta = 0
+        while i < n and lines[i].startswith(b"@@"):
+            m = _HUNK.match(lines[i].rstrip(b"\r\n"))
+            if m is None:
+                problems.append(DiffError(i + 1, f"malformed hunk header {lines[i].rstrip()!r}"))
+                i += 1
+                break
+            hunk, i = _lenient_hunk(lines, i, m, delta, problems)
+            delta += hunk.new_len - hunk.old_len
+            hunks.append(hunk)
+        if hunks:
+            files.append(FileDiff(old_path, new_path, tuple(hunks), header_line))
+    if not files:
+        raise DiffError(1, "no file diff found (expected '--- a/…', '+++ b/…' and '@@' hunks)")
+    return files, problems or [strict]
+
+
+def _lenient_hunk(
+    lines: list[bytes], i: int, m: re.Match[bytes], delta: int, problems: list[DiffError]
+) -> tuple[Hunk, int]:
+    header_line = i + 1
+    old_start, new_start = int(m.group(1)), int(m.group(3))
+    old_len = 1 if m.group(2) is None else int(m.group(2))
+    new_len = 1 if m.group(4) is None else int(m.group(4))
+    i += 1
+    body: list[tuple[bytes, bytes]] = []
+    # Where the declared counts are met: used when only prose follows there.
+    declared_end: tuple[int, int] | None = None
+    old_seen = new_seen = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith(b"@@") or (
+            line.startswith(b"--- ") and i + 1 < len(lines) and lines[i + 1].startswith(b"+++ ")
+        ):
+            break
+        if line in (b"\n", b"\r\n"):
+            tag, content = b" ", line
+        elif line[:1] in (b" ", b"-", b"+"):
+            tag, content = line[:1], line[1:]
+        elif line.startswith(NO_NEWLINE[:2]) and body:
+            _strip_newline(body)
+            i += 1
+            continue
+        else:
+            break
+        body.append((tag, content))
+        old_seen += tag != b"+"
+        new_seen += tag != b"-"
+        i += 1
+        if declared_end is None and (old_seen, new_seen) == (old_len, new_len):
+            declared_end = (len(body), i)
+    if declared_end is not None and all(
+        c.strip() == b"" or (t == b"-" and c.startswith(b"- ")) for t, c in body[declared_end[0] :]
+    ):
+        # The rest is blank lines or a format-patch signature ("-- "): the header was right.
+        body, i = body[: declared_end[0]], declared_end[1]
+    old = sum(1 for t, _ in body if t != b"+")
+    new = sum(1 for t, _ in body if t != b"-")
+    fixed_new_start = old_start + delta if old else new_start
+    if (old, new) != (old_len, new_len):
+        problems.append(
+            DiffError(header_line, f"hunk header says -{old_len} +{new_len} lines, its body has -{old} +{new}")
+        )
+    if old and new and fixed_new_start != new_start:
+        problems.append(
+            DiffError(
+                header_line,
+                f"hunk header starts the new side at {new_start}; the earlier hunks put it at {fixed_new_start}",
+            )
+        )
+    return Hunk(old_start, old, fixed_new_start if old else new_start, new, tuple(body), header_line), i
+
+
 def _parse_hunk(lines: list[bytes], i: int) -> tuple[Hunk, int]:
     header_line = i + 1
     m = _HUNK.match(lines[i].rstrip(b"\r\n"))

@@ -173,6 +173,40 @@ class DiffPin:
 
 
 @dataclass(frozen=True)
+class Origin:
+    """What a hand-kept repository stated about an imported patch's upstream, as stated.
+
+    ``patchkit import`` records it for an overlay whose base patchkit has not
+    established yet; nothing here is verified. ``commit`` is kept as written
+    (a short id stays short); ``stated_in`` lists where each fact was found.
+    ``patchkit import --normalize`` turns it into a verified [base].
+    """
+
+    repository: str | None = None
+    commit: str | None = None
+    path: UpstreamPath | None = None
+    stated_in: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class HandDiff:
+    """A hand-kept diff adopted by ``patchkit import``, pinned as it is.
+
+    ``patches`` names the patches whose files it covers; ``against`` says what
+    its old side is: ``upstream``, ``overlay`` (incremental: against an
+    earlier version of the overlay) or ``new`` (it adds whole files).
+    """
+
+    file: RepoPath
+    sha256: Sha256
+    patches: tuple[str, ...] = ()
+    against: str = "upstream"
+
+
+HAND_DIFF_AGAINST = ("upstream", "overlay", "new")
+
+
+@dataclass(frozen=True)
 class Patch:
     """A file the deployment runs instead of, or beside, upstream code.
 
@@ -190,6 +224,7 @@ class Patch:
     reason: str | None = None
     refs: tuple[Reference, ...] = ()
     drop_when: str | None = None
+    origin: Origin | None = None
 
     @property
     def committed(self) -> bool:
@@ -257,6 +292,7 @@ class Lockfile:
     artifacts: tuple[Artifact, ...] = ()
     refs: tuple[RefState, ...] = ()
     signing: Signing | None = None
+    diffs: tuple[HandDiff, ...] = ()
     schema: int = SCHEMA_VERSION
 
     def upstream(self, name: str) -> Upstream | None:
@@ -277,6 +313,8 @@ class Lockfile:
             out.append((f"tuning[{i}].sha256", t.file, t.sha256))
         for i, a in enumerate(self.artifacts):
             out.append((f"artifacts[{i}].sha256", a.file, a.sha256))
+        for i, d in enumerate(self.diffs):
+            out.append((f"diffs[{i}].sha256", d.file, d.sha256))
         if self.model is not None and self.model.manifest is not None:
             out.append(("model.manifest.sha256", self.model.manifest.file, self.model.manifest.sha256))
         return out
@@ -415,7 +453,19 @@ def _read(raw: dict[str, Any], r: _Reader) -> Lockfile | None:
     r.known(
         raw,
         (),
-        ("schema", "deployment", "images", "model", "upstreams", "patches", "tuning", "artifacts", "refs", "signing"),
+        (
+            "schema",
+            "deployment",
+            "images",
+            "model",
+            "upstreams",
+            "patches",
+            "tuning",
+            "artifacts",
+            "diffs",
+            "refs",
+            "signing",
+        ),
     )
     schema = raw.get("schema")
     if schema is None:
@@ -492,7 +542,9 @@ def _read(raw: dict[str, Any], r: _Reader) -> Lockfile | None:
     if signing_raw is not None:
         signing = _read_signing(signing_raw, r)
 
-    _check_unique(r, patches, tuning, artifacts)
+    hand_diffs = _read_hand_diffs(raw, r, {p.name for p in patches})
+
+    _check_unique(r, patches, tuning, artifacts, hand_diffs)
     if r.problems:
         return None
     return Lockfile(
@@ -505,11 +557,38 @@ def _read(raw: dict[str, Any], r: _Reader) -> Lockfile | None:
         artifacts=artifacts,
         refs=tuple(x for x in refs if x is not None),
         signing=signing,
+        diffs=hand_diffs,
     )
 
 
+def _read_hand_diffs(raw: dict[str, Any], r: _Reader, patch_names: set[str]) -> tuple[HandDiff, ...]:
+    out = []
+    for i, t in enumerate(r.array_of_tables(raw, "diffs")):
+        path: FieldPath = ("diffs", i)
+        r.known(t, path, ("file", "sha256", "patches", "against"))
+        file = r.typed(t, path, "file", RepoPath, required=True)
+        sha = r.typed(t, path, "sha256", Sha256, required=True)
+        names = t.get("patches", [])
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            r.problem((*path, "patches"), "must be an array of patch names")
+            names = []
+        for j, n in enumerate(names):
+            if n not in patch_names:
+                r.problem((*path, "patches", j), f"no patch named '{n}'", "name a [[patches]] entry or remove it")
+        against = r.string(t, path, "against") or "upstream"
+        if against not in HAND_DIFF_AGAINST:
+            r.problem((*path, "against"), f"unknown value '{against}' (upstream, overlay or new)")
+        if file is not None and sha is not None:
+            out.append(HandDiff(file=file, sha256=sha, patches=tuple(names), against=against))
+    return tuple(out)
+
+
 def _check_unique(
-    r: _Reader, patches: list[Patch], tuning: tuple[Artifact, ...], artifacts: tuple[Artifact, ...]
+    r: _Reader,
+    patches: list[Patch],
+    tuning: tuple[Artifact, ...],
+    artifacts: tuple[Artifact, ...],
+    hand_diffs: tuple[HandDiff, ...] = (),
 ) -> None:
     """Names are unique across all entries; each file is pinned once; generated files not at all."""
     names: dict[str, str] = {}
@@ -523,11 +602,14 @@ def _check_unique(
     for key, items in (("tuning", tuning), ("artifacts", artifacts)):
         for i, a in enumerate(items):
             entries.append(((key, i), a.name, [("file", str(a.file))]))
+    for i, d in enumerate(hand_diffs):
+        entries.append((("diffs", i), "", [("file", str(d.file))]))
     for path, name, pinned in entries:
         where = _render_path(path)
-        if name in names and not names[name].startswith(where.split("[")[0] + "["):
+        if name and name in names and not names[name].startswith(where.split("[")[0] + "["):
             r.problem((*path, "name"), f"name '{name}' is also used by {names[name]}", "give each entry its own name")
-        names.setdefault(name, where)
+        if name:
+            names.setdefault(name, where)
         for field_name, rel in pinned:
             fpath = (*path, *field_name.split("."))
             if rel in GENERATED:
@@ -704,7 +786,7 @@ def _read_upstream(key: str, t: dict[str, Any], path: FieldPath, r: _Reader) -> 
     )
 
 
-_PATCH_FIELDS = ("name", "kind", "file", "sha256", "target", "reason", "refs", "drop_when", "base", "diff")
+_PATCH_FIELDS = ("name", "kind", "file", "sha256", "target", "reason", "refs", "drop_when", "base", "diff", "origin")
 
 
 def _read_patch(t: dict[str, Any], path: FieldPath, r: _Reader, upstreams: set[str]) -> Patch | None:
@@ -760,7 +842,12 @@ def _read_patch(t: dict[str, Any], path: FieldPath, r: _Reader, upstreams: set[s
         if dfile is not None and dsha is not None:
             diff = DiffPin(file=dfile, sha256=dsha)
 
-    if kind is PatchKind.OVERLAY:
+    origin = None
+    origin_raw = r.table(t, path, "origin")
+    if origin_raw is not None:
+        origin = _read_origin(origin_raw, (*path, "origin"), r)
+
+    if kind is PatchKind.OVERLAY and origin_raw is None:
         if "base" not in t:
             r.problem(path, "an overlay needs [base]: the upstream file it replaces", "see docs/lockfile.md")
         if "diff" not in t:
@@ -788,6 +875,30 @@ def _read_patch(t: dict[str, Any], path: FieldPath, r: _Reader, upstreams: set[s
         reason=r.string(t, path, "reason"),
         refs=tuple(refs),
         drop_when=r.string(t, path, "drop_when"),
+        origin=origin,
+    )
+
+
+_SHORT_COMMIT = re.compile(r"[0-9a-f]{7,40}")
+
+
+def _read_origin(t: dict[str, Any], path: FieldPath, r: _Reader) -> Origin:
+    r.known(t, path, ("repository", "commit", "path", "stated_in"))
+    repository = r.string(t, path, "repository")
+    if repository is not None and not _HF_REPO.fullmatch(repository):
+        r.problem((*path, "repository"), f"'{repository}' is not 'owner/repo'")
+    commit = r.string(t, path, "commit")
+    if commit is not None and not _SHORT_COMMIT.fullmatch(commit):
+        r.problem((*path, "commit"), f"'{commit}' is not a commit id (7 to 40 lowercase hex)")
+    stated = t.get("stated_in", [])
+    if not isinstance(stated, list) or not all(isinstance(x, str) for x in stated):
+        r.problem((*path, "stated_in"), "must be an array of strings")
+        stated = []
+    return Origin(
+        repository=repository,
+        commit=commit,
+        path=r.typed(t, path, "path", UpstreamPath),
+        stated_in=tuple(stated),
     )
 
 
@@ -947,11 +1058,26 @@ def dumps(lock: Lockfile) -> str:
                 )
             if p.diff is not None:
                 t["diff"] = _table(file=p.diff.file, sha256=p.diff.sha256)
+            if p.origin is not None:
+                o = p.origin
+                t["origin"] = _table(
+                    repository=o.repository, commit=o.commit, path=o.path, stated_in=list(o.stated_in) or None
+                )
             patches.append(t)
         doc["patches"] = patches
     for key, items in (("tuning", lock.tuning), ("artifacts", lock.artifacts)):
         if items:
             doc[key] = [_table(name=a.name, file=a.file, sha256=a.sha256, target=a.target, note=a.note) for a in items]
+    if lock.diffs:
+        doc["diffs"] = [
+            _table(
+                file=d.file,
+                sha256=d.sha256,
+                patches=list(d.patches),
+                against=None if d.against == "upstream" else d.against,
+            )
+            for d in lock.diffs
+        ]
     if lock.refs:
         doc["refs"] = {
             s.ref.text: _table(

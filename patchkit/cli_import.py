@@ -1,0 +1,101 @@
+"""``patchkit import``: adopt a hand-kept deployment repository."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from patchkit.cli import FORMAT, _store, cli
+from patchkit.errors import EXIT_FINDINGS, EXIT_OK
+
+
+@cli.command("import")
+@click.argument("path", type=click.Path(file_okay=False, path_type=Path), default=".")
+@click.option("--dry-run", is_flag=True, help="Report what would be imported; write nothing.")
+@click.option(
+    "--normalize",
+    is_flag=True,
+    help="Also rewrite the hand-kept diffs into one canonical diff per patch under upstream/ "
+    "(where their base can be rebuilt), and delete those they replace.",
+)
+@FORMAT
+def import_(path: Path, dry_run: bool, normalize: bool, fmt: str) -> None:
+    """Turn a hand-kept deployment repository into a patchkit deployment.
+
+    Reads the compose files (every profile), patches/, the hand-kept diffs,
+    SHA256SUMS and provenance tables in README.md or patches/README.md, and
+    writes lockfile.toml describing them as they are: files stay where they
+    are. What no source states (a base commit nobody wrote down) is recorded
+    as unknown, never guessed. The report lists what was found, every defect
+    with its file and line, and the commands to run next.
+
+    Importing again is a no-op; a repository that already is a patchkit
+    deployment is refused. Exit 0 when the lockfile was written (or already
+    was), 1 when --normalize left some diffs as they were, 2 on bad input.
+    """
+    from patchkit.importing.adopt import import_repository
+
+    root = path.resolve()
+    result = None
+    if not (normalize and (root / "lockfile.toml").exists()):
+        result = import_repository(root, dry_run=dry_run)
+    normalized = None
+    if normalize and not dry_run:
+        from patchkit.importing.normalize import normalize as run
+        from patchkit.repo import Repo
+
+        repo = Repo(root)
+        lock, _ = repo.read_lockfile()
+        normalized = run(repo, lock, _store())
+    payload: dict[str, Any] = {}
+    if result is not None:
+        payload["import"] = result.as_dict()
+    if normalized is not None:
+        payload["normalize"] = normalized.as_dict()
+    if fmt == "json":
+        click.echo(json.dumps(payload, indent=2, sort_keys=True))
+    else:
+        if result is not None:
+            _print_import(result, dry_run)
+        if normalized is not None:
+            _print_normalize(normalized)
+    sys.exit(EXIT_FINDINGS if normalized is not None and normalized.failed else EXIT_OK)
+
+
+def _print_import(result: Any, dry_run: bool) -> None:
+    found = result.summary
+    head = "would write" if dry_run else "wrote" if result.written else "unchanged:"
+    click.echo(f"import: {head} lockfile.toml")
+    click.echo(
+        "found: {images} image(s), {model} model, {upstreams} upstream(s), {overlays} overlay(s), "
+        "{modules} module(s), {transformers} transformer(s), {tuning} tuning table(s), {artifacts} other "
+        "file(s), {diffs} hand-kept diff(s), {references} upstream reference(s)".format(**found)
+    )
+    if result.issues:
+        click.echo(f"\n{len(result.issues)} problem(s) in the hand-kept repository:")
+        for i in result.issues:
+            where = i.file if i.line is None else f"{i.file}:{i.line}"
+            click.echo(f"  {where}: {i.kind}: {i.message}")
+            if i.fix:
+                click.echo(f"      fix: {i.fix}")
+    click.echo("\nnext:")
+    for cmd in result.next_commands:
+        click.echo(f"  {cmd}")
+
+
+def _print_normalize(n: Any) -> None:
+    click.echo(f"\nnormalize: {len(n.done)} patch(es) now have a canonical diff under upstream/")
+    for name in n.done:
+        click.echo(f"  {name}: upstream/{name}.diff")
+    for name in n.modules:
+        click.echo(f"  {name}: a whole new file; needs no diff to upstream")
+    for rel in n.removed:
+        click.echo(f"  removed {rel} (replaced)")
+    if n.failed:
+        click.echo(f"{len(n.failed)} patch(es) keep their hand-kept diffs:")
+        for name, why in n.failed:
+            click.echo(f"  {name}: {why}")

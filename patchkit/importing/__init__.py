@@ -1,0 +1,1 @@
+"""Adopting hand-kept deployment repositories: ``patchkit import``."""

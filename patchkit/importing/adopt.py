@@ -1,0 +1,698 @@
+"""``patchkit import``: turn a hand-kept deployment repository into a patchkit deployment.
+
+The importer reads what such repositories hold (compose files and their
+profiles, ``patches/`` with overlays, modules and transformers, hand-kept
+diffs, ``SHA256SUMS``, provenance tables in Markdown) and builds the lockfile
+that describes them as they are: it pins files in place and moves nothing.
+What no source states (a base commit nobody wrote down) is left unknown and
+reported; nothing is invented. Every defect it sees is reported with its file
+and line, and ``patchkit check`` reports the same ones from then on.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from patchkit import diffs, sums
+from patchkit.errors import BadInput
+from patchkit.hashing import sha256_bytes
+from patchkit.importing import compose, handdiffs, provenance
+from patchkit.lockfile import (
+    LOCKFILE_NAME,
+    Artifact,
+    HandDiff,
+    Image,
+    Lockfile,
+    Model,
+    Origin,
+    Patch,
+    PatchKind,
+    Upstream,
+    dumps,
+)
+from patchkit.values import ContainerPath, Digest, Reference, RepoPath, Revision, Sha256, UpstreamPath
+
+_PYTHON_TREE = re.compile(r"/(?:site|dist)-packages/")
+_DIFF_SUFFIXES = (".patch", ".diff")
+_DIFF_NAME = re.compile(r"(?:\d+[-_.])?(?P<name>.+?)\.(?:patch|diff)")
+
+
+@dataclass(frozen=True)
+class Issue:
+    """Something wrong or unknown in the hand-kept repository, where it is, and what to do."""
+
+    kind: str
+    file: str
+    line: int | None
+    message: str
+    fix: str | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        return {"kind": self.kind, "file": self.file, "line": self.line, "message": self.message, "fix": self.fix}
+
+
+@dataclass
+class ImportResult:
+    """What ``import`` found and the lockfile it writes (or would write)."""
+
+    lock: Lockfile
+    text: bytes
+    issues: list[Issue] = field(default_factory=list)
+    written: bool = False
+    unchanged: bool = False
+
+    @property
+    def summary(self) -> dict[str, int]:
+        kinds = {k.value: sum(1 for p in self.lock.patches if p.kind is k) for k in PatchKind}
+        return {
+            "images": len(self.lock.images),
+            "model": 0 if self.lock.model is None else 1,
+            "upstreams": len(self.lock.upstreams),
+            "overlays": kinds["overlay"],
+            "modules": kinds["module"],
+            "transformers": kinds["transformer"],
+            "tuning": len(self.lock.tuning),
+            "artifacts": len(self.lock.artifacts),
+            "diffs": len(self.lock.diffs),
+            "references": len({r for p in self.lock.patches for r in p.refs}),
+        }
+
+    @property
+    def next_commands(self) -> list[str]:
+        kinds = {i.kind for i in self.issues}
+        out = ["patchkit check    # every defect above, with file and line, until it is fixed"]
+        if self.lock.diffs:
+            out.append("patchkit import --normalize    # one canonical diff per patch under upstream/, where possible")
+        if "image-unpinned" in kinds:
+            out.append("patchkit image pin NAME REPOSITORY:TAG    # for each image written by tag only")
+        if "model-unpinned" in kinds:
+            out.append("edit lockfile.toml: [model] repo and revision (a full commit)")
+        out.append("patchkit sums    # regenerate SHA256SUMS from the lockfile")
+        return out
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "written": self.written,
+            "unchanged": self.unchanged,
+            "found": self.summary,
+            "issues": [i.as_dict() for i in self.issues],
+            "next": self.next_commands,
+        }
+
+
+@dataclass
+class _Entry:
+    """A repository file mounted into the container, before it becomes a lockfile entry."""
+
+    rel: str
+    target: str
+    mount: compose.Mount
+    data: bytes
+    kind: str  # overlay, module, transformer, tuning, artifact
+    name: str = ""
+    refs: list[Reference] = field(default_factory=list)
+    origin: dict[str, str] = field(default_factory=dict)
+    stated_in: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Section:
+    diff: str
+    fd: diffs.FileDiff
+    entry: _Entry | None
+    upstream_path: str | None
+    against: str
+
+
+class _Importer:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.issues: list[Issue] = []
+        self._index: handdiffs.Index | None = None
+        self._by_rel: dict[str, _Entry] = {}
+
+    def issue(self, kind: str, file: str, line: int | None, message: str, fix: str | None = None) -> None:
+        self.issues.append(Issue(kind, file, line, message, fix))
+
+    # -- reading
+
+    def read_text(self, rel: str) -> str:
+        try:
+            return (self.root / rel).read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise BadInput(f"{rel}: not UTF-8 text ({e.reason} at byte {e.start})") from e
+
+    def build(self) -> Lockfile:
+        names = sorted(os.listdir(self.root))
+        files = compose.find(names)
+        if not files:
+            raise BadInput(
+                f"{self.root}: no compose file (compose.yaml, compose.*.yaml, docker-compose.yml)",
+                "run patchkit import in the repository that holds the deployment's compose files",
+            )
+        composes = [compose.read(f, self.read_text(f)) for f in files]
+        entries = self.entries(composes)
+        hand = self.hand_diffs(entries)
+        self.provenance(entries)
+        upstreams = self.upstreams(entries)
+        self.name_entries(entries, hand)
+        self.check_runs(entries, composes)
+        self.check_sums(entries)
+        patches = []
+        for e in entries:
+            if e.kind not in ("overlay", "module", "transformer"):
+                continue
+            origin = None
+            if e.kind == "overlay":
+                origin = Origin(
+                    repository=e.origin.get("repository"),
+                    commit=e.origin.get("commit"),
+                    path=UpstreamPath(e.origin["path"]) if "path" in e.origin else None,
+                    stated_in=tuple(dict.fromkeys(e.stated_in)),
+                )
+            patches.append(
+                Patch(
+                    name=e.name,
+                    kind=PatchKind(e.kind),
+                    sha256=Sha256(sha256_bytes(e.data)),
+                    target=ContainerPath(e.target),
+                    file=RepoPath(e.rel),
+                    refs=tuple(e.refs),
+                    origin=origin,
+                )
+            )
+        tuning = tuple(self.artifact(e) for e in entries if e.kind == "tuning")
+        artifacts = [self.artifact(e) for e in entries if e.kind == "artifact"]
+        artifacts += self.unmounted({e.rel for e in entries} | {str(d.file) for d in hand})
+        for f in files:
+            stem = f.rsplit(".", 1)[0].replace("docker-", "")
+            artifacts.append(
+                Artifact(_name(stem), RepoPath(f), Sha256(sha256_bytes((self.root / f).read_bytes())), note="compose")
+            )
+        return Lockfile(
+            name=_name(self.root.name),
+            images=self.images(composes),
+            model=self.model(composes),
+            upstreams=upstreams,
+            patches=tuple(patches),
+            tuning=tuning,
+            artifacts=tuple(artifacts),
+            diffs=tuple(hand),
+        )
+
+    def unmounted(self, known: set[str]) -> list[Artifact]:
+        """Notes in patches/ and tuning/ (a provenance README) are pinned; other unmounted files reported."""
+        out = []
+        for rel in _files(self.root, ("patches", "tuning")):
+            if rel in known:
+                continue
+            if rel.endswith((".md", ".txt", ".rst")):
+                data = (self.root / rel).read_bytes()
+                out.append(Artifact(_name(rel.replace("/", "-")), RepoPath(rel), Sha256(sha256_bytes(data))))
+            else:
+                self.issue(
+                    "not-mounted",
+                    rel,
+                    None,
+                    "no compose file mounts it, so the deployment does not run it",
+                    "mount it, or delete it (patchkit check reports it as an orphan)",
+                )
+        return out
+
+    def artifact(self, e: _Entry) -> Artifact:
+        return Artifact(e.name, RepoPath(e.rel), Sha256(sha256_bytes(e.data)), ContainerPath(e.target))
+
+    # -- mounts
+
+    def entries(self, composes: list[compose.ComposeFile]) -> list[_Entry]:
+        by_source: dict[str, _Entry] = {}
+        by_target: dict[str, _Entry] = {}
+        for cf in composes:
+            for m in cf.mounts:
+                for rel, target in self.mounted_files(m):
+                    known = by_source.get(rel)
+                    if known is not None:
+                        if known.target != target:
+                            self.issue(
+                                "mount-conflict",
+                                m.compose,
+                                m.line,
+                                f"{rel} is mounted at {target} here but at {known.target} in {known.mount.where}",
+                                "mount each file at one path in every profile",
+                            )
+                        _add_refs(known, m.comment, None)
+                        continue
+                    other = by_target.get(target)
+                    if other is not None:
+                        self.issue(
+                            "mount-conflict",
+                            m.compose,
+                            m.line,
+                            f"{target} gets {rel} here but {other.rel} in {other.mount.where}; "
+                            "only the first is pinned",
+                            "give each profile the same file, or separate targets",
+                        )
+                        continue
+                    data = (self.root / rel).read_bytes()
+                    entry = _Entry(rel, target, m, data, _kind(rel, target))
+                    _add_refs(entry, m.comment, None)
+                    by_source[rel] = by_target[target] = entry
+        return list(by_source.values())
+
+    def mounted_files(self, m: compose.Mount) -> list[tuple[str, str]]:
+        """The repository files a bind mount brings into the container, with their container paths."""
+        if m.source.startswith(("/", "~", "$")):
+            return []  # host paths (the model cache, /dev/shm): not the repository's
+        rel = os.path.normpath(m.source)
+        if rel == ".." or rel.startswith("../"):
+            self.issue("mount-outside", m.compose, m.line, f"mount source {m.source} is outside the repository")
+            return []
+        path = self.root / rel
+        if path.is_symlink() or not path.exists():
+            what = "is a symlink" if path.is_symlink() else "does not exist"
+            self.issue(
+                "mount-missing",
+                m.compose,
+                m.line,
+                f"mount source {m.source} {what}; the container would get an empty directory or fail to start",
+                "restore the file (git log -- PATH) or remove the mount",
+            )
+            return []
+        if path.is_file():
+            return [(rel, m.target)]
+        out = []
+        for dirpath, dirnames, filenames in os.walk(path):
+            dirnames.sort()
+            for fname in sorted(filenames):
+                full = Path(dirpath) / fname
+                sub = full.relative_to(path).as_posix()
+                out.append((full.relative_to(self.root).as_posix(), f"{m.target}/{sub}"))
+        return out
+
+    # -- diffs
+
+    def hand_diffs(self, entries: list[_Entry]) -> list[HandDiff]:
+        overlays = [e for e in entries if e.kind in ("overlay", "module", "transformer")]
+        out: list[HandDiff] = []
+        sections_of: dict[str, list[_Section]] = {}
+        for rel in self.diff_files():
+            data = (self.root / rel).read_bytes()
+            try:
+                fds, repairs = diffs.parse_lenient(data)
+            except diffs.DiffError as err:
+                raise BadInput(
+                    f"{rel}: not a diff at all ({err.message})",
+                    "remove it from patches/ or replace it with a unified diff (diff -u / git diff)",
+                ) from err
+            for r in repairs:
+                self.issue(
+                    "diff-hunk-count",
+                    rel,
+                    r.line,
+                    f"hand-edited hunk: {r.message}",
+                    "patchkit import --normalize regenerates the diff",
+                )
+            sections = [self.section(rel, fd, overlays) for fd in fds]
+            covered = [s.entry for s in sections if s.entry is not None]
+            for s in sections:
+                if s.entry is None:
+                    self.issue(
+                        "diff-unmatched",
+                        rel,
+                        s.fd.line,
+                        f"the file diff for {s.fd.new_path or s.fd.old_path} matches no mounted file",
+                        "mount the file it describes, or delete this part of the diff",
+                    )
+                else:
+                    sections_of.setdefault(s.entry.rel, []).append(s)
+            preamble = data.split(b"\n--- ", 1)[0].decode("utf-8", "replace")
+            for e in covered:
+                if _add_refs(e, preamble, e.origin.get("repository")):
+                    e.stated_in.append(f"{rel}:1")
+            names = list(dict.fromkeys(e.rel for e in covered))
+            against = {s.against for s in sections}
+            out.append(
+                HandDiff(
+                    file=RepoPath(rel),
+                    sha256=Sha256(sha256_bytes(data)),
+                    patches=tuple(names),  # renamed to entry names once those are chosen
+                    against="new" if against == {"new"} else "overlay" if "overlay" in against else "upstream",
+                )
+            )
+        incremental = self.verify_sections(sections_of)
+        out = [
+            HandDiff(d.file, d.sha256, d.patches, "overlay" if str(d.file) in incremental else d.against) for d in out
+        ]
+        for e in overlays:
+            if e.kind == "overlay" and e.rel not in sections_of:
+                self.issue(
+                    "no-diff",
+                    e.rel,
+                    None,
+                    f"overlay of {e.target} has no diff to upstream: reviewers cannot see what it changes",
+                    "write one against the upstream file, or: patchkit add/rebase once the base is known",
+                )
+        return out
+
+    def diff_files(self) -> list[str]:
+        return [rel for rel in _files(self.root, ("patches", "diffs")) if rel.endswith(_DIFF_SUFFIXES)]
+
+    def section(self, rel: str, fd: diffs.FileDiff, overlays: list[_Entry]) -> _Section:
+        m = handdiffs.match(fd, self.index(overlays))
+        entry = self._by_rel[m.candidate.key] if m.candidate is not None else None
+        if entry is not None and m.against == "new" and entry.kind == "overlay":
+            entry.kind = "module"  # the diff adds the whole file: it has no upstream counterpart
+        if entry is not None and m.upstream_path and "path" not in entry.origin:
+            entry.origin["path"] = m.upstream_path
+            entry.stated_in.append(f"{rel}:{fd.line}")
+        return _Section(rel, fd, entry, m.upstream_path, m.against)
+
+    def index(self, overlays: list[_Entry]) -> handdiffs.Index:
+        if self._index is None:
+            self._index = handdiffs.Index([handdiffs.Candidate(e.rel, e.rel, e.target) for e in overlays])
+            self._by_rel = {e.rel: e for e in overlays}
+        return self._index
+
+    def verify_sections(self, sections_of: dict[str, list[_Section]]) -> set[str]:
+        """Report stale diffs; return the diffs found to be incremental by their content.
+
+        The sections of one overlay are undone newest first: when undoing the
+        newest one leaves a file that an older one undoes, the newest was
+        written against that older version of the overlay, not upstream.
+        """
+        incremental: set[str] = set()
+        for sections in sections_of.values():
+            entry = sections[0].entry
+            if entry is None or entry.kind == "module":
+                continue
+            undone = handdiffs.undo(entry.data, [(s.diff, s.fd) for s in sections])
+            if undone.stale is not None:
+                rel, line, why = undone.stale
+                self.issue(
+                    "diff-stale",
+                    rel,
+                    line,
+                    f"does not reproduce {entry.rel}: {why} (the file changed after the diff was made)",
+                    "regenerate it against upstream; import --normalize cannot rebuild its base",
+                )
+            incremental |= undone.incremental
+            for s in sections:
+                if s.against == "overlay" or s.diff in undone.incremental:
+                    self.issue(
+                        "diff-incremental",
+                        s.diff,
+                        s.fd.line,
+                        f"is against an earlier version of {entry.rel}, not against upstream",
+                        "patchkit import --normalize folds it into one diff against upstream",
+                    )
+        return incremental
+
+    # -- provenance
+
+    def provenance(self, entries: list[_Entry]) -> None:
+        for doc in ("README.md", "patches/README.md", "PATCHES.md", "patches/PROVENANCE.md"):
+            if not (self.root / doc).is_file():
+                continue
+            for row in provenance.tables(doc, self.read_text(doc)):
+                entry = next(
+                    (
+                        e
+                        for e in entries
+                        if row.file in (e.rel, PurePosixPath(e.rel).name, e.rel.removeprefix("patches/"))
+                    ),
+                    None,
+                )
+                if entry is None:
+                    file, line = row.source.rsplit(":", 1)
+                    self.issue(
+                        "provenance-unmatched",
+                        file,
+                        int(line),
+                        f"the table names {row.file}, which no compose file mounts",
+                        "fix the file name in the table, or mount the file",
+                    )
+                    continue
+                for key in ("repository", "commit", "path"):
+                    value = getattr(row, key)
+                    if value and key not in entry.origin:
+                        entry.origin[key] = value
+                        entry.origin[f"{key}_source"] = row.source
+                entry.stated_in.append(row.source)
+                _add_refs(entry, row.text, row.repository)
+
+    def upstreams(self, entries: list[_Entry]) -> tuple[Upstream, ...]:
+        repos: dict[str, set[str]] = {}
+        for e in entries:
+            if e.kind != "overlay":
+                continue
+            if (repo := e.origin.get("repository")) is not None:
+                repos.setdefault(repo, set())
+                if (commit := e.origin.get("commit")) is not None:
+                    repos[repo].add(commit)
+            if "commit" not in e.origin:
+                self.issue(
+                    "base-unknown",
+                    e.rel,
+                    None,
+                    f"no source states the upstream commit this overlay of {e.target} is based on",
+                    "add it to the provenance table (upstream, commit, path), then patchkit import --normalize",
+                )
+            elif len(e.origin["commit"]) < 40:
+                where = e.origin.get("commit_source", e.rel)
+                self.issue(
+                    "base-short-commit",
+                    where.rsplit(":", 1)[0],
+                    int(where.rsplit(":", 1)[1]) if ":" in where else None,
+                    f"{e.rel}: the stated base commit {e.origin['commit']} is abbreviated; it is kept as stated",
+                    "write the full 40-hex commit in the provenance table",
+                )
+        out = []
+        for repo in sorted(repos):
+            commits = repos[repo]
+            fulls = {c for c in commits if len(c) == 40}
+            # Short ids that abbreviate the one full commit stated are that commit.
+            commit = (
+                next(iter(fulls)) if len(fulls) == 1 and all(next(iter(fulls)).startswith(c) for c in commits) else None
+            )
+            full = commit is not None
+            out.append(
+                Upstream(
+                    name=_name(repo.split("/")[1]),
+                    git=f"https://github.com/{repo}",
+                    commit=Revision(commit) if full and commit is not None else None,
+                    note=None if full else "imported: the base commit differs between patches or is not stated",
+                )
+            )
+        return tuple(out)
+
+    # -- names
+
+    def name_entries(self, entries: list[_Entry], hand: list[HandDiff]) -> None:
+        from_diff: dict[str, str] = {}
+        for d in hand:
+            if len(d.patches) == 1 and (m := _DIFF_NAME.fullmatch(PurePosixPath(str(d.file)).name)):
+                from_diff.setdefault(d.patches[0], m["name"])
+        used: set[str] = set()
+        for e in entries:
+            stem = from_diff.get(e.rel) or PurePosixPath(e.rel).stem
+            name = base = _name(stem)
+            k = 2
+            while name in used:
+                name, k = f"{base}-{k}", k + 1
+            used.add(name)
+            e.name = name
+        by_rel = {e.rel: e.name for e in entries}
+        hand[:] = [HandDiff(d.file, d.sha256, tuple(by_rel[r] for r in d.patches), d.against) for d in hand]
+
+    # -- what runs, what is summed
+
+    def check_runs(self, entries: list[_Entry], composes: list[compose.ComposeFile]) -> None:
+        texts = [t for cf in composes for t in cf.texts]
+        texts += [e.data.decode("utf-8", "replace") for e in entries if e.kind == "artifact"]
+        for e in entries:
+            if e.kind != "transformer":
+                continue
+            if not any(e.target in t or PurePosixPath(e.target).name in t for t in texts):
+                self.issue(
+                    "transformer-not-run",
+                    e.mount.compose,
+                    e.mount.line,
+                    f"{e.rel} is mounted at {e.target}, but neither the compose command nor a mounted script runs it",
+                    "run it from the entrypoint, or remove the mount",
+                )
+
+    def check_sums(self, entries: list[_Entry]) -> None:
+        rel = sums.FILENAME
+        path = self.root / rel
+        if not path.is_file():
+            self.issue("sums-missing", rel, None, "there is no SHA256SUMS", "patchkit sums writes it")
+            return
+        data = path.read_bytes()
+        listed: dict[str, str] = {}
+        for lineno, raw in enumerate(data.split(b"\n"), start=1):
+            text = raw.decode("utf-8", "surrogateescape")
+            if not text.strip() or text.lstrip().startswith("#"):
+                continue
+            m = re.fullmatch(r"(\s*)\\?([0-9a-fA-F]{64}) [ *](.+?)\r?", text)
+            if m is None:
+                self.issue("sums-malformed", rel, lineno, f"not a checksum line: {text[:60]!r}", "patchkit sums")
+                continue
+            if m.group(1):
+                self.issue(
+                    "sums-malformed",
+                    rel,
+                    lineno,
+                    "line starts with whitespace (sha256sum accepts it; patchkit writes none)",
+                    "patchkit sums",
+                )
+            name = m.group(3)
+            listed[name] = m.group(2).lower()
+            target = self.root / name
+            if not target.is_file():
+                self.issue(
+                    "sums-not-present", rel, lineno, f"lists {name}, which does not exist", "patchkit sums drops it"
+                )
+            elif sha256_bytes(target.read_bytes()) != listed[name]:
+                self.issue(
+                    "sums-mismatch",
+                    rel,
+                    lineno,
+                    f"lists {name} with a sha256 the file no longer has",
+                    "patchkit sums (after checking the change is intended)",
+                )
+        for e in entries:
+            if e.rel not in listed:
+                self.issue(
+                    "sums-unlisted",
+                    e.mount.compose,
+                    e.mount.line,
+                    f"{e.rel} is mounted but not in SHA256SUMS",
+                    "patchkit sums adds every pinned file",
+                )
+
+    # -- images and the model
+
+    def images(self, composes: list[compose.ComposeFile]) -> tuple[Image, ...]:
+        out: dict[str, Image] = {}
+        for cf in composes:
+            for use in cf.images:
+                if use.digest is None:
+                    self.issue(
+                        "image-unpinned",
+                        use.compose,
+                        use.line,
+                        f"services.{use.service}.image {use.repository}:{use.tag or 'latest'} is not pinned by digest",
+                        f"patchkit image pin {_name(use.service)} {use.repository}:{use.tag or 'latest'}",
+                    )
+                    continue
+                try:
+                    digest = Digest(use.digest)
+                except ValueError as e:
+                    self.issue("image-invalid", use.compose, use.line, f"services.{use.service}.image: {e}")
+                    continue
+                if any(i.repository == use.repository and i.digest == digest for i in out.values()):
+                    continue
+                name = _name(use.service)
+                if name in out:
+                    name = _name(f"{use.service}-{_profile(use.compose)}")
+                out[name] = Image(name, use.repository, digest, tag=use.tag)
+        return tuple(out[k] for k in sorted(out))
+
+    def model(self, composes: list[compose.ComposeFile]) -> Model | None:
+        chosen: Model | None = None
+        for cf in composes:
+            for use in cf.models:
+                try:
+                    model = Model(use.repo, Revision(use.revision))
+                except ValueError as e:
+                    self.issue("model-unpinned", use.compose, use.line, f"model {use.repo}: {e}")
+                    continue
+                if chosen is None:
+                    chosen = model
+                elif chosen != model:
+                    self.issue(
+                        "model-conflict",
+                        use.compose,
+                        use.line,
+                        f"uses {use.repo}@{use.revision[:12]}, but {chosen.repo}@{chosen.revision.short} "
+                        "is used first; only that one is pinned",
+                    )
+        return chosen
+
+
+def _files(root: Path, tops: tuple[str, ...]) -> list[str]:
+    """Every regular file under the given top-level directories, as sorted repository paths."""
+    out: list[str] = []
+    for top in tops:
+        base = root / top
+        if not base.is_dir():
+            continue
+        for dirpath, dirnames, filenames in os.walk(base):
+            dirnames.sort()
+            out.extend((Path(dirpath) / f).relative_to(root).as_posix() for f in sorted(filenames))
+    return out
+
+
+def _kind(rel: str, target: str) -> str:
+    if rel.startswith("patches/"):
+        return "overlay" if _PYTHON_TREE.search(target) else "transformer"
+    if rel.startswith("tuning/") or rel.endswith(".csv"):
+        return "tuning"
+    return "artifact"
+
+
+def _add_refs(entry: _Entry, text: str, default_repo: str | None) -> bool:
+    found = provenance.references(text, default_repo)
+    for r in found.refs:
+        if r not in entry.refs:
+            entry.refs.append(r)
+    return bool(found.refs)
+
+
+def _name(text: str) -> str:
+    name = re.sub(r"[^a-z0-9.-]+", "-", text.lower()).strip("-.")
+    return name or "unnamed"
+
+
+def _profile(compose_file: str) -> str:
+    m = compose.COMPOSE_NAMES.fullmatch(compose_file)
+    return (m.group(2) or "").strip(".-") if m else compose_file
+
+
+def import_repository(root: Path, *, dry_run: bool = False) -> ImportResult:
+    """Build the lockfile of the hand-kept repository at ``root`` and write it (unless ``dry_run``).
+
+    Refuses a repository that already is a patchkit deployment, unless its
+    lockfile is exactly what this import produces (importing twice is a no-op).
+    """
+    from patchkit.repo import atomic_write
+
+    root = root.resolve()
+    if not root.is_dir():
+        raise BadInput(f"{root}: not a directory")
+    existing = root / LOCKFILE_NAME
+    refuse = BadInput(
+        f"{existing}: this repository is already a patchkit deployment",
+        "import adopts a hand-kept repository once; from then on use patchkit check, lock and add",
+    )
+    importer = _Importer(root)
+    try:
+        lock = importer.build()
+    except BadInput:
+        if existing.exists():
+            raise refuse from None
+        raise
+    text = dumps(lock).encode()
+    result = ImportResult(lock, text, importer.issues)
+    if existing.exists():
+        if existing.read_bytes() != text:
+            raise refuse
+        result.unchanged = True
+        return result
+    if not dry_run:
+        atomic_write(existing, text)
+        result.written = True
+    return result

@@ -1,0 +1,231 @@
+"""Reading hand-kept compose files: images, bind mounts with their lines and comments, the model path.
+
+Compose files written by hand use everything YAML and Compose allow: anchors
+and merge keys (``<<: *common``), short and long volume syntax, variables
+with defaults (``${HF_CACHE:-/root/.cache/huggingface}``). This reader
+resolves all of it and keeps, for every mount, the file and line it came from
+and the comment lines written above it (where people cite upstream issues).
+It works on the text of the files; nothing here writes. Imported only by
+the commands that read compose files, so PyYAML loads only for them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+import yaml  # type: ignore[import-untyped]  # PyYAML ships no type information
+
+from patchkit.errors import BadInput
+
+COMPOSE_NAMES = re.compile(r"(docker-)?compose([.-][A-Za-z0-9_.-]+)?\.ya?ml")
+_VAR = re.compile(
+    r"\$(?:\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?+])(?P<arg>[^}]*))?\}|(?P<bare>[A-Za-z_][A-Za-z0-9_]*)|(?P<dollar>\$))"
+)
+_MODEL_PATH = re.compile(
+    r"models--(?P<org>[A-Za-z0-9][A-Za-z0-9._-]*?)--(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)/snapshots/(?P<rev>[^/\s\"']+)"
+)
+_IMAGE = re.compile(
+    r"(?P<repo>[a-z0-9][a-z0-9._/:-]*?)(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>[a-z0-9]+:[0-9a-fA-F]+))?"
+)
+
+
+@dataclass(frozen=True)
+class Mount:
+    """One bind mount of a service, where it was written and what was said above it."""
+
+    compose: str
+    line: int
+    service: str
+    source: str  # after variable defaults are applied
+    target: str
+    read_only: bool
+    comment: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.compose}:{self.line}"
+
+
+@dataclass(frozen=True)
+class ImageUse:
+    compose: str
+    line: int
+    service: str
+    repository: str
+    tag: str | None
+    digest: str | None
+
+
+@dataclass(frozen=True)
+class ModelUse:
+    compose: str
+    line: int
+    repo: str
+    revision: str
+
+
+@dataclass(frozen=True)
+class ComposeFile:
+    path: str
+    mounts: tuple[Mount, ...]
+    images: tuple[ImageUse, ...]
+    models: tuple[ModelUse, ...]
+    texts: tuple[str, ...]  # every command/entrypoint/environment string, for "what runs this script"
+
+
+def find(root_names: list[str]) -> list[str]:
+    """The compose files among a directory's entries, main file first."""
+    found = sorted(n for n in root_names if COMPOSE_NAMES.fullmatch(n))
+    return sorted(found, key=lambda n: (n not in ("compose.yaml", "compose.yml", "docker-compose.yml"), n))
+
+
+def interpolate(value: str) -> str:
+    """Apply Compose variable syntax with defaults, as if no variable were set.
+
+    ``${VAR:-default}`` and ``${VAR-default}`` give the default; a variable
+    without a default stays as written, so an unresolvable source is visible.
+    """
+
+    def one(m: re.Match[str]) -> str:
+        if m.group("dollar"):
+            return "$"
+        if m.group("op") in (":-", "-"):
+            return interpolate(m.group("arg") or "")
+        return m.group(0)
+
+    return _VAR.sub(one, value)
+
+
+def read(path: str, text: str) -> ComposeFile:
+    """Parse one compose file; malformed YAML or a relative container path is a ``BadInput``."""
+    try:
+        root = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml when built with it
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise BadInput(
+            f"{path}{line}: not valid YAML: {problem}", "fix the YAML, then run patchkit import again"
+        ) from e
+    if root is None or not isinstance(root, yaml.MappingNode):
+        raise BadInput(f"{path}: not a compose file (the top level must be a mapping with 'services')")
+    services = _get(root, "services")
+    if not isinstance(services, yaml.MappingNode):
+        raise BadInput(f"{path}: no 'services' mapping", "a compose file lists its containers under services:")
+    lines = text.splitlines()
+    mounts: list[Mount] = []
+    images: list[ImageUse] = []
+    models: list[ModelUse] = []
+    texts: list[str] = []
+    for name_node, svc in _pairs(services):
+        service = str(name_node.value)
+        if not isinstance(svc, yaml.MappingNode):
+            raise BadInput(f"{path}:{svc.start_mark.line + 1}: services.{service}: must be a mapping")
+        image = _get(svc, "image")
+        if isinstance(image, yaml.ScalarNode):
+            images.append(_image(path, service, image))
+        volumes = _get(svc, "volumes")
+        if isinstance(volumes, yaml.SequenceNode):
+            for k, item in enumerate(volumes.value):
+                mount = _mount(path, service, k, item, lines)
+                if mount is not None:
+                    mounts.append(mount)
+        for scalar in _scalars(svc):
+            value = interpolate(str(scalar.value))
+            texts.append(value)
+            for m in _MODEL_PATH.finditer(value):
+                models.append(ModelUse(path, scalar.start_mark.line + 1, f"{m['org']}/{m['name']}", m["rev"]))
+    return ComposeFile(path, tuple(mounts), tuple(images), tuple(models), tuple(texts))
+
+
+def _pairs(node: Any) -> Iterator[tuple[Any, Any]]:
+    """The key/value pairs of a mapping node with merge keys (``<<``) applied, own keys winning."""
+    own: list[tuple[Any, Any]] = []
+    merged: list[tuple[Any, Any]] = []
+    for key, value in node.value:
+        if key.tag == "tag:yaml.org,2002:merge":
+            sources = value.value if isinstance(value, yaml.SequenceNode) else [value]
+            for src in sources:
+                if isinstance(src, yaml.MappingNode):
+                    merged.extend(_pairs(src))
+        else:
+            own.append((key, value))
+    names = {str(k.value) for k, _ in own}
+    yield from own
+    yield from ((k, v) for k, v in merged if str(k.value) not in names)
+
+
+def _get(node: Any, key: str) -> Any:
+    return next((v for k, v in _pairs(node) if str(k.value) == key), None)
+
+
+def _scalars(node: Any) -> Iterator[Any]:
+    if isinstance(node, yaml.ScalarNode):
+        yield node
+    elif isinstance(node, yaml.SequenceNode):
+        for v in node.value:
+            yield from _scalars(v)
+    elif isinstance(node, yaml.MappingNode):
+        for _, v in _pairs(node):
+            yield from _scalars(v)
+
+
+def _image(path: str, service: str, node: Any) -> ImageUse:
+    text = interpolate(str(node.value)).strip()
+    m = _IMAGE.fullmatch(text)
+    if m is None:
+        raise BadInput(
+            f"{path}:{node.start_mark.line + 1}: services.{service}.image: '{text}' is not an image reference"
+        )
+    return ImageUse(path, node.start_mark.line + 1, service, m["repo"], m["tag"], m["digest"])
+
+
+def _mount(path: str, service: str, k: int, item: Any, lines: list[str]) -> Mount | None:
+    line = item.start_mark.line + 1
+    where = f"{path}:{line}: services.{service}.volumes[{k}]"
+    if isinstance(item, yaml.ScalarNode):
+        parts = interpolate(str(item.value)).split(":")
+        if len(parts) == 1:
+            return None  # an anonymous volume: nothing of the repository
+        source, target = parts[0], parts[1]
+        options = parts[2].split(",") if len(parts) > 2 else []
+        read_only = "ro" in options
+    elif isinstance(item, yaml.MappingNode):
+        fields = {str(k_.value): v for k_, v in _pairs(item)}
+        kind = fields.get("type")
+        if kind is not None and str(kind.value) != "bind":
+            return None
+        src, dst = fields.get("source"), fields.get("target")
+        if not isinstance(src, yaml.ScalarNode) or not isinstance(dst, yaml.ScalarNode):
+            raise BadInput(f"{where}: a bind mount needs 'source' and 'target'")
+        source, target = interpolate(str(src.value)), interpolate(str(dst.value))
+        ro = fields.get("read_only")
+        read_only = isinstance(ro, yaml.ScalarNode) and str(ro.value).lower() == "true"
+    else:
+        raise BadInput(f"{where}: a volume is a string or a mapping")
+    if not target.startswith("/"):
+        raise BadInput(
+            f"{where}: container path '{target}' is relative",
+            "container paths are absolute: write the full path inside the image",
+        )
+    if not source.startswith((".", "/", "~", "$")):
+        return None  # a named volume
+    return Mount(path, line, service, source, str(PurePosixPath(target)), read_only, _comment_above(lines, line))
+
+
+def _comment_above(lines: list[str], line: int) -> str:
+    """The contiguous comment lines right above ``line`` (1-based), and a trailing comment on it."""
+    out: list[str] = []
+    i = line - 2
+    while i >= 0 and lines[i].lstrip().startswith("#"):
+        out.append(lines[i].lstrip()[1:].strip())
+        i -= 1
+    out.reverse()
+    own = lines[line - 1] if line - 1 < len(lines) else ""
+    if " #" in own:
+        out.append(own.split(" #", 1)[1].strip())
+    return " ".join(out)

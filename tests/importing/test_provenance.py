@@ -1,0 +1,66 @@
+"""References in prose and provenance tables, as hand-kept repositories write them."""
+
+from __future__ import annotations
+
+from patchkit import diffs
+from patchkit.importing.provenance import references, tables
+
+
+def refs(text: str, default: str | None = None) -> list[str]:
+    return [str(r) for r in references(text, default).refs]
+
+
+def test_a_bare_number_belongs_to_the_project_named_before_it() -> None:
+    assert refs("vLLM #47282 / PR #47291 sync fix") == ["vllm-project/vllm#47282", "vllm-project/vllm#47291"]
+    assert refs("AITER #812, then vllm #9") == ["ROCm/aiter#812", "vllm-project/vllm#9"]
+
+
+def test_urls_and_qualified_references() -> None:
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    text = (
+        "see https://github.com/vllm-project/vllm/pull/47291 and ROCm/aiter#12 and "
+        f"https://github.com/vllm-project/vllm/commit/{sha}"
+    )
+    assert refs(text) == [
+        "vllm-project/vllm#47291",
+        f"https://github.com/vllm-project/vllm/commit/{sha}",
+        "ROCm/aiter#12",
+    ]
+
+
+def test_a_number_without_a_project_is_unresolved_not_guessed() -> None:
+    found = references("fixes PR #123")
+    assert found.refs == ()
+    assert found.unresolved == ("#123",)
+    assert refs("fixes PR #123", "vllm-project/vllm") == ["vllm-project/vllm#123"]
+
+
+def test_provenance_table_columns_are_found_by_their_headers() -> None:
+    text = (
+        "Intro\n\n"
+        "| Local file | Upstream path | Repository | Commit | Notes |\n"
+        "|:--|--|--|--|--|\n"
+        "| [`a.py`](patches/a.py) | `vllm/a.py` | https://github.com/vllm-project/vllm.git | `abcdef1234` | PR #5 |\n"
+        "| b.py | vllm/b.py | vllm | | |\n"
+    )
+    rows = tables("README.md", text)
+    assert [(r.source, r.file, r.repository, r.commit, r.path) for r in rows] == [
+        ("README.md:5", "a.py", "vllm-project/vllm", "abcdef1234", "vllm/a.py"),
+        ("README.md:6", "b.py", "vllm-project/vllm", None, "vllm/b.py"),
+    ]
+
+
+def test_lenient_parse_repairs_hand_edited_hunks() -> None:
+    base = b"".join(b"line %d\n" % i for i in range(1, 31))
+    new = base.replace(b"line 3\n", b"line 3\nadded\n").replace(b"line 20\n", b"line 20 changed\n")
+    made = diffs.make(base, new, "a/x.py", "b/x.py")
+    edited = made.replace(b"+added\n", b"+added\n+added by hand\n")
+    on_disk = new.replace(b"added\n", b"added\nadded by hand\n")
+    files, repairs = diffs.parse_lenient(edited)
+    assert [(r.line, r.message) for r in repairs] == [
+        (3, "hunk header says -6 +7 lines, its body has -6 +8"),
+        (12, "hunk header starts the new side at 18; the earlier hunks put it at 19"),
+    ]
+    assert diffs.apply(files[0].reversed(), on_disk) == base
+    # A diff that parses strictly comes back as it is, with no repairs.
+    assert diffs.parse_lenient(made) == (diffs.parse(made), [])
