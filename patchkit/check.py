@@ -167,7 +167,15 @@ class Checker:
         self._check_sums()
         self._check_compose()
         self._check_mounts()
+        self._check_model()
         return self.result
+
+    def _check_model(self) -> None:
+        """The model pin's manifest (inline or its file) is well formed and matches its pin."""
+        if self.lock.model is not None:
+            from patchkit.model import format_findings
+
+            self.result.findings.extend(format_findings(self.repo, self.lock, self.index.line_of))
 
     def _check_hand_diffs(self, readable: dict[str, Path]) -> None:
         """Diffs adopted by ``patchkit import``: they parse, reproduce their files, and are against upstream."""

@@ -208,7 +208,11 @@ def init(directory: Path, name: str | None) -> None:
     show_default=True,
     help="text for people, json for machines, github for workflow annotations (::error file=…,line=…::).",
 )
-@click.option("--online", is_flag=True, help="Also ask the registries: pinned digests resolve, tags that moved.")
+@click.option(
+    "--online",
+    is_flag=True,
+    help="Also ask the registries (pinned digests resolve, tags that moved) and the Hub (the model revision exists).",
+)
 @click.option(
     "--image-bases",
     is_flag=True,
@@ -247,6 +251,11 @@ def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, insecur
 
         index = LineIndex(data.decode("utf-8"))
         result.findings.extend(image_findings(lock, index.line_of, insecure=insecure, image_bases=image_bases))
+        if lock.model is not None:
+            from patchkit.hub import HfHub
+            from patchkit.model import revision_findings
+
+            result.findings.extend(revision_findings(lock, index.line_of, HfHub()))
     click.echo(render(result, fmt), nl=False)
     ctx.exit(EXIT_OK if result.ok else EXIT_FINDINGS)
 
@@ -881,7 +890,7 @@ def verify_bundle(path: Path, fmt: str) -> None:
 
 
 # Command groups kept in their own modules register themselves on `cli` when imported.
-from patchkit import cli_import  # noqa: E402,F401
+from patchkit import cli_import, cli_model  # noqa: E402,F401
 
 
 def main() -> NoReturn:

@@ -146,3 +146,123 @@ def sha256_many(
         for done in pool.map(run, batches):
             results.update(done)
     return results
+
+
+# --------------------------------------------------------------------------- digests of model files
+
+SHA256 = "sha256"
+GIT_SHA1 = "git-sha1"
+
+
+class Cancelled(Exception):
+    """Hashing stopped because its ``cancel`` event was set (an interrupt)."""
+
+
+def digest_file(
+    path: Path | str, algorithm: str, progress: Progress | None = None, cancel: threading.Event | None = None
+) -> str:
+    """The hex digest of a file: ``sha256`` of its bytes, or ``git-sha1`` (git's blob id).
+
+    The git blob id is SHA-1 over ``b"blob <size>\\0"`` and the bytes: what a
+    Hugging Face repository names its small (non-LFS) files by. Reads like
+    ``sha256_file`` (one read for small files, a memory map in large slices
+    otherwise), does not follow a final symlink, and checks ``cancel``
+    between slices so an interrupt does not wait for a multi-GB file.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        size = os.fstat(fd).st_size
+        if algorithm == SHA256:
+            h = hashlib.sha256()
+        elif algorithm == GIT_SHA1:
+            h = hashlib.sha1(usedforsecurity=False)
+            h.update(b"blob %d\0" % size)
+        else:
+            raise ValueError(f"unknown digest algorithm {algorithm!r}")
+        if size < SMALL:
+            buf = _buffer()
+            while n := os.readv(fd, [buf]):
+                h.update(buf[:n])
+                if progress:
+                    progress(n)
+            return h.hexdigest()
+        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mm:
+            if hasattr(mm, "madvise"):
+                mm.madvise(mmap.MADV_SEQUENTIAL)
+            view = memoryview(mm)
+            try:
+                for start in range(0, size, CHUNK):
+                    if cancel is not None and cancel.is_set():
+                        raise Cancelled(str(path))
+                    # Released even when the progress callback raises (an interrupt).
+                    with view[start : start + CHUNK] as piece:
+                        h.update(piece)
+                        n = len(piece)
+                    if progress:
+                        progress(n)
+            finally:
+                view.release()
+        return h.hexdigest()
+    finally:
+        os.close(fd)
+
+
+def digest_many(
+    items: dict[Path, str],
+    jobs: int | None = None,
+    progress: Progress | None = None,
+    sizes: dict[Path, int] | None = None,
+    cancel: threading.Event | None = None,
+) -> dict[Path, str | OSError]:
+    """``sha256_many`` for files that each name their algorithm (``items``: path -> algorithm).
+
+    An interrupt (KeyboardInterrupt in the calling thread) sets ``cancel`` so
+    the worker threads stop within one slice, then propagates; the caller
+    has written nothing yet, so nothing is left behind.
+    """
+    stop = cancel if cancel is not None else threading.Event()
+    known = dict(sizes or {})
+    for p in items:
+        if p not in known:
+            try:
+                known[p] = p.lstat().st_size
+            except OSError:
+                known[p] = 0
+
+    def run(batch: list[Path]) -> list[tuple[Path, str | OSError]]:
+        out: list[tuple[Path, str | OSError]] = []
+        for p in batch:
+            if stop.is_set():
+                break
+            try:
+                out.append((p, digest_file(p, items[p], progress, stop)))
+            except Cancelled:
+                break
+            except OSError as e:
+                out.append((p, e))
+        return out
+
+    paths = list(items)
+    workers = min(jobs or default_jobs(), max(1, len(paths)))
+    results: dict[Path, str | OSError] = {}
+    batches = _batches(paths, known)
+    if workers == 1:
+        try:
+            for batch in batches:
+                results.update(run(batch))
+        except BaseException:
+            stop.set()
+            raise
+        return results
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="digest")
+    try:
+        for done in pool.map(run, batches):
+            results.update(done)
+    except BaseException:
+        # Stop the workers before waiting for them (a `with` block would wait first).
+        stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return results

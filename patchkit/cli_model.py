@@ -1,0 +1,199 @@
+"""``patchkit model``: pin a Hugging Face model revision, fetch it, verify the local cache.
+
+Commands parse arguments, call one function of patchkit.model and render
+its result; the Hub is reached through patchkit.hub.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+
+from patchkit.cli import FORMAT, _open, _print_changes, cli
+from patchkit.errors import EXIT_FINDINGS, EXIT_OK
+
+CACHE_DIR = click.option(
+    "--cache-dir",
+    "hf_cache",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The Hugging Face cache (default: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub).",
+)
+JOBS = click.option("--jobs", "-j", type=click.IntRange(min=1), help="Hashing threads (default: one per usable core).")
+QUIET = click.option(
+    "--quiet", "-q", is_flag=True, help="No progress bar (there is none when stderr is not a terminal)."
+)
+FULL = click.option(
+    "--full",
+    is_flag=True,
+    help="Hash every file again, ignoring the verification record.",
+)
+
+
+@cli.group()
+def model() -> None:
+    """Pin the model (Hugging Face revision and file manifest), fetch it, verify the local cache.
+
+    \b
+    Environment: HF_ENDPOINT (the Hub, default https://huggingface.co),
+    HF_TOKEN (for private or gated models), HF_HUB_OFFLINE (lock and fetch
+    refuse; verify works offline), HF_HUB_CACHE / HF_HOME (the cache).
+    """
+
+
+@model.command("lock")
+@click.argument("repo_id", metavar="[REPO]", required=False)
+@click.option("--revision", metavar="REV", help="Branch, tag or commit to pin (default: the pinned ref, else main).")
+@FORMAT
+@click.pass_context
+def model_lock(ctx: click.Context, repo_id: str | None, revision: str | None, fmt: str) -> None:
+    """Pin REPO (org/name; default: the pinned model) at the full commit REV names now.
+
+    Lists every file of that commit recursively with its size and hash (LFS
+    sha256, or the git blob id of a small file) and writes the manifest into
+    lockfile.toml, or into model/manifest.json (pinned by sha256) past 32
+    files, together with SHA256SUMS. The branch itself is never pinned; it
+    is recorded as `ref` so that `model verify` can check refs/<ref>.
+    """
+    from patchkit.hub import HfHub
+    from patchkit.model import lock
+
+    repo, lockf, _ = _open(ctx, writes=True)
+    outcome = lock(repo, lockf, HfHub(), repo_id, revision)
+    _print_changes(outcome, fmt, "model pin is up to date")
+
+
+@model.command("verify")
+@CACHE_DIR
+@JOBS
+@QUIET
+@FULL
+@FORMAT
+@click.pass_context
+def model_verify(
+    ctx: click.Context, hf_cache: Path | None, jobs: int | None, quiet: bool, full: bool, fmt: str
+) -> None:
+    """Verify the local Hugging Face cache against the model pin, offline; exit 1 on any problem.
+
+    \b
+    - refs/<ref> (when present) names the pinned commit;
+    - snapshots/<commit> exists and holds every manifest file with the
+      right size and content (sha256 for LFS files, git blob id for small
+      files), and no file the manifest lacks;
+    - each snapshot symlink points at the blob named by that hash and
+      resolves inside the cache, never outside it.
+
+    Hashing runs on all cores. A verification record (kept in patchkit's
+    cache) lets an unchanged cache re-verify in seconds: it trusts that a
+    blob whose size, mtime, ctime and inode are unchanged since it last
+    verified still has that content. That misses only an in-place rewrite
+    that restores all four, or damage below the file system; --full hashes
+    everything again.
+    """
+    repo, lockf, _ = _open(ctx)
+    result = _verify(repo, lockf, hf_cache, jobs, quiet, full)
+    _render(result, fmt)
+    ctx.exit(EXIT_OK if result.ok else EXIT_FINDINGS)
+
+
+@model.command("fetch")
+@CACHE_DIR
+@JOBS
+@QUIET
+@FORMAT
+@click.pass_context
+def model_fetch(ctx: click.Context, hf_cache: Path | None, jobs: int | None, quiet: bool, fmt: str) -> None:
+    """Download the pinned revision (at its commit, never the branch) into the cache, then verify it.
+
+    Exit 1 if the downloaded files do not verify against the manifest.
+    """
+    from patchkit.hub import HfHub, default_cache_dir
+
+    repo, lockf, _ = _open(ctx)
+    pinned = _pinned(lockf)
+    HfHub().download(pinned.repo, pinned.revision.sha, hf_cache or default_cache_dir(), quiet=quiet or not _tty())
+    result = _verify(repo, lockf, hf_cache, jobs, quiet, full=True)
+    _render(result, fmt)
+    ctx.exit(EXIT_OK if result.ok else EXIT_FINDINGS)
+
+
+def _pinned(lockf: Any) -> Any:
+    from patchkit.errors import BadInput
+
+    if lockf.model is None:
+        raise BadInput("lockfile.toml pins no model", "pin one: patchkit model lock ORG/NAME [--revision REV]")
+    return lockf.model
+
+
+def _tty() -> bool:
+    return sys.stderr.isatty()
+
+
+def _verify(repo: Any, lockf: Any, hf_cache: Path | None, jobs: int | None, quiet: bool, full: bool) -> Any:
+    from patchkit.cache import cache_dir
+    from patchkit.hub import default_cache_dir, repo_folder
+    from patchkit.model import pinned_files, verify_cache
+    from patchkit.verifyrecord import VerifyRecord
+
+    pinned = _pinned(lockf)
+    files = pinned_files(repo, pinned)
+    cache = hf_cache or default_cache_dir()
+    record = VerifyRecord.for_cache(cache_dir(), cache, repo_folder(pinned.repo))
+    with _progress(quiet or not _tty()) as start:
+        result = verify_cache(cache, pinned, files, jobs=jobs, start_progress=start, record=None if full else record)
+    record.save()
+    return result
+
+
+@contextmanager
+def _progress(quiet: bool) -> Iterator[Callable[[int], Callable[[int], None]] | None]:
+    """A byte progress bar (rate and time left) on stderr, started once the total is known."""
+    if quiet:
+        yield None
+        return
+    bars: list[Any] = []
+
+    def start(total: int) -> Callable[[int], None]:
+        import threading
+
+        from tqdm import tqdm  # type: ignore[import-untyped]  # installed with huggingface_hub; no stubs
+
+        bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1000, desc="verify", file=sys.stderr)
+        bars.append(bar)
+        lock = threading.Lock()  # the hashing threads all report here
+
+        def update(n: int) -> None:
+            with lock:
+                bar.update(n)
+
+        return update
+
+    try:
+        yield start
+    finally:
+        for bar in bars:
+            bar.close()
+
+
+def _render(result: Any, fmt: str) -> None:
+    if fmt == "json":
+        click.echo(json.dumps(result.as_dict(), indent=2, sort_keys=True))
+        return
+    for p in result.problems:
+        click.echo(f"{p.path}: {p.message}")
+    gb = (result.bytes_hashed + result.bytes_trusted) / 1e9
+    trusted = (
+        f" ({result.bytes_trusted / 1e9:.2f} GB unchanged since the last verification)" if result.bytes_trusted else ""
+    )
+    if result.ok:
+        click.echo(f"model verify: ok: {result.files} files, {gb:.2f} GB{trusted} in {result.snapshot}")
+    else:
+        click.echo(
+            f"model verify: FAILED: {len(result.problems)} problem(s) in {result.cache}; "
+            "fix: delete the snapshot entries (and their blobs) listed above, then patchkit model fetch"
+        )
