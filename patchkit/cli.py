@@ -211,7 +211,8 @@ def init(directory: Path, name: str | None) -> None:
 @click.option(
     "--online",
     is_flag=True,
-    help="Also ask the registries (pinned digests resolve, tags that moved) and the Hub (the model revision exists).",
+    help="Also ask the registries (pinned digests resolve, tags that moved) and GitHub (references: "
+    "drop candidates, moved pull request heads; nothing is recorded) and the Hub (the model revision exists).",
 )
 @click.option(
     "--image-bases",
@@ -256,6 +257,9 @@ def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, insecur
             from patchkit.model import revision_findings
 
             result.findings.extend(revision_findings(lock, index.line_of, HfHub()))
+        from patchkit.refs import ref_findings
+
+        result.findings.extend(ref_findings(lock, index.line_of, _cache()))
     click.echo(render(result, fmt), nl=False)
     ctx.exit(EXIT_OK if result.ok else EXIT_FINDINGS)
 
@@ -890,7 +894,7 @@ def verify_bundle(path: Path, fmt: str) -> None:
 
 
 # Command groups kept in their own modules register themselves on `cli` when imported.
-from patchkit import cli_import, cli_model  # noqa: E402,F401
+from patchkit import cli_audit, cli_import, cli_model  # noqa: E402,F401
 
 
 def main() -> NoReturn:

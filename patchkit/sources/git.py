@@ -198,6 +198,47 @@ class GitSource(UpstreamSource):
             f"check the URL and the network; the cache ({self.path}) is unchanged",
         )
 
+    def contains(self, commit: str, in_commit: str, *, fetch: bool = False) -> bool | None:
+        """Whether ``commit`` is ``in_commit`` or one of its ancestors; None when the cache cannot say.
+
+        Without ``fetch`` no network is used: None unless ``in_commit`` is in
+        the cache. With it, ``in_commit`` is fetched first. A fetch brings a
+        commit's whole history, so a ``commit`` still absent afterwards is no
+        ancestor of it.
+        """
+        if not (_FULL_SHA.fullmatch(commit) and _FULL_SHA.fullmatch(in_commit)):
+            raise BadInput(f"{commit!r} / {in_commit!r}: containment needs two full commit ids")
+        if not self.path.is_dir() or self._resolve(in_commit) is None:
+            if not fetch:
+                return None
+            self.snapshot(in_commit)
+        if self._resolve(commit) is None:
+            return False
+        status, _, err = self._git("merge-base", "--is-ancestor", commit, in_commit)
+        if status in (0, 1):
+            return status == 0
+        raise SourceError(f"git merge-base --is-ancestor in the cache {self.path} failed: {_reason(err)}")
+
+    def commit_age(self, commit: str, pinned: str | None = None) -> tuple[str, int | None] | None:
+        """From the cache only: ``commit``'s committer date (RFC 3339) and how many commits ``pinned`` is ahead.
+
+        None when ``commit`` is not in the cache; the count is None when
+        ``pinned`` is not (or is not a descendant).
+        """
+        if not self.path.is_dir() or self._resolve(commit) is None:
+            return None
+        status, out, _ = self._git("show", "-s", "--format=%cI", commit)
+        if status != 0:
+            return None
+        ahead = None
+        if pinned and pinned != commit and self._resolve(pinned) is not None:
+            status, count, _ = self._git("rev-list", "--count", f"{commit}..{pinned}")
+            if status == 0 and count.strip().isdigit():
+                ahead = int(count)
+        elif pinned == commit:
+            ahead = 0
+        return out.decode("ascii", "replace").strip(), ahead
+
     def _keep(self, commit: str) -> None:
         """Keep ``commit`` reachable by a ref, so no gc ever prunes a pinned commit."""
         self._git("update-ref", f"refs/patchkit/{commit}", commit, check=True)

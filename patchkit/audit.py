@@ -1,0 +1,535 @@
+"""The audit report: what the deployment runs that differs from upstream, why, and whether it checks out.
+
+``build`` gathers one ``AuditReport`` offline: the pins, ``check``'s findings,
+every patch with its reason, references (recorded states, drop candidates),
+upstream base, diffstat, full diff and the verification of each of its
+files. The renderers turn it into a self-contained HTML page
+(patchkit.audit_html), Markdown for a pull request description, or JSON.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from patchkit import diffs, refs
+from patchkit.cache import BlobStore
+from patchkit.check import CheckResult, Finding, check
+from patchkit.lockfile import Lockfile, Patch, Upstream
+from patchkit.repo import Escape, Repo
+
+#: Markdown diffs longer than this are cut (a pull request description holds 65536 characters).
+MARKDOWN_DIFF_LINES = 200
+_GITHUB_REPO = re.compile(r"^(?:https://|git@|ssh://git@)github\.com[/:](?P<repo>[^/]+/[^/]+?)(?:\.git)?/?$")
+
+
+class Verified(Enum):
+    """The verification status of one file of a patch."""
+
+    OK = "ok"
+    FAILED = "failed"
+    UNVERIFIED = "unverified"
+
+
+@dataclass(frozen=True)
+class Verification:
+    """One verified property of one file: the file, what was checked, the outcome and why."""
+
+    file: str
+    what: str
+    status: Verified
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class DiffLine:
+    """A line of a rendered diff: ``kind`` is hunk, context, add, del or note; line numbers old/new."""
+
+    kind: str
+    old: int | None
+    new: int | None
+    text: str
+
+
+@dataclass(frozen=True)
+class BaseInfo:
+    """The upstream file a patch is based on, with where to read it and how old it is."""
+
+    upstream: str
+    source: str
+    repository: str | None
+    commit: str | None
+    version: str | None
+    path: str
+    sha256: str
+    link: str | None
+    committed_at: str | None
+    freshness: str
+
+
+@dataclass(frozen=True)
+class PatchSection:
+    """Everything the report says about one patch."""
+
+    name: str
+    kind: str
+    target: str
+    file: str | None
+    reason: str | None
+    drop_when: str | None
+    refs: refs.PatchRefs
+    base: BaseInfo | None
+    diff_file: str | None
+    added: int
+    removed: int
+    diff: str  # the unified diff (or the new file) as text
+    lines: tuple[DiffLine, ...]
+    verification: tuple[Verification, ...]
+    findings: tuple[Finding, ...]
+
+    @property
+    def status(self) -> Verified:
+        states = {v.status for v in self.verification}
+        if Verified.FAILED in states or any(f.severity == "error" for f in self.findings):
+            return Verified.FAILED
+        return Verified.UNVERIFIED if Verified.UNVERIFIED in states else Verified.OK
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One pinned thing in the summary: its name, the pin, a link and a note."""
+
+    name: str
+    value: str
+    link: str | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    deployment: str | None
+    generated_at: str
+    images: tuple[Pin, ...]
+    model: Pin | None
+    upstreams: tuple[Pin, ...]
+    patches: tuple[PatchSection, ...]
+    findings: tuple[Finding, ...]
+    files_hashed: int
+    diffs_verified: int
+
+    @property
+    def check_ok(self) -> bool:
+        return not any(f.severity == "error" for f in self.findings)
+
+    @property
+    def by_kind(self) -> dict[str, int]:
+        return dict(sorted(Counter(p.kind for p in self.patches).items()))
+
+    @property
+    def by_status(self) -> dict[str, int]:
+        return dict(sorted(Counter(p.status.value for p in self.patches).items()))
+
+    @property
+    def by_standing(self) -> dict[str, int]:
+        return dict(sorted(Counter(p.refs.standing.value for p in self.patches).items()))
+
+    @property
+    def drop_candidates(self) -> list[str]:
+        return [p.name for p in self.patches if p.refs.drop_candidate]
+
+
+# --------------------------------------------------------------------------- building
+
+
+def github_repo(url: str | None) -> str | None:
+    """``owner/repo`` when ``url`` is a GitHub repository URL."""
+    m = _GITHUB_REPO.match(url or "")
+    return m["repo"] if m else None
+
+
+def build(
+    repo: Repo, lock: Lockfile, lock_bytes: bytes, store: BlobStore | None, cache: Path, now: dt.datetime
+) -> AuditReport:
+    """The audit report of ``repo``, offline: check's findings, recorded reference states, every diff."""
+    result = check(repo, lock, lock_bytes, store)
+    assessed = {a.patch: a for a in refs.assess(lock, refs.git_containment(lock, cache), now)}
+    sections = tuple(_section(repo, lock, p, assessed[p.name], result, cache) for p in lock.patches)
+    return AuditReport(
+        deployment=lock.name,
+        generated_at=refs.timestamp(now),
+        images=tuple(
+            Pin(
+                i.name,
+                i.reference,
+                None,
+                "; ".join(x for x in (f"tag {i.tag}" if i.tag else "", i.version or "", i.note or "") if x) or None,
+            )
+            for i in lock.images
+        ),
+        model=Pin(
+            lock.model.repo,
+            str(lock.model.revision),
+            f"https://huggingface.co/{lock.model.repo}/tree/{lock.model.revision}",
+            f"from {lock.model.ref}" if lock.model.ref else None,
+        )
+        if lock.model
+        else None,
+        upstreams=tuple(_upstream_pin(u) for u in lock.upstreams),
+        patches=sections,
+        findings=tuple(result.findings),
+        files_hashed=result.files_hashed,
+        diffs_verified=result.diffs_verified,
+    )
+
+
+def _upstream_pin(u: Upstream) -> Pin:
+    gh = github_repo(u.git)
+    if u.source == "git" and u.commit is not None:
+        link = f"https://github.com/{gh}/commit/{u.commit}" if gh else None
+        return Pin(u.name, f"{u.git} @ {u.commit}", link, u.version or u.note)
+    if u.source == "wheel" and u.wheel_project and u.wheel_version:
+        link = f"https://pypi.org/project/{u.wheel_project}/{u.wheel_version}/"
+        return Pin(
+            u.name, f"{u.wheel} ({u.wheel_file or 'wheel'}, sha256 {u.wheel_sha256 or 'unpinned'})", link, u.note
+        )
+    return Pin(u.name, u.pin_text, None, u.note)
+
+
+def _base(lock: Lockfile, p: Patch, cache: Path) -> BaseInfo | None:
+    if p.base is None:
+        return None
+    b = p.base
+    up = lock.upstream(b.upstream)
+    source = up.source if up else "?"
+    gh = github_repo(up.git) if up else None
+    link = None
+    committed_at = None
+    freshness = "unknown"
+    if up is not None and source == "git" and b.commit is not None:
+        link = f"https://github.com/{gh}/blob/{b.commit}/{b.path}" if gh else None
+        from patchkit.sources.git import GitSource
+
+        found = (
+            GitSource(up.git, cache).commit_age(b.commit.sha, up.commit.sha if up.commit else None) if up.git else None
+        )
+        if found is not None:
+            committed_at = found[0]
+        if up.commit == b.commit:
+            freshness = f"at the pinned {up.name} commit"
+        elif found is not None and found[1] is not None:
+            freshness = (
+                f"{found[1]} commits behind the pinned {up.name} {up.commit.short if up.commit else ''}".rstrip()
+            )
+        else:
+            freshness = f"older or other than the pinned {up.name} {up.pin_text} (the clone is not in the cache)"
+    elif up is not None and source == "wheel":
+        link = f"https://pypi.org/project/{up.wheel_project}/{b.version}/" if up.wheel_project and b.version else None
+        if b.version and b.version == up.wheel_version:
+            freshness = f"at the pinned {up.wheel}"
+        else:
+            freshness = f"version {b.version or '?'}, the deployment pins {up.wheel}"
+    elif up is not None:
+        freshness = f"taken at {b.version or b.commit or up.pin_text}"
+    return BaseInfo(
+        upstream=b.upstream,
+        source=source,
+        repository=(up.git or up.wheel or up.dir or up.image) if up else None,
+        commit=str(b.commit) if b.commit else None,
+        version=b.version,
+        path=str(b.path),
+        sha256=b.sha256.hex,
+        link=link,
+        committed_at=committed_at,
+        freshness=freshness,
+    )
+
+
+def _read(repo: Repo, rel: str) -> bytes | None:
+    try:
+        return repo.check_inside(rel).read_bytes()
+    except (OSError, Escape):
+        return None
+
+
+def _section(
+    repo: Repo, lock: Lockfile, p: Patch, assessed: refs.PatchRefs, result: CheckResult, cache: Path
+) -> PatchSection:
+    mine = tuple(f for f in result.findings if _concerns(f, p))
+    text, added, removed = "", 0, 0
+    lines: tuple[DiffLine, ...] = ()
+    if p.diff is not None:
+        data = _read(repo, str(p.diff.file))
+        if data is None:
+            lines = (DiffLine("note", None, None, f"{p.diff.file} cannot be read"),)
+        else:
+            text, lines, added, removed = _diff_lines(data)
+    elif p.file is not None:
+        data = _read(repo, str(p.file))
+        if data is None:
+            lines = (DiffLine("note", None, None, f"{p.file} cannot be read"),)
+        else:
+            text, lines, added, removed = _new_file_lines(data, str(p.file))
+    return PatchSection(
+        name=p.name,
+        kind=p.kind.value,
+        target=str(p.target),
+        file=str(p.file) if p.file else None,
+        reason=p.reason,
+        drop_when=p.drop_when,
+        refs=assessed,
+        base=_base(lock, p, cache),
+        diff_file=str(p.diff.file) if p.diff else None,
+        added=added,
+        removed=removed,
+        diff=text,
+        lines=lines,
+        verification=_verification(p, mine),
+        findings=mine,
+    )
+
+
+def _concerns(f: Finding, p: Patch) -> bool:
+    files = {str(x) for x in (p.file, p.diff.file if p.diff else None) if x is not None}
+    return (f.field or "").startswith(f"patches[{p.name}]") or f.file in files
+
+
+def _verification(p: Patch, mine: tuple[Finding, ...]) -> tuple[Verification, ...]:
+    def status(codes: set[str], fields: tuple[str, ...], files: tuple[str, ...]) -> tuple[Verified, str | None]:
+        hits = [f for f in mine if f.code in codes and ((f.field or "") in fields or (f.file in files and not f.field))]
+        errors = [f for f in hits if f.severity == "error"]
+        if errors:
+            return Verified.FAILED, errors[0].message
+        if hits:
+            return Verified.UNVERIFIED, hits[0].message
+        return Verified.OK, None
+
+    prefix = f"patches[{p.name}]"
+    out = []
+    file_codes = {"missing", "hash-mismatch", "unsafe-path", "unreadable"}
+    if p.file is not None:
+        st, why = status(file_codes, (f"{prefix}.sha256", f"{prefix}.file"), (str(p.file),))
+        out.append(Verification(str(p.file), "matches its pinned sha256", st, why))
+    if p.diff is not None:
+        drel = str(p.diff.file)
+        st, why = status(file_codes, (f"{prefix}.diff.sha256", f"{prefix}.diff.file"), (drel,))
+        out.append(Verification(drel, "matches its pinned sha256", st, why))
+        if st is Verified.OK and p.base is not None:
+            codes = {"diff-invalid", "diff-header", "diff-stale", "base-mismatch", "base-unavailable", "hash-mismatch"}
+            fields = (f"{prefix}.base.sha256", f"{prefix}.base", f"{prefix}.sha256")
+            st, why = status(codes, fields, (drel,))
+            what = (
+                "reversed onto the overlay, gives exactly the pinned base"
+                if p.file is not None
+                else "applied to the pinned base, gives exactly the pinned sha256 of the file that runs"
+            )
+            out.append(Verification(drel, what, st, why))
+    return tuple(out)
+
+
+def _decode(data: bytes) -> str | None:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _diff_lines(data: bytes) -> tuple[str, tuple[DiffLine, ...], int, int]:
+    text = _decode(data)
+    if text is None:
+        return "", (DiffLine("note", None, None, f"not UTF-8 text ({len(data)} bytes)"),), 0, 0
+    if not data:
+        return "", (DiffLine("note", None, None, "empty diff: the patch is identical to its base"),), 0, 0
+    try:
+        files = diffs.parse(data)
+    except diffs.DiffError as e:
+        return text, (DiffLine("note", None, None, f"does not parse (line {e.line}): {e.message}"),), 0, 0
+    out: list[DiffLine] = []
+    added = removed = 0
+    for fd in files:
+        for h in fd.hunks:
+            out.append(DiffLine("hunk", None, None, f"@@ -{h.old_start},{h.old_len} +{h.new_start},{h.new_len} @@"))
+            old, new = h.old_start, h.new_start
+            for tag, content in h.lines:
+                line = content.decode("utf-8", "replace").rstrip("\r\n")
+                if tag == b"+":
+                    out.append(DiffLine("add", None, new, line))
+                    new += 1
+                    added += 1
+                elif tag == b"-":
+                    out.append(DiffLine("del", old, None, line))
+                    old += 1
+                    removed += 1
+                else:
+                    out.append(DiffLine("context", old, new, line))
+                    old += 1
+                    new += 1
+    return text, tuple(out), added, removed
+
+
+def _new_file_lines(data: bytes, name: str) -> tuple[str, tuple[DiffLine, ...], int, int]:
+    text = _decode(data)
+    if text is None:
+        return "", (DiffLine("note", None, None, f"{name}: binary file, {len(data)} bytes"),), 0, 0
+    body = text.splitlines()
+    lines = [DiffLine("add", None, n, line) for n, line in enumerate(body, 1)]
+    diff = f"--- /dev/null\n+++ b/{name}\n@@ -0,0 +1,{len(body)} @@\n" + "".join(f"+{line}\n" for line in body)
+    return diff, (DiffLine("hunk", None, None, "new file (no upstream base)"), *lines), len(body), 0
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def as_json(report: AuditReport) -> str:
+    """The report for machines: every field, findings as ``check --format json`` writes them."""
+    doc = {
+        "deployment": report.deployment,
+        "generated_at": report.generated_at,
+        "images": [p.__dict__ for p in report.images],
+        "model": report.model.__dict__ if report.model else None,
+        "upstreams": [p.__dict__ for p in report.upstreams],
+        "summary": {
+            "check_ok": report.check_ok,
+            "files_hashed": report.files_hashed,
+            "diffs_verified": report.diffs_verified,
+            "patches_by_kind": report.by_kind,
+            "patches_by_status": report.by_status,
+            "patches_by_standing": report.by_standing,
+            "drop_candidates": report.drop_candidates,
+        },
+        "findings": [f.as_dict() for f in report.findings],
+        "patches": [
+            {
+                "name": s.name,
+                "kind": s.kind,
+                "target": s.target,
+                "file": s.file,
+                "reason": s.reason,
+                "drop_when": s.drop_when,
+                "status": s.status.value,
+                "standing": s.refs.standing.value,
+                "refs": [r.as_dict() for r in s.refs.refs],
+                "base": s.base.__dict__ if s.base else None,
+                "diff_file": s.diff_file,
+                "added": s.added,
+                "removed": s.removed,
+                "diff": s.diff,
+                "verification": [{**v.__dict__, "status": v.status.value} for v in s.verification],
+                "findings": [f.as_dict() for f in s.findings],
+            }
+            for s in report.patches
+        ],
+    }
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+
+# --------------------------------------------------------------------------- Markdown
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def _md_link(text: str, url: str | None) -> str:
+    label = text.replace("[", "\\[").replace("]", "\\]")
+    return f"[{label}]({url})" if url else label
+
+
+def _fence(text: str) -> str:
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+_STATUS_MARK = {Verified.OK: "✅ ok", Verified.FAILED: "❌ failed", Verified.UNVERIFIED: "⚠️ not verified"}
+
+
+def as_markdown(report: AuditReport) -> str:
+    """The report as GitHub-flavoured Markdown, for a pull request description (long diffs are cut)."""
+    out = [f"## Audit of `{report.deployment or 'deployment'}`", ""]
+    verdict = "✅ `patchkit check` passes" if report.check_ok else "❌ `patchkit check` fails"
+    out += [
+        f"{verdict}: {report.files_hashed} files hashed, {report.diffs_verified} diffs verified. "
+        f"Generated {report.generated_at}.",
+        "",
+    ]
+    if report.drop_candidates:
+        out += [f"**Drop candidates:** {', '.join(f'`{n}`' for n in report.drop_candidates)}", ""]
+    out += ["| pin | value |", "| --- | --- |"]
+    for img in report.images:
+        out.append(f"| image `{_cell(img.name)}` | `{_cell(img.value)}` |")
+    if report.model:
+        out.append(f"| model {_md_link(report.model.name, report.model.link)} | `{report.model.value}` |")
+    for up in report.upstreams:
+        out.append(f"| upstream `{_cell(up.name)}` | {_md_link(_cell(up.value), up.link)} |")
+    out.append("")
+    counts = [
+        ("kind", report.by_kind),
+        ("verification", report.by_status),
+        ("upstream", report.by_standing),
+    ]
+    out.append(
+        f"**{len(report.patches)} patches** — "
+        + "; ".join(f"{label}: " + ", ".join(f"{k} {v}" for k, v in c.items()) for label, c in counts if c)
+    )
+    out.append("")
+    if report.findings:
+        out += ["### Check findings", ""]
+        for f in report.findings:
+            where = f.file if f.line is None else f"{f.file}:{f.line}"
+            out.append(
+                f"- **{f.severity}** `{_cell(where)}` {_cell(f.message)}" + (f" — fix: `{f.fix}`" if f.fix else "")
+            )
+        out.append("")
+    out += ["### Patches", "", "| patch | kind | diff | verified | upstream |", "| --- | --- | --- | --- | --- |"]
+    for s in report.patches:
+        out.append(
+            f"| `{s.name}` | {s.kind} | +{s.added} -{s.removed} | {_STATUS_MARK[s.status]} | {s.refs.standing.value} |"
+        )
+    out.append("")
+    for s in report.patches:
+        out += _md_section(s)
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _md_section(s: PatchSection) -> list[str]:
+    out = [f"#### `{s.name}` ({s.kind}) → `{s.target}`", ""]
+    if s.reason:
+        out += [f"> {_cell(s.reason)}", ""]
+    if s.drop_when:
+        out += [f"Drop when: {_cell(s.drop_when)}", ""]
+    for r in s.refs.refs:
+        title = f" — {_cell(r.title)}" if r.title else ""
+        checked = f" (checked {r.age})" if r.age else ""
+        out.append(f"- {_md_link(r.ref.text, r.url)}{title}: **{r.summary}**{checked}")
+    if s.refs.refs:
+        out.append("")
+    if s.base:
+        b = s.base
+        at = b.commit[:12] if b.commit else b.version or ""
+        out += [f"Base: {_md_link(f'{b.upstream} {at} {b.path}', b.link)} — {b.freshness}", ""]
+    for v in s.verification:
+        detail = f": {_cell(v.detail)}" if v.detail else ""
+        out.append(f"- {_STATUS_MARK[v.status]} `{v.file}` {v.what}{detail}")
+    out.append("")
+    if s.diff:
+        lines = s.diff.splitlines()
+        shown = "\n".join(lines[:MARKDOWN_DIFF_LINES])
+        cut = len(lines) - MARKDOWN_DIFF_LINES
+        fence = _fence(shown)
+        out += [
+            f"<details><summary>diff +{s.added} -{s.removed} ({len(lines)} lines)</summary>",
+            "",
+            f"{fence}diff",
+            shown,
+            fence,
+            "",
+        ]
+        if cut > 0:
+            where = s.diff_file or s.file or "the repository"
+            out += [f"… {cut} more lines in `{where}`.", ""]
+        out += ["</details>", ""]
+    return out

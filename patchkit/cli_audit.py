@@ -1,0 +1,145 @@
+"""``patchkit refs`` and ``patchkit audit``: upstream references and the auditor's report."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from patchkit.cli import FORMAT, _cache, _open, _store, cli
+from patchkit.errors import EXIT_FINDINGS, EXIT_OK
+
+
+@cli.command("refs")
+@click.option("--refresh", is_flag=True, help="Ask the GitHub API for each reference's state and record it.")
+@FORMAT
+@click.pass_context
+def refs_command(ctx: click.Context, refresh: bool, fmt: str) -> None:
+    """List every patch's upstream references with their last known state and its age.
+
+    Offline by default: the states recorded in lockfile.toml. A merged fix
+    whose merge commit the pinned git upstream contains (asked of its cached
+    clone) makes its patch a drop candidate.
+
+    \b
+    --refresh asks the GitHub REST API (GITHUB_API_URL, default
+    https://api.github.com; a token from GITHUB_TOKEN if set) whether each
+    pull request is open, closed or merged, its merge and head commits, and
+    records the answers with the time (lockfile.toml and SHA256SUMS; nothing
+    is written when nothing changed). Unchanged answers are conditional
+    requests (ETag) that cost no rate limit. A pull request whose head moved
+    since it was recorded is reported. Exit 1 if a reference does not exist,
+    3 if GitHub cannot be reached or its rate limit is used up (what was
+    learned before is still recorded).
+    """
+    from patchkit import refs
+
+    now = dt.datetime.now(dt.UTC)
+    repo, lock, _ = _open(ctx, writes=refresh)
+    result = None
+    written: list[str] = []
+    if refresh:
+        from patchkit.github import GitHubTracker
+
+        result = refs.refresh(lock, GitHubTracker(), now)
+        written = refs.record(repo, lock, result)
+        lock = refs.with_states(lock, result)
+    assessed = refs.assess(lock, refs.git_containment(lock, _cache(), fetch=refresh), now)
+    if fmt == "json":
+        doc: dict[str, Any] = {"patches": [a.as_dict() for a in assessed], "written": written}
+        if result is not None:
+            doc["refresh"] = {
+                "outcomes": {o.ref.text: o.status.value for o in result.outcomes},
+                "head_moved": [
+                    {"ref": m.ref.text, "recorded": m.recorded.sha, "now": m.now.sha} for m in result.head_moves
+                ],
+                "rate_limit": result.rate.__dict__ if result.rate else None,
+                "error": result.failure.message if result.failure else None,
+            }
+        click.echo(json.dumps(doc, indent=2, sort_keys=True, default=str))
+    else:
+        _print_refs(assessed, result, written)
+    if result is not None and result.failure is not None:
+        raise result.failure
+    ctx.exit(EXIT_FINDINGS if result is not None and result.not_found else EXIT_OK)
+
+
+def _print_refs(assessed: Any, result: Any, written: list[str]) -> None:
+    from patchkit.refs import RefreshStatus
+
+    outcomes = {o.ref: o.status for o in result.outcomes} if result is not None else {}
+    for pr in assessed:
+        if not pr.refs:
+            continue
+        click.echo(f"{pr.patch}: {pr.standing.value}")
+        for v in pr.refs:
+            title = f"  {v.title}" if v.title else ""
+            checked = f" (checked {v.age})" if v.age else ""
+            how = outcomes.get(v.ref)
+            fresh = f" [{how.value}]" if how is not None and how is not RefreshStatus.CHANGED else ""
+            click.echo(f"  {v.ref.text}: {v.summary}{checked}{fresh}{title}")
+    if result is not None:
+        for m in result.head_moves:
+            click.echo(
+                f"head moved: {m.ref.text} {m.recorded.short} -> {m.now.short} "
+                "(force-push or new commits): the backport may be out of date"
+            )
+        for ref in result.not_found:
+            click.echo(f"not found: {ref.text} does not exist upstream (or is private)")
+        if result.rate is not None:
+            click.echo(f"GitHub API: {result.rate.describe()}")
+        for rel in written:
+            click.echo(f"wrote {rel}")
+        if not written and result.failure is None:
+            click.echo("recorded states are up to date")
+    drops = [pr.patch for pr in assessed if pr.drop_candidate]
+    if drops:
+        click.echo(f"drop candidates: {', '.join(drops)}")
+    if not any(pr.refs for pr in assessed):
+        click.echo("no patch has upstream references")
+
+
+@cli.command()
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here (default: stdout).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["html", "markdown", "json"]),
+    default=None,
+    help="html (default; .md/.json outputs default to markdown/json), markdown for a pull request, json.",
+)
+@click.pass_context
+def audit(ctx: click.Context, output: Path | None, fmt: str | None) -> None:
+    """Write the audit report: every patch, why it exists, its upstream base, full diff and verification.
+
+    Offline: statuses come from `patchkit check` and the reference states
+    recorded by `patchkit refs --refresh`. The HTML page is one
+    self-contained file (inline styles, no scripts, nothing fetched) that
+    opens anywhere; the Markdown form fits a pull request description.
+    """
+    from patchkit import audit as report
+    from patchkit.repo import atomic_write
+
+    if fmt is None:
+        suffix = output.suffix.lower() if output else ""
+        fmt = {".md": "markdown", ".markdown": "markdown", ".json": "json"}.get(suffix, "html")
+    repo, lock, data = _open(ctx)
+    built = report.build(repo, lock, data, _store(), _cache(), dt.datetime.now(dt.UTC))
+    if fmt == "json":
+        text = report.as_json(built)
+    elif fmt == "markdown":
+        text = report.as_markdown(built)
+    else:
+        from patchkit.audit_html import render
+
+        text = render(built)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    atomic_write(output, text.encode("utf-8"))
+    drops = len(built.drop_candidates)
+    verdict = "check passes" if built.check_ok else "check FAILS"
+    click.echo(f"wrote {output}: {len(built.patches)} patches, {drops} drop candidates, {verdict}", err=True)
