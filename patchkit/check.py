@@ -168,6 +168,10 @@ class Checker:
         self._check_compose()
         self._check_mounts()
         self._check_model()
+        if self.lock.signing is not None:
+            from patchkit.signing import signature_findings
+
+            self.result.findings.extend(signature_findings(self.repo, self.lock))
         return self.result
 
     def _check_model(self) -> None:

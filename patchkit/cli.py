@@ -894,7 +894,7 @@ def verify_bundle(path: Path, fmt: str) -> None:
 
 
 # Command groups kept in their own modules register themselves on `cli` when imported.
-from patchkit import cli_audit, cli_import, cli_model  # noqa: E402,F401
+from patchkit import cli_audit, cli_import, cli_model, cli_sign  # noqa: E402,F401
 
 
 def main() -> NoReturn:
