@@ -134,9 +134,12 @@ def read(path: str, text: str) -> ComposeFile:
                 mount = _mount(path, service, k, item, lines)
                 if mount is not None:
                     mounts.append(mount)
+        for key, value_node in _pairs(svc):
+            # What the service runs (command, entrypoint, environment), not what it mounts.
+            if str(key.value) not in ("volumes", "image"):
+                texts.extend(interpolate(str(s.value)) for s in _scalars(value_node))
         for scalar in _scalars(svc):
             value = interpolate(str(scalar.value))
-            texts.append(value)
             for m in _MODEL_PATH.finditer(value):
                 models.append(ModelUse(path, scalar.start_mark.line + 1, f"{m['org']}/{m['name']}", m["rev"]))
     return ComposeFile(path, tuple(mounts), tuple(images), tuple(models), tuple(texts))

@@ -339,3 +339,33 @@ def test_import_runs_as_a_real_command(tmp_path: Path) -> None:
     assert "would write lockfile.toml" in proc.stdout
     assert "diff-stale" in proc.stdout
     assert not (root / "lockfile.toml").exists()
+
+
+def test_import_reports_what_nothing_mounts_runs_or_pins(handkept: HandKept, invoke: Invoke) -> None:
+    root = handkept.root
+    write(root, "patches/old_overlay.py", "stale = True\n")  # not mounted by any profile
+    write(root, "patches/unused_transform.py", "# never run\n")
+    write(root, "patches/diffs/06-unmounted.patch", diffs.make(b"a\n", b"b\n", "a/vllm/x.py", "b/vllm/x.py"))
+    readme = root / "patches/README.md"
+    readme.write_text(readme.read_text() + "| `ghost.py` | vllm-project/vllm | 124154a | vllm/ghost.py | |\n")
+    mount = "      - ./entrypoint.sh:/opt/entrypoint.sh:ro\n"
+    (root / "compose.tp2.yaml").write_text(
+        (root / "compose.tp2.yaml")
+        .read_text()
+        .replace(mount, mount + "      - ./patches/unused_transform.py:/opt/patches/unused_transform.py:ro\n")
+        + "  sidecar:\n    image: busybox:1.36\n"
+        + "    command: --model /root/.cache/huggingface/hub/models--org--other/snapshots/main\n"
+    )
+    _, report = imported(handkept, invoke)
+    issues = {(i["kind"], i["file"], i["line"]) for i in report["issues"]}  # type: ignore[attr-defined]
+    tp2 = "compose.tp2.yaml"
+    assert ("not-mounted", "patches/old_overlay.py", None) in issues
+    assert ("transformer-not-run", tp2, handkept.line_of(tp2, "unused_transform.py")) in issues
+    assert ("diff-unmatched", "patches/diffs/06-unmounted.patch", 1) in issues
+    assert ("provenance-unmatched", "patches/README.md", 8) in issues
+    assert ("image-unpinned", tp2, handkept.line_of(tp2, "busybox")) in issues
+    assert ("model-unpinned", tp2, handkept.line_of(tp2, "models--org--other")) in issues
+    lock = lockfile.loads((root / "lockfile.toml").read_text())
+    assert "sidecar" not in {i.name for i in lock.images}  # a tag is not a pin
+    assert lock.model is not None and lock.model.repo == "deepseek-ai/DeepSeek-V4-Flash-0731"
+    assert all(str(p.file) != "patches/old_overlay.py" for p in lock.patches)
