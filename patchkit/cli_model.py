@@ -193,7 +193,4 @@ def _render(result: Any, fmt: str) -> None:
     if result.ok:
         click.echo(f"model verify: ok: {result.files} files, {gb:.2f} GB{trusted} in {result.snapshot}")
     else:
-        click.echo(
-            f"model verify: FAILED: {len(result.problems)} problem(s) in {result.cache}; "
-            "fix: delete the snapshot entries (and their blobs) listed above, then patchkit model fetch"
-        )
+        click.echo(f"model verify: FAILED: {len(result.problems)} problem(s) in {result.cache}; fix: {result.fix}")

@@ -314,9 +314,22 @@ class VerifyResult:
     def ok(self) -> bool:
         return not self.problems
 
+    @property
+    def fix(self) -> str | None:
+        """The command that repairs the cache: a fetch, after removing damaged entries if any.
+
+        huggingface_hub skips files it already has, so damage must go before a fetch.
+        """
+        if self.ok:
+            return None
+        if all(p.kind is ProblemKind.NOT_CACHED for p in self.problems):
+            return "patchkit model fetch"
+        return "delete the snapshot entries (and their blobs) listed above, then patchkit model fetch"
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
+            "fix": self.fix,
             "cache": str(self.cache),
             "snapshot": str(self.snapshot),
             "files": self.files,

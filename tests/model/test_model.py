@@ -238,6 +238,8 @@ def test_verify_reports_each_corruption_with_its_path(
     assert r.exit_code == 1
     assert f"{FOLDER}/snapshots/{model_repo}/{path}: " in r.stdout
     assert "model verify: FAILED: 1 problem(s)" in r.stdout
+    # A fetch alone would keep the damaged file: huggingface_hub skips what it has.
+    assert "fix: delete the snapshot entries (and their blobs) listed above, then patchkit model fetch" in r.stdout
 
 
 def test_a_moved_ref_is_reported(hub: Hub, model_repo: str, fetched: Path, invoke: Invoke) -> None:
@@ -266,6 +268,7 @@ def test_nothing_cached_and_no_model_pinned(hub: Hub, model_repo: str, deploy_di
     assert invoke("model", "lock", REPO_ID, repo=deploy_dir).exit_code == 0
     code, doc = verify(invoke, deploy_dir)
     assert code == 1 and kinds(doc) == {("not-cached", FOLDER)}
+    assert doc["fix"] == "patchkit model fetch"
 
 
 def test_the_record_skips_unchanged_blobs_and_full_ignores_it(
