@@ -42,7 +42,7 @@ def import_(path: Path, dry_run: bool, normalize: bool, fmt: str) -> None:
     root = path.resolve()
     result = None
     if not (normalize and (root / "lockfile.toml").exists()):
-        result = import_repository(root, dry_run=dry_run)
+        result = import_repository(root, dry_run=dry_run, where=str(path))
     normalized = None
     if normalize and not dry_run:
         from patchkit.importing.normalize import normalize as run

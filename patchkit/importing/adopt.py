@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -63,6 +64,7 @@ class ImportResult:
     issues: list[Issue] = field(default_factory=list)
     written: bool = False
     unchanged: bool = False
+    where: str = "."  # the repository as the user named it, for the next commands
 
     @property
     def summary(self) -> dict[str, int]:
@@ -82,15 +84,24 @@ class ImportResult:
 
     @property
     def next_commands(self) -> list[str]:
-        kinds = {i.kind for i in self.issues}
-        out = ["patchkit check    # every defect above, with file and line, until it is fixed"]
+        """The commands to run next, in order, exactly as typed from where import was run."""
+        here = self.where in (".", "")
+        pk = "patchkit" if here else f"patchkit -C {shlex.quote(self.where)}"
+        path = "" if here else f" {shlex.quote(self.where)}"
+        out = []
+        if not self.written and not self.unchanged:
+            out.append(f"patchkit import{path}    # write lockfile.toml (this was a dry run)")
+        out.append(f"{pk} check    # every defect above, with file and line, until it is fixed")
         if self.lock.diffs:
-            out.append("patchkit import --normalize    # one canonical diff per patch under upstream/, where possible")
-        if "image-unpinned" in kinds:
-            out.append("patchkit image pin NAME REPOSITORY:TAG    # for each image written by tag only")
-        if "model-unpinned" in kinds:
+            out.append(
+                f"patchkit import --normalize{path}    # one canonical diff per patch under upstream/, where possible"
+            )
+        for i in self.issues:
+            if i.kind == "image-unpinned" and i.fix is not None:
+                out.append(i.fix.replace("patchkit ", f"{pk} ", 1) + "    # pin it by digest")
+        if any(i.kind == "model-unpinned" for i in self.issues):
             out.append("edit lockfile.toml: [model] repo and revision (a full commit)")
-        out.append("patchkit sums    # regenerate SHA256SUMS from the lockfile")
+        out.append(f"{pk} sums    # regenerate SHA256SUMS from the lockfile")
         return out
 
     def as_dict(self) -> dict[str, object]:
@@ -662,7 +673,7 @@ def _profile(compose_file: str) -> str:
     return (m.group(2) or "").strip(".-") if m else compose_file
 
 
-def import_repository(root: Path, *, dry_run: bool = False) -> ImportResult:
+def import_repository(root: Path, *, dry_run: bool = False, where: str = ".") -> ImportResult:
     """Build the lockfile of the hand-kept repository at ``root`` and write it (unless ``dry_run``).
 
     Refuses a repository that already is a patchkit deployment, unless its
@@ -686,7 +697,7 @@ def import_repository(root: Path, *, dry_run: bool = False) -> ImportResult:
             raise refuse from None
         raise
     text = dumps(lock).encode()
-    result = ImportResult(lock, text, importer.issues)
+    result = ImportResult(lock, text, importer.issues, where=where)
     if existing.exists():
         if existing.read_bytes() != text:
             raise refuse

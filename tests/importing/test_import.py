@@ -365,6 +365,12 @@ def test_import_reports_what_nothing_mounts_runs_or_pins(handkept: HandKept, inv
     assert ("provenance-unmatched", "patches/README.md", 8) in issues
     assert ("image-unpinned", tp2, handkept.line_of(tp2, "busybox")) in issues
     assert ("model-unpinned", tp2, handkept.line_of(tp2, "models--org--other")) in issues
+    # The next commands are exact, for the repository as it was named.
+    assert report["next"][:2] == [  # type: ignore[index]
+        f"patchkit -C {root} check    # every defect above, with file and line, until it is fixed",
+        f"patchkit import --normalize {root}    # one canonical diff per patch under upstream/, where possible",
+    ]
+    assert f"patchkit -C {root} image pin sidecar busybox:1.36    # pin it by digest" in report["next"]  # type: ignore[operator]
     lock = lockfile.loads((root / "lockfile.toml").read_text())
     assert "sidecar" not in {i.name for i in lock.images}  # a tag is not a pin
     assert lock.model is not None and lock.model.repo == "deepseek-ai/DeepSeek-V4-Flash-0731"
