@@ -11,6 +11,7 @@ and line, and ``patchkit check`` reports the same ones from then on.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shlex
@@ -203,6 +204,14 @@ class _Importer:
             artifacts.append(
                 Artifact(_name(stem), RepoPath(f), Sha256(sha256_bytes((self.root / f).read_bytes())), note="compose")
             )
+        # Names are unique across patches, tuning tables and artifacts.
+        used = {p.name for p in patches} | {t.name for t in tuning}
+        for k, a in enumerate(artifacts):
+            name, n = a.name, 2
+            while name in used:
+                name, n = f"{a.name}-{n}", n + 1
+            used.add(name)
+            artifacts[k] = dataclasses.replace(a, name=name)
         return Lockfile(
             name=_name(self.root.name),
             images=self.images(composes),

@@ -20,6 +20,7 @@ from typing import Any
 import yaml  # type: ignore[import-untyped]  # PyYAML ships no type information
 
 from patchkit.errors import BadInput
+from patchkit.values import ContainerPath
 
 COMPOSE_NAMES = re.compile(r"(docker-)?compose([.-][A-Za-z0-9_.-]+)?\.ya?ml")
 _VAR = re.compile(
@@ -215,6 +216,10 @@ def _mount(path: str, service: str, k: int, item: Any, lines: list[str]) -> Moun
             f"{where}: container path '{target}' is relative",
             "container paths are absolute: write the full path inside the image",
         )
+    try:
+        ContainerPath(str(PurePosixPath(target)))
+    except ValueError as e:
+        raise BadInput(f"{where}: {e}", "write the container path as a plain absolute path") from e
     if not source.startswith((".", "/", "~", "$")):
         return None  # a named volume
     return Mount(path, line, service, source, str(PurePosixPath(target)), read_only, _comment_above(lines, line))

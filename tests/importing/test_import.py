@@ -227,8 +227,13 @@ def test_dry_run_writes_nothing(handkept: HandKept, invoke: Invoke) -> None:
         ),
         ("compose.yaml", "- just\n- a list\n", "compose.yaml: not a compose file"),
         ("compose.tp2.yaml", b"services:\n  vllm:\n    image: caf\xe9\n", "compose.tp2.yaml: not UTF-8 text"),
+        (
+            "compose.tp2.yaml",
+            "services:\n  vllm:\n    volumes:\n      - ./entrypoint.sh:/opt/../etc/e.sh\n",
+            "compose.tp2.yaml:4: services.vllm.volumes[0]: '/opt/../etc/e.sh' is not normalised",
+        ),
     ],
-    ids=["malformed-yaml", "relative-container-path", "not-a-diff", "not-compose", "not-utf8"],
+    ids=["malformed-yaml", "relative-container-path", "not-a-diff", "not-compose", "not-utf8", "dotdot-target"],
 )
 def test_bad_input_is_refused_and_nothing_is_written(
     handkept: HandKept, invoke: Invoke, rel: str, content: str | bytes, message: str
@@ -277,6 +282,17 @@ services:
         ("vllm", VLLM_DIGEST, None),
         ("other", CADDY_DIGEST, "v2"),
     }
+
+
+def test_entry_names_stay_unique_across_kinds(tmp_path: Path, invoke: Invoke) -> None:
+    root = tmp_path / "r"
+    write(root, "patches/compose.py", "x = 1\n")  # its name would be the compose file's
+    write(root, "compose.yaml", f"services:\n  vllm:\n    volumes:\n      - ./patches/compose.py:{SITE}/vllm/c.py\n")
+    run = invoke("import", str(root))
+    assert run.exit_code == 0, run.stderr
+    lock = lockfile.loads((root / "lockfile.toml").read_text())
+    assert [p.name for p in lock.patches] == ["compose"]
+    assert [(a.name, str(a.file)) for a in lock.artifacts] == [("compose-2", "compose.yaml")]
 
 
 def test_normalize_rebuilds_the_bases_and_writes_canonical_diffs(handkept: HandKept, invoke: Invoke) -> None:
