@@ -22,8 +22,15 @@ from patchkit.errors import EXIT_FINDINGS, EXIT_OK
     help="Also rewrite the hand-kept diffs into one canonical diff per patch under upstream/ "
     "(where their base can be rebuilt), and delete those they replace.",
 )
+@click.option(
+    "--fetch",
+    is_flag=True,
+    help="With --normalize: read each overlay's base from its upstream at the stated commit (clones or "
+    "downloads the upstream into the cache). The rebuilt base must equal it, and overlays whose diffs are "
+    "stale or missing are normalized against it.",
+)
 @FORMAT
-def import_(path: Path, dry_run: bool, normalize: bool, fmt: str) -> None:
+def import_(path: Path, dry_run: bool, normalize: bool, fetch: bool, fmt: str) -> None:
     """Turn a hand-kept deployment repository into a patchkit deployment.
 
     Reads the compose files (every profile), patches/, the hand-kept diffs,
@@ -46,11 +53,12 @@ def import_(path: Path, dry_run: bool, normalize: bool, fmt: str) -> None:
     normalized = None
     if normalize and not dry_run:
         from patchkit.importing.normalize import normalize as run
+        from patchkit.importing.normalize import source_fetch
         from patchkit.repo import Repo
 
         repo = Repo(root)
         lock, _ = repo.read_lockfile()
-        normalized = run(repo, lock, _store())
+        normalized = run(repo, lock, _store(), source_fetch(repo) if fetch else None)
     payload: dict[str, Any] = {}
     if result is not None:
         payload["import"] = result.as_dict()
@@ -90,7 +98,8 @@ def _print_import(result: Any, dry_run: bool) -> None:
 def _print_normalize(n: Any) -> None:
     click.echo(f"\nnormalize: {len(n.done)} patch(es) now have a canonical diff under upstream/")
     for name in n.done:
-        click.echo(f"  {name}: upstream/{name}.diff")
+        where = " (base read from upstream)" if name in n.from_upstream else ""
+        click.echo(f"  {name}: upstream/{name}.diff{where}")
     for name in n.modules:
         click.echo(f"  {name}: a whole new file; needs no diff to upstream")
     for rel in n.removed:

@@ -11,7 +11,7 @@ import pytest
 
 from patchkit import diffs, lockfile
 from patchkit.hashing import sha256_bytes
-from tests.conftest import Invoke, copy_shipped
+from tests.conftest import Invoke, copy_shipped, git
 from tests.importing.conftest import (
     BASE_COMMIT,
     CADDY_DIGEST,
@@ -19,6 +19,9 @@ from tests.importing.conftest import (
     INDEXER_BASE,
     INDEXER_PATH,
     MODEL_REV,
+    ROPE,
+    SAMPLER,
+    SAMPLER_BASE,
     SITE,
     VLLM_DIGEST,
     WORKER,
@@ -391,3 +394,85 @@ def test_import_reports_what_nothing_mounts_runs_or_pins(handkept: HandKept, inv
     assert "sidecar" not in {i.name for i in lock.images}  # a tag is not a pin
     assert lock.model is not None and lock.model.repo == "deepseek-ai/DeepSeek-V4-Flash-0731"
     assert all(str(p.file) != "patches/old_overlay.py" for p in lock.patches)
+
+
+ROPE_BASE = ROPE.replace(b"rope 4\n", b"rope 4 (upstream)\n")
+
+
+def upstream_repo(tmp_path: Path, files: dict[str, bytes]) -> tuple[str, str]:
+    """A real git upstream with ``files``; returns its file:// URL and the commit."""
+    root = tmp_path / "vllm-mirror"
+    for rel, data in files.items():
+        write(root, rel, data)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "upstream")
+    return root.as_uri(), git(root, "rev-parse", "HEAD").strip()
+
+
+def state_commit(handkept: HandKept, commit: str) -> None:
+    """The provenance table states ``commit`` for every overlay, and knows rope_fix.py too."""
+    readme = handkept.root / "patches/README.md"
+    text = readme.read_text().replace(BASE_COMMIT, commit).replace("| 124154a |", f"| {commit} |")
+    rope = "vllm/model_executor/layers/rope.py"
+    readme.write_text(text + f"| `rope_fix.py` | vllm-project/vllm | {commit} | {rope} | |\n")
+
+
+def mirror(root: Path, url: str) -> None:
+    """Point the imported upstream at a mirror, as a user with no access to github.com would."""
+    lock = root / "lockfile.toml"
+    lock.write_text(lock.read_text().replace('git = "https://github.com/vllm-project/vllm"', f'git = "{url}"'))
+
+
+def test_normalize_fetch_reads_bases_from_upstream(handkept: HandKept, invoke: Invoke, tmp_path: Path) -> None:
+    url, commit = upstream_repo(
+        tmp_path,
+        {
+            WORKER_PATH: WORKER_BASE,
+            INDEXER_PATH: INDEXER_BASE,
+            "vllm/v1/sample/sampler.py": SAMPLER_BASE,
+            "vllm/model_executor/layers/rope.py": ROPE_BASE,
+        },
+    )
+    state_commit(handkept, commit)
+    imported(handkept, invoke)
+    root = handkept.root
+    mirror(root, url)
+    run = invoke("import", str(root), "--normalize", "--fetch", "--format", "json")
+    assert run.exit_code == 0, run.stdout + run.stderr
+    out = json.loads(run.stdout)["normalize"]
+    # Verified against upstream: the rebuilt bases agree; the stale sampler diff and the
+    # rope overlay without any diff are normalized against the upstream files.
+    assert sorted(out["base_from_upstream"]) == ["fnuz-indexer", "kv-restore-fence", "rope-fix", "sampler"]
+    assert out["not_normalized"] == []
+    lock = lockfile.loads((root / "lockfile.toml").read_text())
+    assert lock.diffs == ()
+    assert not (root / "patches/diffs").exists() or not any((root / "patches/diffs").iterdir())
+    sampler = lock.patch("sampler")
+    assert sampler is not None and sampler.base is not None
+    assert sampler.base.sha256.hex == sha256_bytes(SAMPLER_BASE) and str(sampler.base.commit) == commit
+    expected = diffs.make(SAMPLER_BASE, SAMPLER, "a/vllm/v1/sample/sampler.py", "b/vllm/v1/sample/sampler.py")
+    assert (root / "upstream/sampler.diff").read_bytes() == expected
+    check = invoke("check", "--format", "json", repo=root)
+    errors = {f["code"] for f in json.loads(check.stdout)["findings"] if f["severity"] == "error"}
+    assert errors == {"mount-missing"}  # the one defect normalize cannot fix
+
+
+def test_normalize_fetch_refuses_a_base_the_diffs_do_not_rebuild(
+    handkept: HandKept, invoke: Invoke, tmp_path: Path
+) -> None:
+    # Upstream's file differs from what the diffs rebuild, in a line no hunk touches.
+    drifted = WORKER_BASE.replace(b"def restore_step 28\n", b"def restore_step 28 (upstream moved)\n")
+    url, commit = upstream_repo(tmp_path, {WORKER_PATH: drifted, INDEXER_PATH: INDEXER_BASE})
+    state_commit(handkept, commit)
+    imported(handkept, invoke)
+    mirror(handkept.root, url)
+    run = invoke("import", str(handkept.root), "--normalize", "--fetch", "--format", "json")
+    assert run.exit_code == 1
+    failed = {n["patch"]: n["why"] for n in json.loads(run.stdout)["normalize"]["not_normalized"]}
+    assert failed["kv-restore-fence"] == (
+        f"its diffs rebuild a base that is not {WORKER_PATH} at {commit[:12]} in upstream 'vllm' "
+        "(a diff is stale beyond its hunks, or the stated commit is wrong)"
+    )
+    assert failed["sampler"].startswith(f"upstream 'vllm' has no vllm/v1/sample/sampler.py at {commit[:12]}")
+    assert (handkept.root / "patches/diffs/01-kv-restore-fence.patch").is_file()  # kept as it was
