@@ -261,7 +261,8 @@ class Checker:
                     "no-diff",
                     ("patches", i, "name"),
                     f"overlay '{p.name}' ({p.file}) has no diff to upstream: reviewers cannot see what it changes",
-                    "state its upstream base (provenance table), then patchkit import --normalize; or write a diff",
+                    "state its upstream and full base commit ([patches.origin]), then "
+                    "patchkit import --normalize --fetch",
                 )
             if p.base is None and p.origin is not None:
                 stated = f" (stated: {p.origin.repository or '?'} {p.origin.commit})" if p.origin.commit else ""
@@ -269,7 +270,7 @@ class Checker:
                     "base-unknown",
                     ("patches", i, "name"),
                     f"overlay '{p.name}': its upstream base is not established{stated}",
-                    "patchkit import --normalize rebuilds it from the diffs where they reproduce the overlay",
+                    "patchkit import --normalize rebuilds it from the diffs (--fetch: from upstream at its commit)",
                     severity="note",
                 )
 

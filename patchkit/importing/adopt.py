@@ -373,7 +373,8 @@ class _Importer:
                     e.rel,
                     None,
                     f"overlay of {e.target} has no diff to upstream: reviewers cannot see what it changes",
-                    "write one against the upstream file, or: patchkit add/rebase once the base is known",
+                    "state its upstream and full base commit in the provenance table, then "
+                    "patchkit import --normalize --fetch",
                 )
         return out
 
@@ -416,7 +417,8 @@ class _Importer:
                     rel,
                     line,
                     f"does not reproduce {entry.rel}: {why} (the file changed after the diff was made)",
-                    "regenerate it against upstream; import --normalize cannot rebuild its base",
+                    "state the full base commit, then patchkit import --normalize --fetch rebuilds the diff "
+                    "against upstream",
                 )
             incremental |= undone.incremental
             for s in sections:
