@@ -40,34 +40,7 @@ def _buffer() -> memoryview:
 
 def sha256_file(path: Path | str, progress: Progress | None = None) -> str:
     """The hex SHA-256 of a file's bytes; does not follow a final symlink."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path, flags)
-    try:
-        size = os.fstat(fd).st_size
-        h = hashlib.sha256()
-        if size < SMALL:
-            buf = _buffer()
-            while n := os.readv(fd, [buf]):
-                h.update(buf[:n])
-                if progress:
-                    progress(n)
-            return h.hexdigest()
-        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mm:
-            if hasattr(mm, "madvise"):
-                mm.madvise(mmap.MADV_SEQUENTIAL)
-            view = memoryview(mm)
-            try:
-                for start in range(0, size, CHUNK):
-                    piece = view[start : start + CHUNK]
-                    h.update(piece)
-                    if progress:
-                        progress(len(piece))
-                    piece.release()
-            finally:
-                view.release()
-        return h.hexdigest()
-    finally:
-        os.close(fd)
+    return digest_file(path, SHA256, progress)
 
 
 def default_jobs() -> int:
