@@ -85,40 +85,10 @@ def sha256_many(
     """Hash many files on ``jobs`` threads; each result is a hex digest or the OSError.
 
     ``sizes`` (from an lstat the caller already made) saves a second one.
-    Setting ``cancel`` stops the work after the files in progress; the
-    result then lacks the files not hashed.
+    Setting ``cancel`` stops the work within one slice of each file in
+    progress; the result then lacks the files not hashed.
     """
-    items = list(dict.fromkeys(paths))
-    known = dict(sizes or {})
-    for p in items:
-        if p not in known:
-            try:
-                known[p] = p.lstat().st_size
-            except OSError:
-                known[p] = 0
-
-    def run(batch: list[Path]) -> list[tuple[Path, str | OSError]]:
-        out: list[tuple[Path, str | OSError]] = []
-        for p in batch:
-            if cancel is not None and cancel.is_set():
-                break
-            try:
-                out.append((p, sha256_file(p, progress)))
-            except OSError as e:
-                out.append((p, e))
-        return out
-
-    workers = min(jobs or default_jobs(), max(1, len(items)))
-    batches = _batches(items, known)
-    results: dict[Path, str | OSError] = {}
-    if workers == 1:
-        for batch in batches:
-            results.update(run(batch))
-        return results
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sha256") as pool:
-        for done in pool.map(run, batches):
-            results.update(done)
-    return results
+    return digest_many(dict.fromkeys(paths, SHA256), jobs, progress, sizes, cancel)
 
 
 # --------------------------------------------------------------------------- digests of model files
@@ -188,7 +158,10 @@ def digest_many(
     sizes: dict[Path, int] | None = None,
     cancel: threading.Event | None = None,
 ) -> dict[Path, str | OSError]:
-    """``sha256_many`` for files that each name their algorithm (``items``: path -> algorithm).
+    """Hash many files on ``jobs`` threads, each with its own algorithm (``items``: path -> algorithm).
+
+    Batches small files together and gives large ones a batch each, so both
+    cores stay busy; each result is a hex digest or the OSError.
 
     An interrupt (KeyboardInterrupt in the calling thread) sets ``cancel`` so
     the worker threads stop within one slice, then propagates; the caller
