@@ -299,9 +299,20 @@ class Checker:
                 self.result.findings.append(Finding("compose-invalid", rel, None, e.message, e.hint))
                 continue
             for m in parsed.mounts:
-                if m.source.startswith(("/", "~", "$")):
+                src = m.repo_source
+                if src is None:
                     continue
-                src = os.path.normpath(m.source)
+                if m.outside:
+                    self.result.findings.append(
+                        Finding(
+                            "mount-outside",
+                            rel,
+                            m.line,
+                            f"mounts {m.source}, which is outside the repository: nothing pins it",
+                            "move the file into the repository and pin it, or mount it from an absolute host path",
+                        )
+                    )
+                    continue
                 path = self.repo.root / src
                 if not path.exists() or path.is_symlink():
                     self.result.findings.append(

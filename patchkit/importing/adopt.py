@@ -284,10 +284,10 @@ class _Importer:
 
     def mounted_files(self, m: compose.Mount) -> list[tuple[str, str]]:
         """The repository files a bind mount brings into the container, with their container paths."""
-        if m.source.startswith(("/", "~", "$")):
-            return []  # host paths (the model cache, /dev/shm): not the repository's
-        rel = os.path.normpath(m.source)
-        if rel == ".." or rel.startswith("../"):
+        rel = m.repo_source
+        if rel is None:
+            return []
+        if m.outside:
             self.issue("mount-outside", m.compose, m.line, f"mount source {m.source} is outside the repository")
             return []
         path = self.root / rel

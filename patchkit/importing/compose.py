@@ -11,6 +11,7 @@ the commands that read compose files, so PyYAML loads only for them.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -49,6 +50,22 @@ class Mount:
     @property
     def where(self) -> str:
         return f"{self.compose}:{self.line}"
+
+    @property
+    def repo_source(self) -> str | None:
+        """The source as a normalised path relative to the repository (it may start with '..').
+
+        None for a host path: absolute, in a home directory, or a variable
+        with no default (the model cache, /dev/shm) — not the repository's.
+        """
+        if self.source.startswith(("/", "~", "$")):
+            return None
+        return os.path.normpath(self.source)
+
+    @property
+    def outside(self) -> bool:
+        rel = self.repo_source
+        return rel is not None and (rel == ".." or rel.startswith("../"))
 
 
 @dataclass(frozen=True)

@@ -476,3 +476,19 @@ def test_normalize_fetch_refuses_a_base_the_diffs_do_not_rebuild(
     )
     assert failed["sampler"].startswith(f"upstream 'vllm' has no vllm/v1/sample/sampler.py at {commit[:12]}")
     assert (handkept.root / "patches/diffs/01-kv-restore-fence.patch").is_file()  # kept as it was
+
+
+def test_a_mount_from_outside_the_repository_is_reported(handkept: HandKept, invoke: Invoke) -> None:
+    compose = handkept.root / "compose.yaml"
+    mount = "    - ./entrypoint.sh:/opt/entrypoint.sh:ro\n"
+    compose.write_text(compose.read_text().replace(mount, mount + "    - ../secrets/tls.key:/opt/tls.key:ro\n"))
+    line = handkept.line_of("compose.yaml", "tls.key")
+    _, report = imported(handkept, invoke)
+    assert ("mount-outside", "compose.yaml", line) in {
+        (i["kind"], i["file"], i["line"])
+        for i in report["issues"]  # type: ignore[attr-defined]
+    }
+    run = invoke("check", "--format", "json", repo=handkept.root)
+    assert ("mount-outside", "compose.yaml", line) in {
+        (f["code"], f["file"], f["line"]) for f in json.loads(run.stdout)["findings"]
+    }
