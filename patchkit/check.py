@@ -187,16 +187,12 @@ class Checker:
             return
         from patchkit.importing import handdiffs
 
-        by_name = {p.name: p for p in self.lock.patches}
-        chains: dict[str, list[tuple[str, diffs.FileDiff]]] = {}
+        found = handdiffs.chains(
+            self.lock, lambda d: readable[str(d.file)].read_bytes() if str(d.file) in readable else None
+        )
         for d in self.lock.diffs:
             rel = str(d.file)
-            if rel not in readable:
-                continue
-            data = readable[rel].read_bytes()
-            try:
-                diffs.parse(data)
-            except diffs.DiffError as e:
+            if (e := found.strict.get(rel)) is not None:
                 self.result.findings.append(
                     Finding(
                         "diff-invalid",
@@ -206,31 +202,19 @@ class Checker:
                         "rewrite it canonically: patchkit import --normalize",
                     )
                 )
-            try:
-                sections, _ = diffs.parse_lenient(data)
-            except diffs.DiffError:
-                continue
-            if d.against == "overlay":
+            if d.against == "overlay" and rel in found.first_line:
                 self.result.findings.append(
                     Finding(
                         "diff-incremental",
                         rel,
-                        sections[0].line,
+                        found.first_line[rel],
                         "is against an earlier version of the overlay, not against upstream: "
                         "it does not show what the deployment changes",
                         "fold it into one diff against upstream: patchkit import --normalize",
                     )
                 )
-            candidates = [
-                handdiffs.Candidate(p.name, str(p.file), str(p.target))
-                for n in d.patches
-                if (p := by_name.get(n)) is not None and p.file is not None
-            ]
-            for fd in sections:
-                m = handdiffs.match(fd, candidates)
-                if m.candidate is not None and m.against != "new":
-                    chains.setdefault(m.candidate.key, []).append((rel, fd))
-        for name, chain in chains.items():
+        by_name = {p.name: p for p in self.lock.patches}
+        for name, chain in found.parts.items():
             p = by_name[name]
             prel = str(p.file)
             if prel not in readable or p.kind is not PatchKind.OVERLAY:

@@ -10,10 +10,12 @@ results out.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from patchkit import diffs
+from patchkit.lockfile import HandDiff, Lockfile
 
 
 @dataclass(frozen=True)
@@ -103,4 +105,65 @@ def undo(data: bytes, sections: list[tuple[str, diffs.FileDiff]]) -> Undone:
         if k > 0:
             out.incremental.add(rel)
     out.base = current
+    return out
+
+
+@dataclass
+class Chains:
+    """A lockfile's ``[[diffs]]`` read and sorted by patch.
+
+    ``parts``: each patch's diff parts against upstream or an earlier overlay,
+    oldest first, as (diff file, part); ``adds_whole_file``: patches a part
+    creates from nothing; ``strict``: each diff's strict-parse error, if any
+    (hand-edited hunk counts); ``first_line``: each diff's first file header;
+    ``unreadable``: patch name -> why one of its diffs could not be read.
+    """
+
+    parts: dict[str, list[tuple[str, diffs.FileDiff]]] = field(default_factory=dict)
+    adds_whole_file: set[str] = field(default_factory=set)
+    strict: dict[str, diffs.DiffError] = field(default_factory=dict)
+    first_line: dict[str, int] = field(default_factory=dict)
+    unreadable: dict[str, str] = field(default_factory=dict)
+
+
+def chains(lock: Lockfile, read: Callable[[HandDiff], bytes | None]) -> Chains:
+    """Read every hand-kept diff (``read`` gives its bytes, None to skip it) and match its parts.
+
+    Parts are matched only against the patches the entry names, the way
+    ``patchkit import`` matched them. An ``OSError`` from ``read`` or a diff
+    with no file diff at all makes its patches ``unreadable``.
+    """
+    out = Chains()
+    by_name = {p.name: p for p in lock.patches}
+    for d in lock.diffs:
+        rel = str(d.file)
+        try:
+            data = read(d)
+            if data is None:
+                continue
+            sections, _ = diffs.parse_lenient(data)
+        except (OSError, diffs.DiffError) as e:
+            for n in d.patches:
+                out.unreadable[n] = f"{rel} cannot be read as a diff ({e})"
+            continue
+        try:
+            diffs.parse(data)
+        except diffs.DiffError as e:
+            out.strict[rel] = e
+        out.first_line[rel] = sections[0].line
+        candidates = Index(
+            [
+                Candidate(p.name, str(p.file), str(p.target))
+                for n in d.patches
+                if (p := by_name.get(n)) is not None and p.file is not None
+            ]
+        )
+        for fd in sections:
+            m = match(fd, candidates)
+            if m.candidate is None:
+                continue
+            if m.against == "new":
+                out.adds_whole_file.add(m.candidate.key)
+            else:
+                out.parts.setdefault(m.candidate.key, []).append((rel, fd))
     return out

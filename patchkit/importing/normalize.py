@@ -20,7 +20,6 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from patchkit import diffs
 from patchkit.cache import BlobStore
 from patchkit.edit import canonical_diff, finish
 from patchkit.errors import PatchkitError
@@ -58,42 +57,6 @@ class Normalized:
         }
 
 
-@dataclass
-class _Chains:
-    """Each patch's hand-kept diff parts (oldest first), and what could not be read."""
-
-    parts: dict[str, list[tuple[str, diffs.FileDiff]]] = field(default_factory=dict)
-    adds_whole_file: set[str] = field(default_factory=set)
-    unreadable: dict[str, str] = field(default_factory=dict)
-
-
-def _chains(repo: Repo, lock: Lockfile) -> _Chains:
-    out = _Chains()
-    by_name = {p.name: p for p in lock.patches}
-    for d in lock.diffs:
-        rel = str(d.file)
-        try:
-            sections, _ = diffs.parse_lenient(repo.check_inside(d.file).read_bytes())
-        except (OSError, diffs.DiffError) as e:
-            for n in d.patches:
-                out.unreadable[n] = f"{rel} cannot be read as a diff ({e})"
-            continue
-        candidates = [
-            handdiffs.Candidate(p.name, str(p.file), str(p.target))
-            for n in d.patches
-            if (p := by_name.get(n)) is not None and p.file is not None
-        ]
-        for fd in sections:
-            m = handdiffs.match(fd, candidates)
-            if m.candidate is None:
-                continue
-            if m.against == "new":
-                out.adds_whole_file.add(m.candidate.key)
-            else:
-                out.parts.setdefault(m.candidate.key, []).append((rel, fd))
-    return out
-
-
 def normalize(repo: Repo, lock: Lockfile, store: BlobStore, fetch: Fetch | None = None) -> Normalized:
     """Rewrite every hand-kept diff that can be rebuilt into patchkit's canonical form, atomically.
 
@@ -103,7 +66,7 @@ def normalize(repo: Repo, lock: Lockfile, store: BlobStore, fetch: Fetch | None 
     diffs is normalized against it.
     """
     result = Normalized()
-    chains = _chains(repo, lock)
+    chains = handdiffs.chains(lock, lambda d: repo.check_inside(d.file).read_bytes())
     patches: list[Patch] = []
     extra: dict[str, bytes] = {}
     settled: set[str] = set()
@@ -150,7 +113,7 @@ def normalize(repo: Repo, lock: Lockfile, store: BlobStore, fetch: Fetch | None 
 
 
 def _settle(
-    repo: Repo, lock: Lockfile, p: Patch, chains: _Chains, fetch: Fetch | None, store: BlobStore
+    repo: Repo, lock: Lockfile, p: Patch, chains: handdiffs.Chains, fetch: Fetch | None, store: BlobStore
 ) -> tuple[Patch, bytes, bool] | str:
     """The overlay with its base and canonical diff (and whether the base came from upstream), or why not."""
     assert p.file is not None  # noqa: S101 - the caller only settles committed overlays
