@@ -573,7 +573,10 @@ def test_access_token_answer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(token_registry_server.tokens, "field", "access_token")  # the OAuth2 spelling
-    assert make_client().resolve(token_images["public"]).digest
+    raw = token_registry_server.inspect_raw(token_images["public"])
+    token_registry_server.tokens.requests.clear()
+    assert str(make_client().resolve(token_images["public"]).digest) == sha(raw)
+    assert len(token_registry_server.tokens.requests) == 1  # the token was taken from "access_token"
 
 
 def test_private_repository_needs_credentials_at_the_token_server(
