@@ -157,7 +157,7 @@ class HfHub:
 
     @contextmanager
     def _errors(self, what: str, passthrough: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
-        """Turn huggingface_hub's and httpx's exceptions into patchkit errors."""
+        """Turn huggingface_hub's exceptions into patchkit errors."""
         try:
             yield
         except PatchkitError:
@@ -168,7 +168,7 @@ class HfHub:
             raise self._translate(e, what) from e
 
     def _translate(self, e: BaseException, what: str) -> PatchkitError:
-        import httpx
+        from huggingface_hub import errors as hub_errors
         from huggingface_hub.errors import (
             GatedRepoError,
             HfHubHTTPError,
@@ -215,7 +215,10 @@ class HfHub:
             return ExternalFailure(f"{what}: the Hub at {self.endpoint} answered {status}", "retry later")
         if isinstance(e, LocalEntryNotFoundError):
             return ExternalFailure(f"{what}: cannot reach {self.endpoint}: {_first_line(e)}", "check the network")
-        if isinstance(e, httpx.HTTPError):
+        # The Hub client's own name for the base of its transport errors (refused
+        # connections, timeouts): the HTTP library beneath it changed between
+        # releases (httpx in 1.x, httpx2 in 2.x), this name did not.
+        if isinstance(e, hub_errors.HTTPError):  # type: ignore[attr-defined]  # public, not in __all__
             return ExternalFailure(
                 f"{what}: cannot reach {self.endpoint} ({type(e).__name__}: {_first_line(e)})",
                 "check the network and HF_ENDPOINT",
