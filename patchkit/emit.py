@@ -60,9 +60,8 @@ structure, naming the ``deploy.toml`` field and line that breaks one:
   pinned target.
 
 :func:`validate` checks emitted text against the Compose specification schema
-(``<repo>/../shared/reference/compose-spec.json``, see :func:`find_schema`;
-when it is missing the caller skips schema validation and says so) and the same
-security rules. :func:`emit_files` also validates the other files of the bundle
+(the copy check-jsonschema ships and keeps current, see :func:`compose_schema`)
+and the same security rules. :func:`emit_files` also validates the other files of the bundle
 before writing anything: the entrypoint artifact with ``sh -n`` and every pinned
 ``Caddyfile*`` artifact with ``caddy validate --adapter caddyfile`` (skipped,
 with a note, when caddy is not installed).
@@ -70,8 +69,8 @@ with a note, when caddy is not installed).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
-import json
 import os
 import re
 import shutil
@@ -93,7 +92,6 @@ if TYPE_CHECKING:
 
 CONFIG_NAME = "deploy.toml"
 CONFIG_SCHEMA = 1
-SCHEMA_RELPATH = ("..", "shared", "reference", "compose-spec.json")
 DEFAULT_PROFILE = "single"
 _SERVICE = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]*")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -813,33 +811,38 @@ def _load_yaml(text: str) -> Any:
         raise ValueError(str(e)) from e
 
 
-def find_schema(repo_root: Path) -> Path | None:
-    """``<repo>/../shared/reference/compose-spec.json`` when it exists; ``None`` means skip schema validation."""
-    path = repo_root.joinpath(*SCHEMA_RELPATH)
-    return path if path.is_file() else None
+@functools.cache
+def compose_schema() -> Mapping[str, Any]:
+    """The Compose specification JSON schema, as check-jsonschema vendors it.
 
+    check-jsonschema ships compose-spec.json with its Apache-2.0 licence and
+    refreshes it from compose-spec/compose-spec, so every installed patchkit
+    validates against a current schema; the lock pins which one.
+    """
+    from check_jsonschema.builtin_schemas import get_builtin_schema  # type: ignore[import-untyped]  # no type info
 
-SCHEMA_SKIPPED = (
-    "compose schema not found at ../shared/reference/compose-spec.json beside the repository: "
-    "schema validation skipped (the security rules were still checked)"
-)
+    schema: Mapping[str, Any] = get_builtin_schema("vendor.compose-spec")
+    return schema
 
 
 def validate(
-    text: str, schema_path: Path | None, config: DeployConfig | None = None, profile: str | None = None
+    text: str,
+    schema: Mapping[str, Any] | None,
+    config: DeployConfig | None = None,
+    profile: str | None = None,
 ) -> list[str]:
-    """Problems with emitted compose text: the Compose schema (skipped when ``schema_path`` is ``None``) and
-    the security rules. With ``config`` and ``profile``, rule violations name the ``deploy.toml`` line."""
+    """Problems with emitted compose text: the Compose ``schema`` (see :func:`compose_schema`; ``None``
+    checks the security rules only) and the security rules. With ``config`` and ``profile``, rule
+    violations name the ``deploy.toml`` line."""
     try:
         doc = _load_yaml(text)
     except ValueError as e:
         return [f"not valid YAML: {e}"]
     out: list[str] = []
-    if schema_path is not None:
+    if schema is not None:
         import jsonschema  # type: ignore[import-untyped]  # no type information installed
 
-        schema = json.loads(Path(schema_path).read_text(encoding="utf-8"))
-        validator = jsonschema.Draft7Validator(schema)
+        validator = jsonschema.validators.validator_for(schema)(schema)
         for err in sorted(validator.iter_errors(doc), key=lambda e: [str(x) for x in e.absolute_path]):
             where = "/".join(str(x) for x in err.absolute_path) or "(top)"
             out.append(f"compose schema: {where}: {err.message}")
@@ -947,7 +950,7 @@ def emit_files(
     With ``check_only`` nothing is written and the second value lists the
     files whose bytes differ from what would be written (drift). When
     ``notes`` is given, a line is appended to it for every validation that was
-    skipped (no compose schema beside the repository, caddy not installed).
+    skipped (caddy not installed).
     ``validate_output=False`` (for ``patchkit check``'s drift comparison)
     skips the schema and the external tools: a file equal to what emit writes
     was validated when emit wrote it, and ``emit`` itself still enforces the
@@ -964,7 +967,7 @@ def emit_files(
             f"--profile: unknown profile {', '.join(sorted(unknown))} (deploy.toml has "
             f"{', '.join(p.name for p in config.profiles)})"
         )
-    schema = find_schema(repo.root)
+    schema = compose_schema() if validate_output else None
     files: dict[str, str] = {}
     for p in config.profiles:
         if wanted and p.name not in wanted:
@@ -976,8 +979,6 @@ def emit_files(
         files[p.file] = text
     skipped = validate_bundle_files(repo.root, lock, config) if validate_output else []
     if notes is not None:
-        if schema is None:
-            notes.append(SCHEMA_SKIPPED)
         notes.extend(skipped)
     drift = []
     for rel, text in files.items():
