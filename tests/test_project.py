@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
-from conftest import REPO_ROOT
+import pytest
+from conftest import REPO_ROOT, copy_shipped
 
 
 def _readme_commands() -> list[str]:
@@ -13,18 +19,50 @@ def _readme_commands() -> list[str]:
     return re.findall(r"```sh\n(.+?)\n```", setup)
 
 
-def test_readme_has_the_two_setup_commands() -> None:
+def test_readme_setup_commands_use_a_venv_and_the_lock() -> None:
+    """Both commands work on a PEP 668 Python: nothing is installed into the interpreter itself."""
     main_job, tests = _readme_commands()
-    assert main_job == "pip install -e . && patchkit check"
-    assert tests == "pip install -e '.[test]' && python -m pytest"
+    for command in (main_job, tests):
+        assert command.startswith("python3 -m venv ")
+        installs = [part.strip() for part in command.split("&&") if " install " in part]
+        assert installs and all(part.startswith(".venv/bin/pip install ") for part in installs), command
+    assert main_job.endswith(".venv/bin/patchkit check")
+    assert "--clear" in tests  # a new environment every run
+    assert "--require-hashes -r requirements.lock" in tests
+    assert tests.endswith(".venv/bin/python -m pytest")
 
 
-def test_ci_runs_the_readme_test_command() -> None:
-    _, tests = _readme_commands()
-    ci = (REPO_ROOT / ".ci" / "run").read_text().splitlines()
-    assert tests in ci
-    assert ci[ci.index(tests) + 1] == "status=$?"
-    assert '"$status" -eq 5' in "\n".join(ci)  # no tests collected is a failure
+def test_ci_runs_the_readme_commands() -> None:
+    main_job, tests = _readme_commands()
+    ci = (REPO_ROOT / ".ci" / "run").read_text()
+    lines = ci.splitlines()
+    assert tests in lines
+    assert lines[lines.index(tests) + 1] == "status=$?"
+    assert '"$status" -eq 5' in ci  # no tests collected is a failure
+    assert main_job in ci
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_lock_pins_every_declared_dependency_with_hashes() -> None:
+    """requirements.lock is current: every dependency pyproject.toml declares is pinned, with hashes."""
+    import tomllib
+
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    declared = project["dependencies"] + project["optional-dependencies"]["test"]
+    text = (REPO_ROOT / "requirements.lock").read_text()
+    pinned = set()
+    for entry in re.split(r"\n(?=[A-Za-z0-9])", text.split("\n", 2)[2]):
+        head = entry.split(" ", 1)[0]
+        name, _, version = head.partition("==")
+        assert version and "--hash=sha256:" in entry, f"not pinned with a hash: {head}"
+        pinned.add(_canonical(name))
+    for requirement in declared:
+        match = re.match(r"[A-Za-z0-9._-]+", requirement)
+        assert match is not None
+        assert _canonical(match.group()) in pinned, f"{requirement} is declared but requirements.lock lacks it"
 
 
 def test_lockfile_doc_example_is_canonical() -> None:
@@ -38,3 +76,44 @@ def test_lockfile_doc_example_is_canonical() -> None:
     assert text.startswith(lockfile.HEADER)
     body = "".join(line for line in text[len(lockfile.HEADER) :].splitlines(keepends=True) if not line.startswith("#"))
     assert lockfile.dumps(lockfile.loads(lockfile.HEADER + body)) == lockfile.HEADER + body
+
+
+@pytest.mark.slow
+def test_the_installed_wheel_validates_compose_against_the_schema(tmp_path: Path) -> None:
+    """A user's install (the built wheel, not this checkout) carries the Compose schema and validates with it."""
+    source = tmp_path / "source"
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO_ROOT, capture_output=True, check=True,
+    ).stdout.decode().split("\0")  # fmt: skip
+    for rel in filter(None, tracked):
+        if (REPO_ROOT / rel).is_file():
+            (source / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO_ROOT / rel, source / rel)
+    dist, site = tmp_path / "dist", tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(dist), str(source)], check=True)
+    (wheel,) = dist.glob("patchkit-*.whl")
+    subprocess.run([*pip, "install", "--no-deps", "--target", str(site), str(wheel)], check=True)
+
+    deployment = copy_shipped(tmp_path / "far" / "away" / "deploy")  # no ../shared beside it
+    broken = (REPO_ROOT / "compose.yaml").read_text().replace("restart: ", "restrat: ", 1)
+    probe = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import json, patchkit, patchkit.emit as emit; "
+        "assert patchkit.__file__.startswith(sys.argv[1]), patchkit.__file__; "
+        "print(json.dumps(emit.validate(sys.stdin.read(), emit.compose_schema())))"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", probe, str(site)], input=broken, capture_output=True, text=True, cwd=deployment,
+        check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert [p for p in json.loads(run.stdout) if p.startswith("compose schema: services/vllm:")], run.stdout
+
+    cli = "import sys; sys.path.insert(0, sys.argv.pop(1)); from patchkit.cli import main; main()"
+    emitted = subprocess.run(
+        [sys.executable, "-c", cli, str(site), "emit", "--check"], capture_output=True, text=True, cwd=deployment,
+        check=False,
+    )  # fmt: skip
+    assert emitted.returncode == 0, emitted.stderr
+    assert emitted.stdout == "emit --check: ok\n" and "skipped" not in emitted.stderr
