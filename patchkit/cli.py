@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -69,44 +70,102 @@ def _report_error(e: PatchkitError) -> None:
         click.echo(f"  fix: {e.hint}", err=True)
 
 
-@click.group(cls=_Group, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "-C",
-    "--repo",
-    "repo_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Deployment repository (default: the nearest directory upward holding lockfile.toml).",
-)
-@click.option(
-    "--cache-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    envvar="PATCHKIT_CACHE",
-    help="Cache of upstream clones, wheels and base files (default: $XDG_CACHE_HOME/patchkit; env PATCHKIT_CACHE).",
-)
-@click.option("-v", "--verbose", is_flag=True, help="Show tracebacks for errors.")
+def _remember(key: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+    """A callback storing a global option given on any command in the root context."""
+
+    def store(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
+        if value is None or value is False:
+            return  # not given here: what the group level (or the default) said stands
+        root = ctx.find_root()
+        root.obj = root.obj or {}
+        root.obj[key] = value
+        if key == "cache_dir":
+            import os
+
+            # One place decides the cache: the core reads PATCHKIT_CACHE.
+            os.environ["PATCHKIT_CACHE"] = str(value)
+
+    return store
+
+
+def _global_options() -> list[click.Option]:
+    """The options every command takes, before or after its name: ``patchkit -C X check`` or ``check -C X``."""
+    return [
+        click.Option(
+            ["-C", "--repo", "repo_dir"],
+            type=click.Path(file_okay=False, path_type=Path),
+            expose_value=False,
+            callback=_remember("repo_dir"),
+            help="Deployment repository (default: the nearest directory upward holding lockfile.toml).",
+        ),
+        click.Option(
+            ["--cache-dir", "cache_dir"],
+            type=click.Path(file_okay=False, path_type=Path),
+            expose_value=False,
+            callback=_remember("cache_dir"),
+            help="patchkit's cache of upstream clones, wheels and base files "
+            "(default: $XDG_CACHE_HOME/patchkit; env PATCHKIT_CACHE).",
+        ),
+        click.Option(
+            ["-v", "--verbose", "verbose"],
+            is_flag=True,
+            expose_value=False,
+            callback=_remember("verbose"),
+            help="Show tracebacks for errors.",
+        ),
+    ]
+
+
+class _Command(click.Command):
+    """A command that also takes the global options."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.params.extend(_global_options())
+
+
+class _SubGroup(_Group):
+    """A command group below ``patchkit`` (image, model, upstream, …): its commands take the global options."""
+
+    command_class = _Command
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.params.extend(_global_options())
+
+
+_SubGroup.group_class = _SubGroup
+
+
+class _Root(_Group):
+    command_class = _Command
+    group_class = _SubGroup
+
+
+@click.group(cls=_Root, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="patchkit")
 @click.pass_context
-def cli(ctx: click.Context, repo_dir: Path | None, cache_dir: Path | None, verbose: bool) -> None:
+def cli(ctx: click.Context) -> None:
     """patchkit: pin, check and ship the patches, artifacts and images of a deployment.
 
     The lockfile (lockfile.toml) pins every image digest, the model revision,
     upstream commits and the sha256 of every file the deployment runs.
     `patchkit check` proves the repository matches it.
-    """
-    ctx.obj = {"verbose": verbose, "repo_dir": repo_dir}
-    if cache_dir is not None:
-        import os
 
-        # One place decides the cache: the core reads PATCHKIT_CACHE.
-        os.environ["PATCHKIT_CACHE"] = str(cache_dir)
+    -C/--repo, --cache-dir and -v/--verbose are taken before the command's
+    name or after it, by every command.
+    """
+    ctx.obj = ctx.obj or {}
+
+
+cli.params[:0] = _global_options()
 
 
 def _repo(ctx: click.Context) -> Any:
     """The deployment repository: --repo, or the nearest one upward from here."""
     from patchkit.repo import Repo, find_root
 
-    given = ctx.find_root().obj.get("repo_dir")
+    given = (ctx.find_root().obj or {}).get("repo_dir")
     root = find_root(given if given is not None else Path.cwd())
     if given is not None and root != Path(given).resolve():
         from patchkit.errors import BadInput

@@ -18,8 +18,8 @@ import click
 from patchkit.cli import FORMAT, _open, _print_changes, cli
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK
 
-CACHE_DIR = click.option(
-    "--cache-dir",
+HF_CACHE = click.option(
+    "--hf-cache",
     "hf_cache",
     type=click.Path(file_okay=False, path_type=Path),
     help="The Hugging Face cache (default: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub).",
@@ -69,7 +69,7 @@ def model_lock(ctx: click.Context, repo_id: str | None, revision: str | None, fm
 
 
 @model.command("verify")
-@CACHE_DIR
+@HF_CACHE
 @JOBS
 @QUIET
 @FULL
@@ -102,7 +102,7 @@ def model_verify(
 
 
 @model.command("fetch")
-@CACHE_DIR
+@HF_CACHE
 @JOBS
 @QUIET
 @FORMAT

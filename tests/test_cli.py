@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
+import pytest
 from click.testing import CliRunner
 from conftest import REPO_ROOT, Invoke
 
@@ -107,3 +109,60 @@ def test_help_does_not_import_heavy_libraries() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT)
     assert out.stdout.strip() == ""
+
+
+def _leaf_commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], click.Command]]:
+    out: list[tuple[tuple[str, ...], click.Command]] = []
+    for name, command in sorted(group.commands.items()):
+        path = (*prefix, name)
+        if isinstance(command, click.Group):
+            out.extend(_leaf_commands(command, path))
+        else:
+            out.append((path, command))
+    return out
+
+
+def test_every_command_takes_the_global_options() -> None:
+    """The README says every command takes --repo DIR and --verbose: so does each one, after its name too."""
+    for path, command in _leaf_commands(cli):
+        flags = {flag for param in command.params for flag in getattr(param, "opts", [])}
+        assert {"-C", "--repo", "-v", "--verbose", "--cache-dir"} <= flags, " ".join(path)
+
+
+def test_global_options_before_or_after_the_command(invoke: Invoke, deploy: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    runner = CliRunner()
+    forms = (
+        ["--repo", str(deploy), "check"],
+        ["-C", str(deploy), "check"],
+        ["check", "--repo", str(deploy)],
+        ["check", "-C", str(deploy)],
+        ["check", "--format", "json", "--repo", str(deploy)],
+        ["diff", "--stat", "--repo", str(deploy)],
+        ["refs", "--repo", str(deploy)],
+    )
+    for argv in forms:
+        result = runner.invoke(cli, argv)
+        assert "No such option" not in result.output and result.exit_code in (0, 1), (argv, result.output)
+    assert runner.invoke(cli, ["check", "--repo", str(elsewhere)]).exit_code == 2  # the option is obeyed
+    nested = runner.invoke(cli, ["model", "verify", "--repo", str(deploy)])  # a group's command, from elsewhere
+    assert nested.exit_code == 2 and "lockfile.toml pins no model" in nested.output
+
+
+def test_verbose_after_the_command_shows_the_traceback(deploy: Path) -> None:
+    (deploy / "lockfile.toml").write_text("schema = 9\n")
+    for argv in (["check", "--verbose", "--repo", str(deploy)], ["check", "-v", "-C", str(deploy)]):
+        result = CliRunner().invoke(cli, argv)
+        assert result.exception is not None and "unknown schema version 9" in str(result.exception), argv
+    quiet = CliRunner().invoke(cli, ["check", "-C", str(deploy)])
+    assert quiet.exit_code == 2 and isinstance(quiet.exception, SystemExit)
+
+
+def test_cache_dir_after_the_command(deploy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    monkeypatch.delenv("PATCHKIT_CACHE", raising=False)
+    cache = tmp_path / "mycache"
+    CliRunner().invoke(cli, ["check", "--cache-dir", str(cache), "-C", str(deploy)])
+    assert os.environ["PATCHKIT_CACHE"] == str(cache)
