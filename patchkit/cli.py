@@ -746,7 +746,8 @@ def status(ctx: click.Context, fmt: str) -> None:
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Write every patch's running file at its container path below this directory.",
+    help="Write every patch's running file at its container path below this directory "
+    "(a relative path is below the repository, where compose.yaml mounts ./build/…).",
 )
 @FORMAT
 @click.pass_context
@@ -756,11 +757,14 @@ def materialize(ctx: click.Context, out: Path | None, fmt: str) -> None:
     Bases come from the cache, else from the upstream's source at the base's
     pin (a download or fetch the first time). Afterwards `patchkit check`
     verifies diff-only patches offline too. Exit 1 if any file does not match
-    its pin.
+    its pin. `--out build` writes the files where the emitted compose files
+    mount them, whichever directory the command runs in.
     """
     from patchkit.materialize import materialize as run
 
     repo, lockf, _ = _open(ctx)
+    if out is not None and not out.is_absolute():
+        out = repo.root / out
     results = run(repo, lockf, _store(), _cache(), out)
     if fmt == "json":
         click.echo(json.dumps([r.__dict__ for r in results], indent=2, sort_keys=True))

@@ -19,17 +19,11 @@ from pathlib import Path
 from patchkit import diffs, lockfile, sums
 from patchkit.cache import BlobStore
 from patchkit.check import base_of_committed, check_pinned_files, expected_sums
-from patchkit.errors import EXIT_FINDINGS, BadInput, PatchkitError
+from patchkit.errors import BadInput, Refused
 from patchkit.hashing import sha256_bytes
 from patchkit.lockfile import Artifact, Base, DiffPin, Lockfile, Patch, PatchKind, Upstream
 from patchkit.repo import MANAGED_DIRS, Escape, Repo, write_all
 from patchkit.values import ContainerPath, Reference, RepoPath, Revision, Sha256, UpstreamPath, check_name
-
-
-class Refused(PatchkitError):
-    """The repository is not in a state the operation can build on (exit 1: findings)."""
-
-    exit_code = EXIT_FINDINGS
 
 
 @dataclass
@@ -522,9 +516,12 @@ def regenerate_diffs(repo: Repo, lock: Lockfile, names: tuple[str, ...], store: 
             continue
         base = recover_base(repo, p, store)
         if base is None:
+            fetchable = lock.upstream(p.base.upstream) is not None
             raise Refused(
-                f"'{p.name}': its base ({p.base.path}, sha256 {p.base.sha256.short}…) is not available offline",
-                "restore the committed diff (git checkout), or re-add the patch with --base FILE",
+                f"'{p.name}': its base ({p.base.path}, sha256 {p.base.sha256.short}…) is not in the cache yet",
+                f"fetch the pinned bases from upstream '{p.base.upstream}': patchkit materialize"
+                if fetchable
+                else "restore the committed diff (git checkout), or re-add the patch with --base FILE",
             )
         if p.file is not None:
             current = repo.path(p.file).read_bytes()

@@ -34,6 +34,12 @@ class BadInput(PatchkitError):
     exit_code = EXIT_BAD_INPUT
 
 
+class Refused(PatchkitError):
+    """The repository is not in a state the operation can build on (exit 1: findings)."""
+
+    exit_code = EXIT_FINDINGS
+
+
 class LockfileError(BadInput):
     """The lockfile cannot be read; carries every problem found, each with its line."""
 

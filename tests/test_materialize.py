@@ -72,3 +72,32 @@ def test_upstream_add_errors(invoke: Invoke, diff_only: tuple[Path, Upstream], t
     assert r.exit_code == 3
     listing = json.loads(invoke("upstream", "list", "--format", "json", repo=root).stdout)
     assert [(u["name"], u["source"], u["patches"]) for u in listing] == [("vllm", "git", ["fence"])]
+
+
+def test_a_fresh_clone_is_told_to_materialize(
+    invoke: Invoke, diff_only: tuple[Path, Upstream], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no base cached yet, `diff` names the command that fetches it, and after it works."""
+    root, _ = diff_only
+    monkeypatch.setenv("PATCHKIT_CACHE", str(tmp_path / "fresh"))
+    r = invoke("diff", repo=root)
+    assert r.exit_code == 1
+    assert "is not in the cache yet" in r.stderr
+    assert "fix: fetch the pinned bases from upstream 'vllm': patchkit materialize" in r.stderr
+    assert invoke("materialize", repo=root).exit_code == 0
+    r = invoke("diff", "--stat", repo=root)
+    assert r.exit_code == 0 and "fence" in r.stdout
+
+
+def test_a_relative_out_is_below_the_repository(
+    invoke: Invoke, diff_only: tuple[Path, Upstream], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`-C DIR materialize --out build` writes where DIR's compose files mount ./build/…, not below the cwd."""
+    root, _ = diff_only
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    r = invoke("materialize", "--out", "build", repo=root)
+    assert r.exit_code == 0, r.stderr
+    assert (root / "build/opt/vllm/worker.py").read_bytes() == FENCED
+    assert list(elsewhere.iterdir()) == []
