@@ -113,9 +113,11 @@ def model_fetch(ctx: click.Context, hf_cache: Path | None, jobs: int | None, qui
     Exit 1 if the downloaded files do not verify against the manifest.
     """
     from patchkit.hub import HfHub, default_cache_dir
+    from patchkit.model import pinned_files
 
     repo, lockf, _ = _open(ctx)
     pinned = _pinned(lockf)
+    pinned_files(repo, pinned)  # refuses before any download when there is nothing to verify against
     HfHub().download(pinned.repo, pinned.revision.sha, hf_cache or default_cache_dir(), quiet=quiet or not _tty())
     result = _verify(repo, lockf, hf_cache, jobs, quiet, full=True)
     _render(result, fmt)

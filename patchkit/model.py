@@ -26,7 +26,7 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from patchkit.errors import BadInput, ExternalFailure
+from patchkit.errors import BadInput, ExternalFailure, Refused
 from patchkit.hashing import GIT_SHA1, SHA256, Progress, digest_many, sha256_bytes
 from patchkit.hub import Hub, RemoteFile, repo_folder
 from patchkit.lockfile import LOCKFILE_NAME, FilePin, Lockfile, Model, ModelFile
@@ -157,8 +157,26 @@ def parse_manifest(data: bytes, name: str) -> Manifest:
     return Manifest(repo, revision, tuple(files))
 
 
+NO_MANIFEST_FIX = "pin its files (size and hash of each, listed by the Hub at the pinned commit): patchkit model lock"
+
+
+def has_manifest(model: Model) -> bool:
+    """Whether the pin lists the revision's files (inline or in its manifest file)."""
+    return model.manifest is not None or bool(model.files)
+
+
 def pinned_files(repo: Repo, model: Model) -> tuple[ModelFile, ...]:
-    """The model's file manifest: inline, or read from its manifest file and checked against its pin."""
+    """The model's file manifest: inline, or read from its manifest file and checked against its pin.
+
+    Refused when the pin lists no files at all: a cache cannot be verified
+    against a revision alone (every file would be "not in the manifest").
+    """
+    if not has_manifest(model):
+        raise Refused(
+            f"{LOCKFILE_NAME}: model {model.repo}@{model.revision.short} is pinned without a file manifest, "
+            "so there is nothing to verify its files against",
+            NO_MANIFEST_FIX,
+        )
     if model.manifest is None:
         return model.files
     rel = str(model.manifest.file)
@@ -565,6 +583,19 @@ def format_findings(repo: Repo, lockf: Lockfile, locate: Locate) -> list[Finding
     if model is None:
         return []
     out: list[Finding] = []
+    if not has_manifest(model):
+        return [
+            Finding(
+                "model-no-manifest",
+                LOCKFILE_NAME,
+                locate(("model",)),
+                f"{model.repo}@{model.revision.short} is pinned by revision only; without a file manifest "
+                "`patchkit model verify` cannot prove the cache holds the model's files",
+                NO_MANIFEST_FIX,
+                field="model",
+                severity="note",
+            )
+        ]
     if model.manifest is not None:
         try:
             pinned_files(repo, model)

@@ -354,3 +354,40 @@ def test_verify_core_without_a_cache_dir(tmp_path: Path) -> None:
     result = verify_cache(tmp_path / "none", m, ())
     assert [p.kind for p in result.problems] == [ProblemKind.NOT_CACHED]
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_a_pin_without_a_manifest_is_told_to_model_lock(
+    hub: Hub, model_repo: str, deploy_dir: Path, invoke: Invoke
+) -> None:
+    """A revision-only pin (as hand-kept lockfiles and this repository's own have): no false 'extra' files."""
+    lock = deploy_dir / "lockfile.toml"
+    lock.write_text(lock.read_text() + f'\n[model]\nrepo = "{REPO_ID}"\nrevision = "{model_repo}"\n')
+    assert invoke("lock", repo=deploy_dir).exit_code == 0
+    assert invoke("model", "fetch", repo=deploy_dir).exit_code == 1
+    assert hub.server.requests == []  # refused before any download
+    r = invoke("model", "verify", repo=deploy_dir)
+    assert r.exit_code == 1 and r.stdout == ""
+    assert f"model {REPO_ID}@{model_repo[:12]} is pinned without a file manifest" in r.stderr
+    assert "fix: pin its files" in r.stderr and "patchkit model lock" in r.stderr
+    assert "not in the pinned manifest" not in r.stderr
+    r = invoke("check", "--format", "json", repo=deploy_dir)
+    assert r.exit_code == 0
+    (note,) = json.loads(r.stdout)["findings"]
+    assert (note["code"], note["severity"], note["field"]) == ("model-no-manifest", "note", "model")
+    assert note["fix"].endswith("patchkit model lock")
+    assert invoke("model", "lock", repo=deploy_dir).exit_code == 0
+    assert invoke("model", "fetch", repo=deploy_dir).exit_code == 0
+
+
+def test_an_unreachable_hub_is_exit_3(
+    hub: Hub, deploy_dir: Path, invoke: Invoke, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends: nothing listens there
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    r = invoke("model", "lock", REPO_ID, repo=deploy_dir)
+    assert r.exit_code == 3, r.stderr
+    assert f"cannot reach http://127.0.0.1:{port}" in r.stderr and "Traceback" not in r.stderr
