@@ -26,7 +26,7 @@ REBASE_STATE = f"{WORK_DIR}/rebase/state.json"
 
 @dataclass(frozen=True)
 class Finding:
-    """One thing wrong (``error``) or worth knowing (``note``) about a deployment."""
+    """One thing wrong (``error``), worth knowing (``note``) or not checked (``unknown``) about a deployment."""
 
     code: str
     file: str
@@ -57,6 +57,11 @@ class CheckResult:
     @property
     def errors(self) -> list[Finding]:
         return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def unknown(self) -> list[Finding]:
+        """What could not be checked (a service that could not be asked), with the reason."""
+        return [f for f in self.findings if f.severity == "unknown"]
 
     @property
     def ok(self) -> bool:

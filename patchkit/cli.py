@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 import click
 
 from patchkit import __version__
-from patchkit.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, LockfileError, PatchkitError
+from patchkit.errors import EXIT_BAD_INPUT, EXIT_EXTERNAL, EXIT_FINDINGS, EXIT_OK, LockfileError, PatchkitError
 
 EXIT_INTERNAL = 4
 
@@ -306,21 +306,17 @@ def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, insecur
 
         raise BadInput("--image-bases needs --online (it reads files from the registries)")
     if online:
-        from patchkit.online import image_findings
+        from patchkit.online import online_findings
         from patchkit.tomlpos import LineIndex
 
         index = LineIndex(data.decode("utf-8"))
-        result.findings.extend(image_findings(lock, index.line_of, insecure=insecure, image_bases=image_bases))
-        if lock.model is not None:
-            from patchkit.hub import HfHub
-            from patchkit.model import revision_findings
-
-            result.findings.extend(revision_findings(lock, index.line_of, HfHub()))
-        from patchkit.refs import ref_findings
-
-        result.findings.extend(ref_findings(lock, index.line_of, _cache()))
+        result.findings.extend(
+            online_findings(lock, index.line_of, _cache(), insecure=insecure, image_bases=image_bases)
+        )
     click.echo(render(result, fmt), nl=False)
-    ctx.exit(EXIT_OK if result.ok else EXIT_FINDINGS)
+    if not result.ok:
+        ctx.exit(EXIT_FINDINGS)
+    ctx.exit(EXIT_EXTERNAL if result.unknown else EXIT_OK)
 
 
 @cli.command()

@@ -1,5 +1,10 @@
 """``patchkit check --online``: what only the network can tell.
 
+:func:`online_findings` asks each service in turn (the registries, the
+model hub, the issue tracker). A service that cannot be reached is reported
+as one ``unknown`` finding naming it and the reason, and the other services
+are still asked: one unreachable host never hides what the others say.
+
 Each pinned image's digest must still resolve in its registry (a failure);
 a recorded tag that now points elsewhere is worth knowing (a note: the pin
 is what runs). With ``--image-bases``, each overlay whose target exists in a
@@ -10,16 +15,76 @@ overlay would silently revert what that image contains.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from patchkit.check import Finding
+from patchkit.errors import ExternalFailure
 from patchkit.hashing import sha256_bytes
 from patchkit.lockfile import LOCKFILE_NAME, Lockfile, PatchKind
 
 if TYPE_CHECKING:
+    from patchkit.hub import Hub
     from patchkit.registry import RegistryClient
 
 Locate = Callable[[tuple[str | int, ...]], int | None]
+
+
+def online_findings(
+    lock: Lockfile,
+    locate: Locate,
+    cache: Path,
+    *,
+    insecure: Iterable[str] = (),
+    image_bases: bool = False,
+    hub: Hub | None = None,
+) -> list[Finding]:
+    """Every ``--online`` finding: registries, then the model hub, then the issue tracker.
+
+    A service that fails (unreachable, 5xx, rate limit used up) gives one
+    finding of severity ``unknown`` with its message and hint; the check goes
+    on with the next service.
+    """
+    from patchkit.refs import ref_findings
+
+    def images() -> list[Finding]:
+        return image_findings(lock, locate, insecure=insecure, image_bases=image_bases)
+
+    def model() -> list[Finding]:
+        from patchkit.model import revision_findings
+
+        if hub is None:
+            from patchkit.hub import HfHub
+
+            return revision_findings(lock, locate, HfHub())
+        return revision_findings(lock, locate, hub)
+
+    def refs() -> list[Finding]:
+        return ref_findings(lock, locate, cache)
+
+    asked: list[tuple[str, str, Callable[[], list[Finding]]]] = []
+    if lock.images:
+        asked.append(("images", "the image registries", images))
+    if lock.model is not None:
+        asked.append(("model", "the model hub", model))
+    asked.append(("refs", "the issue tracker", refs))
+    out: list[Finding] = []
+    for field, service, ask in asked:
+        try:
+            out.extend(ask())
+        except ExternalFailure as e:
+            out.append(
+                Finding(
+                    "online-unavailable",
+                    LOCKFILE_NAME,
+                    locate((field,)),
+                    f"{service} could not be asked, so this was not checked: {e.message}",
+                    e.hint or "retry when the service is reachable",
+                    field=field,
+                    severity="unknown",
+                )
+            )
+    return out
 
 
 def image_findings(

@@ -15,12 +15,13 @@ def text(result: CheckResult, what: str = "check") -> str:
     lines = []
     for f in result.findings:
         field = f" {f.field}:" if f.field else ""
-        label = "error" if f.severity == "error" else "note"
+        label = f.severity if f.severity in ("error", "unknown") else "note"
         lines.append(f"{_where(f)}: {label}:{field} {f.message}")
         if f.fix:
             lines.append(f"  fix: {f.fix}")
     errors = len(result.errors)
-    notes = len(result.findings) - errors
+    unknown = len(result.unknown)
+    notes = len(result.findings) - errors - unknown
     verified = f"{result.diffs_verified} diffs verified, " if what == "check" else ""
     summary = (
         f"{what}: {'ok' if result.ok else 'FAILED'}: {result.files_hashed} files hashed, "
@@ -28,6 +29,8 @@ def text(result: CheckResult, what: str = "check") -> str:
     )
     if notes:
         summary += f", {notes} note{'s' * (notes != 1)}"
+    if unknown:
+        summary += f", {unknown} not checked"
     lines.append(summary)
     return "\n".join(lines) + "\n"
 
@@ -53,7 +56,7 @@ def github(result: CheckResult) -> str:
     """GitHub Actions workflow commands: one ``::error``/``::notice`` line per finding."""
     lines = []
     for f in result.findings:
-        level = "error" if f.severity == "error" else "notice"
+        level = {"error": "error", "unknown": "warning"}.get(f.severity, "notice")
         props = [f"file={_gh_escape(f.file, prop=True)}"]
         if f.line is not None:
             props.append(f"line={f.line}")

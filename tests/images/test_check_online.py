@@ -100,3 +100,36 @@ def test_image_bases_needs_online(invoke: Invoke, pinned: tuple[Path, str]) -> N
     root, _ = pinned
     r = invoke("check", "--image-bases", repo=root)
     assert r.exit_code == 2 and "--image-bases needs --online" in r.stderr
+
+
+def test_an_unreachable_service_is_reported_and_the_others_still_checked(
+    invoke: Invoke, pinned: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GitHub unreachable: the registry is still asked, and the references are 'not checked', not a pass."""
+    root, _ = pinned
+    module = tmp_path / "sync_fix.py"
+    module.write_bytes(b"def sync():\n    return 0\n")
+    r = invoke(
+        "add", str(module), "--kind", "module", "--target", "/opt/patchkit/sync_fix.py",
+        "--ref", "vllm-project/vllm#47291", repo=root,
+    )  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    monkeypatch.setenv("GITHUB_API_URL", "http://127.0.0.1:9")
+    code, found = findings(invoke, root)
+    assert code == 3
+    (unknown,) = found
+    assert (unknown["code"], unknown["severity"], unknown["field"]) == ("online-unavailable", "unknown", "refs")
+    assert "the issue tracker could not be asked" in str(unknown["message"])
+    assert "cannot reach http://127.0.0.1:9" in str(unknown["message"])
+    text = invoke("check", "--online", repo=root)
+    assert text.exit_code == 3 and "lockfile.toml: unknown: refs: the issue tracker" in text.stdout
+    assert text.stdout.splitlines()[-1].endswith("0 errors, 1 not checked")
+
+    lock = root / "lockfile.toml"  # the registry's answer is still heard: a pin that is gone fails
+    content = lock.read_text()
+    start = content.index('digest = "sha256:') + len('digest = "sha256:')
+    lock.write_text(content[:start] + "0" * 64 + content[start + 64 :])
+    assert invoke("sums", repo=root).exit_code == 0
+    code, found = findings(invoke, root)
+    assert code == 1
+    assert [f["code"] for f in found] == ["image-gone", "online-unavailable"]
