@@ -23,10 +23,8 @@ def text(result: CheckResult, what: str = "check") -> str:
     unknown = len(result.unknown)
     notes = len(result.findings) - errors - unknown
     verified = f"{result.diffs_verified} diffs verified, " if what == "check" else ""
-    summary = (
-        f"{what}: {'ok' if result.ok else 'FAILED'}: {result.files_hashed} files hashed, "
-        f"{verified}{errors} error{'s' * (errors != 1)}"
-    )
+    status = "FAILED" if not result.ok else "incomplete" if unknown else "ok"
+    summary = f"{what}: {status}: {result.files_hashed} files hashed, {verified}{errors} error{'s' * (errors != 1)}"
     if notes:
         summary += f", {notes} note{'s' * (notes != 1)}"
     if unknown:
@@ -37,7 +35,7 @@ def text(result: CheckResult, what: str = "check") -> str:
 
 def as_json(result: CheckResult) -> str:
     doc = {
-        "ok": result.ok,
+        "ok": result.ok and not result.unknown,
         "files_hashed": result.files_hashed,
         "diffs_verified": result.diffs_verified,
         "findings": [f.as_dict() for f in result.findings],
@@ -64,7 +62,8 @@ def github(result: CheckResult) -> str:
         message = (f"{f.field}: " if f.field else "") + f.message + (f" Fix: {f.fix}" if f.fix else "")
         lines.append(f"::{level} {','.join(props)}::{_gh_escape(message)}")
     errors = len(result.errors)
-    lines.append(f"patchkit check: {'ok' if result.ok else 'FAILED'} ({errors} errors)")
+    status = "FAILED" if not result.ok else "incomplete" if result.unknown else "ok"
+    lines.append(f"patchkit check: {status} ({errors} errors)")
     return "\n".join(lines) + "\n"
 
 
