@@ -117,3 +117,56 @@ def test_the_installed_wheel_validates_compose_against_the_schema(tmp_path: Path
     )  # fmt: skip
     assert emitted.returncode == 0, emitted.stderr
     assert emitted.stdout == "emit --check: ok\n" and "skipped" not in emitted.stderr
+
+
+_GLOBAL_WITH_VALUE = {"-C", "--repo", "--cache-dir"}
+
+
+def _documented_commands(text: str) -> list[str]:
+    """Every ``patchkit …`` a page shows: inline code, and lines of its fenced examples."""
+    found = re.findall(r"`(patchkit [^`]+)`", text)
+    for block in re.findall(r"^```[a-z]*\n(.*?)^```", text, re.M | re.S):
+        found += re.findall(r"^(?:\$ )?(patchkit .+?)(?:\s+#.*)?$", block, re.M)
+    return found
+
+
+def _unknown_in(command: str) -> list[str]:
+    """What ``command`` names that the CLI does not have: a command, or an option of that command."""
+    import click
+
+    from patchkit.cli import cli
+
+    tokens = re.findall(r"[^\s\[\]()|…]+", command.replace("\\|", "|"))[1:]
+    node: click.Command = cli
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if token in _GLOBAL_WITH_VALUE:
+            i += 2
+        elif token in ("-v", "--verbose"):
+            i += 1
+        elif isinstance(node, click.Group) and not token.startswith("-"):
+            sub = node.commands.get(token)
+            if sub is None:
+                return [f"no command {token!r}"]
+            node, i = sub, i + 1
+        else:
+            break
+    if isinstance(node, click.Group):
+        return []
+    options = {o for p in node.params for o in [*getattr(p, "opts", []), *getattr(p, "secondary_opts", [])]}
+    flags = {t.split("=")[0].rstrip(",.;:") for t in tokens[i:] if re.match(r"--?[A-Za-z]", t)}
+    return [f"{node.name} has no option {flag}" for flag in sorted(flags - options)]
+
+
+def test_every_documented_command_form_exists() -> None:
+    """The README and docs/ show only commands and options the CLI has, in the places they are shown."""
+    pages = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+    wrong = [
+        f"{page.name}: `{command}`: {problem}"
+        for page in pages
+        for command in _documented_commands(page.read_text())
+        for problem in _unknown_in(command)
+    ]
+    assert sum(len(_documented_commands(page.read_text())) for page in pages) > 100
+    assert wrong == []
