@@ -671,9 +671,13 @@ def sums_findings(lock: Lockfile, lock_bytes: bytes, actual: bytes | None, root:
     if actual == expected:
         return []
     out: list[Finding] = []
-    have, problems = sums.parse(actual)
-    for pr in problems:
+    got = sums.read(actual)
+    have = got.entries
+    for pr in got.malformed:
         out.append(Finding("sums-drift", sums.FILENAME, pr.line, pr.message, fix))
+    # A line sha256sum accepts still lists its file: one note, never a second finding.
+    for pr in got.noncanonical:
+        out.append(Finding("sums-format", sums.FILENAME, pr.line, pr.message, fix, severity="note"))
     want, _ = sums.parse(expected)
     want_by = {w.name: w for w in want}
     have_by = {h.name: h for h in have}
@@ -693,7 +697,17 @@ def sums_findings(lock: Lockfile, lock_bytes: bytes, actual: bytes | None, root:
     for w in want:
         if w.name not in have_by:
             out.append(Finding("sums-drift", sums.FILENAME, None, f"does not list {w.name}", fix))
-    if not out:
+    if not any(f.severity == "error" for f in out) and [h.name for h in have] != [w.name for w in want]:
+        out.append(
+            Finding(
+                "sums-drift",
+                sums.FILENAME,
+                None,
+                "lists its files in another order than patchkit writes, or one of them twice",
+                fix,
+            )
+        )
+    elif not out:
         out.append(
             Finding("sums-drift", sums.FILENAME, None, "differs from what patchkit generates (order or format)", fix)
         )

@@ -552,36 +552,25 @@ class _Importer:
         if not path.is_file():
             self.issue("sums-missing", rel, None, "there is no SHA256SUMS", "patchkit sums writes it")
             return
-        data = path.read_bytes()
+        got = sums.read(path.read_bytes(), rel)
+        for pr in got.malformed:
+            self.issue("sums-malformed", rel, pr.line, pr.message, "patchkit sums")
+        for pr in got.noncanonical:
+            self.issue("sums-format", rel, pr.line, pr.message, "patchkit sums")
         listed: dict[str, str] = {}
-        for lineno, raw in enumerate(data.split(b"\n"), start=1):
-            text = raw.decode("utf-8", "surrogateescape")
-            if not text.strip() or text.lstrip().startswith("#"):
-                continue
-            m = re.fullmatch(r"(\s*)\\?([0-9a-fA-F]{64}) [ *](.+?)\r?", text)
-            if m is None:
-                self.issue("sums-malformed", rel, lineno, f"not a checksum line: {text[:60]!r}", "patchkit sums")
-                continue
-            if m.group(1):
-                self.issue(
-                    "sums-malformed",
-                    rel,
-                    lineno,
-                    "line starts with whitespace (sha256sum accepts it; patchkit writes none)",
-                    "patchkit sums",
-                )
-            name = m.group(3)
-            listed[name] = m.group(2).lower()
+        for entry in got.entries:
+            name = entry.name
+            listed[name] = entry.sha256
             target = self.root / name
             if not target.is_file():
                 self.issue(
-                    "sums-not-present", rel, lineno, f"lists {name}, which does not exist", "patchkit sums drops it"
+                    "sums-not-present", rel, entry.line, f"lists {name}, which does not exist", "patchkit sums drops it"
                 )
-            elif sha256_bytes(target.read_bytes()) != listed[name]:
+            elif sha256_bytes(target.read_bytes()) != entry.sha256:
                 self.issue(
                     "sums-mismatch",
                     rel,
-                    lineno,
+                    entry.line,
                     f"lists {name} with a sha256 the file no longer has",
                     "patchkit sums (after checking the change is intended)",
                 )
