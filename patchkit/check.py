@@ -192,7 +192,7 @@ class Checker:
         )
         for d in self.lock.diffs:
             rel = str(d.file)
-            if (e := found.strict.get(rel)) is not None:
+            for e in found.strict.get(rel, []):
                 self.result.findings.append(
                     Finding(
                         "diff-invalid",
@@ -214,14 +214,24 @@ class Checker:
                     )
                 )
         by_name = {p.name: p for p in self.lock.patches}
+        for name in sorted(found.adds_whole_file):
+            p = by_name[name]
+            if p.kind is PatchKind.OVERLAY:
+                # An overlay (the provenance says upstream has the file) that a diff adds whole.
+                self._lock_finding(
+                    "diff-new-file",
+                    ("patches", self.lock.patches.index(p), "name"),
+                    f"overlay '{name}' ({p.file}) exists upstream, but its hand-kept diff adds it as a new "
+                    "file (--- /dev/null): the diff hides what the overlay changes",
+                    "patchkit import --normalize --fetch rebuilds the diff against upstream at the stated commit",
+                )
         for name, chain in found.parts.items():
             p = by_name[name]
             prel = str(p.file)
             if prel not in readable or p.kind is not PatchKind.OVERLAY:
                 continue
             undone = handdiffs.undo(readable[prel].read_bytes(), chain)
-            if undone.stale is not None:
-                rel, line, why = undone.stale
+            for rel, line, why in undone.stale:
                 self.result.findings.append(
                     Finding(
                         "diff-stale",
@@ -231,7 +241,7 @@ class Checker:
                         f"regenerate the diff of '{name}' against upstream (the overlay changed after it was made)",
                     )
                 )
-            else:
+            if not undone.stale:
                 self.result.diffs_verified += 1
 
     def _check_overlays_have_diffs(self) -> None:
@@ -248,7 +258,17 @@ class Checker:
                     "state its upstream and full base commit ([patches.origin]), then "
                     "patchkit import --normalize --fetch",
                 )
-            if p.base is None and p.origin is not None:
+            if p.base is None and p.origin is not None and p.origin.commit and len(p.origin.commit) == 40:
+                # A full commit is stated: the base is known, only not pinned ([base]) yet.
+                self._lock_finding(
+                    "base-unpinned",
+                    ("patches", i, "name"),
+                    f"overlay '{p.name}': its base is stated ({p.origin.repository or '?'} @ {p.origin.commit[:12]}…"
+                    f"{', ' + str(p.origin.path) if p.origin.path else ''}) but not pinned in [base] yet",
+                    "patchkit import --normalize pins it (--fetch reads the base from upstream at that commit)",
+                    severity="note",
+                )
+            elif p.base is None and p.origin is not None:
                 stated = f" (stated: {p.origin.repository or '?'} {p.origin.commit})" if p.origin.commit else ""
                 self._lock_finding(
                     "base-unknown",

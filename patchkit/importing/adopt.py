@@ -128,6 +128,14 @@ class _Entry:
     refs: list[Reference] = field(default_factory=list)
     origin: dict[str, str] = field(default_factory=dict)
     stated_in: list[str] = field(default_factory=list)
+    new_module: str | None = None  # where a provenance row says the file is new upstream-wise
+
+    @property
+    def upstream_statement(self) -> str | None:
+        """Where a source says this file exists upstream (a stated path or commit), if one does."""
+        if self.new_module is not None:
+            return None
+        return self.origin.get("path_source") or self.origin.get("commit_source")
 
 
 @dataclass
@@ -167,8 +175,9 @@ class _Importer:
             )
         composes = [compose.read(f, self.read_text(f)) for f in files]
         entries = self.entries(composes)
-        hand = self.hand_diffs(entries)
+        # Provenance first: whether a file exists upstream is the table's to say, not a diff's /dev/null.
         self.provenance(entries)
+        hand = self.hand_diffs(entries)
         upstreams = self.upstreams(entries)
         self.name_entries(entries, hand)
         self.check_runs(entries, composes)
@@ -385,7 +394,17 @@ class _Importer:
         m = handdiffs.match(fd, self.index(overlays))
         entry = self._by_rel[m.candidate.key] if m.candidate is not None else None
         if entry is not None and m.against == "new" and entry.kind == "overlay":
-            entry.kind = "module"  # the diff adds the whole file: it has no upstream counterpart
+            if (where := entry.upstream_statement) is not None:
+                self.issue(
+                    "diff-new-file",
+                    rel,
+                    fd.line,
+                    f"adds {entry.rel} as a new file (--- /dev/null), but {where} states it is "
+                    f"{entry.origin.get('path', 'a file')} upstream: the diff hides what the overlay changes",
+                    "patchkit import --normalize --fetch rebuilds the diff against upstream at the stated commit",
+                )
+            else:
+                entry.kind = "module"  # the diff adds the whole file, and no source says upstream has it
         if entry is not None and m.upstream_path and "path" not in entry.origin:
             entry.origin["path"] = m.upstream_path
             entry.stated_in.append(f"{rel}:{fd.line}")
@@ -409,9 +428,11 @@ class _Importer:
             entry = sections[0].entry
             if entry is None or entry.kind == "module":
                 continue
+            sections = [s for s in sections if s.against != "new"]  # a whole-file "diff" undoes nothing
+            if not sections:
+                continue
             undone = handdiffs.undo(entry.data, [(s.diff, s.fd) for s in sections])
-            if undone.stale is not None:
-                rel, line, why = undone.stale
+            for rel, line, why in undone.stale:
                 self.issue(
                     "diff-stale",
                     rel,
@@ -457,6 +478,8 @@ class _Importer:
                         "fix the file name in the table, or mount the file",
                     )
                     continue
+                if row.new_module and entry.kind == "overlay" and "path" not in entry.origin:
+                    entry.kind, entry.new_module = "module", row.source
                 for key in ("repository", "commit", "path"):
                     value = getattr(row, key)
                     if value and key not in entry.origin:
