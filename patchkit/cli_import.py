@@ -104,6 +104,8 @@ def _print_normalize(n: Any) -> None:
         click.echo(f"  {name}: a whole new file; needs no diff to upstream")
     for rel in n.removed:
         click.echo(f"  removed {rel} (replaced)")
+    for rel in n.dropped_sums:
+        click.echo(f"  SHA256SUMS: dropped {rel} (the lockfile does not pin it)")
     if n.failed:
         click.echo(f"{len(n.failed)} patch(es) keep their hand-kept diffs:")
         for name, why in n.failed:
