@@ -17,7 +17,7 @@ from patchkit import diffs, sums
 from patchkit.cache import BlobStore
 from patchkit.hashing import sha256_bytes, sha256_many
 from patchkit.lockfile import LOCKFILE_NAME, Lockfile, Patch, PatchKind
-from patchkit.repo import JOURNAL, MANAGED_DIRS, WORK_DIR, Escape, Repo, pending_journal
+from patchkit.repo import JOURNAL, MANAGED_DIRS, WORK_DIR, Escape, Repo, gitignored, pending_journal
 from patchkit.tomlpos import LineIndex
 from patchkit.values import RepoPath
 
@@ -318,7 +318,18 @@ class Checker:
                     )
                     continue
                 path = self.repo.root / src
-                if not path.exists() or path.is_symlink():
+                if not path.exists() and not path.is_symlink() and (rule := gitignored(self.repo.root, [src]).get(src)):
+                    self.result.findings.append(
+                        Finding(
+                            "mount-ignored",
+                            rel,
+                            m.line,
+                            f"mounts {m.source} at {m.target}; {src} does not exist and {rule} ignores it: "
+                            "it is meant to be absent from the repository (created at run time or on the host)",
+                            severity="note",
+                        )
+                    )
+                elif not path.exists() or path.is_symlink():
                     self.result.findings.append(
                         Finding(
                             "mount-missing",

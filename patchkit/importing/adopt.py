@@ -35,6 +35,7 @@ from patchkit.lockfile import (
     Upstream,
     dumps,
 )
+from patchkit.repo import gitignored
 from patchkit.values import ContainerPath, Digest, Reference, RepoPath, Revision, Sha256, UpstreamPath
 
 _PYTHON_TREE = re.compile(r"/(?:site|dist)-packages/")
@@ -300,6 +301,15 @@ class _Importer:
             self.issue("mount-outside", m.compose, m.line, f"mount source {m.source} is outside the repository")
             return []
         path = self.root / rel
+        if not path.is_symlink() and not path.exists() and (rule := gitignored(self.root, [rel]).get(rel)):
+            self.issue(
+                "mount-ignored",
+                m.compose,
+                m.line,
+                f"mount source {m.source} does not exist and {rule} ignores it: it is meant to be absent "
+                "from the repository (created at run time, or provided on the host), so nothing pins it",
+            )
+            return []
         if path.is_symlink() or not path.exists():
             what = "is a symlink" if path.is_symlink() else "does not exist"
             self.issue(

@@ -133,7 +133,7 @@ def _settle(
         why_not = "no part of its diffs names its file"
     else:
         why_not = "it has no diff"
-    upstream, why = _upstream_of(lock, p)
+    upstream, why = upstream_of(lock, p)
     path = _upstream_path(p)
     if upstream is None or path is None:
         return why if upstream is None else "no upstream path stated or derivable"
@@ -171,7 +171,7 @@ def _settle(
     return new_patch, text, fetched is not None
 
 
-def _upstream_of(lock: Lockfile, p: Patch) -> tuple[str | None, str]:
+def upstream_of(lock: Lockfile, p: Patch) -> tuple[str | None, str]:
     """The declared upstream a patch's origin names, or the one its target's package is named after."""
     repository = p.origin.repository if p.origin is not None else None
     if repository is not None:
