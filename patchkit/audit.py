@@ -20,7 +20,7 @@ from pathlib import Path
 from patchkit import diffs, refs
 from patchkit.cache import BlobStore
 from patchkit.check import CheckResult, Finding, check
-from patchkit.lockfile import Lockfile, Patch, Upstream
+from patchkit.lockfile import Lockfile, Patch, PatchKind, Upstream
 from patchkit.repo import Escape, Repo
 
 #: Markdown diffs longer than this are cut (a pull request description holds 65536 characters).
@@ -259,7 +259,8 @@ def _read(repo: Repo, rel: str) -> bytes | None:
 def _section(
     repo: Repo, lock: Lockfile, p: Patch, assessed: refs.PatchRefs, result: CheckResult, cache: Path
 ) -> PatchSection:
-    mine = tuple(f for f in result.findings if _concerns(f, p))
+    hand = tuple(str(d.file) for d in lock.diffs if p.name in d.patches)
+    mine = tuple(f for f in result.findings if _concerns(f, p, hand))
     text, added, removed = "", 0, 0
     lines: tuple[DiffLine, ...] = ()
     if p.diff is not None:
@@ -268,6 +269,9 @@ def _section(
             lines = (DiffLine("note", None, None, f"{p.diff.file} cannot be read"),)
         else:
             text, lines, added, removed = _diff_lines(data)
+    elif p.kind is PatchKind.OVERLAY and p.base is None:
+        # A modified copy of an upstream file: never shown as a whole new file. Its hand-kept diffs, if any.
+        text, lines, added, removed = _hand_diff_lines(repo, hand)
     elif p.file is not None:
         data = _read(repo, str(p.file))
         if data is None:
@@ -288,17 +292,38 @@ def _section(
         removed=removed,
         diff=text,
         lines=lines,
-        verification=_verification(p, mine),
+        verification=_verification(p, mine, hand),
         findings=mine,
     )
 
 
-def _concerns(f: Finding, p: Patch) -> bool:
-    files = {str(x) for x in (p.file, p.diff.file if p.diff else None) if x is not None}
+def _concerns(f: Finding, p: Patch, hand: tuple[str, ...] = ()) -> bool:
+    files = {str(x) for x in (p.file, p.diff.file if p.diff else None) if x is not None} | set(hand)
     return (f.field or "").startswith(f"patches[{p.name}]") or f.file in files
 
 
-def _verification(p: Patch, mine: tuple[Finding, ...]) -> tuple[Verification, ...]:
+def _hand_diff_lines(repo: Repo, hand: tuple[str, ...]) -> tuple[str, tuple[DiffLine, ...], int, int]:
+    """The hand-kept diffs of an overlay without a known base, each under a note naming it."""
+    if not hand:
+        note = "modified upstream file; its base is not known, so there is no diff to show"
+        return "", (DiffLine("note", None, None, note),), 0, 0
+    texts: list[str] = []
+    out: list[DiffLine] = []
+    added = removed = 0
+    for rel in hand:
+        data = _read(repo, rel)
+        out.append(DiffLine("note", None, None, f"hand-kept diff {rel} (base not pinned)"))
+        if data is None:
+            out.append(DiffLine("note", None, None, f"{rel} cannot be read"))
+            continue
+        text, lines, a, r = _diff_lines(data)
+        texts.append(text)
+        out.extend(lines)
+        added, removed = added + a, removed + r
+    return "".join(texts), tuple(out), added, removed
+
+
+def _verification(p: Patch, mine: tuple[Finding, ...], hand: tuple[str, ...] = ()) -> tuple[Verification, ...]:
     def status(codes: set[str], fields: tuple[str, ...], files: tuple[str, ...]) -> tuple[Verified, str | None]:
         hits = [f for f in mine if f.code in codes and ((f.field or "") in fields or (f.file in files and not f.field))]
         errors = [f for f in hits if f.severity == "error"]
@@ -328,6 +353,15 @@ def _verification(p: Patch, mine: tuple[Finding, ...]) -> tuple[Verification, ..
                 else "applied to the pinned base, gives exactly the pinned sha256 of the file that runs"
             )
             out.append(Verification(drel, what, st, why))
+    hand_codes = {"diff-invalid", "diff-stale", "diff-incremental", "diff-new-file", "missing", "hash-mismatch"}
+    for rel in hand:
+        st, why = status(hand_codes, (), (rel,))
+        out.append(Verification(rel, "hand-kept diff: parses and undoes exactly on the overlay", st, why))
+    if p.kind is PatchKind.OVERLAY and p.base is None:
+        why = "the upstream base is not pinned, so the file cannot be compared with upstream"
+        out.append(
+            Verification(str(p.file or p.target), "is a known upstream base plus its diff", Verified.UNVERIFIED, why)
+        )
     return tuple(out)
 
 
