@@ -291,6 +291,7 @@ def skipped(repo: Repo, lock: Lockfile, upstream: str) -> list[Skipped]:
     package vendors (``vllm/third_party/…``), a new module.
     """
     from patchkit.importing import handdiffs
+    from patchkit.importing.normalize import upstream_of
 
     trees = _trees(lock, upstream)
     chains: handdiffs.Chains | None = None
@@ -302,17 +303,18 @@ def skipped(repo: Repo, lock: Lockfile, upstream: str) -> list[Skipped]:
         tree = next((t for t in trees if target.startswith(t)), None)
         if tree is None:
             continue
+        other = p.base.upstream if p.base is not None else upstream_of(lock, p)[0]
         if p.kind is not PatchKind.OVERLAY:
             out.append(Skipped(p.name, target, f"a {p.kind.value}: no upstream file to merge it with"))
-        elif p.base is not None:
-            other = p.base.upstream
+        elif other is not None and other != upstream:
+            first = "patchkit import --normalize, then " if p.base is None else ""
             out.append(
                 Skipped(
                     p.name,
                     target,
-                    f"based on upstream '{other}', which {upstream} ships inside its tree ({tree})",
-                    f"move it with the {other} version the new {upstream} ships: "
-                    f"patchkit rebase --upstream {other} --onto REV",
+                    f"based on upstream '{other}', which {upstream} ships inside its tree ({tree}): "
+                    f"move it onto the {other} version the new {upstream} ships",
+                    f"{first}patchkit rebase --upstream {other} --onto REV",
                 )
             )
         else:
@@ -335,8 +337,9 @@ def _no_base(repo: Repo, p: Patch, chains: Any) -> Skipped:
 
     target = str(p.target)
     full = p.origin is not None and p.origin.commit is not None and len(p.origin.commit) == 40
-    fetch = "patchkit import --normalize --fetch (reads its base from upstream at the stated commit)"
+    fetch = "patchkit import --normalize --fetch"
     state = "state its upstream and full base commit in [patches.origin], then " + fetch
+    stated = " (--fetch reads it from upstream at the stated commit)" if full else ""
     if p.name in chains.parts and p.file is not None:
         data = _read_or_none(repo, str(p.file))
         undone = handdiffs.undo(data, chains.parts[p.name]) if data is not None else None
@@ -344,14 +347,17 @@ def _no_base(repo: Repo, p: Patch, chains: Any) -> Skipped:
             return Skipped(
                 p.name,
                 target,
-                "no base pinned yet; its hand-kept diffs rebuild it",
-                "patchkit import --normalize (then run this rebase again)",
+                "no base pinned yet; its hand-kept diffs rebuild it: normalize, then run this rebase again",
+                "patchkit import --normalize",
             )
         where = ", ".join(f"{rel}:{line}" for rel, line, _ in (undone.stale if undone else []))
         return Skipped(
-            p.name, target, f"no base pinned, and its hand-kept diffs are stale ({where})", fetch if full else state
+            p.name,
+            target,
+            f"no base pinned, and its hand-kept diffs are stale ({where}){stated}",
+            fetch if full else state,
         )
-    return Skipped(p.name, target, "no base pinned and no diff that rebuilds it", fetch if full else state)
+    return Skipped(p.name, target, f"no base pinned and no diff that rebuilds it{stated}", fetch if full else state)
 
 
 # --------------------------------------------------------------------------- committing
@@ -657,7 +663,7 @@ def clear(repo: Repo) -> None:
 def table(result: Plan) -> str:
     """The outcome of each patch, one line each, for a terminal."""
     lines = [f"rebase {result.upstream}: {result.old_pin} -> {result.new_pin.describe()}"]
-    width = max((len(r.name) for r in [*result.results, *result.skipped]), default=4)
+    width = max((len(n) for n in [*(r.name for r in result.results), *(s.name for s in result.skipped)]), default=4)
     for r in result.results:
         detail = ""
         if r.outcome is Outcome.MOVED or r.new_path != r.old_path:
@@ -720,13 +726,19 @@ def summary_markdown(result: Plan) -> str:
         ]
     if result.skipped:
         out += ["", "### Not rebased", ""]
-        out += [f"- `{sk.name}`: {sk.reason}" + (f" (fix: `{sk.fix}`)" if sk.fix else "") for sk in result.skipped]
+        out += [f"- `{sk.name}`: {sk.reason}" + (f"; fix: {_code(sk.fix)}" if sk.fix else "") for sk in result.skipped]
     if review:
         out += ["", "### Review", ""]
         for r in review:
             flags = r.merge.review_flags if r.merge is not None else ()
             out += [f"- `{r.name}`: {_flag_text(f)}" for f in flags]
     return "\n".join(out) + "\n"
+
+
+def _code(fix: str) -> str:
+    """A fix in Markdown: the command in backticks, the prose around it as it is."""
+    head, sep, command = fix.rpartition("patchkit ")
+    return f"{head}`{sep}{command}`" if sep else fix
 
 
 def result_json(result: Plan) -> dict[str, Any]:

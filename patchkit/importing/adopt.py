@@ -422,7 +422,9 @@ class _Importer:
 
     def index(self, overlays: list[_Entry]) -> handdiffs.Index:
         if self._index is None:
-            self._index = handdiffs.Index([handdiffs.Candidate(e.rel, e.rel, e.target) for e in overlays])
+            self._index = handdiffs.Index(
+                [handdiffs.Candidate(e.rel, e.rel, e.target, e.origin.get("path")) for e in overlays]
+            )
             self._by_rel = {e.rel: e for e in overlays}
         return self._index
 

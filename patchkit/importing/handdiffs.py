@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from patchkit import diffs
-from patchkit.lockfile import HandDiff, Lockfile
+from patchkit.lockfile import HandDiff, Lockfile, PatchKind
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,7 @@ class Candidate:
     key: str
     rel: str
     target: str
+    upstream_path: str | None = None  # as the provenance states it, for a file vendored from another project
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,9 @@ class Index:
             parts = c.target.split("/")
             for k in range(1, len(parts)):
                 self.by_suffix.setdefault("/".join(parts[k:]), c)
+            if c.upstream_path:
+                # A vendored file's upstream path need not end its target (triton's python/… in vllm/third_party/).
+                self.by_suffix.setdefault(c.upstream_path, c)
 
 
 def match(fd: diffs.FileDiff, candidates: list[Candidate] | Index) -> Match:
@@ -170,7 +174,9 @@ def chains(lock: Lockfile, read: Callable[[HandDiff], bytes | None]) -> Chains:
         out.first_line[rel] = sections[0].line
         candidates = Index(
             [
-                Candidate(p.name, str(p.file), str(p.target))
+                Candidate(
+                    p.name, str(p.file), str(p.target), str(p.origin.path) if p.origin and p.origin.path else None
+                )
                 for n in d.patches
                 if (p := by_name.get(n)) is not None and p.file is not None
             ]
@@ -181,7 +187,8 @@ def chains(lock: Lockfile, read: Callable[[HandDiff], bytes | None]) -> Chains:
                 out.leftover.add(rel)
                 continue
             if m.against == "new":
-                out.leftover.add(rel)
+                if (p := by_name.get(m.candidate.key)) is None or p.kind is not PatchKind.OVERLAY:
+                    out.leftover.add(rel)  # a new module's whole file: no canonical diff replaces it
                 out.adds_whole_file.add(m.candidate.key)
             else:
                 out.parts.setdefault(m.candidate.key, []).append((rel, fd))

@@ -107,7 +107,9 @@ def normalize(repo: Repo, lock: Lockfile, store: BlobStore, fetch: Fetch | None 
     if not result.done:
         return result
     new_lock = dataclasses.replace(lock, patches=tuple(patches), diffs=tuple(kept))
-    result.dropped_sums = [c.what.removeprefix("SHA256SUMS ") for c in sums_dropped(repo, new_lock)]
+    # Entries of the deleted diffs go with them (reported as removed); any other is named.
+    dropped = (c.what.removeprefix("SHA256SUMS ") for c in sums_dropped(repo, new_lock))
+    result.dropped_sums = [name for name in dropped if name not in deletes]
     result.written = finish(repo, new_lock, extra, deletes)
     result.removed = deletes
     return result

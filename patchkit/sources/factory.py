@@ -51,8 +51,8 @@ def parse_source(text: str, up: Upstream, cache: Path, repo_root: Path) -> tuple
     if kind == "git" and arg:
         from patchkit.sources.git import GitSource
 
-        url, ref = _url_and_ref(arg)
-        return GitSource(url, cache), ref
+        url, rev = _url_and_ref(arg)
+        return GitSource(url, cache), rev
     if kind == "image" and arg:
         from patchkit.registry import ImageRef
         from patchkit.sources.image import ImageSource, display_repository
