@@ -553,15 +553,16 @@ class Checker:
             try:
                 files = diffs.parse(data)
             except diffs.DiffError as e:
-                self.result.findings.append(
-                    Finding(
-                        "diff-invalid",
-                        drel,
-                        e.line,
-                        f"diff of '{p.name}' does not parse: {e.message}",
-                        f"regenerate it: patchkit diff --write {p.name}",
+                for bad in _every_bad_hunk(data, e):
+                    self.result.findings.append(
+                        Finding(
+                            "diff-invalid",
+                            drel,
+                            bad.line,
+                            f"diff of '{p.name}' does not parse: {bad.message}",
+                            f"regenerate it: patchkit diff --write {p.name}",
+                        )
                     )
-                )
                 continue
             if len(files) != 1:
                 self.result.findings.append(
@@ -743,6 +744,15 @@ def sums_findings(lock: Lockfile, lock_bytes: bytes, actual: bytes | None, root:
             Finding("sums-drift", sums.FILENAME, None, "differs from what patchkit generates (order or format)", fix)
         )
     return out
+
+
+def _every_bad_hunk(data: bytes, first: diffs.DiffError) -> list[diffs.DiffError]:
+    """Every bad hunk of a diff that does not parse strictly, as ``patch`` would read it; else the first error."""
+    try:
+        _, repairs = diffs.parse_lenient(data)
+    except diffs.DiffError:
+        return [first]
+    return repairs or [first]
 
 
 def check_pinned_files(repo: Repo, lock: Lockfile, lock_bytes: bytes) -> CheckResult:

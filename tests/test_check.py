@@ -132,7 +132,7 @@ def test_diff_with_wrong_hunk_counts(invoke: Invoke, deploy: Path) -> None:
     assert [f["code"] for f in errors] == ["diff-invalid"]
     assert errors[0]["file"] == "upstream/kv-restore-fence.diff"
     assert errors[0]["line"] == 3
-    assert "declares 9 old / 10 new" in str(errors[0]["message"])
+    assert "hunk header says -9 +10 lines, its body has -6 +7" in str(errors[0]["message"])
 
 
 def test_diff_that_no_longer_matches_its_overlay(invoke: Invoke, deploy: Path) -> None:
