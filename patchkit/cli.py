@@ -570,6 +570,8 @@ def rebase(
         doc["committed"] = started.outcome is not None
         doc["work_files"] = started.conflict_files
         doc["nothing_moved"] = started.nothing_moved
+        changes = started.outcome.changes if started.outcome is not None else []
+        doc["sums_dropped"] = [c.what.removeprefix("SHA256SUMS ") for c in changes if c.what.startswith("SHA256SUMS ")]
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
     else:
         click.echo(rb.table(started.plan), nl=False)
@@ -578,6 +580,9 @@ def rebase(
             for fix in dict.fromkeys(sk.fix for sk in started.plan.skipped if sk.fix):
                 click.echo(f"  fix: {fix}")
         elif started.outcome is not None:
+            for c in started.outcome.changes:
+                if c.what.startswith("SHA256SUMS "):
+                    click.echo(f"{c.what}: {c.old} -> {c.new}")
             for rel in started.outcome.written:
                 click.echo(f"wrote {rel}")
         else:

@@ -28,7 +28,7 @@ from typing import Any
 from patchkit import diffs
 from patchkit.cache import BlobStore
 from patchkit.edit import Outcome as WriteOutcome
-from patchkit.edit import canonical_diff, finish, recover_base
+from patchkit.edit import canonical_diff, finish, recover_base, sums_dropped
 from patchkit.errors import BadInput, PatchkitError
 from patchkit.hashing import sha256_bytes
 from patchkit.lockfile import Base, DiffPin, Lockfile, Patch, PatchKind, Upstream, dumps
@@ -483,6 +483,8 @@ def commit(
 ) -> WriteOutcome:
     """Write the whole bump as one journaled transaction: patches, diffs, lockfile, SHA256SUMS."""
     new_lock, files, deletes, outcome = prepare(lock, result, store, resolved, drop)
+    # SHA256SUMS is rewritten from the new lockfile: every entry it loses is said, but those of dropped files.
+    outcome.changes += [c for c in sums_dropped(repo, new_lock) if c.what.removeprefix("SHA256SUMS ") not in deletes]
     if in_progress(repo):
         # Record where the lockfile is going, so a crash between the write and
         # the clean-up is recognised as a finished rebase, not a foreign edit.

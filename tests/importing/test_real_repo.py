@@ -266,6 +266,8 @@ def test_normalize_then_rebase_moves_every_patch_of_the_tree_or_says_why_not(
     )
     summary = tmp_path / "summary.md"
     source = f"git:{real.vllm_url}@{new}"
+    sums = real.root / "SHA256SUMS"
+    sums.write_bytes(sums.read_bytes() + f"{'0' * 64}  docs/runbook.md\n".encode())  # added by hand since
     run = invoke(
         "rebase",
         "--upstream",
@@ -280,6 +282,7 @@ def test_normalize_then_rebase_moves_every_patch_of_the_tree_or_says_why_not(
     )
     assert run.exit_code == 0, run.stdout + run.stderr
     doc = json.loads(run.stdout)
+    assert doc["sums_dropped"] == ["docs/runbook.md"]  # SHA256SUMS is rewritten: what it loses is said
     assert {p["name"]: (p["outcome"], p["hunks_upstreamed"]) for p in doc["patches"]} == {
         "kv-restore-fence": ("partially-upstreamed", ["@@ -3,6 +3,9 @@"]),  # the whole fence hunk, named
         "serving": ("clean", []),  # upstream took part of a hunk only
