@@ -536,6 +536,7 @@ def save(repo: Repo, lock_bytes: bytes, result: Plan, store: BlobStore) -> list[
         "new_pin": dataclasses.asdict(result.new_pin),
         "lockfile_sha256": sha256_bytes(lock_bytes),
         "image_pins": result.image_pins,
+        "skipped": [sk.as_dict() for sk in result.skipped],
         "patches": [
             {
                 **r.as_dict(),
@@ -572,6 +573,7 @@ def load(repo: Repo, lock_bytes: bytes, store: BlobStore) -> Plan:
         )
     result = Plan(state["upstream"], state["old_pin"], Pin(**state["new_pin"]))
     result.image_pins = dict(state.get("image_pins", {}))
+    result.skipped = [Skipped(**sk) for sk in state.get("skipped", [])]
     for entry in state["patches"]:
         outcome = Outcome(entry["outcome"])
         merged = None

@@ -53,8 +53,24 @@ class Issue:
     message: str
     fix: str | None = None
 
+    @property
+    def severity(self) -> str:
+        """``note`` for what is worth knowing but not wrong (as ``check`` reports it), else ``error``."""
+        return "note" if self.kind in NOTES else "error"
+
     def as_dict(self) -> dict[str, object]:
-        return {"kind": self.kind, "file": self.file, "line": self.line, "message": self.message, "fix": self.fix}
+        return {
+            "kind": self.kind,
+            "severity": self.severity,
+            "file": self.file,
+            "line": self.line,
+            "message": self.message,
+            "fix": self.fix,
+        }
+
+
+# Kinds that are not defects: a gitignored mount meant to be absent, a SHA256SUMS line coreutils accepts.
+NOTES = frozenset({"mount-ignored", "sums-format"})
 
 
 @dataclass

@@ -84,6 +84,8 @@ def test_import_reports_exactly_the_defects_of_a_real_repository(real: RealRepo,
             ("sums-not-present", "SHA256SUMS", 10),
         ]
     )
+    notes = {i["kind"] for i in report["issues"] if i["severity"] == "note"}  # type: ignore[attr-defined]
+    assert notes == {"mount-ignored", "sums-format"}  # as check reports them: worth knowing, not wrong
     messages = {(i["kind"], i["line"]): i["message"] for i in report["issues"]}  # type: ignore[attr-defined]
     assert messages[("sums-format", 4)] == (
         "lists patches/protocol.py in a form patchkit does not write (BSD form 'SHA256 (name) = hex')"
@@ -383,3 +385,24 @@ def test_audit_never_verifies_a_stale_overlay_nor_calls_an_overlay_new(real: Rea
     html = invoke("audit", repo=real.root).stdout
     assert "hand-kept diff, base not pinned" in html
     assert html.count("new file:") == 1  # the one module
+
+
+def test_a_conflicted_rebase_keeps_its_skipped_list_through_continue(
+    real: RealRepo, invoke: Invoke, tmp_path: Path
+) -> None:
+    imported(real, invoke)
+    assert invoke("import", str(real.root), "--normalize").exit_code == 1
+    new = advance(real.vllm_url, {MOE_PATH: sub(MOE, "moe 5", "moe 5 upstream")})  # the line moe.py changes
+    source = f"git:{real.vllm_url}@{new}"
+    run = invoke("rebase", "--upstream", "vllm", "--source", source, "--format", "json", repo=real.root)
+    assert run.exit_code == 1
+    doc = json.loads(run.stdout)
+    assert doc["blocked"] == ["moe"]
+    (work,) = doc["work_files"]
+    (real.root / work).write_bytes(sub(MOE_OVERLAY, "moe 5 a", "moe 5 upstream a"))  # resolved by hand
+    summary = tmp_path / "summary.md"
+    run = invoke("rebase", "--continue", "--summary", str(summary), repo=real.root)
+    assert run.exit_code == 0, run.stdout + run.stderr
+    md = summary.read_text()
+    assert md.count("\n- `") == 4 and "### Not rebased" in md
+    assert "- `routing`: based on upstream 'triton'" in md
