@@ -31,6 +31,7 @@ from patchkit.edit import Outcome as WriteOutcome
 from patchkit.edit import canonical_diff, finish, recover_base, sums_dropped
 from patchkit.errors import BadInput, PatchkitError
 from patchkit.hashing import sha256_bytes
+from patchkit.importing import handdiffs
 from patchkit.lockfile import Base, DiffPin, Lockfile, Patch, PatchKind, Upstream, dumps
 from patchkit.merge import MergeResult, Outcome, conflict_markers_remain, rebase_file
 from patchkit.repo import WORK_DIR, Escape, Repo, atomic_write
@@ -290,7 +291,6 @@ def skipped(repo: Repo, lock: Lockfile, upstream: str) -> list[Skipped]:
     base (adopted by ``patchkit import``), an overlay of another upstream the
     package vendors (``vllm/third_party/…``), a new module.
     """
-    from patchkit.importing import handdiffs
     from patchkit.importing.normalize import upstream_of
 
     trees = _trees(lock, upstream)
@@ -331,10 +331,8 @@ def _read_or_none(repo: Repo, rel: str) -> bytes | None:
         return None
 
 
-def _no_base(repo: Repo, p: Patch, chains: Any) -> Skipped:
+def _no_base(repo: Repo, p: Patch, chains: handdiffs.Chains) -> Skipped:
     """Why an overlay without a pinned base is not rebased, and the command that gives it one."""
-    from patchkit.importing import handdiffs
-
     target = str(p.target)
     full = p.origin is not None and p.origin.commit is not None and len(p.origin.commit) == 40
     fetch = "patchkit import --normalize --fetch"

@@ -145,7 +145,7 @@ class _Entry:
     refs: list[Reference] = field(default_factory=list)
     origin: dict[str, str] = field(default_factory=dict)
     stated_in: list[str] = field(default_factory=list)
-    new_module: str | None = None  # where a provenance row says the file is new upstream-wise
+    new_module: str | None = None  # the provenance row calling the file a new module, if one does
 
     @property
     def upstream_statement(self) -> str | None:

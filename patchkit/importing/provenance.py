@@ -126,7 +126,7 @@ _HEAD_HEX = re.compile(r"\bhead\s*`?[0-9a-f]{7,40}\b", re.IGNORECASE)
 _REPO = re.compile(r"(?:https?://github\.com/)?([A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*?)(?:\.git)?/?$")
 _CODE = re.compile(r"`([^`]+)`")
 _FILE_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_./-]*\.[A-Za-z0-9]+")
-_NEW_MODULE = re.compile(r"\bnew (?:module|file)\b|\bnot (?:in )?upstream\b", re.IGNORECASE)
+_NEW_MODULE = re.compile(r"\bnew (?:module|file)\b", re.IGNORECASE)
 
 
 def tables(name: str, text: str) -> list[Row]:
@@ -226,7 +226,8 @@ def _row(source: str, cells: list[str], columns: dict[str, int], raw: str) -> li
     paths = _paths(ptext) if ptext else []
     if not paths and rtext:
         paths = [p for p in _paths(rtext) if p != repository]
-    new_module = bool(_NEW_MODULE.search(" ".join(c for c in (rtext, ctext, ptext) if c)))
+    # "new module" in a row that states no upstream commit or path: the file has no upstream counterpart.
+    new_module = not (commit or paths) and bool(_NEW_MODULE.search(" ".join(c for c in (rtext, ctext, ptext) if c)))
     out = []
     for k, f in enumerate(files):
         path = None
