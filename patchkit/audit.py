@@ -20,6 +20,7 @@ from pathlib import Path
 from patchkit import diffs, refs
 from patchkit.cache import BlobStore
 from patchkit.check import CheckResult, Finding, check
+from patchkit.importing import handdiffs
 from patchkit.lockfile import Lockfile, Patch, PatchKind, Upstream
 from patchkit.repo import Escape, Repo
 
@@ -158,7 +159,8 @@ def build(
     """The audit report of ``repo``, offline: check's findings, recorded reference states, every diff."""
     result = check(repo, lock, lock_bytes, store)
     assessed = {a.patch: a for a in refs.assess(lock, refs.git_containment(lock, cache), now)}
-    sections = tuple(_section(repo, lock, p, assessed[p.name], result, cache) for p in lock.patches)
+    hand = handdiffs.chains(lock, lambda d: _read(repo, str(d.file)))
+    sections = tuple(_section(repo, lock, p, assessed[p.name], result, cache, hand) for p in lock.patches)
     return AuditReport(
         deployment=lock.name,
         generated_at=refs.timestamp(now),
@@ -257,7 +259,13 @@ def _read(repo: Repo, rel: str) -> bytes | None:
 
 
 def _section(
-    repo: Repo, lock: Lockfile, p: Patch, assessed: refs.PatchRefs, result: CheckResult, cache: Path
+    repo: Repo,
+    lock: Lockfile,
+    p: Patch,
+    assessed: refs.PatchRefs,
+    result: CheckResult,
+    cache: Path,
+    chains: handdiffs.Chains,
 ) -> PatchSection:
     hand = tuple(str(d.file) for d in lock.diffs if p.name in d.patches)
     mine = tuple(f for f in result.findings if _concerns(f, p, hand))
@@ -271,7 +279,7 @@ def _section(
             text, lines, added, removed = _diff_lines(data)
     elif p.kind is PatchKind.OVERLAY and p.base is None:
         # A modified copy of an upstream file: never shown as a whole new file. Its hand-kept diffs, if any.
-        text, lines, added, removed = _hand_diff_lines(repo, hand)
+        text, lines, added, removed = _hand_diff_lines(p, chains)
     elif p.file is not None:
         data = _read(repo, str(p.file))
         if data is None:
@@ -302,25 +310,38 @@ def _concerns(f: Finding, p: Patch, hand: tuple[str, ...] = ()) -> bool:
     return (f.field or "").startswith(f"patches[{p.name}]") or f.file in files
 
 
-def _hand_diff_lines(repo: Repo, hand: tuple[str, ...]) -> tuple[str, tuple[DiffLine, ...], int, int]:
-    """The hand-kept diffs of an overlay without a known base, each under a note naming it."""
-    if not hand:
-        note = "modified upstream file; its base is not known, so there is no diff to show"
+def _hand_diff_lines(p: Patch, chains: handdiffs.Chains) -> tuple[str, tuple[DiffLine, ...], int, int]:
+    """The parts of the hand-kept diffs that describe an overlay without a known base, each under a note."""
+    parts = chains.parts.get(p.name, [])
+    if not parts:
+        why = chains.unreadable.get(p.name) or (
+            "its hand-kept diff adds it whole (--- /dev/null), though it is a modified upstream file"
+            if p.name in chains.adds_whole_file
+            else "a modified upstream file"
+        )
+        note = f"{why}; its base is not known, so there is no diff against upstream to show"
         return "", (DiffLine("note", None, None, note),), 0, 0
     texts: list[str] = []
     out: list[DiffLine] = []
     added = removed = 0
-    for rel in hand:
-        data = _read(repo, rel)
+    for rel, fd in parts:
         out.append(DiffLine("note", None, None, f"hand-kept diff {rel} (base not pinned)"))
-        if data is None:
-            out.append(DiffLine("note", None, None, f"{rel} cannot be read"))
-            continue
-        text, lines, a, r = _diff_lines(data)
-        texts.append(text)
+        lines, a, r = _lines_of([fd])
+        texts.append(_part_text(fd))
         out.extend(lines)
         added, removed = added + a, removed + r
     return "".join(texts), tuple(out), added, removed
+
+
+def _part_text(fd: diffs.FileDiff) -> str:
+    """One file's part of a diff as unified diff text."""
+    out = [f"--- {fd.old_path or '/dev/null'}\n", f"+++ {fd.new_path or '/dev/null'}\n"]
+    for h in fd.hunks:
+        out.append(f"@@ -{h.old_start},{h.old_len} +{h.new_start},{h.new_len} @@\n")
+        for tag, content in h.lines:
+            line = content.decode("utf-8", "replace")
+            out.append(tag.decode() + (line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"))
+    return "".join(out)
 
 
 def _verification(p: Patch, mine: tuple[Finding, ...], hand: tuple[str, ...] = ()) -> tuple[Verification, ...]:
@@ -382,6 +403,12 @@ def _diff_lines(data: bytes) -> tuple[str, tuple[DiffLine, ...], int, int]:
         files = diffs.parse(data)
     except diffs.DiffError as e:
         return text, (DiffLine("note", None, None, f"does not parse (line {e.line}): {e.message}"),), 0, 0
+    lines, added, removed = _lines_of(files)
+    return text, lines, added, removed
+
+
+def _lines_of(files: list[diffs.FileDiff]) -> tuple[tuple[DiffLine, ...], int, int]:
+    """The numbered lines of the hunks of ``files``, with lines added and removed."""
     out: list[DiffLine] = []
     added = removed = 0
     for fd in files:
@@ -402,7 +429,7 @@ def _diff_lines(data: bytes) -> tuple[str, tuple[DiffLine, ...], int, int]:
                     out.append(DiffLine("context", old, new, line))
                     old += 1
                     new += 1
-    return text, tuple(out), added, removed
+    return tuple(out), added, removed
 
 
 def _new_file_lines(data: bytes, name: str) -> tuple[str, tuple[DiffLine, ...], int, int]:

@@ -381,7 +381,13 @@ def test_audit_never_verifies_a_stale_overlay_nor_calls_an_overlay_new(real: Rea
     # A modified upstream file is shown through its hand-kept diffs, never as a whole new file.
     fence = sections["kv-restore-fence"]
     assert "/dev/null" not in fence["diff"]
-    assert fence["diff"].startswith("KV restore fence")
+    assert fence["diff"].startswith(f"--- a/{WORKER_PATH}\n+++ b/patches/gpu_worker.py\n@@ ")
+    assert (fence["added"], fence["removed"]) == (4, 1)  # 01's three fence lines, 02's changed line
+    # Only the part of the two-file diff that is this overlay's.
+    assert (sections["serving"]["added"], sections["serving"]["removed"]) == (2, 2)
+    assert "proto" not in sections["serving"]["diff"]
+    assert (sections["protocol"]["added"], sections["protocol"]["removed"]) == (1, 1)
+    assert sections["reasoning"]["diff"] == ""  # its diff adds the whole file: nothing against upstream to show
     html = invoke("audit", repo=real.root).stdout
     assert "hand-kept diff, base not pinned" in html
     assert html.count("new file:") == 1  # the one module
