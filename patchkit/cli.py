@@ -503,8 +503,8 @@ def upstream_list(ctx: click.Context, fmt: str) -> None:
 @click.option(
     "--source",
     metavar="SPEC",
-    help="Read the new files from git, git:URL[@REV], dir:PATH or wheel:PROJECT==VERSION "
-    "instead of the recorded source.",
+    help="Read the new files from git (the recorded URL), git:URL[@REV] or a URL alone, dir:PATH or "
+    "wheel:PROJECT==VERSION instead of the recorded source.",
 )
 @click.option("--continue", "cont", is_flag=True, help="Commit a rebase whose conflicts are resolved.")
 @click.option("--abort", is_flag=True, help="Forget the rebase in progress (the repository was never changed).")

@@ -846,13 +846,7 @@ def start(
     ref = onto or implied
     if ref is None:
         raise BadInput("--onto REV is required (a commit, branch or tag; a version for a wheel)")
-    if (
-        implied is not None
-        and onto is not None
-        and onto != implied
-        and source
-        and source.startswith(("wheel:", "git:"))
-    ):
+    if implied is not None and onto is not None and onto != implied and new_source.kind in ("wheel", "git"):
         raise BadInput(f"--onto {onto} disagrees with --source {source}")
     new = new_source.snapshot(ref)
     result = plan(repo, lock, up.name, new, old_source, store)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from patchkit.errors import BadInput
@@ -47,6 +48,8 @@ def parse_source(text: str, up: Upstream, cache: Path, repo_root: Path) -> tuple
         from patchkit.sources.git import GitSource
 
         return GitSource(up.git, cache), None
+    if _GIT_URL.match(text):
+        text = f"git:{text}"  # a URL alone is a git repository, as git clone reads it
     kind, _, arg = text.partition(":")
     if kind == "git" and arg:
         from patchkit.sources.git import GitSource
@@ -96,6 +99,9 @@ def pinned_snapshot(source: UpstreamSource, up: Upstream, ref: str | None = None
     if commit is None:
         raise BadInput(f"upstream '{up.name}': no commit pinned", "pin one: patchkit upstream add")
     return source.snapshot(commit)
+
+
+_GIT_URL = re.compile(r"(?:https?|ssh|git|file)://|[\w.-]+@[\w.-]+:")
 
 
 def _url_and_ref(text: str) -> tuple[str, str | None]:

@@ -217,6 +217,8 @@ def test_rebase_right_after_import_changes_nothing_and_names_the_command(real: R
         "routing": "patchkit import --normalize, then patchkit rebase --upstream triton --onto REV",
         "fp8-utils": None,
     }
+    clash = invoke("rebase", "--upstream", "vllm", "--source", source, "--onto", "main", repo=real.root)
+    assert clash.exit_code == 2 and "--onto main disagrees with --source" in clash.stderr
     text = invoke("rebase", "--upstream", "vllm", "--source", source, repo=real.root)
     assert text.exit_code == 1
     assert "nothing in the repository changed: no patch is based on upstream 'vllm'" in text.stdout

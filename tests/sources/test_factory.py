@@ -20,6 +20,9 @@ from patchkit.sources.git import GitSource
         ("git:git@github.com:vllm-project/vllm.git", "git@github.com:vllm-project/vllm.git", None),  # scp-like URL
         ("git:git@github.com:vllm-project/vllm@0123abc", "git@github.com:vllm-project/vllm", "0123abc"),
         ("git:file:///srv/mirror/vllm@" + "ab" * 20, "file:///srv/mirror/vllm", "ab" * 20),
+        # A URL alone is a git repository, as for git clone.
+        ("https://github.com/vllm-project/vllm@v0.28.0", "https://github.com/vllm-project/vllm", "v0.28.0"),
+        ("git@github.com:vllm-project/vllm.git", "git@github.com:vllm-project/vllm.git", None),
     ],
 )
 def test_a_git_url_and_revision(spec: str, url: str, rev: str | None, tmp_path: Path) -> None:
