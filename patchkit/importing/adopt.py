@@ -613,7 +613,15 @@ class _Importer:
             name = entry.name
             listed[name] = entry.sha256
             target = self.root / name
-            if not target.is_file():
+            if not target.resolve().is_relative_to(self.root):
+                self.issue(
+                    "sums-not-present",
+                    rel,
+                    entry.line,
+                    f"lists {name}, which is outside the repository",
+                    "patchkit sums drops it",
+                )
+            elif not target.is_file():
                 self.issue(
                     "sums-not-present", rel, entry.line, f"lists {name}, which does not exist", "patchkit sums drops it"
                 )

@@ -414,3 +414,18 @@ def test_a_conflicted_rebase_keeps_its_skipped_list_through_continue(
     md = summary.read_text()
     assert md.count("\n- `") == 4 and "### Not rebased" in md
     assert "- `routing`: based on upstream 'triton'" in md
+
+
+def test_sums_lines_naming_files_outside_the_repository_are_not_read(real: RealRepo, invoke: Invoke) -> None:
+    outside = real.root.parent / "outside.txt"
+    outside.write_text("not the repository's\n")
+    sums = real.root / "SHA256SUMS"
+    lines = f"{sha256_bytes(outside.read_bytes())}  ../outside.txt\n{'0' * 64}  /etc/hostname\n"
+    sums.write_bytes(sums.read_bytes() + lines.encode())
+    report = imported(real, invoke)
+    issues = report["issues"]
+    found = [(i["kind"], i["line"], i["message"]) for i in issues if i["file"] == "SHA256SUMS" and i["line"] > 10]  # type: ignore[attr-defined]
+    assert found == [
+        ("sums-not-present", 11, "lists ../outside.txt, which is outside the repository"),
+        ("sums-not-present", 12, "lists /etc/hostname, which is outside the repository"),
+    ]
