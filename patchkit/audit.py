@@ -20,7 +20,8 @@ from pathlib import Path
 from patchkit import diffs, refs
 from patchkit.cache import BlobStore
 from patchkit.check import CheckResult, Finding, check
-from patchkit.lockfile import Lockfile, Patch, Upstream
+from patchkit.importing import handdiffs
+from patchkit.lockfile import Lockfile, Patch, PatchKind, Upstream
 from patchkit.repo import Escape, Repo
 
 #: Markdown diffs longer than this are cut (a pull request description holds 65536 characters).
@@ -158,7 +159,8 @@ def build(
     """The audit report of ``repo``, offline: check's findings, recorded reference states, every diff."""
     result = check(repo, lock, lock_bytes, store)
     assessed = {a.patch: a for a in refs.assess(lock, refs.git_containment(lock, cache), now)}
-    sections = tuple(_section(repo, lock, p, assessed[p.name], result, cache) for p in lock.patches)
+    hand = handdiffs.chains(lock, lambda d: _read(repo, str(d.file)))
+    sections = tuple(_section(repo, lock, p, assessed[p.name], result, cache, hand) for p in lock.patches)
     return AuditReport(
         deployment=lock.name,
         generated_at=refs.timestamp(now),
@@ -257,9 +259,16 @@ def _read(repo: Repo, rel: str) -> bytes | None:
 
 
 def _section(
-    repo: Repo, lock: Lockfile, p: Patch, assessed: refs.PatchRefs, result: CheckResult, cache: Path
+    repo: Repo,
+    lock: Lockfile,
+    p: Patch,
+    assessed: refs.PatchRefs,
+    result: CheckResult,
+    cache: Path,
+    chains: handdiffs.Chains,
 ) -> PatchSection:
-    mine = tuple(f for f in result.findings if _concerns(f, p))
+    hand = tuple(str(d.file) for d in lock.diffs if p.name in d.patches)
+    mine = tuple(f for f in result.findings if _concerns(f, p, hand))
     text, added, removed = "", 0, 0
     lines: tuple[DiffLine, ...] = ()
     if p.diff is not None:
@@ -268,6 +277,9 @@ def _section(
             lines = (DiffLine("note", None, None, f"{p.diff.file} cannot be read"),)
         else:
             text, lines, added, removed = _diff_lines(data)
+    elif p.kind is PatchKind.OVERLAY and p.base is None:
+        # A modified copy of an upstream file: never shown as a whole new file. Its hand-kept diffs, if any.
+        text, lines, added, removed = _hand_diff_lines(p, chains)
     elif p.file is not None:
         data = _read(repo, str(p.file))
         if data is None:
@@ -288,17 +300,51 @@ def _section(
         removed=removed,
         diff=text,
         lines=lines,
-        verification=_verification(p, mine),
+        verification=_verification(p, mine, hand),
         findings=mine,
     )
 
 
-def _concerns(f: Finding, p: Patch) -> bool:
-    files = {str(x) for x in (p.file, p.diff.file if p.diff else None) if x is not None}
+def _concerns(f: Finding, p: Patch, hand: tuple[str, ...] = ()) -> bool:
+    files = {str(x) for x in (p.file, p.diff.file if p.diff else None) if x is not None} | set(hand)
     return (f.field or "").startswith(f"patches[{p.name}]") or f.file in files
 
 
-def _verification(p: Patch, mine: tuple[Finding, ...]) -> tuple[Verification, ...]:
+def _hand_diff_lines(p: Patch, chains: handdiffs.Chains) -> tuple[str, tuple[DiffLine, ...], int, int]:
+    """The parts of the hand-kept diffs that describe an overlay without a known base, each under a note."""
+    parts = chains.parts.get(p.name, [])
+    if not parts:
+        why = chains.unreadable.get(p.name) or (
+            "its hand-kept diff adds it whole (--- /dev/null), though it is a modified upstream file"
+            if p.name in chains.adds_whole_file
+            else "a modified upstream file"
+        )
+        note = f"{why}; its base is not known, so there is no diff against upstream to show"
+        return "", (DiffLine("note", None, None, note),), 0, 0
+    texts: list[str] = []
+    out: list[DiffLine] = []
+    added = removed = 0
+    for rel, fd in parts:
+        out.append(DiffLine("note", None, None, f"hand-kept diff {rel} (base not pinned)"))
+        lines, a, r = _lines_of([fd])
+        texts.append(_part_text(fd))
+        out.extend(lines)
+        added, removed = added + a, removed + r
+    return "".join(texts), tuple(out), added, removed
+
+
+def _part_text(fd: diffs.FileDiff) -> str:
+    """One file's part of a diff as unified diff text."""
+    out = [f"--- {fd.old_path or '/dev/null'}\n", f"+++ {fd.new_path or '/dev/null'}\n"]
+    for h in fd.hunks:
+        out.append(f"@@ -{h.old_start},{h.old_len} +{h.new_start},{h.new_len} @@\n")
+        for tag, content in h.lines:
+            line = content.decode("utf-8", "replace")
+            out.append(tag.decode() + (line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"))
+    return "".join(out)
+
+
+def _verification(p: Patch, mine: tuple[Finding, ...], hand: tuple[str, ...] = ()) -> tuple[Verification, ...]:
     def status(codes: set[str], fields: tuple[str, ...], files: tuple[str, ...]) -> tuple[Verified, str | None]:
         hits = [f for f in mine if f.code in codes and ((f.field or "") in fields or (f.file in files and not f.field))]
         errors = [f for f in hits if f.severity == "error"]
@@ -328,6 +374,15 @@ def _verification(p: Patch, mine: tuple[Finding, ...]) -> tuple[Verification, ..
                 else "applied to the pinned base, gives exactly the pinned sha256 of the file that runs"
             )
             out.append(Verification(drel, what, st, why))
+    hand_codes = {"diff-invalid", "diff-stale", "diff-new-file", "missing", "hash-mismatch"}
+    for rel in hand:
+        st, why = status(hand_codes, (), (rel,))
+        out.append(Verification(rel, "hand-kept diff: parses and undoes exactly on the overlay", st, why))
+    if p.kind is PatchKind.OVERLAY and p.base is None:
+        why = "the upstream base is not pinned, so the file cannot be compared with upstream"
+        out.append(
+            Verification(str(p.file or p.target), "is a known upstream base plus its diff", Verified.UNVERIFIED, why)
+        )
     return tuple(out)
 
 
@@ -348,6 +403,12 @@ def _diff_lines(data: bytes) -> tuple[str, tuple[DiffLine, ...], int, int]:
         files = diffs.parse(data)
     except diffs.DiffError as e:
         return text, (DiffLine("note", None, None, f"does not parse (line {e.line}): {e.message}"),), 0, 0
+    lines, added, removed = _lines_of(files)
+    return text, lines, added, removed
+
+
+def _lines_of(files: list[diffs.FileDiff]) -> tuple[tuple[DiffLine, ...], int, int]:
+    """The numbered lines of the hunks of ``files``, with lines added and removed."""
     out: list[DiffLine] = []
     added = removed = 0
     for fd in files:
@@ -368,7 +429,7 @@ def _diff_lines(data: bytes) -> tuple[str, tuple[DiffLine, ...], int, int]:
                     out.append(DiffLine("context", old, new, line))
                     old += 1
                     new += 1
-    return text, tuple(out), added, removed
+    return tuple(out), added, removed
 
 
 def _new_file_lines(data: bytes, name: str) -> tuple[str, tuple[DiffLine, ...], int, int]:

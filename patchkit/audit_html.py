@@ -315,7 +315,12 @@ def _diff(s: PatchSection) -> str:
     if not s.lines:
         return ""
     count = sum(1 for line in s.lines if line.kind != "hunk")
-    title = "new file" if s.base is None else "diff against upstream"
+    if s.base is not None:
+        title = "diff against upstream"
+    elif s.kind == "overlay":  # a modified upstream file whose base is not pinned: never a "new file"
+        title = "hand-kept diff, base not pinned" if s.diff else "base unknown"
+    else:
+        title = "new file"
     summary = f"{title}: +{s.added} -{s.removed} ({count} lines)"
     rows = "".join(_diff_row(line) for line in s.lines)
     opened = " open" if count <= FOLD_LINES else ""

@@ -17,7 +17,7 @@ from patchkit import diffs, sums
 from patchkit.cache import BlobStore
 from patchkit.hashing import sha256_bytes, sha256_many
 from patchkit.lockfile import LOCKFILE_NAME, Lockfile, Patch, PatchKind
-from patchkit.repo import JOURNAL, MANAGED_DIRS, WORK_DIR, Escape, Repo, pending_journal
+from patchkit.repo import JOURNAL, MANAGED_DIRS, WORK_DIR, Escape, Repo, gitignored, pending_journal
 from patchkit.tomlpos import LineIndex
 from patchkit.values import RepoPath
 
@@ -197,7 +197,7 @@ class Checker:
         )
         for d in self.lock.diffs:
             rel = str(d.file)
-            if (e := found.strict.get(rel)) is not None:
+            for e in found.strict.get(rel, []):
                 self.result.findings.append(
                     Finding(
                         "diff-invalid",
@@ -219,14 +219,24 @@ class Checker:
                     )
                 )
         by_name = {p.name: p for p in self.lock.patches}
+        for name in sorted(found.adds_whole_file):
+            p = by_name[name]
+            if p.kind is PatchKind.OVERLAY:
+                # An overlay (the provenance says upstream has the file) that a diff adds whole.
+                self._lock_finding(
+                    "diff-new-file",
+                    ("patches", self.lock.patches.index(p), "name"),
+                    f"overlay '{name}' ({p.file}) exists upstream, but its hand-kept diff adds it as a new "
+                    "file (--- /dev/null): the diff hides what the overlay changes",
+                    "patchkit import --normalize --fetch rebuilds the diff against upstream at the stated commit",
+                )
         for name, chain in found.parts.items():
             p = by_name[name]
             prel = str(p.file)
             if prel not in readable or p.kind is not PatchKind.OVERLAY:
                 continue
             undone = handdiffs.undo(readable[prel].read_bytes(), chain)
-            if undone.stale is not None:
-                rel, line, why = undone.stale
+            for rel, line, why in undone.stale:
                 self.result.findings.append(
                     Finding(
                         "diff-stale",
@@ -236,7 +246,7 @@ class Checker:
                         f"regenerate the diff of '{name}' against upstream (the overlay changed after it was made)",
                     )
                 )
-            else:
+            if not undone.stale:
                 self.result.diffs_verified += 1
 
     def _check_overlays_have_diffs(self) -> None:
@@ -253,7 +263,17 @@ class Checker:
                     "state its upstream and full base commit ([patches.origin]), then "
                     "patchkit import --normalize --fetch",
                 )
-            if p.base is None and p.origin is not None:
+            if p.base is None and p.origin is not None and p.origin.commit and len(p.origin.commit) == 40:
+                # A full commit is stated: the base is known, only not pinned ([base]) yet.
+                self._lock_finding(
+                    "base-unpinned",
+                    ("patches", i, "name"),
+                    f"overlay '{p.name}': its base is stated ({p.origin.repository or '?'} @ {p.origin.commit[:12]}…"
+                    f"{', ' + str(p.origin.path) if p.origin.path else ''}) but not pinned in [base] yet",
+                    "patchkit import --normalize pins it (--fetch reads the base from upstream at that commit)",
+                    severity="note",
+                )
+            elif p.base is None and p.origin is not None:
                 stated = f" (stated: {p.origin.repository or '?'} {p.origin.commit})" if p.origin.commit else ""
                 self._lock_finding(
                     "base-unknown",
@@ -303,7 +323,18 @@ class Checker:
                     )
                     continue
                 path = self.repo.root / src
-                if not path.exists() or path.is_symlink():
+                if not path.exists() and not path.is_symlink() and (rule := gitignored(self.repo.root, [src]).get(src)):
+                    self.result.findings.append(
+                        Finding(
+                            "mount-ignored",
+                            rel,
+                            m.line,
+                            f"mounts {m.source} at {m.target}; {src} does not exist and {rule} ignores it: "
+                            "it is meant to be absent from the repository (created at run time or on the host)",
+                            severity="note",
+                        )
+                    )
+                elif not path.exists() or path.is_symlink():
                     self.result.findings.append(
                         Finding(
                             "mount-missing",
@@ -527,15 +558,16 @@ class Checker:
             try:
                 files = diffs.parse(data)
             except diffs.DiffError as e:
-                self.result.findings.append(
-                    Finding(
-                        "diff-invalid",
-                        drel,
-                        e.line,
-                        f"diff of '{p.name}' does not parse: {e.message}",
-                        f"regenerate it: patchkit diff --write {p.name}",
+                for bad in _every_bad_hunk(data, e):
+                    self.result.findings.append(
+                        Finding(
+                            "diff-invalid",
+                            drel,
+                            bad.line,
+                            f"diff of '{p.name}' does not parse: {bad.message}",
+                            f"regenerate it: patchkit diff --write {p.name}",
+                        )
                     )
-                )
                 continue
             if len(files) != 1:
                 self.result.findings.append(
@@ -676,9 +708,13 @@ def sums_findings(lock: Lockfile, lock_bytes: bytes, actual: bytes | None, root:
     if actual == expected:
         return []
     out: list[Finding] = []
-    have, problems = sums.parse(actual)
-    for pr in problems:
+    got = sums.read(actual)
+    have = got.entries
+    for pr in got.malformed:
         out.append(Finding("sums-drift", sums.FILENAME, pr.line, pr.message, fix))
+    # A line sha256sum accepts still lists its file: one note, never a second finding.
+    for pr in got.noncanonical:
+        out.append(Finding("sums-format", sums.FILENAME, pr.line, pr.message, fix, severity="note"))
     want, _ = sums.parse(expected)
     want_by = {w.name: w for w in want}
     have_by = {h.name: h for h in have}
@@ -698,11 +734,30 @@ def sums_findings(lock: Lockfile, lock_bytes: bytes, actual: bytes | None, root:
     for w in want:
         if w.name not in have_by:
             out.append(Finding("sums-drift", sums.FILENAME, None, f"does not list {w.name}", fix))
-    if not out:
+    if not any(f.severity == "error" for f in out) and [h.name for h in have] != [w.name for w in want]:
+        out.append(
+            Finding(
+                "sums-drift",
+                sums.FILENAME,
+                None,
+                "lists its files in another order than patchkit writes, or one of them twice",
+                fix,
+            )
+        )
+    elif not out:
         out.append(
             Finding("sums-drift", sums.FILENAME, None, "differs from what patchkit generates (order or format)", fix)
         )
     return out
+
+
+def _every_bad_hunk(data: bytes, first: diffs.DiffError) -> list[diffs.DiffError]:
+    """Every bad hunk of a diff that does not parse strictly, as ``patch`` would read it; else the first error."""
+    try:
+        _, repairs = diffs.parse_lenient(data)
+    except diffs.DiffError:
+        return [first]
+    return repairs or [first]
 
 
 def check_pinned_files(repo: Repo, lock: Lockfile, lock_bytes: bytes) -> CheckResult:

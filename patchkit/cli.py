@@ -558,7 +558,8 @@ def upstream_list(ctx: click.Context, fmt: str) -> None:
 @click.option(
     "--source",
     metavar="SPEC",
-    help="Read the new files from git, dir:PATH or wheel:PROJECT==VERSION instead of the recorded source.",
+    help="Read the new files from git (the recorded URL), git:URL[@REV] or a URL alone, dir:PATH or "
+    "wheel:PROJECT==VERSION instead of the recorded source.",
 )
 @click.option("--continue", "cont", is_flag=True, help="Commit a rebase whose conflicts are resolved.")
 @click.option("--abort", is_flag=True, help="Forget the rebase in progress (the repository was never changed).")
@@ -623,10 +624,20 @@ def rebase(
         doc = rb.result_json(started.plan)
         doc["committed"] = started.outcome is not None
         doc["work_files"] = started.conflict_files
+        doc["nothing_moved"] = started.nothing_moved
+        changes = started.outcome.changes if started.outcome is not None else []
+        doc["sums_dropped"] = [c.what.removeprefix("SHA256SUMS ") for c in changes if c.what.startswith("SHA256SUMS ")]
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
     else:
         click.echo(rb.table(started.plan), nl=False)
-        if started.outcome is not None:
+        if started.nothing_moved is not None:
+            click.echo(f"nothing in the repository changed: {started.nothing_moved}")
+            for fix in dict.fromkeys(sk.fix for sk in started.plan.skipped if sk.fix):
+                click.echo(f"  fix: {fix}")
+        elif started.outcome is not None:
+            for c in started.outcome.changes:
+                if c.what.startswith("SHA256SUMS "):
+                    click.echo(f"{c.what}: {c.old} -> {c.new}")
             for rel in started.outcome.written:
                 click.echo(f"wrote {rel}")
         else:
@@ -690,6 +701,7 @@ def bump(
             version=version,
             commit_prefix=commit_prefix(version),
             work_files=started.conflict_files,
+            nothing_moved=started.nothing_moved,
         )
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
     else:
@@ -698,7 +710,9 @@ def bump(
             click.echo(f"runtime version {version} (upstream commit {commit_prefix(version) or 'unknown'})")
         for name, digest in sorted(pins.items()):
             click.echo(f"images[{name}] -> {digest}")
-        if started.outcome is None:
+        if started.nothing_moved is not None:
+            click.echo(f"nothing in the repository changed: {started.nothing_moved}")
+        elif started.outcome is None:
             click.echo("nothing in the repository changed; resolve, then: patchkit rebase --continue")
             for rel in started.conflict_files:
                 click.echo(f"  resolve {rel}")

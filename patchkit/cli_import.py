@@ -84,10 +84,12 @@ def _print_import(result: Any, dry_run: bool) -> None:
         "file(s), {diffs} hand-kept diff(s), {references} upstream reference(s)".format(**found)
     )
     if result.issues:
-        click.echo(f"\n{len(result.issues)} problem(s) in the hand-kept repository:")
+        notes = sum(1 for i in result.issues if i.severity == "note")
+        problems = len(result.issues) - notes
+        click.echo(f"\n{problems} problem(s) and {notes} note(s) in the hand-kept repository:")
         for i in result.issues:
             where = i.file if i.line is None else f"{i.file}:{i.line}"
-            click.echo(f"  {where}: {i.kind}: {i.message}")
+            click.echo(f"  {where}: {i.kind}{' (note)' if i.severity == 'note' else ''}: {i.message}")
             if i.fix:
                 click.echo(f"      fix: {i.fix}")
     click.echo("\nnext:")
@@ -104,6 +106,8 @@ def _print_normalize(n: Any) -> None:
         click.echo(f"  {name}: a whole new file; needs no diff to upstream")
     for rel in n.removed:
         click.echo(f"  removed {rel} (replaced)")
+    for rel in n.dropped_sums:
+        click.echo(f"  SHA256SUMS: dropped {rel} (the lockfile does not pin it)")
     if n.failed:
         click.echo(f"{len(n.failed)} patch(es) keep their hand-kept diffs:")
         for name, why in n.failed:

@@ -3,8 +3,9 @@
 Everything here works on bytes, so CRLF line endings and non-UTF-8 content
 survive untouched: a line is everything up to and including ``\\n``. Parsing
 checks every hunk's line counts against its header and reports the diff's
-line number. Applying never searches for an offset and never fuzzes: a hunk
-applies at the line its header names, or the diff does not match.
+line number. Applying never fuzzes: ``apply`` puts a hunk at the line its
+header names or fails; ``apply_shifted`` (for diffs stacked on other diffs)
+also accepts an exact match some lines away, as ``patch`` does for offsets.
 """
 
 from __future__ import annotations
@@ -315,13 +316,37 @@ def _strip_newline(body: list[tuple[bytes, bytes]]) -> None:
 
 def apply(diff: FileDiff, old: bytes) -> bytes:
     """Apply ``diff`` to ``old`` exactly: every hunk at its stated line, no fuzz, no offset."""
+    return _apply(diff, old, shift=False)[0]
+
+
+def apply_shifted(diff: FileDiff, old: bytes) -> tuple[bytes, int]:
+    """Apply ``diff`` to ``old`` with every line of every hunk exact, each hunk where it matches nearest.
+
+    What ``patch`` calls an offset, never fuzz: a hunk whose context and
+    removed lines all match, a number of lines away from where its header
+    says, because the diff was made on a file that had more or fewer lines
+    above it (a diff stacked on another). Later hunks start from the shift the
+    earlier ones needed. Returns the result and the largest shift used (0 when
+    every hunk was at its line); raises ``ApplyError`` when a hunk matches
+    nowhere.
+    """
+    return _apply(diff, old, shift=True)
+
+
+def _apply(diff: FileDiff, old: bytes, *, shift: bool) -> tuple[bytes, int]:
     src = split_lines(old)
     out: list[bytes] = []
     pos = 0  # index in src of the next line not yet copied
+    delta = largest = 0
     for h in diff.hunks:
         expected = h.old_lines()
         # For a pure insertion (old_len 0) the header names the line after which to insert.
-        start = h.old_start if h.old_len == 0 else h.old_start - 1
+        stated = h.old_start if h.old_len == 0 else h.old_start - 1
+        start = stated + delta
+        if shift and expected and src[start : start + len(expected)] != expected:
+            found = _nearest(src, expected, start, pos)
+            if found is not None:
+                start = found
         if start < pos:
             raise ApplyError(h.line, "hunk overlaps the previous one")
         if start + len(expected) > len(src):
@@ -338,11 +363,23 @@ def apply(diff: FileDiff, old: bytes) -> bytes:
                         f"line {start + k + 1} of the file does not match the hunk "
                         f"(expected {e[:60]!r}, found {a[:60]!r})",
                     )
+        delta = start - stated
+        largest = max(largest, abs(delta))
         out.extend(src[pos:start])
         out.extend(h.new_lines())
         pos = start + len(expected)
     out.extend(src[pos:])
-    return b"".join(out)
+    return b"".join(out), largest
+
+
+def _nearest(src: list[bytes], expected: list[bytes], start: int, floor: int) -> int | None:
+    """The index nearest ``start`` (not before ``floor``) where ``expected`` matches exactly."""
+    n = len(expected)
+    for d in range(max(start - floor, len(src) - start) + 1):
+        for at in (start - d, start + d) if d else (start,):
+            if floor <= at <= len(src) - n and src[at : at + n] == expected:
+                return at
+    return None
 
 
 def make(old: bytes, new: bytes, old_name: str, new_name: str, context: int = 3) -> bytes:

@@ -98,7 +98,28 @@ def write_sums(repo: Repo, lock: Lockfile, lock_bytes: bytes) -> Outcome:
     if problems:
         raise Refused(f"{problems[0].message}; SHA256SUMS would not verify", problems[0].fix)
     data = expected_sums(lock, lock_bytes)
-    return Outcome(written=write_all(repo.root, {sums.FILENAME: data}))
+    outcome = Outcome(changes=sums_dropped(repo, lock))
+    outcome.written = write_all(repo.root, {sums.FILENAME: data})
+    return outcome
+
+
+def sums_dropped(repo: Repo, lock: Lockfile) -> list[Change]:
+    """The SHA256SUMS entries that writing the sums of ``lock`` would drop, one change each.
+
+    SHA256SUMS lists exactly what the lockfile pins, so a hand-added entry for
+    a file the lockfile does not pin goes when it is regenerated; every
+    command that rewrites it says so.
+    """
+    try:
+        current = repo.check_inside(sums.FILENAME).read_bytes()
+    except (OSError, Escape):
+        return []
+    pinned = {str(path) for _, path, _ in lock.files()} | {lockfile.LOCKFILE_NAME}
+    return [
+        Change(f"SHA256SUMS {e.name}", "listed", "dropped (the lockfile does not pin it)")
+        for e in sums.read(current).entries
+        if e.name not in pinned
+    ]
 
 
 # --------------------------------------------------------------------------- base recovery
@@ -468,8 +489,15 @@ def remove(repo: Repo, lock: Lockfile, name: str, keep_files: bool = False) -> O
     files: list[str] = []
     patch = lock.patch(name)
     if patch is not None:
-        new_lock = dataclasses.replace(lock, patches=tuple(p for p in lock.patches if p.name != name))
+        # A hand-kept diff names the patches it covers: the name goes, and a diff covering nothing else with it.
+        kept = tuple(
+            dataclasses.replace(d, patches=tuple(n for n in d.patches if n != name))
+            for d in lock.diffs
+            if d.patches != (name,)
+        )
+        new_lock = dataclasses.replace(lock, patches=tuple(p for p in lock.patches if p.name != name), diffs=kept)
         files = [str(f) for f in (patch.file, patch.diff.file if patch.diff else None) if f is not None]
+        files += [str(d.file) for d in lock.diffs if d.patches == (name,)]
     else:
         tuning_hit = next((a for a in lock.tuning if a.name == name), None)
         artifact_hit = next((a for a in lock.artifacts if a.name == name), None)

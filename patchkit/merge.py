@@ -194,7 +194,8 @@ def rebase_file(base: bytes, ours: bytes, theirs: bytes, *, path: str = "") -> M
       upstream changed is ``UPSTREAMED`` too, with no hunks: the merge is
       theirs and the patch carries nothing.
     - ``PARTIALLY_UPSTREAMED``: the merge is clean and differs from theirs, but
-      upstream already made some of the patch's changes (the patch shrank).
+      upstream already made every change of at least one of the patch's hunks
+      (named in ``hunks_upstreamed``): the patch shrank by whole hunks.
     - ``CLEAN`` otherwise.
 
     Which changes went upstream: each change of diff(base, ours) lies in one
@@ -247,7 +248,9 @@ def rebase_file(base: bytes, ours: bytes, theirs: bytes, *, path: str = "") -> M
     elif merged == theirs:
         outcome = Outcome.UPSTREAMED
         gone = [[True for _ in g] for g in our_groups]
-    elif any(any(g) for g in gone):
+    elif any(all(g) for g in gone):
+        # Only a whole hunk of the patch now upstream makes it partly upstreamed; a hunk upstream took
+        # some lines of stays the patch's (hunks_partly_upstreamed) and the outcome is clean.
         outcome = Outcome.PARTIALLY_UPSTREAMED
     else:
         outcome = Outcome.CLEAN

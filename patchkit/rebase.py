@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -27,12 +28,13 @@ from typing import Any
 from patchkit import diffs
 from patchkit.cache import BlobStore
 from patchkit.edit import Outcome as WriteOutcome
-from patchkit.edit import canonical_diff, finish, recover_base
+from patchkit.edit import canonical_diff, finish, recover_base, sums_dropped
 from patchkit.errors import BadInput, PatchkitError
 from patchkit.hashing import sha256_bytes
+from patchkit.importing import handdiffs
 from patchkit.lockfile import Base, DiffPin, Lockfile, Patch, PatchKind, Upstream, dumps
 from patchkit.merge import MergeResult, Outcome, conflict_markers_remain, rebase_file
-from patchkit.repo import WORK_DIR, Repo, atomic_write
+from patchkit.repo import WORK_DIR, Escape, Repo, atomic_write
 from patchkit.sources.interface import Pin, Snapshot, UpstreamSource
 from patchkit.values import ContainerPath, Digest, Revision, Sha256, UpstreamPath
 
@@ -74,6 +76,19 @@ class PatchResult:
         }
 
 
+@dataclass(frozen=True)
+class Skipped:
+    """A patch whose target lies in the tree being rebased but that the rebase does not move, and why."""
+
+    name: str
+    target: str
+    reason: str
+    fix: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "target": self.target, "reason": self.reason, "fix": self.fix}
+
+
 def _flag_text(flag: Any) -> str:
     return str(getattr(flag, "message", None) or flag)
 
@@ -86,6 +101,8 @@ class Plan:
     old_pin: str
     new_pin: Pin
     results: list[PatchResult] = field(default_factory=list)
+    # Patches in the upstream's tree that this rebase does not move, each with its reason.
+    skipped: list[Skipped] = field(default_factory=list)
     # Images to move with the bump (bump --image): name -> new digest, in the same transaction.
     image_pins: dict[str, str] = field(default_factory=dict)
 
@@ -196,6 +213,7 @@ def plan(
         if p.kind is PatchKind.OVERLAY and p.base is not None and p.base.upstream == upstream
     ]
     result = Plan(upstream=upstream, old_pin=up.pin_text, new_pin=new.pin)
+    result.skipped = skipped(repo, lock, upstream)
     if not patches:
         return result
     bases = _bases(repo, lock, patches, old_source, store)
@@ -241,6 +259,105 @@ def plan(
     return result
 
 
+def _trees(lock: Lockfile, upstream: str) -> list[str]:
+    """The container directories holding ``upstream``'s package: ``…/dist-packages/vllm/``.
+
+    Read from the targets of the patches based on it or whose origin names
+    it (target = tree + upstream path), and from the package named after it.
+    """
+    from patchkit.importing.normalize import upstream_of
+
+    out: set[str] = set()
+    for p in lock.patches:
+        path = str(p.base.path) if p.base is not None else (str(p.origin.path) if p.origin and p.origin.path else None)
+        mine = p.base.upstream == upstream if p.base is not None else upstream_of(lock, p)[0] == upstream
+        target = str(p.target)
+        if mine and path and target.endswith("/" + path):
+            out.add(target[: -len(path)] + path.split("/", 1)[0] + "/")
+    for p in lock.patches:
+        m = _PACKAGES.search(str(p.target))
+        if m is not None and str(p.target)[m.end() :].split("/", 1)[0] == upstream:
+            out.add(str(p.target)[: m.end()] + upstream + "/")
+    return sorted(out)
+
+
+_PACKAGES = re.compile(r"/(?:site|dist)-packages/")
+
+
+def skipped(repo: Repo, lock: Lockfile, upstream: str) -> list[Skipped]:
+    """Every patch inside ``upstream``'s tree that a rebase of it does not move, with why and what to run.
+
+    Nothing in the tree is left out in silence: an overlay without a pinned
+    base (adopted by ``patchkit import``), an overlay of another upstream the
+    package vendors (``vllm/third_party/…``), a new module.
+    """
+    from patchkit.importing.normalize import upstream_of
+
+    trees = _trees(lock, upstream)
+    chains: handdiffs.Chains | None = None
+    out: list[Skipped] = []
+    for p in lock.patches:
+        target = str(p.target)
+        if p.base is not None and p.base.upstream == upstream and p.kind is PatchKind.OVERLAY:
+            continue
+        tree = next((t for t in trees if target.startswith(t)), None)
+        if tree is None:
+            continue
+        other = p.base.upstream if p.base is not None else upstream_of(lock, p)[0]
+        if p.kind is not PatchKind.OVERLAY:
+            out.append(Skipped(p.name, target, f"a {p.kind.value}: no upstream file to merge it with"))
+        elif other is not None and other != upstream:
+            first = "patchkit import --normalize, then " if p.base is None else ""
+            out.append(
+                Skipped(
+                    p.name,
+                    target,
+                    f"based on upstream '{other}', which {upstream} ships inside its tree ({tree}): "
+                    f"move it onto the {other} version the new {upstream} ships",
+                    f"{first}patchkit rebase --upstream {other} --onto REV",
+                )
+            )
+        else:
+            if chains is None:
+                chains = handdiffs.chains(lock, lambda d: _read_or_none(repo, str(d.file)))
+            out.append(_no_base(repo, p, chains))
+    return out
+
+
+def _read_or_none(repo: Repo, rel: str) -> bytes | None:
+    try:
+        return repo.check_inside(rel).read_bytes()
+    except (OSError, Escape):
+        return None
+
+
+def _no_base(repo: Repo, p: Patch, chains: handdiffs.Chains) -> Skipped:
+    """Why an overlay without a pinned base is not rebased, and the command that gives it one."""
+    target = str(p.target)
+    full = p.origin is not None and p.origin.commit is not None and len(p.origin.commit) == 40
+    fetch = "patchkit import --normalize --fetch"
+    state = "state its upstream and full base commit in [patches.origin], then " + fetch
+    stated = " (--fetch reads it from upstream at the stated commit)" if full else ""
+    if p.name in chains.parts and p.file is not None:
+        data = _read_or_none(repo, str(p.file))
+        undone = handdiffs.undo(data, chains.parts[p.name]) if data is not None else None
+        if undone is not None and undone.base is not None:
+            return Skipped(
+                p.name,
+                target,
+                "no base pinned yet; its hand-kept diffs rebuild it: normalize, then run this rebase again",
+                "patchkit import --normalize",
+            )
+        where = ", ".join(f"{rel}:{line}" for rel, line, _ in (undone.stale if undone else []))
+        return Skipped(
+            p.name,
+            target,
+            f"no base pinned, and its hand-kept diffs are stale ({where}){stated}",
+            fetch if full else state,
+        )
+    return Skipped(p.name, target, f"no base pinned and no diff that rebuilds it{stated}", fetch if full else state)
+
+
 # --------------------------------------------------------------------------- committing
 
 
@@ -270,7 +387,9 @@ def _new_upstream(up: Upstream, pin: Pin) -> Upstream:
         return dataclasses.replace(
             up, source="dir", dir=pin.path, dir_sha256=Sha256(pin.sha256) if pin.sha256 else None
         )
-    return dataclasses.replace(up, source="git", commit=Revision(pin.commit) if pin.commit else None, version=None)
+    return dataclasses.replace(
+        up, source="git", git=pin.path or up.git, commit=Revision(pin.commit) if pin.commit else None, version=None
+    )
 
 
 def prepare(
@@ -362,6 +481,8 @@ def commit(
 ) -> WriteOutcome:
     """Write the whole bump as one journaled transaction: patches, diffs, lockfile, SHA256SUMS."""
     new_lock, files, deletes, outcome = prepare(lock, result, store, resolved, drop)
+    # SHA256SUMS is rewritten from the new lockfile: every entry it loses is said, but those of dropped files.
+    outcome.changes += [c for c in sums_dropped(repo, new_lock) if c.what.removeprefix("SHA256SUMS ") not in deletes]
     if in_progress(repo):
         # Record where the lockfile is going, so a crash between the write and
         # the clean-up is recognised as a finished rebase, not a foreign edit.
@@ -413,6 +534,7 @@ def save(repo: Repo, lock_bytes: bytes, result: Plan, store: BlobStore) -> list[
         "new_pin": dataclasses.asdict(result.new_pin),
         "lockfile_sha256": sha256_bytes(lock_bytes),
         "image_pins": result.image_pins,
+        "skipped": [sk.as_dict() for sk in result.skipped],
         "patches": [
             {
                 **r.as_dict(),
@@ -449,6 +571,7 @@ def load(repo: Repo, lock_bytes: bytes, store: BlobStore) -> Plan:
         )
     result = Plan(state["upstream"], state["old_pin"], Pin(**state["new_pin"]))
     result.image_pins = dict(state.get("image_pins", {}))
+    result.skipped = [Skipped(**sk) for sk in state.get("skipped", [])]
     for entry in state["patches"]:
         outcome = Outcome(entry["outcome"])
         merged = None
@@ -542,7 +665,7 @@ def clear(repo: Repo) -> None:
 def table(result: Plan) -> str:
     """The outcome of each patch, one line each, for a terminal."""
     lines = [f"rebase {result.upstream}: {result.old_pin} -> {result.new_pin.describe()}"]
-    width = max((len(r.name) for r in result.results), default=4)
+    width = max((len(n) for n in [*(r.name for r in result.results), *(s.name for s in result.skipped)]), default=4)
     for r in result.results:
         detail = ""
         if r.outcome is Outcome.MOVED or r.new_path != r.old_path:
@@ -560,9 +683,15 @@ def table(result: Plan) -> str:
         if r.merge is not None:
             for flag in r.merge.review_flags:
                 lines.append(f"  {'':{width}}  review: {_flag_text(flag)}")
+    for sk in result.skipped:
+        lines.append(f"  {sk.name.ljust(width)}  {'skipped':<21} {sk.reason}")
+        if sk.fix:
+            lines.append(f"  {'':{width}}  {'':<21} fix: {sk.fix}")
     counts: dict[str, int] = {}
     for r in result.results:
         counts[r.outcome.value] = counts.get(r.outcome.value, 0) + 1
+    if result.skipped:
+        counts["skipped"] = len(result.skipped)
     lines.append("  " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) if counts else "  no patches")
     return "\n".join(lines) + "\n"
 
@@ -597,6 +726,9 @@ def summary_markdown(result: Plan) -> str:
             f"- `{r.name}`: {'upstream has the change' if r.outcome is Outcome.UPSTREAMED else 'file deleted upstream'}"
             for r in drops
         ]
+    if result.skipped:
+        out += ["", "### Not rebased", ""]
+        out += [f"- `{sk.name}`: {sk.reason}" + (f"; fix: {_code(sk.fix)}" if sk.fix else "") for sk in result.skipped]
     if review:
         out += ["", "### Review", ""]
         for r in review:
@@ -605,12 +737,19 @@ def summary_markdown(result: Plan) -> str:
     return "\n".join(out) + "\n"
 
 
+def _code(fix: str) -> str:
+    """A fix in Markdown: the command in backticks, the prose around it as it is."""
+    head, sep, command = fix.rpartition("patchkit ")
+    return f"{head}`{sep}{command}`" if sep else fix
+
+
 def result_json(result: Plan) -> dict[str, Any]:
     return {
         "upstream": result.upstream,
         "from": result.old_pin,
         "to": dataclasses.asdict(result.new_pin),
         "patches": [r.as_dict() for r in result.results],
+        "skipped": [sk.as_dict() for sk in result.skipped],
         "blocked": [r.name for r in result.blocked],
     }
 
@@ -636,6 +775,8 @@ class Started:
     plan: Plan
     outcome: WriteOutcome | None
     conflict_files: list[str]
+    # Why nothing was written although nothing conflicts: no patch could be moved (exit 1).
+    nothing_moved: str | None = None
 
 
 def _pick_upstream(lock: Lockfile, name: str | None) -> Upstream:
@@ -645,13 +786,25 @@ def _pick_upstream(lock: Lockfile, name: str | None) -> Upstream:
             known = ", ".join(u.name for u in lock.upstreams) or "none"
             raise BadInput(f"--upstream: '{name}' is not in the lockfile (known: {known})")
         return up
-    with_patches = sorted({p.base.upstream for p in lock.patches if p.kind is PatchKind.OVERLAY and p.base is not None})
+    from patchkit.importing.normalize import upstream_of
+
+    with_patches = sorted(
+        {
+            p.base.upstream if p.base is not None else upstream_of(lock, p)[0] or ""
+            for p in lock.patches
+            if p.kind is PatchKind.OVERLAY
+        }
+        - {""}
+    )
     if len(with_patches) == 1:
         found = lock.upstream(with_patches[0])
         if found is not None:
             return found
     if not with_patches:
-        raise BadInput("no overlay is based on an upstream: nothing to rebase")
+        raise BadInput(
+            "no overlay is based on an upstream: nothing to rebase",
+            "state each overlay's upstream and base ([patches.origin], or patchkit import --normalize)",
+        )
     raise BadInput(
         f"several upstreams have overlays ({', '.join(with_patches)}); say which",
         "pass --upstream NAME",
@@ -693,7 +846,7 @@ def start(
     ref = onto or implied
     if ref is None:
         raise BadInput("--onto REV is required (a commit, branch or tag; a version for a wheel)")
-    if implied is not None and onto is not None and onto != implied and source and source.startswith("wheel:"):
+    if implied is not None and onto is not None and onto != implied and new_source.kind in ("wheel", "git"):
         raise BadInput(f"--onto {onto} disagrees with --source {source}")
     new = new_source.snapshot(ref)
     result = plan(repo, lock, up.name, new, old_source, store)
@@ -702,6 +855,12 @@ def start(
     unknown = dropped - {r.name for r in result.results}
     if unknown:
         raise BadInput(f"--drop: not a patch of {up.name}: {', '.join(sorted(unknown))}")
+    if not result.results and not result.image_pins:
+        # Re-pinning the upstream with no patch moved would claim a rebase that did not happen.
+        why = f"no patch is based on upstream '{up.name}'" + (
+            f"; {len(result.skipped)} in its tree skipped (see above)" if result.skipped else ""
+        )
+        return Started(result, None, [], nothing_moved=why)
     blocked = [r for r in result.blocked if r.name not in dropped]
     if blocked:
         return Started(result, None, save(repo, lock_bytes, result, store))

@@ -312,3 +312,67 @@ def _fsync_dir(directory: Path) -> None:
             os.fsync(dfd)
         finally:
             os.close(dfd)
+
+
+def gitignored(root: Path, rels: Iterable[str]) -> dict[str, str]:
+    """Which of the repository paths ``rels`` ``.gitignore`` names, each with the rule (``.gitignore:3``).
+
+    Read by git itself (``git check-ignore --no-index``), so nested ignore
+    files, negations and directory rules mean what they mean to git. Outside a
+    git work tree (or without git), the top-level ``.gitignore`` is read for
+    its plain patterns. A path that does not exist is asked about too: that is
+    the point, since an ignored mount source is one meant to be absent.
+    """
+    import shutil
+    import subprocess
+
+    wanted = list(dict.fromkeys(rels))
+    if not wanted:
+        return {}
+    if shutil.which("git") is not None:
+        try:
+            run = subprocess.run(
+                ["git", "-C", str(root), "check-ignore", "--no-index", "-v", "-z", "--stdin"],
+                # Also as a directory ("run/"): a "run/" rule names a directory compose creates.
+                input=b"".join(r.encode("utf-8", "surrogateescape") + s for r in wanted for s in (b"\0", b"/\0")),
+                capture_output=True,
+                timeout=60,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            run = None
+        if run is not None and run.returncode in (0, 1):
+            fields = run.stdout.split(b"\0")
+            out: dict[str, str] = {}
+            for k in range(0, len(fields) - 3, 4):
+                source, line, pattern, path = (f.decode("utf-8", "surrogateescape") for f in fields[k : k + 4])
+                if source and not pattern.startswith("!"):
+                    out.setdefault(path.rstrip("/"), f"{source}:{line}")
+            return out
+    return _plain_gitignore(root, wanted)
+
+
+def _plain_gitignore(root: Path, rels: list[str]) -> dict[str, str]:
+    """The top-level ``.gitignore``'s plain patterns (no negation), for a repository that is not a git work tree."""
+    import fnmatch
+
+    try:
+        lines = (root / ".gitignore").read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return {}
+    out: dict[str, str] = {}
+    for rel in rels:
+        parts = rel.split("/")
+        for n, raw in enumerate(lines, start=1):
+            pattern = raw.strip()
+            if not pattern or pattern.startswith(("#", "!")):
+                continue
+            pattern = pattern.rstrip("/")
+            if "/" in pattern:  # anchored: the path or one of its parent directories
+                pattern = pattern.lstrip("/")
+                hit = any(fnmatch.fnmatchcase("/".join(parts[: k + 1]), pattern) for k in range(len(parts)))
+            else:
+                hit = any(fnmatch.fnmatchcase(part, pattern) for part in parts)
+            if hit:
+                out[rel] = f".gitignore:{n}"
+    return out

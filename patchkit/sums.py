@@ -8,15 +8,12 @@ file names are arbitrary bytes on Linux.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from patchkit.errors import Problem
 
 FILENAME = "SHA256SUMS"
-
-_LINE = re.compile(rb"(\\?)([0-9a-fA-F]{64}) ([ *])(.+)")
 
 
 @dataclass(frozen=True)
@@ -64,32 +61,166 @@ def render(entries: Iterable[tuple[str, str]]) -> bytes:
 
 
 def parse(data: bytes, filename: str = FILENAME) -> tuple[list[SumLine], list[Problem]]:
-    """Parse SHA256SUMS; malformed lines become problems with their line number."""
-    entries: list[SumLine] = []
-    problems: list[Problem] = []
-    if data and not data.endswith(b"\n"):
-        problems.append(Problem(filename, data.count(b"\n") + 1, None, "last line has no newline"))
-    for lineno, raw in enumerate(data.split(b"\n"), start=1):
-        if raw == b"" and lineno == data.count(b"\n") + 1:
-            break
-        m = None if raw.endswith(b"\r") else _LINE.fullmatch(raw)
-        if m is None:
-            what = "leading space" if raw[:1] in (b" ", b"\t") else "not '<64 hex>  <name>'"
-            if raw.endswith(b"\r"):
-                what = "CRLF line ending"
-            problems.append(Problem(filename, lineno, None, f"malformed line ({what}): {raw[:80]!r}"))
+    """Parse SHA256SUMS as ``sha256sum -c --strict`` does; the lines it rejects become problems.
+
+    Every line coreutils accepts is an entry, canonical or not (see :func:`read`
+    for which ones patchkit would write differently).
+    """
+    got = read(data, filename)
+    return got.entries, got.malformed
+
+
+@dataclass(frozen=True)
+class Sums:
+    """A SHA256SUMS file as coreutils reads it.
+
+    ``entries``: every line ``sha256sum -c --strict`` accepts; ``malformed``:
+    the lines it rejects (so ``--strict`` fails); ``noncanonical``: accepted
+    lines (and comments, blank lines) that patchkit would not write, as
+    problems saying how they differ.
+    """
+
+    entries: list[SumLine]
+    malformed: list[Problem]
+    noncanonical: list[Problem]
+
+
+_WHITE = b" \t"
+_BSD_TAG = b"SHA256"
+
+
+def read(data: bytes, filename: str = FILENAME) -> Sums:
+    """Read SHA256SUMS line by line exactly as coreutils ``digest.c`` does (9.x).
+
+    Accepted: leading blanks, a ``\\`` before an escaped name, upper-case hex,
+    the ``*`` binary marker, a tab after the hex, the BSD form ``SHA256 (name) =
+    hex``, the single-space "BSD reversed" form (not mixed with the standard
+    one), ``#`` comments in column 1, blank lines, a trailing CR and a last line
+    without newline.
+    """
+    out = Sums([], [], [])
+    reversed_form: bool | None = None  # coreutils' bsd_reversed: None unknown, then fixed by the first line
+    lines = data.split(b"\n")
+    last_open = bool(lines and lines[-1])
+    if not last_open:
+        lines = lines[:-1]
+    for lineno, raw in enumerate(lines, start=1):
+        if raw.startswith(b"#"):
+            out.noncanonical.append(Problem(filename, lineno, None, "a comment line (patchkit writes none)"))
             continue
-        escaped, hexdigest, mode, name_b = m.groups()
-        name = name_b.decode("utf-8", "surrogateescape")
-        if escaped:
-            unescaped = _unescape(name)
-            if unescaped is None:
-                problems.append(Problem(filename, lineno, None, "bad backslash escape in file name"))
-                continue
-            name = unescaped
-        if hexdigest != hexdigest.lower():
-            problems.append(Problem(filename, lineno, None, "uppercase hex (patchkit writes lowercase)"))
-        if mode == b"*":
-            problems.append(Problem(filename, lineno, None, "binary-mode marker '*' (patchkit writes two spaces)"))
-        entries.append(SumLine(lineno, hexdigest.decode().lower(), name))
-    return entries, problems
+        line = raw[:-1] if raw.endswith(b"\r") else raw
+        if not line:
+            out.noncanonical.append(Problem(filename, lineno, None, "a blank line (patchkit writes none)"))
+            continue
+        parsed = _split(line, reversed_form)
+        if isinstance(parsed, str):
+            out.malformed.append(
+                Problem(
+                    filename, lineno, None, f"malformed line ({parsed}), sha256sum -c --strict rejects it: {raw[:80]!r}"
+                )
+            )
+            continue
+        hexdigest, name, form = parsed
+        if form == "reversed":
+            reversed_form = True
+        elif form == "standard":
+            reversed_form = False
+        entry = SumLine(lineno, hexdigest.lower(), name)
+        out.entries.append(entry)
+        why = _noncanonical(raw, entry, last_line=last_open and lineno == len(lines))
+        if why:
+            out.noncanonical.append(
+                Problem(filename, lineno, None, f"lists {name} in a form patchkit does not write ({why})")
+            )
+    return out
+
+
+def _split(line: bytes, reversed_form: bool | None) -> tuple[str, str, str] | str:
+    """(hex, name, form) of one line as coreutils ``split_3`` reads it, or why it rejects it."""
+    i = 0
+    while i < len(line) and line[i] in _WHITE:
+        i += 1
+    escaped = line[i : i + 1] == b"\\"
+    i += escaped
+    if line.startswith(_BSD_TAG, i):
+        i += len(_BSD_TAG)
+        i += line[i : i + 1] == b" "
+        if line[i : i + 1] != b"(":
+            return "'SHA256' not followed by ' (name) = <hex>'"
+        return _split_bsd(line[i + 1 :], escaped)
+    hexdigest = line[i : i + 64]
+    i += 64
+    if len(hexdigest) < 64 or not _is_hex(hexdigest) or line[i : i + 1] == b"" or line[i] not in _WHITE:
+        return "not '<64 hex>  <name>'"
+    i += 1
+    form = "standard"
+    if len(line) - i == 1 or line[i : i + 1] not in (b" ", b"*"):
+        if reversed_form is False:
+            return "a single space after the hex, mixed with '<hex>  <name>' lines"
+        form = "reversed"
+    elif reversed_form is not True:
+        i += 1
+    name = _name(line[i:], escaped)
+    if name is None:
+        return "bad backslash escape in the file name"
+    if not name:
+        return "no file name"
+    return hexdigest.decode(), name, form
+
+
+def _split_bsd(rest: bytes, escaped: bool) -> tuple[str, str, str] | str:
+    close = rest.rfind(b")")
+    if close < 0:
+        return "BSD form without ')'"
+    name = _name(rest[:close], escaped)
+    if name is None:
+        return "bad backslash escape in the file name"
+    tail = rest[close + 1 :].lstrip(_WHITE)
+    if not tail.startswith(b"="):
+        return "BSD form without '= <hex>'"
+    hexdigest = tail[1:].lstrip(_WHITE)
+    if len(hexdigest) != 64 or not _is_hex(hexdigest):
+        return "BSD form whose digest is not 64 hex digits"
+    if not name:
+        return "no file name"
+    return hexdigest.decode(), name, "bsd"
+
+
+def _is_hex(b: bytes) -> bool:
+    return all(c in b"0123456789abcdefABCDEF" for c in b)
+
+
+def _name(raw: bytes, escaped: bool) -> str | None:
+    name = raw.decode("utf-8", "surrogateescape")
+    return _unescape(name) if escaped else name
+
+
+def _noncanonical(raw: bytes, entry: SumLine, *, last_line: bool) -> str:
+    """How the accepted line ``raw`` differs from the line patchkit writes for it ('' when it does not)."""
+    want = render([(entry.name, entry.sha256)]).rstrip(b"\n")
+    if raw == want and not last_line:
+        return ""
+    reasons = []
+    body = raw.rstrip(b"\r")
+    if body[:1] in (b" ", b"\t"):
+        reasons.append("leading whitespace")
+    bsd = body.lstrip(_WHITE).lstrip(b"\\").startswith(_BSD_TAG)
+    if bsd:
+        reasons.append("BSD form 'SHA256 (name) = hex'")
+    if entry.sha256.encode() not in body:
+        reasons.append("upper-case hex")
+    if not bsd:
+        sep = body.lstrip(_WHITE).lstrip(b"\\")[64:66]
+        if sep == b" *":
+            reasons.append("binary marker '*'")
+        elif sep[:1] == b"\t":
+            reasons.append("a tab after the hex")
+        elif sep[:1] == b" " and sep != b"  ":
+            reasons.append("one space after the hex")
+    if raw.endswith(b"\r"):
+        reasons.append("CRLF line ending")
+    if last_line:
+        reasons.append("no newline at the end of the file")
+    if not reasons:
+        reasons.append("a backslash escape patchkit would not write")
+    return ", ".join(reasons)

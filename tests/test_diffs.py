@@ -137,3 +137,18 @@ def test_git_apply_accepts_our_diffs(tmp_path: Path) -> None:
     (tmp_path / "p.diff").write_bytes(diffs.make(old, new, "a/f.py", "b/f.py"))
     subprocess.run(["git", "apply", "--unidiff-zero", "p.diff"], cwd=tmp_path, check=True, capture_output=True)
     assert (tmp_path / "f.py").read_bytes() == new
+
+
+def test_apply_shifted_takes_an_offset_never_fuzz() -> None:
+    """A diff made on a file with two lines fewer above its hunk: exact lines, some lines away."""
+    base = b"".join(b"line %d\n" % i for i in range(1, 41))
+    made_on = base.replace(b"line 5\n", b"line 5\nfence\n")
+    diff = diffs.parse(diffs.make(made_on, made_on.replace(b"line 30\n", b"line 30 dma\n"), "a/f", "b/f"))[0]
+    now = base.replace(b"line 5\n", b"line 5\nfence 1\nfence 2\nfence 3\n")
+    with pytest.raises(diffs.ApplyError):
+        diffs.apply(diff, now)  # at its stated line: no
+    out, shift = diffs.apply_shifted(diff, now)
+    assert out == now.replace(b"line 30\n", b"line 30 dma\n") and shift == 2
+    # One context line differs: no match anywhere, however near. No fuzz.
+    with pytest.raises(diffs.ApplyError, match="does not match the hunk"):
+        diffs.apply_shifted(diff, now.replace(b"line 28\n", b"line 28 edited\n"))

@@ -226,13 +226,14 @@ def test_partially_upstreamed_reports_which_hunk_went() -> None:
     assert result.review_flags == ()
 
 
-def test_partially_upstreamed_within_one_hunk() -> None:
+def test_a_hunk_upstream_took_part_of_is_still_clean() -> None:
     # Two changes three lines apart: one hunk, of which upstream took the second change.
+    # No whole hunk of the patch is upstream, so it is not "partially upstreamed": it is clean.
     doc = b"back into the GPU KV cache."
     ours = edit(edit(BASE, doc, doc + b" Fenced."), RESTORE_LOG, RESTORE_LOG.replace(b"debug", b"info"))
     theirs = edit(BASE, RESTORE_LOG, RESTORE_LOG.replace(b"debug", b"info"))
     result = rebase_file(BASE, ours, theirs, path="gpu_worker.py")
-    assert result.outcome is Outcome.PARTIALLY_UPSTREAMED
+    assert result.outcome is Outcome.CLEAN
     assert result.merged == edit(theirs, doc, doc + b" Fenced.")
     assert result.hunks_upstreamed == ()
     assert result.hunks_partly_upstreamed == result.hunks_remaining

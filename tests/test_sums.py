@@ -29,14 +29,80 @@ def test_escaped_names_accepted_by_sha256sum(tmp_path: Path) -> None:
     assert sorted((p.name, p.sha256) for p in parsed) == sorted(entries)
 
 
+def _lines(h: str, hb: str) -> list[bytes]:
+    """SHA256SUMS lines as hand-kept files hold them: every form coreutils accepts, and some it rejects."""
+    up = h.upper()
+    return [
+        f"{h}  a.py\n",
+        f"  {h}  a.py\n",  # leading spaces, as hand edits leave
+        f"\t{h}  a.py\n",
+        f"{h} *a.py\n",
+        f"{up}  a.py\n",
+        f"{h}\t a.py\n",
+        f"SHA256 (a.py) = {h}\n",
+        f"SHA256(a.py)= {up}\n",
+        f"  SHA256 (a.py) = {h}\n",
+        f"\\{hb}  back\\\\slash.py\n",
+        f"  \\{hb}  back\\\\slash.py\n",
+        f"\\SHA256 (back\\\\slash.py) = {hb}\n",
+        f"{h}  a.py\r\n",
+        f"{h} a.py\n",  # the single-space BSD-reversed form, alone in its file
+        f"# a comment\n{h}  a.py\n",
+        f"\n{h}  a.py\n",
+        f"{h}  a.py",  # no newline at the end
+        # Rejected by sha256sum -c --strict:
+        f" # an indented comment\n{h}  a.py\n",
+        f"   \n{h}  a.py\n",
+        f"{h[:-1]}  a.py\n",
+        f"{h}  a.py\n{h} a.py\n",  # reversed form mixed with the standard one
+        f"\\{h}  a\\x.py\n",  # an escape coreutils does not know
+        f"SHA256 (a.py) {h}\n",
+        f"SHA256 (a.py) = {h} \n",
+        f"{h}\n",
+    ]
+
+
+def test_every_line_sha256sum_accepts_is_read_and_every_line_it_rejects_is_malformed(tmp_path: Path) -> None:
+    """Interop: the real ``sha256sum -c --strict`` decides, line form by line form."""
+    (tmp_path / "a.py").write_bytes(b"print(1)\n")
+    (tmp_path / "back\\slash.py").write_bytes(b"print(2)\n")
+    h, hb = sha256_bytes(b"print(1)\n"), sha256_bytes(b"print(2)\n")
+    names = {h: "a.py", hb: "back\\slash.py"}
+    for data in (t.encode() for t in _lines(h, hb)):
+        (tmp_path / "SHA256SUMS").write_bytes(data)
+        gnu = subprocess.run(
+            ["sha256sum", "-c", "--strict", "SHA256SUMS"], cwd=tmp_path, capture_output=True, check=False
+        )
+        got = sums.read(data)
+        assert (gnu.returncode == 0) == (not got.malformed), (data, gnu.stdout + gnu.stderr)
+        if gnu.returncode == 0:
+            assert [(e.name, e.sha256) for e in got.entries] == [(names[e.sha256], e.sha256) for e in got.entries]
+            assert got.entries, data
+            # Anything but the canonical line is one note each, never a rejection.
+            canonical = sums.render([(e.name, e.sha256) for e in got.entries])
+            assert bool(got.noncanonical) == (data != canonical), data
+
+
+def test_noncanonical_lines_say_how_they_differ() -> None:
+    h = "ab" * 32
+    data = f"  {h}  a.py\n{h.upper()} *b.py\nSHA256 (c.py) = {h}\n{h}  d.py\r\n# note\n{h}  e.py\n".encode()
+    got = sums.read(data)
+    assert not got.malformed
+    assert [e.name for e in got.entries] == ["a.py", "b.py", "c.py", "d.py", "e.py"]
+    assert [(p.line, p.message) for p in got.noncanonical] == [
+        (1, "lists a.py in a form patchkit does not write (leading whitespace)"),
+        (2, "lists b.py in a form patchkit does not write (upper-case hex, binary marker '*')"),
+        (3, "lists c.py in a form patchkit does not write (BSD form 'SHA256 (name) = hex')"),
+        (4, "lists d.py in a form patchkit does not write (CRLF line ending)"),
+        (5, "a comment line (patchkit writes none)"),
+    ]
+
+
 def test_parse_reports_malformed_lines() -> None:
-    data = (
-        f"{'a' * 64}  ok.txt\n {'b' * 64}  leading-space.txt\n{'c' * 63}  short.txt\n{'d' * 64}  crlf.txt\r\n".encode()
-    )
+    data = f"{'a' * 64}  ok.txt\n {'b' * 64}  leading-space.txt\n{'c' * 63}  short.txt\n   \n".encode()
     entries, problems = sums.parse(data)
-    assert [e.name for e in entries] == ["ok.txt"]
-    assert [(p.line, p.message.split(":")[0]) for p in problems] == [
-        (2, "malformed line (leading space)"),
+    assert [e.name for e in entries] == ["ok.txt", "leading-space.txt"]
+    assert [(p.line, p.message.split(",")[0]) for p in problems] == [
         (3, "malformed line (not '<64 hex>  <name>')"),
-        (4, "malformed line (CRLF line ending)"),
+        (4, "malformed line (not '<64 hex>  <name>')"),
     ]

@@ -35,6 +35,7 @@ from patchkit.lockfile import (
     Upstream,
     dumps,
 )
+from patchkit.repo import gitignored
 from patchkit.values import ContainerPath, Digest, Reference, RepoPath, Revision, Sha256, UpstreamPath
 
 _PYTHON_TREE = re.compile(r"/(?:site|dist)-packages/")
@@ -52,8 +53,24 @@ class Issue:
     message: str
     fix: str | None = None
 
+    @property
+    def severity(self) -> str:
+        """``note`` for what is worth knowing but not wrong (as ``check`` reports it), else ``error``."""
+        return "note" if self.kind in NOTES else "error"
+
     def as_dict(self) -> dict[str, object]:
-        return {"kind": self.kind, "file": self.file, "line": self.line, "message": self.message, "fix": self.fix}
+        return {
+            "kind": self.kind,
+            "severity": self.severity,
+            "file": self.file,
+            "line": self.line,
+            "message": self.message,
+            "fix": self.fix,
+        }
+
+
+# Kinds that are not defects: a gitignored mount meant to be absent, a SHA256SUMS line coreutils accepts.
+NOTES = frozenset({"mount-ignored", "sums-format"})
 
 
 @dataclass
@@ -128,6 +145,14 @@ class _Entry:
     refs: list[Reference] = field(default_factory=list)
     origin: dict[str, str] = field(default_factory=dict)
     stated_in: list[str] = field(default_factory=list)
+    new_module: str | None = None  # the provenance row calling the file a new module, if one does
+
+    @property
+    def upstream_statement(self) -> str | None:
+        """Where a source says this file exists upstream (a stated path or commit), if one does."""
+        if self.new_module is not None:
+            return None
+        return self.origin.get("path_source") or self.origin.get("commit_source")
 
 
 @dataclass
@@ -167,8 +192,9 @@ class _Importer:
             )
         composes = [compose.read(f, self.read_text(f)) for f in files]
         entries = self.entries(composes)
-        hand = self.hand_diffs(entries)
+        # Provenance first: whether a file exists upstream is the table's to say, not a diff's /dev/null.
         self.provenance(entries)
+        hand = self.hand_diffs(entries)
         upstreams = self.upstreams(entries)
         self.name_entries(entries, hand)
         self.check_runs(entries, composes)
@@ -291,6 +317,15 @@ class _Importer:
             self.issue("mount-outside", m.compose, m.line, f"mount source {m.source} is outside the repository")
             return []
         path = self.root / rel
+        if not path.is_symlink() and not path.exists() and (rule := gitignored(self.root, [rel]).get(rel)):
+            self.issue(
+                "mount-ignored",
+                m.compose,
+                m.line,
+                f"mount source {m.source} does not exist and {rule} ignores it: it is meant to be absent "
+                "from the repository (created at run time, or provided on the host), so nothing pins it",
+            )
+            return []
         if path.is_symlink() or not path.exists():
             what = "is a symlink" if path.is_symlink() else "does not exist"
             self.issue(
@@ -385,7 +420,17 @@ class _Importer:
         m = handdiffs.match(fd, self.index(overlays))
         entry = self._by_rel[m.candidate.key] if m.candidate is not None else None
         if entry is not None and m.against == "new" and entry.kind == "overlay":
-            entry.kind = "module"  # the diff adds the whole file: it has no upstream counterpart
+            if (where := entry.upstream_statement) is not None:
+                self.issue(
+                    "diff-new-file",
+                    rel,
+                    fd.line,
+                    f"adds {entry.rel} as a new file (--- /dev/null), but {where} states it is "
+                    f"{entry.origin.get('path', 'a file')} upstream: the diff hides what the overlay changes",
+                    "patchkit import --normalize --fetch rebuilds the diff against upstream at the stated commit",
+                )
+            else:
+                entry.kind = "module"  # the diff adds the whole file, and no source says upstream has it
         if entry is not None and m.upstream_path and "path" not in entry.origin:
             entry.origin["path"] = m.upstream_path
             entry.stated_in.append(f"{rel}:{fd.line}")
@@ -393,7 +438,9 @@ class _Importer:
 
     def index(self, overlays: list[_Entry]) -> handdiffs.Index:
         if self._index is None:
-            self._index = handdiffs.Index([handdiffs.Candidate(e.rel, e.rel, e.target) for e in overlays])
+            self._index = handdiffs.Index(
+                [handdiffs.Candidate(e.rel, e.rel, e.target, e.origin.get("path")) for e in overlays]
+            )
             self._by_rel = {e.rel: e for e in overlays}
         return self._index
 
@@ -409,9 +456,11 @@ class _Importer:
             entry = sections[0].entry
             if entry is None or entry.kind == "module":
                 continue
+            sections = [s for s in sections if s.against != "new"]  # a whole-file "diff" undoes nothing
+            if not sections:
+                continue
             undone = handdiffs.undo(entry.data, [(s.diff, s.fd) for s in sections])
-            if undone.stale is not None:
-                rel, line, why = undone.stale
+            for rel, line, why in undone.stale:
                 self.issue(
                     "diff-stale",
                     rel,
@@ -457,6 +506,8 @@ class _Importer:
                         "fix the file name in the table, or mount the file",
                     )
                     continue
+                if row.new_module and entry.kind == "overlay" and "path" not in entry.origin:
+                    entry.kind, entry.new_module = "module", row.source
                 for key in ("repository", "commit", "path"):
                     value = getattr(row, key)
                     if value and key not in entry.origin:
@@ -552,36 +603,33 @@ class _Importer:
         if not path.is_file():
             self.issue("sums-missing", rel, None, "there is no SHA256SUMS", "patchkit sums writes it")
             return
-        data = path.read_bytes()
+        got = sums.read(path.read_bytes(), rel)
+        for pr in got.malformed:
+            self.issue("sums-malformed", rel, pr.line, pr.message, "patchkit sums")
+        for pr in got.noncanonical:
+            self.issue("sums-format", rel, pr.line, pr.message, "patchkit sums")
         listed: dict[str, str] = {}
-        for lineno, raw in enumerate(data.split(b"\n"), start=1):
-            text = raw.decode("utf-8", "surrogateescape")
-            if not text.strip() or text.lstrip().startswith("#"):
-                continue
-            m = re.fullmatch(r"(\s*)\\?([0-9a-fA-F]{64}) [ *](.+?)\r?", text)
-            if m is None:
-                self.issue("sums-malformed", rel, lineno, f"not a checksum line: {text[:60]!r}", "patchkit sums")
-                continue
-            if m.group(1):
-                self.issue(
-                    "sums-malformed",
-                    rel,
-                    lineno,
-                    "line starts with whitespace (sha256sum accepts it; patchkit writes none)",
-                    "patchkit sums",
-                )
-            name = m.group(3)
-            listed[name] = m.group(2).lower()
+        for entry in got.entries:
+            name = entry.name
+            listed[name] = entry.sha256
             target = self.root / name
-            if not target.is_file():
+            if not target.resolve().is_relative_to(self.root):
                 self.issue(
-                    "sums-not-present", rel, lineno, f"lists {name}, which does not exist", "patchkit sums drops it"
+                    "sums-not-present",
+                    rel,
+                    entry.line,
+                    f"lists {name}, which is outside the repository",
+                    "patchkit sums drops it",
                 )
-            elif sha256_bytes(target.read_bytes()) != listed[name]:
+            elif not target.is_file():
+                self.issue(
+                    "sums-not-present", rel, entry.line, f"lists {name}, which does not exist", "patchkit sums drops it"
+                )
+            elif sha256_bytes(target.read_bytes()) != entry.sha256:
                 self.issue(
                     "sums-mismatch",
                     rel,
-                    lineno,
+                    entry.line,
                     f"lists {name} with a sha256 the file no longer has",
                     "patchkit sums (after checking the change is intended)",
                 )

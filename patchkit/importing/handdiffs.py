@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from patchkit import diffs
-from patchkit.lockfile import HandDiff, Lockfile
+from patchkit.lockfile import HandDiff, Lockfile, PatchKind
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,7 @@ class Candidate:
     key: str
     rel: str
     target: str
+    upstream_path: str | None = None  # as the provenance states it, for a file vendored from another project
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,9 @@ class Index:
             parts = c.target.split("/")
             for k in range(1, len(parts)):
                 self.by_suffix.setdefault("/".join(parts[k:]), c)
+            if c.upstream_path:
+                # A vendored file's upstream path need not end its target (triton's python/… in vllm/third_party/).
+                self.by_suffix.setdefault(c.upstream_path, c)
 
 
 def match(fd: diffs.FileDiff, candidates: list[Candidate] | Index) -> Match:
@@ -78,11 +82,17 @@ def match(fd: diffs.FileDiff, candidates: list[Candidate] | Index) -> Match:
 
 @dataclass
 class Undone:
-    """The result of undoing one file's diffs newest first."""
+    """The result of undoing one file's diffs newest first.
+
+    ``stale``: every diff that did not undo, as (diff file, line, why), each on
+    its own; ``shifted``: diffs that undid only some lines away from their
+    headers (stacked on another diff); ``base`` is None when any is stale.
+    """
 
     base: bytes | None = None
-    stale: tuple[str, int, str] | None = None  # (diff file, line, why)
+    stale: list[tuple[str, int, str]] = field(default_factory=list)
     incremental: set[str] = field(default_factory=set)
+    shifted: set[str] = field(default_factory=set)
 
 
 def undo(data: bytes, sections: list[tuple[str, diffs.FileDiff]]) -> Undone:
@@ -90,21 +100,30 @@ def undo(data: bytes, sections: list[tuple[str, diffs.FileDiff]]) -> Undone:
 
     When undoing the newest leaves a file that an older diff undoes, the newer
     one was written against that earlier version of the file: it is
-    incremental. A section that does not undo means the file changed after
-    that diff was made (stale); ``base`` is then None.
+    incremental. A diff stacked on another may state line numbers of a file
+    with more or fewer lines above its hunks: its hunks may undo some lines
+    away, every line exact (an offset, never fuzz). A section that does not
+    undo at all means the file changed after that diff was made (stale); it is
+    left done, the older ones are still tried, so each stale diff is found.
     """
     out = Undone()
     current = data
     for k in range(len(sections) - 1, -1, -1):
         rel, fd = sections[k]
+        reverse = fd.reversed()
         try:
-            current = diffs.apply(fd.reversed(), current)
+            current = diffs.apply(reverse, current)
         except diffs.ApplyError as e:
-            out.stale = (rel, e.line, e.message)
-            return out
+            try:
+                current, _ = diffs.apply_shifted(reverse, current)
+            except diffs.ApplyError:
+                out.stale.append((rel, e.line, e.message))
+                continue
+            out.shifted.add(rel)
         if k > 0:
             out.incremental.add(rel)
-    out.base = current
+    out.stale.reverse()  # oldest first, as the sections
+    out.base = None if out.stale else current
     return out
 
 
@@ -114,16 +133,20 @@ class Chains:
 
     ``parts``: each patch's diff parts against upstream or an earlier overlay,
     oldest first, as (diff file, part); ``adds_whole_file``: patches a part
-    creates from nothing; ``strict``: each diff's strict-parse error, if any
-    (hand-edited hunk counts); ``first_line``: each diff's first file header;
-    ``unreadable``: patch name -> why one of its diffs could not be read.
+    creates from nothing; ``strict``: every bad hunk of each diff that does not
+    parse strictly (hand-edited hunk counts), each with its line; ``first_line``: each diff's first file header;
+    ``unreadable``: patch name -> why one of its diffs could not be read;
+    ``leftover``: diffs with a part that is not a change to one of its patches
+    (a whole new file, or a file none of them is), which a canonical diff of
+    its patches does not replace.
     """
 
     parts: dict[str, list[tuple[str, diffs.FileDiff]]] = field(default_factory=dict)
     adds_whole_file: set[str] = field(default_factory=set)
-    strict: dict[str, diffs.DiffError] = field(default_factory=dict)
+    strict: dict[str, list[diffs.DiffError]] = field(default_factory=dict)
     first_line: dict[str, int] = field(default_factory=dict)
     unreadable: dict[str, str] = field(default_factory=dict)
+    leftover: set[str] = field(default_factory=set)
 
 
 def chains(lock: Lockfile, read: Callable[[HandDiff], bytes | None]) -> Chains:
@@ -141,19 +164,19 @@ def chains(lock: Lockfile, read: Callable[[HandDiff], bytes | None]) -> Chains:
             data = read(d)
             if data is None:
                 continue
-            sections, _ = diffs.parse_lenient(data)
+            sections, repairs = diffs.parse_lenient(data)
         except (OSError, diffs.DiffError) as e:
             for n in d.patches:
                 out.unreadable[n] = f"{rel} cannot be read as a diff ({e})"
             continue
-        try:
-            diffs.parse(data)
-        except diffs.DiffError as e:
-            out.strict[rel] = e
+        if repairs:
+            out.strict[rel] = repairs
         out.first_line[rel] = sections[0].line
         candidates = Index(
             [
-                Candidate(p.name, str(p.file), str(p.target))
+                Candidate(
+                    p.name, str(p.file), str(p.target), str(p.origin.path) if p.origin and p.origin.path else None
+                )
                 for n in d.patches
                 if (p := by_name.get(n)) is not None and p.file is not None
             ]
@@ -161,8 +184,11 @@ def chains(lock: Lockfile, read: Callable[[HandDiff], bytes | None]) -> Chains:
         for fd in sections:
             m = match(fd, candidates)
             if m.candidate is None:
+                out.leftover.add(rel)
                 continue
             if m.against == "new":
+                if (p := by_name.get(m.candidate.key)) is None or p.kind is not PatchKind.OVERLAY:
+                    out.leftover.add(rel)  # a new module's whole file: no canonical diff replaces it
                 out.adds_whole_file.add(m.candidate.key)
             else:
                 out.parts.setdefault(m.candidate.key, []).append((rel, fd))

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from patchkit.cache import BlobStore
-from patchkit.edit import canonical_diff, finish
+from patchkit.edit import canonical_diff, finish, sums_dropped
 from patchkit.errors import PatchkitError
 from patchkit.hashing import sha256_bytes
 from patchkit.importing import handdiffs
@@ -45,6 +45,7 @@ class Normalized:
     failed: list[tuple[str, str]] = field(default_factory=list)
     written: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    dropped_sums: list[str] = field(default_factory=list)  # SHA256SUMS entries for files nothing pins
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -54,6 +55,7 @@ class Normalized:
             "not_normalized": [{"patch": n, "why": w} for n, w in self.failed],
             "written": self.written,
             "removed": self.removed,
+            "sums_dropped": self.dropped_sums,
         }
 
 
@@ -69,12 +71,10 @@ def normalize(repo: Repo, lock: Lockfile, store: BlobStore, fetch: Fetch | None 
     chains = handdiffs.chains(lock, lambda d: repo.check_inside(d.file).read_bytes())
     patches: list[Patch] = []
     extra: dict[str, bytes] = {}
-    settled: set[str] = set()
     for p in lock.patches:
         covered = any(p.name in d.patches for d in lock.diffs)
         if p.kind is not PatchKind.OVERLAY:
             if covered:  # a module's or transformer's whole file is what runs: no diff to upstream
-                settled.add(p.name)
                 result.modules.append(p.name)
             patches.append(p)
             continue
@@ -91,7 +91,6 @@ def normalize(repo: Repo, lock: Lockfile, store: BlobStore, fetch: Fetch | None 
         assert new_patch.diff is not None  # noqa: S101 - _settle always pins the diff it made
         extra[str(new_patch.diff.file)] = text
         patches.append(new_patch)
-        settled.add(p.name)
         result.done.append(p.name)
         if fetched:
             result.from_upstream.append(p.name)
@@ -99,14 +98,18 @@ def normalize(repo: Repo, lock: Lockfile, store: BlobStore, fetch: Fetch | None 
     kept: list[HandDiff] = []
     deletes: list[str] = []
     for d in lock.diffs:
-        left = tuple(n for n in d.patches if n not in settled)
-        if left:
-            kept.append(dataclasses.replace(d, patches=left))
-        else:
+        # Deleted only when replaced: every patch it covers got a canonical diff, and it holds nothing else.
+        if d.patches and all(n in result.done for n in d.patches) and str(d.file) not in chains.leftover:
             deletes.append(str(d.file))
-    if not result.done and not result.modules:
+        else:
+            # It stays for what it still describes; the parts now replaced are no longer its patches'.
+            kept.append(dataclasses.replace(d, patches=tuple(n for n in d.patches if n not in result.done)))
+    if not result.done:
         return result
     new_lock = dataclasses.replace(lock, patches=tuple(patches), diffs=tuple(kept))
+    # Entries of the deleted diffs go with them (reported as removed); any other is named.
+    dropped = (c.what.removeprefix("SHA256SUMS ") for c in sums_dropped(repo, new_lock))
+    result.dropped_sums = [name for name in dropped if name not in deletes]
     result.written = finish(repo, new_lock, extra, deletes)
     result.removed = deletes
     return result
@@ -125,15 +128,14 @@ def _settle(
     elif p.name in chains.parts:
         undone = handdiffs.undo(data, chains.parts[p.name])
         rebuilt = undone.base
-        rel, line, stale = undone.stale or ("", 0, "")
-        why_not = f"{rel}:{line} does not reproduce {p.file}: {stale}"
+        why_not = "; ".join(f"{rel}:{line} does not reproduce {p.file}: {stale}" for rel, line, stale in undone.stale)
     elif p.name in chains.adds_whole_file:
         why_not = "its diffs only add whole files"
     elif any(p.name in d.patches for d in lock.diffs):
         why_not = "no part of its diffs names its file"
     else:
         why_not = "it has no diff"
-    upstream, why = _upstream_of(lock, p)
+    upstream, why = upstream_of(lock, p)
     path = _upstream_path(p)
     if upstream is None or path is None:
         return why if upstream is None else "no upstream path stated or derivable"
@@ -171,7 +173,7 @@ def _settle(
     return new_patch, text, fetched is not None
 
 
-def _upstream_of(lock: Lockfile, p: Patch) -> tuple[str | None, str]:
+def upstream_of(lock: Lockfile, p: Patch) -> tuple[str | None, str]:
     """The declared upstream a patch's origin names, or the one its target's package is named after."""
     repository = p.origin.repository if p.origin is not None else None
     if repository is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 
 from patchkit.values import Reference
 
@@ -29,6 +30,7 @@ _URL = re.compile(
     r"https?://github\.com/(?P<repo>[A-Za-z0-9._-]+/[A-Za-z0-9._-]+)/(?:(?P<kind>pull|issues)/(?P<n>\d+)|commit/(?P<sha>[0-9a-f]{40}))"
 )
 _QUALIFIED = re.compile(r"(?<![\w/.-])(?P<repo>[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)#(?P<n>\d+)\b")
+_MD_LINK = re.compile(r"\[[^\]]*\]\(([^)]*)\)")
 _TOKEN = re.compile(r"(?P<word>[A-Za-z][A-Za-z0-9_-]*)|#(?P<n>\d+)\b")
 
 
@@ -56,6 +58,9 @@ def references(text: str, default_repo: str | None = None) -> Found:
         if r not in refs:
             refs.append(r)
 
+    for m in _MD_LINK.finditer(text):
+        if _URL.search(m.group(1)):
+            spans.append(m.span())  # "[#47291](…/pull/47291)": the link text is the URL's reference
     for m in _URL.finditer(text):
         spans.append(m.span())
         if m["sha"]:
@@ -71,6 +76,8 @@ def references(text: str, default_repo: str | None = None) -> Found:
         if _inside(m.start(), spans):
             continue
         if m["word"]:
+            if text[m.end() : m.end() + 1] in ("/", ".", "_") or text[m.start() - 1 : m.start()] in ("/", ".", "_"):
+                continue  # part of a path ("aiter/ops/triton/x.py"), not a project named in prose
             alias = ALIASES.get(m["word"].lower())
             if alias is not None:
                 project = alias
@@ -89,7 +96,12 @@ def _inside(pos: int, spans: list[tuple[int, int]]) -> bool:
 
 @dataclass(frozen=True)
 class Row:
-    """One row of a provenance table: the overlay it describes and what it states."""
+    """What one row of a provenance table states about one file it names.
+
+    A row naming several files gives one ``Row`` per file, each with the row's
+    repository and commit. ``new_module``: the row says the file is new (no
+    upstream counterpart).
+    """
 
     source: str  # "patches/README.md:12"
     file: str
@@ -97,17 +109,24 @@ class Row:
     commit: str | None
     path: str | None
     text: str  # the whole row, for references
+    new_module: bool = False
 
 
 _COLUMNS = {
-    "file": ("overlay", "file", "patch", "local"),
-    "repository": ("upstream", "repo", "repository", "project", "source"),
+    "file": ("overlay", "overlays", "file", "files", "patch", "patches", "local", "module", "modules"),
+    "repository": ("upstream", "repo", "repository", "project", "source", "origin", "based on"),
     "commit": ("commit", "base", "sha", "rev", "revision"),
     "path": ("path", "upstream path", "upstream file"),
 }
 _LINK = re.compile(r"\[([^\]]*)\]\(([^)]*)\)")
 _HEX = re.compile(r"\b[0-9a-f]{7,40}\b")
+# "@ `<hex>`": the commit a statement is pinned at; a "head <sha>" is a pull request's, not the base.
+_AT_HEX = re.compile(r"@\s*`?([0-9a-f]{7,40})\b")
+_HEAD_HEX = re.compile(r"\bhead\s*`?[0-9a-f]{7,40}\b", re.IGNORECASE)
 _REPO = re.compile(r"(?:https?://github\.com/)?([A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*?)(?:\.git)?/?$")
+_CODE = re.compile(r"`([^`]+)`")
+_FILE_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_./-]*\.[A-Za-z0-9]+")
+_NEW_MODULE = re.compile(r"\bnew (?:module|file)\b", re.IGNORECASE)
 
 
 def tables(name: str, text: str) -> list[Row]:
@@ -125,9 +144,7 @@ def tables(name: str, text: str) -> list[Row]:
         while i < len(lines) and lines[i].strip().startswith("|"):
             cells = _cells(lines[i])
             if "file" in columns and ("repository" in columns or "commit" in columns or "path" in columns):
-                row = _row(f"{name}:{i + 1}", cells, columns, lines[i])
-                if row is not None:
-                    rows.append(row)
+                rows.extend(_row(f"{name}:{i + 1}", cells, columns, lines[i]))
             i += 1
     return rows
 
@@ -153,26 +170,72 @@ def _plain(cell: str) -> str:
     return cell.replace("`", "").replace("*", "").strip()
 
 
-def _row(source: str, cells: list[str], columns: dict[str, int], raw: str) -> Row | None:
+def files_named(cell: str) -> list[str]:
+    """The files a table cell names: its code spans that are file names, else the file names in its text.
+
+    "`a.py`, `b.py`" names two files; "`x.py` reasoning-token follow-up" names
+    ``x.py``; "[`a.py`](patches/a.py)" names ``a.py``.
+    """
+    text = _LINK.sub(lambda m: m.group(1), cell)
+    spans = [c.strip() for c in _CODE.findall(text)]
+    named = [c for c in spans if _FILE_NAME.fullmatch(c)]
+    if not named:
+        named = _FILE_NAME.findall(text.replace("*", ""))
+    return list(dict.fromkeys(n.removeprefix("./") for n in named))
+
+
+def _repository(text: str) -> str | None:
+    """The first ``owner/repo`` (or GitHub URL, or project alias) a cell states."""
+    for token in [c.strip() for c in _CODE.findall(text)] + _plain(text).split():
+        m = _REPO.fullmatch(token.strip(",;()"))
+        if m is not None and not _FILE_NAME.fullmatch(m.group(1).split("/")[-1]):
+            return m.group(1)
+    word = _plain(text).split()[0].lower() if _plain(text) else ""
+    return ALIASES.get(word)
+
+
+def _commit(text: str) -> str | None:
+    """The commit a cell states: the one after ``@``, else the first hex that is not a PR's ``head``."""
+    plain = _LINK.sub(lambda m: m.group(1), text)
+    if (m := _AT_HEX.search(plain)) is not None:
+        return m.group(1)
+    m = _HEX.search(_HEAD_HEX.sub("", plain))
+    return m.group(0) if m else None
+
+
+def _paths(text: str) -> list[str]:
+    """Upstream paths a cell states: code spans (or words) with a directory and a file name."""
+    spans = [c.strip() for c in _CODE.findall(text)] or _plain(text).split()
+    return [p.lstrip("/") for p in spans if "/" in p and _FILE_NAME.fullmatch(p.lstrip("/")) and "://" not in p]
+
+
+def _row(source: str, cells: list[str], columns: dict[str, int], raw: str) -> list[Row]:
     def cell(key: str) -> str | None:
         idx = columns.get(key)
         if idx is None or idx >= len(cells):
             return None
-        return _plain(cells[idx]) or None
+        return cells[idx].strip() or None
 
-    file = cell("file")
-    if file is None:
-        return None
-    repository = None
-    if (rtext := cell("repository")) is not None:
-        m = _REPO.search(rtext.split()[0])
-        if m is not None:
-            repository = m.group(1)
-        elif rtext.lower() in ALIASES:
-            repository = ALIASES[rtext.lower()]
-    commit = None
-    if (ctext := cell("commit")) is not None:
-        m = _HEX.search(ctext)
-        commit = m.group(0) if m else None
-    path = cell("path")
-    return Row(source, file, repository, commit, path.lstrip("/") if path else None, raw)
+    files = files_named(cell("file") or "")
+    if not files:
+        return []
+    rtext, ctext, ptext = cell("repository"), cell("commit"), cell("path")
+    repository = _repository(rtext) if rtext else None
+    # "`owner/repo` `main` @ `<hex>` — `path`": one cell may state the commit and path too.
+    commit = (_commit(ctext) if ctext else None) or (_commit(rtext) if rtext else None)
+    paths = _paths(ptext) if ptext else []
+    if not paths and rtext:
+        paths = [p for p in _paths(rtext) if p != repository]
+    # "new module" in a row that states no upstream commit or path: the file has no upstream counterpart.
+    new_module = not (commit or paths) and bool(_NEW_MODULE.search(" ".join(c for c in (rtext, ctext, ptext) if c)))
+    out = []
+    for k, f in enumerate(files):
+        path = None
+        if len(paths) == len(files):
+            path = paths[k]
+        else:  # several files, fewer paths: a path belongs to the file it ends with
+            path = next((p for p in paths if PurePosixPath(p).name == PurePosixPath(f).name), None)
+            if path is None and len(files) == 1 and len(paths) == 1:
+                path = paths[0]
+        out.append(Row(source, f, repository, commit, path, raw, new_module))
+    return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from patchkit.errors import BadInput
@@ -40,14 +41,21 @@ def open_source(up: Upstream, cache: Path, repo_root: Path) -> UpstreamSource:
 
 
 def parse_source(text: str, up: Upstream, cache: Path, repo_root: Path) -> tuple[UpstreamSource, str | None]:
-    """A --source option (``git``, ``dir:PATH``, ``wheel:PROJECT==VERSION``) and the ref it implies."""
+    """A --source option (``git``, ``git:URL[@REV]``, ``dir:PATH``, ``wheel:P==V``) and the ref it implies."""
     if text == "git":
         if up.git is None:
             raise BadInput(f"--source git: upstream '{up.name}' has no git URL", "set 'git' in its table")
         from patchkit.sources.git import GitSource
 
         return GitSource(up.git, cache), None
+    if _GIT_URL.match(text):
+        text = f"git:{text}"  # a URL alone is a git repository, as git clone reads it
     kind, _, arg = text.partition(":")
+    if kind == "git" and arg:
+        from patchkit.sources.git import GitSource
+
+        url, rev = _url_and_ref(arg)
+        return GitSource(url, cache), rev
     if kind == "image" and arg:
         from patchkit.registry import ImageRef
         from patchkit.sources.image import ImageSource, display_repository
@@ -65,7 +73,7 @@ def parse_source(text: str, up: Upstream, cache: Path, repo_root: Path) -> tuple
 
         project, version = arg.split("==", 1)
         return WheelSource(project, cache), version
-    raise BadInput(f"--source {text!r}: expected git, dir:PATH, wheel:PROJECT==VERSION or image:REF")
+    raise BadInput(f"--source {text!r}: expected git, git:URL[@REV], dir:PATH, wheel:PROJECT==VERSION or image:REF")
 
 
 def pinned_snapshot(source: UpstreamSource, up: Upstream, ref: str | None = None) -> Snapshot:
@@ -91,6 +99,22 @@ def pinned_snapshot(source: UpstreamSource, up: Upstream, ref: str | None = None
     if commit is None:
         raise BadInput(f"upstream '{up.name}': no commit pinned", "pin one: patchkit upstream add")
     return source.snapshot(commit)
+
+
+_GIT_URL = re.compile(r"(?:https?|ssh|git|file)://|[\w.-]+@[\w.-]+:")
+
+
+def _url_and_ref(text: str) -> tuple[str, str | None]:
+    """``URL@REV`` split at its last ``@`` when what follows is a revision, not part of the URL.
+
+    ``git@github.com:o/r`` is a URL (what follows its ``@`` has a ``:``);
+    ``https://github.com/o/r@v0.28.0`` is a URL and a tag; a branch with a
+    ``/`` is given with --onto instead.
+    """
+    url, at, ref = text.rpartition("@")
+    if at and url and ref and "/" not in ref and ":" not in ref:
+        return url, ref
+    return text, None
 
 
 def _dir(text: str, repo_root: Path) -> Path:

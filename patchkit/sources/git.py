@@ -257,7 +257,7 @@ class GitSnapshot(Snapshot):
 
     @property
     def pin(self) -> Pin:
-        return Pin(kind="git", commit=self.commit)
+        return Pin(kind="git", commit=self.commit, path=self.source.url)
 
     def read(self, paths: Iterable[str]) -> dict[str, bytes | None]:
         """The blob at each path of this commit, in one ``git cat-file --batch`` process.

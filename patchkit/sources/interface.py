@@ -35,7 +35,7 @@ class Pin:
     """What makes a snapshot exact, as recorded in the lockfile's [upstreams.NAME].
 
     ``kind`` is ``git``, ``wheel`` or ``dir``. For git, ``commit`` is the full
-    commit id. For a wheel, ``version`` is the project version, ``sha256`` the
+    commit id and ``path`` the repository's URL. For a wheel, ``version`` is the project version, ``sha256`` the
     wheel file's hash and ``filename`` the wheel's file name. For a directory,
     ``path`` is where it is and ``sha256`` a digest of its listing and contents.
     """

@@ -130,7 +130,7 @@ def test_import_reports_every_defect_with_file_and_line(handkept: HandKept, invo
         ("no-diff", "patches/rope_fix.py", None),
         ("base-unknown", "patches/rope_fix.py", None),
         ("base-short-commit", "patches/README.md", 7),
-        ("sums-malformed", "SHA256SUMS", 2),
+        ("sums-format", "SHA256SUMS", 2),  # sha256sum reads it: a note to rewrite it, not "unlisted"
         ("sums-not-present", "SHA256SUMS", 4),
         ("sums-unlisted", "compose.yaml", h.line_of("compose.yaml", "fnuz_indexer.py")),
         ("sums-unlisted", "compose.yaml", h.line_of("compose.yaml", "rope_fix.py")),
@@ -155,7 +155,10 @@ def test_check_after_import_reports_the_defects(handkept: HandKept, invoke: Invo
     assert ("no-diff", "lockfile.toml", rope_line) in errors
     assert ("mount-missing", "compose.yaml", h.line_of("compose.yaml", "gone.py")) in errors
     messages = {(f["code"], f["line"], f["message"]) for f in found}
-    assert any("leading space" in m for c, ln, m in messages if c == "sums-drift" and ln == 2)
+    assert [(f["code"], f["severity"]) for f in found if f["file"] == "SHA256SUMS" and f["line"] == 2] == [
+        ("sums-format", "note")
+    ]
+    assert not any("patches/sampler.py" in m for c, _, m in messages if c == "sums-drift")
     assert any(
         "lists patches/removed_long_ago.py" in m and "does not exist" in m
         for c, ln, m in messages
@@ -320,11 +323,11 @@ def test_normalize_rebuilds_the_bases_and_writes_canonical_diffs(handkept: HandK
     assert fnuz is not None and fnuz.base is not None
     assert fnuz.base.sha256.hex == sha256_bytes(INDEXER_BASE)  # the hand-edited hunk counts were repaired
     assert str(fnuz.base.path) == INDEXER_PATH
-    # Replaced hand-kept diffs are gone; the one still describing the stale sampler stays pinned.
+    # Replaced hand-kept diffs are gone; the one still describing the stale sampler (and the module) stays.
     assert sorted(p.name for p in (root / "patches/diffs").iterdir()) == ["03-sampler-and-helper.patch"]
     assert [(str(d.file), d.patches) for d in lock.diffs] == [
-        ("patches/diffs/03-sampler-and-helper.patch", ("sampler",))
-    ]
+        ("patches/diffs/03-sampler-and-helper.patch", ("new-helper", "sampler"))
+    ]  # not replaced: it still holds the new module's whole file
     assert (root / "patches/new_helper.py").read_bytes() == HELPER
 
     check = invoke("check", "--format", "json", repo=root)
@@ -445,8 +448,11 @@ def test_normalize_fetch_reads_bases_from_upstream(handkept: HandKept, invoke: I
     assert sorted(out["base_from_upstream"]) == ["fnuz-indexer", "kv-restore-fence", "rope-fix", "sampler"]
     assert out["not_normalized"] == []
     lock = lockfile.loads((root / "lockfile.toml").read_text())
-    assert lock.diffs == ()
-    assert not (root / "patches/diffs").exists() or not any((root / "patches/diffs").iterdir())
+    # Every hand-kept diff replaced is gone; the one holding the new module's whole file was not replaced.
+    assert [(str(d.file), d.patches) for d in lock.diffs] == [
+        ("patches/diffs/03-sampler-and-helper.patch", ("new-helper",))
+    ]
+    assert sorted(p.name for p in (root / "patches/diffs").iterdir()) == ["03-sampler-and-helper.patch"]
     sampler = lock.patch("sampler")
     assert sampler is not None and sampler.base is not None
     assert sampler.base.sha256.hex == sha256_bytes(SAMPLER_BASE) and str(sampler.base.commit) == commit

@@ -64,3 +64,34 @@ def test_lenient_parse_repairs_hand_edited_hunks() -> None:
     assert diffs.apply(files[0].reversed(), on_disk) == base
     # A diff that parses strictly comes back as it is, with no repairs.
     assert diffs.parse_lenient(made) == (diffs.parse(made), [])
+
+
+SHA = "124154a8843d1f8e4d4e2d5d466e2d3ebc3716da"
+HEAD = "9f1c2e3d4b5a69788796a5b4c3d2e1f0a9b8c7d6"
+
+
+def test_provenance_rows_in_the_forms_real_readmes_use() -> None:
+    """Commit, path and references stated in one upstream cell, several files in one cell, follow-ups, links."""
+    text = (
+        "| Patch | Upstream | Why |\n"
+        "|---|---|---|\n"
+        f"| `gpu_worker.py` | `vllm-project/vllm` `main` @ `{SHA}` — `vllm/v1/worker/gpu_worker.py` | vLLM #47282 |\n"
+        f"| `mla.py` | `ROCm/aiter` @ `{SHA}`; backport of PR #812 head `{HEAD}` — `aiter/ops/triton/mla.py` | |\n"
+        f"| `a.py`, `b.py` | `vllm-project/vllm` @ `{SHA}` — `vllm/x/a.py`, `vllm/y/b.py` |"
+        " [#48001](https://github.com/vllm-project/vllm/pull/48001) |\n"
+        "| `gpu_worker.py` reasoning-token follow-up | `vllm-project/vllm` |"
+        " https://github.com/vllm-project/vllm/pull/48100 |\n"
+        "| `helper.py` | new module | |\n"
+    )
+    rows = tables("patches/README.md", text)
+    assert [(r.source, r.file, r.repository, r.commit, r.path, r.new_module) for r in rows] == [
+        ("patches/README.md:3", "gpu_worker.py", "vllm-project/vllm", SHA, "vllm/v1/worker/gpu_worker.py", False),
+        ("patches/README.md:4", "mla.py", "ROCm/aiter", SHA, "aiter/ops/triton/mla.py", False),
+        ("patches/README.md:5", "a.py", "vllm-project/vllm", SHA, "vllm/x/a.py", False),
+        ("patches/README.md:5", "b.py", "vllm-project/vllm", SHA, "vllm/y/b.py", False),
+        ("patches/README.md:6", "gpu_worker.py", "vllm-project/vllm", None, None, False),
+        ("patches/README.md:7", "helper.py", None, None, None, True),
+    ]
+    # The PR number belongs to the row's project, not to "triton" in the path; a linked number once.
+    assert refs(rows[1].text, rows[1].repository) == ["ROCm/aiter#812"]
+    assert refs(rows[2].text, rows[2].repository) == ["vllm-project/vllm#48001"]

@@ -135,7 +135,7 @@ def test_snapshot_resolves_commits_branches_and_tags(upstream: Upstream, cache: 
     assert source.snapshot(upstream.c2[:10]).commit == upstream.c2  # a version string's short id
     assert source.snapshot(upstream.c1.upper()).commit == upstream.c1
     snap = source.snapshot(upstream.c2)
-    assert snap.pin == Pin(kind="git", commit=upstream.c2)
+    assert snap.pin == Pin(kind="git", commit=upstream.c2, path=source.url)  # the URL is recorded with the commit
     # One bare clone per URL, named for people browsing the cache.
     (clone,) = [p for p in (cache / "git").iterdir() if p.is_dir()]
     assert clone == source.path
