@@ -90,8 +90,6 @@ class _Images(Protocol):
 class _Container(Protocol):
     id: str
 
-    def get_archive(self, path: str, chunk_size: int | None = ...) -> tuple[Iterator[bytes], dict[str, Any]]: ...
-
     def remove(self, *, v: bool = ..., force: bool = ...) -> None: ...
 
 
@@ -102,7 +100,12 @@ class _Containers(Protocol):
 
 
 class _LowLevelApi(Protocol):
+    base_url: str
+    api_version: str
+
     def version(self, api_version: bool = ...) -> dict[str, Any]: ...
+
+    def get(self, url: str, **kwargs: Any) -> requests.Response: ...
 
     def pull(
         self, repository: str, tag: str, *, stream: bool, decode: bool, platform: str | None
@@ -346,10 +349,11 @@ class DockerEngine:
         """One path out of the created container, following symlinks as the engine resolves them."""
         for _ in range(_MAX_LINK_HOPS):
             with self._errors(f"reading {path} from {image}"):
-                try:
-                    stream, stat = container.get_archive(path, chunk_size=_CHUNK)
-                except docker.errors.NotFound:
+                archive = self._archive(container, path, image)
+                if archive is None:
                     return None
+                response, stat = archive
+                stream = response.iter_content(_CHUNK)
                 try:
                     mode = int(stat.get("mode", 0))
                     if mode & _MODE_SYMLINK:
@@ -365,8 +369,43 @@ class DockerEngine:
                     self._check_size(path, image, size)
                     return self._extract(stream, path, image)
                 finally:
-                    _close(stream)
+                    # Closes the connection, read or not: an archive nobody reads would keep
+                    # the engine writing into it, holding the container until it gives up.
+                    response.close()
         raise SourceError(f"{path} in {image}: more than {_MAX_LINK_HOPS} symlinks in a row")
+
+    def _archive(self, container: _Container, path: str, image: str) -> tuple[requests.Response, dict[str, Any]] | None:
+        """``GET /containers/{id}/archive``: the open streaming response and the path's stat; None for no such path.
+
+        The SDK's ``get_archive`` hides the response inside a generator that
+        cannot close it before it is started (a refusal by size never starts
+        it), so the request is made here, on the SDK's own session.
+        """
+        api = self._client.api
+        response = api.get(
+            f"{api.base_url}/v{api.api_version}/containers/{container.id}/archive",
+            params={"path": path},
+            headers={"Accept-Encoding": "identity"},
+            stream=True,
+            timeout=self.timeout,
+        )
+        if response.status_code == 404:
+            response.close()
+            return None
+        if response.status_code >= 400:
+            try:
+                why = _one_line(response.json().get("message", "") or response.text)
+            except ValueError:
+                why = _one_line(response.text)
+            response.close()
+            raise SourceError(f"reading {path} from {image}: the engine answered {response.status_code}: {why}")
+        encoded = response.headers.get("X-Docker-Container-Path-Stat")
+        try:
+            stat = docker.utils.decode_json_header(encoded) if encoded else {}
+        except ValueError as e:
+            response.close()
+            raise SourceError(f"reading {path} from {image}: the engine sent an unreadable path stat") from e
+        return response, stat if isinstance(stat, dict) else {}
 
     def _check_size(self, path: str, image: str, size: int) -> None:
         if size > self.max_file_size:
@@ -463,13 +502,6 @@ class _IterReader(io.RawIOBase):
         target[:n] = self._pending[:n]
         self._pending = self._pending[n:]
         return n
-
-
-def _close(stream: Iterator[bytes]) -> None:
-    """Stop an archive stream early (a directory, a symlink, a refusal) without reading it."""
-    close = getattr(stream, "close", None)
-    if callable(close):
-        close()
 
 
 def _one_line(text: str, limit: int = 300) -> str:
