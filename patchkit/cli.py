@@ -85,16 +85,22 @@ def _report_error(e: PatchkitError) -> None:
     help="Cache of upstream clones, wheels and base files (default: $XDG_CACHE_HOME/patchkit; env PATCHKIT_CACHE).",
 )
 @click.option("-v", "--verbose", is_flag=True, help="Show tracebacks for errors.")
+@click.option(
+    "--no-wait",
+    is_flag=True,
+    envvar="PATCHKIT_NO_WAIT",
+    help="Fail at once (exit 1) when another patchkit is writing the repository, instead of waiting for it.",
+)
 @click.version_option(__version__, prog_name="patchkit")
 @click.pass_context
-def cli(ctx: click.Context, repo_dir: Path | None, cache_dir: Path | None, verbose: bool) -> None:
+def cli(ctx: click.Context, repo_dir: Path | None, cache_dir: Path | None, verbose: bool, no_wait: bool) -> None:
     """patchkit: pin, check and ship the patches, artifacts and images of a deployment.
 
     The lockfile (lockfile.toml) pins every image digest, the model revision,
     upstream commits and the sha256 of every file the deployment runs.
     `patchkit check` proves the repository matches it.
     """
-    ctx.obj = {"verbose": verbose, "repo_dir": repo_dir}
+    ctx.obj = {"verbose": verbose, "repo_dir": repo_dir, "no_wait": no_wait}
     if cache_dir is not None:
         import os
 
@@ -115,9 +121,15 @@ def _repo(ctx: click.Context) -> Any:
     return Repo(root)
 
 
-def _open(ctx: click.Context, *, writes: bool = False) -> tuple[Any, Any, bytes]:
-    """The repository and its lockfile; a writing command first finishes an interrupted write."""
+def _open(ctx: click.Context, *, writes: bool = False, locks: bool = False) -> tuple[Any, Any, bytes]:
+    """The repository and its lockfile; a writing command first takes the write lock.
+
+    Under the lock it finishes an interrupted write and only then reads the
+    lockfile, so its read-modify-write never loses another writer's change.
+    """
     repo = _repo(ctx)
+    if writes or locks:
+        _lock(ctx, repo.root)
     if writes:
         from patchkit.repo import recover
 
@@ -125,6 +137,20 @@ def _open(ctx: click.Context, *, writes: bool = False) -> tuple[Any, Any, bytes]
             click.echo("patchkit: finished a write that was interrupted earlier", err=True)
     lock, data = repo.read_lockfile()
     return repo, lock, data
+
+
+def _lock(ctx: click.Context, root: Path) -> None:
+    """Hold the repository's exclusive write lock until the command ends (once per process)."""
+    from patchkit.repo import lock_repository
+
+    top = ctx.find_root()
+    if top.obj.get("lock") is not None:
+        return
+    held = lock_repository(
+        root, wait=not top.obj.get("no_wait"), on_wait=lambda message: click.echo(f"patchkit: {message}", err=True)
+    )
+    top.obj["lock"] = held
+    top.call_on_close(held.release)
 
 
 def _cache() -> Path:
@@ -238,9 +264,12 @@ def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, insecur
     the local cache; otherwise a note says so.
     """
     from patchkit.check import check as run_check
+    from patchkit.repo import pending_journal
     from patchkit.report import render
 
-    repo, lock, data = _open(ctx)
+    # While a write is journaled, its writer may still be renaming files in:
+    # wait for it, so check sees one state, never a mix of two.
+    repo, lock, data = _open(ctx, locks=pending_journal(_repo(ctx).root))
     result = run_check(repo, lock, data, _store())
     if image_bases and not online:
         from patchkit.errors import BadInput
@@ -542,6 +571,7 @@ def rebase(
 
     if abort:
         repo = _repo(ctx)
+        _lock(ctx, repo.root)
         click.echo("rebase aborted; the repository is as it was" if rb.abort(repo) else "no rebase in progress")
         return
     repo, lockf, data = _open(ctx, writes=True)
@@ -659,6 +689,7 @@ def status(ctx: click.Context, fmt: str) -> None:
     from patchkit.repo import recover
 
     repo = _repo(ctx)
+    _lock(ctx, repo.root)
     finished = recover(repo.root)
     state = rb.status(repo)
     state["finished_interrupted_write"] = finished
