@@ -344,6 +344,13 @@ def add(repo: Repo, lock: Lockfile, req: AddRequest, store: BlobStore) -> Outcom
                 f"--target {target} is already claimed by '{claimed[str(target)]}'",
                 "each container path can be mounted from one file only",
             )
+        prefix = f"{target}/"
+        for other, owner in sorted(claimed.items()):
+            if prefix.startswith(f"{other}/") or other.startswith(prefix):
+                raise BadInput(
+                    f"--target {target} and the target {other} of '{owner}' nest: a file cannot also be a directory",
+                    "give each file a target that is not below another file's target",
+                )
     elif kind != "artifact":
         raise BadInput(f"--target is required for a {kind}", "pass the absolute path it is mounted at")
 
