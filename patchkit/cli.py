@@ -575,6 +575,10 @@ def rebase(
         click.echo("rebase aborted; the repository is as it was" if rb.abort(repo) else "no rebase in progress")
         return
     repo, lockf, data = _open(ctx, writes=True)
+    if summary is not None:
+        from patchkit.repo import output_target
+
+        output_target(summary, repo, lockf)  # refused before anything is committed
     store = _store()
     if cont:
         result, outcome = rb.resume(repo, lockf, data, store, drop)
@@ -583,17 +587,17 @@ def rebase(
             return
         _print_changes(outcome, fmt, "nothing changed")
         if summary is not None:
-            from patchkit.repo import atomic_write
+            from patchkit.repo import atomic_write, output_target
 
-            atomic_write(summary, rb.summary_markdown(result).encode())
+            atomic_write(output_target(summary, repo, lockf), rb.summary_markdown(result).encode())
         return
     started = rb.start(
         repo, lockf, data, onto=onto, upstream=upstream_name, source=source, cache=_cache(), store=store, drop=drop
     )
     if summary is not None:
-        from patchkit.repo import atomic_write
+        from patchkit.repo import atomic_write, output_target
 
-        atomic_write(summary, rb.summary_markdown(started.plan).encode())
+        atomic_write(output_target(summary, repo, lockf), rb.summary_markdown(started.plan).encode())
     if fmt == "json":
         doc = rb.result_json(started.plan)
         doc["committed"] = started.outcome is not None
@@ -639,6 +643,10 @@ def bump(
     from patchkit.sources.image import commit_prefix
 
     repo, lockf, data = _open(ctx, writes=True)
+    if summary is not None:
+        from patchkit.repo import output_target
+
+        output_target(summary, repo, lockf)  # refused before anything is committed
     upstream_found, pins = bump_plan(lockf, image_ref, upstream_name)
     started = rb.start(
         repo,
@@ -653,9 +661,9 @@ def bump(
         image_pins=pins,
     )
     if summary is not None:
-        from patchkit.repo import atomic_write
+        from patchkit.repo import atomic_write, output_target
 
-        atomic_write(summary, rb.summary_markdown(started.plan).encode())
+        atomic_write(output_target(summary, repo, lockf), rb.summary_markdown(started.plan).encode())
     version = started.plan.new_pin.version
     if fmt == "json":
         doc = rb.result_json(started.plan)
@@ -882,7 +890,13 @@ def emit(ctx: click.Context, profiles: tuple[str, ...], verify: bool, fmt: str) 
 
 
 @cli.command()
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True, help="The .tar.gz.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="The .tar.gz: a new file in an existing directory, or a regular file to replace; - for standard output.",
+)
 @click.pass_context
 def bundle(ctx: click.Context, output: Path) -> None:
     """Build the production bundle: compose files, entrypoint, Caddyfile, lockfile, the files that run.
@@ -895,12 +909,20 @@ def bundle(ctx: click.Context, output: Path) -> None:
     """
     from patchkit.bundle import build_bundle, collect_files_that_run
     from patchkit.hashing import sha256_bytes
-    from patchkit.repo import atomic_write
+    from patchkit.repo import atomic_write, output_target
 
     repo, lockf, data = _open(ctx)
+    to_stdout = str(output) == "-"
+    target = None if to_stdout else output_target(output, repo, lockf)
     archive = build_bundle(repo, lockf, data, collect_files_that_run(repo, lockf, _store(), _cache()))
-    atomic_write(output, archive)
-    click.echo(f"wrote {output} ({len(archive)} bytes, sha256 {sha256_bytes(archive)})")
+    if target is None:
+        stream = click.get_binary_stream("stdout")
+        stream.write(archive)
+        stream.flush()
+    else:
+        atomic_write(target, archive)
+    shown = "standard output" if to_stdout else str(output)
+    click.echo(f"wrote {shown} ({len(archive)} bytes, sha256 {sha256_bytes(archive)})", err=to_stdout)
 
 
 @cli.command("verify-bundle")

@@ -168,6 +168,49 @@ def contained(root: Path, rel: str) -> Path:
     return root / rel
 
 
+def output_target(path: Path, repo: Repo | None = None, lock: Lockfile | None = None) -> Path:
+    """Where a command may write an output file the user named (``bundle -o``, ``--summary``).
+
+    Only over a regular file, or at a new name in a directory that exists
+    (nothing is created on the way); never over a device, a link or a
+    directory, and never over a file the deployment is made of (the lockfile,
+    SHA256SUMS, a pinned file, a compose file) or into patchkit's managed
+    directories. Raises ``BadInput`` saying which.
+    """
+    absolute = Path(os.path.abspath(path))
+    try:
+        st = os.lstat(absolute)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise BadInput(f"{path}: cannot inspect ({e.strerror})") from e
+    hint = "name a new file in an existing directory, or pass - to write to standard output"
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        what = (
+            "a symlink"
+            if stat.S_ISLNK(st.st_mode)
+            else "a directory"
+            if stat.S_ISDIR(st.st_mode)
+            else ("not a regular file (a device, FIFO or socket)")
+        )
+        raise BadInput(f"{path}: is {what}; refusing to write over it", hint)
+    parent = absolute.parent
+    if st is None and not parent.is_dir():
+        raise BadInput(f"{path}: directory {parent} does not exist; nothing is created on the way", hint)
+    if repo is not None:
+        where = parent.resolve() / absolute.name
+        if where.is_relative_to(repo.root):
+            rel = where.relative_to(repo.root).as_posix()
+            protected = {LOCKFILE_NAME, "SHA256SUMS", "deploy.toml"}
+            if lock is not None:
+                protected |= {str(f) for _, f, _ in lock.files()}
+            top = rel.split("/", 1)[0]
+            is_compose = "/" not in rel and rel.startswith("compose") and rel.endswith((".yaml", ".yml"))
+            if rel in protected or is_compose or top in (*MANAGED_DIRS, WORK_DIR, ".git"):
+                raise BadInput(f"{path}: is part of the deployment ({rel}); refusing to write over it", hint)
+    return absolute
+
+
 LOCK_FILE = f"{WORK_DIR}/lock"
 
 
