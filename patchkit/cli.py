@@ -58,15 +58,18 @@ def _verbose(ctx: click.Context) -> bool:
 
 
 def _report_error(e: PatchkitError) -> None:
+    """One line per problem (and its fix); names in messages cannot forge lines or reach the terminal raw."""
+    from patchkit.report import printable
+
     if isinstance(e, LockfileError):
         for p in e.problems:
-            click.echo(f"patchkit: error: {p.render()}", err=True)
+            click.echo(f"patchkit: error: {printable(p.render())}", err=True)
             if p.hint:
-                click.echo(f"  fix: {p.hint}", err=True)
+                click.echo(f"  fix: {printable(p.hint)}", err=True)
         return
-    click.echo(f"patchkit: error: {e.message}", err=True)
+    click.echo(f"patchkit: error: {printable(e.message)}", err=True)
     if e.hint:
-        click.echo(f"  fix: {e.hint}", err=True)
+        click.echo(f"  fix: {printable(e.hint)}", err=True)
 
 
 @click.group(cls=_Group, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
@@ -166,25 +169,22 @@ def _store() -> Any:
 
 
 def _print_changes(outcome: Any, fmt: str, nothing: str) -> None:
+    from patchkit.report import json_safe, printable
+
     if fmt == "json":
-        click.echo(
-            json.dumps(
-                {
-                    "changes": [c.as_dict() for c in outcome.changes],
-                    "written": outcome.written,
-                    "removed": outcome.removed,
-                },
-                indent=2,
-                sort_keys=True,
-            )
-        )
+        doc = {
+            "changes": [c.as_dict() for c in outcome.changes],
+            "written": outcome.written,
+            "removed": outcome.removed,
+        }
+        click.echo(json.dumps(json_safe(doc), indent=2, sort_keys=True))
         return
     for c in outcome.changes:
-        click.echo(f"{c.what}: {c.old} -> {c.new}")
+        click.echo(printable(f"{c.what}: {c.old} -> {c.new}"))
     for rel in outcome.removed:
-        click.echo(f"removed {rel}")
+        click.echo(f"removed {printable(rel)}")
     for rel in outcome.written:
-        click.echo(f"wrote {rel}")
+        click.echo(f"wrote {printable(rel)}")
     if not outcome.changes and not outcome.written and not outcome.removed:
         click.echo(nothing)
 
@@ -935,13 +935,16 @@ def verify_bundle(path: Path, fmt: str) -> None:
     duplicates before anything is written.
     """
     from patchkit.bundle import verify_bundle as run
+    from patchkit.report import json_safe
 
     problems = run(path)
     if fmt == "json":
-        click.echo(json.dumps({"ok": not problems, "problems": problems}, indent=2))
+        click.echo(json.dumps({"ok": not problems, "problems": json_safe(problems)}, indent=2))
     else:
+        from patchkit.report import printable
+
         for problem in problems:
-            click.echo(problem)
+            click.echo(printable(problem))
         click.echo("verify-bundle: " + ("ok" if not problems else f"FAILED: {len(problems)} problem(s)"))
     sys.exit(EXIT_FINDINGS if problems else EXIT_OK)
 

@@ -23,6 +23,7 @@ from patchkit.errors import EXIT_FINDINGS, BadInput, PatchkitError
 from patchkit.hashing import sha256_bytes
 from patchkit.lockfile import Artifact, Base, DiffPin, Lockfile, Patch, PatchKind, Upstream
 from patchkit.repo import MANAGED_DIRS, Escape, Repo, write_all
+from patchkit.report import printable
 from patchkit.values import ContainerPath, Reference, RepoPath, Revision, Sha256, UpstreamPath, check_name
 
 
@@ -310,6 +311,12 @@ def add(repo: Repo, lock: Lockfile, req: AddRequest, store: BlobStore) -> Outcom
     src = Path(os.path.abspath(src))
     inside = src.is_relative_to(repo.root)
     rel: str | None = repo.rel(src) if inside else None
+    for candidate in (rel, f"patches/{src.name}"):
+        if candidate is not None:
+            try:
+                RepoPath(candidate)
+            except ValueError as e:
+                raise BadInput(printable(str(e))) from e
     kind = _infer_kind(req, rel)
     if kind not in _KINDS:
         raise BadInput(f"--kind: unknown kind '{kind}' ({', '.join(_KINDS)})")
