@@ -916,9 +916,8 @@ def bundle(ctx: click.Context, output: Path) -> None:
     target = None if to_stdout else output_target(output, repo, lockf)
     archive = build_bundle(repo, lockf, data, collect_files_that_run(repo, lockf, _store(), _cache()))
     if target is None:
-        stream = click.get_binary_stream("stdout")
-        stream.write(archive)
-        stream.flush()
+        sys.stdout.buffer.write(archive)
+        sys.stdout.buffer.flush()
     else:
         atomic_write(target, archive)
     shown = "standard output" if to_stdout else str(output)

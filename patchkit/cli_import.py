@@ -48,7 +48,9 @@ def import_(ctx: click.Context, path: Path, dry_run: bool, normalize: bool, fetc
     from patchkit.importing.adopt import import_repository
 
     root = path.resolve()
-    if not dry_run and root.is_dir():
+    if normalize and not dry_run and (root / "lockfile.toml").is_file():
+        # --normalize rewrites a deployment's files: it holds the write lock. A
+        # plain import writes one new file (or nothing) and leaves no work area.
         _lock(ctx, root)
     result = None
     if not (normalize and (root / "lockfile.toml").exists()):
