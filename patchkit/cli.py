@@ -36,7 +36,10 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except PatchkitError as e:
             if _verbose(ctx):
-                raise
+                # The traceback, then the same message and exit code as without --verbose.
+                import traceback
+
+                traceback.print_exc(file=sys.stderr)
             _report_error(e)
             ctx.exit(e.exit_code)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
@@ -44,9 +47,11 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             click.echo("patchkit: interrupted; nothing was half-written", err=True)
             ctx.exit(130)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - the one place a bug becomes exit 4 instead of a traceback
             if _verbose(ctx):
-                raise
+                import traceback
+
+                traceback.print_exc(file=sys.stderr)
             click.echo(f"patchkit: internal error: {type(e).__name__}: {e}", err=True)
             click.echo("  rerun with --verbose for the traceback, and please report it", err=True)
             ctx.exit(EXIT_INTERNAL)
@@ -701,18 +706,19 @@ def status(ctx: click.Context, fmt: str) -> None:
     finished = recover(repo.root)
     state = rb.status(repo)
     state["finished_interrupted_write"] = finished
+    broken = state["rebase"] is not None and "error" in state["rebase"]
     if fmt == "json":
         click.echo(json.dumps(state, indent=2, sort_keys=True))
-        return
+        ctx.exit(EXIT_BAD_INPUT if broken else EXIT_OK)
     if finished:
         click.echo("finished a write of several files that was interrupted")
     r = state["rebase"]
     if r is None:
         click.echo("no rebase in progress")
         return
-    if "error" in r:
-        click.echo(r["error"])
-        return
+    if broken:
+        click.echo(f"patchkit: error: {r['error']}", err=True)
+        ctx.exit(EXIT_BAD_INPUT)
     click.echo(f"rebase of {r['upstream']} in progress: {r['from']} -> {r['to']}")
     for f in r["conflicts"]:
         left = "resolved" if f["resolved"] else f"markers at lines {', '.join(map(str, f['markers'][:5]))}"

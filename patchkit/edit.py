@@ -205,7 +205,13 @@ def relock(repo: Repo, lock: Lockfile, store: BlobStore) -> Outcome:
                 diff_bytes = current(p.diff.file, f"diff of '{p.name}'")
                 consistent = False
                 try:
-                    consistent = sha256_bytes(base_of_committed(p, data, diff_bytes)) == p.base.sha256.hex
+                    # Consistent: it names the base (a/PATH, b/PATH, like check's diff-header) and,
+                    # reversed onto the overlay, gives exactly the pinned base.
+                    heads = diffs.parse(diff_bytes)[0]
+                    named = {diffs.strip_prefix(heads.old_path), diffs.strip_prefix(heads.new_path)}
+                    consistent = named == {str(p.base.path)} and (
+                        sha256_bytes(base_of_committed(p, data, diff_bytes)) == p.base.sha256.hex
+                    )
                 except (diffs.DiffError, diffs.ApplyError):
                     consistent = False
                 if not consistent:
@@ -521,6 +527,32 @@ class PatchDiff:
     path: str
 
 
+def apply_diff_only(repo: Repo, p: Patch, base: bytes) -> bytes:
+    """The file a diff-only patch runs: its committed diff applied to its base; a stale diff is bad input.
+
+    ``check`` reports the same as ``diff-stale``; here the command cannot go
+    on, so it stops with the diff's file and line.
+    """
+    if p.diff is None:
+        raise BadInput(f"'{p.name}' has neither a file nor a diff")
+    rel = str(p.diff.file)
+    try:
+        data = repo.check_inside(rel).read_bytes()
+    except FileNotFoundError as e:
+        raise BadInput(f"{rel}: the diff of '{p.name}' is missing", f"restore it: git checkout -- {rel}") from e
+    except Escape as e:
+        raise BadInput(f"{rel} (diff of '{p.name}') {e}") from e
+    if not data:
+        return base
+    try:
+        return diffs.apply(diffs.parse(data)[0], base)
+    except (diffs.DiffError, diffs.ApplyError) as e:
+        raise BadInput(
+            f"{rel}:{e.line}: the diff of '{p.name}' does not apply to its pinned base: {e.message}",
+            f"restore the diff that matches the pin (git checkout -- {rel}), or re-add the patch with --base FILE",
+        ) from e
+
+
 def regenerate_diffs(repo: Repo, lock: Lockfile, names: tuple[str, ...], store: BlobStore) -> list[PatchDiff]:
     """The canonical diff of each named overlay (all overlays when ``names`` is empty)."""
     unknown = [n for n in names if lock.patch(n) is None]
@@ -540,13 +572,7 @@ def regenerate_diffs(repo: Repo, lock: Lockfile, names: tuple[str, ...], store: 
                 f"'{p.name}': its base ({p.base.path}, sha256 {p.base.sha256.short}…) is not available offline",
                 "restore the committed diff (git checkout), or re-add the patch with --base FILE",
             )
-        if p.file is not None:
-            current = repo.path(p.file).read_bytes()
-        elif p.diff is None:
-            raise BadInput(f"'{p.name}' has neither a file nor a diff")
-        else:
-            fd = diffs.parse(repo.path(p.diff.file).read_bytes())
-            current = diffs.apply(fd[0], base)
+        current = repo.path(p.file).read_bytes() if p.file is not None else apply_diff_only(repo, p, base)
         d = canonical_diff(base, current, p.base.path)
         parsed = diffs.parse(d)[0] if d else None
         out.append(
