@@ -31,8 +31,11 @@ def _findings(invoke: Invoke, root: Path) -> list[tuple[str, str, int | None, st
 def test_lock_refuses_to_repin_a_diff_naming_etc_passwd(deploy: Path, invoke: Invoke) -> None:
     evil = (deploy / DIFF).read_bytes().replace(b"a/vllm/v1/kv_offload/cpu/gpu_worker.py", b"a/../../etc/passwd")
     _repin_diff(deploy, evil)
-    assert ("diff-invalid", DIFF, 1, "diff of 'kv-restore-fence' does not parse: the header names "
-            "'a/../../etc/passwd', a path outside the tree; a diff covers a file in it") in _findings(invoke, deploy)  # fmt: skip
+    message = (
+        "diff of 'kv-restore-fence' does not parse: the header names 'a/../../etc/passwd', a path outside "
+        "the tree; a diff covers a file in it"
+    )
+    assert ("diff-invalid", DIFF, 1, message) in _findings(invoke, deploy)
     r = invoke("lock", repo=deploy)
     assert r.exit_code == 0, r.stderr
     assert f"{DIFF}: stale diff -> regenerated from the base" in r.stdout
