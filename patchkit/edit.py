@@ -527,6 +527,16 @@ class PatchDiff:
     path: str
 
 
+def read_pinned(repo: Repo, rel: str, name: str) -> bytes:
+    """A pinned patch file, read only when it is a regular file inside the repository (never a FIFO or a link)."""
+    try:
+        return repo.check_inside(rel).read_bytes()
+    except FileNotFoundError as e:
+        raise BadInput(f"{rel} (patch '{name}') is pinned but missing", f"restore it: git checkout -- {rel}") from e
+    except Escape as e:
+        raise BadInput(f"{rel} (patch '{name}') {e}") from e
+
+
 def apply_diff_only(repo: Repo, p: Patch, base: bytes) -> bytes:
     """The file a diff-only patch runs: its committed diff applied to its base; a stale diff is bad input.
 
@@ -572,7 +582,7 @@ def regenerate_diffs(repo: Repo, lock: Lockfile, names: tuple[str, ...], store: 
                 f"'{p.name}': its base ({p.base.path}, sha256 {p.base.sha256.short}…) is not available offline",
                 "restore the committed diff (git checkout), or re-add the patch with --base FILE",
             )
-        current = repo.path(p.file).read_bytes() if p.file is not None else apply_diff_only(repo, p, base)
+        current = read_pinned(repo, str(p.file), p.name) if p.file is not None else apply_diff_only(repo, p, base)
         d = canonical_diff(base, current, p.base.path)
         parsed = diffs.parse(d)[0] if d else None
         out.append(

@@ -26,7 +26,7 @@ from typing import Any
 
 from patchkit.cache import BlobStore
 from patchkit.edit import Outcome as WriteOutcome
-from patchkit.edit import apply_diff_only, canonical_diff, finish, recover_base
+from patchkit.edit import apply_diff_only, canonical_diff, finish, read_pinned, recover_base
 from patchkit.errors import BadInput, PatchkitError
 from patchkit.hashing import sha256_bytes
 from patchkit.lockfile import Base, DiffPin, Lockfile, Patch, PatchKind, Upstream, dumps
@@ -98,7 +98,7 @@ class Plan:
 
 def _ours(repo: Repo, p: Patch, base: bytes) -> bytes:
     if p.file is not None:
-        return repo.path(p.file).read_bytes()
+        return read_pinned(repo, str(p.file), p.name)
     return apply_diff_only(repo, p, base)
 
 

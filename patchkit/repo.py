@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from patchkit.errors import BadInput, PatchkitError, WriteFailed
 from patchkit.values import RepoPath
@@ -165,6 +165,9 @@ def contained(root: Path, rel: str) -> Path:
             )
         if i < len(parts) - 1 and not stat.S_ISDIR(st.st_mode):
             raise BadInput(f"{shown} is not a directory; cannot write {rel}")
+        if i == len(parts) - 1 and not stat.S_ISREG(st.st_mode):
+            what = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file (a FIFO, device or socket)"
+            raise BadInput(f"{rel} is {what}; refusing to write or delete it", "replace it with a regular file")
     return root / rel
 
 
@@ -400,10 +403,36 @@ def recover(root: Path) -> bool:
         journal.unlink()
         _remove_stale_temporaries(root)
         return False
-    _carry_out(root, [(a, b) for a, b in record["replace"]], list(record["delete"]))
+    try:
+        replace, delete = _journal_entries(root, record)
+    except (KeyError, TypeError, ValueError, BadInput) as e:
+        # Not a journal patchkit wrote: carrying it out could rename or delete anything.
+        raise BadInput(
+            f"{JOURNAL}: not a journal patchkit wrote ({e}); nothing was changed",
+            f"inspect it, then delete {JOURNAL} and check the repository (patchkit check)",
+        ) from e
+    _carry_out(root, replace, delete)
     journal.unlink()
     _remove_stale_temporaries(root)
     return True
+
+
+def _journal_entries(root: Path, record: Any) -> tuple[list[tuple[str, str]], list[str]]:
+    """The renames and deletions of a journal, each proven to stay inside the repository."""
+    replace = [(str(pair[0]), str(pair[1])) for pair in record["replace"] if len(pair) == 2 or _bad(pair)]
+    delete = [str(d) for d in record["delete"]]
+    for tmp, rel in replace:
+        if not Path(tmp).name.startswith(TMP_PREFIX):
+            raise ValueError(f"{tmp} is not a file patchkit staged")
+        contained(root, tmp)
+        contained(root, rel)
+    for rel in delete:
+        contained(root, rel)
+    return replace, delete
+
+
+def _bad(pair: object) -> bool:
+    raise ValueError(f"{pair!r} is not a rename")
 
 
 def _remove_stale_temporaries(root: Path) -> None:
