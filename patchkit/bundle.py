@@ -21,10 +21,14 @@ epoch (``source_date_epoch``, else ``$SOURCE_DATE_EPOCH``, else 0), GNU tar
 format (integer times, no pax records), gzip at level 9 with no file name and
 mtime 0. Everything the lockfile pins is checked against its pin first.
 
-``verify_bundle`` unpacks into a temporary directory, refusing absolute
-names, ``..``, links, devices, duplicates and oversized members, then checks
-SHA256SUMS (every file listed and matching, nothing unlisted) and every pin of
-the bundled lockfile.
+``verify_bundle`` reads the archive block by block as GNU ``tar -xzf`` does
+(not as Python's tarfile, which stops at a bad block where GNU tar skips it
+and reads on), refusing a block that is no header, anything but zeros after
+the end-of-archive block, unbounded long names and pax headers, modes and
+owners other than the format's, absolute names, ``..``, links, devices,
+duplicates and oversized members. It unpacks into a temporary directory,
+then checks SHA256SUMS (every file listed and matching, nothing unlisted,
+no directory that holds none of them) and every pin of the bundled lockfile.
 """
 
 from __future__ import annotations
