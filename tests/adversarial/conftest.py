@@ -1,8 +1,15 @@
 """Shared helpers of the adversarial tests: patchkit run as a real process, as an attacker drives it.
 
-Each module here is one attack surface (the bundle, paths and links, the
-write lock, the registry client, YAML, diffs, rebase, text output, signatures);
-``corpus.py`` holds the corrupted fixtures every command is run on.
+One module per attack surface: ``test_bundle_attacks`` (what GNU tar would
+extract, ``bundle -o``), ``test_paths`` (symlinks and traversal),
+``test_lock`` (concurrent writers, the soak), ``test_registry_deadline`` (a
+dripping registry), ``test_yaml`` (alias bombs, recursion), ``test_diffs``
+(hostile headers and hunks, nested lockfiles), ``test_rebase_attacks``
+(links, markers, state), ``test_output`` (names in text and JSON),
+``test_check_findings`` (special files, nested targets, staged leftovers),
+``test_signature_armor`` (parity with ssh-keygen). ``corpus.py`` holds the
+corrupted deployments ``test_no_internal_error`` runs every command on: add
+an attack there, or a module here.
 """
 
 from __future__ import annotations
