@@ -21,10 +21,14 @@ epoch (``source_date_epoch``, else ``$SOURCE_DATE_EPOCH``, else 0), GNU tar
 format (integer times, no pax records), gzip at level 9 with no file name and
 mtime 0. Everything the lockfile pins is checked against its pin first.
 
-``verify_bundle`` unpacks into a temporary directory, refusing absolute
-names, ``..``, links, devices, duplicates and oversized members, then checks
-SHA256SUMS (every file listed and matching, nothing unlisted) and every pin of
-the bundled lockfile.
+``verify_bundle`` reads the archive block by block as GNU ``tar -xzf`` does
+(not as Python's tarfile, which stops at a bad block where GNU tar skips it
+and reads on), refusing a block that is no header, anything but zeros after
+the end-of-archive block, unbounded long names and pax headers, modes and
+owners other than the format's, absolute names, ``..``, links, devices,
+duplicates and oversized members. It unpacks into a temporary directory,
+then checks SHA256SUMS (every file listed and matching, nothing unlisted,
+no directory that holds none of them) and every pin of the bundled lockfile.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import os
 import stat
 import tarfile
 import tempfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -274,18 +279,281 @@ def _name_problem(name: str) -> str | None:
     return None
 
 
-def _members(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
+BLOCK = 512
+# A GNU long name longer than PATH_MAX names no file GNU tar could create; a
+# pax header is a few records of such names and numbers.
+MAX_LONG_NAME = 4096
+MAX_PAX = 16 * 1024
+_REGULAR = (b"0", b"\0")
+_DEVICES = (b"3", b"4", b"6")
+_EXTENSIONS = {b"g": "pax global header", b"K": "GNU long link name"}
+# pax records GNU tar applies to the next member; the rest (times, charset) change nothing we check.
+_PAX_FIELDS = {"path": "name", "linkpath": "linkname", "size": "size", "uid": "uid", "gid": "gid"}
+_PAX_NAMES = {"uname": "uname", "gname": "gname"}
+
+
+class _Member:
+    """One tar member as GNU tar will extract it: the header fields the bundle format fixes."""
+
+    __slots__ = ("gid", "gname", "linkname", "mode", "name", "offset", "size", "type", "uid", "uname")
+
+    def __init__(self, header: bytes, name: bytes, offset: int) -> None:
+        self.offset = offset
+        self.type = header[156:157]
+        self.name = name.decode("utf-8", "surrogateescape")
+        self.mode = _number(header[100:108])
+        self.uid = _number(header[108:116])
+        self.gid = _number(header[116:124])
+        self.size = _number(header[124:136])
+        self.linkname = _cstr(header[157:257]).decode("utf-8", "surrogateescape")
+        self.uname = _cstr(header[265:297]).decode("utf-8", "surrogateescape")
+        self.gname = _cstr(header[297:329]).decode("utf-8", "surrogateescape")
+
+
+class _NotTar(Exception):
+    """A block that is neither a tar header, member data nor end-of-archive zeros."""
+
+
+def _cstr(field: bytes) -> bytes:
+    return field.split(b"\0", 1)[0]
+
+
+def _number(field: bytes) -> int:
+    """A numeric header field: octal digits (NUL/space padded) or GNU base-256 (high bit set)."""
+    if field[:1] and field[0] & 0x80:
+        value = field[0] & 0x3F
+        for byte in field[1:]:
+            value = value * 256 + byte
+        if field[0] & 0x40:  # negative base-256: nothing in a bundle is negative
+            raise _NotTar("a negative number in a header field")
+        return value
+    text = field.split(b"\0", 1)[0].strip(b" ")
+    if not text:
+        return 0
+    if not all(48 <= c <= 55 for c in text):
+        raise _NotTar(f"header field {field!r} is not an octal number")
+    return int(text, 8)
+
+
+def _is_header(block: bytes) -> bool:
+    """Whether ``block``'s checksum holds (GNU tar accepts the unsigned or the signed byte sum)."""
+    try:
+        stored = _number(block[148:156])
+    except _NotTar:
+        return False
+    rest = block[:148] + b" " * 8 + block[156:]
+    unsigned = sum(rest)
+    signed = sum(b - 256 if b > 127 else b for b in rest)
+    return stored in (unsigned, signed)
+
+
+class _Blocks:
+    """The decompressed archive read in 512-byte blocks, with the offset of each."""
+
+    def __init__(self, stream: io.RawIOBase) -> None:
+        self.stream = stream
+        self.offset = 0
+        self.read_to_end = False  # every block was read, so every member was seen
+
+    def read(self, n: int) -> bytes:
+        """Exactly ``n`` bytes, fewer only at the end of the archive."""
+        parts = []
+        left = n
+        while left > 0:
+            data = self.stream.read(left)
+            if not data:
+                break
+            parts.append(data)
+            left -= len(data)
+        out = b"".join(parts)
+        self.offset += len(out)
+        return out
+
+    def skip_padding(self, size: int) -> None:
+        self.read(-size % BLOCK)
+
+
+def _tar_members(blocks: _Blocks, problems: list[str], max_member: int) -> Iterator[tuple[_Member, bytes | None]]:
+    """Every member GNU tar would extract, in order, with its data (None when refused unread).
+
+    Stricter than Python's tarfile where the two differ, so that what is
+    verified is what ``tar -xzf`` writes: a block that is not a valid header
+    is refused (GNU tar skips it and reads on, Python stops there), anything
+    but zeros after the end-of-archive block is refused (GNU tar stops there,
+    an attacker's next member would be invisible to one reader only), and a
+    GNU long name is bounded before it is read. Problems are appended;
+    iteration stops when the rest of the archive cannot be trusted.
+    """
+    long_name: bytes | None = None
+    pax: dict[str, str] | None = None
     while True:
-        ti = tar.next()
-        if ti is None:
+        at = blocks.offset
+        header = blocks.read(BLOCK)
+        if not header:
+            problems.append("the archive ends without its end-of-archive blocks (cut short?)")
+            blocks.read_to_end = True
             return
-        yield ti
+        if len(header) < BLOCK:
+            problems.append(f"the archive ends inside a header at byte {at} (cut short)")
+            return
+        if header == bytes(BLOCK):
+            _rest_is_zeros(blocks, problems)
+            blocks.read_to_end = True
+            return
+        if not _is_header(header):
+            problems.append(
+                f"byte {at}: a block that is not a tar header (bad checksum); GNU tar would skip it and read "
+                "the members after it; refused"
+            )
+            return
+        kind = header[156:157]
+        try:
+            size = _number(header[124:136])
+        except _NotTar as e:
+            problems.append(f"byte {at}: {e}; refused")
+            return
+        if kind == b"L":
+            if long_name is not None:
+                problems.append(f"byte {at}: two GNU long names in a row; refused")
+                return
+            if size > MAX_LONG_NAME:
+                problems.append(
+                    f"byte {at}: a GNU long name of {size} bytes, over the {MAX_LONG_NAME}-byte limit; refused"
+                )
+                return
+            data = blocks.read(size)
+            blocks.skip_padding(size)
+            if len(data) < size:
+                problems.append(f"byte {at}: the archive ends inside a GNU long name (cut short)")
+                return
+            long_name = _cstr(data)
+            continue
+        if kind == b"x":
+            if pax is not None or size > MAX_PAX:
+                what = "two pax headers in a row" if pax is not None else f"a pax header of {size} bytes"
+                problems.append(f"byte {at}: {what}, over the {MAX_PAX}-byte limit; refused")
+                return
+            data = blocks.read(size)
+            blocks.skip_padding(size)
+            try:
+                pax = _pax_records(data)
+            except _NotTar as e:
+                problems.append(f"byte {at}: {e}; refused")
+                return
+            continue
+        if kind in _EXTENSIONS:
+            problems.append(f"byte {at}: a {_EXTENSIONS[kind]}, which the bundle format never holds; refused")
+            return
+        name = long_name if long_name is not None else _cstr(header[0:100])
+        if long_name is None and header[257:263] == b"ustar\0" and header[345] != 0:
+            name = _cstr(header[345:500]) + b"/" + name  # POSIX ustar prefix
+        long_name = None
+        if kind == b"5":
+            name = name.removesuffix(b"/")  # a directory's name ends with "/" in the header
+        try:
+            member = _Member(header, name, at)
+            if pax is not None:
+                _apply_pax(member, pax)
+        except _NotTar as e:
+            problems.append(f"byte {at}: {e}; refused")
+            return
+        pax = None
+        size = member.size
+        if len(member.name) > MAX_LONG_NAME:
+            problems.append(f"byte {at}: a name of {len(member.name)} characters; refused")
+            return
+        if kind not in (*_REGULAR, b"5"):
+            # Links and devices have no data GNU tar reads; anything else is refused unread too.
+            yield member, None
+            if size:
+                problems.append(f"byte {at}: a member without data claims {size} bytes; refused")
+                return
+            continue
+        if kind == b"5":
+            yield member, b""
+            continue
+        if size > max_member:
+            yield member, None
+            return
+        data = blocks.read(size)
+        blocks.skip_padding(size)
+        yield member, data
+        if len(data) < size:
+            return
+
+
+def _pax_records(data: bytes) -> dict[str, str]:
+    """The ``LEN key=value\\n`` records of a pax extended header."""
+    records: dict[str, str] = {}
+    pos = 0
+    while pos < len(data) and data[pos] != 0:
+        space = data.find(b" ", pos, pos + 12)
+        length = data[pos:space]
+        if (
+            space < 0
+            or not length.isdigit()
+            or int(length) < 5
+            or data[pos + int(length) - 1 : pos + int(length)] != b"\n"
+        ):
+            raise _NotTar("a malformed pax record")
+        key, eq, value = data[space + 1 : pos + int(length) - 1].partition(b"=")
+        if not eq:
+            raise _NotTar("a malformed pax record")
+        records[key.decode("utf-8", "surrogateescape")] = value.decode("utf-8", "surrogateescape")
+        pos += int(length)
+    return records
+
+
+def _apply_pax(member: _Member, records: dict[str, str]) -> None:
+    """What GNU tar takes from a pax header over the member's own fields."""
+    for key, attr in _PAX_FIELDS.items():
+        if key not in records:
+            continue
+        value = records[key]
+        if attr in ("name", "linkname"):
+            setattr(member, attr, value.removesuffix("/") if member.type == b"5" and attr == "name" else value)
+        elif value.isdigit() and len(value) <= 20:
+            setattr(member, attr, int(value))
+        else:
+            raise _NotTar(f"pax record {key}={value[:40]!r} is not a number")
+    for key, attr in _PAX_NAMES.items():
+        if key in records:
+            setattr(member, attr, records[key])
+
+
+def _rest_is_zeros(blocks: _Blocks, problems: list[str]) -> None:
+    """After the first end-of-archive block only zero padding may follow."""
+    at = blocks.offset
+    while True:
+        chunk = blocks.read(1 << 16)
+        if not chunk:
+            return
+        if chunk.count(0) != len(chunk):
+            first = at + next(i for i, b in enumerate(chunk) if b)
+            problems.append(
+                f"byte {first}: data after the end-of-archive block; a reader that skips zero blocks "
+                "(tar --ignore-zeros) would extract it; refused"
+            )
+            return
+        at += len(chunk)
+
+
+def _shown(text: str, limit: int = 200) -> str:
+    """A name for a message: control characters escaped, cut to ``limit`` characters."""
+    from patchkit.report import printable
+
+    shown = printable(text)
+    return shown if len(shown) <= limit else shown[:limit] + f"… ({len(text)} characters)"
 
 
 def verify_bundle(
     path: Path, *, max_member: int = MAX_MEMBER, max_total: int = MAX_TOTAL, max_members: int = MAX_MEMBERS
 ) -> list[str]:
-    """Every problem of the bundle at ``path``, each naming its member; empty when it is sound."""
+    """Every problem of the bundle at ``path``, each naming its member; empty when it is sound.
+
+    Reads the archive as GNU tar extracts it (see ``_tar_members``): the
+    members checked are exactly the ones ``tar -xzf`` would write.
+    """
     problems: list[str] = []
     try:
         f = path.open("rb")
@@ -295,84 +563,107 @@ def verify_bundle(
         root = Path(tmp)
         digests: dict[str, str] = {}
         contents: dict[str, bytes] = {}
+        dirs: set[str] = set()
         complete = False
         try:
             gz = gzip.GzipFile(fileobj=f, mode="rb")
-            stream = _Limited(gz, max_total + _HEADER_SLACK)
-            with tarfile.open(fileobj=stream, mode="r|", encoding="utf-8", errors="surrogateescape") as tar:
-                found, complete = _unpack(tar, root, digests, contents, max_member, max_total, max_members)
-                problems += found
+            blocks = _Blocks(_Limited(gz, max_total + _HEADER_SLACK))
+            members = _tar_members(blocks, problems, max_member)
+            unpacked = _unpack(members, root, digests, contents, dirs, problems, max_member, max_total, max_members)
+            complete = unpacked and blocks.read_to_end
         except _TooBig:
             problems.append(f"{path}: unpacks to more than {max_total + _HEADER_SLACK} bytes; refused")
-        except (OSError, EOFError, tarfile.TarError, gzip.BadGzipFile) as e:
+        except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as e:
             problems.append(f"{path}: not a readable .tar.gz ({e})")
         # Sums and pins are checked only over a bundle read to its end: a
         # bundle cut short would add a "missing" problem for every unread file.
         if complete:
-            problems += _check_contents(digests, contents)
+            problems += _check_contents(digests, contents, dirs)
     return problems
 
 
+def _member_problem(m: _Member) -> str | None:
+    """The bundle format fixes modes and owners; GNU tar as root restores whatever a header says."""
+    wanted = (0o755,) if m.type == b"5" else (0o644, 0o755)
+    bad = []
+    if m.mode not in wanted:
+        bad.append(f"mode {m.mode:04o}")
+    if m.uid or m.gid or m.uname or m.gname:
+        who = f"{m.uid}:{m.gid}" + (f" ({m.uname}:{m.gname})" if m.uname or m.gname else "")
+        bad.append(f"owner {_shown(who)}")
+    if not bad:
+        return None
+    fixed = "0755" if m.type == b"5" else "0644 or 0755"
+    return f"{', '.join(bad)}; the bundle format fixes mode {fixed} and owner 0:0 with no names"
+
+
 def _unpack(
-    tar: tarfile.TarFile,
+    members: Iterator[tuple[_Member, bytes | None]],
     root: Path,
     digests: dict[str, str],
     contents: dict[str, bytes],
+    dirs: set[str],
+    problems: list[str],
     max_member: int,
     max_total: int,
     max_members: int,
-) -> tuple[list[str], bool]:
-    """Unpack every safe member under ``root``; the problems, and whether the archive was read to its end."""
-    problems: list[str] = []
+) -> bool:
+    """Unpack every safe member under ``root``; whether the archive was read to its end."""
     seen: set[str] = set()
     total = 0
-    for count, ti in enumerate(_members(tar), start=1):
+    for count, (ti, data) in enumerate(members, start=1):
         name = ti.name
+        shown = _shown(name)
         if count > max_members:
             problems.append(f"more than {max_members} members; refused")
-            return problems, False
+            return False
         why = _name_problem(name)
         if why is not None:
-            problems.append(f"{name}: {why}; refused")
+            problems.append(f"{shown}: {why}; refused")
             continue
         if name in seen:
-            problems.append(f"{name}: duplicate member; refused")
+            problems.append(f"{shown}: duplicate member; refused")
             continue
         seen.add(name)
-        if ti.issym() or ti.islnk():
-            kind = "symlink" if ti.issym() else "hard link"
+        if ti.type in (b"1", b"2"):
+            kind = "symlink" if ti.type == b"2" else "hard link"
             target = ti.linkname
-            base = name.rsplit("/", 1)[0] if "/" in name and ti.issym() else ""
+            base = name.rsplit("/", 1)[0] if "/" in name and ti.type == b"2" else ""
             resolved = os.path.normpath(os.path.join(base, target))
             out = target.startswith("/") or resolved == ".." or resolved.startswith("../")
             problems.append(
-                f"{name}: {kind} to {target}{', outside the bundle' if out else ''}; refused (a bundle holds no links)"
+                f"{shown}: {kind} to {_shown(target)}{', outside the bundle' if out else ''}; refused "
+                "(a bundle holds no links)"
             )
             continue
-        if ti.isdev():
-            problems.append(f"{name}: device or fifo; refused")
+        if ti.type in _DEVICES:
+            problems.append(f"{shown}: device or fifo; refused")
             continue
-        if ti.isdir():
+        if ti.type not in (*_REGULAR, b"5"):
+            problems.append(f"{shown}: unsupported member type {ti.type.decode('latin-1')!r}; refused")
+            if data is None and ti.size:
+                return False
+            continue
+        owner = _member_problem(ti)
+        if owner is not None:
+            problems.append(f"{shown}: {owner}; refused")
+        if ti.type == b"5":
+            dirs.add(name)
             try:
                 (root / name).mkdir(parents=True, exist_ok=True)
             except OSError as e:
-                problems.append(f"{name}: cannot unpack ({e.strerror}); refused")
+                problems.append(f"{shown}: cannot unpack ({e.strerror}); refused")
             continue
-        if not ti.isreg():
-            problems.append(f"{name}: unsupported member type {ti.type!r}; refused")
-            continue
-        if ti.size > max_member:
-            problems.append(f"{name}: {ti.size} bytes, over the {max_member}-byte limit per member; refused")
-            return problems, False  # its data cannot be skipped safely; nothing after it is read
+        if data is None:
+            problems.append(f"{shown}: {ti.size} bytes, over the {max_member}-byte limit per member; refused")
+            return False  # its data cannot be skipped safely; nothing after it is read
         total += ti.size
         if total > max_total:
-            problems.append(f"{name}: the bundle exceeds {max_total} bytes unpacked here; refused")
-            return problems, False
-        src = tar.extractfile(ti)
-        data = src.read() if src is not None else b""
+            problems.append(f"{shown}: the bundle exceeds {max_total} bytes unpacked here; refused")
+            return False
         if len(data) != ti.size:
-            problems.append(f"{name}: truncated ({len(data)} of {ti.size} bytes)")
-            continue
+            problems.append(f"{shown}: truncated ({len(data)} of {ti.size} bytes)")
+            return False
         dest = root / name
         try:
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -380,16 +671,19 @@ def _unpack(
             with os.fdopen(fd, "wb") as out_f:
                 out_f.write(data)
         except OSError as e:
-            problems.append(f"{name}: cannot unpack ({e.strerror}); refused")
+            problems.append(f"{shown}: cannot unpack ({e.strerror}); refused")
             continue
         digests[name] = sha256_bytes(data)
         if name in (SUMS_NAME, LOCKFILE_NAME):
             contents[name] = data
-    return problems, True
+    return True
 
 
-def _check_contents(digests: dict[str, str], contents: dict[str, bytes]) -> list[str]:
+def _check_contents(digests: dict[str, str], contents: dict[str, bytes], dirs: set[str]) -> list[str]:
+    """The members against the bundled SHA256SUMS (exactly its files) and the bundled lockfile's pins."""
     problems: list[str] = []
+    holding = set(_parents(list(digests)))
+    problems += [f"{_shown(d)}: a directory that holds no file of the bundle; refused" for d in sorted(dirs - holding)]
     sums_data = contents.get(SUMS_NAME)
     if sums_data is None:
         problems.append(f"{SUMS_NAME}: missing from the bundle")
@@ -407,7 +701,7 @@ def _check_contents(digests: dict[str, str], contents: dict[str, bytes]) -> list
                     f"{e.name}: sha256 {actual[:12]}… does not match {SUMS_NAME} line {e.line} ({e.sha256[:12]}…)"
                 )
         problems += [
-            f"{n}: in the bundle but not listed in {SUMS_NAME}"
+            f"{_shown(n)}: in the bundle but not listed in {SUMS_NAME}"
             for n in sorted(digests)
             if n not in listed and n != SUMS_NAME
         ]

@@ -17,7 +17,7 @@ from patchkit import diffs, sums
 from patchkit.cache import BlobStore
 from patchkit.hashing import sha256_bytes, sha256_many
 from patchkit.lockfile import LOCKFILE_NAME, Lockfile, Patch, PatchKind
-from patchkit.repo import JOURNAL, MANAGED_DIRS, WORK_DIR, Escape, Repo, gitignored, pending_journal
+from patchkit.repo import JOURNAL, MANAGED_DIRS, WORK_DIR, Escape, Repo, gitignored, pending_journal, staging_pid
 from patchkit.tomlpos import LineIndex
 from patchkit.values import RepoPath
 
@@ -161,6 +161,7 @@ class Checker:
                     severity="note",
                 )
             )
+        self._check_lockfile_itself()
         self._check_canonical()
         readable = self._check_files()
         self._check_orphans()
@@ -482,6 +483,24 @@ class Checker:
                 )
         return ok
 
+    def _check_lockfile_itself(self) -> None:
+        """lockfile.toml must be a regular file of the repository, like every file it pins."""
+        try:
+            self.repo.check_inside(LOCKFILE_NAME)
+        except Escape as e:
+            self.result.findings.append(
+                Finding(
+                    "unsafe-path",
+                    LOCKFILE_NAME,
+                    None,
+                    f"{LOCKFILE_NAME} {e}",
+                    'replace the link with the lockfile itself (cp --remove-destination "$(readlink -f '
+                    'lockfile.toml)" lockfile.toml)',
+                )
+            )
+        except FileNotFoundError:
+            pass
+
     def _check_orphans(self) -> None:
         named = {str(n.path) for n in self._named()}
         for top in MANAGED_DIRS:
@@ -513,6 +532,17 @@ class Checker:
                             )
                         )
                     elif stat.S_ISREG(st.st_mode) and rel not in named:
+                        if staging_pid(name) is not None:
+                            self.result.findings.append(
+                                Finding(
+                                    "interrupted-write",
+                                    rel,
+                                    None,
+                                    f"{rel} is a file patchkit staged for a write that was interrupted",
+                                    "finish or clean up the interrupted write: patchkit status",
+                                )
+                            )
+                            continue
                         self.result.findings.append(
                             Finding(
                                 "orphan",
@@ -520,6 +550,16 @@ class Checker:
                                 None,
                                 f"{rel} is not named by the lockfile",
                                 f"pin it (patchkit add {rel} --target …) or delete it",
+                            )
+                        )
+                    elif not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+                        self.result.findings.append(
+                            Finding(
+                                "orphan",
+                                rel,
+                                None,
+                                f"{rel} is a {_special_kind(st.st_mode)}, not a file; nothing can pin it",
+                                f"delete it (rm {rel})",
                             )
                         )
 
@@ -532,7 +572,17 @@ class Checker:
             for i, a in enumerate(items):
                 if a.target is not None:
                     owners.append(((key, i, "target"), str(a.target)))
+        files_at = {target: path for path, target in reversed(owners)}  # the first claim of each
         for path, target in owners:
+            outer = next((d for d in _parent_dirs(target) if d in files_at), None)
+            if outer is not None:
+                self._lock_finding(
+                    "nested-target",
+                    path,
+                    f"target {target} lies below {outer}, which {_field_name(files_at[outer], self.lock)} "
+                    "mounts as a file",
+                    "give each file a target that is not below another file's target",
+                )
             if target in claimed:
                 first = _field_name(claimed[target], self.lock)
                 self._lock_finding(
@@ -765,6 +815,24 @@ def check_pinned_files(repo: Repo, lock: Lockfile, lock_bytes: bytes) -> CheckRe
     checker = Checker(repo, lock, lock_bytes)
     checker._check_files()
     return checker.result
+
+
+def _parent_dirs(target: str) -> list[str]:
+    """``/a/b/c`` -> ``['/a', '/a/b']``: the directories a container path lies in."""
+    parts = target.split("/")
+    return ["/".join(parts[:i]) for i in range(2, len(parts))]
+
+
+def _special_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "named pipe (FIFO)"
+    if stat.S_ISCHR(mode):
+        return "character device"
+    if stat.S_ISBLK(mode):
+        return "block device"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return "special file"
 
 
 def _field_name(path: tuple[str | int, ...], lock: Lockfile) -> str:

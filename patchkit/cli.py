@@ -37,7 +37,10 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except PatchkitError as e:
             if _verbose(ctx):
-                raise
+                # The traceback, then the same message and exit code as without --verbose.
+                import traceback
+
+                traceback.print_exc(file=sys.stderr)
             _report_error(e)
             ctx.exit(e.exit_code)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
@@ -45,9 +48,11 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             click.echo("patchkit: interrupted; nothing was half-written", err=True)
             ctx.exit(130)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - the one place a bug becomes exit 4 instead of a traceback
             if _verbose(ctx):
-                raise
+                import traceback
+
+                traceback.print_exc(file=sys.stderr)
             click.echo(f"patchkit: internal error: {type(e).__name__}: {e}", err=True)
             click.echo("  rerun with --verbose for the traceback, and please report it", err=True)
             ctx.exit(EXIT_INTERNAL)
@@ -59,15 +64,18 @@ def _verbose(ctx: click.Context) -> bool:
 
 
 def _report_error(e: PatchkitError) -> None:
+    """One line per problem (and its fix); names in messages cannot forge lines or reach the terminal raw."""
+    from patchkit.report import printable
+
     if isinstance(e, LockfileError):
         for p in e.problems:
-            click.echo(f"patchkit: error: {p.render()}", err=True)
+            click.echo(f"patchkit: error: {printable(p.render())}", err=True)
             if p.hint:
-                click.echo(f"  fix: {p.hint}", err=True)
+                click.echo(f"  fix: {printable(p.hint)}", err=True)
         return
-    click.echo(f"patchkit: error: {e.message}", err=True)
+    click.echo(f"patchkit: error: {printable(e.message)}", err=True)
     if e.hint:
-        click.echo(f"  fix: {e.hint}", err=True)
+        click.echo(f"  fix: {printable(e.hint)}", err=True)
 
 
 def _remember(key: str) -> Callable[[click.Context, click.Parameter, Any], None]:
@@ -113,6 +121,14 @@ def _global_options() -> list[click.Option]:
             callback=_remember("verbose"),
             help="Show tracebacks for errors.",
         ),
+        click.Option(
+            ["--no-wait", "no_wait"],
+            is_flag=True,
+            envvar="PATCHKIT_NO_WAIT",
+            expose_value=False,
+            callback=_remember("no_wait"),
+            help="Fail at once (exit 1) when another patchkit is writing the repository, instead of waiting for it.",
+        ),
     ]
 
 
@@ -152,8 +168,8 @@ def cli(ctx: click.Context) -> None:
     upstream commits and the sha256 of every file the deployment runs.
     `patchkit check` proves the repository matches it.
 
-    -C/--repo, --cache-dir and -v/--verbose are taken before the command's
-    name or after it, by every command.
+    -C/--repo, --cache-dir, -v/--verbose and --no-wait are taken before the
+    command's name or after it, by every command.
     """
     ctx.obj = ctx.obj or {}
 
@@ -174,9 +190,15 @@ def _repo(ctx: click.Context) -> Any:
     return Repo(root)
 
 
-def _open(ctx: click.Context, *, writes: bool = False) -> tuple[Any, Any, bytes]:
-    """The repository and its lockfile; a writing command first finishes an interrupted write."""
+def _open(ctx: click.Context, *, writes: bool = False, locks: bool = False) -> tuple[Any, Any, bytes]:
+    """The repository and its lockfile; a writing command first takes the write lock.
+
+    Under the lock it finishes an interrupted write and only then reads the
+    lockfile, so its read-modify-write never loses another writer's change.
+    """
     repo = _repo(ctx)
+    if writes or locks:
+        _lock(ctx, repo.root)
     if writes:
         from patchkit.repo import recover
 
@@ -184,6 +206,20 @@ def _open(ctx: click.Context, *, writes: bool = False) -> tuple[Any, Any, bytes]
             click.echo("patchkit: finished a write that was interrupted earlier", err=True)
     lock, data = repo.read_lockfile()
     return repo, lock, data
+
+
+def _lock(ctx: click.Context, root: Path) -> None:
+    """Hold the repository's exclusive write lock until the command ends (once per process)."""
+    from patchkit.repo import lock_repository
+
+    top = ctx.find_root()
+    if top.obj.get("lock") is not None:
+        return
+    held = lock_repository(
+        root, wait=not top.obj.get("no_wait"), on_wait=lambda message: click.echo(f"patchkit: {message}", err=True)
+    )
+    top.obj["lock"] = held
+    top.call_on_close(held.release)
 
 
 def _cache() -> Path:
@@ -199,25 +235,22 @@ def _store() -> Any:
 
 
 def _print_changes(outcome: Any, fmt: str, nothing: str) -> None:
+    from patchkit.report import json_safe, printable
+
     if fmt == "json":
-        click.echo(
-            json.dumps(
-                {
-                    "changes": [c.as_dict() for c in outcome.changes],
-                    "written": outcome.written,
-                    "removed": outcome.removed,
-                },
-                indent=2,
-                sort_keys=True,
-            )
-        )
+        doc = {
+            "changes": [c.as_dict() for c in outcome.changes],
+            "written": outcome.written,
+            "removed": outcome.removed,
+        }
+        click.echo(json.dumps(json_safe(doc), indent=2, sort_keys=True))
         return
     for c in outcome.changes:
-        click.echo(f"{c.what}: {c.old} -> {c.new}")
+        click.echo(printable(f"{c.what}: {c.old} -> {c.new}"))
     for rel in outcome.removed:
-        click.echo(f"removed {rel}")
+        click.echo(f"removed {printable(rel)}")
     for rel in outcome.written:
-        click.echo(f"wrote {rel}")
+        click.echo(f"wrote {printable(rel)}")
     if not outcome.changes and not outcome.written and not outcome.removed:
         click.echo(nothing)
 
@@ -297,9 +330,12 @@ def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, insecur
     the local cache; otherwise a note says so.
     """
     from patchkit.check import check as run_check
+    from patchkit.repo import pending_journal
     from patchkit.report import render
 
-    repo, lock, data = _open(ctx)
+    # While a write is journaled, its writer may still be renaming files in:
+    # wait for it, so check sees one state, never a mix of two.
+    repo, lock, data = _open(ctx, locks=pending_journal(_repo(ctx).root))
     result = run_check(repo, lock, data, _store())
     if image_bases and not online:
         from patchkit.errors import BadInput
@@ -598,9 +634,14 @@ def rebase(
 
     if abort:
         repo = _repo(ctx)
+        _lock(ctx, repo.root)
         click.echo("rebase aborted; the repository is as it was" if rb.abort(repo) else "no rebase in progress")
         return
     repo, lockf, data = _open(ctx, writes=True)
+    if summary is not None:
+        from patchkit.repo import output_target
+
+        output_target(summary, repo, lockf)  # refused before anything is committed
     store = _store()
     if cont:
         result, outcome = rb.resume(repo, lockf, data, store, drop)
@@ -609,17 +650,17 @@ def rebase(
             return
         _print_changes(outcome, fmt, "nothing changed")
         if summary is not None:
-            from patchkit.repo import atomic_write
+            from patchkit.repo import atomic_write, output_target
 
-            atomic_write(summary, rb.summary_markdown(result).encode())
+            atomic_write(output_target(summary, repo, lockf), rb.summary_markdown(result).encode())
         return
     started = rb.start(
         repo, lockf, data, onto=onto, upstream=upstream_name, source=source, cache=_cache(), store=store, drop=drop
     )
     if summary is not None:
-        from patchkit.repo import atomic_write
+        from patchkit.repo import atomic_write, output_target
 
-        atomic_write(summary, rb.summary_markdown(started.plan).encode())
+        atomic_write(output_target(summary, repo, lockf), rb.summary_markdown(started.plan).encode())
     if fmt == "json":
         doc = rb.result_json(started.plan)
         doc["committed"] = started.outcome is not None
@@ -675,6 +716,10 @@ def bump(
     from patchkit.sources.image import commit_prefix
 
     repo, lockf, data = _open(ctx, writes=True)
+    if summary is not None:
+        from patchkit.repo import output_target
+
+        output_target(summary, repo, lockf)  # refused before anything is committed
     upstream_found, pins = bump_plan(lockf, image_ref, upstream_name)
     started = rb.start(
         repo,
@@ -689,9 +734,9 @@ def bump(
         image_pins=pins,
     )
     if summary is not None:
-        from patchkit.repo import atomic_write
+        from patchkit.repo import atomic_write, output_target
 
-        atomic_write(summary, rb.summary_markdown(started.plan).encode())
+        atomic_write(output_target(summary, repo, lockf), rb.summary_markdown(started.plan).encode())
     version = started.plan.new_pin.version
     if fmt == "json":
         doc = rb.result_json(started.plan)
@@ -728,21 +773,23 @@ def status(ctx: click.Context, fmt: str) -> None:
     from patchkit.repo import recover
 
     repo = _repo(ctx)
+    _lock(ctx, repo.root)
     finished = recover(repo.root)
     state = rb.status(repo)
     state["finished_interrupted_write"] = finished
+    broken = state["rebase"] is not None and "error" in state["rebase"]
     if fmt == "json":
         click.echo(json.dumps(state, indent=2, sort_keys=True))
-        return
+        ctx.exit(EXIT_BAD_INPUT if broken else EXIT_OK)
     if finished:
         click.echo("finished a write of several files that was interrupted")
     r = state["rebase"]
     if r is None:
         click.echo("no rebase in progress")
         return
-    if "error" in r:
-        click.echo(r["error"])
-        return
+    if broken:
+        click.echo(f"patchkit: error: {r['error']}", err=True)
+        ctx.exit(EXIT_BAD_INPUT)
     click.echo(f"rebase of {r['upstream']} in progress: {r['from']} -> {r['to']}")
     for f in r["conflicts"]:
         left = "resolved" if f["resolved"] else f"markers at lines {', '.join(map(str, f['markers'][:5]))}"
@@ -924,7 +971,13 @@ def emit(ctx: click.Context, profiles: tuple[str, ...], verify: bool, fmt: str) 
 
 
 @cli.command()
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True, help="The .tar.gz.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="The .tar.gz: a new file in an existing directory, or a regular file to replace; - for standard output.",
+)
 @click.pass_context
 def bundle(ctx: click.Context, output: Path) -> None:
     """Build the production bundle: compose files, entrypoint, Caddyfile, lockfile, the files that run.
@@ -937,12 +990,19 @@ def bundle(ctx: click.Context, output: Path) -> None:
     """
     from patchkit.bundle import build_bundle, collect_files_that_run
     from patchkit.hashing import sha256_bytes
-    from patchkit.repo import atomic_write
+    from patchkit.repo import atomic_write, output_target
 
     repo, lockf, data = _open(ctx)
+    to_stdout = str(output) == "-"
+    target = None if to_stdout else output_target(output, repo, lockf)
     archive = build_bundle(repo, lockf, data, collect_files_that_run(repo, lockf, _store(), _cache()))
-    atomic_write(output, archive)
-    click.echo(f"wrote {output} ({len(archive)} bytes, sha256 {sha256_bytes(archive)})")
+    if target is None:
+        sys.stdout.buffer.write(archive)
+        sys.stdout.buffer.flush()
+    else:
+        atomic_write(target, archive)
+    shown = "standard output" if to_stdout else str(output)
+    click.echo(f"wrote {shown} ({len(archive)} bytes, sha256 {sha256_bytes(archive)})", err=to_stdout)
 
 
 @cli.command("verify-bundle")
@@ -955,13 +1015,16 @@ def verify_bundle(path: Path, fmt: str) -> None:
     duplicates before anything is written.
     """
     from patchkit.bundle import verify_bundle as run
+    from patchkit.report import json_safe
 
     problems = run(path)
     if fmt == "json":
-        click.echo(json.dumps({"ok": not problems, "problems": problems}, indent=2))
+        click.echo(json.dumps({"ok": not problems, "problems": json_safe(problems)}, indent=2))
     else:
+        from patchkit.report import printable
+
         for problem in problems:
-            click.echo(problem)
+            click.echo(printable(problem))
         click.echo("verify-bundle: " + ("ok" if not problems else f"FAILED: {len(problems)} problem(s)"))
     sys.exit(EXIT_FINDINGS if problems else EXIT_OK)
 

@@ -121,12 +121,13 @@ def audit(ctx: click.Context, output: Path | None, fmt: str | None) -> None:
     opens anywhere; the Markdown form fits a pull request description.
     """
     from patchkit import audit as report
-    from patchkit.repo import atomic_write
+    from patchkit.repo import atomic_write, output_target
 
     if fmt is None:
         suffix = output.suffix.lower() if output else ""
         fmt = {".md": "markdown", ".markdown": "markdown", ".json": "json"}.get(suffix, "html")
     repo, lock, data = _open(ctx)
+    target = output_target(output, repo, lock) if output is not None else None
     built = report.build(repo, lock, data, _store(), _cache(), dt.datetime.now(dt.UTC))
     if fmt == "json":
         text = report.as_json(built)
@@ -136,10 +137,10 @@ def audit(ctx: click.Context, output: Path | None, fmt: str | None) -> None:
         from patchkit.audit_html import render
 
         text = render(built)
-    if output is None:
+    if target is None:
         click.echo(text, nl=False)
         return
-    atomic_write(output, text.encode("utf-8"))
+    atomic_write(target, text.encode("utf-8"))
     drops = len(built.drop_candidates)
     verdict = "check passes" if built.check_ok else "check FAILS"
     click.echo(f"wrote {output}: {len(built.patches)} patches, {drops} drop candidates, {verdict}", err=True)

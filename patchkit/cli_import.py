@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from patchkit.cli import FORMAT, _store, cli
+from patchkit.cli import FORMAT, _lock, _store, cli
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK
 
 
@@ -30,7 +30,8 @@ from patchkit.errors import EXIT_FINDINGS, EXIT_OK
     "stale or missing are normalized against it.",
 )
 @FORMAT
-def import_(path: Path, dry_run: bool, normalize: bool, fetch: bool, fmt: str) -> None:
+@click.pass_context
+def import_(ctx: click.Context, path: Path, dry_run: bool, normalize: bool, fetch: bool, fmt: str) -> None:
     """Turn a hand-kept deployment repository into a patchkit deployment.
 
     Reads the compose files (every profile), patches/, the hand-kept diffs,
@@ -47,6 +48,10 @@ def import_(path: Path, dry_run: bool, normalize: bool, fetch: bool, fmt: str) -
     from patchkit.importing.adopt import import_repository
 
     root = path.resolve()
+    if normalize and not dry_run and (root / "lockfile.toml").is_file():
+        # --normalize rewrites a deployment's files: it holds the write lock. A
+        # plain import writes one new file (or nothing) and leaves no work area.
+        _lock(ctx, root)
     result = None
     if not (normalize and (root / "lockfile.toml").exists()):
         result = import_repository(root, dry_run=dry_run, where=str(path))

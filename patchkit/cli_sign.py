@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from patchkit.cli import FORMAT, _repo, cli
+from patchkit.cli import FORMAT, _lock, _repo, cli
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK, PatchkitError
 from patchkit.keys import KEY_ENV, PASSPHRASE_ENV
 
@@ -111,6 +111,8 @@ def sign(ctx: click.Context, files: tuple[Path, ...], key_path: Path) -> None:
     """
     from patchkit.signing import sign_files
 
+    if not files:
+        _lock(ctx, _repo(ctx).root)  # the default files and their .sig files are the repository's
     targets = list(files) or _default_files(ctx)
     key = _load_key(key_path)
     for written in sign_files(targets, key):

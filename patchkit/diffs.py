@@ -101,13 +101,57 @@ def split_lines(data: bytes) -> list[bytes]:
     return lines
 
 
-def _path(header: bytes) -> str | None:
+# The escapes git writes in a quoted name (quote.c), as byte -> value.
+_C_ESCAPES = {ord(k): v for k, v in zip('abtnvfr"\\', (7, 8, 9, 10, 11, 12, 13, 34, 92), strict=True)}
+
+
+def _unquote(text: bytes, line: int) -> bytes:
+    """git's C-style quoted name (``"a/caf\\303\\251.py"``): the escapes git writes, and nothing else."""
+    out = bytearray()
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c != 0x5C:  # backslash
+            out.append(c)
+            i += 1
+            continue
+        nxt = text[i + 1 : i + 2]
+        if nxt and nxt[0] in _C_ESCAPES:
+            out.append(_C_ESCAPES[nxt[0]])
+            i += 2
+        elif len(text[i + 1 : i + 4]) == 3 and all(48 <= b <= 55 for b in text[i + 1 : i + 4]):
+            value = int(text[i + 1 : i + 4], 8)
+            if value > 255:
+                raise DiffError(line, f"the quoted file name has an escape \\{text[i + 1 : i + 4].decode()} over 255")
+            out.append(value)
+            i += 4
+        else:
+            shown = text[i : i + 6].decode("ascii", "backslashreplace")
+            raise DiffError(
+                line,
+                f"the quoted file name has an escape git never writes ({shown!r}); "
+                'only \\a \\b \\t \\n \\v \\f \\r \\" \\\\ and three octal digits',
+            )
+    return bytes(out)
+
+
+def _path(header: bytes, line: int = 0) -> str | None:
+    """The file name of a ``---``/``+++`` header; one that leaves the tree (``a/../../etc/passwd``) is refused.
+
+    ``patch`` and ``git apply`` refuse such names too: a diff is of a file
+    inside the upstream tree, never of an absolute path or one above it.
+    """
     # "--- a/foo.py\t2024-01-01 ..." -> "a/foo.py"; quoted names are git's C-style form.
     text = header[4:].split(b"\t", 1)[0].rstrip(b"\r\n")
     if text.startswith(b'"') and text.endswith(b'"') and len(text) >= 2:
-        text = text[1:-1].decode("unicode_escape").encode("latin-1")
+        text = _unquote(text[1:-1], line)
     name = text.decode("utf-8", "surrogateescape").rstrip(" ")
-    return None if name == "/dev/null" else name
+    if name == "/dev/null":
+        return None
+    stripped = strip_prefix(name) or ""
+    if stripped.startswith("/") or ".." in stripped.split("/"):
+        raise DiffError(line, f"the header names {name[:200]!r}, a path outside the tree; a diff covers a file in it")
+    return name
 
 
 def strip_prefix(path: str | None) -> str | None:
@@ -129,7 +173,7 @@ def parse(data: bytes) -> list[FileDiff]:
         line = lines[i]
         if line.startswith(b"--- ") and i + 1 < n and lines[i + 1].startswith(b"+++ "):
             header_line = i + 1
-            old_path, new_path = _path(line), _path(lines[i + 1])
+            old_path, new_path = _path(line, i + 1), _path(lines[i + 1], i + 2)
             i += 2
             hunks: list[Hunk] = []
             while i < n and lines[i].startswith(b"@@"):
@@ -177,7 +221,7 @@ def parse_lenient(data: bytes) -> tuple[list[FileDiff], list[DiffError]]:
             i += 1
             continue
         header_line = i + 1
-        old_path, new_path = _path(lines[i]), _path(lines[i + 1])
+        old_path, new_path = _path(lines[i], i + 1), _path(lines[i + 1], i + 2)
         i += 2
         hunks: list[Hunk] = []
         delta = 0
@@ -366,6 +410,16 @@ def _apply(diff: FileDiff, old: bytes, *, shift: bool) -> tuple[bytes, int]:
         delta = start - stated
         largest = max(largest, abs(delta))
         out.extend(src[pos:start])
+        # The other side's start is checked too: reversed onto the patch,
+        # a hunk whose old start is wrong would otherwise pass unseen. A
+        # hunk found at an offset moved both sides by it.
+        new_at = (h.new_start if h.new_len == 0 else h.new_start - 1) + delta
+        if new_at != len(out):
+            raise ApplyError(
+                h.line,
+                f"hunk header says the new side starts at line {h.new_start}, but it starts at line "
+                f"{len(out) + (h.new_len != 0)}",
+            )
         out.extend(h.new_lines())
         pos = start + len(expected)
     out.extend(src[pos:])

@@ -23,6 +23,7 @@ from patchkit.errors import BadInput, Refused
 from patchkit.hashing import sha256_bytes
 from patchkit.lockfile import Artifact, Base, DiffPin, Lockfile, Patch, PatchKind, Upstream
 from patchkit.repo import MANAGED_DIRS, Escape, Repo, write_all
+from patchkit.report import printable
 from patchkit.values import ContainerPath, Reference, RepoPath, Revision, Sha256, UpstreamPath, check_name
 
 
@@ -219,7 +220,13 @@ def relock(repo: Repo, lock: Lockfile, store: BlobStore) -> Outcome:
                 diff_bytes = current(p.diff.file, f"diff of '{p.name}'")
                 consistent = False
                 try:
-                    consistent = sha256_bytes(base_of_committed(p, data, diff_bytes)) == p.base.sha256.hex
+                    # Consistent: it names the base (a/PATH, b/PATH, like check's diff-header) and,
+                    # reversed onto the overlay, gives exactly the pinned base.
+                    heads = diffs.parse(diff_bytes)[0]
+                    named = {diffs.strip_prefix(heads.old_path), diffs.strip_prefix(heads.new_path)}
+                    consistent = named == {str(p.base.path)} and (
+                        sha256_bytes(base_of_committed(p, data, diff_bytes)) == p.base.sha256.hex
+                    )
                 except (diffs.DiffError, diffs.ApplyError):
                     consistent = False
                 if not consistent:
@@ -325,6 +332,12 @@ def add(repo: Repo, lock: Lockfile, req: AddRequest, store: BlobStore) -> Outcom
     src = Path(os.path.abspath(src))
     inside = src.is_relative_to(repo.root)
     rel: str | None = repo.rel(src) if inside else None
+    for candidate in (rel, f"patches/{src.name}"):
+        if candidate is not None:
+            try:
+                RepoPath(candidate)
+            except ValueError as e:
+                raise BadInput(printable(str(e))) from e
     kind = _infer_kind(req, rel)
     if kind not in _KINDS:
         raise BadInput(f"--kind: unknown kind '{kind}' ({', '.join(_KINDS)})")
@@ -359,6 +372,13 @@ def add(repo: Repo, lock: Lockfile, req: AddRequest, store: BlobStore) -> Outcom
                 f"--target {target} is already claimed by '{claimed[str(target)]}'",
                 "each container path can be mounted from one file only",
             )
+        prefix = f"{target}/"
+        for other, owner in sorted(claimed.items()):
+            if prefix.startswith(f"{other}/") or other.startswith(prefix):
+                raise BadInput(
+                    f"--target {target} and the target {other} of '{owner}' nest: a file cannot also be a directory",
+                    "give each file a target that is not below another file's target",
+                )
     elif kind != "artifact":
         raise BadInput(f"--target is required for a {kind}", "pass the absolute path it is mounted at")
 
@@ -529,6 +549,42 @@ class PatchDiff:
     path: str
 
 
+def read_pinned(repo: Repo, rel: str, name: str) -> bytes:
+    """A pinned patch file, read only when it is a regular file inside the repository (never a FIFO or a link)."""
+    try:
+        return repo.check_inside(rel).read_bytes()
+    except FileNotFoundError as e:
+        raise BadInput(f"{rel} (patch '{name}') is pinned but missing", f"restore it: git checkout -- {rel}") from e
+    except Escape as e:
+        raise BadInput(f"{rel} (patch '{name}') {e}") from e
+
+
+def apply_diff_only(repo: Repo, p: Patch, base: bytes) -> bytes:
+    """The file a diff-only patch runs: its committed diff applied to its base; a stale diff is bad input.
+
+    ``check`` reports the same as ``diff-stale``; here the command cannot go
+    on, so it stops with the diff's file and line.
+    """
+    if p.diff is None:
+        raise BadInput(f"'{p.name}' has neither a file nor a diff")
+    rel = str(p.diff.file)
+    try:
+        data = repo.check_inside(rel).read_bytes()
+    except FileNotFoundError as e:
+        raise BadInput(f"{rel}: the diff of '{p.name}' is missing", f"restore it: git checkout -- {rel}") from e
+    except Escape as e:
+        raise BadInput(f"{rel} (diff of '{p.name}') {e}") from e
+    if not data:
+        return base
+    try:
+        return diffs.apply(diffs.parse(data)[0], base)
+    except (diffs.DiffError, diffs.ApplyError) as e:
+        raise BadInput(
+            f"{rel}:{e.line}: the diff of '{p.name}' does not apply to its pinned base: {e.message}",
+            f"restore the diff that matches the pin (git checkout -- {rel}), or re-add the patch with --base FILE",
+        ) from e
+
+
 def regenerate_diffs(repo: Repo, lock: Lockfile, names: tuple[str, ...], store: BlobStore) -> list[PatchDiff]:
     """The canonical diff of each named overlay (all overlays when ``names`` is empty)."""
     unknown = [n for n in names if lock.patch(n) is None]
@@ -551,13 +607,7 @@ def regenerate_diffs(repo: Repo, lock: Lockfile, names: tuple[str, ...], store: 
                 if fetchable
                 else "restore the committed diff (git checkout), or re-add the patch with --base FILE",
             )
-        if p.file is not None:
-            current = repo.path(p.file).read_bytes()
-        elif p.diff is None:
-            raise BadInput(f"'{p.name}' has neither a file nor a diff")
-        else:
-            fd = diffs.parse(repo.path(p.diff.file).read_bytes())
-            current = diffs.apply(fd[0], base)
+        current = read_pinned(repo, str(p.file), p.name) if p.file is not None else apply_diff_only(repo, p, base)
         d = canonical_diff(base, current, p.base.path)
         parsed = diffs.parse(d)[0] if d else None
         out.append(

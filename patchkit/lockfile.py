@@ -437,11 +437,24 @@ def loads(text: str, filename: str = LOCKFILE_NAME) -> Lockfile:
         raise LockfileError(
             [Problem(filename, line, None, f"not valid TOML: {e}", "fix the syntax at that line")]
         ) from e
+    except RecursionError as e:  # tomllib recurses once per nested array or inline table
+        line = _deepest_line(text)
+        raise LockfileError(
+            [Problem(filename, line, None, "nested too deeply to be a lockfile", "remove the nested arrays or tables")]
+        ) from e
     reader = _Reader(filename, text)
     lock = _read(raw, reader)
     if reader.problems or lock is None:
         raise LockfileError(reader.problems or [Problem(filename, None, None, "cannot be read")])
     return lock
+
+
+def _deepest_line(text: str) -> int | None:
+    """The first line holding a run of 100 opening brackets or braces (where a nesting bomb is)."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        if "[" * 100 in line.replace(" ", "") or "{" * 100 in line.replace(" ", ""):
+            return number
+    return None
 
 
 def _toml_error_line(message: str) -> int | None:

@@ -319,18 +319,21 @@ def _may_share_block(base: list[bytes], ours: list[_Change], theirs: list[_Chang
 def conflict_markers_remain(data: bytes) -> list[int]:
     """The 1-based numbers of lines that are still conflict markers, so ``rebase --continue`` can refuse.
 
-    A marker line is ``<<<<<<<``, ``|||||||`` or ``>>>>>>>`` followed by a space
-    or the end of the line, or ``=======`` alone on its line (CRLF endings
-    allowed), the same lines ``git diff --check`` reports. Like git, a file
+    git's rule (``is_conflict_marker`` in diff.c, what ``git diff --check``
+    reports): seven ``<``, ``|``, ``=`` or ``>`` at the start of a line,
+    followed by whitespace (a space, a tab, CR, the newline) and any text, so
+    ``=======   `` and ``>>>>>>> theirs`` are markers and ``========`` is not.
+    A marker on a last line without a newline counts too. Like git, a file
     whose own content has such a line (a seven-character reStructuredText
     underline) is reported too.
     """
     found = []
     for number, line in enumerate(split_lines(data), start=1):
-        text = line[:-1] if line.endswith(b"\n") else line
-        text = text.removesuffix(b"\r")
-        if text == SEPARATOR or (text[:7] in (b"<<<<<<<", b"|||||||", b">>>>>>>") and text[7:8] in (b"", b" ")):
-            found.append(number)
+        head = line[:7]
+        if len(head) == 7 and head[:1] in (b"<", b"|", b"=", b">") and head == head[:1] * 7:
+            after = line[7:8]
+            if after in (b"", b" ", b"\t", b"\n", b"\r"):
+                found.append(number)
     return found
 
 

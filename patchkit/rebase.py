@@ -25,10 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from patchkit import diffs
 from patchkit.cache import BlobStore
 from patchkit.edit import Outcome as WriteOutcome
-from patchkit.edit import canonical_diff, finish, recover_base, sums_dropped
+from patchkit.edit import apply_diff_only, canonical_diff, finish, read_pinned, recover_base, sums_dropped
 from patchkit.errors import BadInput, PatchkitError
 from patchkit.hashing import sha256_bytes
 from patchkit.importing import handdiffs
@@ -116,13 +115,8 @@ class Plan:
 
 def _ours(repo: Repo, p: Patch, base: bytes) -> bytes:
     if p.file is not None:
-        return repo.path(p.file).read_bytes()
-    if p.diff is None:
-        raise BadInput(f"'{p.name}' has neither a file nor a diff")
-    data = repo.path(p.diff.file).read_bytes()
-    if not data:
-        return base
-    return diffs.apply(diffs.parse(data)[0], base)
+        return read_pinned(repo, str(p.file), p.name)
+    return apply_diff_only(repo, p, base)
 
 
 def _bases(
@@ -553,13 +547,29 @@ def save(repo: Repo, lock_bytes: bytes, result: Plan, store: BlobStore) -> list[
 
 
 def load(repo: Repo, lock_bytes: bytes, store: BlobStore) -> Plan:
-    """The saved plan of a rebase in progress, checked against the repository it was made for."""
+    """The saved plan of a rebase in progress, checked against the repository it was made for.
+
+    A state file that is not what patchkit wrote (hand-edited, truncated, a
+    wrong type anywhere) is bad input naming the file, never a crash.
+    """
+    try:
+        return _load(repo, lock_bytes, store)
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
+        raise BadInput(
+            f"{STATE_FILE}: malformed ({type(e).__name__}: {str(e)[:120]}); it is not what patchkit wrote",
+            "patchkit rebase --abort, then run the rebase again",
+        ) from e
+
+
+def _load(repo: Repo, lock_bytes: bytes, store: BlobStore) -> Plan:
     try:
         state = json.loads(_state_path(repo).read_bytes())
     except FileNotFoundError as e:
         raise BadInput("no rebase in progress", "start one with patchkit rebase --onto REV") from e
     except ValueError as e:
         raise BadInput(f"{STATE_FILE}: unreadable ({e})", "patchkit rebase --abort, then start again") from e
+    if not isinstance(state, dict):
+        raise TypeError("the top level is not an object")
     if state.get("version") != STATE_VERSION:
         raise BadInput(f"{STATE_FILE}: written by another patchkit version", "patchkit rebase --abort")
     if state.get("committed_lockfile_sha256") == sha256_bytes(lock_bytes):
@@ -618,9 +628,13 @@ def resolved_files(repo: Repo, result: Plan) -> dict[str, bytes]:
             continue
         rel = conflict_file(r)
         try:
-            data = (repo.root / rel).read_bytes()
+            data = repo.check_inside(rel).read_bytes()
         except FileNotFoundError:
             problems.append(f"{rel}: missing (resolve the conflict in this file)")
+            continue
+        except Escape as e:
+            # A resolution read through a link would commit whatever it points at.
+            problems.append(f"{rel} {e}; write the resolution into the file itself")
             continue
         lines = conflict_markers_remain(data)
         if lines:
@@ -892,6 +906,13 @@ def resume(
 
 def status(repo: Repo) -> dict[str, Any]:
     """Where the repository stands: an interrupted write, a rebase waiting, or nothing."""
+    try:
+        return _status(repo)
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
+        return {"rebase": {"error": f"{STATE_FILE} is malformed ({type(e).__name__}): patchkit rebase --abort"}}
+
+
+def _status(repo: Repo) -> dict[str, Any]:
     state: dict[str, Any] = {"rebase": None}
     path = _state_path(repo)
     if not path.exists():
@@ -907,8 +928,8 @@ def status(repo: Repo) -> dict[str, Any]:
             continue
         rel = f"{STATE_DIR}/conflicts/{entry['name']}/{Path(entry['new_path']).name}"
         try:
-            markers = conflict_markers_remain((repo.root / rel).read_bytes())
-        except FileNotFoundError:
+            markers = conflict_markers_remain(repo.check_inside(rel).read_bytes())
+        except (FileNotFoundError, Escape):
             markers = []
         files.append({"patch": entry["name"], "file": rel, "markers": markers, "resolved": not markers})
     state["rebase"] = {

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import http.client
 import ipaddress
@@ -31,8 +32,11 @@ import json
 import os
 import posixpath
 import re
+import socket
 import tarfile
+import threading
 import time
+import weakref
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -92,6 +96,8 @@ MAX_SYMLINK_HOPS = 40
 #: Read and decompress in chunks this big: small enough to stay in the CPU cache
 #: (measured twice as fast as 1 MiB), large enough to keep call overhead low.
 _CHUNK = 64 << 10
+# A blob's total deadline grows with its size at this rate (on top of the timeout).
+MIN_BLOB_RATE = 1 << 20
 _ERROR_BODY_BYTES = 64 << 10
 _USER_AGENT = "patchkit (registry client)"
 
@@ -839,6 +845,111 @@ class _Layer:
     diff_id: Digest
 
 
+# --- total deadlines ---------------------------------------------------------------------------------
+
+# Per-read timeouts do not bound a request: a server that sends one byte of its
+# headers every two seconds never lets a read time out. Each request therefore
+# has a total deadline; when it passes, a watchdog shuts down the sockets the
+# request uses, which ends any blocked read at once.
+
+_active = threading.local()
+
+
+class _Deadline:
+    """The total time one request may take (connect, headers and body, retries included)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.at = time.monotonic() + seconds
+        self.expired = False
+        self._sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def remaining(self) -> float:
+        return max(0.05, self.at - time.monotonic())
+
+    def watch(self, sock: socket.socket | None) -> None:
+        if sock is None:
+            return
+        with self._lock:
+            if self.expired:
+                _shut(sock)
+            else:
+                self._sockets.add(sock)
+
+    def forget(self) -> None:
+        """The response is closed: its sockets may go back to the pool, never to be shut by this deadline."""
+        with self._lock:
+            self._sockets.clear()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+        self.forget()
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for sock in list(self._sockets):
+                _shut(sock)
+            self._sockets.clear()
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):  # already closed
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+def _watch_current(sock: socket.socket | None) -> None:
+    deadline = getattr(_active, "deadline", None)
+    if deadline is not None:
+        deadline.watch(sock)
+
+
+class _WatchedHTTPConnection(urllib3.connection.HTTPConnection):
+    """A connection that hands its socket to the deadline of the request using it."""
+
+    def connect(self) -> None:
+        super().connect()
+        _watch_current(self.sock)
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        _watch_current(self.sock)  # a kept-alive connection, reused
+        super().request(*args, **kwargs)
+
+
+class _WatchedHTTPSConnection(urllib3.connection.HTTPSConnection):
+    def connect(self) -> None:
+        super().connect()
+        _watch_current(self.sock)
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        _watch_current(self.sock)
+        super().request(*args, **kwargs)
+
+
+class _WatchedHTTPPool(urllib3.HTTPConnectionPool):
+    ConnectionCls = _WatchedHTTPConnection
+
+
+class _WatchedHTTPSPool(urllib3.HTTPSConnectionPool):
+    ConnectionCls = _WatchedHTTPSConnection
+
+
+def _watch_session(session: requests.Session) -> None:
+    """Make every connection ``session`` opens report its socket to the current request's deadline."""
+    for prefix in ("http://", "https://"):
+        adapter = session.get_adapter(prefix)
+        if isinstance(adapter, requests.adapters.HTTPAdapter):
+            manager = adapter.poolmanager
+            if manager.pool_classes_by_scheme.get("http") is _WatchedHTTPPool:
+                continue  # already watched (a session shared by several clients)
+            manager.pool_classes_by_scheme = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}
+            manager.clear()  # pools opened before (idle ones) are rebuilt watched
+
+
 # --- the client --------------------------------------------------------------------------------------
 
 
@@ -847,7 +958,10 @@ class RegistryClient:
 
     ``insecure`` names registries (``host[:port]`` or ``host``) that may be
     spoken to over plain HTTP; loopback registries always may. ``timeout``
-    bounds every connect and read (and a whole manifest or token download);
+    bounds every connect and read; ``deadline`` bounds each request as a
+    whole (connect, headers and body together, retries included; a blob gets
+    one more second per MiB of its size), so a server that drips bytes
+    cannot hold a command forever;
     ``retries`` is how many times a request is repeated after a 5xx, a timeout
     or a dropped connection, waiting ``backoff`` seconds, doubling each time.
     Credentials come from ``docker_config`` (default ``$DOCKER_CONFIG/config.json``
@@ -864,6 +978,7 @@ class RegistryClient:
         *,
         insecure: Iterable[str] = (),
         timeout: float = 30.0,
+        deadline: float = 120.0,
         retries: int = 3,
         docker_config: Path | None = None,
         session: requests.Session | None = None,
@@ -872,6 +987,7 @@ class RegistryClient:
     ) -> None:
         self._insecure = frozenset(_auth_host(h) for h in insecure)
         self._timeout = timeout
+        self._deadline = deadline
         self._retries = max(0, retries)
         self._backoff = backoff
         self._max_file = max_file_size
@@ -879,6 +995,8 @@ class RegistryClient:
         self._config_doc: dict[str, Any] | None = None
         self._own_session = session is None
         self._session = session if session is not None else requests.Session()
+        _watch_session(self._session)
+        self._deadlines: weakref.WeakKeyDictionary[requests.Response, _Deadline] = weakref.WeakKeyDictionary()
         self._challenges: dict[str, Challenge] = {}
         self._tokens: dict[tuple[str, str], _Token] = {}
         self._manifests: dict[tuple[str, str, Digest], bytes] = {}
@@ -1043,10 +1161,11 @@ class RegistryClient:
             raise RegistryError(f"{what} has media type {desc.media_type!r}, which is not a layer patchkit can read")
         attempt = 0
         while True:
-            resp = self._request("GET", ref, f"blobs/{desc.digest}", what=what)
+            resp = self._request("GET", ref, f"blobs/{desc.digest}", what=what, size=desc.size)
             try:
                 return self._scan_stream(resp, layer, wanted, ancestors, what)
             except _Interrupted as e:
+                self._raise_if_late(resp, what)
                 if attempt >= self._retries:
                     raise RegistryError(f"{what}: {e}" + (f" (tried {attempt + 1} times)" if attempt else "")) from e
                 self._sleep(attempt)
@@ -1167,10 +1286,17 @@ class RegistryClient:
                     raise RegistryError(f"{what}: the body took longer than {self._timeout:g} s")
                 chunks.append(chunk)
         except requests.RequestException as e:
+            self._raise_if_late(resp, what)
             raise RegistryError(f"{what}: the response broke off ({_describe(e)})") from e
         finally:
             resp.close()
+        self._raise_if_late(resp, what)
         return b"".join(chunks)
+
+    def _raise_if_late(self, resp: requests.Response, what: str) -> None:
+        deadline = self._deadlines.get(resp)
+        if deadline is not None and deadline.expired:
+            raise _late(what, deadline)
 
     # -- HTTP ------------------------------------------------------------------------------------
 
@@ -1186,36 +1312,64 @@ class RegistryClient:
             time.sleep(self._backoff * (2**attempt))
 
     def _send(
-        self, method: str, url: str, headers: dict[str, str], what: str, auth: tuple[str, str] | None = None
+        self,
+        method: str,
+        url: str,
+        headers: dict[str, str],
+        what: str,
+        auth: tuple[str, str] | None = None,
+        size: int | None = None,
     ) -> tuple[requests.Response, int]:
         """One request, repeated with backoff after a 5xx, a timeout or a connection failure.
 
-        Returns the last response and how many times the request was sent.
+        Every attempt and the body read after it share one total deadline
+        (``size``: a blob's declared size, which extends it). Returns the last
+        response and how many times the request was sent.
         """
+        deadline = _Deadline(self._deadline + (size or 0) / MIN_BLOB_RATE)
         attempt = 0
         while True:
             try:
-                resp = self._session.request(
-                    method, url, headers=headers, auth=auth, timeout=self._timeout, stream=True
-                )
+                _active.deadline = deadline
+                try:
+                    resp = self._session.request(
+                        method,
+                        url,
+                        headers=headers,
+                        auth=auth,
+                        timeout=min(self._timeout, deadline.remaining()),
+                        stream=True,
+                    )
+                finally:
+                    _active.deadline = None
             except (requests.Timeout, requests.ConnectionError) as e:
+                if deadline.expired:
+                    deadline.cancel()
+                    raise _late(what, deadline) from e
                 if attempt < self._retries:
                     self._sleep(attempt)
                     attempt += 1
                     continue
+                deadline.cancel()
                 tries = f" (tried {attempt + 1} times)" if attempt else ""
                 raise RegistryError(f"{what}: {_describe(e)}{tries}", _network_hint(e, url)) from e
             except requests.RequestException as e:
+                deadline.cancel()
+                if deadline.expired:
+                    raise _late(what, deadline) from e
                 raise RegistryError(f"{what}: {_describe(e)}", _network_hint(e, url)) from e
             if resp.status_code >= 500 and attempt < self._retries:
                 resp.close()
+                deadline.forget()
                 self._sleep(attempt)
                 attempt += 1
                 continue
+            self._deadlines[resp] = deadline
+            _cancel_on_close(resp, deadline)
             return resp, attempt + 1
 
     def _request(
-        self, method: str, image: ImageRef, path: str, *, what: str, accept: str | None = None
+        self, method: str, image: ImageRef, path: str, *, what: str, accept: str | None = None, size: int | None = None
     ) -> requests.Response:
         """A registry API request for ``image`` with authentication; any non-2xx answer is a ``RegistryError``."""
         url = f"{self._base(image.registry)}/v2/{image.repository}/{path}"
@@ -1227,14 +1381,21 @@ class RegistryClient:
             authorization = self._authorization(image)
             if authorization:
                 headers["Authorization"] = authorization
-            resp, attempts = self._send(method, url, headers, what)
+            resp, attempts = self._send(method, url, headers, what, size=size)
             if 200 <= resp.status_code < 300:
                 return resp
             challenge = parse_challenge(resp.headers.get("WWW-Authenticate", ""))
             if resp.status_code == 401 and not retried_auth and challenge is not None:
                 self._challenges[image.registry] = challenge
                 self._tokens.pop((image.registry, _scope(image)), None)
-                if challenge.scheme == "bearer" or (challenge.scheme == "basic" and self._credentials(image)):
+                try:
+                    again = challenge.scheme == "bearer" or (
+                        challenge.scheme == "basic" and self._credentials(image) is not None
+                    )
+                except BaseException:
+                    resp.close()  # a bad Docker config: the answer is not read further
+                    raise
+                if again:
                     resp.close()
                     retried_auth = True
                     continue
@@ -1369,6 +1530,28 @@ class RegistryClient:
             )
         tries = f" after {attempts} attempts" if attempts > 1 else ""
         return RegistryError(f"{what}: {status} {resp.reason or ''}{tries} ({detail})", status=status)
+
+
+def _cancel_on_close(resp: requests.Response, deadline: _Deadline) -> None:
+    """End ``deadline`` when ``resp`` is closed (or dropped): its socket may then serve another request."""
+    ref = weakref.ref(resp)
+
+    def closed() -> None:
+        deadline.cancel()
+        alive = ref()
+        if alive is not None:
+            requests.Response.close(alive)
+
+    resp.close = closed  # type: ignore[method-assign]
+    weakref.finalize(resp, deadline.cancel)
+
+
+def _late(what: str, deadline: _Deadline) -> RegistryError:
+    return RegistryError(
+        f"{what}: no complete answer within {deadline.seconds:g} s (connect, headers and body together); "
+        "the registry is too slow or stalled",
+        "try again later; the registry or the network between you is not answering in time",
+    )
 
 
 def _scope(image: ImageRef) -> str:

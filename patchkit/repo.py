@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import os
+import secrets
 import stat
-import tempfile
-from collections.abc import Iterable
+import sys
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from patchkit.errors import BadInput, WriteFailed
+from patchkit.errors import BadInput, PatchkitError, WriteFailed
 from patchkit.values import RepoPath
 
 if TYPE_CHECKING:
@@ -25,6 +27,10 @@ if TYPE_CHECKING:
 LOCKFILE_NAME = "lockfile.toml"
 
 MANAGED_DIRS = ("patches", "upstream", "tuning")
+
+WORK_DIR = ".patchkit"
+TMP_PREFIX = ".patchkit-tmp-"
+JOURNAL = f"{WORK_DIR}/journal.json"
 
 
 def find_root(start: Path) -> Path:
@@ -129,6 +135,156 @@ class Repo:
         return True
 
 
+def contained(root: Path, rel: str) -> Path:
+    """The absolute path of repository path ``rel``, proven safe to write, create or delete.
+
+    Every directory on the way must be a real directory (not a symlink, so
+    nothing resolves outside ``root``) and the file itself, when it exists,
+    must not be a symlink: a write or an unlink through a link would reach
+    whatever it points at. Missing directories are fine (they are created
+    below a checked parent). Raises ``BadInput`` naming the component.
+    """
+    parts = rel.split("/")
+    if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise BadInput(f"{rel}: not a plain path inside the repository; refusing to write it")
+    current = root
+    for i, part in enumerate(parts):
+        current = current / part
+        try:
+            st = os.lstat(current)
+        except FileNotFoundError:
+            return root / rel
+        except OSError as e:
+            raise BadInput(f"{rel}: cannot inspect {current.relative_to(root)} ({e.strerror})") from e
+        shown = "/".join(parts[: i + 1])
+        if stat.S_ISLNK(st.st_mode):
+            target = os.readlink(current)
+            raise BadInput(
+                f"{shown} is a symlink (to {target}); refusing to write or delete {rel} through it",
+                "replace the link with a real directory or file inside the repository",
+            )
+        if i < len(parts) - 1 and not stat.S_ISDIR(st.st_mode):
+            raise BadInput(f"{shown} is not a directory; cannot write {rel}")
+        if i == len(parts) - 1 and not stat.S_ISREG(st.st_mode):
+            what = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file (a FIFO, device or socket)"
+            raise BadInput(f"{rel} is {what}; refusing to write or delete it", "replace it with a regular file")
+    return root / rel
+
+
+def output_target(path: Path, repo: Repo | None = None, lock: Lockfile | None = None) -> Path:
+    """Where a command may write an output file the user named (``bundle -o``, ``--summary``).
+
+    Only over a regular file, or at a new name in a directory that exists
+    (nothing is created on the way); never over a device, a link or a
+    directory, and never over a file the deployment is made of (the lockfile,
+    SHA256SUMS, a pinned file, a compose file) or into patchkit's managed
+    directories. Raises ``BadInput`` saying which.
+    """
+    absolute = Path(os.path.abspath(path))
+    try:
+        st = os.lstat(absolute)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise BadInput(f"{path}: cannot inspect ({e.strerror})") from e
+    hint = "name a new file in an existing directory, or pass - to write to standard output"
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        what = (
+            "a symlink"
+            if stat.S_ISLNK(st.st_mode)
+            else "a directory"
+            if stat.S_ISDIR(st.st_mode)
+            else ("not a regular file (a device, FIFO or socket)")
+        )
+        raise BadInput(f"{path}: is {what}; refusing to write over it", hint)
+    parent = absolute.parent
+    if st is None and not parent.is_dir():
+        raise BadInput(f"{path}: directory {parent} does not exist; nothing is created on the way", hint)
+    if repo is not None:
+        where = parent.resolve() / absolute.name
+        if where.is_relative_to(repo.root):
+            rel = where.relative_to(repo.root).as_posix()
+            protected = {LOCKFILE_NAME, "SHA256SUMS", "deploy.toml"}
+            if lock is not None:
+                protected |= {str(f) for _, f, _ in lock.files()}
+            top = rel.split("/", 1)[0]
+            is_compose = "/" not in rel and rel.startswith("compose") and rel.endswith((".yaml", ".yml"))
+            if rel in protected or is_compose or top in (*MANAGED_DIRS, WORK_DIR, ".git"):
+                raise BadInput(f"{path}: is part of the deployment ({rel}); refusing to write over it", hint)
+    return absolute
+
+
+LOCK_FILE = f"{WORK_DIR}/lock"
+
+
+class RepositoryBusy(PatchkitError):
+    """Another patchkit process holds the repository's write lock (``--no-wait``)."""
+
+    exit_code = 1
+
+
+class RepoLock:
+    """The exclusive write lock of one repository: ``flock`` on ``.patchkit/lock``.
+
+    The kernel drops the lock when its holder exits, however it ends (even
+    ``kill -9``), so a crash never leaves a repository locked. The file records
+    the holder's pid and command, for the message another writer prints.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)  # closing the only descriptor releases the flock
+
+
+def lock_repository(root: Path, *, wait: bool = True, on_wait: Callable[[str], None] | None = None) -> RepoLock:
+    """Take the repository's exclusive write lock; every command that writes holds it to its end.
+
+    A second writer waits (``on_wait`` is told who holds it) or, with
+    ``wait=False``, fails at once with ``RepositoryBusy``.
+    """
+    contained(root, LOCK_FILE)
+    work = root / WORK_DIR
+    try:
+        work.mkdir(exist_ok=True)
+        fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise _write_failed(root / LOCK_FILE, e) from e
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            if not wait:
+                raise RepositoryBusy(
+                    f"{LOCK_FILE}: another patchkit is writing this repository ({holder}); nothing was changed",
+                    "retry when it has finished, or drop --no-wait to wait for it",
+                ) from None
+            if on_wait is not None:
+                on_wait(f"waiting for another patchkit writing this repository ({holder}) to finish")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()} {' '.join(sys.argv[1:])[:200]}\n".encode("utf-8", "replace"), 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return RepoLock(fd)
+
+
+def _holder(fd: int) -> str:
+    try:
+        text = os.pread(fd, 512, 0).decode("utf-8", "replace").strip()
+    except OSError:
+        text = ""
+    pid, _, command = text.partition(" ")
+    if not pid.isdigit():
+        return "holder unknown"
+    return f"pid {pid}: patchkit {command}".rstrip()
+
+
 def atomic_write(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Write ``data`` to ``path`` so that readers see the old file or the new one, never half.
 
@@ -156,22 +312,21 @@ def _write_failed(path: Path, e: OSError) -> WriteFailed:
     return WriteFailed(f"{path}: cannot write ({e.strerror}); nothing was changed")
 
 
-WORK_DIR = ".patchkit"
-TMP_PREFIX = ".patchkit-tmp-"
-JOURNAL = f"{WORK_DIR}/journal.json"
-
-
 def write_all(root: Path, files: dict[str, bytes], deletes: Iterable[str] = ()) -> list[str]:
     """Write (and delete) several repository files as one transaction.
 
-    Every new file is staged first (temporary file beside its target,
-    fsynced). A failure while staging (read-only directory, full disk)
+    Every path is first proven to stay inside the repository (``contained``:
+    no symlinked directory on the way, no link at the end). Every new file is
+    staged next (temporary file beside its target, fsynced). A failure while staging (read-only directory, full disk)
     removes what was staged and changes nothing. Then a journal listing the
     renames and deletions is written atomically and carried out; a crash
     after that point leaves the journal, and ``recover`` finishes the
     transaction. Unchanged files are not touched. Returns the paths that
     changed, in order.
     """
+
+    for rel in (*files, *deletes):
+        contained(root, rel)
 
     def stage(item: tuple[str, bytes]) -> tuple[str, Path, Path | WriteFailed | None]:
         rel, data = item
@@ -248,25 +403,85 @@ def recover(root: Path) -> bool:
         journal.unlink()
         _remove_stale_temporaries(root)
         return False
-    _carry_out(root, [(a, b) for a, b in record["replace"]], list(record["delete"]))
+    try:
+        replace, delete = _journal_entries(root, record)
+    except (KeyError, TypeError, ValueError, BadInput) as e:
+        # Not a journal patchkit wrote: carrying it out could rename or delete anything.
+        raise BadInput(
+            f"{JOURNAL}: not a journal patchkit wrote ({e}); nothing was changed",
+            f"inspect it, then delete {JOURNAL} and check the repository (patchkit check)",
+        ) from e
+    _carry_out(root, replace, delete)
     journal.unlink()
     _remove_stale_temporaries(root)
     return True
 
 
+def _journal_entries(root: Path, record: Any) -> tuple[list[tuple[str, str]], list[str]]:
+    """The renames and deletions of a journal, each proven to stay inside the repository."""
+    replace = [(str(pair[0]), str(pair[1])) for pair in record["replace"] if len(pair) == 2 or _bad(pair)]
+    delete = [str(d) for d in record["delete"]]
+    for tmp, rel in replace:
+        if not Path(tmp).name.startswith(TMP_PREFIX):
+            raise ValueError(f"{tmp} is not a file patchkit staged")
+        contained(root, tmp)
+        contained(root, rel)
+    for rel in delete:
+        contained(root, rel)
+    return replace, delete
+
+
+def _bad(pair: object) -> bool:
+    raise ValueError(f"{pair!r} is not a rename")
+
+
 def _remove_stale_temporaries(root: Path) -> None:
+    """Remove staged files left by crashed processes; a live process's staging is never touched."""
+    for tmp in stale_temporaries(root):
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+def stale_temporaries(root: Path) -> list[Path]:
+    """patchkit's own staged files whose writer is gone (a crash while staging), in the repository."""
+    found = set()
     for directory in (root, *(root / d for d in (*MANAGED_DIRS, WORK_DIR))):
-        if not directory.is_dir():
+        if not directory.is_dir() or directory.is_symlink():
             continue
-        for tmp in directory.rglob(f"{TMP_PREFIX}*.tmp"):
-            with contextlib.suppress(OSError):
-                tmp.unlink()
+        pattern = f"{TMP_PREFIX}*.tmp"
+        for tmp in directory.glob(pattern) if directory == root else directory.rglob(pattern):
+            if tmp.is_symlink() or not tmp.is_file():
+                continue
+            pid = staging_pid(tmp.name)
+            if pid is None or pid == os.getpid() or not _alive(pid):
+                found.add(tmp)
+    return sorted(found)
+
+
+def staging_pid(name: str) -> int | None:
+    """The process id a staged file's name records (``.patchkit-tmp-<pid>-<name>.<random>.tmp``)."""
+    if not name.startswith(TMP_PREFIX):
+        return None
+    head = name[len(TMP_PREFIX) :].split("-", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _stage(path: Path, data: bytes, sync: bool = True) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f"{TMP_PREFIX}{path.name}.", suffix=".tmp", dir=path.parent)
+        # The writer's pid in the name: recovery removes only the staging of dead processes.
+        tmp = str(path.parent / f"{TMP_PREFIX}{os.getpid()}-{path.name}.{secrets.token_hex(4)}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as e:
         raise _write_failed(path, e) from e
     try:

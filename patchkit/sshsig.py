@@ -163,25 +163,32 @@ def armor(blob: bytes) -> bytes:
     return ("\n".join([BEGIN, *lines, END]) + "\n").encode("ascii")
 
 
+# What ssh-keygen's b64_pton skips between base64 characters (C isspace).
+_B64_SPACE = b" \t\n\v\f\r"
+
+
 def dearmor(data: bytes) -> bytes:
-    """The blob inside an armored signature; LF or CRLF, nothing but whitespace around it."""
-    try:
-        text = data.decode("ascii")
-    except UnicodeDecodeError as e:
-        raise BadSignature("not an armored SSH signature (non-ASCII bytes)") from e
-    lines = [line.strip() for line in text.replace("\r\n", "\n").split("\n")]
-    while lines and not lines[-1]:
-        lines.pop()
-    while lines and not lines[0]:
-        lines.pop(0)
-    if not lines or lines[0] != BEGIN:
-        raise BadSignature(f"not an armored SSH signature (no '{BEGIN}' line)")
-    if lines[-1] != END:
+    """The blob inside an armored signature, accepted exactly as ``ssh-keygen -Y verify`` accepts it.
+
+    OpenSSH's ``sshsig_dearmor``: the file must begin with the BEGIN line
+    and its LF (nothing before it, no CR after it); the body runs to the first
+    LF followed by the END line, and whatever follows that line is ignored;
+    the body is base64 with any whitespace (spaces, tabs, CR, LF) skipped.
+    """
+    head = f"{BEGIN}\n".encode()
+    if not data.startswith(head):
+        found = data.split(b"\n", 1)[0][:80].decode("ascii", "backslashreplace")
+        raise BadSignature(
+            f"not an armored SSH signature: the file must begin with the line '{BEGIN}' "
+            f"(found {found!r}; ssh-keygen refuses it too)"
+        )
+    end = data.find(f"\n{END}".encode(), len(head))
+    if end < 0:
         raise BadSignature(f"truncated armor: no '{END}' line")
-    body = "".join(lines[1:-1])
+    body = data[len(head) : end].translate(None, _B64_SPACE)
     try:
         return base64.b64decode(body, validate=True)
-    except binascii.Error as e:
+    except (binascii.Error, ValueError) as e:
         raise BadSignature(f"armor is not valid base64 ({e})") from e
 
 

@@ -126,8 +126,15 @@ class RepoPath:
             raise ValueError(f"{_describe(p)} is absolute; paths in the lockfile are relative to the repository")
         if "\\" in p:
             raise ValueError(f"{_describe(p)} uses '\\'; write repository paths with '/'")
-        if "\x00" in p or "\n" in p or "\r" in p:
-            raise ValueError(f"{_describe(p)} contains a control character")
+        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in p):
+            raise ValueError(f"{_describe(p)} contains a control character; rename the file")
+        try:
+            p.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = p.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace")
+            raise ValueError(
+                f"{shown}: the name is not UTF-8; lockfile paths are UTF-8 text, rename the file"
+            ) from None
         parts = p.split("/")
         if ".." in parts:
             raise ValueError(f"{_describe(p)} leaves the repository ('..' is not allowed)")

@@ -133,5 +133,8 @@ def snapshot(root: Path) -> dict[str, bytes]:
     return {
         p.relative_to(root).as_posix(): p.read_bytes()
         for p in sorted(root.rglob("*"))
-        if p.is_file() and not p.is_symlink() and ".git" not in p.relative_to(root).parts
+        if p.is_file()
+        and not p.is_symlink()
+        and ".git" not in p.relative_to(root).parts
+        and p.relative_to(root).as_posix() != ".patchkit/lock"  # the write lock, not content
     }

@@ -317,6 +317,10 @@ class _Importer:
             self.issue("mount-outside", m.compose, m.line, f"mount source {m.source} is outside the repository")
             return []
         path = self.root / rel
+        link = _link_on_the_way(self.root, rel)
+        if link is not None and link != rel:
+            self.mount_through_link(m, link)
+            return []
         if not path.is_symlink() and not path.exists() and (rule := gitignored(self.root, [rel]).get(rel)):
             self.issue(
                 "mount-ignored",
@@ -341,11 +345,29 @@ class _Importer:
         out = []
         for dirpath, dirnames, filenames in os.walk(path):
             dirnames.sort()
+            for name in [d for d in dirnames if (Path(dirpath) / d).is_symlink()]:
+                self.mount_through_link(m, (Path(dirpath) / name).relative_to(self.root).as_posix())
             for fname in sorted(filenames):
                 full = Path(dirpath) / fname
+                if full.is_symlink():
+                    self.mount_through_link(m, full.relative_to(self.root).as_posix())
+                    continue
                 sub = full.relative_to(path).as_posix()
                 out.append((full.relative_to(self.root).as_posix(), f"{m.target}/{sub}"))
         return out
+
+    def mount_through_link(self, m: compose.Mount, link: str) -> None:
+        """A mount that reaches files through a symlink: reported, and nothing behind the link is pinned."""
+        target = os.readlink(self.root / link)
+        where = "outside" if not (self.root / link).resolve().is_relative_to(self.root) else "inside"
+        self.issue(
+            "mount-symlink",
+            m.compose,
+            m.line,
+            f"mount source {m.source} goes through the symlink {link} (to {target}, {where} the repository); "
+            "nothing is pinned through a link",
+            "commit the files themselves in place of the link, or remove the mount",
+        )
 
     # -- diffs
 
@@ -693,6 +715,16 @@ class _Importer:
         return chosen
 
 
+def _link_on_the_way(root: Path, rel: str) -> str | None:
+    """The first component of ``rel`` that is a symlink (``patches/etc`` of ``patches/etc/passwd``), or None."""
+    parts = rel.split("/")
+    for i in range(1, len(parts) + 1):
+        prefix = "/".join(parts[:i])
+        if (root / prefix).is_symlink():
+            return prefix
+    return None
+
+
 def _files(root: Path, tops: tuple[str, ...]) -> list[str]:
     """Every regular file under the given top-level directories, as sorted repository paths."""
     out: list[str] = []
@@ -700,9 +732,15 @@ def _files(root: Path, tops: tuple[str, ...]) -> list[str]:
         base = root / top
         if not base.is_dir():
             continue
+        if base.is_symlink():
+            continue
         for dirpath, dirnames, filenames in os.walk(base):
             dirnames.sort()
-            out.extend((Path(dirpath) / f).relative_to(root).as_posix() for f in sorted(filenames))
+            out.extend(
+                (Path(dirpath) / f).relative_to(root).as_posix()
+                for f in sorted(filenames)
+                if not (Path(dirpath) / f).is_symlink()
+            )
     return out
 
 

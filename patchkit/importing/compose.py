@@ -118,8 +118,60 @@ def interpolate(value: str) -> str:
     return _VAR.sub(one, value)
 
 
+# A compose file is a few hundred lines; these bounds are far above any real one.
+MAX_COMPOSE_BYTES = 4 << 20
+MAX_EXPANDED_NODES = 200_000
+
+
+def _check_expansion(path: str, root: Any) -> None:
+    """Refuse recursive aliases and alias bombs before anything walks the document.
+
+    PyYAML shares one node for every use of an anchor, so nine nested anchors
+    of ten aliases are a small graph that expands to a billion nodes when
+    walked ("billion laughs"), and an anchor used inside itself (``&a [*a]``,
+    or ``<<: *a`` inside ``&a``) is a cycle. Each node's expanded size is
+    counted once (memoised), so the check is linear in the graph.
+    """
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def size(node: Any) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            raise BadInput(
+                f"{path}:{node.start_mark.line + 1}: a recursive alias (an anchor used inside itself, "
+                "directly or by a merge key); refused",
+                "replace the alias with the values it should stand for",
+            )
+        if isinstance(node, yaml.ScalarNode):
+            total = 1
+        else:
+            active.add(key)
+            children = node.value if isinstance(node, yaml.SequenceNode) else [c for kv in node.value for c in kv]
+            total = 1
+            for child in children:
+                total += size(child)
+                if total > MAX_EXPANDED_NODES:
+                    raise BadInput(
+                        f"{path}:{node.start_mark.line + 1}: aliases expand to more than {MAX_EXPANDED_NODES} "
+                        "nodes (an alias bomb); refused",
+                        "write the values out, or use fewer nested aliases",
+                    )
+            active.discard(key)
+        sizes[key] = total
+        return total
+
+    size(root)
+
+
 def read(path: str, text: str) -> ComposeFile:
-    """Parse one compose file; malformed YAML or a relative container path is a ``BadInput``."""
+    """Parse one compose file; malformed YAML, an alias bomb or a relative container path is a ``BadInput``."""
+    if len(text) > MAX_COMPOSE_BYTES:
+        raise BadInput(
+            f"{path}: {len(text)} characters, over the {MAX_COMPOSE_BYTES >> 20} MiB limit for a compose file; refused"
+        )
     try:
         root = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml when built with it
     except yaml.YAMLError as e:
@@ -129,6 +181,13 @@ def read(path: str, text: str) -> ComposeFile:
         raise BadInput(
             f"{path}{line}: not valid YAML: {problem}", "fix the YAML, then run patchkit import again"
         ) from e
+    except RecursionError as e:
+        raise BadInput(f"{path}: nested too deeply to be a compose file; refused") from e
+    if root is not None:
+        try:
+            _check_expansion(path, root)
+        except RecursionError as e:
+            raise BadInput(f"{path}: nested too deeply to be a compose file; refused") from e
     if root is None or not isinstance(root, yaml.MappingNode):
         raise BadInput(f"{path}: not a compose file (the top level must be a mapping with 'services')")
     services = _get(root, "services")

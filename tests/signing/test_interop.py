@@ -93,10 +93,12 @@ def test_verify_as_a_user_runs_it(signed: tuple[Path, Path, Path]) -> None:
     assert r.returncode == 1 and "Traceback" not in r.stderr
 
 
-def test_crlf_armor_is_accepted(signed: tuple[Path, Path, Path], invoke: Invoke) -> None:
+def test_crlf_armor_is_refused_as_ssh_keygen_refuses_it(signed: tuple[Path, Path, Path], invoke: Invoke) -> None:
+    # ssh-keygen needs "-----BEGIN SSH SIGNATURE-----\n" exactly; more variants in tests/adversarial.
     msg, sig, allowed = signed
     sig.write_bytes(sig.read_bytes().replace(b"\n", b"\r\n"))
-    assert _verify(invoke, allowed, msg)[0] == 0
+    assert not keygen_verify(allowed, "alice", msg)[0]
+    assert _verify(invoke, allowed, msg)[0] == 1
 
 
 # ---------------------------------------------------------------- rejections

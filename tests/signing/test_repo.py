@@ -103,6 +103,7 @@ def bundle(signed_deploy: tuple[Path, Path], invoke: Invoke, tmp_path: Path) -> 
     repo, key = signed_deploy
     (repo / "compose.yaml").write_text("services: {}\n")
     out = tmp_path / "dist" / "deploy.tar.gz"
+    out.parent.mkdir()  # bundle -o creates no directories
     assert invoke("bundle", "-o", str(out), repo=repo).exit_code == 0
     assert invoke("sign", "--key", str(key), str(out)).exit_code == 0
     r = invoke("attest", str(out), "--key", str(key))
