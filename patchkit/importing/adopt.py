@@ -484,18 +484,11 @@ class _Importer:
     # -- provenance
 
     def provenance(self, entries: list[_Entry]) -> None:
-        for doc in ("README.md", "patches/README.md", "PATCHES.md", "patches/PROVENANCE.md"):
+        for doc in provenance.DOCUMENTS:
             if not (self.root / doc).is_file():
                 continue
             for row in provenance.tables(doc, self.read_text(doc)):
-                entry = next(
-                    (
-                        e
-                        for e in entries
-                        if row.file in (e.rel, PurePosixPath(e.rel).name, e.rel.removeprefix("patches/"))
-                    ),
-                    None,
-                )
+                entry = next((e for e in entries if provenance.names(row, e.rel)), None)
                 if entry is None:
                     file, line = row.source.rsplit(":", 1)
                     self.issue(
