@@ -262,26 +262,14 @@ class Checker:
         module is an overlay whose diff hides what it changes. A provenance row
         naming the file decides instead, so then nothing is said.
         """
-        from patchkit.importing.normalize import maybe_upstream
+        from patchkit.importing.normalize import maybe_upstream, maybe_upstream_note
 
         asks = maybe_upstream(self.repo, self.lock, p, found)
         if asks is None:
             return
-        upstream, path = asks[0].name, asks[1]
         rel, line = found.new_file_parts[p.name][0]
-        self.result.findings.append(
-            Finding(
-                "module-maybe-upstream",
-                rel,
-                line,
-                f"adds module '{p.name}' ({p.file}) as a new file (--- /dev/null) and no provenance row names it, "
-                f"but it is mounted as {path} in the tree of upstream '{upstream}': it may be an upstream file, "
-                "which would make it an overlay whose diff hides what it changes",
-                f"patchkit import --normalize --fetch decides (it asks upstream '{upstream}' for {path} at its "
-                "pinned commit)",
-                severity="note",
-            )
-        )
+        message, fix = maybe_upstream_note(p.name, str(p.file), str(asks[1]), asks[0].name)
+        self.result.findings.append(Finding("module-maybe-upstream", rel, line, message, fix, severity="note"))
 
     def _check_overlays_have_diffs(self) -> None:
         """Every overlay shows reviewers what it changes: a diff to upstream."""

@@ -304,6 +304,16 @@ def maybe_upstream(
     return up, path
 
 
+def maybe_upstream_note(name: str, file: str, path: str, upstream: str) -> tuple[str, str]:
+    """The note (message, fix) for a module only a ``/dev/null`` diff made a module, as import and check give it."""
+    return (
+        f"adds module '{name}' ({file}) as a new file (--- /dev/null) and no provenance row names it, "
+        f"but it is mounted as {path} in the tree of upstream '{upstream}': it may be an upstream file, "
+        "which would make it an overlay whose diff hides what it changes",
+        f"patchkit import --normalize --fetch decides (it asks upstream '{upstream}' for {path} at its pinned commit)",
+    )
+
+
 def _pinned_ref(up: Upstream) -> str | None:
     """What pins an upstream's files, as ``Fetch`` takes it (a commit, a wheel version, an image digest), if any."""
     if up.source == "git":

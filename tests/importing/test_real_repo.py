@@ -73,6 +73,9 @@ def test_import_reports_exactly_the_defects_of_a_real_repository(real: RealRepo,
             ("mount-ignored", "compose.yaml", real.line_of("compose.yaml", "secret.yaml:")),
             # the table says upstream has the file, the diff says it is new
             ("diff-new-file", "patches/diffs/07-reasoning.patch", 1),
+            # no row names these, their diffs add them whole, vllm's tree: only upstream can tell (as check says)
+            ("module-maybe-upstream", "patches/diffs/09-kv-offload.patch", 1),
+            ("module-maybe-upstream", "patches/diffs/10-eagle-tree.patch", 1),
             # both bad hunks, the second twice (its counts, and its start after the first)
             ("diff-hunk-count", "patches/diffs/08-moe.patch", moe[0]),
             ("diff-hunk-count", "patches/diffs/08-moe.patch", moe[1]),
@@ -89,12 +92,18 @@ def test_import_reports_exactly_the_defects_of_a_real_repository(real: RealRepo,
         ]
     )
     notes = {i["kind"] for i in report["issues"] if i["severity"] == "note"}  # type: ignore[attr-defined]
-    assert notes == {"mount-ignored", "sums-format"}  # as check reports them: worth knowing, not wrong
+    assert notes == {"mount-ignored", "sums-format", "module-maybe-upstream"}  # as check reports them: not wrong
     messages = {(i["kind"], i["line"]): i["message"] for i in report["issues"]}  # type: ignore[attr-defined]
     assert messages[("sums-format", 4)] == (
         "lists patches/protocol.py in a form patchkit does not write (BSD form 'SHA256 (name) = hex')"
     )
     assert "patches/README.md:12 states it is vllm/reasoning/parser.py upstream" in messages[("diff-new-file", 1)]
+    maybe = next(i for i in report["issues"] if i["file"] == "patches/diffs/09-kv-offload.patch")  # type: ignore[attr-defined]
+    assert maybe["message"].startswith(  # the same note check gives
+        f"adds module 'kv-offload' (patches/kv_offload.py) as a new file (--- /dev/null) and no provenance row "
+        f"names it, but it is mounted as {OFFLOAD_PATH} in the tree of upstream 'vllm'"
+    )
+    assert maybe["fix"].startswith("patchkit import --normalize --fetch decides")
 
     lock = lockfile.loads((real.root / "lockfile.toml").read_text())
     patches = {p.name: p for p in lock.patches}
