@@ -374,7 +374,8 @@ def _verification(p: Patch, mine: tuple[Finding, ...], hand: tuple[str, ...] = (
                 else "applied to the pinned base, gives exactly the pinned sha256 of the file that runs"
             )
             out.append(Verification(drel, what, st, why))
-    hand_codes = {"diff-invalid", "diff-stale", "diff-new-file", "missing", "hash-mismatch"}
+    # module-maybe-upstream (a note): a "module" that may be an upstream file is never shown as verified.
+    hand_codes = {"diff-invalid", "diff-stale", "diff-new-file", "module-maybe-upstream", "missing", "hash-mismatch"}
     for rel in hand:
         st, why = status(hand_codes, (), (rel,))
         out.append(Verification(rel, "hand-kept diff: parses and undoes exactly on the overlay", st, why))

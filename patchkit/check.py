@@ -12,6 +12,7 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from patchkit import diffs, sums
 from patchkit.cache import BlobStore
@@ -20,6 +21,9 @@ from patchkit.lockfile import LOCKFILE_NAME, Lockfile, Patch, PatchKind
 from patchkit.repo import JOURNAL, MANAGED_DIRS, WORK_DIR, Escape, Repo, gitignored, pending_journal, staging_pid
 from patchkit.tomlpos import LineIndex
 from patchkit.values import RepoPath
+
+if TYPE_CHECKING:
+    from patchkit.importing import handdiffs
 
 REBASE_STATE = f"{WORK_DIR}/rebase/state.json"
 
@@ -231,6 +235,8 @@ class Checker:
                     "file (--- /dev/null): the diff hides what the overlay changes",
                     "patchkit import --normalize --fetch rebuilds the diff against upstream at the stated commit",
                 )
+            else:
+                self._check_module_maybe_upstream(p, found)
         for name, chain in found.parts.items():
             p = by_name[name]
             prel = str(p.file)
@@ -249,6 +255,22 @@ class Checker:
                 )
             if not undone.stale:
                 self.result.diffs_verified += 1
+
+    def _check_module_maybe_upstream(self, p: Patch, found: handdiffs.Chains) -> None:
+        """A note for a module only a ``/dev/null`` diff made a module, mounted in an upstream's package tree.
+
+        Offline, nothing tells whether that upstream has the file: if it does, the
+        module is an overlay whose diff hides what it changes. A provenance row
+        naming the file decides instead, so then nothing is said.
+        """
+        from patchkit.importing.normalize import maybe_upstream, maybe_upstream_note
+
+        asks = maybe_upstream(self.repo, self.lock, p, found)
+        if asks is None:
+            return
+        rel, line = found.new_file_parts[p.name][0]
+        message, fix = maybe_upstream_note(p.name, str(p.file), str(asks[1]), asks[0].name)
+        self.result.findings.append(Finding("module-maybe-upstream", rel, line, message, fix, severity="note"))
 
     def _check_overlays_have_diffs(self) -> None:
         """Every overlay shows reviewers what it changes: a diff to upstream."""

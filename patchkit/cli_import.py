@@ -27,7 +27,8 @@ from patchkit.errors import EXIT_FINDINGS, EXIT_OK
     is_flag=True,
     help="With --normalize: read each overlay's base from its upstream at the stated commit (clones or "
     "downloads the upstream into the cache). The rebuilt base must equal it, and overlays whose diffs are "
-    "stale or missing are normalized against it.",
+    "stale or missing are normalized against it. A module only a /dev/null diff made a module, in an "
+    "upstream's tree, becomes an overlay when that upstream has the file at its pinned commit.",
 )
 @FORMAT
 @click.pass_context
@@ -43,7 +44,8 @@ def import_(ctx: click.Context, path: Path, dry_run: bool, normalize: bool, fetc
 
     Importing again is a no-op; a repository that already is a patchkit
     deployment is refused. Exit 0 when the lockfile was written (or already
-    was), 1 when --normalize left some diffs as they were, 2 on bad input.
+    was), 1 when --normalize left some diffs as they were or could not tell
+    whether a module is an upstream file, 2 on bad input.
     """
     from patchkit.importing.adopt import import_repository
 
@@ -76,7 +78,8 @@ def import_(ctx: click.Context, path: Path, dry_run: bool, normalize: bool, fetc
             _print_import(result, dry_run)
         if normalized is not None:
             _print_normalize(normalized)
-    sys.exit(EXIT_FINDINGS if normalized is not None and normalized.failed else EXIT_OK)
+    undecided = normalized is not None and (normalized.failed or normalized.unknown)
+    sys.exit(EXIT_FINDINGS if undecided else EXIT_OK)
 
 
 def _print_import(result: Any, dry_run: bool) -> None:
@@ -107,10 +110,17 @@ def _print_normalize(n: Any) -> None:
     for name in n.done:
         where = " (base read from upstream)" if name in n.from_upstream else ""
         click.echo(f"  {name}: upstream/{name}.diff{where}")
+    for _name, rel, line, message in n.found_upstream:
+        click.echo(f"  diff-new-file {rel}:{line}: {message}")
+    asked = dict(n.not_upstream)
     for name in n.modules:
-        click.echo(f"  {name}: a whole new file; needs no diff to upstream")
+        click.echo(f"  {name}: {asked.pop(name, 'a whole new file')}; needs no diff to upstream")
+    for name, why in asked.items():
+        click.echo(f"  {name}: {why}; needs no diff to upstream")
+    for name, why, fix in n.unknown:
+        click.echo(f"  {name}: {why}\n    fix: {fix}")
     for rel in n.removed:
-        click.echo(f"  removed {rel} (replaced)")
+        click.echo(f"  removed {rel} ({'only a new module' if rel in n.unneeded else 'replaced'})")
     for rel in n.dropped_sums:
         click.echo(f"  SHA256SUMS: dropped {rel} (the lockfile does not pin it)")
     if n.failed:

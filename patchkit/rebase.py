@@ -285,7 +285,7 @@ def skipped(repo: Repo, lock: Lockfile, upstream: str) -> list[Skipped]:
     base (adopted by ``patchkit import``), an overlay of another upstream the
     package vendors (``vllm/third_party/…``), a new module.
     """
-    from patchkit.importing.normalize import upstream_of
+    from patchkit.importing.normalize import maybe_upstream, upstream_of
 
     trees = _trees(lock, upstream)
     chains: handdiffs.Chains | None = None
@@ -298,7 +298,19 @@ def skipped(repo: Repo, lock: Lockfile, upstream: str) -> list[Skipped]:
         if tree is None:
             continue
         other = p.base.upstream if p.base is not None else upstream_of(lock, p)[0]
-        if p.kind is not PatchKind.OVERLAY:
+        if chains is None and p.kind is PatchKind.MODULE:
+            chains = handdiffs.chains(lock, lambda d: _read_or_none(repo, str(d.file)))
+        if chains is not None and (asks := maybe_upstream(repo, lock, p, chains)) is not None:
+            out.append(
+                Skipped(
+                    p.name,
+                    target,
+                    f"a module only because its hand-kept diff adds it whole (--- /dev/null): upstream "
+                    f"'{asks[0].name}' may have {asks[1]}, which would make it an overlay to rebase",
+                    "patchkit import --normalize --fetch",
+                )
+            )
+        elif p.kind is not PatchKind.OVERLAY:
             out.append(Skipped(p.name, target, f"a {p.kind.value}: no upstream file to merge it with"))
         elif other is not None and other != upstream:
             first = "patchkit import --normalize, then " if p.base is None else ""

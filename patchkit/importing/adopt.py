@@ -69,8 +69,9 @@ class Issue:
         }
 
 
-# Kinds that are not defects: a gitignored mount meant to be absent, a SHA256SUMS line coreutils accepts.
-NOTES = frozenset({"mount-ignored", "sums-format"})
+# Kinds that are not defects: a gitignored mount meant to be absent, a SHA256SUMS line coreutils accepts,
+# a module that may be an upstream file (only upstream can tell).
+NOTES = frozenset({"mount-ignored", "sums-format", "module-maybe-upstream"})
 
 
 @dataclass
@@ -146,6 +147,8 @@ class _Entry:
     origin: dict[str, str] = field(default_factory=dict)
     stated_in: list[str] = field(default_factory=list)
     new_module: str | None = None  # the provenance row calling the file a new module, if one does
+    named_in_table: bool = False  # a provenance row names the file
+    dev_null: tuple[str, int] | None = None  # the diff part (file, line) that made it a module by adding it whole
 
     @property
     def upstream_statement(self) -> str | None:
@@ -197,6 +200,7 @@ class _Importer:
         hand = self.hand_diffs(entries)
         upstreams = self.upstreams(entries)
         self.name_entries(entries, hand)
+        self.check_modules(entries, upstreams)
         self.check_runs(entries, composes)
         self.check_sums(entries)
         patches = []
@@ -453,6 +457,7 @@ class _Importer:
                 )
             else:
                 entry.kind = "module"  # the diff adds the whole file, and no source says upstream has it
+                entry.dev_null = (rel, fd.line)
         if entry is not None and m.upstream_path and "path" not in entry.origin:
             entry.origin["path"] = m.upstream_path
             entry.stated_in.append(f"{rel}:{fd.line}")
@@ -506,18 +511,11 @@ class _Importer:
     # -- provenance
 
     def provenance(self, entries: list[_Entry]) -> None:
-        for doc in ("README.md", "patches/README.md", "PATCHES.md", "patches/PROVENANCE.md"):
+        for doc in provenance.DOCUMENTS:
             if not (self.root / doc).is_file():
                 continue
             for row in provenance.tables(doc, self.read_text(doc)):
-                entry = next(
-                    (
-                        e
-                        for e in entries
-                        if row.file in (e.rel, PurePosixPath(e.rel).name, e.rel.removeprefix("patches/"))
-                    ),
-                    None,
-                )
+                entry = next((e for e in entries if provenance.names(row, e.rel)), None)
                 if entry is None:
                     file, line = row.source.rsplit(":", 1)
                     self.issue(
@@ -536,6 +534,7 @@ class _Importer:
                         entry.origin[key] = value
                         entry.origin[f"{key}_source"] = row.source
                 entry.stated_in.append(row.source)
+                entry.named_in_table = True
                 _add_refs(entry, row.text, row.repository)
 
     def upstreams(self, entries: list[_Entry]) -> tuple[Upstream, ...]:
@@ -601,6 +600,24 @@ class _Importer:
             e.name = name
         by_rel = {e.rel: e.name for e in entries}
         hand[:] = [HandDiff(d.file, d.sha256, tuple(by_rel[r] for r in d.patches), d.against) for d in hand]
+
+    def check_modules(self, entries: list[_Entry], upstreams: tuple[Upstream, ...]) -> None:
+        """Note each module only a ``/dev/null`` diff made a module, mounted in a declared upstream's tree.
+
+        Offline nothing tells whether the upstream has the file (which would make
+        it an overlay); ``check`` gives the same note, ``--normalize --fetch`` decides.
+        """
+        from patchkit.importing.normalize import maybe_upstream_note
+
+        declared = {u.name for u in upstreams}
+        for e in entries:
+            parts = _PYTHON_TREE.split(e.target, 1)
+            if e.kind != "module" or e.dev_null is None or e.named_in_table or len(parts) != 2:
+                continue
+            top = parts[1].split("/", 1)[0]
+            if top in declared:
+                message, fix = maybe_upstream_note(e.name, e.rel, parts[1], top)
+                self.issue("module-maybe-upstream", e.dev_null[0], e.dev_null[1], message, fix)
 
     # -- what runs, what is summed
 

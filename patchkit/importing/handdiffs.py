@@ -133,20 +133,25 @@ class Chains:
 
     ``parts``: each patch's diff parts against upstream or an earlier overlay,
     oldest first, as (diff file, part); ``adds_whole_file``: patches a part
-    creates from nothing; ``strict``: every bad hunk of each diff that does not
+    creates from nothing, with ``new_file_parts`` where each such part is (diff
+    file, line); ``strict``: every bad hunk of each diff that does not
     parse strictly (hand-edited hunk counts), each with its line; ``first_line``: each diff's first file header;
     ``unreadable``: patch name -> why one of its diffs could not be read;
     ``leftover``: diffs with a part that is not a change to one of its patches
     (a whole new file, or a file none of them is), which a canonical diff of
-    its patches does not replace.
+    its patches does not replace; ``whole_modules``: for each such diff, the
+    modules and transformers whose whole file it holds.
     """
 
     parts: dict[str, list[tuple[str, diffs.FileDiff]]] = field(default_factory=dict)
     adds_whole_file: set[str] = field(default_factory=set)
+    new_file_parts: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
     strict: dict[str, list[diffs.DiffError]] = field(default_factory=dict)
     first_line: dict[str, int] = field(default_factory=dict)
     unreadable: dict[str, str] = field(default_factory=dict)
     leftover: set[str] = field(default_factory=set)
+    unmatched: set[str] = field(default_factory=set)  # diffs with a part that matches none of its patches
+    whole_modules: dict[str, set[str]] = field(default_factory=dict)  # diff -> patches not overlays it adds whole
 
 
 def chains(lock: Lockfile, read: Callable[[HandDiff], bytes | None]) -> Chains:
@@ -185,11 +190,14 @@ def chains(lock: Lockfile, read: Callable[[HandDiff], bytes | None]) -> Chains:
             m = match(fd, candidates)
             if m.candidate is None:
                 out.leftover.add(rel)
+                out.unmatched.add(rel)
                 continue
             if m.against == "new":
                 if (p := by_name.get(m.candidate.key)) is None or p.kind is not PatchKind.OVERLAY:
                     out.leftover.add(rel)  # a new module's whole file: no canonical diff replaces it
+                    out.whole_modules.setdefault(rel, set()).add(m.candidate.key)
                 out.adds_whole_file.add(m.candidate.key)
+                out.new_file_parts.setdefault(m.candidate.key, []).append((rel, fd.line))
             else:
                 out.parts.setdefault(m.candidate.key, []).append((rel, fd))
     return out

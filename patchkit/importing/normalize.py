@@ -5,12 +5,16 @@ overlay newest first (incremental ones included); what remains is the
 upstream base. Its sha256 becomes the patch's [base], and the diff from that
 base to the overlay, with stable ``a/<upstream path>`` / ``b/<upstream path>``
 headers, is written to ``upstream/<name>.diff``. A hand-kept diff whose every
-part was normalized is deleted (git keeps its history); the rest stay pinned
-as they are and are reported with the reason.
+part was normalized (or is the whole file of a module upstream was asked about
+and does not have) is deleted (git keeps its history); the rest stay pinned as
+they are and are reported with the reason.
 
 With a ``fetch`` function (``--fetch``), the upstream file at the stated
 base commit is the truth: a base rebuilt from the diffs must equal it, and
-an overlay whose diffs are stale or missing is normalized against it.
+an overlay whose diffs are stale or missing is normalized against it. An
+upstream also decides what a ``/dev/null`` diff cannot: a module that only such
+a diff made a module (no provenance row names it), mounted in an upstream's
+tree, is an overlay when that upstream has the file at its pinned commit.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from patchkit.cache import BlobStore
 from patchkit.edit import canonical_diff, finish, sums_dropped
 from patchkit.errors import PatchkitError
 from patchkit.hashing import sha256_bytes
-from patchkit.importing import handdiffs
+from patchkit.importing import handdiffs, provenance
 from patchkit.lockfile import Base, DiffPin, HandDiff, Lockfile, Patch, PatchKind, Upstream
 from patchkit.repo import Repo
 from patchkit.values import RepoPath, Revision, Sha256, UpstreamPath
@@ -45,16 +49,29 @@ class Normalized:
     failed: list[tuple[str, str]] = field(default_factory=list)
     written: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    unneeded: list[str] = field(default_factory=list)  # of removed: diffs that only held such modules' whole files
     dropped_sums: list[str] = field(default_factory=list)  # SHA256SUMS entries for files nothing pins
+    # Modules an upstream was asked about (with fetch): found there, so now overlays, as (patch, diff, line, message);
+    found_upstream: list[tuple[str, str, int, str]] = field(default_factory=list)
+    # ... not there, so modules, as (patch, why); and those it could not tell, as (patch, why, fix).
+    not_upstream: list[tuple[str, str]] = field(default_factory=list)
+    unknown: list[tuple[str, str, str]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
         return {
             "normalized": self.done,
             "base_from_upstream": self.from_upstream,
             "modules": self.modules,
+            "found_upstream": [
+                {"patch": n, "kind": "diff-new-file", "file": f, "line": line, "message": m}
+                for n, f, line, m in self.found_upstream
+            ],
+            "not_upstream": [{"patch": n, "why": w} for n, w in self.not_upstream],
+            "unknown": [{"patch": n, "why": w, "fix": f} for n, w, f in self.unknown],
             "not_normalized": [{"patch": n, "why": w} for n, w in self.failed],
             "written": self.written,
             "removed": self.removed,
+            "removed_unneeded": self.unneeded,
             "sums_dropped": self.dropped_sums,
         }
 
@@ -68,9 +85,22 @@ def normalize(repo: Repo, lock: Lockfile, store: BlobStore, fetch: Fetch | None 
     diffs is normalized against it.
     """
     result = Normalized()
-    chains = handdiffs.chains(lock, lambda d: repo.check_inside(d.file).read_bytes())
-    patches: list[Patch] = []
+    read = lambda d: repo.check_inside(d.file).read_bytes()  # noqa: E731 - read twice, the same way
+    chains = handdiffs.chains(lock, read)
     extra: dict[str, bytes] = {}
+    if fetch is not None:
+        decided = [_module_or_overlay(repo, lock, p, chains, fetch, store, result) for p in lock.patches]
+        for p, made in zip(lock.patches, decided, strict=True):
+            if made is not None:
+                assert made[0].diff is not None  # noqa: S101 - an overlay found upstream gets its canonical diff
+                extra[str(made[0].diff.file)] = made[1]
+                result.done.append(p.name)
+                result.from_upstream.append(p.name)
+        if extra:
+            patched = tuple(p if made is None else made[0] for p, made in zip(lock.patches, decided, strict=True))
+            lock = dataclasses.replace(lock, patches=patched)
+            chains = handdiffs.chains(lock, read)  # its /dev/null part now belongs to an overlay: it can be replaced
+    patches: list[Patch] = []
     for p in lock.patches:
         covered = any(p.name in d.patches for d in lock.diffs)
         if p.kind is not PatchKind.OVERLAY:
@@ -97,14 +127,22 @@ def normalize(repo: Repo, lock: Lockfile, store: BlobStore, fetch: Fetch | None 
 
     kept: list[HandDiff] = []
     deletes: list[str] = []
+    # A module upstream was asked about and does not have needs no diff: its /dev/null part is no longer needed.
+    modules = {n for n, _ in result.not_upstream}
     for d in lock.diffs:
-        # Deleted only when replaced: every patch it covers got a canonical diff, and it holds nothing else.
-        if d.patches and all(n in result.done for n in d.patches) and str(d.file) not in chains.leftover:
-            deletes.append(str(d.file))
+        rel = str(d.file)
+        # Deleted only when replaced: every patch it covers got a canonical diff (or is such a module),
+        # and it holds nothing else.
+        settled = all(n in result.done or n in modules for n in d.patches)
+        only_modules = chains.whole_modules.get(rel, set()) <= modules  # true when it adds no module whole
+        if d.patches and settled and only_modules and rel not in chains.unmatched:
+            deletes.append(rel)
+            if all(n in modules for n in d.patches):
+                result.unneeded.append(rel)
         else:
             # It stays for what it still describes; the parts now replaced are no longer its patches'.
             kept.append(dataclasses.replace(d, patches=tuple(n for n in d.patches if n not in result.done)))
-    if not result.done:
+    if not result.done and not deletes:
         return result
     new_lock = dataclasses.replace(lock, patches=tuple(patches), diffs=tuple(kept))
     # Entries of the deleted diffs go with them (reported as removed); any other is named.
@@ -136,7 +174,7 @@ def _settle(
     else:
         why_not = "it has no diff"
     upstream, why = upstream_of(lock, p)
-    path = _upstream_path(p)
+    path = upstream_path(p)
     if upstream is None or path is None:
         return why if upstream is None else "no upstream path stated or derivable"
     commit = p.origin.commit if p.origin is not None else None
@@ -173,6 +211,120 @@ def _settle(
     return new_patch, text, fetched is not None
 
 
+def _module_or_overlay(
+    repo: Repo, lock: Lockfile, p: Patch, chains: handdiffs.Chains, fetch: Fetch, store: BlobStore, result: Normalized
+) -> tuple[Patch, bytes] | None:
+    """Ask upstream whether a module that only a ``/dev/null`` diff made a module is an upstream file.
+
+    Only a module a hand-kept diff adds whole, that no provenance row names
+    (a row calling it new decides), mounted in the tree of a declared upstream
+    (its target maps to an upstream path as an overlay's does). Found there at
+    the upstream's pinned commit: the overlay it is, with that file as its base
+    and a canonical diff, and its diff reported as ``diff-new-file``. Not there:
+    it stays a module. No pinned commit, or the upstream cannot be read:
+    unknown, with the reason and the command that would tell. Never a guess.
+    """
+    asks = maybe_upstream(repo, lock, p, chains)
+    if asks is None:
+        return None
+    up, path = asks
+    ref = _pinned_ref(up)
+    asked = f"whether upstream '{up.name}' has {path}"
+    if ref is None:
+        result.unknown.append(
+            (
+                p.name,
+                f"{asked} is unknown: it pins no {'commit' if up.source == 'git' else 'version'}"
+                f"{f' ({up.note})' if up.note else ''}",
+                f"pin upstream '{up.name}' at the commit the image ships ([upstreams.{up.name}] commit in "
+                "lockfile.toml), then patchkit import --normalize --fetch",
+            )
+        )
+        return None
+    at = ref[:12] if up.source == "git" else ref or "its pinned files"
+    try:
+        base = fetch(up, path, ref)
+    except PatchkitError as e:
+        result.unknown.append(
+            (
+                p.name,
+                f"{asked} is unknown: {path} at {at} cannot be read ({e.message})",
+                "patchkit import --normalize --fetch, once the upstream can be read",
+            )
+        )
+        return None
+    if base is None:
+        result.not_upstream.append((p.name, f"upstream '{up.name}' has no {path} at {at}: a new module"))
+        return None
+    assert p.file is not None  # noqa: S101 - maybe_upstream only asks about committed modules
+    data = repo.check_inside(p.file).read_bytes()
+    text = canonical_diff(base, data, path)
+    diff_rel = f"upstream/{p.name}.diff"
+    overlay = dataclasses.replace(
+        p,
+        kind=PatchKind.OVERLAY,
+        base=Base(
+            upstream=up.name,
+            path=path,
+            sha256=Sha256(store.put(base)),
+            commit=up.commit if up.source == "git" else None,
+        ),
+        diff=DiffPin(RepoPath(diff_rel), Sha256(sha256_bytes(text))),
+    )
+    for rel, line in chains.new_file_parts[p.name]:
+        result.found_upstream.append(
+            (
+                p.name,
+                rel,
+                line,
+                f"adds {p.file} as a new file (--- /dev/null), but upstream '{up.name}' has {path} at {at}: "
+                f"an overlay, now based on that file ({diff_rel})",
+            )
+        )
+    return overlay, text
+
+
+def maybe_upstream(
+    repo: Repo, lock: Lockfile, p: Patch, chains: handdiffs.Chains
+) -> tuple[Upstream, UpstreamPath] | None:
+    """The upstream and path to ask when only a ``/dev/null`` diff made ``p`` a module, else None.
+
+    That is a module a hand-kept diff adds whole, that no provenance row names
+    (a row calling it new decides), whose target lies in a declared upstream's
+    tree (it maps to an upstream path as an overlay's does). Offline nothing
+    tells whether that upstream has the file; ``--fetch`` asks it.
+    """
+    if p.kind is not PatchKind.MODULE or p.file is None or p.name not in chains.new_file_parts:
+        return None
+    upstream, _ = upstream_of(lock, p)
+    path = upstream_path(p)
+    up = lock.upstream(upstream) if upstream is not None else None
+    if up is None or path is None or provenance.rows_naming(repo.root, str(p.file)):
+        return None
+    return up, path
+
+
+def maybe_upstream_note(name: str, file: str, path: str, upstream: str) -> tuple[str, str]:
+    """The note (message, fix) for a module only a ``/dev/null`` diff made a module, as import and check give it."""
+    return (
+        f"adds module '{name}' ({file}) as a new file (--- /dev/null) and no provenance row names it, "
+        f"but it is mounted as {path} in the tree of upstream '{upstream}': it may be an upstream file, "
+        "which would make it an overlay whose diff hides what it changes",
+        f"patchkit import --normalize --fetch decides (it asks upstream '{upstream}' for {path} at its pinned commit)",
+    )
+
+
+def _pinned_ref(up: Upstream) -> str | None:
+    """What pins an upstream's files, as ``Fetch`` takes it (a commit, a wheel version, an image digest), if any."""
+    if up.source == "git":
+        return str(up.commit) if up.commit is not None else None
+    if up.source == "wheel":
+        return up.wheel_version
+    if up.source == "image":
+        return str(up.image_digest) if up.image_digest is not None else None
+    return ""  # a directory tree is pinned by its own files
+
+
 def upstream_of(lock: Lockfile, p: Patch) -> tuple[str | None, str]:
     """The declared upstream a patch's origin names, or the one its target's package is named after."""
     repository = p.origin.repository if p.origin is not None else None
@@ -185,7 +337,7 @@ def upstream_of(lock: Lockfile, p: Patch) -> tuple[str | None, str]:
         if lock.upstream(named) is not None:
             return named, ""
         return None, f"its stated upstream {repository} is not declared (patchkit upstream add …)"
-    package = _upstream_path(p)
+    package = upstream_path(p)
     if package is not None:
         top = package.path.split("/", 1)[0]
         if lock.upstream(top) is not None:
@@ -193,7 +345,8 @@ def upstream_of(lock: Lockfile, p: Patch) -> tuple[str | None, str]:
     return None, "no source states its upstream repository (add it to the provenance table)"
 
 
-def _upstream_path(p: Patch) -> UpstreamPath | None:
+def upstream_path(p: Patch) -> UpstreamPath | None:
+    """The upstream path a patch replaces: the one its origin states, else its target inside the Python tree."""
     if p.origin is not None and p.origin.path is not None:
         return p.origin.path
     parts = _PYTHON_TREE.split(str(p.target), 1)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from patchkit.values import Reference
 
@@ -127,6 +127,34 @@ _REPO = re.compile(r"(?:https?://github\.com/)?([A-Za-z0-9][A-Za-z0-9._-]*/[A-Za
 _CODE = re.compile(r"`([^`]+)`")
 _FILE_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_./-]*\.[A-Za-z0-9]+")
 _NEW_MODULE = re.compile(r"\bnew (?:module|file)\b", re.IGNORECASE)
+
+
+# Where hand-kept repositories keep their provenance tables, in the order they are read.
+DOCUMENTS = ("README.md", "patches/README.md", "PATCHES.md", "patches/PROVENANCE.md")
+
+
+def names(row: Row, rel: str) -> bool:
+    """Whether ``row`` names the repository file ``rel``: by its path, its file name, or its path under patches/."""
+    return row.file in (rel, PurePosixPath(rel).name, rel.removeprefix("patches/"))
+
+
+def rows_naming(root: Path, rel: str) -> list[Row]:
+    """The rows of the repository's provenance tables that name ``rel``, as ``patchkit import`` read them.
+
+    For ``check`` and ``--normalize`` on an imported repository: whether the
+    provenance says anything about a file decides what an upstream may
+    decide. A document that is not a regular file inside the repository names
+    nothing; bytes that are not UTF-8 are read as replacement characters.
+    """
+    top = root.resolve()
+    out: list[Row] = []
+    for doc in DOCUMENTS:
+        path = root / doc
+        if not path.is_file() or not path.resolve().is_relative_to(top):
+            continue
+        text = path.read_bytes().decode("utf-8", "replace")
+        out.extend(row for row in tables(doc, text) if names(row, rel))
+    return out
 
 
 def tables(name: str, text: str) -> list[Row]:

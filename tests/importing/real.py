@@ -4,7 +4,9 @@ Like the public repositories ``patchkit import`` is meant for: several diffs per
 overlay, one stacked on another with shifted line numbers, both diffs of an
 overlay stale, one diff covering two files, a diff that calls an upstream file
 new, a malformed diff with two bad hunks, a file vendored from another project
-under ``vllm/third_party/``, a provenance table in the forms READMEs use,
+under ``vllm/third_party/``, two files no provenance row names whose only diffs add
+them whole (``--- /dev/null``), one of which upstream has (an overlay) and one not
+(a module), a new module the table names that has such a diff too, a provenance table in the forms READMEs use,
 a ``SHA256SUMS`` edited by hand in every form ``sha256sum`` accepts, and
 mounts of gitignored runtime directories and secrets. The upstreams are real
 git repositories, so ``--fetch`` and ``rebase --source git:URL@REV`` read them.
@@ -31,6 +33,8 @@ REASONING_PATH = "vllm/reasoning/parser.py"
 MOE_PATH = "vllm/model_executor/layers/moe.py"
 VENDORED_PATH = "vllm/third_party/triton_kernels/routing.py"  # where vllm ships triton's file
 ROUTING_PATH = "python/triton_kernels/triton_kernels/routing.py"  # the file in triton itself
+OFFLOAD_PATH = "vllm/v1/kv_offload/cpu.py"  # upstream has it; the table does not say so
+EAGLE_PATH = "vllm/v1/spec_decode/eagle_tree.py"  # upstream has no such file
 
 # Upstream files (stand-ins) at the stated base commits.
 WORKER = numbered("worker line", 40)
@@ -40,6 +44,7 @@ PROTOCOL = numbered("proto", 20)
 REASONING = numbered("reason", 15)
 MOE = numbered("moe", 40)
 ROUTING = numbered("route", 20)
+OFFLOAD = numbered("offload", 20)
 
 FENCE = b"    fence_1()\n    fence_2()\n    fence_3()\n"
 
@@ -65,6 +70,8 @@ MOE_MADE = sub(sub(MOE, "moe 5", "moe 5 a"), "moe 30", "moe 30 b")
 MOE_OVERLAY = MOE_MADE.replace(b"moe 5 a\n", b"moe 5 a\n# tuned\n").replace(b"moe 30 b\n", b"moe 30 b\n# tuned\n")
 ROUTING_OVERLAY = sub(ROUTING, "route 7", "route 7 fixed")
 FP8_UTILS = b"def to_fp8(x):\n    return x\n"
+OFFLOAD_OVERLAY = sub(OFFLOAD, "offload 6", "offload 6 pinned")
+EAGLE_TREE = b"def tree_attention_mask(depth):\n    return [[1] * depth]\n"
 ENTRYPOINT = b'#!/bin/sh\nset -eu\nexec vllm serve "$@"\n'
 
 COMPOSE = f"""\
@@ -80,6 +87,8 @@ x-vllm: &vllm
     - ./patches/moe.py:{SITE}/{MOE_PATH}:ro
     - ./patches/routing.py:{SITE}/{VENDORED_PATH}:ro
     - ./patches/fp8_utils.py:{SITE}/vllm/model_executor/layers/quantization/fp8_utils.py:ro
+    - ./patches/kv_offload.py:{SITE}/{OFFLOAD_PATH}:ro
+    - ./patches/eagle_tree.py:{SITE}/{EAGLE_PATH}:ro
     - ./entrypoint.sh:/opt/entrypoint.sh:ro
     # created by compose on first start
     - ./run:/run/vllm
@@ -168,6 +177,7 @@ def build(base: Path) -> RealRepo:
             REASONING_PATH: REASONING,
             MOE_PATH: MOE,
             VENDORED_PATH: ROUTING,
+            OFFLOAD_PATH: OFFLOAD,
         },
     )
     triton_url, triton = upstream(base / "triton", {ROUTING_PATH: ROUTING})
@@ -185,6 +195,8 @@ def build(base: Path) -> RealRepo:
         "patches/moe.py": MOE_OVERLAY,
         "patches/routing.py": ROUTING_OVERLAY,
         "patches/fp8_utils.py": FP8_UTILS,
+        "patches/kv_offload.py": OFFLOAD_OVERLAY,
+        "patches/eagle_tree.py": EAGLE_TREE,
         "entrypoint.sh": ENTRYPOINT,
         "patches/diffs/01-kv-restore-fence.patch": b"KV restore fence, vLLM #47282\n\n"
         + diffs.make(WORKER, WORKER_FENCE, f"a/{WORKER_PATH}", "b/patches/gpu_worker.py"),
@@ -214,6 +226,11 @@ def build(base: Path) -> RealRepo:
         "patches/diffs/08-moe.patch": diffs.make(MOE, MOE_MADE, f"a/{MOE_PATH}", f"b/{MOE_PATH}")
         .replace(b"+moe 5 a\n", b"+moe 5 a\n+# tuned\n")
         .replace(b"+moe 30 b\n", b"+moe 30 b\n+# tuned\n"),
+        # No row names these two; each diff adds its file whole. Only upstream can tell which is an overlay.
+        "patches/diffs/09-kv-offload.patch": diffs.make(b"", OFFLOAD_OVERLAY, "/dev/null", "b/patches/kv_offload.py"),
+        "patches/diffs/10-eagle-tree.patch": diffs.make(b"", EAGLE_TREE, "/dev/null", f"b/{EAGLE_PATH}"),
+        # The table calls fp8_utils.py a new module: its /dev/null diff is no question for upstream.
+        "patches/diffs/11-fp8-utils.patch": diffs.make(b"", FP8_UTILS, "/dev/null", "b/patches/fp8_utils.py"),
     }
     for rel, data in files.items():
         write(root, rel, data)
@@ -227,6 +244,8 @@ def build(base: Path) -> RealRepo:
         f"{h(REASONING_OVERLAY)}  patches/reasoning_parser.py",
         f"{h(FP8_UTILS)}  patches/fp8_utils.py",
         f"{h(MOE_OVERLAY)}  patches/moe.py",
+        f"{h(OFFLOAD_OVERLAY)}  patches/kv_offload.py",
+        f"{h(EAGLE_TREE)}  patches/eagle_tree.py",
         f"{h(ENTRYPOINT)}  entrypoint.sh",
         f"{h(b'old')}  patches/old_fix.py",  # summed once, deleted since
     ]

@@ -136,6 +136,8 @@ def test_import_reports_every_defect_with_file_and_line(handkept: HandKept, invo
         ("sums-unlisted", "compose.yaml", h.line_of("compose.yaml", "rope_fix.py")),
         ("sums-unlisted", "compose.yaml", h.line_of("compose.yaml", "moe_tp1.csv")),
         ("sums-unlisted", "compose.tp2.yaml", h.line_of("compose.tp2.yaml", "moe_tp2.csv")),
+        # new_helper.py: a module only by its /dev/null part, in vllm's tree, and no row names it
+        ("module-maybe-upstream", "patches/diffs/03-sampler-and-helper.patch", 1),
     }
 
 
@@ -158,6 +160,9 @@ def test_check_after_import_reports_the_defects(handkept: HandKept, invoke: Invo
     assert [(f["code"], f["severity"]) for f in found if f["file"] == "SHA256SUMS" and f["line"] == 2] == [
         ("sums-format", "note")
     ]
+    assert ("module-maybe-upstream", "note") in {
+        (f["code"], f["severity"]) for f in found if f["file"] == "patches/diffs/03-sampler-and-helper.patch"
+    }
     assert not any("patches/sampler.py" in m for c, _, m in messages if c == "sums-drift")
     assert any(
         "lists patches/removed_long_ago.py" in m and "does not exist" in m
@@ -448,11 +453,17 @@ def test_normalize_fetch_reads_bases_from_upstream(handkept: HandKept, invoke: I
     assert sorted(out["base_from_upstream"]) == ["fnuz-indexer", "kv-restore-fence", "rope-fix", "sampler"]
     assert out["not_normalized"] == []
     lock = lockfile.loads((root / "lockfile.toml").read_text())
-    # Every hand-kept diff replaced is gone; the one holding the new module's whole file was not replaced.
-    assert [(str(d.file), d.patches) for d in lock.diffs] == [
-        ("patches/diffs/03-sampler-and-helper.patch", ("new-helper",))
+    # Upstream has no new_helper.py at that commit: a module, which needs no diff.
+    assert out["not_upstream"] == [
+        {"patch": "new-helper", "why": f"upstream 'vllm' has no vllm/v1/new_helper.py at {commit[:12]}: a new module"}
     ]
-    assert sorted(p.name for p in (root / "patches/diffs").iterdir()) == ["03-sampler-and-helper.patch"]
+    assert out["found_upstream"] == [] and out["unknown"] == []
+    # Every hand-kept diff replaced is gone, and so is the one that also held that module's whole file.
+    assert lock.diffs == ()
+    assert "patches/diffs/03-sampler-and-helper.patch" in out["removed"]
+    assert not (root / "patches/diffs").exists() or not any((root / "patches/diffs").iterdir())
+    helper = lock.patch("new-helper")
+    assert helper is not None and helper.kind is lockfile.PatchKind.MODULE
     sampler = lock.patch("sampler")
     assert sampler is not None and sampler.base is not None
     assert sampler.base.sha256.hex == sha256_bytes(SAMPLER_BASE) and str(sampler.base.commit) == commit

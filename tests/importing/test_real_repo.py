@@ -16,9 +16,13 @@ from patchkit import diffs, lockfile
 from patchkit.hashing import sha256_bytes
 from tests.conftest import Invoke, snapshot
 from tests.importing.real import (
+    EAGLE_PATH,
     MOE,
     MOE_OVERLAY,
     MOE_PATH,
+    OFFLOAD,
+    OFFLOAD_OVERLAY,
+    OFFLOAD_PATH,
     REASONING,
     REASONING_OVERLAY,
     ROUTING,
@@ -69,6 +73,9 @@ def test_import_reports_exactly_the_defects_of_a_real_repository(real: RealRepo,
             ("mount-ignored", "compose.yaml", real.line_of("compose.yaml", "secret.yaml:")),
             # the table says upstream has the file, the diff says it is new
             ("diff-new-file", "patches/diffs/07-reasoning.patch", 1),
+            # no row names these, their diffs add them whole, vllm's tree: only upstream can tell (as check says)
+            ("module-maybe-upstream", "patches/diffs/09-kv-offload.patch", 1),
+            ("module-maybe-upstream", "patches/diffs/10-eagle-tree.patch", 1),
             # both bad hunks, the second twice (its counts, and its start after the first)
             ("diff-hunk-count", "patches/diffs/08-moe.patch", moe[0]),
             ("diff-hunk-count", "patches/diffs/08-moe.patch", moe[1]),
@@ -81,16 +88,22 @@ def test_import_reports_exactly_the_defects_of_a_real_repository(real: RealRepo,
             ("diff-incremental", "patches/diffs/04-sampler-topk.patch", 1),
             # every line sha256sum accepts lists its file; the non-canonical ones once each
             *(("sums-format", "SHA256SUMS", n) for n in (1, 2, 3, 4, 5)),
-            ("sums-not-present", "SHA256SUMS", 10),
+            ("sums-not-present", "SHA256SUMS", 12),
         ]
     )
     notes = {i["kind"] for i in report["issues"] if i["severity"] == "note"}  # type: ignore[attr-defined]
-    assert notes == {"mount-ignored", "sums-format"}  # as check reports them: worth knowing, not wrong
+    assert notes == {"mount-ignored", "sums-format", "module-maybe-upstream"}  # as check reports them: not wrong
     messages = {(i["kind"], i["line"]): i["message"] for i in report["issues"]}  # type: ignore[attr-defined]
     assert messages[("sums-format", 4)] == (
         "lists patches/protocol.py in a form patchkit does not write (BSD form 'SHA256 (name) = hex')"
     )
     assert "patches/README.md:12 states it is vllm/reasoning/parser.py upstream" in messages[("diff-new-file", 1)]
+    maybe = next(i for i in report["issues"] if i["file"] == "patches/diffs/09-kv-offload.patch")  # type: ignore[attr-defined]
+    assert maybe["message"].startswith(  # the same note check gives
+        f"adds module 'kv-offload' (patches/kv_offload.py) as a new file (--- /dev/null) and no provenance row "
+        f"names it, but it is mounted as {OFFLOAD_PATH} in the tree of upstream 'vllm'"
+    )
+    assert maybe["fix"].startswith("patchkit import --normalize --fetch decides")
 
     lock = lockfile.loads((real.root / "lockfile.toml").read_text())
     patches = {p.name: p for p in lock.patches}
@@ -103,6 +116,9 @@ def test_import_reports_exactly_the_defects_of_a_real_repository(real: RealRepo,
         "moe": "overlay",
         "routing": "overlay",
         "fp8-utils": "module",  # "new module" in the table: no diff needed, no no-diff
+        # No row names them and their diffs add them whole: modules until an upstream says otherwise (--fetch).
+        "kv-offload": "module",
+        "eagle-tree": "module",
     }
     origins = {
         n: (p.origin.repository, p.origin.commit, str(p.origin.path))
@@ -157,7 +173,7 @@ def test_check_after_import_finds_the_same_defects_and_no_false_one(real: RealRe
             ("diff-invalid", "patches/diffs/08-moe.patch", moe[1]),
             ("diff-invalid", "patches/diffs/08-moe.patch", moe[1]),
             ("diff-new-file", "lockfile.toml", reasoning),
-            ("sums-drift", "SHA256SUMS", 10),  # patches/old_fix.py, which does not exist
+            ("sums-drift", "SHA256SUMS", 12),  # patches/old_fix.py, which does not exist
             *(("sums-drift", "SHA256SUMS", None) for _ in not_listed),
         ],
         key=str,
@@ -172,12 +188,23 @@ def test_check_after_import_finds_the_same_defects_and_no_false_one(real: RealRe
             ("mount-ignored", "compose.yaml", real.line_of("compose.yaml", "./run:")),
             ("mount-ignored", "compose.yaml", real.line_of("compose.yaml", "secret.yaml:")),
             *(("sums-format", "SHA256SUMS", n) for n in (1, 2, 3, 4, 5)),
+            # modules only a /dev/null diff made modules, in vllm's tree: only upstream can tell
+            ("module-maybe-upstream", "patches/diffs/09-kv-offload.patch", 1),
+            ("module-maybe-upstream", "patches/diffs/10-eagle-tree.patch", 1),
             # a full commit is stated for every overlay: known, just not pinned in [base] yet
             *(
                 ("base-unpinned", "lockfile.toml", lock_text.index(f'name = "{n}"') + 1)
                 for n in ("kv-restore-fence", "sampler-greedy", "serving", "protocol", "reasoning", "moe", "routing")
             ),
         ]
+    )
+    maybe = next(f for f in found if f["code"] == "module-maybe-upstream" and "kv-offload" in f["file"])
+    assert (maybe["message"], maybe["fix"]) == (
+        "adds module 'kv-offload' (patches/kv_offload.py) as a new file (--- /dev/null) and no provenance row names "
+        f"it, but it is mounted as {OFFLOAD_PATH} in the tree of upstream 'vllm': it may be an upstream file, "
+        "which would make it an overlay whose diff hides what it changes",
+        f"patchkit import --normalize --fetch decides (it asks upstream 'vllm' for {OFFLOAD_PATH} at its "
+        "pinned commit)",
     )
     # The stacked diffs of gpu_worker.py, the two-file diff, the routing diff, the repaired moe diff undo exactly.
     assert "5 diffs verified" in invoke("check", repo=real.root).stdout
@@ -205,7 +232,7 @@ def test_rebase_right_after_import_changes_nothing_and_names_the_command(real: R
     assert snapshot(real.root) == before  # no pin moved, SHA256SUMS untouched
     doc = json.loads(run.stdout)
     assert doc["patches"] == [] and doc["committed"] is False
-    assert doc["nothing_moved"] == "no patch is based on upstream 'vllm'; 8 in its tree skipped (see above)"
+    assert doc["nothing_moved"] == "no patch is based on upstream 'vllm'; 10 in its tree skipped (see above)"
     skipped = {s["name"]: s["fix"] for s in doc["skipped"]}
     assert skipped == {
         "kv-restore-fence": "patchkit import --normalize",  # stacked diffs with an offset rebuild the base
@@ -216,13 +243,16 @@ def test_rebase_right_after_import_changes_nothing_and_names_the_command(real: R
         "reasoning": "patchkit import --normalize --fetch",  # its only diff adds the whole file
         "routing": "patchkit import --normalize, then patchkit rebase --upstream triton --onto REV",
         "fp8-utils": None,
+        # modules only because a diff adds them whole: upstream may have them
+        "kv-offload": "patchkit import --normalize --fetch",
+        "eagle-tree": "patchkit import --normalize --fetch",
     }
     clash = invoke("rebase", "--upstream", "vllm", "--source", source, "--onto", "main", repo=real.root)
     assert clash.exit_code == 2 and "--onto main disagrees with --source" in clash.stderr
     text = invoke("rebase", "--upstream", "vllm", "--source", source, repo=real.root)
     assert text.exit_code == 1
     assert "nothing in the repository changed: no patch is based on upstream 'vllm'" in text.stdout
-    assert "  8 skipped" in text.stdout
+    assert "  10 skipped" in text.stdout
     assert snapshot(real.root) == before
 
 
@@ -247,6 +277,9 @@ def test_normalize_then_rebase_moves_every_patch_of_the_tree_or_says_why_not(
         "03-sampler-greedy.patch",
         "04-sampler-topk.patch",
         "07-reasoning.patch",
+        "09-kv-offload.patch",  # the whole file of what may be an upstream file: only --fetch can tell
+        "10-eagle-tree.patch",
+        "11-fp8-utils.patch",  # a new module's whole file: nothing replaces it
     ]
     assert out["sums_dropped"] == ["patches/old_fix.py"]
     lock = lockfile.loads((real.root / "lockfile.toml").read_text())
@@ -301,6 +334,11 @@ def test_normalize_then_rebase_moves_every_patch_of_the_tree_or_says_why_not(
         "routing": f"based on upstream 'triton', which vllm ships inside its tree ({SITE}/vllm/): "
         "move it onto the triton version the new vllm ships",
         "fp8-utils": "a module: no upstream file to merge it with",
+        **{
+            name: "a module only because its hand-kept diff adds it whole (--- /dev/null): "
+            f"upstream 'vllm' may have {path}, which would make it an overlay to rebase"
+            for name, path in (("kv-offload", OFFLOAD_PATH), ("eagle-tree", EAGLE_PATH))
+        },
     }
     md = summary.read_text()
     assert "### Not rebased" in md
@@ -327,18 +365,43 @@ def test_normalize_fetch_replaces_the_stale_and_the_dev_null_diffs(real: RealRep
     run = invoke("import", str(real.root), "--normalize", "--fetch", "--format", "json")
     assert run.exit_code == 0, run.stdout + run.stderr
     out = json.loads(run.stdout)["normalize"]
-    assert out["not_normalized"] == []
-    assert not (real.root / "patches/diffs").exists() or not any((real.root / "patches/diffs").iterdir())
+    assert out["not_normalized"] == [] and out["unknown"] == []
+    # Upstream decides what the /dev/null diffs could not: kv_offload.py is vllm's file, eagle_tree.py is new.
+    assert out["found_upstream"] == [
+        {
+            "patch": "kv-offload",
+            "kind": "diff-new-file",
+            "file": "patches/diffs/09-kv-offload.patch",
+            "line": 1,
+            "message": "adds patches/kv_offload.py as a new file (--- /dev/null), but upstream 'vllm' has "
+            f"{OFFLOAD_PATH} at {real.vllm_commit[:12]}: an overlay, now based on that file (upstream/kv-offload.diff)",
+        }
+    ]
+    assert out["not_upstream"] == [
+        {"patch": "eagle-tree", "why": f"upstream 'vllm' has no {EAGLE_PATH} at {real.vllm_commit[:12]}: a new module"}
+    ]
+    assert {"patches/diffs/09-kv-offload.patch", "patches/diffs/10-eagle-tree.patch"} <= set(out["removed"])
+    assert out["removed_unneeded"] == ["patches/diffs/10-eagle-tree.patch"]  # replaced by nothing: a module needs none
+    # The table calls fp8_utils.py new: upstream is not asked, and its whole-file diff stays.
+    assert sorted(p.name for p in (real.root / "patches/diffs").iterdir()) == ["11-fp8-utils.patch"]
     lock = lockfile.loads((real.root / "lockfile.toml").read_text())
-    assert lock.diffs == ()
+    assert [(str(d.file), d.patches) for d in lock.diffs] == [("patches/diffs/11-fp8-utils.patch", ("fp8-utils",))]
     for name, base, overlay, path in (
         ("sampler-greedy", SAMPLER, SAMPLER_OVERLAY, "vllm/v1/sample/sampler.py"),
         ("reasoning", REASONING, REASONING_OVERLAY, "vllm/reasoning/parser.py"),
+        ("kv-offload", OFFLOAD, OFFLOAD_OVERLAY, OFFLOAD_PATH),
     ):
         p = lock.patch(name)
         assert p is not None and p.base is not None and p.base.sha256.hex == sha256_bytes(base)
         want = diffs.make(base, overlay, f"a/{path}", f"b/{path}")
         assert (real.root / f"upstream/{name}.diff").read_bytes() == want
+    assert {p.name: p.kind.value for p in lock.patches if p.name in ("kv-offload", "eagle-tree", "fp8-utils")} == {
+        "kv-offload": "overlay",
+        "eagle-tree": "module",
+        "fp8-utils": "module",  # the table calls it new: upstream is not asked
+    }
+    kv = lock.patch("kv-offload")
+    assert kv is not None and kv.base is not None and str(kv.base.commit) == real.vllm_commit
     found = json.loads(invoke("check", "--format", "json", repo=real.root).stdout)["findings"]
     assert [(f["code"], f["severity"]) for f in found] == [("mount-ignored", "note"), ("mount-ignored", "note")]
 
@@ -374,12 +437,18 @@ def test_audit_never_verifies_a_stale_overlay_nor_calls_an_overlay_new(real: Rea
         "moe": "failed",  # malformed hunks
         "routing": "unverified",
         "fp8-utils": "ok",
+        # modules only by their /dev/null diffs: they may be upstream files, so not verified
+        "kv-offload": "unverified",
+        "eagle-tree": "unverified",
     }
     sampler = sections["sampler-greedy"]
     assert [(v["file"], v["status"]) for v in sampler["verification"] if v["file"].startswith("patches/diffs/")] == [
         ("patches/diffs/03-sampler-greedy.patch", "failed"),
         ("patches/diffs/04-sampler-topk.patch", "failed"),
     ]
+    kv = [(v["file"], v["status"], v["detail"]) for v in sections["kv-offload"]["verification"]]
+    assert kv[-1][:2] == ("patches/diffs/09-kv-offload.patch", "unverified")
+    assert kv[-1][2].startswith("adds module 'kv-offload' (patches/kv_offload.py) as a new file (--- /dev/null)")
     # A modified upstream file is shown through its hand-kept diffs, never as a whole new file.
     fence = sections["kv-restore-fence"]
     assert "/dev/null" not in fence["diff"]
@@ -392,7 +461,7 @@ def test_audit_never_verifies_a_stale_overlay_nor_calls_an_overlay_new(real: Rea
     assert sections["reasoning"]["diff"] == ""  # its diff adds the whole file: nothing against upstream to show
     html = invoke("audit", repo=real.root).stdout
     assert "hand-kept diff, base not pinned" in html
-    assert html.count("new file:") == 1  # the one module
+    assert html.count("new file:") == 3  # the three modules
 
 
 def test_a_conflicted_rebase_keeps_its_skipped_list_through_continue(
@@ -412,7 +481,7 @@ def test_a_conflicted_rebase_keeps_its_skipped_list_through_continue(
     run = invoke("rebase", "--continue", "--summary", str(summary), repo=real.root)
     assert run.exit_code == 0, run.stdout + run.stderr
     md = summary.read_text()
-    assert md.count("\n- `") == 4 and "### Not rebased" in md
+    assert md.count("\n- `") == 6 and "### Not rebased" in md
     assert "- `routing`: based on upstream 'triton'" in md
 
 
@@ -424,8 +493,49 @@ def test_sums_lines_naming_files_outside_the_repository_are_not_read(real: RealR
     sums.write_bytes(sums.read_bytes() + lines.encode())
     report = imported(real, invoke)
     issues = report["issues"]
-    found = [(i["kind"], i["line"], i["message"]) for i in issues if i["file"] == "SHA256SUMS" and i["line"] > 10]  # type: ignore[attr-defined]
+    found = [(i["kind"], i["line"], i["message"]) for i in issues if i["file"] == "SHA256SUMS" and i["line"] > 12]  # type: ignore[attr-defined]
     assert found == [
-        ("sums-not-present", 11, "lists ../outside.txt, which is outside the repository"),
-        ("sums-not-present", 12, "lists /etc/hostname, which is outside the repository"),
+        ("sums-not-present", 13, "lists ../outside.txt, which is outside the repository"),
+        ("sums-not-present", 14, "lists /etc/hostname, which is outside the repository"),
     ]
+
+
+def test_normalize_fetch_says_unknown_for_a_module_when_no_commit_is_pinned(real: RealRepo, invoke: Invoke) -> None:
+    # The moe row states a later commit than the others: import pins no commit for vllm.
+    later = advance(real.vllm_url, {MOE_PATH: sub(MOE, "moe 20", "moe 20 later")})
+    readme = real.root / "patches/README.md"
+    text = readme.read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| `moe.py`"))
+    readme.write_text(text.replace(row, row.replace(real.vllm_commit, later)))
+    imported(real, invoke)
+    real.mirror()
+    lock = lockfile.loads((real.root / "lockfile.toml").read_text())
+    vllm = lock.upstream("vllm")
+    assert vllm is not None and vllm.commit is None
+    run = invoke("import", str(real.root), "--normalize", "--fetch", "--format", "json")
+    assert run.exit_code == 1, run.stdout + run.stderr
+    out = json.loads(run.stdout)["normalize"]
+    fix = (
+        "pin upstream 'vllm' at the commit the image ships ([upstreams.vllm] commit in lockfile.toml), "
+        "then patchkit import --normalize --fetch"
+    )
+    assert out["unknown"] == [
+        {
+            "patch": name,
+            "why": f"whether upstream 'vllm' has {path} is unknown: it pins no commit "
+            "(imported: the base commit differs between patches or is not stated)",
+            "fix": fix,
+        }
+        for name, path in (("kv-offload", OFFLOAD_PATH), ("eagle-tree", EAGLE_PATH))
+    ]
+    assert out["found_upstream"] == [] and out["not_upstream"] == []  # never a guess
+    lock = lockfile.loads((real.root / "lockfile.toml").read_text())
+    assert {n: lock.patch(n).kind.value for n in ("kv-offload", "eagle-tree")} == {  # type: ignore[union-attr]
+        "kv-offload": "module",
+        "eagle-tree": "module",
+    }
+    assert (real.root / "patches/diffs/09-kv-offload.patch").exists()
+    assert (real.root / "patches/diffs/10-eagle-tree.patch").exists()
+    text_run = invoke("import", str(real.root), "--normalize", "--fetch")
+    assert f"  kv-offload: whether upstream 'vllm' has {OFFLOAD_PATH} is unknown" in text_run.stdout
+    assert f"    fix: {fix}" in text_run.stdout
