@@ -311,11 +311,13 @@ def run(
         fn()
     by = {t.key: t for t, _ in candidates}
     ceilings: list[float | None] = []
+    available: list[float | None] = []  # what the cores gave openssl in wall time, per round
     held: list[bool] = []
     for r in range(args.repeat):
         out.progress(f"round {r + 1}/{args.repeat}: openssl speed -multi {cores}, then every candidate")
         ceiling = openssl_ceiling(cores)
         ceilings.append(ceiling.total if ceiling else None)
+        available.append(ceiling.wall_total if ceiling else None)
         for t, fn in candidates:
             t.record(fn)
         held.append(held_core(by["in_process"].seconds[-1], by["in_process_1"].seconds[-1], cores))
@@ -342,10 +344,10 @@ def run(
         f"patchkit model verify: {total / GB:.2f} GB in {len(layout.files)} files ({SHARDS} LFS shards), warm cache"
     )
     out.line(f"peak RSS: {meter.method}")
-    for i, (c, h) in enumerate(zip(ceilings, held, strict=True), 1):
+    for i, (c, w, h) in enumerate(zip(ceilings, available, held, strict=True), 1):
         speedup = by["in_process_1"].seconds[i - 1] / by["in_process"].seconds[i - 1]
         note = "  ANOTHER PROCESS HELD A CORE (threads no faster than one): not counted" if h else ""
-        shown = f"{c / GB:.2f} GB/s" if c else "n/a"
+        shown = f"{c / GB:.2f} GB/s (wall {(w or 0) / GB:.2f})" if c else "n/a"
         out.line(f"  round {i}: openssl -multi {cores} {shown}, d/d1 {speedup:.2f}x{note}")
     heads = f"{'best s':>7} {'median s':>8} {'GB/s':>6} {'of c':>6} {'cpu s':>6} {'cpu/core':>8} {'peak RSS':>10}"
     out.line(f"{'':3} {'candidate':44} {heads}")

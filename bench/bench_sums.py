@@ -25,7 +25,8 @@ both claims, side by side with the obvious alternative, in one run:
   Every subprocess row also gets its CPU time and peak RSS.
 
 * The ceiling (c) is measured in every round, ``openssl speed -multi <cores>
-  -evp sha256`` (the best round counts: other processes lower it too). A round where the
+  -evp sha256``: its bytes over the CPU seconds its processes used, times
+  the cores, which other processes hardly move (the best round counts). A round where the
   library on all cores was hardly faster than on one thread (d/d1) had a
   core taken by another process: it is reported and left out of the shares
   of the ceiling instead of printing a halved percentage. The project's
@@ -301,7 +302,8 @@ def bytecode_note(patchkit_dir: Path) -> str | None:
 class Round:
     """What one round measured besides the candidates: the ceiling then, and whether a core was taken."""
 
-    ceiling: float | None  # bytes/s, openssl -multi over all cores
+    ceiling: float | None  # bytes/s, openssl -multi over all cores, per CPU second (Ceiling.total)
+    available: float | None  # what the cores gave openssl in wall time then (Ceiling.wall_total)
     speedup: float  # library on all cores over library on one thread
     held: bool
 
@@ -399,7 +401,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         for timing, run in candidates:
             timing.record(run)
         d, d1 = by_key["library"].seconds[-1], by_key["library_1"].seconds[-1]
-        rounds.append(Round(ceiling.total if ceiling else None, d1 / d, held_core(d, d1, cores)))
+        rounds.append(
+            Round(
+                ceiling.total if ceiling else None,
+                ceiling.wall_total if ceiling else None,
+                d1 / d,
+                held_core(d, d1, cores),
+            )
+        )
     load_after = os.getloadavg()[0]
 
     out.progress("start-up times")
@@ -453,6 +462,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "rounds": [
             {
                 "openssl_gbps": round(r.ceiling / GB, 3) if r.ceiling else None,
+                "openssl_wall_gbps": round(r.available / GB, 3) if r.available else None,
                 "threads_speedup": round(r.speedup, 2),
                 "core_held_by_another_process": r.held,
             }
@@ -518,9 +528,10 @@ def report(out: Out, r: dict[str, Any]) -> None:
         f"peak RSS  {m['peak_rss']}; load average (1 min) {m['load_average_1min'][0]} -> {m['load_average_1min'][1]}"
     )
     out.line()
-    out.line("rounds (c: openssl speed -multi in the round; d/d1: library on all cores over one thread)")
+    out.line("rounds (c: openssl speed -multi in the round, per CPU second and in wall time; d/d1: library on")
+    out.line("        all cores over one thread)")
     for i, rd in enumerate(r["rounds"], 1):
-        c = f"{rd['openssl_gbps']:.2f} GB/s" if rd["openssl_gbps"] else "n/a"
+        c = f"{rd['openssl_gbps']:.2f} GB/s (wall {rd['openssl_wall_gbps']:.2f})" if rd["openssl_gbps"] else "n/a"
         held = "  ANOTHER PROCESS HELD A CORE (threads no faster than one): not counted"
         held = held if rd["core_held_by_another_process"] else ""
         out.line(f"  {i}: c {c}, d/d1 {rd['threads_speedup']:.2f}x{held}")

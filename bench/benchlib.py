@@ -242,19 +242,30 @@ OPENSSL_BLOCK = 16384
 
 @dataclass(frozen=True)
 class Ceiling:
-    """``openssl speed -multi <cores> -evp sha256``: one rate per process, in bytes/s.
+    """One ``openssl speed -multi <cores> -evp sha256`` run: its processes' rates and the CPU they used.
 
-    Measured in every round, so that the ceiling comes from the same run and
-    the same minutes as the candidates. It drops too when other processes
-    take the cores (on this VM a round gave 1.2 GB/s where a quiet one gave
-    2.4), so the benchmarks take the best round as the machine's limit and
-    tell a taken core by ``held_core``.
+    Each process reports bytes per wall second over ``seconds``, so the rates
+    drop when other processes take the cores (rounds of one run gave 1.2 and
+    2.4 GB/s on 2 cores). Their bytes over the CPU seconds they used do not:
+    that is one core's rate, and ``total`` (cores x that rate) is the
+    machine's limit, measured in the round whatever else was running.
     """
 
-    rates: tuple[float, ...]
+    rates: tuple[float, ...]  # bytes/s of wall time, one per process
+    seconds: float
+    cpu: float  # user + system seconds of all the processes
+
+    @property
+    def per_core(self) -> float:
+        return sum(self.rates) * self.seconds / self.cpu if self.cpu > 0 else max(self.rates)
 
     @property
     def total(self) -> float:
+        return self.per_core * len(self.rates)
+
+    @property
+    def wall_total(self) -> float:
+        """What the cores gave OpenSSL in that second: below ``total`` when another process held one."""
         return sum(self.rates)
 
 
@@ -280,12 +291,15 @@ def openssl_ceiling(cores: int, seconds: int = 1) -> Ceiling | None:
         return None
     argv = [exe, "speed", "-multi", str(cores), "-evp", "sha256"]
     argv += ["-bytes", str(OPENSSL_BLOCK), "-seconds", str(seconds)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         Out.progress(f"`{' '.join(argv)}` exited {done.returncode}; no ceiling")
         return None
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     try:
-        return Ceiling(parse_openssl_multi(done.stdout + "\n" + done.stderr))
+        return Ceiling(parse_openssl_multi(done.stdout + "\n" + done.stderr), seconds, cpu)
     except ValueError as e:
         Out.progress(str(e))
         return None
