@@ -20,11 +20,9 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
-import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 
 WINDOW = 4 * 1024 * 1024  # bytes mapped at a time, per thread
@@ -112,25 +110,6 @@ def sha256_many(
     progress; the result then lacks the files not hashed.
     """
     return digest_many(dict.fromkeys(paths, SHA256), jobs, progress, sizes, cancel)
-
-
-@contextmanager
-def alongside_hashing(interval: float = 0.0002) -> Iterator[None]:
-    """Run Python code in this thread while hashing threads work, without stalling them.
-
-    A hashing thread needs the interpreter lock for a moment between two
-    buffers (and a few times per small file). While this thread runs pure
-    Python (parsing a lockfile), it keeps the lock for the whole switch
-    interval, 5 ms by default: longer than a thread takes to hash a
-    window, so the hashing cores sit idle most of the time. A short
-    interval hands the lock over within ``interval`` seconds instead.
-    """
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(min(before, interval))
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(before)
 
 
 # --------------------------------------------------------------------------- digests of model files
