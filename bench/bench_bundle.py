@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 # bench/benchlib.py: bench/ is sys.path[0] when this runs as a script (isort files it as third-party)
-from benchlib import Out, Timing, fail, find_patchkit, run_checked, timed
+from benchlib import Cost, Meter, Out, Timing, fail, find_patchkit, run_checked, run_measured_ok
 
 from patchkit.bundle import build_bundle
 from patchkit.lockfile import Lockfile, Patch, PatchKind, dumps
@@ -287,13 +287,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     pk_digests: list[str] = [hashlib.sha256(pk_data).hexdigest()]
     tar_digests: list[str] = [hashlib.sha256(tar_data).hexdigest()]
 
-    def cli() -> None:
-        run_checked(PROG, pk_argv, tree.root, env=env, hint=hint)
-        pk_digests.append(sha256_file(pk_out))
+    meter = Meter.find(workdir / "peak-rss.txt")
 
-    def shell() -> None:
-        run_checked(PROG, tar_argv, tree.root)
+    def cli() -> Cost:
+        cost = run_measured_ok(PROG, pk_argv, tree.root, env, meter, hint)
+        pk_digests.append(sha256_file(pk_out))
+        return cost
+
+    def shell() -> Cost:
+        cost = run_measured_ok(PROG, tar_argv, tree.root, None, meter)
         tar_digests.append(sha256_file(tar_out))
+        return cost
 
     candidates: list[tuple[Timing, Callable[[], object]]] = [
         (Timing("patchkit", "a", "patchkit bundle -o OUT (CLI)"), cli),
@@ -304,8 +308,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for r in range(args.repeat):
         out.progress(f"timed round {r + 1}/{args.repeat}")
         for timing, run in candidates:
-            # The timed function records the output digest after the command; hashing ~10 MB is ~5 ms.
-            timing.seconds.append(timed(run))
+            # A subprocess row is timed by run_measured, without the output digest recorded after it.
+            timing.record(run)
 
     identical = len(set(pk_digests)) == 1
     library_same = all(d == pk_data for d in in_process)
@@ -335,6 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "python": sys.version.split()[0],
             "tar": tar_version.splitlines()[0] if tar_version else None,
             "gzip": gzip_version.splitlines()[0] if gzip_version else None,
+            "peak_rss": meter.method,
         },
         "patchkit": patchkit,
         "tree": {
@@ -353,6 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "seconds": [round(s, 4) for s in t.seconds],
                 "best_s": round(t.best, 4),
                 "median_s": round(t.median, 4),
+                "peak_rss_mib": round(t.peak_mib, 1) if t.peak_mib is not None else None,
             }
             for t in (pk, tg, lib)
         },
@@ -399,9 +405,10 @@ def report(out: Out, r: dict[str, Any]) -> None:
     out.line(f"patchkit  {r['patchkit']}")
     out.line()
     title = f"bundle (best/median of {r['repeat']})"
-    out.line(f"   {title:<36} {'best s':>8} {'median s':>9}")
+    out.line(f"   {title:<36} {'best s':>8} {'median s':>9} {'peak RSS':>10}")
     for row in r["timings"].values():
-        out.line(f"{row['tag']:<2} {row['label']:<36} {row['best_s']:8.3f} {row['median_s']:9.3f}")
+        rss = f"{row['peak_rss_mib']:6.1f} MiB" if row["peak_rss_mib"] is not None else "in process"
+        out.line(f"{row['tag']:<2} {row['label']:<36} {row['best_s']:8.3f} {row['median_s']:9.3f} {rss:>10}")
     ra = r["ratios"]
     out.line(
         f"ratio a / b: {ra['patchkit_over_tar_best']:.2f}x (best), {ra['patchkit_over_tar_median']:.2f}x (median); "

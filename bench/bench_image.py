@@ -47,7 +47,6 @@ import json
 import os
 import random
 import re
-import resource
 import secrets
 import shutil
 import signal
@@ -56,7 +55,6 @@ import statistics
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -65,7 +63,7 @@ from types import FrameType
 from typing import Any, BinaryIO
 
 # bench/benchlib.py: bench/ is sys.path[0] when this runs as a script (isort files it as third-party)
-from benchlib import Out, Timing, fail, find_patchkit, run_checked
+from benchlib import Cost, Measured, Meter, Out, Timing, fail, find_patchkit, run_checked, run_measured
 
 PROG = "bench_image"  # prefixes its error messages
 BENCH_DIR = Path(__file__).resolve().parent
@@ -506,86 +504,6 @@ class Registry:
 # --------------------------------------------------------------------------- measured runs
 
 
-@dataclass(frozen=True)
-class Cost:
-    """What a step cost: wall seconds, CPU seconds (user + system, children included), peak RSS in KiB."""
-
-    seconds: float
-    cpu: float
-    peak_kib: int
-
-
-@dataclass(frozen=True)
-class Measured:
-    """One subprocess: its cost and what it said."""
-
-    cost: Cost
-    returncode: int
-    stdout: bytes
-    stderr: bytes
-
-
-@dataclass(frozen=True)
-class Meter:
-    """How peak memory is measured: GNU ``/usr/bin/time -f %M`` if there is one, else ``os.wait4``.
-
-    Both report ``ru_maxrss`` (KiB) of the process and the children it waited
-    for. Without ``time`` the figure is that of a child forked from this
-    benchmark, and Linux keeps the high-water mark a process had before
-    ``exec``: every reading is then at least this benchmark's own RSS (``floor_kib``).
-    """
-
-    time_bin: str | None
-    scratch: Path  # where ``time -o`` writes its figure
-
-    @property
-    def method(self) -> str:
-        return f"{self.time_bin} -f %M" if self.time_bin else "os.wait4 ru_maxrss (floored at the benchmark's own RSS)"
-
-    @staticmethod
-    def find(scratch: Path) -> Meter:
-        candidate = "/usr/bin/time"
-        if os.access(candidate, os.X_OK):
-            done = subprocess.run([candidate, "--version"], capture_output=True, text=True, check=False)
-            if "GNU" in done.stdout + done.stderr:
-                return Meter(candidate, scratch)
-        return Meter(None, scratch)
-
-    @staticmethod
-    def floor_kib() -> int:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-
-
-def run_measured(argv: Sequence[str], cwd: Path, env: dict[str, str], meter: Meter) -> Measured:
-    """Run ``argv``, measuring its wall time and peak RSS (see ``Meter``).
-
-    Output goes to temporary files, so a chatty process cannot block on a full pipe.
-    """
-    full = [meter.time_bin, "-f", "%M", "-o", str(meter.scratch), *argv] if meter.time_bin else list(argv)
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        started = time.perf_counter()
-        proc = subprocess.Popen(full, cwd=cwd, env=env, stdout=out, stderr=err)
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
-        seconds = time.perf_counter() - started
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        peak = usage.ru_maxrss
-        if meter.time_bin:
-            # "Command exited with non-zero status N" may come first; the figure is the last line.
-            lines = meter.scratch.read_text().split()
-            if not lines or not lines[-1].isdigit():
-                fail(PROG, f"{meter.time_bin} wrote no peak RSS for `{argv[0]}`: {' '.join(lines)!r}")
-            peak = int(lines[-1])
-        out.seek(0)
-        err.seek(0)
-        cost = Cost(seconds, usage.ru_utime + usage.ru_stime, peak)
-        return Measured(cost, proc.returncode, out.read(), err.read())
-
-
 def _must_succeed(argv: Sequence[str], m: Measured) -> None:
     if m.returncode != 0:
         text = (m.stdout + m.stderr).decode(errors="replace").strip()
@@ -650,7 +568,7 @@ class Bench:
     def patchkit_files(self, paths: list[str], out_dir: Path) -> RunResult:
         shutil.rmtree(out_dir, ignore_errors=True)
         argv = [self.patchkit, "image", "files", self.ref, *paths, "--out", str(out_dir)]
-        m = run_measured(argv, self.workdir, self.env, self.meter)
+        m = run_measured(PROG, argv, self.workdir, self.env, self.meter)
         _must_succeed(argv, m)
         verify_tree("patchkit image files", out_dir, {p: self.plan.targets[p] for p in paths})
         return RunResult(m.cost)
@@ -663,7 +581,7 @@ class Bench:
         out_dir.mkdir(parents=True)
         started = time.perf_counter()
         argv = [self.skopeo, "copy", "--quiet", "--src-tls-verify=false", f"docker://{self.ref}", f"dir:{copy}"]
-        sk = run_measured(argv, self.workdir, self.env, self.meter)
+        sk = run_measured(PROG, argv, self.workdir, self.env, self.meter)
         _must_succeed(argv, sk)
         tar = extract_with_tar(self.tar, copy, out_dir, list(self.plan.targets), self.env, self.meter)
         seconds = time.perf_counter() - started
@@ -702,7 +620,7 @@ def extract_with_tar(
             fail(PROG, f"skopeo copied a {media} layer; this script extracts gzip and plain tar layers only")
         z = ["-z"] if media in GZIP_LAYERS else []
         argv = [tar, "-x", *z, "-f", str(blob), "-C", str(out_dir), *names, *whiteouts.values()]
-        m = run_measured(argv, out_dir, env, meter)
+        m = run_measured(PROG, argv, out_dir, env, meter)
         peak, cpu = max(peak, m.cost.peak_kib), cpu + m.cost.cpu
         complaints = [line for line in m.stderr.decode(errors="replace").splitlines() if not _TAR_NOT_FOUND.match(line)]
         if m.returncode not in (0, 2) or complaints:

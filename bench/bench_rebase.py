@@ -448,7 +448,9 @@ def git(cwd: Path, *args: str, date: str | None = None) -> str:
     env = {**os.environ, **GIT_IDENTITY}
     if date is not None:
         env["GIT_AUTHOR_DATE"] = env["GIT_COMMITTER_DATE"] = date
-    return run_checked(PROG, ["git", *args], cwd, env=env).stdout.decode().strip()
+    # No automatic gc: a commit of thousands of files starts one in the background, and the
+    # `git gc` that packs the repository then fails with "gc is already running".
+    return run_checked(PROG, ["git", "-c", "gc.auto=0", *args], cwd, env=env).stdout.decode().strip()
 
 
 def want_manifest(patches: int) -> dict[str, Any]:

@@ -1,9 +1,18 @@
-"""SHA-256 over files at the machine's limit: all cores, memory-mapped, large chunks.
+"""SHA-256 over files at the machine's limit: all cores, in bounded memory.
 
 hashlib releases the GIL while it hashes a buffer, so threads scale across
-cores. Files are memory-mapped and hashed in slices of a memoryview, so no
-byte is copied into Python; small files are read in one call instead, where a
-mapping costs more than it saves.
+cores. A large file is hashed through a sliding memory map: one window of
+``WINDOW`` bytes at a time is mapped (populated in one call), hashed and
+unmapped, so the bytes go from the page cache to SHA-256 without a copy, and
+the resident memory stays at one window per thread whatever the file sizes
+(a whole-file map would count every page of a multi-GB file as resident).
+Small files, and what is left of a file that shrank while it was hashed, are
+read into a buffer per thread that is reused from file to file.
+
+Before each window the file's size is checked again: a file truncated while
+it is hashed is then read, not touched through a map past its end (which
+would kill the process with SIGBUS), and it hashes to what was read, as
+``sha256sum`` would say.
 """
 
 from __future__ import annotations
@@ -16,11 +25,14 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-CHUNK = 64 * 1024 * 1024
-SMALL = 1024 * 1024
+WINDOW = 4 * 1024 * 1024  # bytes mapped at a time, per thread
+BUFFER = 1024 * 1024  # the per-thread read buffer, for files below WINDOW
+BUDGET = 32 * 1024 * 1024  # mapped and buffered bytes over all threads, at most
 BATCH = 32 * 1024 * 1024
 
 Progress = Callable[[int], None]
+
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux: fault the window in with one call
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -34,8 +46,17 @@ def _buffer() -> memoryview:
     """A read buffer per thread, reused for every small file it hashes."""
     buf: memoryview | None = getattr(_local, "buf", None)
     if buf is None:
-        buf = _local.buf = memoryview(bytearray(SMALL))
+        buf = _local.buf = memoryview(bytearray(BUFFER))
     return buf
+
+
+def window_for(jobs: int) -> int:
+    """The map window for ``jobs`` threads: ``WINDOW``, smaller on many cores to stay near ``BUDGET``.
+
+    Never below ``BUFFER``: smaller windows would cost more calls than they save memory.
+    """
+    per_thread = BUDGET // max(1, jobs) - BUFFER
+    return max(BUFFER, min(WINDOW, per_thread - per_thread % mmap.ALLOCATIONGRANULARITY))
 
 
 def sha256_file(path: Path | str, progress: Progress | None = None) -> str:
@@ -85,7 +106,7 @@ def sha256_many(
     """Hash many files on ``jobs`` threads; each result is a hex digest or the OSError.
 
     ``sizes`` (from an lstat the caller already made) saves a second one.
-    Setting ``cancel`` stops the work within one slice of each file in
+    Setting ``cancel`` stops the work within one window of each file in
     progress; the result then lacks the files not hashed.
     """
     return digest_many(dict.fromkeys(paths, SHA256), jobs, progress, sizes, cancel)
@@ -102,15 +123,20 @@ class Cancelled(Exception):
 
 
 def digest_file(
-    path: Path | str, algorithm: str, progress: Progress | None = None, cancel: threading.Event | None = None
+    path: Path | str,
+    algorithm: str,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+    window: int = WINDOW,
 ) -> str:
     """The hex digest of a file: ``sha256`` of its bytes, or ``git-sha1`` (git's blob id).
 
     The git blob id is SHA-1 over ``b"blob <size>\\0"`` and the bytes: what a
-    Hugging Face repository names its small (non-LFS) files by. Reads like
-    ``sha256_file`` (one read for small files, a memory map in large slices
-    otherwise), does not follow a final symlink, and checks ``cancel``
-    between slices so an interrupt does not wait for a multi-GB file.
+    Hugging Face repository names its small (non-LFS) files by. Reads to the
+    end of the file as ``sha256sum`` does (a file of ``window`` bytes or more
+    through a sliding map, see the module docstring), does not follow a final
+    symlink, and checks ``cancel`` between windows so an interrupt does not
+    wait for a multi-GB file.
     """
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(path, flags)
@@ -123,32 +149,64 @@ def digest_file(
             h.update(b"blob %d\0" % size)
         else:
             raise ValueError(f"unknown digest algorithm {algorithm!r}")
-        if size < SMALL:
-            buf = _buffer()
-            while n := os.readv(fd, [buf]):
-                h.update(buf[:n])
-                if progress:
-                    progress(n)
-            return h.hexdigest()
-        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mm:
-            if hasattr(mm, "madvise"):
-                mm.madvise(mmap.MADV_SEQUENTIAL)
-            view = memoryview(mm)
-            try:
-                for start in range(0, size, CHUNK):
-                    if cancel is not None and cancel.is_set():
-                        raise Cancelled(str(path))
-                    # Released even when the progress callback raises (an interrupt).
-                    with view[start : start + CHUNK] as piece:
-                        h.update(piece)
-                        n = len(piece)
-                    if progress:
-                        progress(n)
-            finally:
-                view.release()
+        done = _hash_mapped(fd, size, h, window, progress, cancel, path) if size >= window else 0
+        _hash_read(fd, done, h, progress, cancel, path)
         return h.hexdigest()
     finally:
         os.close(fd)
+
+
+def _hash_mapped(
+    fd: int,
+    size: int,
+    h: hashlib._Hash,
+    window: int,
+    progress: Progress | None,
+    cancel: threading.Event | None,
+    path: Path | str,
+) -> int:
+    """Hash whole windows of the file through a map, one at a time; return the bytes hashed.
+
+    Asks the kernel to read ahead the next window while this one hashes
+    (``POSIX_FADV_WILLNEED``), which keeps a cold disk busy. Stops before
+    a window that the file, looked at again, no longer fills.
+    """
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is not None:
+        advise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+    offset = 0
+    while offset + window <= size:
+        if cancel is not None and cancel.is_set():
+            raise Cancelled(str(path))
+        if advise is not None and offset + window < size:
+            advise(fd, offset + window, window, os.POSIX_FADV_WILLNEED)
+        with mmap.mmap(fd, window, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ, offset=offset) as mm:
+            h.update(mm)
+        offset += window
+        if progress:
+            progress(window)
+        size = os.fstat(fd).st_size
+    return offset
+
+
+def _hash_read(
+    fd: int,
+    offset: int,
+    h: hashlib._Hash,
+    progress: Progress | None,
+    cancel: threading.Event | None,
+    path: Path | str,
+) -> None:
+    """Hash the file from ``offset`` to its end through the thread's read buffer."""
+    buf = _buffer()
+    if offset:
+        os.lseek(fd, offset, os.SEEK_SET)
+    while n := os.readv(fd, [buf]):
+        h.update(buf if n == len(buf) else buf[:n])
+        if progress:
+            progress(n)
+        if cancel is not None and cancel.is_set():
+            raise Cancelled(str(path))
 
 
 def digest_many(
@@ -164,7 +222,7 @@ def digest_many(
     cores stay busy; each result is a hex digest or the OSError.
 
     An interrupt (KeyboardInterrupt in the calling thread) sets ``cancel`` so
-    the worker threads stop within one slice, then propagates; the caller
+    the worker threads stop within one window, then propagates; the caller
     has written nothing yet, so nothing is left behind.
     """
     stop = cancel if cancel is not None else threading.Event()
@@ -182,7 +240,7 @@ def digest_many(
             if stop.is_set():
                 break
             try:
-                out.append((p, digest_file(p, items[p], progress, stop)))
+                out.append((p, digest_file(p, items[p], progress, stop, window)))
             except Cancelled:
                 break
             except OSError as e:
@@ -191,6 +249,7 @@ def digest_many(
 
     paths = list(items)
     workers = min(jobs or default_jobs(), max(1, len(paths)))
+    window = window_for(workers)
     results: dict[Path, str | OSError] = {}
     batches = _batches(paths, known)
     if workers == 1:

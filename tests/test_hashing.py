@@ -2,6 +2,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -9,7 +12,9 @@ import pytest
 from patchkit import hashing
 
 
-@pytest.mark.parametrize("size", [0, 1, hashing.SMALL - 1, hashing.SMALL, hashing.SMALL + 12345, 3 * hashing.CHUNK + 7])
+@pytest.mark.parametrize(
+    "size", [0, 1, hashing.BUFFER - 1, hashing.BUFFER, hashing.BUFFER + 12345, hashing.WINDOW, 3 * hashing.WINDOW + 7]
+)
 def test_sha256_file_matches_hashlib(tmp_path: Path, size: int) -> None:
     data = (os.urandom(4096) * (size // 4096 + 1))[:size]
     p = tmp_path / "f"
@@ -37,3 +42,89 @@ def test_does_not_follow_a_final_symlink(tmp_path: Path) -> None:
     (tmp_path / "link").symlink_to(tmp_path / "real")
     with pytest.raises(OSError):
         hashing.sha256_file(tmp_path / "link")
+
+
+def _sha256sum(path: Path) -> str:
+    out = subprocess.run(["sha256sum", str(path)], capture_output=True, text=True, check=True).stdout
+    return out.split()[0]
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_sha256_many_agrees_with_sha256sum_across_windows(tmp_path: Path, jobs: int) -> None:
+    """Files below, at and across a map window hash as sha256sum does, with or without a tail to read."""
+    block = os.urandom(1 << 16)
+    sizes = [0, 1, hashing.BUFFER + 1, hashing.WINDOW - 1, hashing.WINDOW, 2 * hashing.WINDOW + 4097]
+    paths = []
+    for i, size in enumerate(sizes):
+        p = tmp_path / f"f{i}"
+        p.write_bytes((block * (size // len(block) + 2))[i : i + size])
+        paths.append(p)
+    seen: list[int] = []
+    result = hashing.sha256_many(paths, jobs=jobs, progress=seen.append)
+    assert {p: result[p] for p in paths} == {p: _sha256sum(p) for p in paths}
+    assert sum(seen) == sum(sizes)
+    small = hashing.window_for(64)  # many threads share the memory budget: smaller windows
+    assert small < hashing.WINDOW
+    assert [hashing.digest_file(p, hashing.SHA256, window=small) for p in paths] == [result[p] for p in paths]
+
+
+def test_a_file_truncated_while_it_hashes_is_read_not_mapped(tmp_path: Path) -> None:
+    """The hash is of what was there to read (no SIGBUS from a map past the new end)."""
+    data = os.urandom(3 * hashing.WINDOW)
+    p = tmp_path / "shrinks"
+    p.write_bytes(data)
+    keep = hashing.WINDOW + 100
+
+    def shrink(n: int) -> None:
+        if n == hashing.WINDOW and p.stat().st_size == len(data):
+            os.truncate(p, keep)
+
+    assert hashing.sha256_file(p, shrink) == hashlib.sha256(data[:keep]).hexdigest()
+
+
+def test_a_file_that_grows_while_it_hashes_is_read_to_its_end(tmp_path: Path) -> None:
+    data = os.urandom(2 * hashing.WINDOW)
+    p = tmp_path / "grows"
+    p.write_bytes(data)
+    more = os.urandom(12345)
+
+    def grow(n: int) -> None:
+        if p.stat().st_size == len(data):
+            with p.open("ab") as f:
+                f.write(more)
+
+    assert hashing.sha256_file(p, grow) == hashlib.sha256(data + more).hexdigest()
+
+
+def test_cancel_stops_a_large_file_within_a_window(tmp_path: Path) -> None:
+    p = tmp_path / "big"
+    p.write_bytes(os.urandom(4 * hashing.WINDOW))
+    stop = threading.Event()
+    seen: list[int] = []
+
+    def progress(n: int) -> None:
+        seen.append(n)
+        stop.set()
+
+    with pytest.raises(hashing.Cancelled):
+        hashing.digest_file(p, hashing.SHA256, progress, stop)
+    assert seen == [hashing.WINDOW]
+
+
+def test_peak_memory_does_not_grow_with_the_file(tmp_path: Path) -> None:
+    """Hashing a 512 MiB file raises the process's peak RSS by a few windows at most, not by the file."""
+    big = tmp_path / "sparse.bin"
+    with big.open("wb") as f:
+        f.truncate(512 * 1024 * 1024)  # sparse: no disk written, but every page is read through the cache
+    script = (
+        "import resource, sys\n"
+        "from patchkit import hashing\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "digest = hashing.sha256_many([__import__('pathlib').Path(sys.argv[1])], jobs=2)\n"
+        "after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "print(after - before, *digest.values())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(big)], capture_output=True, text=True, check=True)
+    grown_kib, digest = done.stdout.split()
+    assert digest == _sha256sum(big)
+    assert int(grown_kib) < 16 * 1024, f"peak RSS grew by {int(grown_kib) // 1024} MiB"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import Invoke
 
-from patchkit.hashing import GIT_SHA1, SHA256, digest_file
+from patchkit.hashing import GIT_SHA1, SHA256, WINDOW, digest_file
 from patchkit.lockfile import Model
 from patchkit.model import ProblemKind, verify_cache
 from patchkit.values import Revision
@@ -340,7 +340,7 @@ def test_check_online_confirms_the_revision_exists(hub: Hub, model_repo: str, fe
 
 
 def test_digest_file_matches_git_and_sha256sum(tmp_path: Path) -> None:
-    for size in (0, 5, 1024 * 1024 + 7):
+    for size in (0, 5, 1024 * 1024 + 7, 2 * WINDOW + 7):  # the last through the sliding map and its tail
         p = tmp_path / f"f{size}"
         p.write_bytes(os.urandom(size))
         git = subprocess.run(["git", "hash-object", str(p)], capture_output=True, text=True, check=True).stdout
