@@ -52,9 +52,9 @@ from typing import Any
 from bench_sums import openssl_rate
 from benchlib import Out, Timing, fail, find_patchkit, run_checked, timed
 
-from patchkit.check import expected_sums
 from patchkit.hashing import GIT_SHA1, SHA256, default_jobs, digest_many
 from patchkit.lockfile import Lockfile, Model, ModelFile, dumps
+from patchkit.persist import expected_sums
 from patchkit.values import Revision, Sha256, UpstreamPath
 
 BENCH_DIR = Path(__file__).resolve().parent

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from patchkit import diffs, refs
 from patchkit.cache import BlobStore
-from patchkit.check import CheckResult, Finding, check
+from patchkit.check import check
+from patchkit.findings import CheckResult, Finding
 from patchkit.importing import handdiffs
 from patchkit.lockfile import Lockfile, Patch, PatchKind, Upstream
 from patchkit.repo import Escape, Repo

@@ -87,7 +87,7 @@ from patchkit.lockfile import Artifact, Lockfile, Patch, PatchKind, _Reader, _re
 from patchkit.values import ContainerPath, check_name
 
 if TYPE_CHECKING:
-    from patchkit.edit import Outcome as WriteOutcome
+    from patchkit.outcome import Outcome as WriteOutcome
     from patchkit.repo import Repo
 
 CONFIG_NAME = "deploy.toml"
@@ -956,7 +956,7 @@ def emit_files(
     was validated when emit wrote it, and ``emit`` itself still enforces the
     security rules.
     """
-    from patchkit.edit import Outcome as WriteOutcome
+    from patchkit.outcome import Outcome as WriteOutcome
     from patchkit.repo import write_all
 
     config = load_config(repo.root / CONFIG_NAME)

@@ -13,10 +13,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from patchkit.edit import Change, finish
-from patchkit.edit import Outcome as WriteOutcome
 from patchkit.errors import BadInput
 from patchkit.lockfile import Image, Lockfile
+from patchkit.outcome import Change
+from patchkit.outcome import Outcome as WriteOutcome
+from patchkit.persist import finish
 from patchkit.repo import Repo, atomic_write
 from patchkit.values import Digest, check_name
 

@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from patchkit.check import Finding
 from patchkit.errors import ExternalFailure
+from patchkit.findings import Finding
 from patchkit.hashing import sha256_bytes
 from patchkit.lockfile import LOCKFILE_NAME, Lockfile, PatchKind
 

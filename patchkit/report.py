@@ -8,7 +8,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from patchkit.check import CheckResult, Finding
+    from patchkit.findings import CheckResult, Finding
 
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 

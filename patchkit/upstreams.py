@@ -6,10 +6,11 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from patchkit.edit import Change, finish
-from patchkit.edit import Outcome as WriteOutcome
 from patchkit.errors import BadInput
 from patchkit.lockfile import Lockfile, PatchKind, Upstream
+from patchkit.outcome import Change
+from patchkit.outcome import Outcome as WriteOutcome
+from patchkit.persist import finish
 from patchkit.repo import Repo
 from patchkit.sources.interface import Pin
 from patchkit.values import ContainerPath, Digest, Revision, Sha256, check_name
