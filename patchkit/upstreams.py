@@ -78,7 +78,7 @@ def register(
 
 
 def _image_upstream(name: str, text: str, prefix: str | None, platform: str, note: str | None) -> Upstream:
-    from patchkit.registry import ImageRef
+    from patchkit.images.registry import ImageRef
     from patchkit.sources.image import ImageSource, display_repository
 
     if prefix is None:

@@ -33,8 +33,9 @@ VOCABULARY = {
 ADAPTERS = {
     "patchkit.repo",
     "patchkit.cache",
-    "patchkit.registry",
-    "patchkit.engine",
+    "patchkit.images",
+    "patchkit.images.registry",
+    "patchkit.images.engine",
     "patchkit.hub",
     "patchkit.github",
     "patchkit.sources",

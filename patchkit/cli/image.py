@@ -37,7 +37,7 @@ def image_resolve(ref: str, platform: str, insecure: tuple[str, ...], fmt: str) 
     what compose pins. The platform digest is the manifest chosen for
     --platform: what the files are read from.
     """
-    from patchkit.images import resolve
+    from patchkit.images.operations import resolve
 
     found = resolve(ref, platform, insecure)
     if fmt == "json":
@@ -57,7 +57,7 @@ def image_resolve(ref: str, platform: str, insecure: tuple[str, ...], fmt: str) 
 @click.pass_context
 def image_pin(ctx: click.Context, name: str, ref: str, platform: str, insecure: tuple[str, ...], fmt: str) -> None:
     """Resolve REF and pin it as images.NAME: digest, tag, time, and the platform digest."""
-    from patchkit.images import pin
+    from patchkit.images.operations import pin
 
     repo, lockf, _ = open_repo(ctx, writes=True)
     print_changes(pin(repo, lockf, name, ref, platform, insecure), fmt, "nothing changed")
@@ -75,7 +75,7 @@ def image_cat(
 ) -> None:
     """Print the file PATH of IMAGE (a reference, or the name of a pinned image)."""
     from patchkit.errors import BadInput
-    from patchkit.images import image_reference, read
+    from patchkit.images.operations import image_reference, read
 
     text = pinned_or_given(ctx, image_ref, image_reference)
     data = read(text, [path], via=via, platform=platform, insecure=insecure).get(path)
@@ -103,7 +103,7 @@ def image_files(
     insecure: tuple[str, ...],
 ) -> None:
     """Copy PATHs out of IMAGE into --out, each at its container path; exit 1 if any is missing."""
-    from patchkit.images import image_reference, read, write_files
+    from patchkit.images.operations import image_reference, read, write_files
 
     text = pinned_or_given(ctx, image_ref, image_reference)
     found = read(text, list(paths), via=via, platform=platform, insecure=insecure)

@@ -230,7 +230,7 @@ def bump(
     transaction. Conflicts wait for `patchkit rebase --continue` as usual.
     """
     from patchkit import rebase as rb
-    from patchkit.images import bump_plan
+    from patchkit.images.operations import bump_plan
     from patchkit.sources.image import commit_prefix
 
     repo, lockf, data = open_repo(ctx, writes=True)

@@ -57,7 +57,7 @@ def parse_source(text: str, up: Upstream, cache: Path, repo_root: Path) -> tuple
         url, rev = _url_and_ref(arg)
         return GitSource(url, cache), rev
     if kind == "image" and arg:
-        from patchkit.registry import ImageRef
+        from patchkit.images.registry import ImageRef
         from patchkit.sources.image import ImageSource, display_repository
 
         if up.prefix is None:

@@ -49,12 +49,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from patchkit.errors import BadInput
-from patchkit.registry import DOCKER_HUB_DISPLAY, ImageRef, Platform, RegistryClient, Resolved
+from patchkit.images.registry import DOCKER_HUB_DISPLAY, ImageRef, Platform, RegistryClient, Resolved
 from patchkit.sources.interface import Pin, Snapshot, UpstreamSource, check_path
 from patchkit.values import Digest
 
 if TYPE_CHECKING:
-    from patchkit.engine import DockerEngine
+    from patchkit.images.engine import DockerEngine
 
 #: Upstream paths of the runtime version file, tried in order (setuptools-scm's ``write_to``).
 VERSION_FILES = ("vllm/_version.py",)
@@ -132,7 +132,7 @@ class ImageSource(UpstreamSource):
     def engine(self) -> DockerEngine:
         """The Docker engine (connected on first use when none was given); only for ``via="docker"``."""
         if self._engine is None:
-            from patchkit.engine import DockerEngine
+            from patchkit.images.engine import DockerEngine
 
             self._engine = DockerEngine()
         return self._engine

@@ -36,9 +36,9 @@ from images.conftest import (
     registry_error,
     tar_bytes,
 )
-from patchkit import registry
 from patchkit.errors import EXIT_BAD_INPUT, EXIT_EXTERNAL, BadInput
-from patchkit.registry import (
+from patchkit.images import registry
+from patchkit.images.registry import (
     DOCKER_HUB,
     ImageIndex,
     ImageManifest,
@@ -834,7 +834,7 @@ def test_memory_stays_small_with_a_large_layer(
         import json, sys
         from pathlib import Path
         import requests
-        from patchkit.registry import RegistryClient
+        from patchkit.images.registry import RegistryClient
 
         def status(key):
             line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith(key + ":"))

@@ -1,7 +1,7 @@
 """Images: resolve references to digests, pin them, and read files out of them.
 
-The registry path (patchkit.registry) needs no daemon; the engine path
-(patchkit.engine) goes through a local Docker engine. Both are imported only
+The registry path (patchkit.images.registry) needs no daemon; the engine path
+(patchkit.images.engine) goes through a local Docker engine. Both are imported only
 by the commands that use them.
 """
 
@@ -23,14 +23,14 @@ from patchkit.values import Digest, check_name
 
 
 def _client(insecure: Iterable[str] = ()) -> Any:
-    from patchkit.registry import RegistryClient
+    from patchkit.images.registry import RegistryClient
 
     return RegistryClient(insecure=tuple(insecure))
 
 
 def resolve(text: str, platform: str = "linux/amd64", insecure: Iterable[str] = ()) -> dict[str, Any]:
     """Resolve a reference to its digests (index and platform manifest)."""
-    from patchkit.registry import ImageRef
+    from patchkit.images.registry import ImageRef
 
     ref = ImageRef.parse(text)
     r = _client(insecure).resolve(ref, platform=platform)
@@ -102,13 +102,13 @@ def read(
         if not p.startswith("/"):
             raise BadInput(f"{p}: container paths are absolute (start with '/')")
     if via == "docker":
-        from patchkit.engine import DockerEngine
+        from patchkit.images.engine import DockerEngine
 
         with DockerEngine() as engine:
             if engine.image_id(text) is None:
                 engine.pull(text, platform=platform)
             return dict(engine.read_files(text, paths))
-    from patchkit.registry import ImageRef
+    from patchkit.images.registry import ImageRef
 
     return dict(_client(insecure).read_files(ImageRef.parse(text), paths, platform=platform))
 
@@ -131,7 +131,7 @@ def bump_plan(lock: Lockfile, text: str, upstream: str | None = None) -> tuple[s
     every ``[images]`` entry of that repository moves to REF's digest in the
     same transaction, so the deployed image and the patches' bases agree.
     """
-    from patchkit.registry import ImageRef
+    from patchkit.images.registry import ImageRef
     from patchkit.sources.image import display_repository
 
     ref = ImageRef.parse(text)
