@@ -4,7 +4,7 @@
 every patch with its reason, references (recorded states, drop candidates),
 upstream base, diffstat, full diff and the verification of each of its
 files. The renderers turn it into a self-contained HTML page
-(patchkit.audit_html), Markdown for a pull request description, or JSON.
+(patchkit.formats.audit_html), Markdown for a pull request description, or JSON.
 """
 
 from __future__ import annotations

@@ -540,7 +540,7 @@ def _rest_is_zeros(blocks: _Blocks, problems: list[str]) -> None:
 
 def _shown(text: str, limit: int = 200) -> str:
     """A name for a message: control characters escaped, cut to ``limit`` characters."""
-    from patchkit.report import printable
+    from patchkit.formats.safe import printable
 
     shown = printable(text)
     return shown if len(shown) <= limit else shown[:limit] + f"… ({len(text)} characters)"

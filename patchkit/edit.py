@@ -20,12 +20,12 @@ from patchkit.cache import BlobStore
 from patchkit.check import base_of_committed, check_pinned_files
 from patchkit.diffs import canonical_diff
 from patchkit.errors import BadInput, Refused
+from patchkit.formats.safe import printable
 from patchkit.hashing import sha256_bytes
 from patchkit.lockfile import Artifact, Base, DiffPin, Lockfile, Patch, PatchKind, Upstream
 from patchkit.outcome import Change, Outcome
 from patchkit.persist import expected_sums, finish, sums_dropped
 from patchkit.repo import MANAGED_DIRS, Escape, Repo, write_all
-from patchkit.report import printable
 from patchkit.values import ContainerPath, Reference, RepoPath, Revision, Sha256, UpstreamPath, check_name
 
 # --------------------------------------------------------------------------- init

@@ -28,6 +28,8 @@ VOCABULARY = {
     "patchkit.merge",
     "patchkit.sums",
     "patchkit.hashing",
+    "patchkit.formats",
+    "patchkit.formats.safe",
 }
 # One adapter per boundary (the disk, upstream sources, registries, Docker, the Hub, GitHub): never a use case.
 ADAPTERS = {

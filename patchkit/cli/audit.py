@@ -134,7 +134,7 @@ def audit(ctx: click.Context, output: Path | None, fmt: str | None) -> None:
     elif fmt == "markdown":
         text = report.as_markdown(built)
     else:
-        from patchkit.audit_html import render
+        from patchkit.formats.audit_html import render
 
         text = render(built)
     if target is None:

@@ -67,7 +67,7 @@ def _verbose(ctx: click.Context) -> bool:
 
 def _report_error(e: PatchkitError) -> None:
     """One line per problem (and its fix); names in messages cannot forge lines or reach the terminal raw."""
-    from patchkit.report import printable
+    from patchkit.formats.safe import printable
 
     if isinstance(e, LockfileError):
         for p in e.problems:
@@ -218,7 +218,7 @@ def blob_store() -> Any:
 
 
 def print_changes(outcome: Any, fmt: str, nothing: str) -> None:
-    from patchkit.report import json_safe, printable
+    from patchkit.formats.safe import json_safe, printable
 
     if fmt == "json":
         doc = {

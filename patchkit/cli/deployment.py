@@ -78,8 +78,8 @@ def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, insecur
     the local cache; otherwise a note says so.
     """
     from patchkit.check import check as run_check
+    from patchkit.formats.findings import render
     from patchkit.repo import pending_journal
-    from patchkit.report import render
 
     # While a write is journaled, its writer may still be renaming files in:
     # wait for it, so check sees one state, never a mix of two.
@@ -117,7 +117,7 @@ def sums(ctx: click.Context, verify: bool, fmt: str) -> None:
         from patchkit.verify import check_sums
 
         result = check_sums(find_repo(ctx))
-        from patchkit.report import render
+        from patchkit.formats.findings import render
 
         click.echo(render(result, fmt, what="sums --check"), nl=False)
         ctx.exit(EXIT_OK if result.ok else EXIT_FINDINGS)

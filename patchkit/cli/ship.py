@@ -131,13 +131,13 @@ def verify_bundle(path: Path, fmt: str) -> None:
     duplicates before anything is written.
     """
     from patchkit.bundle import verify_bundle as run
-    from patchkit.report import json_safe
+    from patchkit.formats.safe import json_safe
 
     problems = run(path)
     if fmt == "json":
         click.echo(json.dumps({"ok": not problems, "problems": json_safe(problems)}, indent=2))
     else:
-        from patchkit.report import printable
+        from patchkit.formats.safe import printable
 
         for problem in problems:
             click.echo(printable(problem))
