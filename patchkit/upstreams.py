@@ -79,7 +79,7 @@ def register(
 
 def _image_upstream(name: str, text: str, prefix: str | None, platform: str, note: str | None) -> Upstream:
     from patchkit.images.registry import ImageRef
-    from patchkit.sources.image import ImageSource, display_repository
+    from patchkit.sources.image import ImageSource
 
     if prefix is None:
         raise BadInput(
@@ -88,7 +88,7 @@ def _image_upstream(name: str, text: str, prefix: str | None, platform: str, not
         )
     if prefix.rstrip("/") == "":
         raise BadInput("--prefix /: name the directory the upstream tree is in, not the root")
-    with ImageSource(display_repository(ImageRef.parse(text)), prefix, platform=platform) as source:
+    with ImageSource(ImageRef.parse(text).display_repository, prefix, platform=platform) as source:
         snap = source.snapshot(text)
         version = snap.version
         return Upstream(

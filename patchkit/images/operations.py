@@ -36,21 +36,13 @@ def resolve(text: str, platform: str = "linux/amd64", insecure: Iterable[str] = 
     r = _client(insecure).resolve(ref, platform=platform)
     return {
         "reference": str(ref),
-        "repository": _display_repository(ref),
+        "repository": ref.display_repository,
         "tag": ref.tag,
         "digest": str(r.digest),
         "media_type": r.media_type,
         "platform": str(r.platform),
         "platform_digest": str(r.platform_digest),
     }
-
-
-def _display_repository(ref: Any) -> str:
-    """The repository as compose and Docker write it: Docker Hub names short, others with the host."""
-    repo = str(ref.repository)
-    if ref.display_registry == "docker.io":
-        return repo.removeprefix("library/")
-    return f"{ref.display_registry}/{repo}"
 
 
 def pin(
@@ -132,10 +124,9 @@ def bump_plan(lock: Lockfile, text: str, upstream: str | None = None) -> tuple[s
     same transaction, so the deployed image and the patches' bases agree.
     """
     from patchkit.images.registry import ImageRef
-    from patchkit.sources.image import display_repository
 
     ref = ImageRef.parse(text)
-    repository = display_repository(ref)
+    repository = ref.display_repository
     candidates = [u for u in lock.upstreams if u.source == "image" and (upstream is None or u.name == upstream)]
     if upstream is None:
         candidates = [u for u in candidates if u.image == repository]

@@ -204,6 +204,13 @@ class ImageRef:
         return DOCKER_HUB_DISPLAY if self.registry == DOCKER_HUB else self.registry
 
     @property
+    def display_repository(self) -> str:
+        """The repository as compose and Docker write it: Docker Hub names short, others with their host."""
+        if self.display_registry == DOCKER_HUB_DISPLAY:
+            return self.repository.removeprefix("library/")
+        return f"{self.display_registry}/{self.repository}"
+
+    @property
     def name(self) -> str:
         """``registry/repository``, canonical (``docker.io/library/ubuntu``)."""
         return f"{self.display_registry}/{self.repository}"

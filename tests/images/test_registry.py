@@ -119,6 +119,23 @@ def test_reference_forms() -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("caddy:2", "caddy"),
+        ("docker.io/library/caddy", "caddy"),
+        ("index.docker.io/vllm/vllm-openai:v0.6", "vllm/vllm-openai"),
+        ("rocm/vllm-dev@sha256:" + "a" * 64, "rocm/vllm-dev"),
+        ("ghcr.io/library/tool:1", "ghcr.io/library/tool"),
+        ("127.0.0.1:5000/team/app:1", "127.0.0.1:5000/team/app"),
+        ("localhost/app", "localhost/app"),
+    ],
+)
+def test_display_repository_is_how_compose_writes_it(text: str, shown: str) -> None:
+    """Docker Hub names short (no docker.io/, no library/), every other registry with its host and port."""
+    assert ImageRef.parse(text).display_repository == shown
+
+
+@pytest.mark.parametrize(
     ("text", "why"),
     [
         ("", "empty"),
