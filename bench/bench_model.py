@@ -65,9 +65,9 @@ from benchlib import (
     timed,
 )
 
-from patchkit.check import expected_sums
 from patchkit.hashing import GIT_SHA1, SHA256, default_jobs, digest_many
 from patchkit.lockfile import Lockfile, Model, ModelFile, dumps
+from patchkit.persist import expected_sums
 from patchkit.values import Revision, Sha256, UpstreamPath
 
 BENCH_DIR = Path(__file__).resolve().parent

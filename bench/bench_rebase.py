@@ -66,7 +66,7 @@ from typing import Any
 # bench/benchlib.py: bench/ is sys.path[0] when this runs as a script (isort files it as third-party)
 from benchlib import Out, Timing, fail, find_patchkit, run_checked, timed
 
-from patchkit.edit import canonical_diff
+from patchkit.diffs import canonical_diff
 from patchkit.lockfile import Base, DiffPin, Lockfile, Patch, PatchKind, Upstream, dumps
 from patchkit.values import ContainerPath, RepoPath, Revision, Sha256, UpstreamPath
 
@@ -721,9 +721,9 @@ def breakdown(layout: Layout, tree: Tree) -> Breakdown:
     from patchkit import diffs, merge
     from patchkit import rebase as rb
     from patchkit.cache import BlobStore
-    from patchkit.check import expected_sums
     from patchkit.hashing import sha256_bytes
     from patchkit.lockfile import LOCKFILE_NAME
+    from patchkit.persist import expected_sums
     from patchkit.repo import Repo, write_all
     from patchkit.sources import git as git_source  # imported here so that no stage pays for gitpython
     from patchkit.sources.factory import open_source

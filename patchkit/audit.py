@@ -4,7 +4,7 @@
 every patch with its reason, references (recorded states, drop candidates),
 upstream base, diffstat, full diff and the verification of each of its
 files. The renderers turn it into a self-contained HTML page
-(patchkit.audit_html), Markdown for a pull request description, or JSON.
+(patchkit.formats.audit_html), Markdown for a pull request description, or JSON.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from pathlib import Path
 
 from patchkit import diffs, refs
 from patchkit.cache import BlobStore
-from patchkit.check import CheckResult, Finding, check
+from patchkit.check import check
+from patchkit.findings import CheckResult, Finding
 from patchkit.importing import handdiffs
 from patchkit.lockfile import Lockfile, Patch, PatchKind, Upstream
 from patchkit.repo import Escape, Repo

@@ -10,14 +10,16 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from patchkit import diffs, sums
 from patchkit.cache import BlobStore
+from patchkit.findings import CheckResult, Finding
 from patchkit.hashing import sha256_bytes, sha256_many
 from patchkit.lockfile import LOCKFILE_NAME, Lockfile, Patch, PatchKind
+from patchkit.persist import expected_sums
 from patchkit.repo import JOURNAL, MANAGED_DIRS, WORK_DIR, Escape, Repo, gitignored, pending_journal, staging_pid
 from patchkit.tomlpos import LineIndex
 from patchkit.values import RepoPath
@@ -29,62 +31,11 @@ REBASE_STATE = f"{WORK_DIR}/rebase/state.json"
 
 
 @dataclass(frozen=True)
-class Finding:
-    """One thing wrong (``error``), worth knowing (``note``) or not checked (``unknown``) about a deployment."""
-
-    code: str
-    file: str
-    line: int | None
-    message: str
-    fix: str | None = None
-    field: str | None = None
-    severity: str = "error"
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "code": self.code,
-            "severity": self.severity,
-            "file": self.file,
-            "line": self.line,
-            "field": self.field,
-            "message": self.message,
-            "fix": self.fix,
-        }
-
-
-@dataclass
-class CheckResult:
-    findings: list[Finding] = field(default_factory=list)
-    files_hashed: int = 0
-    diffs_verified: int = 0
-
-    @property
-    def errors(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity == "error"]
-
-    @property
-    def unknown(self) -> list[Finding]:
-        """What could not be checked (a service that could not be asked), with the reason."""
-        return [f for f in self.findings if f.severity == "unknown"]
-
-    @property
-    def ok(self) -> bool:
-        return not self.errors
-
-
-@dataclass(frozen=True)
 class _Named:
     field: tuple[str | int, ...]
     path: RepoPath
     sha256: str
     owner: str
-
-
-def expected_sums(lock: Lockfile, lock_bytes: bytes) -> bytes:
-    """The SHA256SUMS patchkit generates: the lockfile itself and every file it pins."""
-    entries = {str(path): str(sha) for _, path, sha in lock.files()}
-    entries[LOCKFILE_NAME] = sha256_bytes(lock_bytes)
-    return sums.render(entries.items())
 
 
 def base_of_committed(patch: Patch, patch_bytes: bytes, diff_bytes: bytes) -> bytes:

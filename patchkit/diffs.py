@@ -13,7 +13,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from patchkit.values import UpstreamPath
 
 NO_NEWLINE = b"\\ No newline at end of file"
 _HUNK = re.compile(rb"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)")
@@ -495,3 +498,8 @@ def _emit(tag: bytes, lines: list[bytes]) -> list[bytes]:
 def stat(diff: FileDiff) -> tuple[int, int]:
     """(lines added, lines removed)."""
     return diff.added, diff.removed
+
+
+def canonical_diff(base: bytes, new: bytes, base_path: UpstreamPath) -> bytes:
+    """The diff patchkit writes: ``a/<upstream path>`` and ``b/<upstream path>``, no timestamps."""
+    return make(base, new, f"a/{base_path}", f"b/{base_path}")

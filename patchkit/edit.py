@@ -12,51 +12,21 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from patchkit import diffs, lockfile, sums
 from patchkit.cache import BlobStore
-from patchkit.check import base_of_committed, check_pinned_files, expected_sums
+from patchkit.check import base_of_committed, check_pinned_files
+from patchkit.diffs import canonical_diff
 from patchkit.errors import BadInput, Refused
+from patchkit.formats.safe import printable
 from patchkit.hashing import sha256_bytes
 from patchkit.lockfile import Artifact, Base, DiffPin, Lockfile, Patch, PatchKind, Upstream
+from patchkit.outcome import Change, Outcome
+from patchkit.persist import expected_sums, finish, sums_dropped
 from patchkit.repo import MANAGED_DIRS, Escape, Repo, write_all
-from patchkit.report import printable
 from patchkit.values import ContainerPath, Reference, RepoPath, Revision, Sha256, UpstreamPath, check_name
-
-
-@dataclass
-class Change:
-    """One pin that changed: what, and its old and new value."""
-
-    what: str
-    old: str
-    new: str
-
-    def as_dict(self) -> dict[str, str]:
-        return {"what": self.what, "old": self.old, "new": self.new}
-
-
-@dataclass
-class Outcome:
-    """What an operation changed on disk."""
-
-    changes: list[Change] = field(default_factory=list)
-    written: list[str] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)
-    output: bytes = b""
-
-
-def finish(repo: Repo, lock: Lockfile, extra: dict[str, bytes] | None = None, deletes: Iterable[str] = ()) -> list[str]:
-    """Write ``lock``, any extra files and the matching SHA256SUMS as one transaction."""
-    text = lockfile.dumps(lock).encode()
-    files = dict(extra or {})
-    files[lockfile.LOCKFILE_NAME] = text
-    files[sums.FILENAME] = expected_sums(lock, text)
-    return write_all(repo.root, files, deletes)
-
 
 # --------------------------------------------------------------------------- init
 
@@ -102,25 +72,6 @@ def write_sums(repo: Repo, lock: Lockfile, lock_bytes: bytes) -> Outcome:
     outcome = Outcome(changes=sums_dropped(repo, lock))
     outcome.written = write_all(repo.root, {sums.FILENAME: data})
     return outcome
-
-
-def sums_dropped(repo: Repo, lock: Lockfile) -> list[Change]:
-    """The SHA256SUMS entries that writing the sums of ``lock`` would drop, one change each.
-
-    SHA256SUMS lists exactly what the lockfile pins, so a hand-added entry for
-    a file the lockfile does not pin goes when it is regenerated; every
-    command that rewrites it says so.
-    """
-    try:
-        current = repo.check_inside(sums.FILENAME).read_bytes()
-    except (OSError, Escape):
-        return []
-    pinned = {str(path) for _, path, _ in lock.files()} | {lockfile.LOCKFILE_NAME}
-    return [
-        Change(f"SHA256SUMS {e.name}", "listed", "dropped (the lockfile does not pin it)")
-        for e in sums.read(current).entries
-        if e.name not in pinned
-    ]
 
 
 # --------------------------------------------------------------------------- base recovery
@@ -183,15 +134,10 @@ def recover_base(repo: Repo, p: Patch, store: BlobStore) -> bytes | None:
     return None
 
 
-def canonical_diff(base: bytes, new: bytes, base_path: UpstreamPath) -> bytes:
-    """The diff patchkit writes: ``a/<upstream path>`` and ``b/<upstream path>``, no timestamps."""
-    return diffs.make(base, new, f"a/{base_path}", f"b/{base_path}")
-
-
 # --------------------------------------------------------------------------- lock
 
 
-def relock(repo: Repo, lock: Lockfile, store: BlobStore) -> Outcome:
+def relock(repo: Repo, lock: Lockfile, store: BlobStore) -> Outcome:  # noqa: C901 (over the ceiling already)
     """Refresh the file pins after intended edits; never touches image, model or upstream pins."""
     outcome = Outcome()
     extra: dict[str, bytes] = {}
@@ -326,7 +272,7 @@ def _infer_kind(req: AddRequest, rel: str | None) -> str:
     return "artifact"
 
 
-def add(repo: Repo, lock: Lockfile, req: AddRequest, store: BlobStore) -> Outcome:
+def add(repo: Repo, lock: Lockfile, req: AddRequest, store: BlobStore) -> Outcome:  # noqa: C901 (over the ceiling already)
     """Pin a new file: a patch (overlay, module, transformer), a tuning table or an artifact."""
     src = req.path if req.path.is_absolute() else (Path.cwd() / req.path)
     src = Path(os.path.abspath(src))

@@ -87,7 +87,7 @@ from patchkit.lockfile import Artifact, Lockfile, Patch, PatchKind, _Reader, _re
 from patchkit.values import ContainerPath, check_name
 
 if TYPE_CHECKING:
-    from patchkit.edit import Outcome as WriteOutcome
+    from patchkit.outcome import Outcome as WriteOutcome
     from patchkit.repo import Repo
 
 CONFIG_NAME = "deploy.toml"
@@ -571,7 +571,7 @@ def _mounts(lock: Lockfile, config: DeployConfig) -> list[_Mount]:
     return sorted(mounts, key=lambda m: m.target)
 
 
-def emit(lock: Lockfile, config: DeployConfig, profile: str) -> str:
+def emit(lock: Lockfile, config: DeployConfig, profile: str) -> str:  # noqa: C901 (over the ceiling already)
     """The compose file of ``profile``: byte-stable text; ``ConfigError`` on any broken rule."""
     prof = config.profile(profile)
     inf = config.inference
@@ -956,7 +956,7 @@ def emit_files(
     was validated when emit wrote it, and ``emit`` itself still enforces the
     security rules.
     """
-    from patchkit.edit import Outcome as WriteOutcome
+    from patchkit.outcome import Outcome as WriteOutcome
     from patchkit.repo import write_all
 
     config = load_config(repo.root / CONFIG_NAME)

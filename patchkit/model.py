@@ -34,8 +34,8 @@ from patchkit.repo import Escape, Repo
 from patchkit.values import RepoPath, Revision, Sha256, UpstreamPath
 
 if TYPE_CHECKING:
-    from patchkit.check import Finding
-    from patchkit.edit import Outcome
+    from patchkit.findings import Finding
+    from patchkit.outcome import Outcome
     from patchkit.verifyrecord import VerifyRecord
 
 # Past this many files the manifest goes to its own file: a model of 163
@@ -225,7 +225,8 @@ def lock(
     resolved from, else ``main``. A full commit id is pinned as given (the Hub
     still confirms it exists). Re-locking an unchanged revision changes nothing.
     """
-    from patchkit.edit import Change, Outcome, finish
+    from patchkit.outcome import Change, Outcome
+    from patchkit.persist import finish
 
     old = lockf.model
     if repo_id is None:
@@ -577,7 +578,7 @@ def format_findings(repo: Repo, lockf: Lockfile, locate: Locate) -> list[Finding
     parses, and describes the pinned repo and revision; no path is listed
     twice and no entry carries both kinds of hash.
     """
-    from patchkit.check import Finding
+    from patchkit.findings import Finding
 
     model = lockf.model
     if model is None:
@@ -642,7 +643,7 @@ def format_findings(repo: Repo, lockf: Lockfile, locate: Locate) -> list[Finding
 
 def revision_findings(lockf: Lockfile, locate: Locate, hub: Hub) -> list[Finding]:
     """With ``check --online``: the pinned revision still exists on the Hub."""
-    from patchkit.check import Finding
+    from patchkit.findings import Finding
 
     model = lockf.model
     if model is None or hub.revision_exists(model.repo, model.revision.sha):

@@ -18,14 +18,14 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from patchkit.check import Finding
 from patchkit.errors import ExternalFailure
+from patchkit.findings import Finding
 from patchkit.hashing import sha256_bytes
 from patchkit.lockfile import LOCKFILE_NAME, Lockfile, PatchKind
 
 if TYPE_CHECKING:
     from patchkit.hub import Hub
-    from patchkit.registry import RegistryClient
+    from patchkit.images.registry import RegistryClient
 
 Locate = Callable[[tuple[str | int, ...]], int | None]
 
@@ -91,7 +91,7 @@ def image_findings(
     lock: Lockfile, locate: Locate, *, insecure: Iterable[str] = (), image_bases: bool = False
 ) -> list[Finding]:
     """Findings about the lockfile's images from their registries."""
-    from patchkit.registry import ImageRef, RegistryClient
+    from patchkit.images.registry import ImageRef, RegistryClient
 
     client = RegistryClient(insecure=tuple(insecure))
     out: list[Finding] = []
@@ -131,7 +131,7 @@ def image_findings(
 
 
 def _image_bases(lock: Lockfile, locate: Locate, client: RegistryClient) -> list[Finding]:
-    from patchkit.registry import ImageRef
+    from patchkit.images.registry import ImageRef
 
     overlays = [(i, p) for i, p in enumerate(lock.patches) if p.kind is PatchKind.OVERLAY and p.base is not None]
     out: list[Finding] = []

@@ -26,13 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from patchkit.cache import BlobStore
-from patchkit.edit import Outcome as WriteOutcome
-from patchkit.edit import apply_diff_only, canonical_diff, finish, read_pinned, recover_base, sums_dropped
+from patchkit.diffs import canonical_diff
+from patchkit.edit import apply_diff_only, read_pinned, recover_base
 from patchkit.errors import BadInput, PatchkitError
 from patchkit.hashing import sha256_bytes
 from patchkit.importing import handdiffs
 from patchkit.lockfile import Base, DiffPin, Lockfile, Patch, PatchKind, Upstream, dumps
 from patchkit.merge import MergeResult, Outcome, conflict_markers_remain, rebase_file
+from patchkit.outcome import Outcome as WriteOutcome
+from patchkit.persist import finish, sums_dropped
 from patchkit.repo import WORK_DIR, Escape, Repo, atomic_write
 from patchkit.sources.interface import Pin, Snapshot, UpstreamSource
 from patchkit.values import ContainerPath, Digest, Revision, Sha256, UpstreamPath
@@ -470,7 +472,7 @@ def prepare(
     for name, digest in sorted(result.image_pins.items()):
         old = next((i for i in lock.images if i.name == name), None)
         if old is not None and str(old.digest) != digest:
-            from patchkit.edit import Change
+            from patchkit.outcome import Change
 
             outcome.changes.append(Change(f"images[{name}]", str(old.digest), digest))
     new_lock = dataclasses.replace(lock, patches=tuple(patches), upstreams=upstreams, images=images)
@@ -500,7 +502,7 @@ def commit(
 
 
 def _change(name: str, r: PatchResult, what: str) -> Any:
-    from patchkit.edit import Change
+    from patchkit.outcome import Change
 
     where = r.new_path if what != "dropped" else "-"
     return Change(f"patches[{name}] ({what})", r.old_path, where)

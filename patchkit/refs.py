@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from patchkit.check import Finding
 from patchkit.errors import PatchkitError
+from patchkit.findings import Finding
 from patchkit.github import AnswerStatus, IssueTracker, RateLimit, split_reference, web_url
 from patchkit.lockfile import LOCKFILE_NAME, Lockfile, Patch, RefState, Upstream
 from patchkit.repo import Repo
@@ -402,7 +402,7 @@ def record(repo: Repo, lock: Lockfile, result: Refresh) -> list[str]:
     """Write the refreshed states (lockfile and SHA256SUMS, one transaction); nothing when unchanged."""
     if not result.changed:
         return []
-    from patchkit.edit import finish
+    from patchkit.persist import finish
 
     return finish(repo, dataclasses.replace(lock, refs=result.states))
 

@@ -27,7 +27,7 @@ from patchkit.sshsig import NAMESPACE, BadSignature
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from patchkit.check import Finding
+    from patchkit.findings import Finding
     from patchkit.lockfile import Lockfile
     from patchkit.repo import Repo
 
@@ -253,7 +253,7 @@ def signature_findings(repo: Repo, lock: Lockfile, now: datetime | None = None) 
 
     Hashes are not re-checked here: ``check`` verifies every pin itself.
     """
-    from patchkit.check import Finding
+    from patchkit.findings import Finding
     from patchkit.repo import Escape
 
     if lock.signing is None:

@@ -6,10 +6,11 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from patchkit.edit import Change, finish
-from patchkit.edit import Outcome as WriteOutcome
 from patchkit.errors import BadInput
 from patchkit.lockfile import Lockfile, PatchKind, Upstream
+from patchkit.outcome import Change
+from patchkit.outcome import Outcome as WriteOutcome
+from patchkit.persist import finish
 from patchkit.repo import Repo
 from patchkit.sources.interface import Pin
 from patchkit.values import ContainerPath, Digest, Revision, Sha256, check_name
@@ -77,8 +78,8 @@ def register(
 
 
 def _image_upstream(name: str, text: str, prefix: str | None, platform: str, note: str | None) -> Upstream:
-    from patchkit.registry import ImageRef
-    from patchkit.sources.image import ImageSource, display_repository
+    from patchkit.images.registry import ImageRef
+    from patchkit.sources.image import ImageSource
 
     if prefix is None:
         raise BadInput(
@@ -87,7 +88,7 @@ def _image_upstream(name: str, text: str, prefix: str | None, platform: str, not
         )
     if prefix.rstrip("/") == "":
         raise BadInput("--prefix /: name the directory the upstream tree is in, not the root")
-    with ImageSource(display_repository(ImageRef.parse(text)), prefix, platform=platform) as source:
+    with ImageSource(ImageRef.parse(text).display_repository, prefix, platform=platform) as source:
         snap = source.snapshot(text)
         version = snap.version
         return Upstream(

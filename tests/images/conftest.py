@@ -854,7 +854,7 @@ ClientFactory = Callable[..., Any]
 def make_client(tmp_path: Path, counting_session: CountingSession) -> ClientFactory:
     """``make_client(**kwargs)``: a RegistryClient on the counting session, with no Docker config
     unless given, short timeouts and no backoff (tests must be fast)."""
-    from patchkit.registry import RegistryClient
+    from patchkit.images.registry import RegistryClient
 
     def make(**kwargs: Any) -> RegistryClient:
         kwargs.setdefault("docker_config", tmp_path / "no-docker-config.json")

@@ -32,8 +32,8 @@ from typing import Any
 import docker
 import pytest
 
-from patchkit.engine import DockerEngine, EngineUnavailable, ImageReference, canonical_repository
 from patchkit.errors import EXIT_BAD_INPUT, EXIT_EXTERNAL, BadInput
+from patchkit.images.engine import DockerEngine, EngineUnavailable, ImageReference, canonical_repository
 from patchkit.sources.interface import SourceError
 
 START_TIMEOUT = 60.0

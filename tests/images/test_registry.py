@@ -36,9 +36,9 @@ from images.conftest import (
     registry_error,
     tar_bytes,
 )
-from patchkit import registry
 from patchkit.errors import EXIT_BAD_INPUT, EXIT_EXTERNAL, BadInput
-from patchkit.registry import (
+from patchkit.images import registry
+from patchkit.images.registry import (
     DOCKER_HUB,
     ImageIndex,
     ImageManifest,
@@ -116,6 +116,23 @@ def test_reference_forms() -> None:
     assert str(pinned) == f"docker.io/library/caddy:2@{D1}"
     assert pinned.reference == D1  # the digest wins over the tag
     assert ImageRef.parse("ghcr.io/o/a:1").familiar == "ghcr.io/o/a:1"
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("caddy:2", "caddy"),
+        ("docker.io/library/caddy", "caddy"),
+        ("index.docker.io/vllm/vllm-openai:v0.6", "vllm/vllm-openai"),
+        ("rocm/vllm-dev@sha256:" + "a" * 64, "rocm/vllm-dev"),
+        ("ghcr.io/library/tool:1", "ghcr.io/library/tool"),
+        ("127.0.0.1:5000/team/app:1", "127.0.0.1:5000/team/app"),
+        ("localhost/app", "localhost/app"),
+    ],
+)
+def test_display_repository_is_how_compose_writes_it(text: str, shown: str) -> None:
+    """Docker Hub names short (no docker.io/, no library/), every other registry with its host and port."""
+    assert ImageRef.parse(text).display_repository == shown
 
 
 @pytest.mark.parametrize(
@@ -834,7 +851,7 @@ def test_memory_stays_small_with_a_large_layer(
         import json, sys
         from pathlib import Path
         import requests
-        from patchkit.registry import RegistryClient
+        from patchkit.images.registry import RegistryClient
 
         def status(key):
             line = next(x for x in Path("/proc/self/status").read_text().splitlines() if x.startswith(key + ":"))

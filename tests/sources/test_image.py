@@ -25,9 +25,9 @@ from images import conftest as image_fixtures
 from images import test_engine as engine_tests
 from images.conftest import CountingSession, ImageBuilder, RegistryServer, run
 
-from patchkit.engine import DockerEngine
 from patchkit.errors import EXIT_BAD_INPUT, EXIT_EXTERNAL, BadInput
-from patchkit.registry import RegistryClient, RegistryError, Resolved
+from patchkit.images.engine import DockerEngine
+from patchkit.images.registry import RegistryClient, RegistryError, Resolved
 from patchkit.sources.directory import DirSource
 from patchkit.sources.image import (
     ImageSnapshot,

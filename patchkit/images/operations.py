@@ -1,7 +1,7 @@
 """Images: resolve references to digests, pin them, and read files out of them.
 
-The registry path (patchkit.registry) needs no daemon; the engine path
-(patchkit.engine) goes through a local Docker engine. Both are imported only
+The registry path (patchkit.images.registry) needs no daemon; the engine path
+(patchkit.images.engine) goes through a local Docker engine. Both are imported only
 by the commands that use them.
 """
 
@@ -13,43 +13,36 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from patchkit.edit import Change, finish
-from patchkit.edit import Outcome as WriteOutcome
 from patchkit.errors import BadInput
 from patchkit.lockfile import Image, Lockfile
+from patchkit.outcome import Change
+from patchkit.outcome import Outcome as WriteOutcome
+from patchkit.persist import finish
 from patchkit.repo import Repo, atomic_write
 from patchkit.values import Digest, check_name
 
 
 def _client(insecure: Iterable[str] = ()) -> Any:
-    from patchkit.registry import RegistryClient
+    from patchkit.images.registry import RegistryClient
 
     return RegistryClient(insecure=tuple(insecure))
 
 
 def resolve(text: str, platform: str = "linux/amd64", insecure: Iterable[str] = ()) -> dict[str, Any]:
     """Resolve a reference to its digests (index and platform manifest)."""
-    from patchkit.registry import ImageRef
+    from patchkit.images.registry import ImageRef
 
     ref = ImageRef.parse(text)
     r = _client(insecure).resolve(ref, platform=platform)
     return {
         "reference": str(ref),
-        "repository": _display_repository(ref),
+        "repository": ref.display_repository,
         "tag": ref.tag,
         "digest": str(r.digest),
         "media_type": r.media_type,
         "platform": str(r.platform),
         "platform_digest": str(r.platform_digest),
     }
-
-
-def _display_repository(ref: Any) -> str:
-    """The repository as compose and Docker write it: Docker Hub names short, others with the host."""
-    repo = str(ref.repository)
-    if ref.display_registry == "docker.io":
-        return repo.removeprefix("library/")
-    return f"{ref.display_registry}/{repo}"
 
 
 def pin(
@@ -101,13 +94,13 @@ def read(
         if not p.startswith("/"):
             raise BadInput(f"{p}: container paths are absolute (start with '/')")
     if via == "docker":
-        from patchkit.engine import DockerEngine
+        from patchkit.images.engine import DockerEngine
 
         with DockerEngine() as engine:
             if engine.image_id(text) is None:
                 engine.pull(text, platform=platform)
             return dict(engine.read_files(text, paths))
-    from patchkit.registry import ImageRef
+    from patchkit.images.registry import ImageRef
 
     return dict(_client(insecure).read_files(ImageRef.parse(text), paths, platform=platform))
 
@@ -130,11 +123,10 @@ def bump_plan(lock: Lockfile, text: str, upstream: str | None = None) -> tuple[s
     every ``[images]`` entry of that repository moves to REF's digest in the
     same transaction, so the deployed image and the patches' bases agree.
     """
-    from patchkit.registry import ImageRef
-    from patchkit.sources.image import display_repository
+    from patchkit.images.registry import ImageRef
 
     ref = ImageRef.parse(text)
-    repository = display_repository(ref)
+    repository = ref.display_repository
     candidates = [u for u in lock.upstreams if u.source == "image" and (upstream is None or u.name == upstream)]
     if upstream is None:
         candidates = [u for u in candidates if u.image == repository]

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from patchkit.cli import FORMAT, _open, _print_changes, cli
+from patchkit.cli.common import FORMAT, SubGroup, open_repo, print_changes
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK
 
 HF_CACHE = click.option(
@@ -35,7 +35,7 @@ FULL = click.option(
 )
 
 
-@cli.group()
+@click.group(cls=SubGroup)
 def model() -> None:
     """Pin the model (Hugging Face revision and file manifest), fetch it, verify the local cache.
 
@@ -63,9 +63,9 @@ def model_lock(ctx: click.Context, repo_id: str | None, revision: str | None, fm
     from patchkit.hub import HfHub
     from patchkit.model import lock
 
-    repo, lockf, _ = _open(ctx, writes=True)
+    repo, lockf, _ = open_repo(ctx, writes=True)
     outcome = lock(repo, lockf, HfHub(), repo_id, revision)
-    _print_changes(outcome, fmt, "model pin is up to date")
+    print_changes(outcome, fmt, "model pin is up to date")
 
 
 @model.command("verify")
@@ -95,7 +95,7 @@ def model_verify(
     that restores all four, or damage below the file system; --full hashes
     everything again.
     """
-    repo, lockf, _ = _open(ctx)
+    repo, lockf, _ = open_repo(ctx)
     result = _verify(repo, lockf, hf_cache, jobs, quiet, full)
     _render(result, fmt)
     ctx.exit(EXIT_OK if result.ok else EXIT_FINDINGS)
@@ -115,7 +115,7 @@ def model_fetch(ctx: click.Context, hf_cache: Path | None, jobs: int | None, qui
     from patchkit.hub import HfHub, default_cache_dir
     from patchkit.model import pinned_files
 
-    repo, lockf, _ = _open(ctx)
+    repo, lockf, _ = open_repo(ctx)
     pinned = _pinned(lockf)
     pinned_files(repo, pinned)  # refuses before any download when there is nothing to verify against
     HfHub().download(pinned.repo, pinned.revision.sha, hf_cache or default_cache_dir(), quiet=quiet or not _tty())
@@ -196,3 +196,7 @@ def _render(result: Any, fmt: str) -> None:
         click.echo(f"model verify: ok: {result.files} files, {gb:.2f} GB{trusted} in {result.snapshot}")
     else:
         click.echo(f"model verify: FAILED: {len(result.problems)} problem(s) in {result.cache}; fix: {result.fix}")
+
+
+# The top-level commands of this family; `patchkit.cli.app` registers them on the root group.
+COMMANDS: tuple[click.Command, ...] = (model,)

@@ -9,11 +9,11 @@ from typing import Any
 
 import click
 
-from patchkit.cli import FORMAT, _lock, _store, cli
+from patchkit.cli.common import FORMAT, Command, blob_store, hold_lock
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK
 
 
-@cli.command("import")
+@click.command(cls=Command, name="import")
 @click.argument("path", type=click.Path(file_okay=False, path_type=Path), default=".")
 @click.option("--dry-run", is_flag=True, help="Report what would be imported; write nothing.")
 @click.option(
@@ -53,7 +53,7 @@ def import_(ctx: click.Context, path: Path, dry_run: bool, normalize: bool, fetc
     if normalize and not dry_run and (root / "lockfile.toml").is_file():
         # --normalize rewrites a deployment's files: it holds the write lock. A
         # plain import writes one new file (or nothing) and leaves no work area.
-        _lock(ctx, root)
+        hold_lock(ctx, root)
     result = None
     if not (normalize and (root / "lockfile.toml").exists()):
         result = import_repository(root, dry_run=dry_run, where=str(path))
@@ -65,7 +65,7 @@ def import_(ctx: click.Context, path: Path, dry_run: bool, normalize: bool, fetc
 
         repo = Repo(root)
         lock, _ = repo.read_lockfile()
-        normalized = run(repo, lock, _store(), source_fetch(repo) if fetch else None)
+        normalized = run(repo, lock, blob_store(), source_fetch(repo) if fetch else None)
     payload: dict[str, Any] = {}
     if result is not None:
         payload["import"] = result.as_dict()
@@ -127,3 +127,7 @@ def _print_normalize(n: Any) -> None:
         click.echo(f"{len(n.failed)} patch(es) keep their hand-kept diffs:")
         for name, why in n.failed:
             click.echo(f"  {name}: {why}")
+
+
+# The top-level commands of this family; `patchkit.cli.app` registers them on the root group.
+COMMANDS: tuple[click.Command, ...] = (import_,)

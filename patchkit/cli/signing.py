@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from patchkit.cli import FORMAT, _lock, _repo, cli
+from patchkit.cli.common import FORMAT, Command, find_repo, hold_lock
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK, PatchkitError
 from patchkit.keys import KEY_ENV, PASSPHRASE_ENV
 
@@ -51,7 +51,7 @@ def _repo_defaults(ctx: click.Context) -> tuple[Path, Any]:
     """The repository root and its [signing] table (or None): where default files come from."""
     from patchkit.repo import Repo
 
-    repo: Repo = _repo(ctx)
+    repo: Repo = find_repo(ctx)
     lock, _ = repo.read_lockfile()
     return repo.root, lock.signing
 
@@ -62,7 +62,7 @@ def _default_files(ctx: click.Context) -> list[Path]:
     return [root / n for n in names]
 
 
-@cli.command()
+@click.command(cls=Command)
 @click.option(
     "-f",
     "--file",
@@ -99,7 +99,7 @@ def keygen(path: Path, comment: str | None, principal: str | None) -> None:
     click.echo(new.allowed_signers_line(principal or comment or "patchkit"))
 
 
-@cli.command()
+@click.command(cls=Command)
 @FILES
 @KEY
 @click.pass_context
@@ -112,14 +112,14 @@ def sign(ctx: click.Context, files: tuple[Path, ...], key_path: Path) -> None:
     from patchkit.signing import sign_files
 
     if not files:
-        _lock(ctx, _repo(ctx).root)  # the default files and their .sig files are the repository's
+        hold_lock(ctx, find_repo(ctx).root)  # the default files and their .sig files are the repository's
     targets = list(files) or _default_files(ctx)
     key = _load_key(key_path)
     for written in sign_files(targets, key):
         click.echo(f"wrote {written}")
 
 
-@cli.command()
+@click.command(cls=Command)
 @click.argument("bundle_path", metavar="BUNDLE", type=click.Path(dir_okay=False, exists=True, path_type=Path))
 @KEY
 def attest(bundle_path: Path, key_path: Path) -> None:
@@ -135,7 +135,7 @@ def attest(bundle_path: Path, key_path: Path) -> None:
     click.echo(f"wrote {attest_bundle(bundle_path, key)}")
 
 
-@cli.command()
+@click.command(cls=Command)
 @FILES
 @click.option(
     "--allowed-signers",
@@ -186,3 +186,12 @@ def verify(
                 click.echo(f"       {line}")
         click.echo(f"verify: {len(results) - len(failed)} ok, {len(failed)} failed")
     ctx.exit(EXIT_FINDINGS if failed else EXIT_OK)
+
+
+# The top-level commands of this family; `patchkit.cli.app` registers them on the root group.
+COMMANDS: tuple[click.Command, ...] = (
+    keygen,
+    sign,
+    attest,
+    verify,
+)

@@ -9,11 +9,11 @@ from typing import Any
 
 import click
 
-from patchkit.cli import FORMAT, _cache, _open, _store, cli
+from patchkit.cli.common import FORMAT, Command, blob_store, cache_path, open_repo
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK
 
 
-@cli.command("refs")
+@click.command(cls=Command, name="refs")
 @click.option("--refresh", is_flag=True, help="Ask the GitHub API for each reference's state and record it.")
 @FORMAT
 @click.pass_context
@@ -38,7 +38,7 @@ def refs_command(ctx: click.Context, refresh: bool, fmt: str) -> None:
     from patchkit import refs
 
     now = dt.datetime.now(dt.UTC)
-    repo, lock, _ = _open(ctx, writes=refresh)
+    repo, lock, _ = open_repo(ctx, writes=refresh)
     result = None
     written: list[str] = []
     if refresh:
@@ -47,7 +47,7 @@ def refs_command(ctx: click.Context, refresh: bool, fmt: str) -> None:
         result = refs.refresh(lock, GitHubTracker(), now)
         written = refs.record(repo, lock, result)
         lock = refs.with_states(lock, result)
-    assessed = refs.assess(lock, refs.git_containment(lock, _cache(), fetch=refresh), now)
+    assessed = refs.assess(lock, refs.git_containment(lock, cache_path(), fetch=refresh), now)
     if fmt == "json":
         doc: dict[str, Any] = {"patches": [a.as_dict() for a in assessed], "written": written}
         if result is not None:
@@ -102,7 +102,7 @@ def _print_refs(assessed: Any, result: Any, written: list[str]) -> None:
         click.echo("no patch has upstream references")
 
 
-@cli.command()
+@click.command(cls=Command)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here (default: stdout).")
 @click.option(
     "--format",
@@ -126,15 +126,15 @@ def audit(ctx: click.Context, output: Path | None, fmt: str | None) -> None:
     if fmt is None:
         suffix = output.suffix.lower() if output else ""
         fmt = {".md": "markdown", ".markdown": "markdown", ".json": "json"}.get(suffix, "html")
-    repo, lock, data = _open(ctx)
+    repo, lock, data = open_repo(ctx)
     target = output_target(output, repo, lock) if output is not None else None
-    built = report.build(repo, lock, data, _store(), _cache(), dt.datetime.now(dt.UTC))
+    built = report.build(repo, lock, data, blob_store(), cache_path(), dt.datetime.now(dt.UTC))
     if fmt == "json":
         text = report.as_json(built)
     elif fmt == "markdown":
         text = report.as_markdown(built)
     else:
-        from patchkit.audit_html import render
+        from patchkit.formats.audit_html import render
 
         text = render(built)
     if target is None:
@@ -144,3 +144,10 @@ def audit(ctx: click.Context, output: Path | None, fmt: str | None) -> None:
     drops = len(built.drop_candidates)
     verdict = "check passes" if built.check_ok else "check FAILS"
     click.echo(f"wrote {output}: {len(built.patches)} patches, {drops} drop candidates, {verdict}", err=True)
+
+
+# The top-level commands of this family; `patchkit.cli.app` registers them on the root group.
+COMMANDS: tuple[click.Command, ...] = (
+    refs_command,
+    audit,
+)

@@ -204,6 +204,13 @@ class ImageRef:
         return DOCKER_HUB_DISPLAY if self.registry == DOCKER_HUB else self.registry
 
     @property
+    def display_repository(self) -> str:
+        """The repository as compose and Docker write it: Docker Hub names short, others with their host."""
+        if self.display_registry == DOCKER_HUB_DISPLAY:
+            return self.repository.removeprefix("library/")
+        return f"{self.display_registry}/{self.repository}"
+
+    @property
     def name(self) -> str:
         """``registry/repository``, canonical (``docker.io/library/ubuntu``)."""
         return f"{self.display_registry}/{self.repository}"
@@ -793,7 +800,7 @@ class _TarStream:
             pass
 
 
-def _scan_tar(
+def _scan_tar(  # noqa: C901 (over the ceiling already)
     tar: tarfile.TarFile, wanted: frozenset[str], ancestors: frozenset[str], max_file: int, what: str
 ) -> LayerScan:
     """Walk one layer's tar once, keeping only what bears on the wanted paths."""

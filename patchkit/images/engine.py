@@ -32,7 +32,7 @@ import docker  # type: ignore[import-untyped]  # docker-py ships no type informa
 import requests
 
 from patchkit.errors import BadInput, PatchkitError
-from patchkit.registry import normalise_path  # the same path rule for both ways in
+from patchkit.images.registry import normalise_path  # the same path rule for both ways in
 from patchkit.sources.interface import SourceError
 from patchkit.values import Digest
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from html import escape
 
 from patchkit.audit import AuditReport, DiffLine, PatchSection, Verified
-from patchkit.check import Finding
+from patchkit.findings import Finding
 from patchkit.refs import Landing, PatchStanding
 
 #: Diffs longer than this many lines start folded.

@@ -1,0 +1,300 @@
+"""The deployment's own pins: init, check, sums, lock, add, remove, diff, status."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from patchkit.cli.common import (
+    FORMAT,
+    INSECURE,
+    Command,
+    blob_store,
+    cache_path,
+    find_repo,
+    hold_lock,
+    open_repo,
+    print_changes,
+)
+from patchkit.errors import EXIT_BAD_INPUT, EXIT_EXTERNAL, EXIT_FINDINGS, EXIT_OK
+
+
+@click.command(cls=Command)
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path), default=".")
+@click.option("--name", help="Deployment name (default: the directory's name).")
+def init(directory: Path, name: str | None) -> None:
+    """Create an empty deployment in DIRECTORY that `patchkit check` passes on.
+
+    Writes lockfile.toml and SHA256SUMS and creates patches/, upstream/ and
+    tuning/. Refuses to overwrite an existing lockfile.
+    """
+    from patchkit.edit import init as do_init
+
+    outcome = do_init(directory, name)
+    for rel in outcome.written:
+        click.echo(f"created {directory / rel}")
+
+
+@click.command(cls=Command)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "github"]),
+    default="text",
+    show_default=True,
+    help="text for people, json for machines, github for workflow annotations (::error file=…,line=…::).",
+)
+@click.option(
+    "--online",
+    is_flag=True,
+    help="Also ask the registries (pinned digests resolve, tags that moved) and GitHub (references: "
+    "drop candidates, moved pull request heads; nothing is recorded) and the Hub (the model revision exists).",
+)
+@click.option(
+    "--image-bases",
+    is_flag=True,
+    help="With --online: compare each overlay's base with the file at its target in the pinned images.",
+)
+@INSECURE
+@click.pass_context
+def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, insecure: tuple[str, ...]) -> None:
+    """Verify every offline invariant of the deployment; exit 1 on any finding.
+
+    \b
+    - every pinned file exists, is a regular file inside the repository and
+      matches its sha256;
+    - every file in patches/, upstream/ and tuning/ is pinned (no orphans);
+    - every diff parses with consistent hunk counts, names its base, and,
+      reversed onto its committed overlay, gives exactly the pinned base;
+    - SHA256SUMS is exactly what `patchkit sums` writes;
+    - images are pinned by digest, the model by full commit, container
+      targets are absolute and claimed once.
+
+    Diff-only patches are materialized and re-hashed when their base is in
+    the local cache; otherwise a note says so.
+    """
+    from patchkit.check import check as run_check
+    from patchkit.formats.findings import render
+    from patchkit.repo import pending_journal
+
+    # While a write is journaled, its writer may still be renaming files in:
+    # wait for it, so check sees one state, never a mix of two.
+    repo, lock, data = open_repo(ctx, locks=pending_journal(find_repo(ctx).root))
+    result = run_check(repo, lock, data, blob_store())
+    if image_bases and not online:
+        from patchkit.errors import BadInput
+
+        raise BadInput("--image-bases needs --online (it reads files from the registries)")
+    if online:
+        from patchkit.online import online_findings
+        from patchkit.tomlpos import LineIndex
+
+        index = LineIndex(data.decode("utf-8"))
+        result.findings.extend(
+            online_findings(lock, index.line_of, cache_path(), insecure=insecure, image_bases=image_bases)
+        )
+    click.echo(render(result, fmt), nl=False)
+    if not result.ok:
+        ctx.exit(EXIT_FINDINGS)
+    ctx.exit(EXIT_EXTERNAL if result.unknown else EXIT_OK)
+
+
+@click.command(cls=Command)
+@click.option("--check", "verify", is_flag=True, help="Verify SHA256SUMS and every hash it lists; write nothing.")
+@FORMAT
+@click.pass_context
+def sums(ctx: click.Context, verify: bool, fmt: str) -> None:
+    """Write SHA256SUMS over the lockfile and every file it pins.
+
+    GNU coreutils format, sorted by name; `sha256sum -c --strict SHA256SUMS`
+    accepts it. Refuses (exit 1) while a pinned file does not match its pin.
+    """
+    if verify:
+        from patchkit.verify import check_sums
+
+        result = check_sums(find_repo(ctx))
+        from patchkit.formats.findings import render
+
+        click.echo(render(result, fmt, what="sums --check"), nl=False)
+        ctx.exit(EXIT_OK if result.ok else EXIT_FINDINGS)
+    from patchkit import edit
+
+    repo, lock, data = open_repo(ctx, writes=True)
+    outcome = edit.write_sums(repo, lock, data)
+    print_changes(outcome, fmt, "SHA256SUMS is up to date")
+
+
+@click.command(cls=Command)
+@FORMAT
+@click.pass_context
+def lock(ctx: click.Context, fmt: str) -> None:
+    """Refresh file pins after an intended edit, and print each change (old -> new).
+
+    Re-hashes every pinned file; regenerates the diff of an edited overlay
+    from its pinned base (found in the cache or rebuilt from the overlay's
+    committed version); rewrites lockfile.toml canonically and SHA256SUMS.
+    Never changes an image digest, the model revision or an upstream commit.
+    """
+    from patchkit.edit import relock
+
+    repo, lockf, _ = open_repo(ctx, writes=True)
+    outcome = relock(repo, lockf, blob_store())
+    print_changes(outcome, fmt, "nothing changed")
+
+
+@click.command(cls=Command)
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--target", help="Absolute container path the file is mounted at.")
+@click.option("--name", help="Entry name (default: derived from the file name).")
+@click.option(
+    "--kind",
+    type=click.Choice(["overlay", "module", "transformer", "tuning", "artifact"]),
+    help="Default: overlay with --base; tuning under tuning/; module under patches/; else artifact.",
+)
+@click.option("--upstream", help="Upstream name (declared in the lockfile) the overlay is based on.")
+@click.option("--commit", help="Upstream commit of the base (default: the upstream's pinned commit).")
+@click.option("--upstream-path", help="Path of the base file inside the upstream tree.")
+@click.option(
+    "--base",
+    "base_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="The upstream base file (read once to pin its sha256 and write the diff).",
+)
+@click.option("--ref", "refs", multiple=True, help="Upstream issue/PR (owner/repo#N) or commit URL; repeatable.")
+@click.option("--reason", help="One line: why the deployment carries this.")
+@click.option("--drop-when", help="When the patch can be dropped, e.g. 'vllm-project/vllm#47291 is merged'.")
+@click.option("--diff-only", is_flag=True, help="Commit only the diff; PATH must be outside the repository.")
+@FORMAT
+@click.pass_context
+def add(ctx: click.Context, /, path: Path, fmt: str, **options: Any) -> None:
+    """Pin PATH: an overlay, new module, transformer, tuning table or artifact.
+
+    A file outside the repository is copied into patches/ (tuning/ for a
+    tuning table). An overlay's diff against --base is written to
+    upstream/NAME.diff. Updates lockfile.toml and SHA256SUMS.
+    """
+    from patchkit.edit import AddRequest
+    from patchkit.edit import add as do_add
+
+    repo, lockf, _ = open_repo(ctx, writes=True)
+    options["refs"] = tuple(options["refs"])
+    outcome = do_add(repo, lockf, AddRequest(path=path, **options), blob_store())
+    print_changes(outcome, fmt, "nothing changed")
+
+
+@click.command(cls=Command)
+@click.argument("name")
+@click.option("--keep-files", is_flag=True, help="Unpin only; leave the files on disk.")
+@FORMAT
+@click.pass_context
+def remove(ctx: click.Context, name: str, keep_files: bool, fmt: str) -> None:
+    """Unpin NAME and delete the files only it named (the patch and its diff)."""
+    from patchkit.edit import remove as do_remove
+
+    repo, lockf, _ = open_repo(ctx, writes=True)
+    outcome = do_remove(repo, lockf, name, keep_files)
+    print_changes(outcome, fmt, "nothing changed")
+
+
+@click.command(cls=Command)
+@click.argument("names", nargs=-1)
+@click.option("--stat", "show_stat", is_flag=True, help="Lines added and removed per patch instead of the diff.")
+@click.option("--write", is_flag=True, help="Write the diffs to their files under upstream/ and refresh their pins.")
+@FORMAT
+@click.pass_context
+def diff(ctx: click.Context, names: tuple[str, ...], show_stat: bool, write: bool, fmt: str) -> None:
+    """Print each overlay's diff against its upstream base (all overlays by default).
+
+    Headers are a/<upstream path> and b/<upstream path>, with no timestamps:
+    the same input gives the same bytes every run.
+    """
+    from patchkit.edit import regenerate_diffs, write_diffs
+
+    repo, lockf, _ = open_repo(ctx, writes=write)
+    result = regenerate_diffs(repo, lockf, names, blob_store())
+    if write:
+        outcome = write_diffs(repo, lockf, result)
+        print_changes(outcome, fmt, "diffs are up to date")
+        return
+    if fmt == "json":
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "name": d.name,
+                        "path": d.path,
+                        "added": d.added,
+                        "removed": d.removed,
+                        "diff": d.diff.decode("utf-8", "replace"),
+                    }
+                    for d in result
+                ],
+                indent=2,
+                sort_keys=True,
+            )
+        )
+        return
+    if show_stat:
+        width = max((len(d.name) for d in result), default=0)
+        for d in result:
+            click.echo(f" {d.name.ljust(width)} | +{d.added} -{d.removed}  {d.path}")
+        total_a, total_r = sum(d.added for d in result), sum(d.removed for d in result)
+        patches = "patch" if len(result) == 1 else "patches"
+        click.echo(f" {len(result)} {patches}, {total_a} insertions(+), {total_r} deletions(-)")
+        return
+    out = sys.stdout.buffer
+    for d in result:
+        out.write(d.diff)
+    out.flush()
+
+
+@click.command(cls=Command)
+@FORMAT
+@click.pass_context
+def status(ctx: click.Context, fmt: str) -> None:
+    """Where the repository stands: a rebase in progress and its files, or an interrupted write."""
+    from patchkit import rebase as rb
+    from patchkit.repo import recover
+
+    repo = find_repo(ctx)
+    hold_lock(ctx, repo.root)
+    finished = recover(repo.root)
+    state = rb.status(repo)
+    state["finished_interrupted_write"] = finished
+    broken = state["rebase"] is not None and "error" in state["rebase"]
+    if fmt == "json":
+        click.echo(json.dumps(state, indent=2, sort_keys=True))
+        ctx.exit(EXIT_BAD_INPUT if broken else EXIT_OK)
+    if finished:
+        click.echo("finished a write of several files that was interrupted")
+    r = state["rebase"]
+    if r is None:
+        click.echo("no rebase in progress")
+        return
+    if broken:
+        click.echo(f"patchkit: error: {r['error']}", err=True)
+        ctx.exit(EXIT_BAD_INPUT)
+    click.echo(f"rebase of {r['upstream']} in progress: {r['from']} -> {r['to']}")
+    for f in r["conflicts"]:
+        left = "resolved" if f["resolved"] else f"markers at lines {', '.join(map(str, f['markers'][:5]))}"
+        click.echo(f"  {f['patch']}: {f['file']} ({left})")
+    for name in r["deleted"]:
+        click.echo(f"  {name}: deleted upstream; --continue --drop {name} to drop it")
+    click.echo("then: patchkit rebase --continue (or --abort)")
+
+
+# The top-level commands of this family; `patchkit.cli.app` registers them on the root group.
+COMMANDS: tuple[click.Command, ...] = (
+    init,
+    check,
+    sums,
+    lock,
+    add,
+    remove,
+    diff,
+    status,
+)

@@ -1,0 +1,119 @@
+"""Container images: ``image resolve/pin/cat/files``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from patchkit.cli.common import (
+    FORMAT,
+    INSECURE,
+    PLATFORM,
+    SubGroup,
+    open_repo,
+    pinned_or_given,
+    print_changes,
+)
+from patchkit.errors import EXIT_FINDINGS, EXIT_OK
+
+
+@click.group(cls=SubGroup)
+def image() -> None:
+    """Resolve image references to digests, pin them, read files out of images."""
+
+
+@image.command("resolve")
+@click.argument("ref")
+@PLATFORM
+@INSECURE
+@FORMAT
+def image_resolve(ref: str, platform: str, insecure: tuple[str, ...], fmt: str) -> None:
+    """Resolve REF (repo:tag, registry/repo:tag, repo@sha256:…) to its digests, without a daemon.
+
+    The digest is the top-level one (a multi-platform index, or the manifest):
+    what compose pins. The platform digest is the manifest chosen for
+    --platform: what the files are read from.
+    """
+    from patchkit.images.operations import resolve
+
+    found = resolve(ref, platform, insecure)
+    if fmt == "json":
+        click.echo(json.dumps(found, indent=2, sort_keys=True))
+        return
+    click.echo(f"{found['repository']}@{found['digest']}")
+    if found["platform_digest"] != found["digest"]:
+        click.echo(f"  {found['platform']}: {found['platform_digest']}")
+
+
+@image.command("pin")
+@click.argument("name")
+@click.argument("ref")
+@PLATFORM
+@INSECURE
+@FORMAT
+@click.pass_context
+def image_pin(ctx: click.Context, name: str, ref: str, platform: str, insecure: tuple[str, ...], fmt: str) -> None:
+    """Resolve REF and pin it as images.NAME: digest, tag, time, and the platform digest."""
+    from patchkit.images.operations import pin
+
+    repo, lockf, _ = open_repo(ctx, writes=True)
+    print_changes(pin(repo, lockf, name, ref, platform, insecure), fmt, "nothing changed")
+
+
+@image.command("cat")
+@click.argument("image_ref", metavar="IMAGE")
+@click.argument("path")
+@click.option("--via", type=click.Choice(["registry", "docker"]), default="registry", show_default=True)
+@PLATFORM
+@INSECURE
+@click.pass_context
+def image_cat(
+    ctx: click.Context, image_ref: str, path: str, via: str, platform: str, insecure: tuple[str, ...]
+) -> None:
+    """Print the file PATH of IMAGE (a reference, or the name of a pinned image)."""
+    from patchkit.errors import BadInput
+    from patchkit.images.operations import image_reference, read
+
+    text = pinned_or_given(ctx, image_ref, image_reference)
+    data = read(text, [path], via=via, platform=platform, insecure=insecure).get(path)
+    if data is None:
+        raise BadInput(f"{path}: no such file in {text}")
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+
+
+@image.command("files")
+@click.argument("image_ref", metavar="IMAGE")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Directory to write into.")
+@click.option("--via", type=click.Choice(["registry", "docker"]), default="registry", show_default=True)
+@PLATFORM
+@INSECURE
+@click.pass_context
+def image_files(
+    ctx: click.Context,
+    image_ref: str,
+    paths: tuple[str, ...],
+    out: Path,
+    via: str,
+    platform: str,
+    insecure: tuple[str, ...],
+) -> None:
+    """Copy PATHs out of IMAGE into --out, each at its container path; exit 1 if any is missing."""
+    from patchkit.images.operations import image_reference, read, write_files
+
+    text = pinned_or_given(ctx, image_ref, image_reference)
+    found = read(text, list(paths), via=via, platform=platform, insecure=insecure)
+    for path in write_files(found, out):
+        click.echo(f"wrote {out / path.lstrip('/')}")
+    missing = [p for p, data in found.items() if data is None]
+    for p in missing:
+        click.echo(f"missing {p}", err=True)
+    ctx.exit(EXIT_FINDINGS if missing else EXIT_OK)
+
+
+# The top-level commands of this family; `patchkit.cli.app` registers them on the root group.
+COMMANDS: tuple[click.Command, ...] = (image,)

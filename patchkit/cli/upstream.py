@@ -1,0 +1,290 @@
+"""Upstream sources and moving to a new upstream: ``upstream add/list``, rebase, bump."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from patchkit.cli.common import (
+    FORMAT,
+    PLATFORM,
+    Command,
+    SubGroup,
+    blob_store,
+    cache_path,
+    find_repo,
+    hold_lock,
+    open_repo,
+    print_changes,
+)
+from patchkit.errors import EXIT_FINDINGS, EXIT_OK
+
+
+@click.group(cls=SubGroup)
+def upstream() -> None:
+    """Register and list upstreams: where base files come from, pinned exactly."""
+
+
+@upstream.command("add")
+@click.argument("name")
+@click.option("--git", "git_url", metavar="URL", help="A git repository (https://, ssh or file://).")
+@click.option("--commit", metavar="REV", help="With --git: a commit, branch or tag; the full commit is pinned.")
+@click.option("--wheel", metavar="PROJECT==VERSION", help="A wheel from the package index, pinned by its sha256.")
+@click.option("--dir", "directory", metavar="PATH", help="A directory tree (an unpacked wheel or image filesystem).")
+@click.option(
+    "--image", "image_ref", metavar="REF", help="A container image: its files under --prefix, pinned by digest."
+)
+@click.option("--prefix", metavar="PATH", help="With --image: where the upstream tree is inside the image.")
+@PLATFORM
+@click.option("--note", help="One line for reviewers, e.g. why this source.")
+@FORMAT
+@click.pass_context
+def upstream_add(
+    ctx: click.Context,
+    name: str,
+    git_url: str | None,
+    commit: str | None,
+    wheel: str | None,
+    directory: str | None,
+    image_ref: str | None,
+    prefix: str | None,
+    platform: str,
+    note: str | None,
+    fmt: str,
+) -> None:
+    """Register upstream NAME: fetch or download it once and pin it exactly.
+
+    \b
+      patchkit upstream add vllm --git https://github.com/vllm-project/vllm --commit 124154a8…
+      patchkit upstream add vllm-release --wheel vllm==0.26.0
+      patchkit upstream add image-fs --dir /srv/rootfs/usr/local/lib/python3.12/dist-packages
+      patchkit upstream add nightly --image vllm/vllm-openai-rocm:nightly \\
+          --prefix /usr/local/lib/python3.12/dist-packages
+    """
+    from patchkit.upstreams import register
+
+    repo, lockf, _ = open_repo(ctx, writes=True)
+    outcome = register(
+        repo,
+        lockf,
+        name,
+        cache_path(),
+        git=git_url,
+        commit=commit,
+        wheel=wheel,
+        directory=directory,
+        image=image_ref,
+        prefix=prefix,
+        platform=platform,
+        note=note,
+    )
+    print_changes(outcome, fmt, "nothing changed")
+
+
+@upstream.command("list")
+@FORMAT
+@click.pass_context
+def upstream_list(ctx: click.Context, fmt: str) -> None:
+    """Show each upstream: its source, its pin and the patches based on it."""
+    from patchkit.upstreams import listing
+
+    _, lockf, _ = open_repo(ctx)
+    rows = listing(lockf)
+    if fmt == "json":
+        click.echo(json.dumps(rows, indent=2, sort_keys=True))
+        return
+    if not rows:
+        click.echo("no upstreams (register one: patchkit upstream add NAME --git URL --commit REV)")
+        return
+    width = max(len(r["name"]) for r in rows)
+    for r in rows:
+        patches = f"{len(r['patches'])} patch{'es' * (len(r['patches']) != 1)}"
+        click.echo(f"{r['name'].ljust(width)}  {r['source']:<5}  {r['pin']}  {patches}  {r['location'] or ''}".rstrip())
+
+
+@click.command(cls=Command)
+@click.option("--onto", metavar="REV", help="The new upstream pin: a commit, branch or tag (git), a version (wheel).")
+@click.option(
+    "--upstream", "upstream_name", metavar="NAME", help="Which upstream (default: the only one with overlays)."
+)
+@click.option(
+    "--source",
+    metavar="SPEC",
+    help="Read the new files from git (the recorded URL), git:URL[@REV] or a URL alone, dir:PATH or "
+    "wheel:PROJECT==VERSION instead of the recorded source.",
+)
+@click.option("--continue", "cont", is_flag=True, help="Commit a rebase whose conflicts are resolved.")
+@click.option("--abort", is_flag=True, help="Forget the rebase in progress (the repository was never changed).")
+@click.option("--drop", multiple=True, metavar="NAME", help="Drop this patch in the bump (e.g. deleted upstream).")
+@click.option("--summary", type=click.Path(dir_okay=False, path_type=Path), help="Write a Markdown summary for the PR.")
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format."
+)
+@click.pass_context
+def rebase(
+    ctx: click.Context,
+    onto: str | None,
+    upstream_name: str | None,
+    source: str | None,
+    cont: bool,
+    abort: bool,
+    drop: tuple[str, ...],
+    summary: Path | None,
+    fmt: str,
+) -> None:
+    """Move every overlay of an upstream onto a new pin, three-way, as one transaction.
+
+    For each overlay: base = the old upstream file (from the cache, the
+    committed overlay and its diff, or the source at the old pin), ours = the
+    patch, theirs = the file at the new pin (renames followed). Outcomes:
+    clean, conflict, upstreamed, partially-upstreamed, unchanged, moved,
+    deleted; clean merges that touch a function upstream also changed are
+    flagged for review.
+
+    With no conflict, patches, diffs, lockfile and SHA256SUMS are updated
+    together (exit 0). Otherwise nothing in the repository changes: the
+    conflicted files wait under .patchkit/rebase/ with markers (exit 1);
+    resolve them and run --continue, or --abort.
+    """
+    from patchkit import rebase as rb
+
+    if abort:
+        repo = find_repo(ctx)
+        hold_lock(ctx, repo.root)
+        click.echo("rebase aborted; the repository is as it was" if rb.abort(repo) else "no rebase in progress")
+        return
+    repo, lockf, data = open_repo(ctx, writes=True)
+    if summary is not None:
+        from patchkit.repo import output_target
+
+        output_target(summary, repo, lockf)  # refused before anything is committed
+    store = blob_store()
+    if cont:
+        result, outcome = rb.resume(repo, lockf, data, store, drop)
+        if not result.upstream:
+            click.echo("the rebase had already been committed; cleaned up its work area")
+            return
+        print_changes(outcome, fmt, "nothing changed")
+        if summary is not None:
+            from patchkit.repo import atomic_write, output_target
+
+            atomic_write(output_target(summary, repo, lockf), rb.summary_markdown(result).encode())
+        return
+    started = rb.start(
+        repo, lockf, data, onto=onto, upstream=upstream_name, source=source, cache=cache_path(), store=store, drop=drop
+    )
+    if summary is not None:
+        from patchkit.repo import atomic_write, output_target
+
+        atomic_write(output_target(summary, repo, lockf), rb.summary_markdown(started.plan).encode())
+    if fmt == "json":
+        doc = rb.result_json(started.plan)
+        doc["committed"] = started.outcome is not None
+        doc["work_files"] = started.conflict_files
+        doc["nothing_moved"] = started.nothing_moved
+        changes = started.outcome.changes if started.outcome is not None else []
+        doc["sums_dropped"] = [c.what.removeprefix("SHA256SUMS ") for c in changes if c.what.startswith("SHA256SUMS ")]
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        click.echo(rb.table(started.plan), nl=False)
+        if started.nothing_moved is not None:
+            click.echo(f"nothing in the repository changed: {started.nothing_moved}")
+            for fix in dict.fromkeys(sk.fix for sk in started.plan.skipped if sk.fix):
+                click.echo(f"  fix: {fix}")
+        elif started.outcome is not None:
+            for c in started.outcome.changes:
+                if c.what.startswith("SHA256SUMS "):
+                    click.echo(f"{c.what}: {c.old} -> {c.new}")
+            for rel in started.outcome.written:
+                click.echo(f"wrote {rel}")
+        else:
+            click.echo("nothing in the repository changed; resolve, then: patchkit rebase --continue")
+            for rel in started.conflict_files:
+                click.echo(f"  resolve {rel}")
+    ctx.exit(EXIT_OK if started.outcome is not None else EXIT_FINDINGS)
+
+
+@click.command(cls=Command)
+@click.option("--image", "image_ref", metavar="REF", required=True, help="The new image (a tag or a digest).")
+@click.option("--upstream", "upstream_name", metavar="NAME", help="The image upstream (default: REF's repository).")
+@click.option("--drop", multiple=True, metavar="NAME", help="Drop this patch in the bump (e.g. deleted upstream).")
+@click.option("--summary", type=click.Path(dir_okay=False, path_type=Path), help="Write a Markdown summary for the PR.")
+@FORMAT
+@click.pass_context
+def bump(
+    ctx: click.Context,
+    image_ref: str,
+    upstream_name: str | None,
+    drop: tuple[str, ...],
+    summary: Path | None,
+    fmt: str,
+) -> None:
+    """Move the deployment to a new image: rebase its overlays onto the image's files, re-pin it.
+
+    Resolves REF, reads the runtime version inside it (vllm/_version.py:
+    0.26.1rc1.dev229+g124154a88 -> commit 124154a88), rebases every overlay
+    of the image upstream onto the files in the new image, and moves every
+    pinned image of that repository to the new digest, all in one
+    transaction. Conflicts wait for `patchkit rebase --continue` as usual.
+    """
+    from patchkit import rebase as rb
+    from patchkit.images.operations import bump_plan
+    from patchkit.sources.image import commit_prefix
+
+    repo, lockf, data = open_repo(ctx, writes=True)
+    if summary is not None:
+        from patchkit.repo import output_target
+
+        output_target(summary, repo, lockf)  # refused before anything is committed
+    upstream_found, pins = bump_plan(lockf, image_ref, upstream_name)
+    started = rb.start(
+        repo,
+        lockf,
+        data,
+        onto=None,
+        upstream=upstream_found,
+        source=f"image:{image_ref}",
+        cache=cache_path(),
+        store=blob_store(),
+        drop=drop,
+        image_pins=pins,
+    )
+    if summary is not None:
+        from patchkit.repo import atomic_write, output_target
+
+        atomic_write(output_target(summary, repo, lockf), rb.summary_markdown(started.plan).encode())
+    version = started.plan.new_pin.version
+    if fmt == "json":
+        doc = rb.result_json(started.plan)
+        doc.update(
+            committed=started.outcome is not None,
+            images=pins,
+            version=version,
+            commit_prefix=commit_prefix(version),
+            work_files=started.conflict_files,
+            nothing_moved=started.nothing_moved,
+        )
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        click.echo(rb.table(started.plan), nl=False)
+        if version:
+            click.echo(f"runtime version {version} (upstream commit {commit_prefix(version) or 'unknown'})")
+        for name, digest in sorted(pins.items()):
+            click.echo(f"images[{name}] -> {digest}")
+        if started.nothing_moved is not None:
+            click.echo(f"nothing in the repository changed: {started.nothing_moved}")
+        elif started.outcome is None:
+            click.echo("nothing in the repository changed; resolve, then: patchkit rebase --continue")
+            for rel in started.conflict_files:
+                click.echo(f"  resolve {rel}")
+    ctx.exit(EXIT_OK if started.outcome is not None else EXIT_FINDINGS)
+
+
+# The top-level commands of this family; `patchkit.cli.app` registers them on the root group.
+COMMANDS: tuple[click.Command, ...] = (
+    upstream,
+    rebase,
+    bump,
+)

@@ -1,0 +1,184 @@
+"""The shape of the package, as import rules: the core never imports the CLI, and no import cycles.
+
+The import graph is read with ``ast`` from the sources, module-level and
+function-level imports both (a deferred import still ties two modules
+together), so a rule broken anywhere in a module fails here.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "patchkit"
+
+# The command line and the entry point that runs it: the only modules that may import click.
+CLI = ("patchkit.cli", "patchkit.__main__")
+
+# The vocabulary every layer shares (docs/architecture.md): pure, it imports nothing of patchkit but itself.
+VOCABULARY = {
+    "patchkit",
+    "patchkit.values",
+    "patchkit.errors",
+    "patchkit.findings",
+    "patchkit.outcome",
+    "patchkit.tomlpos",
+    "patchkit.lockfile",
+    "patchkit.diffs",
+    "patchkit.merge",
+    "patchkit.sums",
+    "patchkit.hashing",
+    "patchkit.formats",
+    "patchkit.formats.safe",
+}
+# One adapter per boundary (the disk, upstream sources, registries, Docker, the Hub, GitHub): never a use case.
+ADAPTERS = {
+    "patchkit.repo",
+    "patchkit.cache",
+    "patchkit.images",
+    "patchkit.images.registry",
+    "patchkit.images.engine",
+    "patchkit.hub",
+    "patchkit.github",
+    "patchkit.sources",
+    "patchkit.sources.interface",
+    "patchkit.sources.factory",
+    "patchkit.sources.git",
+    "patchkit.sources.wheel",
+    "patchkit.sources.directory",
+    "patchkit.sources.image",
+}
+
+
+def _modules(package: Path) -> dict[str, Path]:
+    """Every module of the package by dotted name (a package by its ``__init__``)."""
+    found = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, modules: dict[str, Path]) -> list[str]:
+    """The modules an import statement loads: ``from a import b`` is ``a.b`` when that is a module, else ``a``."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = node.module or ""
+    if node.level:
+        anchor = module.split(".") if is_package else module.split(".")[:-1]
+        anchor = anchor[: len(anchor) - node.level + 1]
+        base = ".".join([*anchor, base] if base else anchor)
+    return [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+
+
+def import_graph(package: Path) -> dict[str, set[str]]:
+    """Which of the package's modules each module imports, anywhere in its body."""
+    modules = _modules(package)
+
+    def owner(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                for target in _targets(node, name, path.name == "__init__.py", modules):
+                    found = owner(target)
+                    if found is not None and found != name:
+                        graph[name].add(found)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def _is_cli(module: str) -> bool:
+    return any(module == c or module.startswith(c + ".") for c in CLI)
+
+
+def test_the_graph_sees_every_kind_of_import(tmp_path: Path) -> None:
+    """Module-level, function-level, ``from x import module`` and relative imports are all edges."""
+    pkg = tmp_path / "patchkit"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from patchkit import b\n")
+    (pkg / "b.py").write_text("def f():\n    from patchkit.sub.c import thing\n")
+    (pkg / "sub" / "__init__.py").write_text("from .c import thing\n")
+    (pkg / "sub" / "c.py").write_text("import patchkit.a\nthing = 1\n")
+    graph = import_graph(pkg)
+    assert graph == {
+        "patchkit": set(),
+        "patchkit.a": {"patchkit.b"},
+        "patchkit.b": {"patchkit.sub.c"},
+        "patchkit.sub": {"patchkit.sub.c"},
+        "patchkit.sub.c": {"patchkit.a"},
+    }
+    assert cycles(graph) == [["patchkit.a", "patchkit.b", "patchkit.sub.c"]]
+    (pkg / "b.py").write_text("import json\n")
+    assert cycles(import_graph(pkg)) == []
+
+
+def test_no_import_cycles_between_patchkit_modules() -> None:
+    assert cycles(import_graph(PACKAGE)) == []
+
+
+def test_the_vocabulary_and_the_adapters_import_only_the_layers_below() -> None:
+    """Pure types import only pure types; an adapter imports those and other adapters, never a use case."""
+    graph = import_graph(PACKAGE)
+    assert graph.keys() >= VOCABULARY | ADAPTERS  # a rename must move the rule, not vacate it
+    allowed = {**dict.fromkeys(VOCABULARY, VOCABULARY), **dict.fromkeys(ADAPTERS, VOCABULARY | ADAPTERS)}
+    wrong = sorted(f"{m} imports {t}" for m, ok in allowed.items() for t in graph[m] - ok)
+    assert wrong == []
+
+
+def test_the_core_never_imports_the_command_line() -> None:
+    """The library core is usable without click: only the CLI layer imports it, or the CLI itself."""
+    graph = import_graph(PACKAGE)
+    assert len(graph) > 50
+    wrong = sorted(f"{m} imports {t}" for m, targets in graph.items() if not _is_cli(m) for t in targets if _is_cli(t))
+    assert wrong == []
+    clicky = []
+    for module, path in _modules(PACKAGE).items():
+        if _is_cli(module):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                clicky += [f"{module} imports {n}" for n in names if n == "click" or n.startswith("click.")]
+    assert clicky == []
