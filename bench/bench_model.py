@@ -246,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def run(
+def run(  # noqa: C901 (one round of every candidate, in order, reads best as one function)
     layout: Layout,
     hub: HubServer,
     patchkit: str,

@@ -715,7 +715,7 @@ class Breakdown:
 def breakdown(layout: Layout, tree: Tree) -> Breakdown:
     """One rebase through the library calls ``patchkit rebase`` makes, with a timer around each stage.
 
-    The stages follow ``rebase.start``/``plan``/``commit``/``edit.finish``; the
+    The stages follow ``rebase.start``/``plan``/``commit``/``persist.finish``; the
     result must equal the CLI's (the caller compares the trees).
     """
     from patchkit import diffs, merge
