@@ -13,6 +13,9 @@ from click.testing import CliRunner, Result
 
 from patchkit.cli import cli
 
+# The real dockerd (a session fixture) for every test that needs a Docker engine.
+pytest_plugins = ["tests.dockerd"]
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 BASE = b"import os\n\n\ndef restore(blocks):\n    for b in blocks:\n        copy(b)\n    return len(blocks)\n"
