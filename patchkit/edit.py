@@ -17,7 +17,8 @@ from pathlib import Path
 
 from patchkit import diffs, sums
 from patchkit.cache import BlobStore
-from patchkit.check.run import base_of_committed, check_pinned_files
+from patchkit.check.diffs import base_of_committed
+from patchkit.check.run import check_pinned_files
 from patchkit.diffs import canonical_diff
 from patchkit.errors import BadInput, Refused
 from patchkit.formats.safe import printable

@@ -295,12 +295,19 @@ def maybe_upstream(
     tree (it maps to an upstream path as an overlay's does). Offline nothing
     tells whether that upstream has the file; ``--fetch`` asks it.
     """
+    return module_maybe_upstream(lock, p, chains, lambda rel: bool(provenance.rows_naming(repo.root, rel)))
+
+
+def module_maybe_upstream(
+    lock: Lockfile, p: Patch, chains: handdiffs.Chains, provenance_names: Callable[[str], bool]
+) -> tuple[Upstream, UpstreamPath] | None:
+    """``maybe_upstream`` over what it reads: ``provenance_names`` says whether a provenance row names a file."""
     if p.kind is not PatchKind.MODULE or p.file is None or p.name not in chains.new_file_parts:
         return None
     upstream, _ = upstream_of(lock, p)
     path = upstream_path(p)
     up = lock.upstream(upstream) if upstream is not None else None
-    if up is None or path is None or provenance.rows_naming(repo.root, str(p.file)):
+    if up is None or path is None or provenance_names(str(p.file)):
         return None
     return up, path
 
