@@ -431,7 +431,7 @@ def _overlay_base(repo: Repo, lock: Lockfile, req: AddRequest, name: str, data: 
         path=upath,
         sha256=Sha256(sha256_bytes(base_bytes)),
         commit=commit,
-        version=up.wheel_version if up.source == "wheel" else None,
+        version=up.new_base()[1],
     )
     return base, base_bytes, diff_bytes
 

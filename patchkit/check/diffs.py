@@ -29,14 +29,10 @@ def bases(state: State) -> list[Finding]:
         up = lock.upstream(p.base.upstream) if p.base is not None else None
         if p.base is None or up is None:
             continue
-        if up.source == "wheel" and p.base.version is not None and up.wheel_version is not None:
-            field, have, want = "version", p.base.version, up.wheel_version
-        elif up.source == "image" and p.base.version is not None and up.version is not None:
-            field, have, want = "version", p.base.version, up.version
-        elif p.base.commit is not None and up.commit is not None:
-            field, have, want = "commit", p.base.commit.short, up.commit.short
-        else:
+        compared = up.compared(p.base)
+        if compared is None:
             continue
+        field, have, want = compared
         if have == want:
             continue
         out.append(
@@ -45,12 +41,7 @@ def bases(state: State) -> list[Finding]:
                 ("patches", i, "base", field),
                 f"'{p.name}' is based on {p.base.upstream} {have}, but the deployment pins "
                 f"{p.base.upstream} {want}: the overlay may revert upstream changes made since",
-                (
-                    f"move the patch onto the pinned image: patchkit rebase --upstream {p.base.upstream} "
-                    f"--onto {up.image_digest}"
-                    if up.source == "image"
-                    else f"move the patch onto {want}: patchkit rebase --onto {want} --upstream {p.base.upstream}"
-                ),
+                up.rebase_fix(want),
             )
         )
     return out
