@@ -1,11 +1,11 @@
 """ImageSource against Debian's docker-registry on 127.0.0.1, with vLLM-like images built by umoci.
 
-The registry, the umoci layout and dockerd are the fixtures of tests/images
-(``registry_server`` and ``image_builder`` from its conftest, ``dockerd``
-from test_engine.py). A conftest's fixtures are only visible below its own
-directory, so this module binds the same fixture functions under the same
-names, which registers them here too: pytest starts one more registry (and
-one more dockerd, for the ``via="docker"`` test) when this module runs.
+The registry and the umoci layout are the fixtures of tests/images
+(``registry_server`` and ``image_builder`` from its conftest; ``dockerd`` is
+the session fixture of tests/dockerd.py). A conftest's fixtures are only
+visible below its own directory, so this module binds the same fixture
+functions under the same names, which registers them here too: pytest starts
+one more registry when this module runs.
 
 The images: ``pk/vllm:v1`` is one linux/amd64 manifest (a base layer, a
 vLLM layer); ``pk/vllm:v2`` is an OCI index of the v1 layers plus a layer
