@@ -147,5 +147,5 @@ def test_one_pin_match_helper_and_one_error_for_a_mismatch() -> None:
             data + b"!", pinned, lambda found: f"x has sha256 {found[:12]}…, not the pinned {pinned[:12]}…", "fix"
         )
     e = info.value
-    assert (e.message, e.hint, e.exit_code) == (f"x has sha256 {got[:12]}…, not the pinned {pinned[:12]}…", "f", 2)
+    assert (e.message, e.hint, e.exit_code) == (f"x has sha256 {got[:12]}…, not the pinned {pinned[:12]}…", "fix", 2)
     assert isinstance(e, BadInput) and e.exit_code == EXIT_BAD_INPUT
