@@ -20,6 +20,7 @@ from patchkit.findings import CheckResult, Finding
 from patchkit.hashing import sha256_bytes, sha256_many
 from patchkit.lockfile import LOCKFILE_NAME, Lockfile, Patch, PatchKind
 from patchkit.persist import expected_sums
+from patchkit.series.model import series_pins
 from patchkit.repo import JOURNAL, MANAGED_DIRS, WORK_DIR, Escape, Repo, gitignored, pending_journal, staging_pid
 from patchkit.tomlpos import LineIndex
 from patchkit.values import RepoPath
@@ -91,6 +92,8 @@ class Checker:
                 yield _Named((key, i, "sha256"), a.file, a.sha256.hex, f"{key} '{a.name}'")
         for i, d in enumerate(self.lock.diffs):
             yield _Named(("diffs", i, "sha256"), d.file, d.sha256.hex, "hand-kept diff")
+        for field, path, sha, owner in series_pins(self.lock.series):
+            yield _Named(field, path, sha.hex, owner)
 
     # -- checks
 

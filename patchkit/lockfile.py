@@ -17,6 +17,9 @@ from typing import Any, TypeVar
 
 from patchkit.errors import LockfileError, Problem
 from patchkit.tomlpos import LineIndex
+from patchkit.series.model import Series, series_pins
+from patchkit.series.model import dump as dump_series
+from patchkit.series.model import read as read_series
 from patchkit.values import (
     ContainerPath,
     Digest,
@@ -293,6 +296,7 @@ class Lockfile:
     refs: tuple[RefState, ...] = ()
     signing: Signing | None = None
     diffs: tuple[HandDiff, ...] = ()
+    series: tuple[Series, ...] = ()
     schema: int = SCHEMA_VERSION
 
     def upstream(self, name: str) -> Upstream | None:
@@ -317,6 +321,7 @@ class Lockfile:
             out.append((f"diffs[{i}].sha256", d.file, d.sha256))
         if self.model is not None and self.model.manifest is not None:
             out.append(("model.manifest.sha256", self.model.manifest.file, self.model.manifest.sha256))
+        out.extend((_render_path(field), path, sha) for field, path, sha, _ in series_pins(self.series))
         return out
 
     def ref_state(self, ref: Reference) -> RefState | None:
@@ -478,6 +483,7 @@ def _read(raw: dict[str, Any], r: _Reader) -> Lockfile | None:  # noqa: C901 (ov
             "diffs",
             "refs",
             "signing",
+            "series",
         ),
     )
     schema = raw.get("schema")
@@ -556,6 +562,7 @@ def _read(raw: dict[str, Any], r: _Reader) -> Lockfile | None:  # noqa: C901 (ov
         signing = _read_signing(signing_raw, r)
 
     hand_diffs = _read_hand_diffs(raw, r, {p.name for p in patches})
+    series = read_series(raw.get("series"), r, upstream_names)
 
     _check_unique(r, patches, tuning, artifacts, hand_diffs)
     if r.problems:
@@ -571,6 +578,7 @@ def _read(raw: dict[str, Any], r: _Reader) -> Lockfile | None:  # noqa: C901 (ov
         refs=tuple(x for x in refs if x is not None),
         signing=signing,
         diffs=hand_diffs,
+        series=series,
     )
 
 
@@ -1078,6 +1086,8 @@ def dumps(lock: Lockfile) -> str:  # noqa: C901 (over the ceiling already)
                 )
             patches.append(t)
         doc["patches"] = patches
+    if lock.series:
+        doc["series"] = dump_series(lock.series, _table)
     for key, items in (("tuning", lock.tuning), ("artifacts", lock.artifacts)):
         if items:
             doc[key] = [_table(name=a.name, file=a.file, sha256=a.sha256, target=a.target, note=a.note) for a in items]

@@ -24,6 +24,8 @@ VOCABULARY = {
     "patchkit.outcome",
     "patchkit.tomlpos",
     "patchkit.lockfile",
+    "patchkit.series",
+    "patchkit.series.model",
     "patchkit.diffs",
     "patchkit.merge",
     "patchkit.sums",
