@@ -20,8 +20,8 @@ from patchkit.findings import CheckResult, Finding
 from patchkit.hashing import sha256_bytes, sha256_many
 from patchkit.lockfile import LOCKFILE_NAME, Lockfile, Patch, PatchKind
 from patchkit.persist import expected_sums
-from patchkit.series.model import series_pins
 from patchkit.repo import JOURNAL, MANAGED_DIRS, WORK_DIR, Escape, Repo, gitignored, pending_journal, staging_pid
+from patchkit.series.model import series_pins
 from patchkit.tomlpos import LineIndex
 from patchkit.values import RepoPath
 
@@ -127,6 +127,7 @@ class Checker:
         self._check_bases()
         self._check_diffs(readable)
         self._check_hand_diffs(readable)
+        self._check_series()
         self._check_overlays_have_diffs()
         self._check_sums()
         self._check_compose()
@@ -137,6 +138,16 @@ class Checker:
 
             self.result.findings.extend(signature_findings(self.repo, self.lock))
         return self.result
+
+    def _check_series(self) -> None:
+        """The patch series: parse, order, pins, and applying at the pinned commit (patchkit.series.rules)."""
+        if self.lock.series:
+            from patchkit.cache import cache_dir
+            from patchkit.series.rules import series_findings
+            from patchkit.series.source import offline_tree
+
+            tree_for = offline_tree(self.lock, cache_dir(), self.repo.root)
+            self.result.findings.extend(series_findings(self.repo, self.lock, tree_for, self.index.line_of))
 
     def _check_model(self) -> None:
         """The model pin's manifest (inline or its file) is well formed and matches its pin."""

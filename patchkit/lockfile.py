@@ -16,10 +16,10 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from patchkit.errors import LockfileError, Problem
-from patchkit.tomlpos import LineIndex
 from patchkit.series.model import Series, series_pins
 from patchkit.series.model import dump as dump_series
 from patchkit.series.model import read as read_series
+from patchkit.tomlpos import LineIndex
 from patchkit.values import (
     ContainerPath,
     Digest,

@@ -146,7 +146,9 @@ def verify_bundle(path: Path, fmt: str) -> None:
 
 
 @click.command(cls=Command, name="apply")
-@click.option("--to", "dest", type=click.Path(file_okay=False, path_type=Path), required=True, help="The tree to patch.")
+@click.option(
+    "--to", "dest", type=click.Path(file_okay=False, path_type=Path), required=True, help="The tree to patch."
+)
 @click.option("--series", "series_name", help="The series (default: the only one).")
 @click.option("--profile", help="Only the patches this profile selects (default: every patch of the series).")
 @FORMAT

@@ -111,12 +111,15 @@ def apply_series(items: Sequence[Item], read: Reader, *, carried: Callable[[str]
     before = read(wanted)
     present = {_top(p) for p, data in before.items() if data is not None}
     has = carried or (lambda top: top in present)
+    # A part of the upstream is missing when a change needs a file there (modify, delete, rename)
+    # and the tree has nothing under it; a new file in a new directory is not evidence of that.
+    missing = {_top(c.old_path) for it in items for c in it.patch.files if c.old_path and not has(_top(c.old_path))}
     out = Applied(before=dict(before))
     state: dict[str, bytes | None] = dict(before)
     for it in items:
         touched: list[str] = []
         for change in it.patch.files:
-            if not all(has(_top(p)) for p in change.paths) and not _exists(change, state):
+            if any(_top(p) in missing for p in change.paths) and not _exists(change, state):
                 out.absent.append(Absent(it.name, change.paths[-1], change.kind, change.line))
                 continue
             touched.extend(_apply_change(it, change, state, out))
@@ -140,7 +143,7 @@ def _apply_change(it: Item, change: FileChange, state: dict[str, bytes | None], 
         return SeriesApplyError(it.name, it.file, line or change.line, path, message)
 
     if old is None:
-        assert new is not None
+        new = new or ""
         if state.get(new) is not None:
             raise fail(new, "the patch creates it, but the tree already has it")
         current = b""
@@ -170,7 +173,8 @@ def _apply_change(it: Item, change: FileChange, state: dict[str, bytes | None], 
 def _apply_hunks(
     it: Item, change: FileChange, current: bytes, fail: Callable[..., SeriesApplyError], out: Applied
 ) -> bytes:
-    assert change.diff is not None
+    if change.diff is None:
+        return current
     path = change.old_path or change.new_path or ""
     if b"\0" in current:
         raise fail(path, "the tree's file is binary (it has a NUL byte); patchkit applies text patches only")

@@ -82,9 +82,13 @@ def series_pins(series: Iterable[Series]) -> list[tuple[FieldPath, RepoPath, Sha
     out: list[tuple[FieldPath, RepoPath, Sha256, str]] = []
     for s in series:
         if s.series_file is not None and s.series_sha256 is not None:
-            out.append((("series", s.name, "series_sha256"), s.series_file, s.series_sha256, f"series file of '{s.name}'"))
+            out.append(
+                (("series", s.name, "series_sha256"), s.series_file, s.series_sha256, f"series file of '{s.name}'")
+            )
         for i, p in enumerate(s.patches):
-            out.append((("series", s.name, "patches", i, "sha256"), p.file, p.sha256, f"patch '{p.name}' of series '{s.name}'"))
+            out.append(
+                (("series", s.name, "patches", i, "sha256"), p.file, p.sha256, f"patch '{p.name}' of series '{s.name}'")
+            )
     return out
 
 
@@ -256,3 +260,29 @@ def dump(series: Iterable[Series], table: Callable[..., dict[str, Any]]) -> dict
             ]
         out[s.name] = t
     return out
+
+
+def repin(
+    series: Iterable[Series], digest: Callable[[RepoPath, str], str]
+) -> tuple[tuple[Series, ...], list[tuple[str, str, str]]]:
+    """The series with every file re-pinned to ``digest(path, owner)``; and each change as (field, old, new)."""
+    import dataclasses
+
+    changes: list[tuple[str, str, str]] = []
+    out = []
+    for s in series:
+        patches = []
+        for p in s.patches:
+            got = digest(p.file, f"patch '{p.name}' of series '{s.name}'")
+            if got != p.sha256.hex:
+                changes.append((f"series.{s.name}.patches[{p.name}].sha256 ({p.file})", p.sha256.hex, got))
+                p = dataclasses.replace(p, sha256=Sha256(got))
+            patches.append(p)
+        s = dataclasses.replace(s, patches=tuple(patches))
+        if s.series_file is not None and s.series_sha256 is not None:
+            got = digest(s.series_file, f"series file of '{s.name}'")
+            if got != s.series_sha256.hex:
+                changes.append((f"series.{s.name}.series_sha256 ({s.series_file})", s.series_sha256.hex, got))
+                s = dataclasses.replace(s, series_sha256=Sha256(got))
+        out.append(s)
+    return tuple(out), changes

@@ -98,17 +98,30 @@ class ParsedPatch:
 
 
 def parse_patch(data: bytes, file: str, *, strip: int = 1) -> ParsedPatch:
-    """Parse the patch ``file`` (its bytes ``data``); raise :class:`PatchParseError` naming the line."""
+    """Parse the patch ``file`` (its bytes ``data``); raise :class:`PatchParseError` naming the line.
+
+    A file of several mails (``git format-patch --stdout A..B``) is one
+    patch of all their changes, in order; the first mail names it.
+    """
     lines = diffs.split_lines(data)
+    starts = [i for i, line in enumerate(lines) if _MBOX_FROM.fullmatch(line)]
+    if len(starts) <= 1:
+        return _parse_mail(lines, 0, file, strip)
+    mails = [_parse_mail(lines[a:b], a, file, strip) for a, b in zip(starts, [*starts[1:], len(lines)], strict=True)]
+    return dataclasses.replace(mails[0], files=tuple(f for m in mails for f in m.files))
+
+
+def _parse_mail(lines: list[bytes], first: int, file: str, strip: int) -> ParsedPatch:
+    """One mail (or a plain diff) starting at line ``first`` (0-based) of the file."""
     start = _diff_start(lines)
     if start is None:
         raise PatchParseError(file, None, "holds no diff ('diff --git' or '--- a/…' / '+++ b/…' with hunks)")
     end = _signature_start(lines, start)
     body = lines[start:end]
     subject, author, date, message = _mail(b"".join(lines[:start]))
-    changes = _changes(body, start, file, strip)
+    changes = _changes(body, first + start, file, strip)
     if not changes:
-        raise PatchParseError(file, start + 1, "holds no file change")
+        raise PatchParseError(file, first + start + 1, "holds no file change")
     return ParsedPatch(
         files=tuple(changes),
         subject=subject,
@@ -139,7 +152,12 @@ def _signature_start(lines: list[bytes], start: int) -> int:
     for i in range(len(lines) - 1, start - 1, -1):
         if lines[i] == _SIGNATURE:
             rest = lines[i + 1 :]
-            if rest and rest[0].strip() and len(rest) <= 3 and all(x[:1] not in (b" ", b"+", b"-", b"@", b"\\") for x in rest):
+            if (
+                rest
+                and rest[0].strip()
+                and len(rest) <= 3
+                and all(x[:1] not in (b" ", b"+", b"-", b"@", b"\\") for x in rest)
+            ):
                 return i
             break
     return len(lines)
@@ -168,20 +186,21 @@ def _header(value: object) -> str | None:
 
 def _changes(body: list[bytes], offset: int, file: str, strip: int) -> list[FileChange]:
     """The file changes of the diff section: structure from unidiff, hunks from patchkit's parser."""
-    import unidiff
+    import unidiff  # type: ignore[import-untyped]  # unidiff ships no type information
 
+    hunks: list[diffs.FileDiff] = []
+    if any(line.startswith(b"@@") for line in body):
+        # The byte parser first: its errors name the line (unidiff's do not).
+        try:
+            hunks = diffs.parse(b"".join(body))
+        except diffs.DiffError as e:
+            raise PatchParseError(file, offset + e.line, e.message) from e
     try:
         patch_set = unidiff.PatchSet([line.decode("latin-1") for line in body])
     except unidiff.UnidiffParseError as e:
         raise PatchParseError(file, None, f"does not parse as a diff: {e}") from e
     headers = [offset + i + 1 for i, line in enumerate(body) if line.startswith(b"diff --git ")]
     with_hunks = [pf for pf in patch_set if len(pf)]
-    hunks: list[diffs.FileDiff] = []
-    if with_hunks:
-        try:
-            hunks = diffs.parse(b"".join(body))
-        except diffs.DiffError as e:
-            raise PatchParseError(file, offset + e.line, e.message) from e
     if [len(pf) for pf in with_hunks] != [len(fd.hunks) for fd in hunks]:
         raise PatchParseError(
             file,

@@ -121,7 +121,8 @@ def apply_to_dir(repo: Repo, series: Series, profile: str | None, dest: Path) ->
     written = write_all(root, files, deletes)
     for path, mode in result.modes.items():
         if path in files and mode.endswith("755"):
-            os.chmod(root / path, (root / path).stat().st_mode | 0o111)
+            # The mode the patch gives the file (git's new mode 100755), as git apply sets it.
+            os.chmod(root / path, (root / path).stat().st_mode | 0o111)  # noqa: S103
     return DirApplied(series, profile, result, tuple(w for w in written if w != record_rel), record_rel)
 
 
@@ -164,8 +165,14 @@ def report(done: DirApplied) -> tuple[list[str], dict[str, Any]]:
         return [f"{head}: already applied (record {done.record}); nothing to do"], {"already": True}
     lines = [f"{head}: {len(r.steps)} patches"]
     lines += [f"  {printable(step.name)}  {len(step.paths)} files" for step in r.steps]
-    lines += [f"  absent: {printable(a.path)} ({a.kind} by {printable(a.patch)}): the tree does not carry it" for a in r.absent]
-    lines += [f"  offset: {printable(o.path)} ({printable(o.patch)}) applies {o.lines} lines from its header" for o in r.offsets]
+    lines += [
+        f"  absent: {printable(a.path)} ({a.kind} by {printable(a.patch)}): the tree does not carry it"
+        for a in r.absent
+    ]
+    lines += [
+        f"  offset: {printable(o.path)} ({printable(o.patch)}) applies {o.lines} lines from its header"
+        for o in r.offsets
+    ]
     lines.append(f"wrote {len(done.written)} files and {done.record}")
     doc = {
         "series": s.name,

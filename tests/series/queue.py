@@ -33,34 +33,34 @@ def quantize(x, block=32):
     return (x / scale).round(), scale
 '''
 
-ENVS_V1 = b'''import os
+ENVS_V1 = b"""import os
 
 VLLM_USE_V1 = os.getenv("VLLM_USE_V1", "1") == "1"
 VLLM_LOGGING_LEVEL = os.getenv("VLLM_LOGGING_LEVEL", "INFO")
-'''
+"""
 
-TEST_V1 = b'''from vllm.model_executor.layers.quant import mxfp4
+TEST_V1 = b"""from vllm.model_executor.layers.quant import mxfp4
 
 
 def test_backend_rocm(rocm):
     assert mxfp4.select_backend(rocm) == "aiter"
-'''
+"""
 
 REQS_V1 = b"torch==2.9.0\ntriton==3.5.0\n"
 
-SCHED_V1 = b'''class LegacyScheduler:
+SCHED_V1 = b"""class LegacyScheduler:
     def schedule(self, queue):
         return list(queue)
-'''
+"""
 
-CORE_V1 = b'''import os
+CORE_V1 = b"""import os
 
 CACHE_DIR = os.path.expanduser("~/.cache/flashinfer")
 
 
 def jit_cache_dir():
     return CACHE_DIR
-'''
+"""
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -69,7 +69,12 @@ def git(cwd: Path, *args: str) -> str:
         cwd=cwd,
         check=True,
         capture_output=True,
-        env={"GIT_AUTHOR_DATE": "2026-01-05T10:00:00Z", "GIT_COMMITTER_DATE": "2026-01-05T10:00:00Z", "PATH": "/usr/bin:/bin", "HOME": str(cwd)},
+        env={
+            "GIT_AUTHOR_DATE": "2026-01-05T10:00:00Z",
+            "GIT_COMMITTER_DATE": "2026-01-05T10:00:00Z",
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(cwd),
+        },
     )
     return out.stdout.decode()
 
@@ -115,13 +120,17 @@ class Queue:
 
 MXFP4_PATCHED = MXFP4_V1.replace(
     b'        return "aiter"\n    return "triton"\n',
-    b'        return "aiter"\n    if device.has_flashinfer:\n        return "flashinfer-cutlass"\n    return "triton"\n',
+    b'        return "aiter"\n    if device.has_flashinfer:\n'
+    b'        return "flashinfer-cutlass"\n    return "triton"\n',
 )
-TEST_PATCHED = TEST_V1 + b'''
+TEST_PATCHED = (
+    TEST_V1
+    + b"""
 
 def test_backend_flashinfer(cuda_fi):
     assert mxfp4.select_backend(cuda_fi) == "flashinfer-cutlass"
-'''
+"""
+)
 REQS_PATCHED = b"torch==2.9.0\ntriton==3.5.0\nflashinfer-python==0.5.2\n"
 ENVS_PATCHED = ENVS_V1 + b'VLLM_MXFP4_USE_CUTLASS = os.getenv("VLLM_MXFP4_USE_CUTLASS", "0") == "1"\n'
 SCHED_PATCHED = SCHED_V1.replace(b"return list(queue)", b"return sorted(queue, key=lambda r: r.priority)")
@@ -176,7 +185,12 @@ def build_queue(tmp: Path) -> Queue:
             vllm, c1, {"vllm/envs.py": ENVS_PATCHED}, "[Env] VLLM_MXFP4_USE_CUTLASS (#48512)", pv, VLLM_NAMES[1]
         ),
         VLLM_NAMES[2]: backport(
-            vllm, c1, {"vllm/legacy/sched.py": SCHED_PATCHED}, "[Core] priority in the legacy scheduler", pv, VLLM_NAMES[2]
+            vllm,
+            c1,
+            {"vllm/legacy/sched.py": SCHED_PATCHED},
+            "[Core] priority in the legacy scheduler",
+            pv,
+            VLLM_NAMES[2],
         ),
         FI_NAMES[0]: backport(
             fi, f1, {"flashinfer/jit/core.py": CORE_PATCHED}, "jit: FLASHINFER_CACHE (#1520)", pf, FI_NAMES[0]
@@ -208,7 +222,7 @@ def lockfile_text(q: Queue) -> str:
     vs = (q.root / "patches/vllm/series").read_bytes()
     fs = (q.root / "patches/flashinfer/series").read_bytes()
     return (
-        "schema = 1\n\n[deployment]\nname = \"queue\"\n\n"
+        'schema = 1\n\n[deployment]\nname = "queue"\n\n'
         f'[upstreams.flashinfer]\ngit = "{q.flashinfer.as_uri()}"\ncommit = "{q.fi_c1}"\n\n'
         f'[upstreams.vllm]\ngit = "{q.vllm.as_uri()}"\ncommit = "{q.vllm_c1}"\n\n'
         f'[series.flashinfer]\ncommit = "{q.fi_c1}"\ntarget = "/usr/local/lib/python3.12/dist-packages"\n'

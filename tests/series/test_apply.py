@@ -91,7 +91,18 @@ def test_apply_to_an_installed_wheel_reports_what_it_does_not_carry(
     src = clone_tree(queue.vllm, queue.vllm_c1, tmp_path / "src")
     site = tmp_path / "site-packages"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(site), str(_wheel(src, tmp_path))],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(site),
+            str(_wheel(src, tmp_path)),
+        ],
         check=True,
         capture_output=True,
     )
@@ -101,7 +112,10 @@ def test_apply_to_an_installed_wheel_reports_what_it_does_not_carry(
     assert (site / "vllm/envs.py").read_bytes() == ENVS_PATCHED
     assert (site / "vllm/legacy/sched.py").read_bytes() == SCHED_PATCHED
     assert not (site / "tests").exists() and not (site / "requirements").exists()
-    assert "  absent: requirements/cuda.txt (modify by vllm-48303-mxfp4-flashinfer-cutlass): the tree does not carry it" in run.stdout
+    assert (
+        "  absent: requirements/cuda.txt (modify by vllm-48303-mxfp4-flashinfer-cutlass): the tree does not carry it"
+        in run.stdout
+    )
     assert "  absent: tests/quant/test_mxfp4.py (modify by vllm-48303-mxfp4-flashinfer-cutlass)" in run.stdout
     record = json.loads((site / ".patchkit/series/vllm.json").read_bytes())
     assert record["absent"] == [
@@ -132,10 +146,11 @@ def test_a_patch_that_does_not_apply_leaves_the_tree_untouched(queue: Queue, inv
     before = _files(tree)
     run = invoke("apply", "--series", "vllm", "--to", str(tree), repo=queue.root)
     assert run.exit_code == 1
-    assert run.stderr.startswith(
-        "patchkit: error: patches/vllm/vllm-47900-legacy-sched-priority.patch:"
-    ), run.stderr
-    assert "patch 'vllm-47900-legacy-sched-priority' does not apply to vllm/legacy/sched.py: line 3 of the file" in run.stderr
+    assert run.stderr.startswith("patchkit: error: patches/vllm/vllm-47900-legacy-sched-priority.patch:"), run.stderr
+    assert (
+        "patch 'vllm-47900-legacy-sched-priority' does not apply to vllm/legacy/sched.py: line 3 of the file"
+        in run.stderr
+    )
     assert _files(tree) == before
     assert before["vllm/model_executor/layers/quant/mxfp4.py"] == MXFP4_V1
 
@@ -148,8 +163,8 @@ def test_a_line_offset_is_applied_and_reported(queue: Queue, invoke: Invoke, tmp
     assert run.exit_code == 0, run.stderr
     assert path.read_bytes() == b"# SPDX-License-Identifier: Apache-2.0\n# Copyright vLLM\n" + MXFP4_PATCHED
     assert (
-        "  offset: vllm/model_executor/layers/quant/mxfp4.py (vllm-48303-mxfp4-flashinfer-cutlass) applies 2 lines from its header"
-        in run.stdout
+        "  offset: vllm/model_executor/layers/quant/mxfp4.py (vllm-48303-mxfp4-flashinfer-cutlass) applies 2 lines "
+        "from its header" in run.stdout
     )
 
 
@@ -160,7 +175,10 @@ def test_a_patch_edited_after_pinning_is_refused(queue: Queue, invoke: Invoke, t
     before = _files(tree)
     run = invoke("apply", "--series", "vllm", "--to", str(tree), repo=queue.root)
     assert run.exit_code == 1
-    assert "patches/vllm/vllm-48512-mxfp4-cutlass-env.patch: patch 'vllm-48512-mxfp4-cutlass-env' does not match its pin" in run.stderr
+    assert (
+        "patches/vllm/vllm-48512-mxfp4-cutlass-env.patch: patch 'vllm-48512-mxfp4-cutlass-env' does not match its pin"
+        in run.stderr
+    )
     assert _files(tree) == before
     assert invoke("apply", "--profile", "nope", "--series", "vllm", "--to", str(tree), repo=queue.root).exit_code == 2
     assert invoke("apply", "--to", str(tree), repo=queue.root).exit_code == 2  # two series: name one
