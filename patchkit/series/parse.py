@@ -27,7 +27,7 @@ from patchkit import diffs
 from patchkit.errors import BadInput
 
 _MBOX_FROM = re.compile(rb"From [0-9a-f]{40} Mon Sep 17 00:00:00 2001\n")
-_SUBJECT_TAG = re.compile(r"^(?:\[[^\]]*\]\s*)+")
+_SUBJECT_TAG = re.compile(r"^(?:\[[^\]]*PATCH[^\]]*\]\s*)+")  # git am --keep-non-patch
 _SIGNATURE = b"-- \n"
 
 

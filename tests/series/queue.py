@@ -102,7 +102,7 @@ def backport(repo: Path, base: str, files: dict[str, bytes | None], subject: str
     git(repo, "checkout", "-q", "-b", branch, base)
     commit(repo, files, subject)
     made = git(repo, "format-patch", "-1", "--stdout", "HEAD").encode()
-    git(repo, "checkout", "-q", "--detach", base)
+    git(repo, "checkout", "-q", "main")
     out.mkdir(parents=True, exist_ok=True)
     (out / name).write_bytes(made)
     return made
