@@ -57,9 +57,24 @@ def materialize(ctx: click.Context, out: Path | None, fmt: str) -> None:
 @click.command(cls=Command)
 @click.option("--profile", "profiles", multiple=True, help="Only this profile (default: every profile of deploy.toml).")
 @click.option("--check", "verify", is_flag=True, help="Write nothing; exit 1 if a compose file differs (drift).")
+@click.option(
+    "--containerfile",
+    metavar="PATH",
+    help="Instead: write this Containerfile (in the repository) applying the patch series at build time.",
+)
+@click.option("--image", "image_name", metavar="NAME", help="With --containerfile: the pinned base image.")
+@click.option("--series-profile", metavar="P", help="With --containerfile: the series profile to apply.")
 @FORMAT
 @click.pass_context
-def emit(ctx: click.Context, profiles: tuple[str, ...], verify: bool, fmt: str) -> None:
+def emit(
+    ctx: click.Context,
+    profiles: tuple[str, ...],
+    verify: bool,
+    containerfile: str | None,
+    image_name: str | None,
+    series_profile: str | None,
+    fmt: str,
+) -> None:
     """Write the compose files from lockfile.toml (pins) and deploy.toml (service configuration).
 
     Images by digest, every patch, module, transformer, tuning table and
@@ -69,6 +84,9 @@ def emit(ctx: click.Context, profiles: tuple[str, ...], verify: bool, fmt: str) 
     security rules (inference service on loopback only, images by digest,
     read-only mounts) before anything is written. Output is byte-stable.
     """
+    if containerfile is not None:
+        _emit_containerfile(ctx, containerfile, image_name, series_profile)
+        return
     from patchkit.emit import emit_files
 
     repo, lockf, _ = open_repo(ctx, writes=not verify)
@@ -84,6 +102,24 @@ def emit(ctx: click.Context, profiles: tuple[str, ...], verify: bool, fmt: str) 
         )
         ctx.exit(EXIT_FINDINGS if drift else EXIT_OK)
     print_changes(outcome, fmt, "compose files are up to date")
+
+
+def _emit_containerfile(ctx: click.Context, rel: str, image: str | None, profile: str | None) -> None:
+    """``emit --containerfile``: the build file and the files it copies, written as one transaction."""
+    from patchkit.repo import write_all
+    from patchkit.series.containerfile import emit_containerfile
+    from patchkit.values import RepoPath
+
+    repo, lockf, _ = open_repo(ctx, writes=True)
+    try:
+        RepoPath(rel)
+    except ValueError as e:
+        from patchkit.errors import BadInput
+
+        raise BadInput(f"--containerfile {rel}: {e}", "name a path inside the repository (the build context)") from e
+    out = emit_containerfile(repo, lockf, image, profile)
+    for written in write_all(repo.root, {rel: out.containerfile, **out.files}):
+        click.echo(f"wrote {written}")
 
 
 @click.command(cls=Command)

@@ -105,7 +105,7 @@ def apply_to_dir(repo: Repo, series: Series, profile: str | None, dest: Path) ->
     items = load(repo, series, profile)
     record_rel = record_path(series.name)
     previous = _read_record(root, record_rel)
-    wanted = [{"name": it.name, "sha256": sha256_bytes((repo.root / it.file).read_bytes())} for it in items]
+    wanted = applied_pins(repo, items)
     if previous is not None:
         if previous.get("patches_applied") == wanted and previous.get("profile") == profile:
             return DirApplied(series, profile, Applied(), (), record_rel, already=True)
@@ -116,7 +116,7 @@ def apply_to_dir(repo: Repo, series: Series, profile: str | None, dest: Path) ->
     result = apply_series(items, read_dir(root), carried=lambda top: os.path.lexists(root / top))
     files = {p: data for p, data in result.changed.items() if data is not None}
     deletes = [p for p, data in result.changed.items() if data is None]
-    record = _record(series, profile, items, wanted, result)
+    record = record_bytes(series, profile, wanted, result)
     files[record_rel] = record
     written = write_all(root, files, deletes)
     for path, mode in result.modes.items():
@@ -137,7 +137,11 @@ def _read_record(root: Path, rel: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else {}
 
 
-def _record(series: Series, profile: str | None, items: list[Item], wanted: list[dict[str, str]], r: Applied) -> bytes:
+def applied_pins(repo: Repo, items: list[Item]) -> list[dict[str, str]]:
+    return [{"name": it.name, "sha256": sha256_bytes((repo.root / it.file).read_bytes())} for it in items]
+
+
+def record_bytes(series: Series, profile: str | None, wanted: list[dict[str, str]], r: Applied) -> bytes:
     """The record of an apply, as canonical JSON: what a runtime check or a reviewer compares against."""
     doc = {
         "series": series.name,
@@ -151,7 +155,6 @@ def _record(series: Series, profile: str | None, items: list[Item], wanted: list
         "absent": [{"patch": a.patch, "path": a.path, "change": a.kind} for a in r.absent],
         "offsets": [{"patch": o.patch, "path": o.path, "lines": o.lines} for o in r.offsets],
     }
-    del items
     return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
 
 
