@@ -87,7 +87,7 @@ def emit(
     if containerfile is not None:
         _emit_containerfile(ctx, containerfile, image_name, series_profile)
         return
-    from patchkit.emit import emit_files
+    from patchkit.emit.files import emit_files
 
     repo, lockf, _ = open_repo(ctx, writes=not verify)
     notes: list[str] = []
@@ -106,8 +106,8 @@ def emit(
 
 def _emit_containerfile(ctx: click.Context, rel: str, image: str | None, profile: str | None) -> None:
     """``emit --containerfile``: the build file and the files it copies, written as one transaction."""
+    from patchkit.emit.containerfile import emit_containerfile
     from patchkit.repo import write_all
-    from patchkit.series.containerfile import emit_containerfile
     from patchkit.values import RepoPath
 
     repo, lockf, _ = open_repo(ctx, writes=True)

@@ -33,7 +33,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from patchkit.hashing import sha256_bytes
-from patchkit.lockfile import Image, Lockfile, Upstream
+from patchkit.lockfile.model import Image, Lockfile, Upstream
 from patchkit.series.model import Series, SeriesPatch, parse_series_file
 from patchkit.series.parse import PatchParseError, parse_patch, pr_numbers
 from patchkit.values import Digest, Reference, RepoPath, Revision, Sha256, check_name
@@ -365,7 +365,7 @@ def _artifact_name(rel: str) -> str:
 
 def to_lockfile(root: Path, found: Found) -> Lockfile:
     """The lockfile of a patch-queue repository: upstreams, series, images, and its build files as artifacts."""
-    from patchkit.lockfile import Artifact
+    from patchkit.lockfile.model import Artifact
 
     artifacts = tuple(
         Artifact(name=n, file=RepoPath(rel), sha256=Sha256(sha256_bytes((root / rel).read_bytes())))

@@ -9,7 +9,7 @@ from typing import Any
 
 from patchkit.errors import BadInput, Refused
 from patchkit.hashing import sha256_bytes
-from patchkit.lockfile import Lockfile
+from patchkit.lockfile.model import Lockfile
 from patchkit.outcome import Change, Outcome
 from patchkit.persist import finish
 from patchkit.repo import Repo

@@ -286,3 +286,14 @@ def repin(
                 s = dataclasses.replace(s, series_sha256=Sha256(got))
         out.append(s)
     return tuple(out), changes
+
+
+def series_files(series: Iterable[Series]) -> list[tuple[str, RepoPath, Sha256]]:
+    """The pins of :func:`series_pins` as ``Lockfile.files`` lists them: (field text, path, sha256)."""
+    out = []
+    for path, file, sha, _ in series_pins(series):
+        text = ""
+        for part in path:
+            text += f"[{part}]" if isinstance(part, int) else ("." if text else "") + part
+        out.append((text, file, sha))
+    return out

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from patchkit.errors import PatchkitError
-from patchkit.lockfile import Lockfile
+from patchkit.lockfile.model import Lockfile
 from patchkit.series.apply import Reader
 from patchkit.series.model import Series
 

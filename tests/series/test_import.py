@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from patchkit.lockfile import loads
+from patchkit.lockfile.reader import loads
 from tests.conftest import Invoke
 from tests.series.queue import FI_NAMES, VLLM_NAMES, build_queue
 

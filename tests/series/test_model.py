@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from patchkit.errors import LockfileError
-from patchkit.lockfile import dumps, loads
+from patchkit.lockfile.reader import loads
+from patchkit.lockfile.writer import dumps
 
 GOOD = """schema = 1
 

@@ -6,7 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from patchkit.lockfile import loads
+from patchkit.lockfile.reader import loads
 from tests.conftest import Invoke
 from tests.series.queue import ENVS_PATCHED, MXFP4_V1, REQS_V1, Queue, clone_tree, commit, git
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from patchkit.errors import BadInput
-from patchkit.lockfile import Lockfile
+from patchkit.lockfile.model import Lockfile
 from patchkit.repo import Repo
 from patchkit.series.apply import Reader, apply_series
 from patchkit.series.model import Series

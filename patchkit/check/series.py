@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import PurePosixPath
 
 from patchkit.findings import Finding
-from patchkit.lockfile import LOCKFILE_NAME, Lockfile
+from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
 from patchkit.repo import Escape, Repo
 from patchkit.series.apply import Item, Reader, SeriesApplyError, apply_series
 from patchkit.series.model import Series, parse_series_file
