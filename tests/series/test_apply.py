@@ -182,3 +182,16 @@ def test_a_patch_edited_after_pinning_is_refused(queue: Queue, invoke: Invoke, t
     assert _files(tree) == before
     assert invoke("apply", "--profile", "nope", "--series", "vllm", "--to", str(tree), repo=queue.root).exit_code == 2
     assert invoke("apply", "--to", str(tree), repo=queue.root).exit_code == 2  # two series: name one
+
+
+def test_apply_as_a_user_runs_it(queue: Queue, tmp_path: Path) -> None:
+    """Once as a real process: the console entry point, exit codes and messages on the real streams."""
+    tree = clone_tree(queue.flashinfer, queue.fi_c1, tmp_path / "fi")
+    argv = [sys.executable, "-m", "patchkit", "-C", str(queue.root), "apply", "--series", "flashinfer", "--to"]
+    done = subprocess.run([*argv, str(tree)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "apply flashinfer: 1 patches"
+    assert (tree / "flashinfer/jit/core.py").read_bytes() == CORE_PATCHED
+    missing = subprocess.run([*argv, str(tmp_path / "nowhere")], capture_output=True, text=True, check=False)
+    assert missing.returncode == 2
+    assert missing.stderr.startswith("patchkit: error: ") and "Traceback" not in missing.stderr

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from tests.conftest import Invoke
-from tests.series.queue import MXFP4_V1, Queue, commit
+from tests.series.queue import MXFP4_V1, Queue, clone_tree, commit
 
 
 def _findings(invoke: Invoke, root: Path) -> tuple[int, list[dict[str, object]]]:
@@ -141,3 +142,47 @@ def test_an_unpinned_patch_file_is_an_orphan_and_an_edited_one_a_mismatch(queue:
     found = {(f["code"], f["file"], f["field"]) for f in json.loads(run.stdout)["findings"]}
     assert ("orphan", "patches/vllm/vllm-49999-extra.patch", None) in found
     assert ("hash-mismatch", "lockfile.toml", "series.vllm.patches[1].sha256") in found
+
+
+def test_an_offset_at_the_pinned_commit_is_a_note_not_an_error(queue: Queue, invoke: Invoke) -> None:
+    header = b"# SPDX-License-Identifier: Apache-2.0\n# SPDX-FileCopyrightText: vLLM\n"
+    new = commit(queue.vllm, {"vllm/model_executor/layers/quant/mxfp4.py": header + MXFP4_V1}, "license headers")
+    (queue.root / "lockfile.toml").write_text((queue.root / "lockfile.toml").read_text().replace(queue.vllm_c1, new))
+    assert invoke("lock", repo=queue.root).exit_code == 0
+    code, found = _findings(invoke, queue.root)
+    assert code == 0
+    assert [(f["code"], f["severity"], f["file"], f["message"]) for f in found] == [
+        (
+            "series-offset",
+            "note",
+            "patches/vllm/vllm-48303-mxfp4-flashinfer-cutlass.patch",
+            "patch 'vllm-48303-mxfp4-flashinfer-cutlass' applies to vllm/model_executor/layers/quant/mxfp4.py 2 "
+            "lines away from its hunk headers",
+        )
+    ]
+
+
+def test_a_wheel_like_upstream_tree_notes_the_files_it_does_not_carry(queue: Queue, invoke: Invoke) -> None:
+    site = queue.root.parent / "site-packages"
+    clone_tree(queue.flashinfer, queue.fi_c1, site)
+    clone_tree(queue.vllm, queue.vllm_c1, queue.root.parent / "src")
+    shutil.copytree(queue.root.parent / "src/vllm", site / "vllm")
+    text = (queue.root / "lockfile.toml").read_text()
+    head, _, rest = text.partition("[upstreams.vllm]\n")
+    rest = rest.split("\n\n", 1)[1]
+    (queue.root / "lockfile.toml").write_text(head + f'[upstreams.vllm]\nsource = "dir"\ndir = "{site}"\n\n' + rest)
+    assert invoke("lock", repo=queue.root).exit_code == 0
+    code, found = _findings(invoke, queue.root)
+    assert code == 0, found
+    assert sorted((f["code"], f["message"]) for f in found) == [
+        (
+            "series-absent",
+            "patch 'vllm-48303-mxfp4-flashinfer-cutlass' changes requirements/cuda.txt (modify), which the upstream "
+            "tree does not carry; apply skips it",
+        ),
+        (
+            "series-absent",
+            "patch 'vllm-48303-mxfp4-flashinfer-cutlass' changes tests/quant/test_mxfp4.py (modify), which the "
+            "upstream tree does not carry; apply skips it",
+        ),
+    ]

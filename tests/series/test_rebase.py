@@ -6,6 +6,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from patchkit.lockfile.reader import loads
 from tests.conftest import Invoke
 from tests.series.queue import ENVS_PATCHED, MXFP4_V1, REQS_V1, Queue, clone_tree, commit, git
@@ -127,3 +129,52 @@ def test_regenerated_patches_are_byte_stable(queue: Queue, invoke: Invoke) -> No
     assert again.exit_code == 0
     assert patch.read_bytes() == once  # the same change over an unrelated bump: the same bytes
     assert b"index " + git(queue.flashinfer, "rev-parse", f"{c3}:flashinfer/jit/core.py").strip().encode() in once
+
+
+def test_a_patch_whose_requirements_change_went_upstream_is_partially_upstreamed(
+    queue: Queue, invoke: Invoke, tmp_path: Path
+) -> None:
+    from tests.series.queue import REQS_PATCHED, SCHED_PATCHED
+
+    # Upstream took the requirements line of the first patch (and nothing else of it), and the whole third one.
+    c2 = commit(queue.vllm, {"requirements/cuda.txt": REQS_PATCHED, "vllm/legacy/sched.py": SCHED_PATCHED}, "bump")
+    run = invoke("rebase", "--series", "vllm", "--onto", c2, "--format", "json", repo=queue.root)
+    assert run.exit_code == 0, run.stdout + run.stderr
+    doc = json.loads(run.stdout)
+    first = doc["patches"][0]
+    assert (first["name"], first["outcome"]) == ("vllm-48303-mxfp4-flashinfer-cutlass", "partially-upstreamed")
+    assert {f["path"]: f["outcome"] for f in first["files"]} == {
+        "requirements/cuda.txt": "upstreamed",
+        "tests/quant/test_mxfp4.py": "unchanged",
+        "vllm/model_executor/layers/quant/mxfp4.py": "unchanged",
+    }
+    assert [(p["name"], p["outcome"]) for p in doc["patches"][1:]] == [
+        ("vllm-48512-mxfp4-cutlass-env", "clean"),
+        ("vllm-47900-legacy-sched-priority", "upstreamed"),
+    ]
+    patch = (queue.root / "patches/vllm/vllm-48303-mxfp4-flashinfer-cutlass.patch").read_bytes()
+    assert b"requirements/cuda.txt" not in patch  # the part upstream took is gone from the patch
+    assert b"+    if device.has_flashinfer:\n" in patch
+    tree = clone_tree(queue.vllm, c2, tmp_path / "c2")
+    for name in ("vllm-48303-mxfp4-flashinfer-cutlass", "vllm-48512-mxfp4-cutlass-env"):
+        subprocess.run(["git", "apply", str(queue.root / f"patches/vllm/{name}.patch")], cwd=tree, check=True)
+    assert invoke("check", repo=queue.root).exit_code == 0
+
+
+def test_per_patch_hooks_see_the_old_and_new_patch(
+    queue: Queue, invoke: Invoke, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from patchkit.series import rebase as core
+
+    seen: list[tuple[str, bool, bool]] = []
+
+    def hook(name: str, old: bytes, new: bytes, files: dict[str, bytes | None]) -> list[str]:
+        seen.append((name, old.startswith(b"From ") and not old.startswith(b"From 0000"), new.startswith(b"From 0000")))
+        return [f"interdiff of {name}: {len(old)} -> {len(new)} bytes"] if name.startswith("flashinfer") else []
+
+    monkeypatch.setattr(core, "PATCH_HOOKS", [hook])
+    c2 = commit(queue.flashinfer, {"flashinfer/__init__.py": b"# 0.5.3\n"}, "v0.5.3")
+    run = invoke("rebase", "--series", "flashinfer", "--onto", c2, repo=queue.root)
+    assert run.exit_code == 0, run.stderr
+    assert seen == [("flashinfer-1520-jit-cache-env", True, True)]
+    assert run.stdout.splitlines()[2].startswith("    note: interdiff of flashinfer-1520-jit-cache-env: ")
