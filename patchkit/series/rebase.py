@@ -146,25 +146,18 @@ def _rebase_patch(
         merged: bytes | None
         regions: tuple[str, ...]
         theirs_before = new_state.get(src) if src is not None else None
+        if change.kind in ("rename", "copy") and dest is not None:
+            moved = _rebase_move(it, change, base, ours or b"", theirs_before, new_state.get(dest), resolved, result)
+            regenerated.append(moved)
+            _advance(old_state, change, ours)
+            if dest not in result.conflicted:
+                _advance(new_state, moved[0], moved[2])
+            continue
         if src is not None and theirs_before is None:
             result.files.append(FileResult(src, "deleted"))
             _advance(old_state, change, ours)
             continue
-        if src is None:  # a new file
-            theirs = new_state.get(dest or "")
-            if theirs is None:
-                merged, outcome, regions = ours, FileOutcome.CLEAN, ()
-            else:
-                merged, outcome, regions = _merge(b"", ours or b"", theirs, dest or "")
-        elif dest is None:  # a deletion
-            if theirs_before == base:
-                merged, outcome, regions = None, FileOutcome.CLEAN, ()
-            else:
-                merged, outcome, regions = _merge(base, b"", theirs_before or b"", src)
-                if outcome is FileOutcome.UPSTREAMED or merged == b"":
-                    merged = None
-        else:
-            merged, outcome, regions = _merge(base, ours or b"", theirs_before or b"", dest)
+        merged, outcome, regions = _merge_change(change, base, ours, theirs_before, new_state)
         path = dest or src or ""
         if outcome is FileOutcome.CONFLICT:
             if path in resolved:
@@ -179,9 +172,80 @@ def _rebase_patch(
             _advance(new_state, change, merged)
     result.outcome = _outcome(result)
     if result.outcome is not PatchOutcome.CONFLICT:
-        kept = [(c, b, a) for c, b, a in regenerated if b != a]
+        # A rename or copy is kept even when the bytes are the same: the path is the change.
+        kept = [(c, b, a) for c, b, a in regenerated if b != a or c.kind in ("rename", "copy")]
         result.new_bytes = canonical_patch(it.patch, kept, kept_absent) if kept or kept_absent else None
     return result
+
+
+def _merge_change(
+    change: FileChange, base: bytes, ours: bytes | None, theirs: bytes | None, new_state: dict[str, bytes | None]
+) -> tuple[bytes | None, FileOutcome, tuple[str, ...]]:
+    """A new file, a deletion or a modification merged onto the new tree: (merged bytes or None, outcome, regions)."""
+    src, dest = change.old_path, change.new_path
+    if src is None:  # a new file
+        there = new_state.get(dest or "")
+        if there is None:
+            return ours, FileOutcome.CLEAN, ()
+        return _merge(b"", ours or b"", there, dest or "")
+    if dest is None:  # a deletion
+        if theirs == base:
+            return None, FileOutcome.CLEAN, ()
+        merged, outcome, regions = _merge(base, b"", theirs or b"", src)
+        return (None if outcome is FileOutcome.UPSTREAMED or merged == b"" else merged), outcome, regions
+    return _merge(base, ours or b"", theirs or b"", dest)
+
+
+def _rebase_move(
+    it: Item,
+    change: FileChange,
+    base: bytes,
+    ours: bytes,
+    theirs: bytes | None,
+    there: bytes | None,
+    resolved: dict[str, bytes],
+    result: PatchRebase,
+) -> tuple[FileChange, bytes | None, bytes | None]:
+    """A rename or copy: the content merged at the old path, moved; or upstream already made the move.
+
+    Returns the change to regenerate (a plain modification of the new path
+    when upstream made the move itself), the new tree's bytes before it and
+    the merged bytes.
+    """
+    import dataclasses
+
+    src, dest = change.old_path or "", change.new_path or ""
+    if theirs is None and there is None:
+        result.files.append(FileResult(src, "deleted"))
+        return dataclasses.replace(change, diff=None), None, None
+    if theirs is None or (change.kind == "copy" and there is not None):
+        # Upstream moved (or copied) the file itself: what is left of the patch is a change of the new path.
+        assert there is not None  # noqa: S101 (the first branch took theirs and there both missing)
+        merged, outcome, regions = _merge(base, ours, there, dest)
+        as_modify = dataclasses.replace(change, old_path=dest, new_path=dest, copy=False)
+        before: bytes | None = there
+    elif there is not None:
+        merged, outcome, regions = there, FileOutcome.CONFLICT, ()
+        as_modify, before = change, theirs
+        result.conflicted[dest] = there
+        result.files.append(FileResult(dest, "conflict", (f"the patch {change.kind}s {src} to it; upstream has it",)))
+        return dataclasses.replace(as_modify, new_mode=None), before, merged
+    else:
+        m = rebase_file(base, ours, theirs, path=dest)
+        merged, outcome = m.merged, m.outcome
+        regions = tuple(f"lines {c.start}-{c.end}" for c in m.conflicts)
+        if outcome in (FileOutcome.UNCHANGED, FileOutcome.UPSTREAMED):
+            outcome = FileOutcome.CLEAN  # the content is upstream's; the move is still the patch's
+        as_modify, before = change, theirs
+    if outcome is FileOutcome.CONFLICT:
+        if dest in resolved:
+            merged, outcome, regions = resolved[dest], FileOutcome.CLEAN, ()
+        else:
+            result.conflicted[dest] = merged
+    if theirs is None and outcome is FileOutcome.UPSTREAMED:
+        as_modify = dataclasses.replace(as_modify, new_mode=None)
+    result.files.append(FileResult(dest, outcome.value, regions))
+    return as_modify, before, merged
 
 
 def _apply(it: Item, change: FileChange, base: bytes) -> bytes | None:
