@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import PurePosixPath
 
+from patchkit.check.state import State
 from patchkit.findings import Finding
 from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
-from patchkit.repo import Escape, Repo
 from patchkit.series.apply import Item, Reader, SeriesApplyError, apply_series
 from patchkit.series.model import Series, parse_series_file
 from patchkit.series.parse import PatchParseError, parse_patch
@@ -28,15 +28,29 @@ from patchkit.series.parse import PatchParseError, parse_patch
 TreeFor = Callable[[Series], "Reader | str"]
 
 
+Read = Callable[[str], "bytes | None"]
+
+
+def series(state: State) -> list[Finding]:
+    """The rule ``check.run`` runs: every series of the lockfile, over the gathered state."""
+    if not state.lock.series or state.series_tree is None:
+        return []
+    return series_findings(state.readable, state.lock, state.series_tree, state.index.line_of)
+
+
 def series_findings(
-    repo: Repo, lock: Lockfile, tree_for: TreeFor, line_of: Callable[[tuple[str | int, ...]], int | None]
+    read: Read, lock: Lockfile, tree_for: TreeFor, line_of: Callable[[tuple[str | int, ...]], int | None]
 ) -> list[Finding]:
-    """Every series rule over the lockfile's series; ``line_of`` finds a field's line in the lockfile."""
+    """Every series rule over the lockfile's series.
+
+    ``read`` gives a pinned file's bytes (None: missing or unsafe, which the
+    file rules report); ``line_of`` finds a field's line in the lockfile.
+    """
     out: list[Finding] = []
     for s in lock.series:
         out += _pin_findings(s, lock, line_of)
-        out += _order_findings(repo, s)
-        items, parsed_ok = _parsed(repo, s, out)
+        out += _order_findings(read, s)
+        items, parsed_ok = _parsed(read, s, out)
         if parsed_ok and items:
             out += _apply_findings(s, items, tree_for)
     return out
@@ -71,12 +85,11 @@ def _pin_findings(s: Series, lock: Lockfile, line_of: Callable[[tuple[str | int,
     return []
 
 
-def _order_findings(repo: Repo, s: Series) -> list[Finding]:
+def _order_findings(read: Read, s: Series) -> list[Finding]:
     if s.series_file is None:
         return []
-    try:
-        data = repo.check_inside(s.series_file).read_bytes()
-    except (OSError, Escape):  # missing or unsafe: the file rules report it
+    data = read(str(s.series_file))
+    if data is None:  # missing or unsafe: the file rules report it
         return []
     here = PurePosixPath(str(s.series_file)).parent
     listed = [str(here / name) for name in parse_series_file(data)]
@@ -104,13 +117,12 @@ def _order_findings(repo: Repo, s: Series) -> list[Finding]:
     ]
 
 
-def _parsed(repo: Repo, s: Series, out: list[Finding]) -> tuple[list[Item], bool]:
+def _parsed(read: Read, s: Series, out: list[Finding]) -> tuple[list[Item], bool]:
     items = []
     ok = True
     for p in s.patches:
-        try:
-            data = repo.check_inside(p.file).read_bytes()
-        except (OSError, Escape):  # missing or unsafe: reported by the file rules
+        data = read(str(p.file))
+        if data is None:  # missing, unsafe or edited: reported by the file rules
             ok = False
             continue
         try:

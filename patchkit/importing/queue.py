@@ -33,7 +33,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from patchkit.hashing import sha256_bytes
-from patchkit.lockfile.model import Image, Lockfile, Upstream
+from patchkit.lockfile.model import GitUpstream, Image, Lockfile, Upstream
 from patchkit.series.model import Series, SeriesPatch, parse_series_file
 from patchkit.series.parse import PatchParseError, parse_patch, pr_numbers
 from patchkit.values import Digest, Reference, RepoPath, Revision, Sha256, check_name
@@ -193,7 +193,7 @@ def _one(
     except ValueError as e:
         found.issues.append(("queue-upstream-unknown", here, None, str(e), "rename the directory"))
         return
-    found.upstreams.append(Upstream(name=name, source="git", git=url, commit=Revision(commit) if commit else None))
+    found.upstreams.append(GitUpstream(name=name, git=url, commit=Revision(commit) if commit else None))
     found.series.append(
         Series(
             name=name,
