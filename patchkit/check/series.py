@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import PurePosixPath
 
-from patchkit.check.state import State
+from patchkit.check.state import SERIES_REBASE_STATE, State
 from patchkit.findings import Finding
 from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
 from patchkit.series.apply import Item, Reader, SeriesApplyError, apply_series
@@ -33,9 +33,21 @@ Read = Callable[[str], "bytes | None"]
 
 def series(state: State) -> list[Finding]:
     """The rule ``check.run`` runs: every series of the lockfile, over the gathered state."""
-    if not state.lock.series or state.series_tree is None:
-        return []
-    return series_findings(state.readable, state.lock, state.series_tree, state.index.line_of)
+    out = []
+    if state.series_rebase_pending:
+        out.append(
+            Finding(
+                "series-rebase-in-progress",
+                SERIES_REBASE_STATE,
+                None,
+                "a series rebase waits for its conflicts to be resolved; the repository is still at the old pin",
+                "patchkit status; then patchkit rebase --continue or --abort",
+                severity="note",
+            )
+        )
+    if state.lock.series and state.series_tree is not None:
+        out += series_findings(state.readable, state.lock, state.series_tree, state.index.line_of)
+    return out
 
 
 def series_findings(

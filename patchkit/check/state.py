@@ -154,6 +154,7 @@ class State:
     has_deploy_config: bool = False
     # Each patch series' upstream tree at its pin, read offline, or why it cannot be (patchkit.series.source).
     series_tree: Callable[[Series], Reader | str] | None = None
+    series_rebase_pending: bool = False
 
     @cached_property
     def index(self) -> LineIndex:
@@ -317,7 +318,11 @@ def gather(repo: Repo, lock: Lockfile, lock_bytes: bytes, store: BlobStore | Non
         sums=_sums_bytes(repo),
         has_deploy_config=(repo.root / DEPLOY_CONFIG).exists(),
         series_tree=_series_tree(repo, lock),
+        series_rebase_pending=(repo.root / SERIES_REBASE_STATE).exists(),
     )
+
+
+SERIES_REBASE_STATE = f"{WORK_DIR}/series-rebase/state.json"
 
 
 def _series_tree(repo: Repo, lock: Lockfile) -> Callable[[Series], Reader | str] | None:

@@ -425,3 +425,23 @@ def clear(root: Path) -> bool:
     there = (root / STATE_DIR).exists()
     shutil.rmtree(root / STATE_DIR, ignore_errors=True)
     return there
+
+
+def status(root: Path) -> dict[str, Any] | None:
+    """The series rebase in progress, for ``patchkit status``: the patch it waits on and each file's state."""
+    if not in_progress(root):
+        return None
+    try:
+        doc = load_state(root)
+    except BadInput as e:
+        return {"error": e.message}
+    stopped = str(doc.get("stopped", ""))
+    files = []
+    for path in doc.get("conflicts", []):
+        rel = work_file(stopped, str(path))
+        try:
+            markers = conflict_markers_remain((root / rel).read_bytes())
+        except OSError:
+            markers = []
+        files.append({"file": rel, "path": path, "resolved": not markers, "markers": markers})
+    return {"series": doc.get("series"), "onto": doc.get("onto"), "stopped": stopped, "conflicts": files}

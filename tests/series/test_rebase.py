@@ -59,8 +59,15 @@ def test_conflict_then_continue_upstreamed_and_deleted(queue: Queue, invoke: Inv
     assert b'    return "marlin"\n' in conflicted
     # Nothing in the repository changed but the work area.
     assert {k: v for k, v in _snapshot(queue.root).items() if not k.startswith(".patchkit/")} == before
-    status = invoke("check", repo=queue.root)
-    assert status.exit_code == 0
+    checked = invoke("check", "--format", "json", repo=queue.root)
+    assert checked.exit_code == 0
+    assert [f["code"] for f in json.loads(checked.stdout)["findings"]] == ["series-rebase-in-progress"]
+    status = invoke("status", repo=queue.root)
+    assert status.stdout.splitlines() == [
+        f"rebase of series vllm in progress onto {c2[:12]}: waits on vllm-48303-mxfp4-flashinfer-cutlass",
+        f"  {work} (markers at lines 9, 13, 15, 17)",
+        "then: patchkit rebase --continue (or --abort)",
+    ]
 
     blocked = invoke("rebase", "--continue", repo=queue.root)
     assert blocked.exit_code == 1
