@@ -259,19 +259,27 @@ def status(ctx: click.Context, fmt: str) -> None:
     """Where the repository stands: a rebase in progress and its files, or an interrupted write."""
     from patchkit import rebase as rb
     from patchkit.repo import recover
+    from patchkit.series.rebase import status as series_status
 
     repo = find_repo(ctx)
     hold_lock(ctx, repo.root)
     finished = recover(repo.root)
     state = rb.status(repo)
     state["finished_interrupted_write"] = finished
+    series = series_status(repo.root)
+    if series is not None:
+        state["series_rebase"] = series
     broken = state["rebase"] is not None and "error" in state["rebase"]
     if fmt == "json":
         click.echo(json.dumps(state, indent=2, sort_keys=True))
         ctx.exit(EXIT_BAD_INPUT if broken else EXIT_OK)
     if finished:
         click.echo("finished a write of several files that was interrupted")
+    if series is not None:
+        _print_series_status(series)
     r = state["rebase"]
+    if r is None and series is not None:
+        return
     if r is None:
         click.echo("no rebase in progress")
         return
@@ -284,6 +292,18 @@ def status(ctx: click.Context, fmt: str) -> None:
         click.echo(f"  {f['patch']}: {f['file']} ({left})")
     for name in r["deleted"]:
         click.echo(f"  {name}: deleted upstream; --continue --drop {name} to drop it")
+    click.echo("then: patchkit rebase --continue (or --abort)")
+
+
+def _print_series_status(s: dict[str, Any]) -> None:
+    """The series rebase in progress, as ``patchkit status`` shows it."""
+    if "error" in s:
+        click.echo(f"series rebase: {s['error']}")
+        return
+    click.echo(f"rebase of series {s['series']} in progress onto {str(s['onto'])[:12]}: waits on {s['stopped']}")
+    for f in s["conflicts"]:
+        left = "resolved" if f["resolved"] else f"markers at lines {', '.join(map(str, f['markers'][:5]))}"
+        click.echo(f"  {f['file']} ({left})")
     click.echo("then: patchkit rebase --continue (or --abort)")
 
 

@@ -115,6 +115,7 @@ def upstream_list(ctx: click.Context, fmt: str) -> None:
     help="Read the new files from git (the recorded URL), git:URL[@REV] or a URL alone, dir:PATH or "
     "wheel:PROJECT==VERSION instead of the recorded source.",
 )
+@click.option("--series", "series_name", metavar="NAME", help="Rebase this patch series (like git am -3) instead.")
 @click.option("--continue", "cont", is_flag=True, help="Commit a rebase whose conflicts are resolved.")
 @click.option("--abort", is_flag=True, help="Forget the rebase in progress (the repository was never changed).")
 @click.option("--drop", multiple=True, metavar="NAME", help="Drop this patch in the bump (e.g. deleted upstream).")
@@ -123,11 +124,12 @@ def upstream_list(ctx: click.Context, fmt: str) -> None:
     "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format."
 )
 @click.pass_context
-def rebase(
+def rebase(  # noqa: C901 (one over the ceiling with the --series branch)
     ctx: click.Context,
     onto: str | None,
     upstream_name: str | None,
     source: str | None,
+    series_name: str | None,
     cont: bool,
     abort: bool,
     drop: tuple[str, ...],
@@ -149,7 +151,10 @@ def rebase(
     resolve them and run --continue, or --abort.
     """
     from patchkit import rebase as rb
+    from patchkit.cli.series import rebase_series
 
+    if rebase_series(ctx, series_name, onto, cont=cont, abort=abort, fmt=fmt):
+        return
     if abort:
         repo = find_repo(ctx)
         hold_lock(ctx, repo.root)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, ClassVar
 
+from patchkit.series.model import Series, series_files
 from patchkit.values import (
     ContainerPath,
     Digest,
@@ -471,6 +472,7 @@ class Lockfile:
     refs: tuple[RefState, ...] = ()
     signing: Signing | None = None
     diffs: tuple[HandDiff, ...] = ()
+    series: tuple[Series, ...] = ()
     schema: int = SCHEMA_VERSION
 
     def upstream(self, name: str) -> Upstream | None:
@@ -495,6 +497,7 @@ class Lockfile:
             out.append((f"diffs[{i}].sha256", d.file, d.sha256))
         if self.model is not None and self.model.manifest is not None:
             out.append(("model.manifest.sha256", self.model.manifest.file, self.model.manifest.sha256))
+        out.extend(series_files(self.series))
         return out
 
     def ref_state(self, ref: Reference) -> RefState | None:

@@ -38,6 +38,7 @@ from patchkit.lockfile.model import (
     Upstream,
 )
 from patchkit.lockfile.tomlpos import FieldPath, FieldReader, render_path, toml_type
+from patchkit.series.model import read as read_series
 from patchkit.values import (
     ContainerPath,
     Digest,
@@ -102,6 +103,7 @@ def _read(raw: dict[str, Any], r: FieldReader) -> Lockfile | None:  # noqa: C901
             "diffs",
             "refs",
             "signing",
+            "series",
         ),
     )
     schema = raw.get("schema")
@@ -180,6 +182,7 @@ def _read(raw: dict[str, Any], r: FieldReader) -> Lockfile | None:  # noqa: C901
         signing = _read_signing(signing_raw, r)
 
     hand_diffs = _read_hand_diffs(raw, r, {p.name for p in patches})
+    series = read_series(raw.get("series"), r, upstream_names)
 
     _check_unique(r, patches, tuning, artifacts, hand_diffs)
     if r.problems:
@@ -195,6 +198,7 @@ def _read(raw: dict[str, Any], r: FieldReader) -> Lockfile | None:  # noqa: C901
         refs=tuple(x for x in refs if x is not None),
         signing=signing,
         diffs=hand_diffs,
+        series=series,
     )
 
 

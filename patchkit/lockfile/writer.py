@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from patchkit.lockfile.model import HEADER, GitUpstream, Lockfile, Signing, inferred_source
+from patchkit.series.model import dump as dump_series
 from patchkit.values import (
     ContainerPath,
     Digest,
@@ -111,6 +112,8 @@ def dumps(lock: Lockfile) -> str:  # noqa: C901 (over the ceiling already)
                 )
             patches.append(t)
         doc["patches"] = patches
+    if lock.series:
+        doc["series"] = dump_series(lock.series, _table)
     for key, items in (("tuning", lock.tuning), ("artifacts", lock.artifacts)):
         if items:
             doc[key] = [_table(name=a.name, file=a.file, sha256=a.sha256, target=a.target, note=a.note) for a in items]

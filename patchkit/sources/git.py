@@ -96,6 +96,10 @@ class GitSource(UpstreamSource):
             self._keep(commit)
         return GitSnapshot(self, commit)
 
+    def cached(self, commit: str) -> bool:
+        """Whether the full commit id ``commit`` is already in the cache: a snapshot of it needs no network."""
+        return bool(_FULL_SHA.fullmatch(commit)) and self.path.is_dir() and self._resolve(commit.lower()) is not None
+
     # -- the cache repository -------------------------------------------------
 
     @contextlib.contextmanager
