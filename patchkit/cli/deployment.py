@@ -281,6 +281,8 @@ def status(ctx: click.Context, fmt: str) -> None:
     click.echo(f"rebase of {r['upstream']} in progress: {r['from']} -> {r['to']}")
     for f in r["conflicts"]:
         left = "resolved" if f["resolved"] else f"markers at lines {', '.join(map(str, f['markers'][:5]))}"
+        if f.get("broken"):
+            left = "broken: fix it there; --continue checks it again"
         click.echo(f"  {f['patch']}: {f['file']} ({left})")
     for name in r["deleted"]:
         click.echo(f"  {name}: deleted upstream; --continue --drop {name} to drop it")

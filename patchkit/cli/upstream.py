@@ -19,7 +19,7 @@ from patchkit.cli.common import (
     open_repo,
     print_changes,
 )
-from patchkit.errors import EXIT_FINDINGS, EXIT_OK
+from patchkit.errors import EXIT_FINDINGS, EXIT_OK, BadInput
 
 
 @click.group(cls=SubGroup)
@@ -118,6 +118,13 @@ def upstream_list(ctx: click.Context, fmt: str) -> None:
 @click.option("--continue", "cont", is_flag=True, help="Commit a rebase whose conflicts are resolved.")
 @click.option("--abort", is_flag=True, help="Forget the rebase in progress (the repository was never changed).")
 @click.option("--drop", multiple=True, metavar="NAME", help="Drop this patch in the bump (e.g. deleted upstream).")
+@click.option(
+    "--accept-broken",
+    multiple=True,
+    metavar="NAME",
+    help="Commit this broken patch as it is (needs --reason, recorded in the summary).",
+)
+@click.option("--reason", metavar="TEXT", help="Why the --accept-broken patches are committed all the same.")
 @click.option("--summary", type=click.Path(dir_okay=False, path_type=Path), help="Write a Markdown summary for the PR.")
 @click.option(
     "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format."
@@ -131,6 +138,8 @@ def rebase(
     cont: bool,
     abort: bool,
     drop: tuple[str, ...],
+    accept_broken: tuple[str, ...],
+    reason: str | None,
     summary: Path | None,
     fmt: str,
 ) -> None:
@@ -140,8 +149,14 @@ def rebase(
     committed overlay and its diff, or the source at the old pin), ours = the
     patch, theirs = the file at the new pin (renames followed). Outcomes:
     clean, conflict, upstreamed, partially-upstreamed, unchanged, moved,
-    deleted; clean merges that touch a function upstream also changed are
-    flagged for review.
+    deleted, broken; clean merges that touch a function upstream also changed
+    are flagged for review.
+
+    Every Python file produced is checked: it parses, leaves no name
+    undefined that its inputs did not, and its imports of the upstream's own
+    package resolve in the new tree. A file that fails is broken: it waits
+    under .patchkit/rebase/broken/ like a conflict, or is committed as it is
+    with --accept-broken NAME --reason TEXT.
 
     With no conflict, patches, diffs, lockfile and SHA256SUMS are updated
     together (exit 0). Otherwise nothing in the repository changes: the
@@ -161,8 +176,9 @@ def rebase(
 
         output_target(summary, repo, lockf)  # refused before anything is committed
     store = blob_store()
+    accept = _accepts(accept_broken, reason)
     if cont:
-        result, outcome = rb.resume(repo, lockf, data, store, drop)
+        result, outcome = rb.resume(repo, lockf, data, store, drop, accept=accept, cache=cache_path())
         if not result.upstream:
             click.echo("the rebase had already been committed; cleaned up its work area")
             return
@@ -173,7 +189,16 @@ def rebase(
             atomic_write(output_target(summary, repo, lockf), rb.summary_markdown(result).encode())
         return
     started = rb.start(
-        repo, lockf, data, onto=onto, upstream=upstream_name, source=source, cache=cache_path(), store=store, drop=drop
+        repo,
+        lockf,
+        data,
+        onto=onto,
+        upstream=upstream_name,
+        source=source,
+        cache=cache_path(),
+        store=store,
+        drop=drop,
+        accept=accept,
     )
     if summary is not None:
         from patchkit.repo import atomic_write, output_target
@@ -204,6 +229,15 @@ def rebase(
             for rel in started.conflict_files:
                 click.echo(f"  resolve {rel}")
     ctx.exit(EXIT_OK if started.outcome is not None else EXIT_FINDINGS)
+
+
+def _accepts(names: tuple[str, ...], reason: str | None) -> dict[str, str]:
+    """--accept-broken NAME… with its --reason: name -> reason; either alone is bad usage."""
+    if names and not (reason or "").strip():
+        raise BadInput("--accept-broken needs --reason TEXT: why the broken file is committed all the same")
+    if reason is not None and not names:
+        raise BadInput("--reason is for --accept-broken NAME")
+    return dict.fromkeys(names, (reason or "").strip())
 
 
 @click.command(cls=Command)
