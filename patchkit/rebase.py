@@ -37,7 +37,7 @@ from patchkit.outcome import Outcome as WriteOutcome
 from patchkit.persist import finish, sums_dropped
 from patchkit.repo import WORK_DIR, Escape, Repo, atomic_write
 from patchkit.sources.interface import Pin, Snapshot, UpstreamSource
-from patchkit.trust import semantic
+from patchkit.trust import interdiff, semantic
 from patchkit.trust.imports import Tree
 from patchkit.trust.pycheck import Problem
 from patchkit.values import ContainerPath, Digest, Revision, Sha256, UpstreamPath
@@ -118,6 +118,8 @@ class Plan:
     accepted: dict[str, str] = field(default_factory=dict)
     # Each patch's own file before the rebase (ours), kept for the checks at --continue.
     ours: dict[str, bytes] = field(default_factory=dict, repr=False)
+    # How each patch itself changed (old diff against new), for the patches whose changes may differ.
+    interdiffs: dict[str, interdiff.Interdiff] = field(default_factory=dict)
 
     @property
     def blocked(self) -> list[PatchResult]:
@@ -533,6 +535,30 @@ def prepare(
     return new_lock, files, deletes, outcome
 
 
+def interdiffs(repo: Repo, lock: Lockfile, result: Plan, store: BlobStore, resolved: dict[str, bytes]) -> None:
+    """The interdiff (committed diff against the new one) of each patch whose changes may have changed.
+
+    That is a patch upstream took part of, a resolved conflict, a broken file: a clean merge
+    carries the patch's changes over as they are, so only its line numbers move.
+    """
+    for r in result.results:
+        p = lock.patch(r.name)
+        if r.merge is None or p is None or p.diff is None or r.theirs_sha256 is None:
+            continue
+        if not (
+            r.name in resolved
+            or r.outcome in (Outcome.UPSTREAMED, Outcome.PARTIALLY_UPSTREAMED, Outcome.BROKEN)
+            or r.merge.hunks_partly_upstreamed
+        ):
+            continue
+        old, theirs = _read_or_none(repo, str(p.diff.file)), store.get(r.theirs_sha256)
+        if old is not None and theirs is not None:
+            new = canonical_diff(theirs, resolved.get(r.name, r.merge.merged), UpstreamPath(r.new_path))
+            found = interdiff.compare(old, new)
+            if found is not None and not found.empty:
+                result.interdiffs[r.name] = found
+
+
 def commit(
     repo: Repo,
     lock: Lockfile,
@@ -542,6 +568,7 @@ def commit(
     drop: Iterable[str] = (),
 ) -> WriteOutcome:
     """Write the whole bump as one journaled transaction: patches, diffs, lockfile, SHA256SUMS."""
+    interdiffs(repo, lock, result, store, resolved or {})
     new_lock, files, deletes, outcome = prepare(lock, result, store, resolved, drop)
     # SHA256SUMS is rewritten from the new lockfile: every entry it loses is said, but those of dropped files.
     outcome.changes += [c for c in sums_dropped(repo, new_lock) if c.what.removeprefix("SHA256SUMS ") not in deletes]
@@ -778,6 +805,10 @@ def table(result: Plan) -> str:
         if r.merge is not None:
             for flag in r.merge.review_flags:
                 lines.append(f"  {'':{width}}  review: {_flag_text(flag)}")
+        if r.name in result.interdiffs:
+            head, *rest = result.interdiffs[r.name].lines()
+            lines.append(f"  {'':{width}}  interdiff: {head}")
+            lines += [f"  {'':{width}}    {line}" for line in rest]
     for sk in result.skipped:
         lines.append(f"  {sk.name.ljust(width)}  {'skipped':<21} {sk.reason}")
         if sk.fix:
@@ -837,6 +868,13 @@ def summary_markdown(result: Plan) -> str:
             head = f"- `{r.name}`" + (f": **accepted as broken**: {accepted}" if accepted is not None else ":")
             out.append(head)
             out += [f"  - `{r.new_path}:{p.line}`: {p.message}" for p in r.problems if p.blocking]
+    if result.interdiffs:
+        out += ["", "### What changed in each patch (old patch against new)", ""]
+        for name, found in result.interdiffs.items():
+            head, *rest = found.lines()
+            out += [f"- `{name}`: {head}"] + (
+                ["", "  ```diff", *(f"  {line}" for line in rest), "  ```"] if rest else []
+            )
     if review:
         out += ["", "### Review", ""]
         for r in review:
@@ -860,6 +898,7 @@ def result_json(result: Plan) -> dict[str, Any]:
         "skipped": [sk.as_dict() for sk in result.skipped],
         "blocked": [r.name for r in result.blocked],
         "accepted_broken": dict(result.accepted),
+        "interdiffs": {name: found.as_dict() for name, found in result.interdiffs.items()},
     }
 
 
