@@ -80,7 +80,7 @@ class PatchResult:
             "target": self.new_target if self.new_target != self.old_target else None,
             "conflicts": [dataclasses.asdict(c) for c in m.conflicts] if m else [],
             "hunks_upstreamed": [h.header for h in m.hunks_upstreamed] if m else [],
-            "review": [_flag_text(f) for f in m.review_flags] if m else [],
+            "review": review_lines(m.review_flags) if m else [],
             "problems": [p.as_dict() for p in self.problems],
         }
 
@@ -100,6 +100,31 @@ class Skipped:
 
 def _flag_text(flag: Any) -> str:
     return str(getattr(flag, "message", None) or flag)
+
+
+def review_lines(flags: Iterable[Any]) -> list[str]:
+    """The review flags of one patch, one line per function or class both sides changed.
+
+    Each line names the definition first, then the patch hunk and every upstream hunk that
+    changed it, so a reviewer reads one line for ``GpuWorker.restore`` however many upstream
+    hunks touched it.
+    """
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for flag in flags:
+        if not hasattr(flag, "definition"):
+            grouped.setdefault((_flag_text(flag), ""), [])
+            continue
+        grouped.setdefault((flag.definition, flag.hunk.header), []).append(flag.upstream.header)
+    out = []
+    for (definition, hunk), theirs in grouped.items():
+        if not hunk:
+            out.append(definition)
+            continue
+        which = "upstream hunk" + ("s " if len(theirs) > 1 else " ") + ", ".join(dict.fromkeys(theirs))
+        out.append(
+            f"{definition}: changed on both sides ({which}; patch hunk {hunk}): check that the two still fit together"
+        )
+    return out
 
 
 @dataclass
@@ -721,6 +746,7 @@ class _SavedMerge:
     merged: bytes
     conflicts: tuple[Any, ...] = ()
     hunks_upstreamed: tuple[Any, ...] = ()
+    hunks_partly_upstreamed: tuple[Any, ...] = ()
     review_flags: tuple[Any, ...] = ()
 
 
@@ -803,8 +829,7 @@ def table(result: Plan) -> str:
         if r.name in result.accepted:
             lines.append(f"  {'':{width}}  accepted as broken: {result.accepted[r.name]}")
         if r.merge is not None:
-            for flag in r.merge.review_flags:
-                lines.append(f"  {'':{width}}  review: {_flag_text(flag)}")
+            lines += [f"  {'':{width}}  review: {line}" for line in review_lines(r.merge.review_flags)]
         if r.name in result.interdiffs:
             head, *rest = result.interdiffs[r.name].lines()
             lines.append(f"  {'':{width}}  interdiff: {head}")
@@ -879,7 +904,7 @@ def summary_markdown(result: Plan) -> str:
         out += ["", "### Review", ""]
         for r in review:
             flags = r.merge.review_flags if r.merge is not None else ()
-            out += [f"- `{r.name}`: {_flag_text(f)}" for f in flags]
+            out += [f"- `{r.name}`: {line}" for line in review_lines(flags)]
     return "\n".join(out) + "\n"
 
 
