@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -102,6 +103,99 @@ def upstream_list(ctx: click.Context, fmt: str) -> None:
     for r in rows:
         patches = f"{len(r['patches'])} patch{'es' * (len(r['patches']) != 1)}"
         click.echo(f"{r['name'].ljust(width)}  {r['source']:<5}  {r['pin']}  {patches}  {r['location'] or ''}".rstrip())
+
+
+@upstream.command("find-base")
+@click.argument("names", nargs=-1, metavar="[NAME]...")
+@click.option("--upstream", "upstream_name", metavar="NAME", help="The upstream to search (default: the only one).")
+@click.option("--tags", metavar="GLOB", help="Git: try every tag matching GLOB (default, with no --candidate: all).")
+@click.option(
+    "--candidate",
+    "wanted",
+    multiple=True,
+    metavar="REF",
+    help="A version to try: a commit or tag (git), a version (wheel), an image reference (image).",
+)
+@click.option("--path", metavar="P", help="The overlay's upstream path, when its target does not say it.")
+@click.option("--record", is_flag=True, help="Pin the exact base found (and its diff) in the lockfile.")
+@click.option("--nearest", is_flag=True, help="With --record: pin the nearest candidate too when none is exact.")
+@FORMAT
+@click.pass_context
+def upstream_find_base(
+    ctx: click.Context,
+    names: tuple[str, ...],
+    upstream_name: str | None,
+    tags: str | None,
+    wanted: tuple[str, ...],
+    path: str | None,
+    record: bool,
+    nearest: bool,
+    fmt: str,
+) -> None:
+    """Find the upstream version each overlay without a known base was copied from.
+
+    Reads the overlay's upstream path at every candidate (git: all in one
+    batched cat-file) and ranks them: exact when the file is the base the
+    overlay's hand-kept diff rebuilds, else by the lines that differ from
+    the overlay. Prints every candidate's evidence; records nothing unless
+    --record (exact matches only, nearest ones too with --nearest). Exit 1
+    when an overlay has no exact match.
+    """
+    from patchkit.trust import findbase
+
+    if nearest and not record:
+        raise BadInput("--nearest is for --record")
+    repo, lockf, _ = open_repo(ctx, writes=record)
+    up = _only_upstream(lockf, upstream_name)
+    targets = findbase.overlays(lockf, names)
+    if not targets:
+        raise BadInput("no overlay without a pinned base: name the patches to look for")
+    cands, read = findbase.candidates(up, cache_path(), repo.root, wanted, tags)
+    if not cands:
+        raise BadInput(f"no candidate to try in upstream '{up.name}'" + (f" (no tag matches {tags!r})" if tags else ""))
+    found = findbase.find(repo, lockf, targets, path, cands, read)
+    outcome = None
+    if record:
+        from patchkit.persist import finish
+
+        new_lock, files, outcome = findbase.record(repo, lockf, up, found, nearest)
+        if outcome.changes:
+            outcome.written = finish(repo, new_lock, files)
+    if fmt == "json":
+        doc = {
+            "upstream": up.name,
+            "found": [f.as_dict() for f in found],
+            "recorded": bool(outcome and outcome.changes),
+        }
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        for f in found:
+            click.echo(f"{f.patch} ({f.path}) in upstream {up.name}, {len(f.tried)} candidates:")
+            width = max(len(t.candidate.label) for t in f.tried)
+            for t in f.tried:
+                what = "absent" if t.sha256 is None else "exact" if t.exact else f"{t.distance} lines differ"
+                click.echo(f"  {t.candidate.label.ljust(width)}  {t.candidate.ref[:12]:<12}  {what}")
+            click.echo(f"  -> {f.verdict()}")
+        if outcome is not None:
+            for c in outcome.changes:
+                click.echo(f"{c.what}: {c.old} -> {c.new}")
+            for rel in outcome.written:
+                click.echo(f"wrote {rel}")
+        elif any(f.best is not None for f in found):
+            click.echo("nothing recorded; pin what was found with --record")
+    ctx.exit(EXIT_OK if all(f.exact for f in found) else EXIT_FINDINGS)
+
+
+def _only_upstream(lockf: Any, name: str | None) -> Any:
+    if name is not None:
+        up = lockf.upstream(name)
+        if up is None:
+            raise BadInput(f"--upstream: '{name}' is not in the lockfile")
+        return up
+    if len(lockf.upstreams) != 1:
+        known = ", ".join(u.name for u in lockf.upstreams) or "none"
+        raise BadInput(f"say which upstream to search: --upstream NAME (known: {known})")
+    return lockf.upstreams[0]
 
 
 @click.command(cls=Command)
