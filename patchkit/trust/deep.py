@@ -18,7 +18,7 @@ from patchkit.cache import BlobStore
 from patchkit.errors import PatchkitError
 from patchkit.findings import Finding
 from patchkit.hashing import sha256_bytes
-from patchkit.lockfile import Lockfile, Patch, PatchKind, Upstream
+from patchkit.lockfile.model import Lockfile, Patch, PatchKind, Upstream
 from patchkit.repo import Repo
 from patchkit.trust.imports import Tree, Verdict, resolve
 from patchkit.trust.pycheck import Import, imports, is_python, package_of, parse

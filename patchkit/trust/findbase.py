@@ -26,7 +26,7 @@ from typing import Any
 from patchkit.diffs import canonical_diff, line_matcher, split_lines
 from patchkit.errors import BadInput
 from patchkit.hashing import sha256_bytes
-from patchkit.lockfile import Base, DiffPin, Lockfile, Patch, PatchKind, Upstream
+from patchkit.lockfile.model import Base, DiffPin, Lockfile, Patch, PatchKind, Upstream
 from patchkit.outcome import Change, Outcome
 from patchkit.repo import Escape, Repo
 from patchkit.values import RepoPath, Revision, Sha256, UpstreamPath

@@ -23,7 +23,7 @@ import ast
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from patchkit.lockfile import Lockfile
+from patchkit.lockfile.model import Lockfile
 from patchkit.trust.imports import Reader, Tree, Verdict, resolve
 from patchkit.trust.pycheck import (
     SYNTAX,
