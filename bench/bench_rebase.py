@@ -770,7 +770,9 @@ def breakdown(layout: Layout, tree: Tree) -> Breakdown:
         plan.results.append(rb.PatchResult(p.name, result.outcome, path, path, target, target, result, their_sha))
     with t("semantic checks: parse, pyflakes, imports (trust.semantic)"):
         checked = [
-            semantic.Produced(r.name, r.new_path, merged[r.name], ours[r.name], theirs[r.new_path] or b"")
+            semantic.Produced(
+                r.name, r.new_path, merged[r.name], ours[r.name], theirs[r.new_path] or b"", bases[r.name]
+            )
             for r in plan.results
             if r.merge is not None and r.outcome is not merge.Outcome.CONFLICT
         ]

@@ -296,7 +296,9 @@ def plan(
     from patchkit.sources.factory import pinned_snapshot
 
     produced = [
-        semantic.Produced(r.name, r.new_path, r.merge.merged, result.ours[r.name], theirs.get(r.new_path) or b"")
+        semantic.Produced(
+            r.name, r.new_path, r.merge.merged, result.ours[r.name], theirs.get(r.new_path) or b"", bases[r.name]
+        )
         for r in result.results
         if r.merge is not None and r.outcome is not Outcome.CONFLICT
     ]

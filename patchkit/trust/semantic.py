@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from patchkit.lockfile.model import Lockfile
+from patchkit.trust import screen
 from patchkit.trust.imports import Reader, Tree, Verdict, resolve
 from patchkit.trust.pycheck import (
     SYNTAX,
@@ -50,6 +51,7 @@ class Produced:
     merged: bytes
     ours: bytes
     theirs: bytes
+    base: bytes | None = None  # the old upstream file; None: screen nothing out (a resolved conflict)
 
 
 def check(
@@ -80,7 +82,23 @@ def blocking(problems: tuple[Problem, ...]) -> bool:
 
 
 def _check_one(f: Produced, packages: set[str]) -> tuple[list[Problem], list[Import]]:
-    """Parse and undefined names of one file; the imports it makes that theirs does not."""
+    """Parse and undefined names of one file; the imports it makes that theirs does not.
+
+    The screens (``patchkit.trust.screen``) first say which checks the file can fail at all;
+    a file that can fail none is not parsed.
+    """
+    mixed = f.merged not in (f.ours, f.theirs)
+    if f.merged == f.theirs:
+        return [], []  # upstream's own file: parses as it does, vouches for its names and imports
+    s = screen.Sides.of(f.base, f.ours, f.theirs, f.merged)
+    syntax = False
+    if mixed:
+        blocks = screen.risky_blocks(s) if f.base is not None else None
+        syntax = blocks is None or not all(screen.block_parses(b) for b in blocks)
+    names = mixed and (f.base is None or screen.names_at_risk(s, f.base, f.ours, f.theirs))
+    fresh = screen.new_imports(s, f.merged, f.theirs, packages)
+    if not (syntax or names or fresh):
+        return [], []
     merged = parse(f.merged)
     if isinstance(merged, SyntaxError):
         ours_ok = f.merged == f.ours or isinstance(parse(f.ours), ast.Module)
@@ -92,11 +110,9 @@ def _check_one(f: Produced, packages: set[str]) -> tuple[list[Problem], list[Imp
             Problem(UNKNOWN, merged.lineno or 1, "", f"not checked: {which} does not parse with this Python either")
         ], []
     theirs = parse(f.theirs) if f.theirs != f.merged else merged
-    found: list[Problem] = []
-    if f.merged not in (f.ours, f.theirs):
-        found += _undefined(f, merged, theirs)
-    if f.merged == f.theirs:
-        return found, []  # upstream's own file: it vouches for every import it makes
+    found: list[Problem] = _undefined(f, merged, theirs) if names else []
+    if not fresh:
+        return found, []  # upstream's own file vouches for every import it makes itself
     mine = imports(merged, f.path, packages)
     if not mine:
         return found, []
