@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
+from pathlib import Path
 
 from patchkit.diffs import DiffError, parse
 
@@ -103,6 +104,21 @@ class Interdiff:
             "all_kept": self.all_kept,
             "lines": self.lines(),
         }
+
+
+def at_revision(root: Path, rev: str, rel: str) -> bytes | None:
+    """A repository file as committed at ``rev`` (``git show REV:./FILE``); None when it was not there."""
+    import subprocess
+
+    if rev.startswith("-"):
+        return None
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "show", f"{rev}:./{rel}"], capture_output=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout if out.returncode == 0 else None
 
 
 def blocks(diff: bytes) -> tuple[int, list[Block]]:

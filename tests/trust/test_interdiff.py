@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from patchkit import diffs
@@ -101,3 +102,29 @@ def test_rebase_text_shows_a_resolution_that_changed_the_patch(
         "   +        self.stream.synchronize()",
         "  ```",
     ]
+
+
+def test_audit_since_a_revision_shows_the_interdiff(invoke: Invoke, tmp_path: Path, upstream: Upstream) -> None:
+    c1 = upstream.commit({"vllm/worker.py": WORKER})
+    two_hunks = FENCED.replace(
+        b"    return [b.cpu() for b in blocks]", b"    return [b.cpu(non_blocking=False) for b in blocks]"
+    )
+    root = make_deploy(invoke, tmp_path, upstream, c1, {"vllm/worker.py": two_hunks})
+    took_one = WORKER.replace(
+        b"    return [b.cpu() for b in blocks]", b"    return [b.cpu(non_blocking=False) for b in blocks]"
+    )
+    c2 = upstream.commit({"vllm/worker.py": took_one})
+    assert rebase_json(invoke, root, "--onto", c2)[0] == 0
+    report = tmp_path / "report.md"
+    r = invoke("audit", "-o", str(report), "--since", "HEAD", repo=root)
+    assert r.exit_code == 0, r.stderr
+    text = report.read_text()
+    assert "What changed in the patch: 2 hunks -> 1: the patch shrank" in text
+    assert "--    return [b.cpu() for b in blocks]\n-+    return [b.cpu(non_blocking=False) for b in blocks]\n" in text
+    doc = json.loads(invoke("audit", "--format", "json", "--since", "HEAD", repo=root).stdout)
+    (worker,) = doc["patches"]
+    assert worker["interdiff"][0] == "2 hunks -> 1: the patch shrank (part of it went upstream, or was lost)"
+    html = invoke("audit", "--format", "html", "--since", "HEAD", repo=root).stdout
+    assert "What changed in the patch" in html and "-+    return [b.cpu(non_blocking=False) for b in blocks]" in html
+    # Without --since, no interdiff.
+    assert "What changed in the patch" not in invoke("audit", "--format", "markdown", repo=root).stdout
