@@ -219,3 +219,22 @@ def test_clean_merge_stays_clean_without_flags(invoke: Invoke, tmp_path: Path, u
     (entry,) = doc["patches"]  # type: ignore[misc]
     assert entry["problems"] == [] and entry["review"] == []
     assert doc["committed"] is True
+
+
+def test_status_and_accepting_at_continue(invoke: Invoke, tmp_path: Path, upstream: Upstream) -> None:
+    c1 = upstream.commit({"vllm/worker.py": WORKER, "vllm/logger.py": LOGGER})
+    root = make_deploy(invoke, tmp_path, upstream, c1, {"vllm/worker.py": PATCHED})
+    c2 = upstream.commit({"vllm/worker.py": NO_LOGGING})
+    assert invoke("rebase", "--onto", c2, repo=root).exit_code == 1
+    st = invoke("status", repo=root)
+    assert "worker: .patchkit/rebase/broken/worker/worker.py (broken: fix it there; --continue checks it again)" in (
+        st.stdout
+    )
+    summary = tmp_path / "summary.md"
+    done = invoke(
+        "rebase", "--continue", "--accept-broken", "worker", "--reason", "sitecustomize provides logging",
+        "--summary", str(summary), repo=root,
+    )  # fmt: skip
+    assert done.exit_code == 0, done.stderr
+    assert "**accepted as broken**: sitecustomize provides logging" in summary.read_text()
+    assert not (root / ".patchkit/rebase").exists()
