@@ -59,9 +59,15 @@ def init(directory: Path, name: str | None) -> None:
     is_flag=True,
     help="With --online: compare each overlay's base with the file at its target in the pinned images.",
 )
+@click.option(
+    "--deep",
+    is_flag=True,
+    help="Also read each pinned upstream tree (git, wheel, directory or image) and check that every import "
+    "of the upstream's own package in an overlay or module resolves there.",
+)
 @INSECURE
 @click.pass_context
-def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, insecure: tuple[str, ...]) -> None:
+def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, deep: bool, insecure: tuple[str, ...]) -> None:
     """Verify every offline invariant of the deployment; exit 1 on any finding.
 
     \b
@@ -97,6 +103,10 @@ def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, insecur
         result.findings.extend(
             online_findings(lock, index.line_of, cache_path(), insecure=insecure, image_bases=image_bases)
         )
+    if deep:
+        from patchkit.trust.deep import findings as deep_findings
+
+        result.findings.extend(deep_findings(repo, lock, cache_path(), blob_store()))
     click.echo(render(result, fmt), nl=False)
     if not result.ok:
         ctx.exit(EXIT_FINDINGS)
@@ -289,6 +299,8 @@ def status(ctx: click.Context, fmt: str) -> None:
     click.echo(f"rebase of {r['upstream']} in progress: {r['from']} -> {r['to']}")
     for f in r["conflicts"]:
         left = "resolved" if f["resolved"] else f"markers at lines {', '.join(map(str, f['markers'][:5]))}"
+        if f.get("broken"):
+            left = "broken: fix it there; --continue checks it again"
         click.echo(f"  {f['patch']}: {f['file']} ({left})")
     for name in r["deleted"]:
         click.echo(f"  {name}: deleted upstream; --continue --drop {name} to drop it")
