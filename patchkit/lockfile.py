@@ -68,6 +68,27 @@ class Image:
 
 
 @dataclass(frozen=True)
+class Derived:
+    """A derived image: the base ``images.<base>`` plus one layer of every file that runs, pushed by digest.
+
+    Keyed by the deploy.toml profile it was built for. ``digest`` is the
+    top-level one (an index when the base is multi-platform), what the
+    Kubernetes manifests run; ``layer_digest``/``diff_id`` are the one added
+    layer (compressed and uncompressed), the same on every platform.
+    """
+
+    name: str
+    base: str
+    repository: str
+    digest: Digest
+    base_digest: Digest
+    layer_digest: Digest
+    diff_id: Digest
+    created: str
+    tag: str | None = None
+
+
+@dataclass(frozen=True)
 class ModelFile:
     """One file of a model revision: its size and its hash (LFS sha256 or git blob id)."""
 
@@ -293,6 +314,7 @@ class Lockfile:
     refs: tuple[RefState, ...] = ()
     signing: Signing | None = None
     diffs: tuple[HandDiff, ...] = ()
+    derived: tuple[Derived, ...] = ()
     schema: int = SCHEMA_VERSION
 
     def upstream(self, name: str) -> Upstream | None:
@@ -478,6 +500,7 @@ def _read(raw: dict[str, Any], r: _Reader) -> Lockfile | None:  # noqa: C901 (ov
             "diffs",
             "refs",
             "signing",
+            "derived",
         ),
     )
     schema = raw.get("schema")
@@ -556,6 +579,7 @@ def _read(raw: dict[str, Any], r: _Reader) -> Lockfile | None:  # noqa: C901 (ov
         signing = _read_signing(signing_raw, r)
 
     hand_diffs = _read_hand_diffs(raw, r, {p.name for p in patches})
+    derived = _read_derived(raw, r, {i.name for i in images if i is not None})
 
     _check_unique(r, patches, tuning, artifacts, hand_diffs)
     if r.problems:
@@ -571,6 +595,7 @@ def _read(raw: dict[str, Any], r: _Reader) -> Lockfile | None:  # noqa: C901 (ov
         refs=tuple(x for x in refs if x is not None),
         signing=signing,
         diffs=hand_diffs,
+        derived=derived,
     )
 
 
@@ -670,6 +695,32 @@ def _read_image(key: str, t: dict[str, Any], path: FieldPath, r: _Reader) -> Ima
         version=r.string(t, path, "version"),
         note=r.string(t, path, "note"),
     )
+
+
+def _read_derived(raw: dict[str, Any], r: _Reader, image_names: set[str]) -> tuple[Derived, ...]:
+    """``[derived.<profile>]`` tables: every field required but ``tag``; the base must be a pinned image."""
+    out: list[Derived] = []
+    for key, t in (r.table(raw, (), "derived") or {}).items():
+        path: FieldPath = ("derived", key)
+        if not isinstance(t, dict):
+            r.problem(path, f"must be a table, got {_toml_type(t)}")
+            continue
+        r.known(t, path, ("base", "repository", "tag", "digest", "base_digest", "layer_digest", "diff_id", "created"))
+        name = _name(r, path, key, "profile name")
+        base = r.string(t, path, "base", required=True)
+        if base is not None and base not in image_names:
+            r.problem((*path, "base"), f"names image '{base}', which [images] does not pin", "patchkit image pin")
+        repository = r.string(t, path, "repository", required=True)
+        digests = {
+            k: r.typed(t, path, k, Digest, required=True, hint="rebuild it: patchkit image build --push …")
+            for k in ("digest", "base_digest", "layer_digest", "diff_id")
+        }
+        created = r.string(t, path, "created", required=True)
+        tag = r.string(t, path, "tag")
+        d, b, ly, di = (digests[k] for k in ("digest", "base_digest", "layer_digest", "diff_id"))
+        if name and base and repository and created and d and b and ly and di:
+            out.append(Derived(name, base, repository, d, b, ly, di, created, tag))
+    return tuple(out)
 
 
 def _read_model(t: dict[str, Any], r: _Reader) -> Model | None:
@@ -1112,6 +1163,20 @@ def dumps(lock: Lockfile) -> str:  # noqa: C901 (over the ceiling already)
             identity=sg.identity,
             files=None if sg.files == Signing.files else [str(f) for f in sg.files],
         )
+    if lock.derived:
+        doc["derived"] = {
+            d.name: _table(
+                base=d.base,
+                repository=d.repository,
+                tag=d.tag,
+                digest=d.digest,
+                base_digest=d.base_digest,
+                layer_digest=d.layer_digest,
+                diff_id=d.diff_id,
+                created=d.created,
+            )
+            for d in sorted(lock.derived, key=lambda d: d.name)
+        }
     return HEADER + "\n" + tomli_w.dumps(doc)
 
 
