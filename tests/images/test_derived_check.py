@@ -1,0 +1,217 @@
+"""``check --online`` on derived images: the pushed image must still be its base plus exactly the pinned files."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import io
+import json
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from patchkit import lockfile
+from patchkit.findings import Finding
+from patchkit.images.build import LayerFile, build_and_push, layer_tar
+from patchkit.images.registry import ImageRef, RegistryClient
+from patchkit.images.verify import layer_differences, pinned_targets
+from patchkit.online import image_findings
+from patchkit.tomlpos import LineIndex
+from tests.conftest import Invoke, git
+from tests.images.conftest import RegistryServer, TestImages
+from tests.images.test_build import build, make_derivable, pinned_files
+
+SHA_A = "a" * 64
+
+
+def findings(root: Path) -> list[Finding]:
+    """What ``check --online`` finds about the images of ``root``'s lockfile."""
+    text = (root / "lockfile.toml").read_text()
+    index = LineIndex(text)
+    return image_findings(lockfile.loads(text), index.line_of)
+
+
+def codes(found: list[Finding]) -> list[tuple[str, str | None]]:
+    return [(f.code, f.field) for f in found]
+
+
+@pytest.fixture
+def built(
+    deploy: Path, oci_image: TestImages, registry_server: RegistryServer, invoke: Invoke, tmp_path: Path
+) -> Iterator[tuple[Path, dict[str, object]]]:
+    """A deployment with its derived image pushed; its layer is unique to the test (a tuning table of its own)."""
+    (deploy / "tuning/moe.csv").write_bytes(f"m,n,k,block\n{tmp_path.name}\n".encode())
+    assert invoke("lock", repo=deploy).exit_code == 0
+    git(deploy, "commit", "-qam", "tune")
+    make_derivable(deploy, oci_image.single, invoke)
+    doc = build(invoke, deploy, f"{registry_server.host}/derived/checked:{tmp_path.name[-20:].lower()}")
+    yield deploy, doc
+
+
+# --- the layer's contents, pure -------------------------------------------------------------------------
+
+
+def _tar(entries: list[tarfile.TarInfo], data: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        for info in entries:
+            payload = data.get(info.name, b"")
+            info.size = len(payload) if info.isreg() else 0
+            t.addfile(info, io.BytesIO(payload) if info.isreg() else None)
+    return buf.getvalue()
+
+
+def test_layer_differences_name_every_way_a_layer_can_differ() -> None:
+    import hashlib
+
+    expected = {"/opt/a.py": hashlib.sha256(b"a").hexdigest(), "/opt/b.py": hashlib.sha256(b"b").hexdigest()}
+    assert layer_differences(layer_tar([LayerFile("/opt/a.py", b"a"), LayerFile("/opt/b.py", b"b")], 0), expected) == []
+
+    reg = tarfile.TarInfo("opt/a.py")
+    odd_mode = tarfile.TarInfo("opt/b.py")
+    odd_mode.mode = 0o4755
+    extra = tarfile.TarInfo("etc/extra")
+    whiteout = tarfile.TarInfo("usr/lib/.wh.site.py")
+    link = tarfile.TarInfo("opt/link")
+    link.type, link.linkname = tarfile.SYMTYPE, "/etc/shadow"
+    directory = tarfile.TarInfo("opt/dir")
+    directory.type = tarfile.DIRTYPE
+    tar = _tar([reg, odd_mode, extra, whiteout, link, directory], {"opt/a.py": b"A", "opt/b.py": b"b"})
+    assert layer_differences(tar, {**expected, "/opt/c.py": SHA_A}) == [
+        f"/opt/a.py has sha256 {hashlib.sha256(b'A').hexdigest()[:12]}…, not the pinned {expected['/opt/a.py'][:12]}…",
+        "/opt/b.py has mode 4755, not 0644 or 0755",
+        "/etc/extra is not pinned",
+        "/usr/lib/.wh.site.py is a whiteout: it deletes a file of the base",
+        "/opt/link is a symbolic link to /etc/shadow, not a pinned file",
+        "/opt/dir is a directory, not a pinned file",
+        "/opt/c.py is missing",
+    ]
+    assert layer_differences(b"not a tar" * 100, expected)[0].startswith("the layer is not a tar archive")
+
+
+def test_pinned_targets_are_what_the_build_puts_in(deploy: Path) -> None:
+    import hashlib
+
+    lock = lockfile.loads((deploy / "lockfile.toml").read_text())
+    assert pinned_targets(lock) == {t: hashlib.sha256(b).hexdigest() for t, b in pinned_files(deploy).items()}
+
+
+# --- against the registry ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_pushed_derived_image_passes(built: tuple[Path, dict[str, object]]) -> None:
+    root, _ = built
+    assert findings(root) == []
+
+
+@pytest.mark.slow
+def test_a_tampered_top_layer_is_caught(built: tuple[Path, dict[str, object]], registry_server: RegistryServer) -> None:
+    root, doc = built
+    blob = registry_server.blob_path(str(doc["layer_digest"]))
+    original = blob.read_bytes()
+    # Someone with write access to the registry's storage swaps the layer for one with another file.
+    blob.write_bytes(gzip.compress(layer_tar([LayerFile("/opt/patchkit/entrypoint.sh", b"evil")], 0)))
+    try:
+        found = findings(root)
+    finally:
+        blob.write_bytes(original)
+    assert codes(found) == [("derived-tampered", "derived.single.digest")]
+    assert "hashes to sha256:" in found[0].message and "refusing it" in found[0].message
+    assert found[0].fix is not None and found[0].fix.startswith("rebuild and re-pin it: patchkit image build")
+
+
+@pytest.mark.slow
+def test_an_image_with_a_file_that_is_not_pinned_is_caught(
+    built: tuple[Path, dict[str, object]], registry_server: RegistryServer
+) -> None:
+    root, _ = built
+    lock = lockfile.loads((root / "lockfile.toml").read_text())
+    (pin,) = lock.derived
+    files = [LayerFile(t, b) for t, b in pinned_files(root).items()] + [LayerFile("/etc/ld.so.preload", b"/x.so\n")]
+    with RegistryClient() as client:
+        other = build_and_push(
+            client,
+            ImageRef.parse(f"{lock.images[0].repository}@{lock.images[0].digest}"),
+            ImageRef.parse(f"{registry_server.host}/derived/forged:v1"),
+            files,
+            pin.created,
+        )
+    forged = dataclasses.replace(
+        pin,
+        repository=other.repository,
+        digest=other.digest,
+        layer_digest=other.layer.digest,
+        diff_id=other.layer.diff_id,
+    )
+    lock = dataclasses.replace(lock, derived=(forged,))
+    found = image_findings(lock, lambda _path: None)
+    assert [(f.code, f.message.rsplit(": ", 1)[-1]) for f in found] == [
+        ("derived-files", "/etc/ld.so.preload is not pinned")
+    ]
+
+
+@pytest.mark.slow
+def test_a_repinned_file_makes_the_derived_image_stale(built: tuple[Path, dict[str, object]], invoke: Invoke) -> None:
+    import hashlib
+
+    root, _ = built
+    pushed = hashlib.sha256((root / "tuning/moe.csv").read_bytes()).hexdigest()
+    retuned = b"m,n,k,block\nretuned\n"
+    (root / "tuning/moe.csv").write_bytes(retuned)
+    assert invoke("lock", repo=root).exit_code == 0
+    found = findings(root)
+    assert codes(found) == [("derived-files", "derived.single.layer_digest")]
+    now = hashlib.sha256(retuned).hexdigest()
+    assert found[0].message.endswith(
+        f"top layer: /opt/tuning/moe.csv has sha256 {pushed[:12]}…, not the pinned {now[:12]}…"
+    )
+
+
+@pytest.mark.slow
+def test_a_moved_base_pin_and_a_vanished_image_are_findings(
+    built: tuple[Path, dict[str, object]], oci_image: TestImages, invoke: Invoke
+) -> None:
+    root, _ = built
+    text = (root / "lockfile.toml").read_text()
+    lock = lockfile.loads(text)
+    (pin,) = lock.derived
+    gone = dataclasses.replace(pin, digest=lockfile.Digest("sha256:" + SHA_A))
+    found = image_findings(dataclasses.replace(lock, derived=(gone,)), lambda _path: None)
+    assert [f.code for f in found] == ["derived-gone"]
+
+    assert invoke("image", "pin", "vllm", oci_image.multi, repo=root).exit_code == 0
+    found = findings(root)
+    assert codes(found) == [("derived-stale", "derived.single.base_digest")]
+    assert f"built on {pin.base_digest}, but images.vllm now pins {oci_image.index_digest}" in found[0].message
+    assert found[0].line is not None
+
+
+@pytest.mark.slow
+def test_check_online_fails_on_a_tampered_layer(
+    built: tuple[Path, dict[str, object]],
+    registry_server: RegistryServer,
+    invoke: Invoke,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    root, doc = built
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: the hub is "unknown", not asked
+    r = invoke("check", "--online", "--format", "json", repo=root)
+    assert [f["code"] for f in json.loads(r.stdout)["findings"] if f["severity"] == "error"] == []
+    blob = registry_server.blob_path(str(doc["layer_digest"]))
+    original = blob.read_bytes()
+    blob.write_bytes(original[:-10] + b"0123456789")  # same size, other bytes
+    try:
+        r = invoke("check", "--online", "--format", "json", repo=root)
+    finally:
+        blob.write_bytes(original)
+    assert r.exit_code == 1, r.stdout + r.stderr
+    errors = [f for f in json.loads(r.stdout)["findings"] if f["severity"] == "error"]
+    assert [(f["code"], f["file"], f["field"]) for f in errors] == [
+        ("derived-tampered", "lockfile.toml", "derived.single.digest")
+    ]
+    assert (
+        errors[0]["line"] == (root / "lockfile.toml").read_text().splitlines().index("[derived.single]") + 5
+    )  # digest, the 4th key
