@@ -127,6 +127,7 @@ class Checker:
         self._check_overlays_have_diffs()
         self._check_sums()
         self._check_compose()
+        self._check_kubernetes()
         self._check_mounts()
         self._check_model()
         if self.lock.signing is not None:
@@ -364,6 +365,37 @@ class Checker:
                     "regenerate it: patchkit emit (edit deploy.toml for service settings)",
                 )
             )
+
+    def _check_kubernetes(self) -> None:
+        """With a [kubernetes] table in deploy.toml, the manifests must be exactly what emit writes."""
+        from patchkit.emit import CONFIG_NAME, load_config
+        from patchkit.errors import BadInput
+        from patchkit.kubernetes import emit_files
+
+        try:
+            has_table = load_config(self.repo.root / CONFIG_NAME).kubernetes is not None
+        except BadInput:  # no deploy.toml, or a broken one: the compose check reports it
+            return
+        if not has_table:
+            return
+        try:
+            _, drift = emit_files(self.repo, self.lock, check_only=True, validate_output=False)
+        except BadInput as e:
+            self.result.findings.append(
+                Finding("kubernetes-unchecked", CONFIG_NAME, None, f"cannot emit the Kubernetes manifests: {e}", e.hint)
+            )
+            return
+        self.result.findings.extend(
+            Finding(
+                "kubernetes-drift",
+                rel,
+                None,
+                "differs from what patchkit emit --target kubernetes writes from lockfile.toml and deploy.toml "
+                "(edited by hand, or the pins moved)",
+                "regenerate it: patchkit emit --target kubernetes",
+            )
+            for rel in drift
+        )
 
     def _check_canonical(self) -> None:
         """The lockfile is in the form patchkit writes, so reviews see only real changes."""
