@@ -356,6 +356,11 @@ def _descriptor(item: object, what: str) -> Descriptor:
     return Descriptor(media_type, d, size, platform)
 
 
+def parse_descriptor(item: object, what: str) -> Descriptor:
+    """One descriptor of a manifest or index (pure); ``Malformed`` if it is not one."""
+    return _descriptor(item, what)
+
+
 def parse_manifest(body: bytes, content_type: str | None = None) -> ImageManifest | ImageIndex:
     """Parse a manifest or an index from its bytes (pure).
 
@@ -1215,6 +1220,21 @@ class RegistryClient:
         The digest is the sha256 of ``body`` (what any client will verify);
         the registry's answer must agree when it gives one.
         """
+        return self._put_manifest(ref, reference, body, media_type)[0]
+
+    def put_referrer(self, ref: ImageRef, body: bytes) -> tuple[Digest, bool]:
+        """PUT an OCI manifest with a ``subject`` by its digest; and whether the registry indexed the subject.
+
+        A registry with the referrers API says so with an ``OCI-Subject``
+        header (distribution-spec 1.1); without it the caller must maintain
+        the referrers tag itself.
+        """
+        digest, headers = self._put_manifest(ref, digest_of(body).text, body, OCI_MANIFEST)
+        return digest, bool(headers.get("OCI-Subject"))
+
+    def _put_manifest(
+        self, ref: ImageRef, reference: str, body: bytes, media_type: str
+    ) -> tuple[Digest, Mapping[str, str]]:
         digest = digest_of(body)
         what = f"putting manifest {digest} to {ref.name}:{reference}"
         resp = self._request(
@@ -1225,7 +1245,7 @@ class RegistryClient:
         if said and said != digest.text:
             raise RegistryError(f"{what}: the registry stored it as {said}, not as {digest}")
         self._manifests[(ref.registry, ref.repository, digest)] = body
-        return digest
+        return digest, resp.headers
 
     def referrers(self, ref: ImageRef, digest: Digest) -> tuple[list[dict[str, Any]], bool]:
         """The referrers of ``digest`` (raw descriptors with ``artifactType``), and whether the API answered.
