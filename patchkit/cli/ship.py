@@ -83,9 +83,9 @@ def emit(ctx: click.Context, profiles: tuple[str, ...], verify: bool, target: st
     note says they were not validated).
     """
     if target == "kubernetes":
-        from patchkit.kubernetes import emit_files
+        from patchkit.emit.kubernetes import emit_files
     else:
-        from patchkit.emit import emit_files
+        from patchkit.emit.files import emit_files
 
     repo, lockf, _ = open_repo(ctx, writes=not verify)
     notes: list[str] = []

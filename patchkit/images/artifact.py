@@ -111,7 +111,8 @@ class Pushed:
 
 def push(client: RegistryClient, bundle: Path, target: ImageRef) -> Pushed:
     """Publish ``bundle`` with its ``.sig`` (required) and ``.intoto.jsonl`` (if present) to ``target``."""
-    from patchkit import attest, signing
+    from patchkit.signing import attest
+    from patchkit.signing import signatures as signing
 
     data = _read(bundle, MAX_BUNDLE_BYTES, "the bundle")
     sig_path = signing.signature_path(bundle)
@@ -228,8 +229,8 @@ def pull(
     now: datetime | None = None,
 ) -> Pulled:
     """Fetch the bundle ``ref`` (pinned by digest) and its referrers, verify all of it, then write it to ``out``."""
-    from patchkit import signing
     from patchkit.images.registry import RegistryError
+    from patchkit.signing import signatures as signing
 
     if ref.digest is None:
         raise BadInput(
@@ -293,7 +294,7 @@ def _verify_and_write(
     now: datetime | None,
 ) -> Pulled:
     """Stage ``files`` beside ``out``, verify the bundle there, and move them in only if everything holds."""
-    from patchkit import signing
+    from patchkit.signing import signatures as signing
 
     out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)

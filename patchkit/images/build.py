@@ -37,7 +37,7 @@ from patchkit.values import Digest
 if TYPE_CHECKING:
     from patchkit.cache import BlobStore
     from patchkit.images.registry import ImageRef, RegistryClient
-    from patchkit.lockfile import Derived, Lockfile
+    from patchkit.lockfile.model import Derived, Lockfile
     from patchkit.outcome import Outcome
     from patchkit.repo import Repo
 
@@ -421,7 +421,7 @@ def created_time(lock: Lockfile, base_name: str, environ: Mapping[str, str] | No
 
 def derived_pin(name: str, base_name: str, built: Built) -> Derived:
     """The lockfile pin of a pushed derived image."""
-    from patchkit.lockfile import Derived
+    from patchkit.lockfile.model import Derived
 
     return Derived(
         name=name,
@@ -459,7 +459,7 @@ def build_image(
     """
     import dataclasses
 
-    from patchkit.emit import CONFIG_NAME, DEFAULT_PROFILE, load_config
+    from patchkit.emit.config import CONFIG_NAME, DEFAULT_PROFILE, load_config
     from patchkit.images.registry import ImageRef, RegistryClient
     from patchkit.outcome import Change, Outcome
     from patchkit.persist import finish

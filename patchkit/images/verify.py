@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from patchkit.findings import Finding
 from patchkit.hashing import sha256_bytes
-from patchkit.lockfile import LOCKFILE_NAME, Derived, Lockfile
+from patchkit.lockfile.model import LOCKFILE_NAME, Derived, Lockfile
 from patchkit.values import Digest
 
 if TYPE_CHECKING:

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from patchkit import lockfile
 from patchkit.images.build import LayerFile, layer_tar, make_layer
+from patchkit.lockfile.reader import loads as load_lock
 from tests.conftest import Invoke, git, snapshot
 from tests.dockerd import Dockerd
 from tests.images.conftest import RegistryServer, TestImages
@@ -92,7 +92,7 @@ def build(invoke: Invoke, root: Path, push: str, *extra: str) -> dict[str, Any]:
 
 def pinned_files(root: Path) -> dict[str, bytes]:
     """The bytes of every file the deployment pins, by container target."""
-    lock = lockfile.loads((root / "lockfile.toml").read_text())
+    lock = load_lock((root / "lockfile.toml").read_text())
     out = {str(p.target): (root / str(p.file)).read_bytes() for p in lock.patches if p.file is not None}
     out.update({str(a.target): (root / str(a.file)).read_bytes() for a in (*lock.tuning, *lock.artifacts) if a.target})
     return out
@@ -178,7 +178,7 @@ def test_build_pins_the_digests_and_skopeo_shows_the_layers(
     target = f"{registry_server.host}/derived/pins:v1"
     doc = build(invoke, derivable, target)
 
-    lock = lockfile.loads((derivable / "lockfile.toml").read_text())
+    lock = load_lock((derivable / "lockfile.toml").read_text())
     (pin,) = lock.derived
     assert (pin.name, pin.base, pin.tag) == ("single", "vllm", "v1")
     assert pin.repository == f"{registry_server.host}/derived/pins"

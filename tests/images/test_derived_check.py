@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from patchkit import lockfile
 from patchkit.findings import Finding
 from patchkit.images.build import LayerFile, build_and_push, layer_tar
 from patchkit.images.registry import ImageRef, RegistryClient
 from patchkit.images.verify import layer_differences, pinned_targets
+from patchkit.lockfile.reader import loads as load_lock
+from patchkit.lockfile.tomlpos import LineIndex
 from patchkit.online import image_findings
-from patchkit.tomlpos import LineIndex
+from patchkit.values import Digest
 from tests.conftest import Invoke, git
 from tests.images.conftest import RegistryServer, TestImages
 from tests.images.test_build import build, make_derivable, pinned_files
@@ -30,7 +31,7 @@ def findings(root: Path) -> list[Finding]:
     """What ``check --online`` finds about the images of ``root``'s lockfile."""
     text = (root / "lockfile.toml").read_text()
     index = LineIndex(text)
-    return image_findings(lockfile.loads(text), index.line_of)
+    return image_findings(load_lock(text), index.line_of)
 
 
 def codes(found: list[Finding]) -> list[tuple[str, str | None]]:
@@ -94,7 +95,7 @@ def test_layer_differences_name_every_way_a_layer_can_differ() -> None:
 def test_pinned_targets_are_what_the_build_puts_in(deploy: Path) -> None:
     import hashlib
 
-    lock = lockfile.loads((deploy / "lockfile.toml").read_text())
+    lock = load_lock((deploy / "lockfile.toml").read_text())
     assert pinned_targets(lock) == {t: hashlib.sha256(b).hexdigest() for t, b in pinned_files(deploy).items()}
 
 
@@ -128,7 +129,7 @@ def test_an_image_with_a_file_that_is_not_pinned_is_caught(
     built: tuple[Path, dict[str, object]], registry_server: RegistryServer
 ) -> None:
     root, _ = built
-    lock = lockfile.loads((root / "lockfile.toml").read_text())
+    lock = load_lock((root / "lockfile.toml").read_text())
     (pin,) = lock.derived
     files = [LayerFile(t, b) for t, b in pinned_files(root).items()] + [LayerFile("/etc/ld.so.preload", b"/x.so\n")]
     with RegistryClient() as client:
@@ -176,9 +177,9 @@ def test_a_moved_base_pin_and_a_vanished_image_are_findings(
 ) -> None:
     root, _ = built
     text = (root / "lockfile.toml").read_text()
-    lock = lockfile.loads(text)
+    lock = load_lock(text)
     (pin,) = lock.derived
-    gone = dataclasses.replace(pin, digest=lockfile.Digest("sha256:" + SHA_A))
+    gone = dataclasses.replace(pin, digest=Digest("sha256:" + SHA_A))
     found = image_findings(dataclasses.replace(lock, derived=(gone,)), lambda _path: None)
     assert [f.code for f in found] == ["derived-gone"]
 

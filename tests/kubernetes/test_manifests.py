@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 import yaml  # type: ignore[import-untyped]
 
-from patchkit import kubernetes, lockfile
-from patchkit.emit import ConfigError, Healthcheck, load_config
+from patchkit.emit import kubernetes
+from patchkit.emit.config import ConfigError, Healthcheck, load_config
 from patchkit.errors import BadInput
+from patchkit.lockfile.reader import loads as load_lock
 from tests.conftest import Invoke, copy_shipped, snapshot
 
 DERIVED = "sha256:" + "d" * 64
@@ -40,7 +41,7 @@ def shipped(tmp_path: Path, invoke: Invoke) -> Path:
     root = copy_shipped(tmp_path / "shipped")
     with (root / "deploy.toml").open("a") as f:
         f.write(KUBERNETES)
-    base = lockfile.loads((root / "lockfile.toml").read_text()).images
+    base = load_lock((root / "lockfile.toml").read_text()).images
     vllm = next(i for i in base if i.name == "vllm")
     with (root / "lockfile.toml").open("a") as f:
         f.write(derived_table("single", vllm.digest.text) + derived_table("tp1x2", vllm.digest.text))
@@ -50,7 +51,7 @@ def shipped(tmp_path: Path, invoke: Invoke) -> Path:
 
 
 def objects(root: Path, profile: str) -> list[dict[str, Any]]:
-    lock = lockfile.loads((root / "lockfile.toml").read_text())
+    lock = load_lock((root / "lockfile.toml").read_text())
     return kubernetes.manifests(lock, load_config(root / "deploy.toml"), profile)
 
 
@@ -74,7 +75,7 @@ def test_every_replica_gets_a_deployment_and_a_service_and_the_proxy_follows(shi
 
 
 def test_the_inference_pod_runs_the_derived_image_with_gpus_shm_cache_and_probes(shipped: Path) -> None:
-    lock = lockfile.loads((shipped / "lockfile.toml").read_text())
+    lock = load_lock((shipped / "lockfile.toml").read_text())
     assert lock.model is not None
     deployment = objects(shipped, "single")[0]
     spec = deployment["spec"]
@@ -119,7 +120,7 @@ def test_the_inference_pod_runs_the_derived_image_with_gpus_shm_cache_and_probes
 
 
 def test_the_proxy_keeps_client_addresses_and_pins_caddy_by_digest(shipped: Path) -> None:
-    lock = lockfile.loads((shipped / "lockfile.toml").read_text())
+    lock = load_lock((shipped / "lockfile.toml").read_text())
     caddy = next(i for i in lock.images if i.name == "caddy")
     proxy, service = objects(shipped, "single")[-2:]
     (c,) = proxy["spec"]["template"]["spec"]["containers"]
@@ -144,7 +145,7 @@ def test_emit_writes_byte_stable_validated_files_and_check_catches_drift(shipped
     assert "for Kubernetes 1.33.0" in text
     assert "&id" not in text and "*id" not in text  # every value written out, no YAML anchors
     assert list(yaml.safe_load_all(text)) == kubernetes.manifests(
-        lockfile.loads((shipped / "lockfile.toml").read_text()), load_config(shipped / "deploy.toml"), "single"
+        load_lock((shipped / "lockfile.toml").read_text()), load_config(shipped / "deploy.toml"), "single"
     )
     assert [d["kind"] for d in yaml.safe_load_all(text)] == ["Deployment", "Service", "Deployment", "Service"]
     before = snapshot(shipped)
@@ -188,7 +189,7 @@ def test_a_new_derived_digest_changes_only_the_image_lines(shipped: Path, invoke
 
 def test_without_a_derived_image_or_with_a_stale_one_nothing_is_written(shipped: Path, invoke: Invoke) -> None:
     text = (shipped / "lockfile.toml").read_text()
-    lock = lockfile.loads(text)
+    lock = load_lock(text)
     vllm = next(i for i in lock.images if i.name == "vllm")
     (shipped / "lockfile.toml").write_text(text.replace(f'base_digest = "{vllm.digest}"', f'base_digest = "{LAYER}"'))
     assert invoke("lock", repo=shipped).exit_code == 0
@@ -202,7 +203,7 @@ def test_without_a_derived_image_or_with_a_stale_one_nothing_is_written(shipped:
     assert "kubernetes-unchecked" not in r.stdout  # text output names the file, not the code
     assert "cannot emit the Kubernetes manifests" in r.stdout
 
-    lock = lockfile.loads((shipped / "lockfile.toml").read_text())
+    lock = load_lock((shipped / "lockfile.toml").read_text())
     import dataclasses
 
     with pytest.raises(BadInput, match=r"no \[derived.single\]: Kubernetes runs the derived image"):

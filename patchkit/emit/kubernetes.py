@@ -14,7 +14,7 @@ mounts: a cluster has no repository checkout to bind-mount from. A profile
 without a derived pin, or with one built on another base digest than the
 lockfile pins now, is refused. What the manifests do not decide (node
 placement, GPU device plugin, the cache volume's provisioning, the proxy's
-Caddyfile ConfigMap, ulimits) is the cluster's; docs/kubernetes.md lists it.
+Caddyfile ConfigMap, ulimits) is the cluster's; docs/fleet.md lists it.
 
 Validation is offline against the Kubernetes JSON schemas of
 ``[kubernetes] version`` with ``kubernetes-validate`` (the ``kubernetes``
@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any
 from patchkit.errors import BadInput, Problem
 
 if TYPE_CHECKING:
-    from patchkit.emit import DeployConfig, Healthcheck, Profile
-    from patchkit.lockfile import Derived, Lockfile
+    from patchkit.emit.config import DeployConfig, Healthcheck, Profile
+    from patchkit.lockfile.model import Derived, Lockfile
     from patchkit.outcome import Outcome
     from patchkit.repo import Repo
 
@@ -76,13 +76,13 @@ def file_of(profile: str) -> str:
 
 def read_config(config: DeployConfig) -> KubernetesConfig:
     """The ``[kubernetes]`` table, checked; ``ConfigError`` naming every bad field with its line."""
-    from patchkit.emit import ConfigError
+    from patchkit.emit.config import ConfigError
 
     raw = config.kubernetes
     if raw is None:
         raise BadInput(
             f"{config.file}: no [kubernetes] table",
-            'add [kubernetes] with model_cache_claim = "<PVC holding the Hugging Face cache>" (docs/kubernetes.md)',
+            'add [kubernetes] with model_cache_claim = "<PVC holding the Hugging Face cache>" (docs/deploy.md)',
         )
     problems: list[Problem] = []
 
@@ -235,7 +235,7 @@ def _service(
 
 def manifests(lock: Lockfile, config: DeployConfig, profile: str) -> list[dict[str, Any]]:
     """Every object of ``profile``'s manifests, in a fixed order (pure)."""
-    from patchkit.emit import ConfigError
+    from patchkit.emit.config import ConfigError
 
     k = read_config(config)
     prof = config.profile(profile)
@@ -410,7 +410,7 @@ def emit_files(
     Mirrors ``emit.emit_files``: nothing is written when any profile fails or
     with ``check_only``; the second value lists the files that differ.
     """
-    from patchkit.emit import CONFIG_NAME, load_config
+    from patchkit.emit.config import CONFIG_NAME, load_config
     from patchkit.outcome import Outcome
     from patchkit.repo import write_all
 

@@ -18,10 +18,10 @@ from patchkit import diffs, sums
 from patchkit.cache import BlobStore
 from patchkit.findings import CheckResult, Finding
 from patchkit.hashing import sha256_bytes, sha256_many
-from patchkit.lockfile import LOCKFILE_NAME, Lockfile, Patch, PatchKind
+from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile, Patch, PatchKind
+from patchkit.lockfile.tomlpos import LineIndex
 from patchkit.persist import expected_sums
 from patchkit.repo import JOURNAL, MANAGED_DIRS, WORK_DIR, Escape, Repo, gitignored, pending_journal, staging_pid
-from patchkit.tomlpos import LineIndex
 from patchkit.values import RepoPath
 
 if TYPE_CHECKING:
@@ -131,7 +131,7 @@ class Checker:
         self._check_mounts()
         self._check_model()
         if self.lock.signing is not None:
-            from patchkit.signing import signature_findings
+            from patchkit.signing.signatures import signature_findings
 
             self.result.findings.extend(signature_findings(self.repo, self.lock))
         return self.result
@@ -139,7 +139,7 @@ class Checker:
     def _check_model(self) -> None:
         """The model pin's manifest (inline or its file) is well formed and matches its pin."""
         if self.lock.model is not None:
-            from patchkit.model import format_findings
+            from patchkit.model.findings import format_findings
 
             self.result.findings.extend(format_findings(self.repo, self.lock, self.index.line_of))
 
@@ -344,7 +344,7 @@ class Checker:
         """With a deploy.toml, every compose file must be exactly what ``patchkit emit`` writes."""
         if not (self.repo.root / "deploy.toml").exists():
             return
-        from patchkit.emit import emit_files
+        from patchkit.emit.files import emit_files
         from patchkit.errors import BadInput
 
         try:
@@ -368,9 +368,9 @@ class Checker:
 
     def _check_kubernetes(self) -> None:
         """With a [kubernetes] table in deploy.toml, the manifests must be exactly what emit writes."""
-        from patchkit.emit import CONFIG_NAME, load_config
+        from patchkit.emit.config import CONFIG_NAME, load_config
+        from patchkit.emit.kubernetes import emit_files
         from patchkit.errors import BadInput
-        from patchkit.kubernetes import emit_files
 
         try:
             has_table = load_config(self.repo.root / CONFIG_NAME).kubernetes is not None
@@ -399,7 +399,7 @@ class Checker:
 
     def _check_canonical(self) -> None:
         """The lockfile is in the form patchkit writes, so reviews see only real changes."""
-        from patchkit.lockfile import dumps
+        from patchkit.lockfile.writer import dumps
 
         canonical = dumps(self.lock).encode()
         if canonical == self.lock_bytes:
