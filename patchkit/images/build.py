@@ -450,12 +450,15 @@ def build_image(
     client: RegistryClient | None = None,
     chunk_size: int | None = None,
     environ: Mapping[str, str] | None = None,
+    extra: Iterable[LayerFile] = (),
 ) -> tuple[Outcome, Built]:
     """``image build --push REF``: build the profile's derived image, push it, pin it as ``derived.<profile>``.
 
     The base is deploy.toml's ``inference.image`` (pinned by digest in the
-    lockfile), the entrypoint artifact is made executable. The lockfile and
-    SHA256SUMS are written only after the registry has accepted everything.
+    lockfile), the entrypoint artifact is made executable. ``extra`` is
+    where files other steps produce for the profile join the layer (what
+    its patch series write, at their targets). The lockfile and SHA256SUMS
+    are written only after the registry has accepted everything.
     """
     import dataclasses
 
@@ -476,7 +479,7 @@ def build_image(
     target = ImageRef.parse(push)
     if target.digest is not None:
         raise BadInput(f"--push {push}: give a repository and tag, not a digest", "e.g. --push registry/team/vllm:v1")
-    files = runtime_files(repo, lock, store, cache, executables=(config.inference.entrypoint,))
+    files = runtime_files(repo, lock, store, cache, executables=(config.inference.entrypoint,), extra=extra)
     base = ImageRef.parse(f"{img.repository}@{img.digest}")
     owned = client is None
     client = client if client is not None else RegistryClient()
