@@ -14,7 +14,7 @@ import pytest
 
 from patchkit.findings import Finding
 from patchkit.images.build import LayerFile, build_and_push, layer_tar
-from patchkit.images.registry import ImageRef, RegistryClient
+from patchkit.images.registry import ImageRef, RegistryClient, parse_descriptor
 from patchkit.images.verify import layer_differences, pinned_targets
 from patchkit.lockfile.reader import loads as load_lock
 from patchkit.lockfile.tomlpos import LineIndex
@@ -216,3 +216,56 @@ def test_check_online_fails_on_a_tampered_layer(
     assert (
         errors[0]["line"] == (root / "lockfile.toml").read_text().splitlines().index("[derived.single]") + 5
     )  # digest, the 4th key
+
+
+def _forge(lock_text: str, **changes: object) -> list[Finding]:
+    lock = load_lock(lock_text)
+    (pin,) = lock.derived
+    return image_findings(dataclasses.replace(lock, derived=(dataclasses.replace(pin, **changes),)), lambda _p: None)
+
+
+@pytest.mark.slow
+def test_an_image_on_other_lower_layers_or_with_a_changed_config_is_caught(
+    built: tuple[Path, dict[str, object]], registry_server: RegistryServer, oci_image: TestImages
+) -> None:
+    from patchkit.images.build import canonical_json
+
+    root, _ = built
+    text = (root / "lockfile.toml").read_text()
+    lock = load_lock(text)
+    (pin,) = lock.derived
+    files = [LayerFile(t, b) for t, b in pinned_files(root).items()]
+    target = ImageRef.parse(f"{registry_server.host}/derived/forged-base:v1")
+    arm64 = ImageRef.parse(f"{registry_server.host}/patchkit/multi@{oci_image.arm64_digest}")
+    with RegistryClient() as client:
+        other = build_and_push(client, arm64, target, files, pin.created)
+        found = _forge(text, repository=other.repository, digest=other.digest)
+        assert [f.code for f in found] == ["derived-base-layers"]
+        assert "its lower layers are not its base's layers" in found[0].message
+
+        # The pinned image, but its config now sets an environment variable of its own.
+        ref = ImageRef.parse(f"{pin.repository}@{pin.digest}")
+        manifest = json.loads(client.manifest(ref, pin.digest)[0])
+        config = json.loads(client.blob(ref, parse_descriptor(manifest["config"], "config")))
+        config.setdefault("config", {})["Env"] = ["LD_PRELOAD=/x.so"]
+        body = canonical_json(config)
+        desc = client.push_blob(ref, body)
+        manifest["config"] = {**manifest["config"], "digest": desc.digest.text, "size": desc.size}
+        raw = canonical_json(manifest)
+        changed = client.put_manifest(ref, "changed-config", raw, manifest["mediaType"])
+    found = _forge(text, digest=changed)
+    assert [f.code for f in found] == ["derived-config"]
+    assert found[0].message.endswith("its config changes the base's config")
+
+
+@pytest.mark.slow
+def test_a_multi_platform_derived_image_is_checked_per_platform(
+    deploy: Path, oci_image: TestImages, registry_server: RegistryServer, invoke: Invoke
+) -> None:
+    make_derivable(deploy, oci_image.multi, invoke)
+    build(invoke, deploy, f"{registry_server.host}/derived/checked-multi:v1")
+    assert findings(deploy) == []
+    text = (deploy / "lockfile.toml").read_text()
+    found = _forge(text, layer_digest=Digest("sha256:" + SHA_A))
+    assert [f.code for f in found] == ["derived-layer", "derived-layer"]  # one per platform
+    assert all("its top layer is " in f.message and "(sha256:" in f.message for f in found)
