@@ -128,6 +128,10 @@ class Checker:
         self._check_sums()
         self._check_compose()
         self._check_kubernetes()
+        if self.lock.derived:
+            from patchkit.images.verify import stale_findings
+
+            self.result.findings.extend(stale_findings(self.lock, self.index.line_of))
         self._check_mounts()
         self._check_model()
         if self.lock.signing is not None:

@@ -89,9 +89,20 @@ def _kind(member: tarfile.TarInfo) -> str:
     return "special file"
 
 
+def stale_findings(lock: Lockfile, locate: Locate) -> list[Finding]:
+    """Offline (pure): every derived image built on another base digest than ``images.<base>`` pins now."""
+    out = []
+    for d in lock.derived:
+        img = next((i for i in lock.images if i.name == d.base), None)
+        if img is not None and img.digest != d.base_digest:
+            message = f"built on {d.base_digest}, but images.{d.base} now pins {img.digest}"
+            out.append(_finding(d, locate, "derived-stale", "base_digest", message))
+    return out
+
+
 def derived_findings(lock: Lockfile, locate: Locate, client: RegistryClient) -> list[Finding]:
     """Every finding about the lockfile's derived images, from their registries."""
-    out: list[Finding] = []
+    out = stale_findings(lock, locate)
     for d in lock.derived:
         out.extend(_one(lock, d, locate, client))
     return out
@@ -116,15 +127,7 @@ def _one(lock: Lockfile, d: Derived, locate: Locate, client: RegistryClient) -> 
     if img is None:  # the loader refuses this; a constructed lockfile may still lack it
         return [_finding(d, locate, "derived-base", "base", f"its base image '{d.base}' is not pinned")]
     if img.digest != d.base_digest:
-        return [
-            _finding(
-                d,
-                locate,
-                "derived-stale",
-                "base_digest",
-                f"built on {d.base_digest}, but images.{d.base} now pins {img.digest}",
-            )
-        ]
+        return []  # stale_findings says so, offline as well
     ref = ImageRef.parse(f"{d.repository}@{d.digest}")
     base = ImageRef.parse(f"{img.repository}@{img.digest}")
     try:

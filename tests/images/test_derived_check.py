@@ -188,6 +188,11 @@ def test_a_moved_base_pin_and_a_vanished_image_are_findings(
     assert codes(found) == [("derived-stale", "derived.single.base_digest")]
     assert f"built on {pin.base_digest}, but images.vllm now pins {oci_image.index_digest}" in found[0].message
     assert found[0].line is not None
+    # Offline too: plain `check` knows the base moved without asking the registry.
+    r = invoke("check", "--format", "json", repo=root)
+    offline = [f for f in json.loads(r.stdout)["findings"] if f["code"] == "derived-stale"]
+    assert [(f["field"], f["line"]) for f in offline] == [("derived.single.base_digest", found[0].line)]
+    assert r.exit_code == 1
 
 
 @pytest.mark.slow
