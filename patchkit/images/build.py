@@ -258,7 +258,7 @@ class _Tally:
         if client.has_blob(target, digest):
             self.present.append(digest.text)
             return
-        client.push_blob(target, data, chunk_size=chunk_size)
+        client.push_blob(target, data, chunk_size=chunk_size, known_absent=True)
         self.uploaded.append(digest.text)
         self.bytes += len(data)
 

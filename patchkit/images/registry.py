@@ -1167,7 +1167,12 @@ class RegistryClient:
             return False
         query = urlencode({"mount": digest.text, "from": source.repository})
         resp = self._request(
-            "POST", ref, f"blobs/uploads/?{query}", what=f"mounting {digest} into {ref.name}", push=True
+            "POST",
+            ref,
+            f"blobs/uploads/?{query}",
+            what=f"mounting {digest} into {ref.name}",
+            push=True,
+            mount_from=source,
         )
         resp.close()
         if resp.status_code == 201:
@@ -1175,19 +1180,23 @@ class RegistryClient:
         location = resp.headers.get("Location")
         if location:
             with contextlib.suppress(RegistryError):
+                cancel = self._upload_url(ref, location)
                 self._request(
-                    "DELETE", ref, "", what="cancelling an upload", push=True, url=self._upload_url(ref, location)
+                    "DELETE", ref, "", what="cancelling an upload", push=True, url=cancel, mount_from=source
                 ).close()
         return False
 
-    def push_blob(self, ref: ImageRef, data: bytes, *, chunk_size: int | None = None) -> Descriptor:
+    def push_blob(
+        self, ref: ImageRef, data: bytes, *, chunk_size: int | None = None, known_absent: bool = False
+    ) -> Descriptor:
         """Upload ``data`` as a blob of ``ref``'s repository: monolithic, or in ``chunk_size`` PATCHes.
 
         The registry must confirm the digest patchkit computed; a blob already
-        there is not sent again. Returns its descriptor (media type left empty).
+        there is not sent again (``known_absent``: the caller has just asked).
+        Returns its descriptor (media type left empty).
         """
         digest = digest_of(data)
-        if not self.has_blob(ref, digest):
+        if known_absent or not self.has_blob(ref, digest):
             if chunk_size is None:
                 location = self._start_upload(ref, digest)
                 self._finish_upload(ref, location, digest, data)
@@ -1600,19 +1609,23 @@ class RegistryClient:
         headers: Mapping[str, str] | None = None,
         push: bool = False,
         url: str | None = None,
+        mount_from: ImageRef | None = None,
     ) -> requests.Response:
         """A registry API request for ``image`` with authentication; any non-2xx answer is a ``RegistryError``.
 
-        ``push`` asks for a token that may also write; ``url`` (an upload
-        location the registry gave) replaces ``path``; ``data`` is the body.
+        ``push`` asks for a token that may also write (and, with
+        ``mount_from``, read that repository, so a blob can be mounted from
+        it); ``url`` (an upload location the registry gave) replaces
+        ``path``; ``data`` is the body.
         """
+        scope = _scope(image, push, mount_from)
         url = url or f"{self._base(image.registry)}/v2/{image.repository}/{path}"
         retried_auth = False
         while True:
             sent = {"User-Agent": _USER_AGENT, **(headers or {})}
             if accept:
                 sent["Accept"] = accept
-            authorization = self._authorization(image, push)
+            authorization = self._authorization(image, scope)
             if authorization:
                 sent["Authorization"] = authorization
             resp, attempts = self._send(method, url, sent, what, size=size, data=data)
@@ -1621,7 +1634,7 @@ class RegistryClient:
             challenge = parse_challenge(resp.headers.get("WWW-Authenticate", ""))
             if resp.status_code == 401 and not retried_auth and challenge is not None:
                 self._challenges[image.registry] = challenge
-                self._tokens.pop((image.registry, _scope(image, push)), None)
+                self._tokens.pop((image.registry, scope), None)
                 try:
                     again = challenge.scheme == "bearer" or (
                         challenge.scheme == "basic" and self._credentials(image) is not None
@@ -1635,7 +1648,7 @@ class RegistryClient:
                     continue
             raise self._status_error(resp, image, what, challenge, attempts)
 
-    def _authorization(self, image: ImageRef, push: bool = False) -> str | None:
+    def _authorization(self, image: ImageRef, scope: str) -> str | None:
         challenge = self._challenges.get(image.registry)
         if challenge is None:
             return None
@@ -1644,16 +1657,14 @@ class RegistryClient:
             return _basic(creds) if creds else None
         if challenge.scheme != "bearer":
             return None
-        key = (image.registry, _scope(image, push))
+        key = (image.registry, scope)
         token = self._tokens.get(key)
         if token is None or _now() >= token.expires_at:
-            token = self._fetch_token(image, challenge, creds, push)
+            token = self._fetch_token(image, challenge, creds, scope)
             self._tokens[key] = token
         return f"Bearer {token.value}"
 
-    def _fetch_token(
-        self, image: ImageRef, challenge: Challenge, creds: tuple[str, str] | None, push: bool = False
-    ) -> _Token:
+    def _fetch_token(self, image: ImageRef, challenge: Challenge, creds: tuple[str, str] | None, scope: str) -> _Token:
         """The anonymous (or credentialed) Bearer token flow of the distribution auth spec."""
         realm = challenge.params.get("realm", "")
         parts = urlsplit(realm)
@@ -1662,7 +1673,7 @@ class RegistryClient:
             raise RegistryError(f"{image.registry} asked for a Bearer token without a usable realm ({realm!r})")
         if parts.scheme == "http" and not self._plain_http_ok(parts.netloc):
             raise RegistryError(f"{image.registry} sends its token realm over plain HTTP ({realm}); refusing it")
-        query = {"scope": _scope(image, push)}
+        query: dict[str, str | list[str]] = {"scope": scope.split(" ")}
         if "service" in challenge.params:
             query["service"] = challenge.params["service"]
         if creds:
@@ -1834,8 +1845,12 @@ def _late(what: str, deadline: _Deadline) -> RegistryError:
     )
 
 
-def _scope(image: ImageRef, push: bool = False) -> str:
-    return f"repository:{image.repository}:{'pull,push' if push else 'pull'}"
+def _scope(image: ImageRef, push: bool = False, mount_from: ImageRef | None = None) -> str:
+    """The token scopes a request needs, space-separated (each is one ``scope`` parameter of the token request)."""
+    own = f"repository:{image.repository}:{'pull,push' if push else 'pull'}"
+    if mount_from is None or mount_from.repository == image.repository:
+        return own
+    return f"{own} repository:{mount_from.repository}:pull"
 
 
 def _basic(creds: tuple[str, str]) -> str:

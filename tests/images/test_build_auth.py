@@ -10,7 +10,7 @@ import pytest
 
 from patchkit.lockfile.reader import loads as load_lock
 from tests.conftest import Invoke
-from tests.images.conftest import RegistryServer, TestImages, TokenRegistry
+from tests.images.conftest import ImageBuilder, RegistryServer, TestImages, TokenRegistry
 from tests.images.test_build import make_derivable
 
 
@@ -66,3 +66,28 @@ def test_push_asks_for_a_push_token_and_copies_base_layers_from_another_registry
     from patchkit.online import image_findings
 
     assert image_findings(load_lock((deploy / "lockfile.toml").read_text()), lambda _path: None) == []
+
+
+@pytest.mark.slow
+def test_on_one_token_registry_the_base_layers_are_mounted_with_a_token_that_may_read_the_base(
+    deploy: Path,
+    image_builder: ImageBuilder,
+    oci_image: TestImages,
+    token_registry_server: TokenRegistry,
+    invoke: Invoke,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reg = token_registry_server
+    monkeypatch.setenv("DOCKER_CONFIG", str(docker_config(tmp_path / "login", reg.host, (reg.username, reg.password))))
+    base = reg.push(image_builder.ref("amd64"), "private/base:v1")
+    make_derivable(deploy, base, invoke)
+    reg.tokens.requests.clear()
+    r = invoke("image", "build", "--push", f"{reg.host}/private/derived-mounted:v1", "--format", "json", repo=deploy)
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    layers = reg.inspect(base)["Layers"]
+    assert sorted(doc["mounted"]) == sorted(layers)  # nothing of the base sent again
+    assert len(doc["uploaded"]) == 2  # the layer and the config
+    scopes = [sorted(q["query"]["scope"]) for q in reg.tokens.requests]
+    assert ["repository:private/base:pull", "repository:private/derived-mounted:pull,push"] in scopes
