@@ -396,27 +396,25 @@ def validate(objects: list[dict[str, Any]], version: str) -> tuple[list[str], bo
     return problems, True
 
 
-def emit_files(
-    repo: Repo,
+def manifest_texts(
     lock: Lockfile,
+    config: DeployConfig,
     profiles: Iterable[str] = (),
     *,
-    check_only: bool = False,
-    notes: list[str] | None = None,
     validate_output: bool = True,
-) -> tuple[Outcome, list[str]]:
-    """Emit every (or the named) profile's manifests, validated, written as one transaction; and the drift.
+    notes: list[str] | None = None,
+) -> dict[str, str]:
+    """Every (or the named) profile's manifests by file name (pure; ``BadInput`` on the first problem).
 
-    Mirrors ``emit.emit_files``: nothing is written when any profile fails or
-    with ``check_only``; the second value lists the files that differ.
+    With ``validate_output`` each object is checked against the schemas of
+    ``[kubernetes] version``; when that cannot run, ``notes`` gets a line
+    saying so for every file.
     """
-    from patchkit.emit.config import CONFIG_NAME, load_config
-    from patchkit.outcome import Outcome
-    from patchkit.repo import write_all
-
-    config = load_config(repo.root / CONFIG_NAME)
     k = read_config(config)
     wanted = set(profiles)
+    unknown = wanted - {p.name for p in config.profiles}
+    if unknown:
+        raise BadInput(f"--profile: unknown profile {', '.join(sorted(unknown))}")
     files: dict[str, str] = {}
     for p in config.profiles:
         if wanted and p.name not in wanted:
@@ -432,14 +430,38 @@ def emit_files(
                     "kubernetes-validate is not installed (pip install 'patchkit[kubernetes]')"
                 )
         files[file_of(p.name)] = render(objects, p.name, k.version)
-    drift = []
-    for rel, text in files.items():
+    return files
+
+
+def emit_files(
+    repo: Repo,
+    lock: Lockfile,
+    profiles: Iterable[str] = (),
+    *,
+    check_only: bool = False,
+    notes: list[str] | None = None,
+    validate_output: bool = True,
+) -> tuple[Outcome, list[str]]:
+    """Emit every (or the named) profile's manifests, validated, written as one transaction; and the drift.
+
+    Mirrors ``emit.files.emit_files``: nothing is written when any profile
+    fails or with ``check_only``; the second value lists the files that differ.
+    """
+    from patchkit.emit.config import CONFIG_NAME, load_config
+    from patchkit.emit.files import drifted
+    from patchkit.outcome import Outcome
+    from patchkit.repo import write_all
+
+    config = load_config(repo.root / CONFIG_NAME)
+    files = manifest_texts(lock, config, profiles, validate_output=validate_output, notes=notes)
+
+    def current(rel: str) -> bytes | None:
         try:
-            current = (repo.root / rel).read_bytes()
+            return (repo.root / rel).read_bytes()
         except FileNotFoundError:
-            current = None
-        if current != text.encode():
-            drift.append(rel)
+            return None
+
+    drift = drifted(files, current)
     if check_only:
         return Outcome(), drift
     return Outcome(written=write_all(repo.root, {k: v.encode() for k, v in files.items()})), drift
