@@ -316,3 +316,21 @@ def test_push_with_a_digest_or_an_unpinned_base_is_refused(derivable: Path, depl
     r = invoke("image", "build", "--push", "127.0.0.1:1/x:v1", repo=derivable)
     assert r.exit_code == 2
     assert "inference.image names 'other', which lockfile.toml does not pin" in r.stderr
+
+
+def test_created_comes_from_source_date_epoch_else_from_the_base_pin(derivable: Path) -> None:
+    import dataclasses
+
+    from patchkit.errors import BadInput
+    from patchkit.images.build import created_time
+
+    lock = load_lock((derivable / "lockfile.toml").read_text())
+    pinned_at = lock.images[0].resolved_at
+    assert pinned_at is not None
+    assert created_time(lock, "vllm", {"SOURCE_DATE_EPOCH": "1700000000"}) == "2023-11-14T22:13:20Z"
+    assert created_time(lock, "vllm", {}) == pinned_at
+    assert created_time(lock, "vllm", {"SOURCE_DATE_EPOCH": ""}) == pinned_at
+    unpinned_time = dataclasses.replace(lock, images=(dataclasses.replace(lock.images[0], resolved_at=None),))
+    assert created_time(unpinned_time, "vllm", {}) == "1970-01-01T00:00:00Z"
+    with pytest.raises(BadInput, match=r"SOURCE_DATE_EPOCH='1\.5' is not an integer number of seconds"):
+        created_time(lock, "vllm", {"SOURCE_DATE_EPOCH": "1.5"})
