@@ -334,3 +334,22 @@ def test_created_comes_from_source_date_epoch_else_from_the_base_pin(derivable: 
     assert created_time(unpinned_time, "vllm", {}) == "1970-01-01T00:00:00Z"
     with pytest.raises(BadInput, match=r"SOURCE_DATE_EPOCH='1\.5' is not an integer number of seconds"):
         created_time(lock, "vllm", {"SOURCE_DATE_EPOCH": "1.5"})
+
+
+@pytest.mark.slow
+def test_build_as_a_user_runs_it(derivable: Path, registry_server: RegistryServer) -> None:
+    import sys
+
+    target = f"{registry_server.host}/derived/subprocess:v1"
+    p = subprocess.run(
+        [sys.executable, "-m", "patchkit", "image", "build", "--push", target],
+        cwd=derivable, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    lock = load_lock((derivable / "lockfile.toml").read_text())
+    (pin,) = lock.derived
+    assert lines[0] == f"{registry_server.host}/derived/subprocess@{pin.digest}"
+    assert lines[1].startswith(f"  layer {pin.layer_digest} (4 files, ")
+    assert lines[2].startswith("  uploaded 2 blobs (") and lines[2].endswith(", already there 0")
+    assert lines[3:] == [f"derived[single]: unpinned -> {pin.digest}", "wrote lockfile.toml", "wrote SHA256SUMS"]
