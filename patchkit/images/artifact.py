@@ -238,16 +238,20 @@ def pull(
         )
     allowed = signing.load_signers(allowed_signers)
     try:
-        files = _fetch(client, ref, ref.digest)
+        files, referrers = _fetch(client, ref, ref.digest)
     except RegistryError as e:
         if e.status is None and "refusing it" in e.message:
             raise Refused(f"{ref}: {e.message}", "nothing was written; the registry serves corrupt content") from e
         raise
-    return _verify_and_write(files, out, allowed, identity, now)
+    return _verify_and_write(files, referrers, out, allowed, identity, now)
 
 
-def _fetch(client: RegistryClient, ref: ImageRef, digest: Digest) -> dict[str, bytes]:
-    """Every file of the artifact by name, each blob verified by digest: bundle, SHA256SUMS, .sig, .intoto.jsonl."""
+def _fetch(client: RegistryClient, ref: ImageRef, digest: Digest) -> tuple[dict[str, bytes], dict[str, list[bytes]]]:
+    """The artifact's files by name (bundle, SHA256SUMS) and its referrers' by suffix (``.sig``, ``.intoto.jsonl``).
+
+    Every blob is verified by digest, every referrer of a known type
+    fetched: one that is corrupt or names another subject refuses the pull.
+    """
     from patchkit.images.registry import OCI_MANIFEST
 
     what = f"{ref.name}@{digest}"
@@ -264,6 +268,7 @@ def _fetch(client: RegistryClient, ref: ImageRef, digest: Digest) -> dict[str, b
     if sums_of(files[name]) != files["SHA256SUMS"]:
         raise Refused(f"{what}: its SHA256SUMS layer is not the bundle's own SHA256SUMS; refusing it")
     entries, _ = client.referrers(ref, digest)
+    referrers: dict[str, list[bytes]] = {}
     wanted = {SIGNATURE_ARTIFACT: (SIGNATURE_ARTIFACT, ".sig"), ATTESTATION_ARTIFACT: (DSSE_LAYER, ".intoto.jsonl")}
     for entry in sorted(entries, key=lambda e: str(e.get("digest"))):
         kind = entry.get("artifactType")
@@ -280,20 +285,26 @@ def _fetch(client: RegistryClient, ref: ImageRef, digest: Digest) -> dict[str, b
             raise Refused(f"{rwhat}: it says artifactType {rdoc.get('artifactType')!r}, its index entry {kind!r}")
         desc, _ = _layer(rdoc, layer_type, rwhat)
         data = client.blob(ref, desc, limit=MAX_SMALL_BYTES)
-        files.setdefault(name + suffix, data)
-    if name + ".sig" not in files:
+        referrers.setdefault(suffix, []).append(data)
+    if not referrers.get(".sig"):
         raise Refused(f"{what} has no signature referrer", "sign the bundle and push it again: patchkit push")
-    return files
+    return files, referrers
 
 
 def _verify_and_write(
     files: dict[str, bytes],
+    referrers: dict[str, list[bytes]],
     out: Path,
     allowed: Any,
     identity: str | None,
     now: datetime | None,
 ) -> Pulled:
-    """Stage ``files`` beside ``out``, verify the bundle there, and move them in only if everything holds."""
+    """Stage the files beside ``out``, verify the bundle there, and move them in only if everything holds.
+
+    Several signatures (or attestations) may be attached, by anyone who may
+    push: the first, in digest order, that verifies with its companions is
+    kept. None verifying refuses the pull with the first one's problems.
+    """
     from patchkit.signing import signatures as signing
 
     out = out.resolve()
@@ -303,13 +314,23 @@ def _verify_and_write(
         for rel, data in files.items():
             (staging / rel).write_bytes(data)
         bundle = next(staging / rel for rel in files if rel.endswith((".tar.gz", ".tgz")))
-        (result,) = signing.verify_files([bundle], allowed, identity, now)
-        if result.outcome is not signing.Outcome.VERIFIED:
-            raise Refused(f"{bundle.name}: {'; '.join(result.problems)}", "nothing was written")
-        out.mkdir(exist_ok=True)
-        for rel in files:
-            os.replace(staging / rel, out / rel)
-        return Pulled(tuple(sorted(files)), result.signer, result.details)
+        attestations: list[bytes | None] = [*referrers.get(".intoto.jsonl", [])] or [None]
+        first: signing.FileResult | None = None
+        for sig in referrers[".sig"]:
+            for att in attestations:
+                chosen = {bundle.name + ".sig": sig, **({bundle.name + ".intoto.jsonl": att} if att else {})}
+                for rel, data in chosen.items():
+                    (staging / rel).write_bytes(data)
+                (result,) = signing.verify_files([bundle], allowed, identity, now)
+                if result.outcome is signing.Outcome.VERIFIED:
+                    out.mkdir(exist_ok=True)
+                    written = {**files, **chosen}
+                    for rel in written:
+                        os.replace(staging / rel, out / rel)
+                    return Pulled(tuple(sorted(written)), result.signer, result.details)
+                first = first or result
+        problems = "; ".join(first.problems) if first is not None else "no signature"
+        raise Refused(f"{bundle.name}: {problems}", "nothing was written")
     finally:
         with contextlib.suppress(OSError):
             shutil.rmtree(staging)

@@ -196,3 +196,27 @@ def test_a_referrer_that_names_another_subject_is_refused(
     assert r.exit_code == 1
     assert f"referrer {stray_digest}" in r.stderr and "its subject is not the bundle; refusing it" in r.stderr
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_a_strangers_signature_beside_the_real_one_does_not_block_the_pull(
+    signed: dict[str, Path], registry_server: RegistryServer, invoke: Invoke, tmp_path: Path
+) -> None:
+    bundle = signed["bundle"]
+    real_sig = bundle.with_name("deploy.tar.gz.sig").read_bytes()
+    stranger = tmp_path / "stranger"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True, timeout=60)
+    assert invoke("sign", "--key", str(stranger), str(bundle)).exit_code == 0
+    first = push(invoke, bundle, f"{registry_server.host}/bundles/two-signers:v1")
+    bundle.with_name("deploy.tar.gz.sig").write_bytes(real_sig)
+    second = push(invoke, bundle, f"{registry_server.host}/bundles/two-signers:v1")
+    assert first["digest"] == second["digest"] and first["signature"] != second["signature"]
+    tag = "sha256-" + first["digest"].removeprefix("sha256:")
+    index = json.loads(skopeo_raw(f"{registry_server.host}/bundles/two-signers:{tag}"))
+    assert len(index["manifests"]) == 3  # both signatures and the attestation: the tag was merged, not replaced
+
+    out = tmp_path / "pulled"
+    ref = f"{registry_server.host}/bundles/two-signers@{first['digest']}"
+    r = invoke("pull", ref, "-o", str(out), "--allowed-signers", str(signed["allowed"]))
+    assert r.exit_code == 0, r.stderr
+    assert (out / "deploy.tar.gz.sig").read_bytes() == real_sig  # the one an allowed signer made
