@@ -23,7 +23,8 @@ def push(bundle: Path, ref: str, insecure: tuple[str, ...], fmt: str) -> None:
     Prints REPO@DIGEST: what `patchkit pull` takes.
     """
     from patchkit.images.artifact import push as run
-    from patchkit.images.registry import ImageRef, RegistryClient
+    from patchkit.images.ref import ImageRef
+    from patchkit.images.registry import RegistryClient
 
     target = ImageRef.parse(ref)
     if target.digest is not None:
@@ -63,7 +64,8 @@ def pull(ref: str, out: Path, allowed_signers: Path, identity: str | None, insec
     and its attestation verify (as `patchkit verify` checks them).
     """
     from patchkit.images.artifact import pull as run
-    from patchkit.images.registry import ImageRef, RegistryClient
+    from patchkit.images.ref import ImageRef
+    from patchkit.images.registry import RegistryClient
 
     with RegistryClient(insecure=insecure) as client:
         pulled = run(client, ImageRef.parse(ref), out, allowed_signers, identity)

@@ -39,7 +39,8 @@ from patchkit.errors import BadInput, Refused
 from patchkit.values import Digest
 
 if TYPE_CHECKING:
-    from patchkit.images.registry import ImageRef, RegistryClient
+    from patchkit.images.ref import ImageRef
+    from patchkit.images.registry import RegistryClient
 
 BUNDLE_ARTIFACT = "application/vnd.patchkit.bundle.v1"
 BUNDLE_LAYER = "application/vnd.patchkit.bundle.v1.tar+gzip"

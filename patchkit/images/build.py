@@ -36,7 +36,8 @@ from patchkit.values import Digest
 
 if TYPE_CHECKING:
     from patchkit.cache import BlobStore
-    from patchkit.images.registry import ImageRef, RegistryClient
+    from patchkit.images.ref import ImageRef
+    from patchkit.images.registry import RegistryClient
     from patchkit.lockfile.model import Derived, Lockfile
     from patchkit.outcome import Outcome
     from patchkit.repo import Repo
@@ -463,7 +464,8 @@ def build_image(
     import dataclasses
 
     from patchkit.emit.config import CONFIG_NAME, DEFAULT_PROFILE, load_config
-    from patchkit.images.registry import ImageRef, RegistryClient
+    from patchkit.images.ref import ImageRef
+    from patchkit.images.registry import RegistryClient
     from patchkit.outcome import Change, Outcome
     from patchkit.persist import finish
 

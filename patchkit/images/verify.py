@@ -29,7 +29,8 @@ from patchkit.lockfile.model import LOCKFILE_NAME, Derived, Lockfile
 from patchkit.values import Digest
 
 if TYPE_CHECKING:
-    from patchkit.images.registry import ImageManifest, ImageRef, RegistryClient
+    from patchkit.images.ref import ImageRef
+    from patchkit.images.registry import ImageManifest, RegistryClient
 
 Locate = Callable[[tuple[str | int, ...]], int | None]
 # The largest top layer read whole to verify it (it holds patches and tables, not a model).
@@ -121,7 +122,8 @@ def _finding(d: Derived, locate: Locate, code: str, key: str, message: str) -> F
 
 
 def _one(lock: Lockfile, d: Derived, locate: Locate, client: RegistryClient) -> list[Finding]:
-    from patchkit.images.registry import ImageRef, RegistryError
+    from patchkit.images.ref import ImageRef
+    from patchkit.images.registry import RegistryError
 
     img = next((i for i in lock.images if i.name == d.base), None)
     if img is None:  # the loader refuses this; a constructed lockfile may still lack it
