@@ -43,6 +43,8 @@ RULES: tuple[Rule | VerifyingRule, ...] = (
     diffs.overlays_have_diffs,
     sums.sums_file,
     compose.emitted,
+    compose.kubernetes,
+    compose.derived_stale,
     compose.mounts,
 )
 

@@ -56,7 +56,14 @@ def materialize(ctx: click.Context, out: Path | None, fmt: str) -> None:
 
 @click.command(cls=Command)
 @click.option("--profile", "profiles", multiple=True, help="Only this profile (default: every profile of deploy.toml).")
-@click.option("--check", "verify", is_flag=True, help="Write nothing; exit 1 if a compose file differs (drift).")
+@click.option("--check", "verify", is_flag=True, help="Write nothing; exit 1 if a file differs (drift).")
+@click.option(
+    "--target",
+    type=click.Choice(["compose", "kubernetes"]),
+    default="compose",
+    show_default=True,
+    help="compose files, or Kubernetes manifests (kubernetes/PROFILE.yaml, the derived image by digest).",
+)
 @click.option(
     "--containerfile",
     metavar="PATH",
@@ -70,12 +77,13 @@ def emit(
     ctx: click.Context,
     profiles: tuple[str, ...],
     verify: bool,
+    target: str,
     containerfile: str | None,
     image_name: str | None,
     series_profile: str | None,
     fmt: str,
 ) -> None:
-    """Write the compose files from lockfile.toml (pins) and deploy.toml (service configuration).
+    """Write the compose files (or Kubernetes manifests) from lockfile.toml (pins) and deploy.toml (the service).
 
     Images by digest, every patch, module, transformer, tuning table and
     artifact mounted read-only at its target with a comment from its reason
@@ -83,25 +91,35 @@ def emit(
     file is validated against the Compose specification schema and the
     security rules (inference service on loopback only, images by digest,
     read-only mounts) before anything is written. Output is byte-stable.
+
+    --target kubernetes writes kubernetes/PROFILE.yaml: a Deployment and a
+    Service per replica running the derived image (patchkit image build) by
+    digest, and the proxy, validated offline against the schemas of
+    [kubernetes] version (with kubernetes-validate installed; otherwise a
+    note says they were not validated).
     """
     if containerfile is not None:
         _emit_containerfile(ctx, containerfile, image_name, series_profile)
         return
-    from patchkit.emit.files import emit_files
+    if target == "kubernetes":
+        from patchkit.emit.kubernetes import emit_files
+    else:
+        from patchkit.emit.files import emit_files
 
     repo, lockf, _ = open_repo(ctx, writes=not verify)
     notes: list[str] = []
     outcome, drift = emit_files(repo, lockf, profiles, check_only=verify, notes=notes)
     for note in notes:
         click.echo(f"note: {note}", err=True)
+    fix = "patchkit emit" + (" --target kubernetes" if target == "kubernetes" else "")
     if verify:
         for rel in drift:
-            click.echo(f"{rel}: differs from what patchkit emit writes (edited by hand, or the pins moved)")
-        click.echo(
-            "emit --check: " + ("ok" if not drift else f"FAILED: {len(drift)} file(s) drifted; fix: patchkit emit")
-        )
+            click.echo(f"{rel}: differs from what {fix} writes (edited by hand, or the pins moved)")
+        click.echo("emit --check: " + ("ok" if not drift else f"FAILED: {len(drift)} file(s) drifted; fix: {fix}"))
         ctx.exit(EXIT_FINDINGS if drift else EXIT_OK)
-    print_changes(outcome, fmt, "compose files are up to date")
+    print_changes(
+        outcome, fmt, ("Kubernetes manifests" if target == "kubernetes" else "compose files") + " are up to date"
+    )
 
 
 def _emit_containerfile(ctx: click.Context, rel: str, image: str | None, profile: str | None) -> None:

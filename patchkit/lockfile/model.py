@@ -60,6 +60,27 @@ class Image:
 
 
 @dataclass(frozen=True)
+class Derived:
+    """A derived image: the base ``images.<base>`` plus one layer of every file that runs, pushed by digest.
+
+    Keyed by the deploy.toml profile it was built for. ``digest`` is the
+    top-level one (an index when the base is multi-platform), what the
+    Kubernetes manifests run; ``layer_digest``/``diff_id`` are the one added
+    layer (compressed and uncompressed), the same on every platform.
+    """
+
+    name: str
+    base: str
+    repository: str
+    digest: Digest
+    base_digest: Digest
+    layer_digest: Digest
+    diff_id: Digest
+    created: str
+    tag: str | None = None
+
+
+@dataclass(frozen=True)
 class ModelFile:
     """One file of a model revision: its size and its hash (LFS sha256 or git blob id)."""
 
@@ -473,6 +494,7 @@ class Lockfile:
     signing: Signing | None = None
     diffs: tuple[HandDiff, ...] = ()
     series: tuple[Series, ...] = ()
+    derived: tuple[Derived, ...] = ()
     schema: int = SCHEMA_VERSION
 
     def upstream(self, name: str) -> Upstream | None:

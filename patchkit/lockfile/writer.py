@@ -148,6 +148,20 @@ def dumps(lock: Lockfile) -> str:  # noqa: C901 (over the ceiling already)
             identity=sg.identity,
             files=None if sg.files == Signing.files else [str(f) for f in sg.files],
         )
+    if lock.derived:
+        doc["derived"] = {
+            d.name: _table(
+                base=d.base,
+                repository=d.repository,
+                tag=d.tag,
+                digest=d.digest,
+                base_digest=d.base_digest,
+                layer_digest=d.layer_digest,
+                diff_id=d.diff_id,
+                created=d.created,
+            )
+            for d in sorted(lock.derived, key=lambda d: d.name)
+        }
     return HEADER + "\n" + tomli_w.dumps(doc)
 
 
