@@ -210,8 +210,6 @@ def test_check_rules_are_pure() -> None:
 
 
 KIND_NAMES = {"git", "wheel", "dir", "image"}
-# Comparisons written before this rule, to be moved into sources.factory's SourceKind; no new module may join.
-KIND_SWITCHES_LEFT = {"patchkit.trust.findbase"}
 
 
 def _kind_switches(tree: ast.AST) -> list[int]:
@@ -240,7 +238,7 @@ def test_source_kinds_are_told_apart_in_one_place() -> None:
     ]
     wrong = []
     for module, path in _modules(PACKAGE).items():
-        if module.startswith(("patchkit.sources", "patchkit.lockfile")) or module in KIND_SWITCHES_LEFT:
+        if module.startswith(("patchkit.sources", "patchkit.lockfile")):
             continue
         wrong += [f"{module}:{line}" for line in _kind_switches(ast.parse(path.read_text()))]
     assert wrong == []
