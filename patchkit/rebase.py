@@ -29,6 +29,7 @@ from patchkit.cache import BlobStore
 from patchkit.diffs import canonical_diff
 from patchkit.edit import apply_diff_only, read_pinned, recover_base
 from patchkit.errors import BadInput, PatchkitError
+from patchkit.fanout import map_items
 from patchkit.hashing import sha256_bytes
 from patchkit.importing import handdiffs
 from patchkit.lockfile import Base, DiffPin, Lockfile, Patch, PatchKind, Upstream, dumps
@@ -226,17 +227,24 @@ def plan(
                 renames = {}
     if renames:
         theirs.update(new.read(renames.values()))
+    inputs: dict[str, tuple[bytes, bytes, bytes, str]] = {}
     for p, pbase in patches:
         old_path = str(pbase.path)
         new_path = renames.get(old_path, old_path)
         their_bytes = theirs.get(new_path)
-        base = bases[p.name]
+        if their_bytes is not None:
+            store.put(their_bytes)
+            inputs[p.name] = (bases[p.name], _ours(repo, p, bases[p.name]), their_bytes, new_path)
+    merges = dict(zip(inputs, map_items(_merge, list(inputs.values())), strict=True))
+    for p, pbase in patches:
+        old_path = str(pbase.path)
+        new_path = renames.get(old_path, old_path)
         target = str(p.target)
-        if their_bytes is None:
+        if p.name not in inputs:
             result.results.append(PatchResult(p.name, Outcome.DELETED, old_path, old_path, target, target, None, None))
             continue
-        store.put(their_bytes)
-        merged = rebase_file(base, _ours(repo, p, base), their_bytes, path=new_path)
+        their_bytes = inputs[p.name][2]
+        merged = merges[p.name]
         outcome = merged.outcome
         if new_path != old_path and outcome is not Outcome.CONFLICT:
             outcome = Outcome.MOVED
@@ -253,6 +261,12 @@ def plan(
             )
         )
     return result
+
+
+def _merge(item: tuple[bytes, bytes, bytes, str]) -> MergeResult:
+    """One file's three-way merge, from (base, ours, theirs, path): what ``map_items`` runs on every core."""
+    base, ours, theirs, path = item
+    return rebase_file(base, ours, theirs, path=path)
 
 
 def _trees(lock: Lockfile, upstream: str) -> list[str]:

@@ -28,6 +28,7 @@ VOCABULARY = {
     "patchkit.merge",
     "patchkit.sums",
     "patchkit.hashing",
+    "patchkit.fanout",
     "patchkit.formats",
     "patchkit.formats.safe",
 }
