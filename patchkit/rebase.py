@@ -34,6 +34,8 @@ from patchkit.hashing import sha256_bytes
 from patchkit.importing import handdiffs
 from patchkit.lockfile import Base, DiffPin, Lockfile, Patch, PatchKind, Upstream, dumps
 from patchkit.merge import MergeResult, Outcome, conflict_markers_remain, rebase_file
+from patchkit.mergememo import MergeMemo
+from patchkit.mergememo import key as memo_key
 from patchkit.outcome import Outcome as WriteOutcome
 from patchkit.persist import finish, sums_dropped
 from patchkit.repo import WORK_DIR, Escape, Repo, atomic_write
@@ -235,7 +237,7 @@ def plan(
         if their_bytes is not None:
             store.put(their_bytes)
             inputs[p.name] = (bases[p.name], _ours(repo, p, bases[p.name]), their_bytes, new_path)
-    merges = dict(zip(inputs, map_items(_merge, list(inputs.values())), strict=True))
+    merges = _merges(inputs, {p.name: pbase.sha256.hex for p, pbase in patches}, store)
     for p, pbase in patches:
         old_path = str(pbase.path)
         new_path = renames.get(old_path, old_path)
@@ -261,6 +263,50 @@ def plan(
             )
         )
     return result
+
+
+def _merges(
+    inputs: dict[str, tuple[bytes, bytes, bytes, str]], base_sha256: dict[str, str], store: BlobStore
+) -> dict[str, MergeResult]:
+    """Every patch's merge: remembered from an earlier run when the same merge was made, else on every core.
+
+    ``base_sha256`` holds each patch's pinned base sha256, which its bytes
+    were checked against when they were read (``_bases``).
+    """
+    memo = MergeMemo(store.cache)
+    keys = {
+        name: memo_key("merge", base_sha256[name], sha256_bytes(ours), sha256_bytes(theirs), path)
+        for name, (_, ours, theirs, path) in inputs.items()
+    }
+    out: dict[str, MergeResult] = {}
+    for name, k in keys.items():
+        if (found := memo.get(k)) is not None:
+            out[name] = found
+    todo = [name for name in inputs if name not in out]
+    for name, result in zip(todo, map_items(_merge, [inputs[n] for n in todo]), strict=True):
+        out[name] = result
+        memo.put(keys[name], result)
+    return out
+
+
+def _diffs(files: dict[str, tuple[bytes, bytes, str]], store: BlobStore) -> dict[str, bytes]:
+    """Each patch's new diff from (new upstream file, new patched file, path): remembered, or made on every core."""
+    memo = MergeMemo(store.cache)
+    keys = {name: memo_key("diff", sha256_bytes(a), sha256_bytes(b), path) for name, (a, b, path) in files.items()}
+    out: dict[str, bytes] = {}
+    for name, k in keys.items():
+        if (found := memo.get_diff(k)) is not None:
+            out[name] = found
+    todo = [name for name in files if name not in out]
+    for name, diff in zip(todo, map_items(_diff, [files[n] for n in todo]), strict=True):
+        out[name] = diff
+        memo.put_diff(keys[name], diff)
+    return out
+
+
+def _diff(item: tuple[bytes, bytes, str]) -> bytes:
+    theirs, new, path = item
+    return canonical_diff(theirs, new, UpstreamPath(path))
 
 
 def _merge(item: tuple[bytes, bytes, bytes, str]) -> MergeResult:
@@ -430,6 +476,8 @@ def prepare(
     deletes: list[str] = []
     patches: list[Patch] = []
     outcome = WriteOutcome()
+    new_files = _new_files(result, store, resolved, drop)
+    new_diffs = _diffs(new_files, store)
     for p in lock.patches:
         r = by_name.get(p.name)
         if r is None:
@@ -444,16 +492,10 @@ def prepare(
                 f"'{p.name}': {r.old_path} was deleted upstream; the patch needs a decision",
                 f"drop it with --drop {p.name}, or abort (patchkit rebase --abort)",
             )
-        if r.merge is None or r.theirs_sha256 is None or p.base is None:
+        if r.theirs_sha256 is None or p.base is None or p.name not in new_files:
             raise BadInput(f"'{p.name}': no merge result to commit")
-        new_bytes = resolved.get(p.name, r.merge.merged)
-        theirs = store.get(r.theirs_sha256)
-        if theirs is None:
-            raise PatchkitError(
-                f"'{p.name}': the new upstream file (sha256 {r.theirs_sha256[:12]}…) is no longer in the cache",
-                "abort and run the rebase again: patchkit rebase --abort",
-            )
-        diff_bytes = canonical_diff(theirs, new_bytes, UpstreamPath(r.new_path))
+        new_bytes = new_files[p.name][1]
+        diff_bytes = new_diffs[p.name]
         diff_pin = p.diff
         if p.diff is not None:
             files[str(p.diff.file)] = diff_bytes
@@ -491,6 +533,24 @@ def prepare(
             outcome.changes.append(Change(f"images[{name}]", str(old.digest), digest))
     new_lock = dataclasses.replace(lock, patches=tuple(patches), upstreams=upstreams, images=images)
     return new_lock, files, deletes, outcome
+
+
+def _new_files(
+    result: Plan, store: BlobStore, resolved: dict[str, bytes], drop: set[str]
+) -> dict[str, tuple[bytes, bytes, str]]:
+    """For each patch the bump moves: the new upstream file, the new patched file and its path."""
+    out: dict[str, tuple[bytes, bytes, str]] = {}
+    for r in result.results:
+        if r.name in drop or r.merge is None or r.theirs_sha256 is None:
+            continue
+        theirs = store.get(r.theirs_sha256)
+        if theirs is None:
+            raise PatchkitError(
+                f"'{r.name}': the new upstream file (sha256 {r.theirs_sha256[:12]}…) is no longer in the cache",
+                "abort and run the rebase again: patchkit rebase --abort",
+            )
+        out[r.name] = (theirs, resolved.get(r.name, r.merge.merged), r.new_path)
+    return out
 
 
 def commit(
