@@ -9,11 +9,9 @@ interpreter would pay for the imports again. Only the results travel back.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -37,7 +35,7 @@ def can_fork() -> bool:
     A thread holding a lock at the moment of the fork (a logging handler, an
     open reader) would leave that lock held forever in the child.
     """
-    return "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1
+    return hasattr(os, "fork") and threading.active_count() == 1
 
 
 def map_items(fn: Callable[[T], R], items: Sequence[T], *, min_items: int = 64) -> list[R]:
@@ -50,6 +48,10 @@ def map_items(fn: Callable[[T], R], items: Sequence[T], *, min_items: int = 64) 
     workers = min(cores(), max(1, len(items) // max(min_items // 2, 1)))
     if len(items) < min_items or workers < 2 or not can_fork():
         return [fn(x) for x in items]
+    # Imported here: multiprocessing costs tens of milliseconds, paid only when there is work to spread.
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
     _WORK.append((fn, items))
     try:
         # A few chunks per worker evens out files of different sizes.

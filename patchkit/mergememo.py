@@ -22,6 +22,7 @@ import enum
 import functools
 import hashlib
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -51,43 +52,79 @@ def key(*parts: str) -> str:
 
 
 class MergeMemo:
-    """Merge results by key under ``<cache>/merges/``, one small JSON file each."""
+    """Merge results and diffs under ``<cache>/merges/``: one file for each set of merges a rebase made.
+
+    One file per set, not per merge: creating a thousand small files costs
+    more than the merges it saves on a busy file system. The file is named by
+    the keys of its entries, so only the same set of merges finds it again.
+    """
 
     def __init__(self, cache: Path) -> None:
         self.root = cache / "merges"
 
-    def get(self, name: str) -> MergeResult | None:
-        try:
-            record = json.loads((self.root / f"{name}.json").read_bytes())
-            result = _decode(record["result"])
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return None
-        if not isinstance(result, MergeResult) or hashlib.sha256(result.merged).hexdigest() != record.get("merged"):
-            return None
-        return result
+    def _path(self, kind: str, keys: Iterable[str]) -> Path:
+        name = hashlib.sha256("\n".join(sorted(set(keys))).encode()).hexdigest()
+        return self.root / f"{kind}-{name}.json"
 
-    def put(self, name: str, result: MergeResult) -> None:
-        """Remember ``result``; skipped for a value this encoding does not know, or a cache that cannot be written."""
+    def _read(self, kind: str, keys: list[str]) -> dict[str, Any] | None:
         try:
-            record = {"merged": hashlib.sha256(result.merged).hexdigest(), "result": _encode(result)}
+            entries = json.loads(self._path(kind, keys).read_bytes())["entries"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return entries if isinstance(entries, dict) and sorted(entries) == sorted(set(keys)) else None
+
+    def _write(self, kind: str, entries: dict[str, Any]) -> None:
+        data = json.dumps({"entries": entries}, separators=(",", ":")).encode()
+        with contextlib.suppress(WriteFailed):
+            atomic_write(self._path(kind, entries), data, durable=False)
+
+    def get(self, keys: list[str]) -> dict[str, MergeResult] | None:
+        """The remembered results of exactly these merges, or None."""
+        entries = self._read("merges", keys)
+        if entries is None:
+            return None
+        out: dict[str, MergeResult] = {}
+        for k, record in entries.items():
+            try:
+                result = _decode(record["result"])
+            except (ValueError, KeyError, TypeError, AttributeError):
+                return None
+            if not isinstance(result, MergeResult) or hashlib.sha256(result.merged).hexdigest() != record.get("merged"):
+                return None
+            out[k] = result
+        return out
+
+    def put(self, results: dict[str, MergeResult]) -> None:
+        """Remember ``results``; skipped for a value this encoding does not know, or a cache that cannot be written."""
+        try:
+            entries = {
+                k: {"merged": hashlib.sha256(r.merged).hexdigest(), "result": _encode(r)} for k, r in results.items()
+            }
         except TypeError:
             return
-        with contextlib.suppress(WriteFailed):
-            atomic_write(self.root / f"{name}.json", json.dumps(record, separators=(",", ":")).encode(), durable=False)
+        self._write("merges", entries)
 
-    def get_diff(self, name: str) -> bytes | None:
-        """A remembered diff (``canonical_diff`` of the new upstream file and the merged file), or None."""
-        try:
-            data = (self.root / f"{name}.diff").read_bytes()
-        except OSError:
+    def get_diffs(self, keys: list[str]) -> dict[str, bytes] | None:
+        """Remembered diffs (``canonical_diff`` of the new upstream file and the merged file), or None."""
+        entries = self._read("diffs", keys)
+        if entries is None:
             return None
-        digest, _, diff = data.partition(b"\n")
-        return diff if hashlib.sha256(diff).hexdigest().encode() == digest else None
+        out: dict[str, bytes] = {}
+        for k, record in entries.items():
+            try:
+                diff = base64.b64decode(record["diff"], validate=True)
+            except (ValueError, KeyError, TypeError):
+                return None
+            if hashlib.sha256(diff).hexdigest() != record.get("sha256"):
+                return None
+            out[k] = diff
+        return out
 
-    def put_diff(self, name: str, diff: bytes) -> None:
-        record = hashlib.sha256(diff).hexdigest().encode() + b"\n" + diff
-        with contextlib.suppress(WriteFailed):
-            atomic_write(self.root / f"{name}.diff", record, durable=False)
+    def put_diffs(self, diffs: dict[str, bytes]) -> None:
+        entries = {
+            k: {"sha256": hashlib.sha256(d).hexdigest(), "diff": base64.b64encode(d).decode()} for k, d in diffs.items()
+        }
+        self._write("diffs", entries)
 
 
 @functools.cache

@@ -278,14 +278,12 @@ def _merges(
         name: memo_key("merge", base_sha256[name], sha256_bytes(ours), sha256_bytes(theirs), path)
         for name, (_, ours, theirs, path) in inputs.items()
     }
-    out: dict[str, MergeResult] = {}
-    for name, k in keys.items():
-        if (found := memo.get(k)) is not None:
-            out[name] = found
-    todo = [name for name in inputs if name not in out]
-    for name, result in zip(todo, map_items(_merge, [inputs[n] for n in todo]), strict=True):
-        out[name] = result
-        memo.put(keys[name], result)
+    found = memo.get(list(keys.values())) if keys else None
+    if found is not None:
+        return {name: found[k] for name, k in keys.items()}
+    out = dict(zip(inputs, map_items(_merge, list(inputs.values())), strict=True))
+    if out:
+        memo.put({keys[name]: result for name, result in out.items()})
     return out
 
 
@@ -293,14 +291,12 @@ def _diffs(files: dict[str, tuple[bytes, bytes, str]], store: BlobStore) -> dict
     """Each patch's new diff from (new upstream file, new patched file, path): remembered, or made on every core."""
     memo = MergeMemo(store.cache)
     keys = {name: memo_key("diff", sha256_bytes(a), sha256_bytes(b), path) for name, (a, b, path) in files.items()}
-    out: dict[str, bytes] = {}
-    for name, k in keys.items():
-        if (found := memo.get_diff(k)) is not None:
-            out[name] = found
-    todo = [name for name in files if name not in out]
-    for name, diff in zip(todo, map_items(_diff, [files[n] for n in todo]), strict=True):
-        out[name] = diff
-        memo.put_diff(keys[name], diff)
+    found = memo.get_diffs(list(keys.values())) if keys else None
+    if found is not None:
+        return {name: found[k] for name, k in keys.items()}
+    out = dict(zip(files, map_items(_diff, list(files.values())), strict=True))
+    if out:
+        memo.put_diffs({keys[name]: diff for name, diff in out.items()})
     return out
 
 
