@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeVar
 
+from patchkit import tomlfast
 from patchkit.errors import LockfileError, Problem
 from patchkit.tomlpos import LineIndex
 from patchkit.values import (
@@ -431,7 +432,7 @@ def _render_path(path: FieldPath) -> str:
 def loads(text: str, filename: str = LOCKFILE_NAME) -> Lockfile:
     """Parse and validate lockfile text; raise ``LockfileError`` listing every problem."""
     try:
-        raw = tomllib.loads(text)
+        raw = tomlfast.loads(text) or tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         line = _toml_error_line(str(e))
         raise LockfileError(

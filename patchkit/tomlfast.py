@@ -5,7 +5,7 @@ a second, most of what ``patchkit check`` costs. The lockfile patchkit writes
 uses a small part of TOML: full-line comments, ``[table]`` and
 ``[[array.of.tables]]`` headers with bare keys, and ``key = value`` lines
 whose value is a basic string without escapes, an integer, a boolean or a
-one-line array of such strings. :func:`loads` reads exactly that, line by
+array of such strings (on one line, or one string per line). :func:`loads` reads exactly that, line by
 line, and returns None for any line or structure outside it (an escape, a
 trailing comment, a dotted key, a table defined twice, ...): the caller then
 parses with ``tomllib``, which also gives the error messages. For every text
@@ -15,6 +15,7 @@ it accepts, the result equals ``tomllib.loads``.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 _BARE = re.compile(r"[A-Za-z0-9_-]+\Z")
@@ -50,7 +51,8 @@ def _loads(text: str) -> dict[str, Any]:
     # Tables that exist only as the parents of other tables: they may still get a header of their own once.
     implicit: set[int] = set()
     assigned: dict[int, set[str]] = {id(root): keys}
-    for line in text.split("\n"):
+    lines = iter(text.split("\n"))
+    for line in lines:
         line = line.strip(" \t").removesuffix("\r")
         if not line:
             continue
@@ -66,7 +68,10 @@ def _loads(text: str) -> dict[str, Any]:
         key = key.strip(" \t")
         if not sep or not _BARE.match(key) or key in keys or key in table:
             raise _Unsure
-        table[key] = _value(value.strip(" \t"))
+        value = value.strip(" \t")
+        if value == "[":
+            value = _array_lines(lines)
+        table[key] = _value(value)
         keys.add(key)
     return root
 
@@ -111,6 +116,20 @@ def _open(root: dict[str, Any], line: str, defined: set[int], implicit: set[int]
     implicit.discard(id(node))
     defined.add(id(node))
     return node
+
+
+def _array_lines(lines: Iterator[str]) -> str:
+    """An array written one string per line, up to its closing ``]``, as the one line ``_value`` reads."""
+    items: list[str] = []
+    for raw in lines:
+        line = raw.strip(" \t").removesuffix("\r").rstrip(" \t")
+        if line == "]":
+            return "[" + " ".join(items) + "]"
+        if line:
+            if not line.startswith('"'):
+                raise _Unsure
+            items.append(line)
+    raise _Unsure
 
 
 def _value(text: str) -> Any:

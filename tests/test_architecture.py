@@ -23,6 +23,7 @@ VOCABULARY = {
     "patchkit.findings",
     "patchkit.outcome",
     "patchkit.tomlpos",
+    "patchkit.tomlfast",
     "patchkit.lockfile",
     "patchkit.diffs",
     "patchkit.merge",
@@ -36,6 +37,7 @@ VOCABULARY = {
 ADAPTERS = {
     "patchkit.repo",
     "patchkit.cache",
+    "patchkit.mergememo",
     "patchkit.images",
     "patchkit.images.registry",
     "patchkit.images.engine",
