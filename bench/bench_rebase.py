@@ -77,7 +77,8 @@ from typing import Any
 from benchlib import Meter, Out, Timing, fail, find_patchkit, run_checked, run_measured_ok
 
 from patchkit.diffs import canonical_diff
-from patchkit.lockfile import Base, DiffPin, Lockfile, Patch, PatchKind, Upstream, dumps
+from patchkit.lockfile.model import Base, DiffPin, Lockfile, Patch, PatchKind, Upstream
+from patchkit.lockfile.writer import dumps
 from patchkit.values import ContainerPath, RepoPath, Revision, Sha256, UpstreamPath
 
 PROG = "bench_rebase"  # prefixes its error messages
@@ -783,7 +784,7 @@ TIMED = (
     ("patchkit.rebase", "_diffs", 1, "diffs: memo, then canonical_diff on every core"),
     ("patchkit.rebase", "sums_dropped", 0, "SHA256SUMS entries dropped (read the old one)"),
     ("patchkit.rebase", "finish", 0, "persist.finish: render and write"),
-    ("patchkit.lockfile", "dumps", 1, "render lockfile.toml"),
+    ("patchkit.persist", "dumps", 1, "render lockfile.toml"),
     ("patchkit.persist", "expected_sums", 1, "render SHA256SUMS"),
     ("patchkit.persist", "write_all", 1, "write_all: journal, in-place writes, renames, sync"),
 )
@@ -899,7 +900,7 @@ def compare_merges(layout: Layout, tree: Tree) -> list[str]:
 
 
 def pinned_commit(layout: Layout) -> str | None:
-    from patchkit.lockfile import loads
+    from patchkit.lockfile.reader import loads
 
     lock = loads((layout.deployment / "lockfile.toml").read_text(encoding="utf-8"))
     up = lock.upstream(UPSTREAM)

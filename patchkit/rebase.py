@@ -32,7 +32,8 @@ from patchkit.errors import BadInput, PatchkitError
 from patchkit.fanout import map_items
 from patchkit.hashing import sha256_bytes
 from patchkit.importing import handdiffs
-from patchkit.lockfile import Base, DiffPin, Lockfile, Patch, PatchKind, Upstream, dumps
+from patchkit.lockfile.model import Base, DiffPin, Lockfile, Patch, PatchKind, Upstream
+from patchkit.lockfile.writer import dumps
 from patchkit.merge import MergeResult, Outcome, conflict_markers_remain, rebase_file
 from patchkit.mergememo import MergeMemo
 from patchkit.mergememo import key as memo_key

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from patchkit import tomlfast
+from patchkit.lockfile import tomlfast
 
 ROOT = Path(__file__).resolve().parent.parent
 
