@@ -28,6 +28,7 @@ VOCABULARY = {
     "patchkit.lockfile.writer",
     "patchkit.lockfile.tomlpos",
     "patchkit.lockfile.tomlfast",
+    "patchkit.lockfile.tomlwrite",
     "patchkit.diffs",
     "patchkit.merge",
     "patchkit.sums",
