@@ -484,15 +484,18 @@ class Checker:
                         Finding("unsafe-path", top, None, f"{top}/ is a symlink", "make it a real directory")
                     )
                 continue
+            root = str(self.repo.root)
             for dirpath, dirnames, filenames in os.walk(base):
                 dirnames.sort()
+                # Plain strings, not Path objects: this runs once per file of the managed directories.
+                rel_dir = dirpath[len(root) + 1 :]
                 for name in sorted(dirnames + filenames):
-                    path = Path(dirpath) / name
-                    rel = self.repo.rel(path)
-                    st = path.lstat()
+                    rel = f"{rel_dir}/{name}"
+                    st = os.lstat(f"{dirpath}/{name}")
                     if stat.S_ISLNK(st.st_mode):
                         if rel in named:
                             continue  # reported by the file check
+                        path = Path(dirpath, name)
                         inside = path.resolve().is_relative_to(self.repo.root)
                         where = "inside" if inside else "outside"
                         self.result.findings.append(
