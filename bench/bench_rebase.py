@@ -780,6 +780,8 @@ TIMED = (
     ("patchkit.sources.git:GitSnapshot", "read", 0, "read new files (git cat-file --batch)"),
     ("patchkit.rebase", "_ours", 0, "read patches"),
     ("patchkit.rebase", "_merges", 0, "merges: memo, then three-way on every core"),
+    ("patchkit.rebase", "mark_broken", 0, "semantic checks: parse, pyflakes, imports (trust.semantic)"),
+    ("patchkit.rebase", "interdiffs", 0, "interdiffs (committed diff against the new one)"),
     ("patchkit.rebase", "prepare", 0, "prepare: new pins and diffs"),
     ("patchkit.rebase", "_diffs", 1, "diffs: memo, then canonical_diff on every core"),
     ("patchkit.rebase", "sums_dropped", 0, "SHA256SUMS entries dropped (read the old one)"),

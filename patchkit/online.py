@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from patchkit.errors import ExternalFailure
 from patchkit.findings import Finding
-from patchkit.hashing import sha256_bytes
+from patchkit.hashing import pin_mismatch
 from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile, PatchKind
 
 if TYPE_CHECKING:
@@ -91,7 +91,8 @@ def image_findings(
     lock: Lockfile, locate: Locate, *, insecure: Iterable[str] = (), image_bases: bool = False
 ) -> list[Finding]:
     """Findings about the lockfile's images from their registries."""
-    from patchkit.images.registry import ImageRef, RegistryClient
+    from patchkit.images.ref import ImageRef
+    from patchkit.images.registry import RegistryClient
 
     client = RegistryClient(insecure=tuple(insecure))
     out: list[Finding] = []
@@ -127,11 +128,15 @@ def image_findings(
                 )
     if image_bases:
         out.extend(_image_bases(lock, locate, client))
+    if lock.derived:
+        from patchkit.images.verify import derived_findings
+
+        out.extend(derived_findings(lock, locate, client))
     return out
 
 
 def _image_bases(lock: Lockfile, locate: Locate, client: RegistryClient) -> list[Finding]:
-    from patchkit.images.registry import ImageRef
+    from patchkit.images.ref import ImageRef
 
     overlays = [(i, p) for i, p in enumerate(lock.patches) if p.kind is PatchKind.OVERLAY and p.base is not None]
     out: list[Finding] = []
@@ -143,8 +148,8 @@ def _image_bases(lock: Lockfile, locate: Locate, client: RegistryClient) -> list
             data = found.get(str(p.target))
             if data is None or p.base is None:
                 continue
-            got = sha256_bytes(data)
-            if got != p.base.sha256.hex:
+            got = pin_mismatch(data, p.base.sha256.hex)
+            if got is not None:
                 out.append(
                     Finding(
                         "image-base-mismatch",

@@ -29,6 +29,8 @@ VOCABULARY = {
     "patchkit.lockfile.tomlpos",
     "patchkit.lockfile.tomlfast",
     "patchkit.lockfile.tomlwrite",
+    "patchkit.series",
+    "patchkit.series.model",
     "patchkit.diffs",
     "patchkit.merge",
     "patchkit.sums",
@@ -36,6 +38,7 @@ VOCABULARY = {
     "patchkit.fanout",
     "patchkit.formats",
     "patchkit.formats.safe",
+    "patchkit.images.ref",
 }
 # One adapter per boundary (the disk, upstream sources, registries, Docker, the Hub, GitHub): never a use case.
 ADAPTERS = {
