@@ -31,12 +31,13 @@ except ValueError as e:
 """
 
 
-def test_map_items_uses_several_processes_and_keeps_order_and_errors() -> None:
+def test_map_items_runs_in_worker_processes_and_keeps_order_and_errors() -> None:
     if fanout.cores() < 2:
         pytest.skip("one core: map_items is the serial loop, covered below")
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, check=True)
+    # Which worker takes which chunk is up to the pool (one busy core can leave all to the other).
     workers, parent_worked = done.stdout.splitlines()[0].split()
-    assert int(workers) >= 2 and parent_worked == "False"
+    assert int(workers) >= 1 and parent_worked == "False"
     assert done.stdout.splitlines()[1] == "raised item 77"
 
 
