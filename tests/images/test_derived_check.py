@@ -19,10 +19,9 @@ from patchkit.images.registry import RegistryClient, parse_descriptor
 from patchkit.images.verify import layer_differences, pinned_targets
 from patchkit.lockfile.reader import loads as load_lock
 from patchkit.lockfile.tomlpos import LineIndex
-from patchkit.online import image_findings
 from patchkit.values import Digest
 from tests.conftest import Invoke, git
-from tests.images.conftest import RegistryServer, TestImages
+from tests.images.conftest import RegistryServer, TestImages, image_findings
 from tests.images.test_build import build, make_derivable, pinned_files
 
 SHA_A = "a" * 64
