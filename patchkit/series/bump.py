@@ -171,7 +171,7 @@ def table(done: Done) -> list[str]:
     from patchkit.formats.safe import printable
 
     lines = [f"rebase series {done.series.name}: {done.old[:12]} -> {done.new[:12]}"]
-    width = max((len(r.name) for r in done.result.patches), default=0)
+    width = max((len(p.name) for p in done.series.patches), default=0)
     for r in done.result.patches:
         detail = []
         for f in r.files:
