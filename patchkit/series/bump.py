@@ -123,6 +123,7 @@ def _run(
             "lockfile_sha256": sha256_bytes(lock_bytes),
             "stopped": result.stopped.name,
             "conflicts": sorted(waiting),
+            "broken": sorted(result.stopped.broken),
             "resolved": core.encode_resolved({k: v for k, v in resolved.items() if k != result.stopped.name}),
             "accepted": accept,
         }

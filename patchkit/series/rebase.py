@@ -492,5 +492,6 @@ def status(root: Path) -> dict[str, Any] | None:
             markers = conflict_markers_remain((root / rel).read_bytes())
         except OSError:
             markers = []
-        files.append({"file": rel, "path": path, "resolved": not markers, "markers": markers})
+        broken = path in doc.get("broken", [])
+        files.append({"file": rel, "path": path, "resolved": not markers, "markers": markers, "broken": broken})
     return {"series": doc.get("series"), "onto": doc.get("onto"), "stopped": stopped, "conflicts": files}

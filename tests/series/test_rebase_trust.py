@@ -120,7 +120,7 @@ def test_a_clean_merge_that_drops_a_used_import_is_broken_and_stops(pkg: Pkg, in
     status = invoke("status", repo=pkg.root)
     assert status.stdout.splitlines()[:2] == [
         f"rebase of series pkg in progress onto {c2[:12]}: waits on pkg-0001-tmpdir",
-        f"  {WORK} (resolved)",
+        f"  {WORK} (broken: fix it there; --continue checks it again)",
     ]
 
     # Continuing without a fix checks the file again (whole, as a resolution) and stops again.
@@ -262,3 +262,27 @@ def test_the_interdiff_of_a_partly_upstreamed_patch_shows_the_lines_that_went(qu
         "@@ old -1,2 +1,3 / new - @@",
         "-+flashinfer-python==0.5.2",
     ]
+
+
+def test_accept_broken_at_continue_commits_the_stopped_patch(pkg: Pkg, invoke: Invoke) -> None:
+    c2 = commit(pkg.upstream, {"pkg/util.py": UTIL_V2}, "Release 1.1: pathlib only")
+    assert invoke("rebase", "--series", "pkg", "--onto", c2, repo=pkg.root).exit_code == 1
+    no_reason = invoke("rebase", "--continue", "--accept-broken", "pkg-0001-tmpdir", repo=pkg.root)
+    assert no_reason.exit_code == 2
+    assert "--accept-broken needs --reason TEXT" in no_reason.stderr
+    run = invoke(
+        "rebase", "--continue", "--accept-broken", "pkg-0001-tmpdir", "--reason", "fixed in the next backport",
+        repo=pkg.root,
+    )  # fmt: skip
+    assert run.exit_code == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[1].split() == ["pkg-0001-tmpdir", "broken"]
+    assert "    accepted as broken: fixed in the next backport" in lines
+    assert lines[lines.index("    accepted as broken: fixed in the next backport") + 1].split()[:2] == [
+        "pkg-0002-serve-tmpdir",
+        "clean",
+    ]
+    # Committed as merged: the regenerated patch carries the file without the import.
+    tree_patch = (pkg.root / "patches/pkg" / PATCHES[0]).read_bytes()
+    assert b'+    return os.environ.get("TMPDIR", "/tmp")\n' in tree_patch
+    assert not (pkg.root / ".patchkit/series-rebase").exists()
