@@ -46,6 +46,7 @@ from patchkit.errors import BadInput, Refused
 from patchkit.merge import Outcome as FileOutcome
 from patchkit.merge import conflict_markers_remain, rebase_file
 from patchkit.series.apply import Item, Reader
+from patchkit.series.checks import ProducedFile, interdiffs, semantic_checks
 from patchkit.series.parse import FileChange, ParsedPatch
 from patchkit.trust.interdiff import Interdiff
 from patchkit.trust.pycheck import Problem
@@ -71,21 +72,6 @@ class FileResult:
     path: str
     outcome: str
     regions: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class ProducedFile:
-    """A file a patch produced, with the inputs of its merge (for the semantic checks).
-
-    ``base`` is the old tree's file with the earlier patches; None for a file
-    the user resolved (it is then checked whole).
-    """
-
-    path: str
-    merged: bytes
-    ours: bytes
-    theirs: bytes
-    base: bytes | None
 
 
 @dataclass
@@ -142,8 +128,6 @@ def rebase_series(
     not accepted stops the rebase, and the later ones wait. Pure otherwise:
     trees in, bytes out.
     """
-    from patchkit.series import checks
-
     resolved = resolved or {}
     paths = list(dict.fromkeys(p for it in items for p in it.patch.paths))
     old_state = dict(old_read(paths))
@@ -155,15 +139,20 @@ def rebase_series(
         if result.outcome is PatchOutcome.CONFLICT:
             out.stopped = result
             return out
-    checks.mark_broken(out.patches, new_read, new_state, old_read, old_state, accept or {})
+    found = semantic_checks([(r.name, r.produced) for r in out.patches], new_read, new_state, old_read, old_state)
     for i, r in enumerate(out.patches):
-        if r.outcome is PatchOutcome.BROKEN and r.accepted is None:
-            out.stopped = r
-            out.patches = out.patches[: i + 1]
-            break
+        if r.name in found:
+            r.problems, r.broken = found[r.name].problems, found[r.name].broken
+        if r.broken:
+            r.outcome, r.accepted = PatchOutcome.BROKEN, (accept or {}).get(r.name)
+            if r.accepted is None:
+                out.stopped = r
+                out.patches = out.patches[: i + 1]
+                break
     by_name = {it.name: it for it in items}
     for r in out.patches:
-        checks.interdiffs(by_name[r.name], r)
+        if r.new_bytes is not None:
+            r.interdiffs = interdiffs(by_name[r.name].patch, r.new_bytes, r.file)
     return out
 
 
