@@ -74,15 +74,6 @@ OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 
 
-def image_findings(lock: Any, locate: Callable[[tuple[str | int, ...]], int | None]) -> list[Any]:
-    """``check --online``'s findings about the images of ``lock``, through a registry client as the CLI makes one."""
-    from patchkit.images.registry import RegistryClient
-    from patchkit.online import image_findings as findings
-
-    with RegistryClient() as client:
-        return findings(lock, locate, client)
-
-
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as s:

@@ -11,10 +11,12 @@ from pathlib import Path
 import pytest
 
 from patchkit.findings import Finding
+from patchkit.images.registry import RegistryClient
 from patchkit.lockfile.reader import loads as load_lock
 from patchkit.lockfile.tomlpos import LineIndex
+from patchkit.online import image_findings
 from tests.conftest import Invoke
-from tests.images.conftest import ImageBuilder, RegistryServer, image_findings
+from tests.images.conftest import ImageBuilder, RegistryServer
 from tests.series.queue import (
     CORE_PATCHED,
     CORE_V1,
@@ -93,7 +95,7 @@ def _layer_files(registry_server: RegistryServer, digest: str) -> dict[str, byte
 
 def _findings(root: Path) -> list[Finding]:
     text = (root / "lockfile.toml").read_text()
-    return image_findings(load_lock(text), LineIndex(text).line_of)
+    return image_findings(load_lock(text), LineIndex(text).line_of, RegistryClient())
 
 
 def test_the_derived_image_holds_what_the_profiles_series_produce(
