@@ -60,15 +60,22 @@ def fail(prog: str, message: str) -> NoReturn:
 
 
 def run_checked(
-    prog: str, argv: Sequence[str], cwd: Path, *, env: dict[str, str] | None = None, hint: str = ""
+    prog: str,
+    argv: Sequence[str],
+    cwd: Path,
+    *,
+    env: dict[str, str] | None = None,
+    hint: str = "",
+    stdin: str | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
-    """Run ``argv`` in ``cwd`` (with ``env``, or this process's environment), capturing its output.
+    """Run ``argv`` in ``cwd`` (with ``env``, or this process's environment, and ``stdin``), capturing its output.
 
     If it exits non-zero, fail (as ``prog``) with the command, its exit status,
     its output and then ``hint``, which is appended as given (start it with a
     newline to put it on a line of its own).
     """
-    done = subprocess.run(argv, cwd=cwd, capture_output=True, check=False, env=env)
+    data = stdin.encode() if stdin is not None else None
+    done = subprocess.run(argv, cwd=cwd, input=data, capture_output=True, check=False, env=env)
     if done.returncode != 0:
         output = (done.stdout + done.stderr).decode(errors="replace").strip()
         fail(prog, f"`{' '.join(argv)}` in {cwd} exited {done.returncode}:\n{output}{hint}")

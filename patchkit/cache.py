@@ -30,6 +30,7 @@ class BlobStore:
     """Files by sha256. Reads verify the hash; a corrupt entry reads as missing."""
 
     def __init__(self, root: Path) -> None:
+        self.cache = root  # the cache directory, for the other caches kept beside the blobs
         self.root = root / "blobs" / "sha256"
 
     def get(self, hexdigest: str) -> bytes | None:

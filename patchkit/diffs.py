@@ -97,6 +97,9 @@ def split_lines(data: bytes) -> list[bytes]:
     """Split on ``\\n`` only, keeping it: ``\\r`` and other bytes stay part of the line."""
     if not data:
         return []
+    if b"\r" not in data:
+        # bytes.splitlines ends lines at \n, \r\n and \r only: without a \r it is this split, in C.
+        return data.splitlines(keepends=True)
     parts = data.split(b"\n")
     lines = [p + b"\n" for p in parts[:-1]]
     if parts[-1]:

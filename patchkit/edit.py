@@ -1,8 +1,8 @@
 """Changing a deployment: init, add, remove, lock, sums and diff regeneration.
 
 Every operation computes the complete new state first (lockfile text, diffs,
-SHA256SUMS) and then writes it with ``write_all``: staged, then renamed in, so
-a failure leaves the repository as it was.
+SHA256SUMS) and then writes it with ``write_all`` as one journaled transaction,
+so a failure leaves the repository as it was.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Writing a changed deployment back: the lockfile, its files and the SHA256SUMS that matches them.
 
 Every operation that changes pins computes the complete new state and hands it
-to ``finish``, which writes it as one transaction (staged, then renamed in), so
-a failure leaves the repository as it was.
+to ``finish``, which writes it as one journaled transaction (``repo.write_all``),
+so a failure leaves the repository as it was.
 """
 
 from __future__ import annotations

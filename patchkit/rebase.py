@@ -29,11 +29,14 @@ from patchkit.cache import BlobStore
 from patchkit.diffs import canonical_diff
 from patchkit.edit import apply_diff_only, read_pinned, recover_base
 from patchkit.errors import BadInput, PatchkitError, PinMismatch
+from patchkit.fanout import map_items
 from patchkit.hashing import require_pin, sha256_bytes
 from patchkit.importing import handdiffs
 from patchkit.lockfile.model import Base, DiffPin, Lockfile, Patch, PatchKind, Upstream
 from patchkit.lockfile.writer import dumps
 from patchkit.merge import MergeResult, Outcome, conflict_markers_remain, rebase_file
+from patchkit.mergememo import MergeMemo
+from patchkit.mergememo import key as memo_key
 from patchkit.outcome import Outcome as WriteOutcome
 from patchkit.persist import finish, sums_dropped
 from patchkit.repo import WORK_DIR, Escape, Repo, atomic_write
@@ -263,18 +266,25 @@ def plan(
                 renames = {}
     if renames:
         theirs.update(new.read(renames.values()))
+    inputs: dict[str, tuple[bytes, bytes, bytes, str]] = {}
     for p, pbase in patches:
         old_path = str(pbase.path)
         new_path = renames.get(old_path, old_path)
         their_bytes = theirs.get(new_path)
-        base = bases[p.name]
+        if their_bytes is not None:
+            store.put(their_bytes)
+            inputs[p.name] = (bases[p.name], _ours(repo, p, bases[p.name]), their_bytes, new_path)
+    merges = _merges(inputs, {p.name: pbase.sha256.hex for p, pbase in patches}, store)
+    for p, pbase in patches:
+        old_path = str(pbase.path)
+        new_path = renames.get(old_path, old_path)
         target = str(p.target)
-        if their_bytes is None:
+        if p.name not in inputs:
             result.results.append(PatchResult(p.name, Outcome.DELETED, old_path, old_path, target, target, None, None))
             continue
-        store.put(their_bytes)
-        ours = result.ours[p.name] = _ours(repo, p, base)
-        merged = rebase_file(base, ours, their_bytes, path=new_path)
+        their_bytes = inputs[p.name][2]
+        result.ours[p.name] = inputs[p.name][1]
+        merged = merges[p.name]
         outcome = merged.outcome
         if new_path != old_path and outcome is not Outcome.CONFLICT:
             outcome = Outcome.MOVED
@@ -301,6 +311,52 @@ def plan(
     ]
     mark_broken(repo, lock, result, produced, new, lambda: pinned_snapshot(old_source, up) if old_source else None)
     return result
+
+
+def _merges(
+    inputs: dict[str, tuple[bytes, bytes, bytes, str]], base_sha256: dict[str, str], store: BlobStore
+) -> dict[str, MergeResult]:
+    """Every patch's merge: remembered from an earlier run when the same merge was made, else on every core.
+
+    ``base_sha256`` holds each patch's pinned base sha256, which its bytes
+    were checked against when they were read (``_bases``).
+    """
+    memo = MergeMemo(store.cache)
+    keys = {
+        name: memo_key("merge", base_sha256[name], sha256_bytes(ours), sha256_bytes(theirs), path)
+        for name, (_, ours, theirs, path) in inputs.items()
+    }
+    found = memo.get(list(keys.values())) if keys else None
+    if found is not None:
+        return {name: found[k] for name, k in keys.items()}
+    out = dict(zip(inputs, map_items(_merge, list(inputs.values())), strict=True))
+    if out:
+        memo.put({keys[name]: result for name, result in out.items()})
+    return out
+
+
+def _diffs(files: dict[str, tuple[bytes, bytes, str]], store: BlobStore) -> dict[str, bytes]:
+    """Each patch's new diff from (new upstream file, new patched file, path): remembered, or made on every core."""
+    memo = MergeMemo(store.cache)
+    keys = {name: memo_key("diff", sha256_bytes(a), sha256_bytes(b), path) for name, (a, b, path) in files.items()}
+    found = memo.get_diffs(list(keys.values())) if keys else None
+    if found is not None:
+        return {name: found[k] for name, k in keys.items()}
+    out = dict(zip(files, map_items(_diff, list(files.values())), strict=True))
+    if out:
+        memo.put_diffs({keys[name]: diff for name, diff in out.items()})
+    return out
+
+
+def _diff(item: tuple[bytes, bytes, str]) -> bytes:
+    theirs, new, path = item
+    return canonical_diff(theirs, new, UpstreamPath(path))
+
+
+def _merge(item: tuple[bytes, bytes, bytes, str]) -> MergeResult:
+    """One file's three-way merge, from (base, ours, theirs, path): what ``map_items`` runs on every core."""
+    base, ours, theirs, path = item
+    return rebase_file(base, ours, theirs, path=path)
 
 
 def mark_broken(
@@ -466,6 +522,8 @@ def prepare(
     deletes: list[str] = []
     patches: list[Patch] = []
     outcome = WriteOutcome()
+    new_files = _new_files(result, store, resolved, drop)
+    new_diffs = _diffs(new_files, store)
     base_commit, base_version = KINDS[pin.kind].base_fields(pin)
     for p in lock.patches:
         r = by_name.get(p.name)
@@ -481,16 +539,10 @@ def prepare(
                 f"'{p.name}': {r.old_path} was deleted upstream; the patch needs a decision",
                 f"drop it with --drop {p.name}, or abort (patchkit rebase --abort)",
             )
-        if r.merge is None or r.theirs_sha256 is None or p.base is None:
+        if r.theirs_sha256 is None or p.base is None or p.name not in new_files:
             raise BadInput(f"'{p.name}': no merge result to commit")
-        new_bytes = resolved.get(p.name, r.merge.merged)
-        theirs = store.get(r.theirs_sha256)
-        if theirs is None:
-            raise PatchkitError(
-                f"'{p.name}': the new upstream file (sha256 {r.theirs_sha256[:12]}…) is no longer in the cache",
-                "abort and run the rebase again: patchkit rebase --abort",
-            )
-        diff_bytes = canonical_diff(theirs, new_bytes, UpstreamPath(r.new_path))
+        new_bytes = new_files[p.name][1]
+        diff_bytes = new_diffs[p.name]
         diff_pin = p.diff
         if p.diff is not None:
             files[str(p.diff.file)] = diff_bytes
@@ -528,6 +580,24 @@ def prepare(
             outcome.changes.append(Change(f"images[{name}]", str(old.digest), digest))
     new_lock = dataclasses.replace(lock, patches=tuple(patches), upstreams=upstreams, images=images)
     return new_lock, files, deletes, outcome
+
+
+def _new_files(
+    result: Plan, store: BlobStore, resolved: dict[str, bytes], drop: set[str]
+) -> dict[str, tuple[bytes, bytes, str]]:
+    """For each patch the bump moves: the new upstream file, the new patched file and its path."""
+    out: dict[str, tuple[bytes, bytes, str]] = {}
+    for r in result.results:
+        if r.name in drop or r.merge is None or r.theirs_sha256 is None:
+            continue
+        theirs = store.get(r.theirs_sha256)
+        if theirs is None:
+            raise PatchkitError(
+                f"'{r.name}': the new upstream file (sha256 {r.theirs_sha256[:12]}…) is no longer in the cache",
+                "abort and run the rebase again: patchkit rebase --abort",
+            )
+        out[r.name] = (theirs, resolved.get(r.name, r.merge.merged), r.new_path)
+    return out
 
 
 def interdiffs(repo: Repo, lock: Lockfile, result: Plan, store: BlobStore, resolved: dict[str, bytes]) -> None:

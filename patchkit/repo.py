@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import secrets
@@ -31,6 +32,8 @@ MANAGED_DIRS = ("patches", "upstream", "tuning")
 WORK_DIR = ".patchkit"
 TMP_PREFIX = ".patchkit-tmp-"
 JOURNAL = f"{WORK_DIR}/journal.json"
+# The new contents of the files a journaled write changes in place, for recovery to write again.
+JOURNAL_DATA = f"{WORK_DIR}/journal.data"
 
 
 def find_root(start: Path) -> Path:
@@ -316,30 +319,94 @@ def write_all(root: Path, files: dict[str, bytes], deletes: Iterable[str] = ()) 
     """Write (and delete) several repository files as one transaction.
 
     Every path is first proven to stay inside the repository (``contained``:
-    no symlinked directory on the way, no link at the end). Every new file is
-    staged next (temporary file beside its target, fsynced). A failure while staging (read-only directory, full disk)
-    removes what was staged and changes nothing. Then a journal listing the
-    renames and deletions is written atomically and carried out; a crash
-    after that point leaves the journal, and ``recover`` finishes the
-    transaction. Unchanged files are not touched. Returns the paths that
-    changed, in order.
-    """
+    no symlinked directory on the way, no link at the end), and files that
+    already hold their new bytes are left alone. When more than one file
+    changes, a journal makes the change one transaction: the new contents of
+    the files written in place go first into one data file beside it, then
+    the journal lists every in-place write, rename and deletion, and only then
+    is the repository touched. A failure before the journal (read-only
+    directory, full disk) changes nothing; a crash after it leaves the
+    journal, and ``recover`` finishes the transaction.
 
+    Files in the managed directories (``patches/``, ``upstream/``,
+    ``tuning/``) that exist are overwritten in place: replacing thousands of
+    files through temporary files and renames costs several times more on
+    common file systems. The lockfile, SHA256SUMS and every new file are still
+    staged and renamed in, so the files every reader opens first are never
+    seen half-written. Returns the paths that changed, in order.
+    """
     for rel in (*files, *deletes):
         contained(root, rel)
-
-    def stage(item: tuple[str, bytes]) -> tuple[str, Path, Path | WriteFailed | None]:
-        rel, data = item
-        path = root / rel
-        with contextlib.suppress(OSError):
-            if path.read_bytes() == data:
-                return rel, path, None
+    changed = [(rel, data, how) for rel, data in files.items() if (how := _how(root, rel, data)) is not None]
+    removals = [rel for rel in deletes if (root / rel).exists()]
+    if len(changed) + len(removals) <= 1:
+        # One file: a rename is atomic on its own, no journal needed.
+        changed = [(rel, data, "stage") for rel, data, _ in changed]
+    staged = _stage_all(root, [(rel, data) for rel, data, how in changed if how == "stage"])
+    in_place = [(rel, data) for rel, data, how in changed if how == "in-place"]
+    if not staged and not in_place and not removals:
+        return []
+    replace = [(str(tmp.relative_to(root)), rel) for rel, tmp in staged]
+    journal = root / JOURNAL
+    data_file = root / JOURNAL_DATA
+    if len(changed) + len(removals) > 1:
         try:
-            return rel, path, _stage(path, data, sync=False)
-        except WriteFailed as e:
-            return rel, path, e
+            writes = _write_journal_data(data_file, in_place)
+            record = {"version": 2, "replace": replace, "write": writes, "delete": removals}
+            atomic_write(journal, json.dumps(record, indent=1).encode())
+        except BaseException as e:
+            for _, tmp in staged:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+            with contextlib.suppress(OSError):
+                data_file.unlink()
+            if isinstance(e, OSError):
+                raise _write_failed(data_file, e) from e
+            raise
+    _carry_out(root, replace, in_place, removals)
+    with contextlib.suppress(FileNotFoundError):
+        journal.unlink()
+    with contextlib.suppress(FileNotFoundError):
+        data_file.unlink()
+    return [rel for rel, _, _ in changed] + removals
 
-    items = list(files.items())
+
+def _how(root: Path, rel: str, data: bytes) -> str | None:
+    """How ``rel`` gets its new bytes: None when it holds them already, else "in-place" or "stage".
+
+    In place only for an existing regular file of a managed directory with a
+    single link (writing through a hard link would change the other name too)
+    that this process may write; staged (temporary file, rename) otherwise.
+    """
+    path = root / rel
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return "stage"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return "stage"
+        if st.st_size == len(data):
+            with os.fdopen(os.dup(fd), "rb") as f:
+                if f.read() == data:
+                    return None
+    finally:
+        os.close(fd)
+    managed = rel.split("/", 1)[0] in MANAGED_DIRS
+    return "in-place" if managed and st.st_nlink == 1 and os.access(path, os.W_OK) else "stage"
+
+
+def _stage_all(root: Path, items: list[tuple[str, bytes]]) -> list[tuple[str, Path]]:
+    """Stage every file beside its target, made durable; on a failure remove what was staged and raise."""
+
+    def stage(item: tuple[str, bytes]) -> Path | WriteFailed:
+        rel, data = item
+        try:
+            return _stage(root / rel, data, sync=False)
+        except WriteFailed as e:
+            return e
+
     if len(items) > 32:
         # Creating a file costs about a millisecond on some file systems; the
         # system calls overlap well on a few threads (they release the GIL).
@@ -347,37 +414,59 @@ def write_all(root: Path, files: dict[str, bytes], deletes: Iterable[str] = ()) 
             results = list(pool.map(stage, items))
     else:
         results = [stage(item) for item in items]
-    staged = [(rel, path, tmp) for rel, path, tmp in results if isinstance(tmp, Path)]
-    failed = [tmp for _, _, tmp in results if isinstance(tmp, WriteFailed)]
+    staged = [(rel, tmp) for (rel, _), tmp in zip(items, results, strict=True) if isinstance(tmp, Path)]
+    failed = [tmp for tmp in results if isinstance(tmp, WriteFailed)]
     if failed:
-        for _, _, tmp in staged:
+        for _, tmp in staged:
             with contextlib.suppress(OSError):
                 tmp.unlink()
         raise failed[0]
-    _sync([tmp for _, _, tmp in staged])
-    removals = [rel for rel in deletes if (root / rel).exists()]
-    if not staged and not removals:
+    _sync([tmp for _, tmp in staged])
+    return staged
+
+
+def _write_journal_data(data_file: Path, in_place: list[tuple[str, bytes]]) -> list[list[Any]]:
+    """Write the new contents of the in-place files into one durable data file; the journal's entries for them."""
+    if not in_place:
         return []
-    journal = root / JOURNAL
-    if len(staged) + len(removals) > 1:
-        record = {
-            "replace": [[str(tmp.relative_to(root)), rel] for rel, _, tmp in staged],
-            "delete": removals,
-        }
-        atomic_write(journal, json.dumps(record, indent=1).encode())
-    _carry_out(root, [(str(tmp.relative_to(root)), rel) for rel, _, tmp in staged], removals)
-    with contextlib.suppress(FileNotFoundError):
-        journal.unlink()
-    return [rel for rel, _, _ in staged] + removals
+    writes: list[list[Any]] = []
+    offset = 0
+    fd = os.open(data_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        for rel, data in in_place:
+            f.write(data)
+            writes.append([rel, offset, len(data), hashlib.sha256(data).hexdigest()])
+            offset += len(data)
+        f.flush()
+        os.fsync(f.fileno())
+    return writes
 
 
-def _carry_out(root: Path, replace: list[tuple[str, str]], delete: list[str]) -> None:
+def _carry_out(root: Path, replace: list[tuple[str, str]], write: list[tuple[str, bytes]], delete: list[str]) -> None:
+    """Do what a journal lists: the in-place writes, the renames, the deletions; then make them durable."""
+    written = []
+    for rel, data in write:
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            # No O_TRUNC: truncating to zero first makes ext4 flush the file at close (auto_da_alloc).
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.truncate()
+        except OSError as e:
+            raise WriteFailed(
+                f"{path}: cannot write ({e.strerror}); the write is journaled and not finished",
+                "fix the cause, then run patchkit status to finish it",
+            ) from e
+        written.append(path)
     for tmp, rel in replace:
         with contextlib.suppress(FileNotFoundError):  # already renamed before a crash
             (root / tmp).replace(root / rel)
     for rel in delete:
         with contextlib.suppress(FileNotFoundError):
             (root / rel).unlink()
+    _sync(written)
     for directory in {(root / rel).parent for _, rel in replace}:
         _fsync_dir(directory)
 
@@ -390,35 +479,49 @@ def pending_journal(root: Path) -> bool:
 def recover(root: Path) -> bool:
     """Finish a transaction a crash interrupted; True when there was one.
 
-    Without a journal, a crash came while staging: the staged temporary
-    files are all that is left of it, and they are removed.
+    Without a journal, a crash came before the repository was touched: the
+    staged temporary files and the journal's data file are all that is left
+    of it, and they are removed.
     """
     journal = root / JOURNAL
+    data_file = root / JOURNAL_DATA
     try:
         record = json.loads(journal.read_bytes())
     except FileNotFoundError:
-        _remove_stale_temporaries(root)
+        _remove_stale(root)
         return False
     except ValueError:
         journal.unlink()
-        _remove_stale_temporaries(root)
+        _remove_stale(root)
         return False
     try:
-        replace, delete = _journal_entries(root, record)
-    except (KeyError, TypeError, ValueError, BadInput) as e:
-        # Not a journal patchkit wrote: carrying it out could rename or delete anything.
+        replace, write, delete = _journal_entries(root, record)
+    except (KeyError, TypeError, ValueError, OSError, BadInput) as e:
+        # Not a journal patchkit wrote: carrying it out could rename, write or delete anything.
         raise BadInput(
             f"{JOURNAL}: not a journal patchkit wrote ({e}); nothing was changed",
             f"inspect it, then delete {JOURNAL} and check the repository (patchkit check)",
         ) from e
-    _carry_out(root, replace, delete)
+    _carry_out(root, replace, write, delete)
     journal.unlink()
+    with contextlib.suppress(FileNotFoundError):
+        data_file.unlink()
     _remove_stale_temporaries(root)
     return True
 
 
-def _journal_entries(root: Path, record: Any) -> tuple[list[tuple[str, str]], list[str]]:
-    """The renames and deletions of a journal, each proven to stay inside the repository."""
+def _remove_stale(root: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        (root / JOURNAL_DATA).unlink()
+    _remove_stale_temporaries(root)
+
+
+def _journal_entries(root: Path, record: Any) -> tuple[list[tuple[str, str]], list[tuple[str, bytes]], list[str]]:
+    """The renames, in-place writes and deletions of a journal, each proven to stay inside the repository.
+
+    An in-place write's bytes come from the journal's data file and must
+    match the sha256 the journal recorded for them.
+    """
     replace = [(str(pair[0]), str(pair[1])) for pair in record["replace"] if len(pair) == 2 or _bad(pair)]
     delete = [str(d) for d in record["delete"]]
     for tmp, rel in replace:
@@ -428,7 +531,21 @@ def _journal_entries(root: Path, record: Any) -> tuple[list[tuple[str, str]], li
         contained(root, rel)
     for rel in delete:
         contained(root, rel)
-    return replace, delete
+    entries = record.get("write", [])
+    write: list[tuple[str, bytes]] = []
+    if entries:
+        contained(root, JOURNAL_DATA)
+        blob = (root / JOURNAL_DATA).read_bytes()
+        for rel, offset, length, digest in entries:
+            rel = str(rel)
+            if rel.split("/", 1)[0] not in MANAGED_DIRS:
+                raise ValueError(f"{rel} is not in a directory patchkit writes in place")
+            contained(root, rel)
+            data = blob[int(offset) : int(offset) + int(length)]
+            if len(data) != int(length) or hashlib.sha256(data).hexdigest() != digest:
+                raise ValueError(f"the new bytes of {rel} in {JOURNAL_DATA} are not the ones recorded")
+            write.append((rel, data))
+    return replace, write, delete
 
 
 def _bad(pair: object) -> bool:

@@ -8,6 +8,7 @@ file names are arbitrary bytes on Linux.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -187,7 +188,10 @@ def _split_bsd(rest: bytes, escaped: bool) -> tuple[str, str, str] | str:
 
 
 def _is_hex(b: bytes) -> bool:
-    return all(c in b"0123456789abcdefABCDEF" for c in b)
+    return _HEX.fullmatch(b) is not None
+
+
+_HEX = re.compile(rb"[0-9a-fA-F]*")
 
 
 def _name(raw: bytes, escaped: bool) -> str | None:

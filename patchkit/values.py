@@ -19,6 +19,7 @@ _REF_COMMIT = re.compile(
     r"https://github\.com/(?P<owner>[A-Za-z0-9_.-]+)/(?P<repo>[A-Za-z0-9_.-]+)/commit/(?P<sha>[0-9a-f]{40})"
 )
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _describe(text: str) -> str:
@@ -127,7 +128,7 @@ class RepoPath:
             raise ValueError(f"{_describe(p)} is absolute; paths in the lockfile are relative to the repository")
         if "\\" in p:
             raise ValueError(f"{_describe(p)} uses '\\'; write repository paths with '/'")
-        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in p):
+        if _CONTROL.search(p):
             raise ValueError(f"{_describe(p)} contains a control character; rename the file")
         try:
             p.encode("utf-8")

@@ -264,19 +264,20 @@ def walk_managed(repo: Repo) -> tuple[list[TreeEntry], list[str]]:
             continue
         if not base.is_dir():
             continue
+        root = str(repo.root)
         for dirpath, dirnames, filenames in os.walk(base):
             dirnames.sort()
+            # Plain strings, not Path objects: this runs once per file of the managed directories.
+            rel_dir = dirpath[len(root) + 1 :]
             for name in sorted(dirnames + filenames):
-                path = Path(dirpath) / name
-                entries.append(_entry(repo, path, name))
+                entries.append(_entry(repo, f"{dirpath}/{name}", f"{rel_dir}/{name}", name))
     return entries, symlinked
 
 
-def _entry(repo: Repo, path: Path, name: str) -> TreeEntry:
-    rel = repo.rel(path)
-    st = path.lstat()
+def _entry(repo: Repo, path: str, rel: str, name: str) -> TreeEntry:
+    st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode):
-        inside = path.resolve().is_relative_to(repo.root)
+        inside = Path(path).resolve().is_relative_to(repo.root)
         return TreeEntry(rel, "symlink", st.st_mode, os.readlink(path), inside)
     if stat.S_ISREG(st.st_mode):
         return TreeEntry(rel, "file", st.st_mode, staged=staging_pid(name) is not None)

@@ -328,6 +328,8 @@ def _print_series_status(s: dict[str, Any]) -> None:
     click.echo(f"rebase of series {s['series']} in progress onto {str(s['onto'])[:12]}: waits on {s['stopped']}")
     for f in s["conflicts"]:
         left = "resolved" if f["resolved"] else f"markers at lines {', '.join(map(str, f['markers'][:5]))}"
+        if f.get("broken"):
+            left = "broken: fix it there; --continue checks it again"
         click.echo(f"  {f['file']} ({left})")
     click.echo("then: patchkit rebase --continue (or --abort)")
 

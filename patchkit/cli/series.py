@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -10,8 +11,18 @@ from patchkit.cli.common import cache_path, find_repo, hold_lock, open_repo
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK
 
 
-def rebase_series(ctx: click.Context, name: str | None, onto: str | None, *, cont: bool, abort: bool, fmt: str) -> bool:
-    """Start, continue or abort the rebase of one series (False: this rebase is not one); exit 1 on a conflict."""
+def rebase_series(
+    ctx: click.Context,
+    name: str | None,
+    onto: str | None,
+    *,
+    cont: bool,
+    abort: bool,
+    fmt: str,
+    accept: dict[str, str],
+    summary: Path | None,
+) -> bool:
+    """Start, continue or abort the rebase of one series (False: this rebase is not one); exit 1 on a stop."""
     from patchkit.series import bump
     from patchkit.series.rebase import in_progress
 
@@ -26,26 +37,25 @@ def rebase_series(ctx: click.Context, name: str | None, onto: str | None, *, con
         )
         return True
     repo, lockf, data = open_repo(ctx, writes=True)
+    if summary is not None:
+        from patchkit.repo import output_target
+
+        output_target(summary, repo, lockf)  # refused before anything is written
     if cont:
-        done = bump.resume(repo, lockf, data, cache_path())
+        done = bump.resume(repo, lockf, data, cache_path(), accept)
     else:
-        done = bump.start(repo, lockf, data, name, onto, cache_path())
+        done = bump.start(repo, lockf, data, name, onto, cache_path(), accept)
+    if summary is not None:
+        from patchkit.repo import atomic_write, output_target
+
+        atomic_write(output_target(summary, repo, lockf), bump.summary_markdown(done).encode())
     if fmt == "json":
         doc = {
             "series": done.series.name,
             "from": done.old,
             "onto": done.new,
             "committed": done.outcome is not None,
-            "patches": [
-                {
-                    "name": r.name,
-                    "outcome": r.outcome.value,
-                    "files": [{"path": f.path, "outcome": f.outcome, "regions": list(f.regions)} for f in r.files],
-                    "absent": r.absent,
-                    "notes": r.notes,
-                }
-                for r in done.result.patches
-            ],
+            "patches": [bump.patch_json(r) for r in done.result.patches],
             "work_files": list(done.work_files),
         }
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
@@ -56,8 +66,12 @@ def rebase_series(ctx: click.Context, name: str | None, onto: str | None, *, con
             for rel in done.outcome.written:
                 click.echo(f"wrote {rel}")
         else:
-            click.echo("nothing in the repository changed; resolve, then: patchkit rebase --continue")
+            stopped = done.result.stopped
+            fix = "resolve" if stopped is None or stopped.conflicted else "fix"
+            click.echo(f"nothing in the repository changed; {fix}, then: patchkit rebase --continue")
             for rel in done.work_files:
-                click.echo(f"  resolve {rel}")
+                click.echo(f"  {fix} {rel}")
+            if stopped is not None and stopped.broken and not stopped.conflicted:
+                click.echo(f"  or: patchkit rebase --continue --accept-broken {stopped.name} --reason TEXT")
     ctx.exit(EXIT_OK if done.outcome is not None else EXIT_FINDINGS)
     return True

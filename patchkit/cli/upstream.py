@@ -262,7 +262,8 @@ def rebase(  # noqa: C901 (one over the ceiling with the --series branch)
     from patchkit import rebase as rb
     from patchkit.cli.series import rebase_series
 
-    if rebase_series(ctx, series_name, onto, cont=cont, abort=abort, fmt=fmt):
+    accept = _accepts(accept_broken, reason)
+    if rebase_series(ctx, series_name, onto, cont=cont, abort=abort, fmt=fmt, accept=accept, summary=summary):
         return
     if abort:
         repo = find_repo(ctx)
@@ -275,7 +276,6 @@ def rebase(  # noqa: C901 (one over the ceiling with the --series branch)
 
         output_target(summary, repo, lockf)  # refused before anything is committed
     store = blob_store()
-    accept = _accepts(accept_broken, reason)
     if cont:
         result, outcome = rb.resume(repo, lockf, data, store, drop, accept=accept, cache=cache_path())
         if not result.upstream:

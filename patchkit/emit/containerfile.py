@@ -53,6 +53,71 @@ def image_tree(reference: str) -> Callable[[Series], Reader | str]:
     return tree_for
 
 
+@dataclass(frozen=True)
+class SeriesOutput:
+    """What one series produces on the image: the files it changed (tree path -> bytes) and its record.
+
+    ``profile`` is the profile it was applied under (None: every patch); ``absent`` the files the
+    image's tree does not carry (patch name, path).
+    """
+
+    series: Series
+    profile: str | None
+    patches: tuple[str, ...]
+    changed: dict[str, bytes]
+    record: bytes
+    absent: tuple[tuple[str, str], ...]
+
+    @property
+    def target(self) -> PurePosixPath:
+        return PurePosixPath(str(self.series.target))
+
+    def placed(self) -> list[tuple[str, bytes]]:
+        """Every produced file and the record at its container path, sorted."""
+        files = [(str(self.target / path), data) for path, data in sorted(self.changed.items())]
+        return [*files, (str(self.target / record_path(self.series.name)), self.record)]
+
+
+def series_profile(s: Series, profile: str | None) -> str | None:
+    """The profile a series is applied under for ``profile``: it, when the series has it; else every patch."""
+    return profile if profile in s.profiles else None
+
+
+def series_outputs(
+    repo: Repo, lock: Lockfile, profile: str | None, trees: Callable[[Series], Reader | str]
+) -> list[SeriesOutput]:
+    """Every series of the lockfile applied under ``profile`` to its tree (``trees``), by name.
+
+    A series without a ``target`` or whose tree cannot be read, and one that deletes a file (a
+    build without a shell cannot delete one), are refused.
+    """
+    out = []
+    for s in sorted(lock.series, key=lambda s: s.name):
+        if s.target is None:
+            raise BadInput(
+                f"series '{s.name}' has no 'target' (where its tree is in the image)",
+                f'set series.{s.name}.target, e.g. "/usr/local/lib/python3.12/dist-packages"',
+            )
+        chosen = series_profile(s, profile)
+        items = load(repo, s, chosen)
+        tree = trees(s)
+        if isinstance(tree, str):
+            raise BadInput(f"series '{s.name}': {tree}", "make the upstream readable offline, then emit again")
+        result = apply_series(items, tree)
+        changed: dict[str, bytes] = {}
+        for path, data in sorted(result.changed.items()):
+            if data is None:
+                raise BadInput(
+                    f"series '{s.name}' deletes {path}; an image built without a shell cannot delete a file",
+                    "keep the file, emptied, in the patch instead of deleting it",
+                )
+            changed[path] = data
+        record = record_bytes(s, chosen, applied_pins(repo, items), result)
+        absent = tuple((a.patch, a.path) for a in result.absent)
+        out.append(SeriesOutput(s, chosen, tuple(it.name for it in items), changed, record, absent))
+    return out
+
+
 def emit_containerfile(
     repo: Repo,
     lock: Lockfile,
@@ -70,34 +135,19 @@ def emit_containerfile(
         raise BadInput("the lockfile has no [series.NAME]; a Containerfile copies what series produce")
     lines = [HEADER, f"FROM {base}\n"]
     files: dict[str, bytes] = {}
-    for s in sorted(lock.series, key=lambda s: s.name):
-        if s.target is None:
-            raise BadInput(
-                f"series '{s.name}' has no 'target' (where its tree is in the image)",
-                f'set series.{s.name}.target, e.g. "/usr/local/lib/python3.12/dist-packages"',
-            )
-        items = load(repo, s, profile if profile in s.profiles else None)
-        tree = trees(s)
-        if isinstance(tree, str):
-            raise BadInput(f"series '{s.name}': {tree}", "make the upstream readable offline, then emit again")
-        result = apply_series(items, tree)
-        shown = f" (profile {profile})" if profile in s.profiles else ""
-        lines.append(f"\n# series {s.name}{shown} at {s.commit or s.version}: {', '.join(it.name for it in items)}\n")
-        for a in result.absent:
-            lines.append(f"# not in the image's tree: {a.path} ({a.patch})\n")
-        for path, data in sorted(result.changed.items()):
-            if data is None:
-                raise BadInput(
-                    f"series '{s.name}' deletes {path}; a Containerfile without a shell cannot delete a file",
-                    "keep the file, emptied, in the patch instead of deleting it",
-                )
+    for out in series_outputs(repo, lock, profile, trees):
+        s = out.series
+        shown = f" (profile {out.profile})" if out.profile is not None else ""
+        lines.append(f"\n# series {s.name}{shown} at {s.commit or s.version}: {', '.join(out.patches)}\n")
+        for patch, path in out.absent:
+            lines.append(f"# not in the image's tree: {path} ({patch})\n")
+        for path, data in out.changed.items():
             src = f"{BUILD_DIR}/{s.name}/{path}"
             files[src] = data
-            lines.append(f"COPY {src} {PurePosixPath(str(s.target)) / path}\n")
-        record = record_bytes(s, profile if profile in s.profiles else None, applied_pins(repo, items), result)
+            lines.append(f"COPY {src} {out.target / path}\n")
         src = f"{BUILD_DIR}/{s.name}/{record_path(s.name)}"
-        files[src] = record
-        lines.append(f"COPY {src} {PurePosixPath(str(s.target)) / record_path(s.name)}\n")
+        files[src] = out.record
+        lines.append(f"COPY {src} {out.target / record_path(s.name)}\n")
     return Emitted("".join(lines).encode(), files)
 
 

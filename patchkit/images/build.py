@@ -26,7 +26,7 @@ import io
 import json
 import os
 import tarfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from patchkit.lockfile.model import Derived, Lockfile
     from patchkit.outcome import Outcome
     from patchkit.repo import Repo
+    from patchkit.series.apply import Reader
+    from patchkit.series.model import Series
 
 OCI_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
 DOCKER_LAYER = "application/vnd.docker.image.rootfs.diff.tar.gzip"
@@ -400,6 +402,24 @@ def runtime_files(
     return sorted(out, key=lambda f: f.target)
 
 
+def series_files(
+    repo: Repo, lock: Lockfile, profile: str, base: str, trees: Callable[[Series], Reader | str] | None = None
+) -> list[LayerFile]:
+    """What the lockfile's patch series produce on the base image, at their targets, with their records.
+
+    Each series is applied, under ``profile`` when it has that profile (else every patch), to
+    the base image's own files below its ``target`` (``trees``; default: read from the
+    registry), exactly as ``emit --containerfile`` copies them: each produced file at
+    ``target/path``, and the record of what was applied at ``target/.patchkit/series/NAME.json``.
+    """
+    if not lock.series:
+        return []
+    from patchkit.emit.containerfile import image_tree, series_outputs
+
+    outputs = series_outputs(repo, lock, profile, trees if trees is not None else image_tree(base))
+    return [LayerFile(target, data) for out in outputs for target, data in out.placed()]
+
+
 def created_time(lock: Lockfile, base_name: str, environ: Mapping[str, str] | None = None) -> str:
     """The build's ``created`` time: ``SOURCE_DATE_EPOCH`` if set, else when the base was pinned.
 
@@ -456,10 +476,11 @@ def build_image(
     """``image build --push REF``: build the profile's derived image, push it, pin it as ``derived.<profile>``.
 
     The base is deploy.toml's ``inference.image`` (pinned by digest in the
-    lockfile), the entrypoint artifact is made executable. ``extra`` is
-    where files other steps produce for the profile join the layer (what
-    its patch series write, at their targets). The lockfile and SHA256SUMS
-    are written only after the registry has accepted everything.
+    lockfile), the entrypoint artifact is made executable. Every patch
+    series joins the layer as ``patchkit apply`` would write it on the
+    base (:func:`series_files`); ``extra`` is for files other steps
+    produce. The lockfile and SHA256SUMS are written only after the
+    registry has accepted everything.
     """
     import dataclasses
 
@@ -481,6 +502,7 @@ def build_image(
     target = ImageRef.parse(push)
     if target.digest is not None:
         raise BadInput(f"--push {push}: give a repository and tag, not a digest", "e.g. --push registry/team/vllm:v1")
+    extra = [*extra, *series_files(repo, lock, name, img.reference)]
     files = runtime_files(repo, lock, store, cache, executables=(config.inference.entrypoint,), extra=extra)
     base = ImageRef.parse(f"{img.repository}@{img.digest}")
     owned = client is None

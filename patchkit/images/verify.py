@@ -37,16 +37,80 @@ Locate = Callable[[tuple[str | int, ...]], int | None]
 MAX_LAYER_BYTES = 1 << 30
 
 
-def pinned_targets(lock: Lockfile) -> dict[str, str]:
+def pinned_targets(lock: Lockfile, series: Mapping[str, str] | None = None) -> dict[str, str]:
     """Container target -> pinned sha256 (hex) of every file the derived layer must hold.
 
     The same set ``build.runtime_files`` puts in: every patch, every tuning
-    table and artifact that has a target.
+    table and artifact that has a target; and ``series``, the files the
+    patch series produced (:func:`series_targets`).
     """
     out = {str(p.target): p.sha256.hex for p in lock.patches}
     for a in (*lock.tuning, *lock.artifacts):
         if a.target is not None:
             out[str(a.target)] = a.sha256.hex
+    out.update(series or {})
+    return out
+
+
+def series_targets(lock: Lockfile, profile: str, tar: bytes) -> tuple[dict[str, str], list[str]]:
+    """The files the patch series put in the layer (target -> sha256), and where they disagree with the lockfile.
+
+    What a series produces depends on the base image's files, so its bytes are not in the
+    lockfile; the layer holds the series' record (``target/.patchkit/series/NAME.json``, what
+    ``patchkit apply`` writes), which names the sha256 of each file produced and of each
+    patch applied. The record is vouched for by the pinned layer digest; it must name the
+    series' pinned commit and exactly the patches the lockfile pins now for ``profile`` (the
+    build's rule: that profile when the series has it, else every patch), or the image was
+    built from other patches and is reported. Pure.
+    """
+    from pathlib import PurePosixPath
+
+    from patchkit.series.tree import record_path
+
+    members = _regular_files(tar)
+    out: dict[str, str] = {}
+    problems: list[str] = []
+    for s in lock.series:
+        if s.target is None:
+            continue
+        where = PurePosixPath(str(s.target))
+        target = str(where / record_path(s.name))
+        data = members.get(target)
+        if data is None:
+            problems.append(f"{target} is missing: the record of series '{s.name}'")
+            continue
+        out[target] = sha256_bytes(data)
+        try:
+            record = json.loads(data)
+            files = {str(k): v for k, v in record["files"].items()}
+            applied = [(str(x["name"]), str(x["sha256"])) for x in record["patches_applied"]]
+        except (ValueError, KeyError, TypeError, AttributeError):
+            problems.append(f"{target} is not a series record patchkit wrote")
+            continue
+        chosen = profile if profile in s.profiles else None
+        pinned = [(p.name, p.sha256.hex) for p in s.selected(chosen)]
+        if applied != pinned or record.get("commit") != (str(s.commit) if s.commit else None):
+            problems.append(
+                f"{target}: built from other patches of series '{s.name}' than the lockfile pins now "
+                f"({', '.join(n for n, _ in applied) or 'none'} at {str(record.get('commit'))[:12]})"
+            )
+        for path, digest in files.items():
+            if isinstance(digest, str):
+                out[str(where / path)] = digest
+    return out, problems
+
+
+def _regular_files(tar: bytes) -> dict[str, bytes]:
+    """The regular files of an uncompressed layer by absolute path (unreadable tar: none)."""
+    out: dict[str, bytes] = {}
+    try:
+        with tarfile.open(fileobj=io.BytesIO(tar), mode="r:") as t:
+            for member in t:
+                f = t.extractfile(member) if member.isreg() else None
+                if f is not None:
+                    out["/" + member.name.lstrip("./").lstrip("/")] = f.read()
+    except tarfile.TarError:
+        return {}
     return out
 
 
@@ -236,7 +300,8 @@ def _compare(
         return [("derived-files", "layer_digest", f"{ref}{where}: the top layer does not decompress ({e})")]
     if sha256_bytes(tar) != d.diff_id.hex:
         return [("derived-files", "diff_id", f"{ref}{where}: the top layer's tar does not hash to the pinned diff_id")]
+    series, stale = series_targets(lock, d.name, tar)
     return [
         ("derived-files", "layer_digest", f"{ref}{where}: top layer: {problem}")
-        for problem in layer_differences(tar, pinned_targets(lock))
+        for problem in [*stale, *layer_differences(tar, pinned_targets(lock, series))]
     ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from patchkit.lockfile import tomlwrite
 from patchkit.lockfile.model import HEADER, GitUpstream, Lockfile, Signing, inferred_source
 from patchkit.series.model import dump as dump_series
 from patchkit.values import (
@@ -29,8 +30,6 @@ def dumps(lock: Lockfile) -> str:  # noqa: C901 (over the ceiling already)
     arrays of references are written one per line so a pull request shows
     each added or dropped reference on its own line.
     """
-    import tomli_w
-
     doc: dict[str, Any] = {"schema": lock.schema}
     if lock.name is not None:
         doc["deployment"] = {"name": lock.name}
@@ -162,7 +161,13 @@ def dumps(lock: Lockfile) -> str:  # noqa: C901 (over the ceiling already)
             )
             for d in sorted(lock.derived, key=lambda d: d.name)
         }
-    return HEADER + "\n" + tomli_w.dumps(doc)
+    try:
+        body = tomlwrite.dumps(doc)
+    except TypeError:  # a value the fast writer leaves to tomli_w
+        import tomli_w
+
+        body = tomli_w.dumps(doc)
+    return HEADER + "\n" + body
 
 
 _VALUE_TYPES = (Digest, Revision, Sha256, ContainerPath, RepoPath, UpstreamPath)

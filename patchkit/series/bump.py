@@ -46,18 +46,29 @@ def _snapshots(repo: Repo, lock: Lockfile, s: Series, onto: str, cache: Path) ->
     return old, new, new.pin.commit or onto
 
 
-def start(repo: Repo, lock: Lockfile, lock_bytes: bytes, name: str | None, onto: str | None, cache: Path) -> Done:
-    """Rebase the series onto ``onto``; commit it when no patch conflicts, else save the state and stop."""
+def start(
+    repo: Repo,
+    lock: Lockfile,
+    lock_bytes: bytes,
+    name: str | None,
+    onto: str | None,
+    cache: Path,
+    accept: dict[str, str] | None = None,
+) -> Done:
+    """Rebase the series onto ``onto``; commit it when no patch conflicts or is broken, else save the state and stop.
+
+    ``accept`` names the broken patches to commit all the same, with the reason.
+    """
     if core.in_progress(repo.root):
         raise Refused("a series rebase is in progress", "patchkit rebase --continue, or patchkit rebase --abort")
     if onto is None:
         raise BadInput("--onto REV is required to rebase a series", "give the new upstream commit, branch or tag")
     s = find_series(lock.series, name)
-    return _run(repo, lock, lock_bytes, s, onto, cache, {})
+    return _run(repo, lock, lock_bytes, s, onto, cache, {}, accept or {}, accept or {})
 
 
-def resume(repo: Repo, lock: Lockfile, lock_bytes: bytes, cache: Path) -> Done:
-    """Go on with the series rebase in progress, with the resolved files of the patch it stopped at."""
+def resume(repo: Repo, lock: Lockfile, lock_bytes: bytes, cache: Path, accept: dict[str, str] | None = None) -> Done:
+    """Go on with the series rebase in progress, with the resolved (or fixed) files of the patch it stopped at."""
     doc = core.load_state(repo.root)
     if doc.get("lockfile_sha256") != sha256_bytes(lock_bytes):
         raise Refused(
@@ -66,7 +77,8 @@ def resume(repo: Repo, lock: Lockfile, lock_bytes: bytes, cache: Path) -> Done:
         )
     resolved = core.read_resolved(repo.root, doc)
     s = find_series(lock.series, str(doc["series"]))
-    return _run(repo, lock, lock_bytes, s, str(doc["onto"]), cache, resolved)
+    accepted = {**{str(k): str(v) for k, v in doc.get("accepted", {}).items()}, **(accept or {})}
+    return _run(repo, lock, lock_bytes, s, str(doc["onto"]), cache, resolved, accepted, accept or {})
 
 
 def abort(repo: Repo) -> bool:
@@ -81,22 +93,41 @@ def _run(
     onto: str,
     cache: Path,
     resolved: dict[str, dict[str, bytes]],
+    accept: dict[str, str],
+    given: dict[str, str],
 ) -> Done:
+    """Rebase, then commit or save the state; ``given`` are the --accept-broken names of this command."""
+    unknown = sorted(set(given) - {p.name for p in s.patches})
+    if unknown:
+        raise BadInput(
+            f"--accept-broken: series '{s.name}' has no patch {', '.join(unknown)}",
+            "name a patch the rebase reports as broken",
+        )
     items = load(repo, s, None)
-    originals = {it.name: (repo.root / it.file).read_bytes() for it in items}
     old, new, commit = _snapshots(repo, lock, s, onto, cache)
-    result = core.rebase_series(items, originals, old.read, new.read, resolved)
+    result = core.rebase_series(items, old.read, new.read, resolved, accept)
     done = Done(s, str(s.commit), commit, result)
+    if result.stopped is None:
+        broken = {r.name for r in result.patches if r.outcome is core.PatchOutcome.BROKEN}
+        wrong = sorted(set(given) - broken)
+        if wrong:
+            raise BadInput(
+                f"--accept-broken: not a broken patch: {', '.join(wrong)}",
+                "name only the patches the rebase reports as broken",
+            )
     if result.stopped is not None:
+        waiting = result.stopped.waiting
         doc = {
             "series": s.name,
             "onto": commit,
             "lockfile_sha256": sha256_bytes(lock_bytes),
             "stopped": result.stopped.name,
-            "conflicts": sorted(result.stopped.conflicted),
+            "conflicts": sorted(waiting),
+            "broken": sorted(result.stopped.broken),
             "resolved": core.encode_resolved({k: v for k, v in resolved.items() if k != result.stopped.name}),
+            "accepted": accept,
         }
-        done.work_files = tuple(core.save_state(repo.root, doc, result.stopped.conflicted, result.stopped.name))
+        done.work_files = tuple(core.save_state(repo.root, doc, waiting, result.stopped.name))
         return done
     done.outcome = _commit(repo, lock, s, commit, result)
     core.clear(repo.root)
@@ -141,7 +172,7 @@ def table(done: Done) -> list[str]:
     from patchkit.formats.safe import printable
 
     lines = [f"rebase series {done.series.name}: {done.old[:12]} -> {done.new[:12]}"]
-    width = max((len(r.name) for r in done.result.patches), default=0)
+    width = max((len(p.name) for p in done.series.patches), default=0)
     for r in done.result.patches:
         detail = []
         for f in r.files:
@@ -153,7 +184,73 @@ def table(done: Done) -> list[str]:
         lines.append(
             f"  {printable(r.name).ljust(width)}  {r.outcome.value:<20}  {printable('; '.join(detail))}".rstrip()
         )
-        lines += [f"    note: {printable(n)}" for n in r.notes]
+        lines += [f"    {printable(line)}" for line in _trust_lines(r)]
     waiting = [p for p in done.series.patches if p.name not in {r.name for r in done.result.patches}]
     lines += [f"  {p.name.ljust(width)}  waiting" for p in waiting]
     return lines
+
+
+def _trust_lines(r: core.PatchRebase) -> list[str]:
+    """What the semantic checks found in the patch's files, the acceptance, and each file's interdiff."""
+    lines = [
+        f"{'broken' if p.blocking else 'not checked'}: {p.text(path)}"
+        for path, problems in r.problems.items()
+        for p in problems
+    ]
+    if r.accepted is not None:
+        lines.append(f"accepted as broken: {r.accepted}")
+    for path, found in r.interdiffs.items():
+        head, *rest = found.lines()
+        lines.append(f"interdiff {path}: {head}")
+        lines += [f"  {line}" for line in rest]
+    return lines
+
+
+def patch_json(r: core.PatchRebase) -> dict[str, Any]:
+    """One patch's result for ``--format json``."""
+    return {
+        "name": r.name,
+        "outcome": r.outcome.value,
+        "files": [{"path": f.path, "outcome": f.outcome, "regions": list(f.regions)} for f in r.files],
+        "absent": r.absent,
+        "problems": {path: [p.as_dict() for p in problems] for path, problems in r.problems.items()},
+        "accepted_broken": r.accepted,
+        "interdiffs": {path: found.as_dict() for path, found in r.interdiffs.items()},
+    }
+
+
+def summary_markdown(done: Done) -> str:
+    """A pull-request description of a series rebase: outcomes, drop candidates, broken files, interdiffs."""
+    out = [
+        f"## Rebase of series `{done.series.name}`",
+        "",
+        f"From `{done.old}` to `{done.new}`.",
+        "",
+        "| patch | outcome | notes |",
+        "| --- | --- | --- |",
+    ]
+    for r in done.result.patches:
+        notes = [f"`{f.path}` {f.outcome}" for f in r.files if f.outcome in ("conflict", "deleted", "upstreamed")]
+        notes += [f"`{path}:{p.line}`: {p.kind}" for path, ps in r.problems.items() for p in ps if p.blocking]
+        out.append(f"| `{r.name}` | {r.outcome.value} | {'; '.join(notes)} |")
+    seen = {r.name for r in done.result.patches}
+    out += [f"| `{p.name}` | waiting | |" for p in done.series.patches if p.name not in seen]
+    drops = [r for r in done.result.patches if r.outcome is core.PatchOutcome.UPSTREAMED]
+    if drops:
+        out += ["", "### Drop candidates", ""]
+        out += [f"- `{r.name}`: upstream has the change (dropped from the series)" for r in drops]
+    broken = [r for r in done.result.patches if r.broken]
+    if broken:
+        out += ["", "### Broken (the merge would fail when imported)", ""]
+        for r in broken:
+            out.append(f"- `{r.name}`" + (f": **accepted as broken**: {r.accepted}" if r.accepted is not None else ":"))
+            out += [f"  - `{path}:{p.line}`: {p.message}" for path, ps in r.problems.items() for p in ps if p.blocking]
+    changed = [r for r in done.result.patches if r.interdiffs]
+    if changed:
+        out += ["", "### What changed in each patch (old patch against new)", ""]
+        for r in changed:
+            for path, found in r.interdiffs.items():
+                head, *rest = found.lines()
+                out += [f"- `{r.name}` `{path}`: {head}"]
+                out += ["", "  ```diff", *(f"  {line}" for line in rest), "  ```"] if rest else []
+    return "\n".join(out) + "\n"

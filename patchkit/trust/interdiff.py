@@ -15,10 +15,11 @@ Pure: diff bytes in, a value out.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchkit.diffs import DiffError, parse
+from patchkit.diffs import DiffError, Hunk, parse
 
 Line = tuple[bytes, bytes]  # (tag, content) of one diff line, tag b"-" or b"+"
 
@@ -125,8 +126,12 @@ def blocks(diff: bytes) -> tuple[int, list[Block]]:
     """The number of hunks of a one-file diff and its change blocks, in order."""
     if not diff.strip():
         return 0, []
-    files = parse(diff)
-    hunks = [h for f in files for h in f.hunks]
+    hunks = [h for f in parse(diff) for h in f.hunks]
+    return len(hunks), hunk_blocks(hunks)
+
+
+def hunk_blocks(hunks: Sequence[Hunk]) -> list[Block]:
+    """The change blocks of these hunks, in order: each run of ``-``/``+`` lines, without context."""
     out: list[Block] = []
     for h in hunks:
         header = f"-{h.old_start},{h.old_len} +{h.new_start},{h.new_len}"
@@ -139,7 +144,7 @@ def blocks(diff: bytes) -> tuple[int, list[Block]]:
                 run = []
         if run:
             out.append(Block(header, tuple(run)))
-    return len(hunks), out
+    return out
 
 
 def compare(old_diff: bytes, new_diff: bytes) -> Interdiff | None:
@@ -149,6 +154,15 @@ def compare(old_diff: bytes, new_diff: bytes) -> Interdiff | None:
         new_hunks, new = blocks(new_diff)
     except DiffError:
         return None
+    return _align(old_hunks, old, new_hunks, new)
+
+
+def compare_hunks(old: Sequence[Hunk], new: Sequence[Hunk]) -> Interdiff:
+    """The interdiff of one file's hunks in the old patch against its hunks in the new one (parsed already)."""
+    return _align(len(old), hunk_blocks(old), len(new), hunk_blocks(new))
+
+
+def _align(old_hunks: int, old: list[Block], new_hunks: int, new: list[Block]) -> Interdiff:
     keys_old = [b.lines for b in old]
     keys_new = [b.lines for b in new]
     changes = []

@@ -6,8 +6,6 @@ import json
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from patchkit.lockfile.reader import loads
 from tests.conftest import Invoke
 from tests.series.queue import ENVS_PATCHED, MXFP4_V1, REQS_V1, Queue, clone_tree, commit, git
@@ -166,22 +164,3 @@ def test_a_patch_whose_requirements_change_went_upstream_is_partially_upstreamed
     for name in ("vllm-48303-mxfp4-flashinfer-cutlass", "vllm-48512-mxfp4-cutlass-env"):
         subprocess.run(["git", "apply", str(queue.root / f"patches/vllm/{name}.patch")], cwd=tree, check=True)
     assert invoke("check", repo=queue.root).exit_code == 0
-
-
-def test_per_patch_hooks_see_the_old_and_new_patch(
-    queue: Queue, invoke: Invoke, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from patchkit.series import rebase as core
-
-    seen: list[tuple[str, bool, bool]] = []
-
-    def hook(name: str, old: bytes, new: bytes, files: dict[str, bytes | None]) -> list[str]:
-        seen.append((name, old.startswith(b"From ") and not old.startswith(b"From 0000"), new.startswith(b"From 0000")))
-        return [f"interdiff of {name}: {len(old)} -> {len(new)} bytes"] if name.startswith("flashinfer") else []
-
-    monkeypatch.setattr(core, "PATCH_HOOKS", [hook])
-    c2 = commit(queue.flashinfer, {"flashinfer/__init__.py": b"# 0.5.3\n"}, "v0.5.3")
-    run = invoke("rebase", "--series", "flashinfer", "--onto", c2, repo=queue.root)
-    assert run.exit_code == 0, run.stderr
-    assert seen == [("flashinfer-1520-jit-cache-env", True, True)]
-    assert run.stdout.splitlines()[2].startswith("    note: interdiff of flashinfer-1520-jit-cache-env: ")

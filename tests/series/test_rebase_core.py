@@ -59,7 +59,7 @@ def test_every_kind_of_change_survives_an_upstream_edit_byte_for_byte(patch: byt
         "old/name.py": b"# moved soon\n" + OLD["old/name.py"],
     }
     item = Item("mixed", "p.patch", parse_patch(patch, "p.patch"))
-    result = rebase_series([item], {"mixed": patch}, _reader(OLD), _reader(new))
+    result = rebase_series([item], _reader(OLD), _reader(new))
     (r,) = result.patches
     assert r.outcome is PatchOutcome.CLEAN
     assert {f.path: f.outcome for f in r.files} == {
@@ -87,14 +87,14 @@ def test_every_kind_of_change_survives_an_upstream_edit_byte_for_byte(patch: byt
         "old/renamed.py": b"# moved soon\nx = 1\ny = 3\n",
         "win/config.ini": b"; header\r\n[a]\r\nkey=2\r\nother=2\r\n",
     }
-    again = rebase_series([item], {"mixed": patch}, _reader(OLD), _reader(new))
+    again = rebase_series([item], _reader(OLD), _reader(new))
     assert again.patches[0].new_bytes == r.new_bytes  # byte-stable
 
 
 def test_a_rename_upstream_already_made_leaves_only_the_edit(patch: bytes) -> None:
     new = {k: v for k, v in OLD.items() if k != "old/name.py"} | {"old/renamed.py": OLD["old/name.py"]}
     item = Item("mixed", "p.patch", parse_patch(patch, "p.patch"))
-    (r,) = rebase_series([item], {"mixed": patch}, _reader(OLD), _reader(new)).patches
+    (r,) = rebase_series([item], _reader(OLD), _reader(new)).patches
     assert {f.path: f.outcome for f in r.files}["old/renamed.py"] == "unchanged"  # upstream moved it, unedited
     assert r.new_bytes is not None
     kinds = [(f.kind, f.old_path) for f in parse_patch(r.new_bytes, "n").files]

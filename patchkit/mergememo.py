@@ -1,0 +1,169 @@
+"""Merges remembered between runs: a file's three-way merge result, found again by what went into it.
+
+``merge.rebase_file`` is a pure function of base, ours, theirs and the path,
+and all three versions are pinned by sha256, so its result can be kept in the
+user cache and reused when the same merge comes again: the rebase run again
+after ``--abort``, a bump retried, or a second deployment carrying the same
+patches. The key also covers the merge code itself (the sources of
+``patchkit.merge`` and ``patchkit.diffs`` and merge3's version), so a
+patchkit upgrade never reads a result an older merge computed.
+
+The cache is the user's own, trusted as their clone cache is; an entry that
+does not decode, or whose merged bytes do not match the sha256 it recorded,
+reads as missing and the merge runs again.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import enum
+import functools
+import hashlib
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from patchkit import diffs, merge
+from patchkit.errors import WriteFailed
+from patchkit.merge import MergeResult
+from patchkit.repo import atomic_write
+
+VERSION = 1
+
+
+@functools.cache
+def code_version() -> str:
+    """A digest of the merge code: its sources and merge3's version."""
+    from importlib.metadata import version
+
+    h = hashlib.sha256(f"{VERSION}\0{version('merge3')}\0".encode())
+    for module in (merge, diffs):
+        h.update(Path(module.__file__ or "").read_bytes())
+    return h.hexdigest()
+
+
+def key(*parts: str) -> str:
+    """The name of one merge or diff: the code, then its inputs (sha256 of the files, the path)."""
+    text = "\0".join((code_version(), *parts))
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+class MergeMemo:
+    """Merge results and diffs under ``<cache>/merges/``: one file for each set of merges a rebase made.
+
+    One file per set, not per merge: creating a thousand small files costs
+    more than the merges it saves on a busy file system. The file is named by
+    the keys of its entries, so only the same set of merges finds it again.
+    """
+
+    def __init__(self, cache: Path) -> None:
+        self.root = cache / "merges"
+
+    def _path(self, kind: str, keys: Iterable[str]) -> Path:
+        name = hashlib.sha256("\n".join(sorted(set(keys))).encode()).hexdigest()
+        return self.root / f"{kind}-{name}.json"
+
+    def _read(self, kind: str, keys: list[str]) -> dict[str, Any] | None:
+        try:
+            entries = json.loads(self._path(kind, keys).read_bytes())["entries"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return entries if isinstance(entries, dict) and sorted(entries) == sorted(set(keys)) else None
+
+    def _write(self, kind: str, entries: dict[str, Any]) -> None:
+        data = json.dumps({"entries": entries}, separators=(",", ":")).encode()
+        with contextlib.suppress(WriteFailed):
+            atomic_write(self._path(kind, entries), data, durable=False)
+
+    def get(self, keys: list[str]) -> dict[str, MergeResult] | None:
+        """The remembered results of exactly these merges, or None."""
+        entries = self._read("merges", keys)
+        if entries is None:
+            return None
+        out: dict[str, MergeResult] = {}
+        for k, record in entries.items():
+            try:
+                result = _decode(record["result"])
+            except (ValueError, KeyError, TypeError, AttributeError):
+                return None
+            if not isinstance(result, MergeResult) or hashlib.sha256(result.merged).hexdigest() != record.get("merged"):
+                return None
+            out[k] = result
+        return out
+
+    def put(self, results: dict[str, MergeResult]) -> None:
+        """Remember ``results``; skipped for a value this encoding does not know, or a cache that cannot be written."""
+        try:
+            entries = {
+                k: {"merged": hashlib.sha256(r.merged).hexdigest(), "result": _encode(r)} for k, r in results.items()
+            }
+        except TypeError:
+            return
+        self._write("merges", entries)
+
+    def get_diffs(self, keys: list[str]) -> dict[str, bytes] | None:
+        """Remembered diffs (``canonical_diff`` of the new upstream file and the merged file), or None."""
+        entries = self._read("diffs", keys)
+        if entries is None:
+            return None
+        out: dict[str, bytes] = {}
+        for k, record in entries.items():
+            try:
+                diff = base64.b64decode(record["diff"], validate=True)
+            except (ValueError, KeyError, TypeError):
+                return None
+            if hashlib.sha256(diff).hexdigest() != record.get("sha256"):
+                return None
+            out[k] = diff
+        return out
+
+    def put_diffs(self, diffs: dict[str, bytes]) -> None:
+        entries = {
+            k: {"sha256": hashlib.sha256(d).hexdigest(), "diff": base64.b64encode(d).decode()} for k, d in diffs.items()
+        }
+        self._write("diffs", entries)
+
+
+@functools.cache
+def _types() -> dict[str, type]:
+    """The classes an entry may name: the dataclasses and enums of ``patchkit.merge``, nothing else."""
+    return {
+        name: value
+        for name, value in vars(merge).items()
+        if isinstance(value, type)
+        and (dataclasses.is_dataclass(value) or issubclass(value, enum.Enum))
+        and value.__module__ == merge.__name__
+    }
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return {"@enum": type(value).__name__, "v": value.value}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if type(value).__module__ != merge.__name__:
+            raise TypeError(type(value).__name__)
+        fields = {f.name: _encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {"@": type(value).__name__, **fields}
+    if isinstance(value, bytes):
+        return {"@b": base64.b64encode(value).decode()}
+    if isinstance(value, tuple | list):
+        return [_encode(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    raise TypeError(type(value).__name__)
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_decode(v) for v in value)
+    if not isinstance(value, dict):
+        return value
+    if "@b" in value:
+        return base64.b64decode(value["@b"], validate=True)
+    if "@enum" in value:
+        return _types()[value["@enum"]](value["v"])
+    cls = _types()[value["@"]]
+    return cls(**{k: _decode(v) for k, v in value.items() if k != "@"})
