@@ -7,6 +7,7 @@ Layout (flat: no top-level directory; unpack with ``tar -xzf B -C DIR``)::
     compose.yaml               and every compose.*.yaml profile beside it
     entrypoint.sh              when present at the repository root
     Caddyfile.example          when present at the repository root
+    guard.json                 the runtime guard's manifest, when present (patchkit emit)
     <repo path>                every file the lockfile pins, at its repository
                                path: committed patches (patches/...), diffs
                                (upstream/...), tuning tables, artifacts
@@ -58,7 +59,7 @@ BUILD_DIR = "build"
 DEFAULT_EPOCH = 0
 COMPRESSLEVEL = 9
 # Root-level deployment files bundled when present (compose.yaml is required).
-DEPLOYMENT_FILES = ("entrypoint.sh", "Caddyfile.example")
+DEPLOYMENT_FILES = ("entrypoint.sh", "Caddyfile.example", "guard.json")
 COMPOSE = "compose.yaml"
 
 MAX_MEMBER = 256 * 1024 * 1024

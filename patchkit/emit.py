@@ -83,6 +83,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from patchkit.errors import BadInput, LockfileError, Problem
+from patchkit.guard import manifest as guard_manifest
 from patchkit.lockfile import Artifact, Lockfile, Patch, PatchKind, _Reader, _render_path, _toml_type
 from patchkit.values import ContainerPath, check_name
 
@@ -180,6 +181,7 @@ class DeployConfig:
     inference: Inference
     profiles: tuple[Profile, ...]
     proxy: Proxy | None = None
+    guard: guard_manifest.GuardConfig | None = None
     file: str = CONFIG_NAME
     lines: Mapping[str, int] = field(default_factory=dict, compare=False)
 
@@ -227,7 +229,7 @@ def loads_config(text: str, filename: str = CONFIG_NAME) -> DeployConfig:
 
 class _ConfigReader(_Reader):
     def read(self, raw: dict[str, Any]) -> DeployConfig | None:
-        self.known(raw, (), ("schema", "name", "inference", "proxy", "profiles"))
+        self.known(raw, (), ("schema", "name", "inference", "proxy", "profiles", "guard"))
         schema = raw.get("schema")
         if schema != CONFIG_SCHEMA or isinstance(schema, bool):
             self.problem(("schema",) if "schema" in raw else (), f"must be {CONFIG_SCHEMA}, got {schema!r}")
@@ -265,6 +267,7 @@ class _ConfigReader(_Reader):
             inference=inference,
             profiles=tuple(sorted(profiles, key=lambda p: p.name)),
             proxy=proxy,
+            guard=guard_manifest.read_config(self, raw),
             file=self.filename,
             lines=self.lines(),
         )
@@ -561,6 +564,10 @@ def _mounts(lock: Lockfile, config: DeployConfig) -> list[_Mount]:
     mounts.extend(
         _Mount(str(a.target), f"./{a.file}", artifact_notes("artifact", a)) for a in lock.artifacts if a.target
     )
+    if config.guard is not None:
+        problems.extend(guard_manifest.problems(lock, config))
+        note = comment("runtime guard manifest: written by `patchkit emit` from lockfile.toml")
+        mounts.append(_Mount(str(config.guard.manifest_target), f"./{guard_manifest.MANIFEST_NAME}", (note,)))
     for m in mounts:
         if any(c in m.source + m.target for c in "$:,"):
             problems.append(
@@ -613,9 +620,10 @@ def emit(lock: Lockfile, config: DeployConfig, profile: str) -> str:  # noqa: C9
         o.add(2, f"image: {quote(vllm_image)}")
         o.seq(2, "entrypoint", [str(entry.target)])
         o.seq(2, "command", [model_path, *inf.args, f"--port={inf.port}"])
-        if inf.environment:
+        environment = (*inf.environment, *guard_manifest.environment(lock, config))
+        if environment:
             o.add(2, "environment:")
-            for k, v in inf.environment:
+            for k, v in environment:
                 o.add(3, f"{quote(k)}: {quote(v)}")
         o.seq(2, "devices", [*inf.devices, *rep.devices])
         o.seq(2, "group_add", inf.group_add)
@@ -977,6 +985,7 @@ def emit_files(
         if problems:
             raise BadInput(f"{p.file}: {problems[0]}", "fix deploy.toml; nothing was written")
         files[p.file] = text
+    files.update(guard_manifest.files(lock, config))
     skipped = validate_bundle_files(repo.root, lock, config) if validate_output else []
     if notes is not None:
         notes.extend(skipped)
