@@ -1,11 +1,11 @@
 """ImageSource against Debian's docker-registry on 127.0.0.1, with vLLM-like images built by umoci.
 
-The registry, the umoci layout and dockerd are the fixtures of tests/images
-(``registry_server`` and ``image_builder`` from its conftest, ``dockerd``
-from test_engine.py). A conftest's fixtures are only visible below its own
-directory, so this module binds the same fixture functions under the same
-names, which registers them here too: pytest starts one more registry (and
-one more dockerd, for the ``via="docker"`` test) when this module runs.
+The registry and the umoci layout are the fixtures of tests/images
+(``registry_server`` and ``image_builder`` from its conftest; ``dockerd`` is
+the session fixture of tests/dockerd.py). A conftest's fixtures are only
+visible below its own directory, so this module binds the same fixture
+functions under the same names, which registers them here too: pytest starts
+one more registry when this module runs.
 
 The images: ``pk/vllm:v1`` is one linux/amd64 manifest (a base layer, a
 vLLM layer); ``pk/vllm:v2`` is an OCI index of the v1 layers plus a layer
@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 from images import conftest as image_fixtures
-from images import test_engine as engine_tests
 from images.conftest import CountingSession, ImageBuilder, RegistryServer, run
 
 from patchkit.errors import EXIT_BAD_INPUT, EXIT_EXTERNAL, BadInput
@@ -39,12 +38,12 @@ from patchkit.sources.image import (
 )
 from patchkit.sources.interface import Pin, SourceError
 from patchkit.values import Digest
+from tests.dockerd import Dockerd
 
 # The fixtures of tests/images, bound here so that pytest registers them for this module too.
 registry_server = image_fixtures.registry_server
 image_builder = image_fixtures.image_builder
 counting_session = image_fixtures.counting_session
-dockerd = engine_tests.dockerd
 
 PREFIX = "/usr/local/lib/python3.12/dist-packages"
 V1 = "0.26.1rc1.dev229+g124154a88"
@@ -319,7 +318,7 @@ def test_a_missing_tag_is_a_registry_error(images: VllmImages, source: ImageSour
 
 
 def test_via_docker_pulls_by_digest_and_reads_the_same_bytes(
-    images: VllmImages, client: RegistryClient, dockerd: engine_tests.Dockerd
+    images: VllmImages, client: RegistryClient, dockerd: Dockerd
 ) -> None:
     from_registry = ImageSource(images.repository, PREFIX, client=client).snapshot("v2")
     paths = [GPU_WORKER, LINEAR, LEGACY, "vllm/nope.py", "vllm/v1"]
