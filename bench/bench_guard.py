@@ -40,7 +40,7 @@ VERSION = "0.26.1rc1.dev229+g124154a88"
 
 def layout(root: Path, count: int) -> tuple[Path, Path, dict[str, str]]:
     """The files, the manifest and the SHA256SUMS; the environment the guard runs with."""
-    rng = random.Random(21)
+    rng = random.Random(21)  # noqa: S311 - seeded test data, not secrets
     files = []
     for i in range(count):
         size = 300 << 10 if i < 2 else int(2 ** rng.uniform(12, 18))
@@ -86,11 +86,17 @@ def main() -> None:
         manifest, sums, env = layout(Path(tmp), args.files)
         snap = str(Path(tmp) / "hf" / "snapshots" / REVISION)
         candidates = {
-            "a": (f"guard on {args.files} files", [sys.executable, str(GUARD), "--manifest", str(manifest), "--", snap]),
+            "a": (
+                f"guard on {args.files} files",
+                [sys.executable, str(GUARD), "--manifest", str(manifest), "--", snap],
+            ),
             "b": ("python3 -c pass (the floor)", [sys.executable, "-c", "pass"]),
         }
         if sha256sum:
-            candidates["c"] = (f"sha256sum -c on {args.files} files", [sha256sum, "-c", "--quiet", "--strict", str(sums)])
+            candidates["c"] = (
+                f"sha256sum -c on {args.files} files",
+                [sha256sum, "-c", "--quiet", "--strict", str(sums)],
+            )
         rows = {k: Timing(k, k, label) for k, (label, _) in candidates.items()}
 
         def run(argv: list[str]) -> None:
