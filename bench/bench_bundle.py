@@ -54,7 +54,8 @@ from typing import Any
 from benchlib import Cost, Meter, Out, Timing, fail, find_patchkit, run_checked, run_measured_ok
 
 from patchkit.bundle import build_bundle
-from patchkit.lockfile import Lockfile, Patch, PatchKind, dumps
+from patchkit.lockfile.model import Lockfile, Patch, PatchKind
+from patchkit.lockfile.writer import dumps
 from patchkit.repo import Repo
 from patchkit.values import ContainerPath, RepoPath, Sha256
 

@@ -66,7 +66,8 @@ from benchlib import (
 )
 
 from patchkit.hashing import GIT_SHA1, SHA256, default_jobs, digest_many
-from patchkit.lockfile import Lockfile, Model, ModelFile, dumps
+from patchkit.lockfile.model import Lockfile, Model, ModelFile
+from patchkit.lockfile.writer import dumps
 from patchkit.persist import expected_sums
 from patchkit.values import Revision, Sha256, UpstreamPath
 

@@ -67,7 +67,8 @@ from typing import Any
 from benchlib import Out, Timing, fail, find_patchkit, run_checked, timed
 
 from patchkit.diffs import canonical_diff
-from patchkit.lockfile import Base, DiffPin, Lockfile, Patch, PatchKind, Upstream, dumps
+from patchkit.lockfile.model import Base, DiffPin, Lockfile, Patch, PatchKind, Upstream
+from patchkit.lockfile.writer import dumps
 from patchkit.values import ContainerPath, RepoPath, Revision, Sha256, UpstreamPath
 
 PROG = "bench_rebase"  # prefixes its error messages
@@ -722,7 +723,7 @@ def breakdown(layout: Layout, tree: Tree) -> Breakdown:
     from patchkit import rebase as rb
     from patchkit.cache import BlobStore
     from patchkit.hashing import sha256_bytes
-    from patchkit.lockfile import LOCKFILE_NAME
+    from patchkit.lockfile.model import LOCKFILE_NAME
     from patchkit.persist import expected_sums
     from patchkit.repo import Repo, write_all
     from patchkit.sources import git as git_source  # imported here so that no stage pays for gitpython
@@ -843,7 +844,7 @@ def compare_merges(layout: Layout, tree: Tree) -> list[str]:
 
 
 def pinned_commit(layout: Layout) -> str | None:
-    from patchkit.lockfile import loads
+    from patchkit.lockfile.reader import loads
 
     lock = loads((layout.deployment / "lockfile.toml").read_text(encoding="utf-8"))
     up = lock.upstream(UPSTREAM)

@@ -81,7 +81,8 @@ from benchlib import (
 )
 
 from patchkit.hashing import sha256_many
-from patchkit.lockfile import Artifact, Lockfile, dumps
+from patchkit.lockfile.model import Artifact, Lockfile
+from patchkit.lockfile.writer import dumps
 from patchkit.values import RepoPath, Sha256
 
 PROG = "bench_sums"  # prefixes its error messages

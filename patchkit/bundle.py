@@ -48,7 +48,8 @@ from typing import TYPE_CHECKING
 from patchkit import sums
 from patchkit.errors import BadInput, LockfileError
 from patchkit.hashing import sha256_bytes
-from patchkit.lockfile import LOCKFILE_NAME, Lockfile, loads
+from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
+from patchkit.lockfile.reader import loads
 from patchkit.repo import Escape, Repo
 from patchkit.sums import FILENAME as SUMS_NAME
 

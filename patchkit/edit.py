@@ -15,14 +15,14 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchkit import diffs, lockfile, sums
+from patchkit import diffs, sums
 from patchkit.cache import BlobStore
-from patchkit.check import base_of_committed, check_pinned_files
+from patchkit.check.run import base_of_committed, check_pinned_files
 from patchkit.diffs import canonical_diff
 from patchkit.errors import BadInput, Refused
 from patchkit.formats.safe import printable
 from patchkit.hashing import sha256_bytes
-from patchkit.lockfile import Artifact, Base, DiffPin, Lockfile, Patch, PatchKind, Upstream
+from patchkit.lockfile.model import LOCKFILE_NAME, Artifact, Base, DiffPin, Lockfile, Patch, PatchKind, Upstream
 from patchkit.outcome import Change, Outcome
 from patchkit.persist import expected_sums, finish, sums_dropped
 from patchkit.repo import MANAGED_DIRS, Escape, Repo, write_all
@@ -34,9 +34,9 @@ from patchkit.values import ContainerPath, Reference, RepoPath, Revision, Sha256
 def init(directory: Path, name: str | None = None) -> Outcome:
     """Create an empty deployment in ``directory`` that ``patchkit check`` passes on."""
     root = directory.resolve()
-    if (root / lockfile.LOCKFILE_NAME).exists():
+    if (root / LOCKFILE_NAME).exists():
         raise BadInput(
-            f"{root / lockfile.LOCKFILE_NAME}: already exists; init does not overwrite a deployment",
+            f"{root / LOCKFILE_NAME}: already exists; init does not overwrite a deployment",
             "run patchkit check there instead",
         )
     if name is None:

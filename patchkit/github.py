@@ -19,7 +19,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from patchkit.errors import ExternalFailure
-from patchkit.lockfile import RefState
+from patchkit.lockfile.model import RefState
 from patchkit.values import Reference, Revision
 
 if TYPE_CHECKING:

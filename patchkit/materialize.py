@@ -16,7 +16,7 @@ from patchkit import diffs
 from patchkit.cache import BlobStore
 from patchkit.errors import BadInput
 from patchkit.hashing import sha256_bytes
-from patchkit.lockfile import Lockfile, Patch
+from patchkit.lockfile.model import Lockfile, Patch
 from patchkit.repo import Repo, atomic_write
 
 

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING
 from patchkit.errors import ExternalFailure
 from patchkit.findings import Finding
 from patchkit.hashing import sha256_bytes
-from patchkit.lockfile import LOCKFILE_NAME, Lockfile, PatchKind
+from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile, PatchKind
 
 if TYPE_CHECKING:
-    from patchkit.hub import Hub
     from patchkit.images.registry import RegistryClient
+    from patchkit.model.hub import Hub
 
 Locate = Callable[[tuple[str | int, ...]], int | None]
 
@@ -51,10 +51,10 @@ def online_findings(
         return image_findings(lock, locate, insecure=insecure, image_bases=image_bases)
 
     def model() -> list[Finding]:
-        from patchkit.model import revision_findings
+        from patchkit.model.findings import revision_findings
 
         if hub is None:
-            from patchkit.hub import HfHub
+            from patchkit.model.hub import HfHub
 
             return revision_findings(lock, locate, HfHub())
         return revision_findings(lock, locate, hub)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from patchkit import lockfile, sums
+from patchkit import sums
 from patchkit.hashing import sha256_bytes
-from patchkit.lockfile import LOCKFILE_NAME, Lockfile
+from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
+from patchkit.lockfile.writer import dumps
 from patchkit.outcome import Change
 from patchkit.repo import Escape, Repo, write_all
 
@@ -25,9 +26,9 @@ def expected_sums(lock: Lockfile, lock_bytes: bytes) -> bytes:
 
 def finish(repo: Repo, lock: Lockfile, extra: dict[str, bytes] | None = None, deletes: Iterable[str] = ()) -> list[str]:
     """Write ``lock``, any extra files and the matching SHA256SUMS as one transaction."""
-    text = lockfile.dumps(lock).encode()
+    text = dumps(lock).encode()
     files = dict(extra or {})
-    files[lockfile.LOCKFILE_NAME] = text
+    files[LOCKFILE_NAME] = text
     files[sums.FILENAME] = expected_sums(lock, text)
     return write_all(repo.root, files, deletes)
 
@@ -43,7 +44,7 @@ def sums_dropped(repo: Repo, lock: Lockfile) -> list[Change]:
         current = repo.check_inside(sums.FILENAME).read_bytes()
     except (OSError, Escape):
         return []
-    pinned = {str(path) for _, path, _ in lock.files()} | {lockfile.LOCKFILE_NAME}
+    pinned = {str(path) for _, path, _ in lock.files()} | {LOCKFILE_NAME}
     return [
         Change(f"SHA256SUMS {e.name}", "listed", "dropped (the lockfile does not pin it)")
         for e in sums.read(current).entries

@@ -31,7 +31,8 @@ from patchkit.edit import apply_diff_only, read_pinned, recover_base
 from patchkit.errors import BadInput, PatchkitError
 from patchkit.hashing import sha256_bytes
 from patchkit.importing import handdiffs
-from patchkit.lockfile import Base, DiffPin, Lockfile, Patch, PatchKind, Upstream, dumps
+from patchkit.lockfile.model import Base, DiffPin, Lockfile, Patch, PatchKind, Upstream
+from patchkit.lockfile.writer import dumps
 from patchkit.merge import MergeResult, Outcome, conflict_markers_remain, rebase_file
 from patchkit.outcome import Outcome as WriteOutcome
 from patchkit.persist import finish, sums_dropped

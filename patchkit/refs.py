@@ -25,7 +25,7 @@ from pathlib import Path
 from patchkit.errors import PatchkitError
 from patchkit.findings import Finding
 from patchkit.github import AnswerStatus, IssueTracker, RateLimit, split_reference, web_url
-from patchkit.lockfile import LOCKFILE_NAME, Lockfile, Patch, RefState, Upstream
+from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile, Patch, RefState, Upstream
 from patchkit.repo import Repo
 from patchkit.values import Reference, Revision
 

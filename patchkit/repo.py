@@ -20,7 +20,7 @@ from patchkit.errors import BadInput, PatchkitError, WriteFailed
 from patchkit.values import RepoPath
 
 if TYPE_CHECKING:
-    from patchkit.lockfile import Lockfile
+    from patchkit.lockfile.model import Lockfile
 
 # The lockfile module is imported only when a lockfile is read, so that
 # `sums --check` can start hashing before paying for it.
@@ -84,7 +84,7 @@ class Repo:
                 f"{LOCKFILE_NAME}:{line}: not UTF-8 (byte {data[e.start]:#04x})",
                 "TOML files must be UTF-8",
             ) from e
-        from patchkit.lockfile import loads
+        from patchkit.lockfile.reader import loads
 
         return loads(text, LOCKFILE_NAME), data
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from patchkit.errors import BadInput
-from patchkit.lockfile import Lockfile, PatchKind, Upstream
+from patchkit.lockfile.model import Lockfile, PatchKind, Upstream
 from patchkit.outcome import Change
 from patchkit.outcome import Outcome as WriteOutcome
 from patchkit.persist import finish

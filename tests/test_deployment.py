@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO_ROOT, Invoke, copy_shipped
 
-from patchkit.lockfile import loads
+from patchkit.lockfile.reader import loads
 
 
 def test_shipped_deployment_checks_clean(invoke: Invoke) -> None:

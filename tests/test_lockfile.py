@@ -4,9 +4,10 @@ import dataclasses
 
 import pytest
 
-from patchkit import lockfile
 from patchkit.errors import LockfileError
-from patchkit.lockfile import Artifact, Base, DiffPin, Image, Lockfile, Model, Patch, PatchKind, Upstream
+from patchkit.lockfile.model import Artifact, Base, DiffPin, Image, Lockfile, Model, Patch, PatchKind, Upstream
+from patchkit.lockfile.reader import loads
+from patchkit.lockfile.writer import dumps
 from patchkit.values import ContainerPath, Digest, Reference, RepoPath, Revision, Sha256, UpstreamPath
 
 H = "a" * 64
@@ -48,12 +49,12 @@ sha256 = "{H}"
 
 def problems_of(text: str) -> list[str]:
     with pytest.raises(LockfileError) as e:
-        lockfile.loads(text)
+        loads(text)
     return [p.render() for p in e.value.problems]
 
 
 def test_loads_good() -> None:
-    lock = lockfile.loads(GOOD)
+    lock = loads(GOOD)
     assert lock.images[0].digest == Digest(f"sha256:{H}")
     assert lock.model is not None and lock.model.revision.sha.startswith("7872f01b")
     p = lock.patches[0]
@@ -187,25 +188,25 @@ def _sample() -> Lockfile:
 
 def test_dumps_round_trips_and_is_deterministic() -> None:
     lock = _sample()
-    text = lockfile.dumps(lock)
-    again = lockfile.loads(text)
+    text = dumps(lock)
+    again = loads(text)
     assert again == lock
-    assert lockfile.dumps(again) == text
+    assert dumps(again) == text
 
 
 def test_dumps_is_canonical_whatever_the_input_order() -> None:
     lock = _sample()
-    text = lockfile.dumps(lock)
+    text = dumps(lock)
     # The same images and upstreams given in another order dump identically.
     extra = Image("caddy", "caddy", Digest(f"sha256:{'b' * 64}"))
     one = dataclasses.replace(lock, images=(*lock.images, extra))
     two = dataclasses.replace(lock, images=(extra, *lock.images))
-    assert lockfile.dumps(one) == lockfile.dumps(two)
+    assert dumps(one) == dumps(two)
     assert text.index("[images.vllm]") < text.index("[upstreams.vllm]")
 
 
 def test_diff_only_patch_loads_without_file() -> None:
-    lock = lockfile.loads(lockfile.dumps(_sample()))
+    lock = loads(dumps(_sample()))
     p = lock.patch("diff-only")
     assert p is not None and not p.committed and p.diff is not None
 

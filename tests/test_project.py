@@ -67,15 +67,17 @@ def test_lock_pins_every_declared_dependency_with_hashes() -> None:
 
 def test_lockfile_doc_example_is_canonical() -> None:
     """docs/lockfile.md's annotated example loads and, without its comments, is what patchkit writes."""
-    from patchkit import lockfile
+    from patchkit.lockfile.model import HEADER
+    from patchkit.lockfile.reader import loads
+    from patchkit.lockfile.writer import dumps
 
     doc = (REPO_ROOT / "docs" / "lockfile.md").read_text()
     example = re.search(r"```toml\n(.*?)```", doc.split("## Annotated example", 1)[1], re.S)
     assert example is not None
     text = example.group(1)
-    assert text.startswith(lockfile.HEADER)
-    body = "".join(line for line in text[len(lockfile.HEADER) :].splitlines(keepends=True) if not line.startswith("#"))
-    assert lockfile.dumps(lockfile.loads(lockfile.HEADER + body)) == lockfile.HEADER + body
+    assert text.startswith(HEADER)
+    body = "".join(line for line in text[len(HEADER) :].splitlines(keepends=True) if not line.startswith("#"))
+    assert dumps(loads(HEADER + body)) == HEADER + body
 
 
 @pytest.mark.slow
@@ -100,7 +102,7 @@ def test_the_installed_wheel_validates_compose_against_the_schema(tmp_path: Path
     deployment = copy_shipped(tmp_path / "far" / "away" / "deploy")  # no ../shared beside it
     broken = (REPO_ROOT / "compose.yaml").read_text().replace("restart: ", "restrat: ", 1)
     probe = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import json, patchkit, patchkit.emit as emit; "
+        "import sys; sys.path.insert(0, sys.argv[1]); import json, patchkit, patchkit.emit.validate as emit; "
         "assert patchkit.__file__.startswith(sys.argv[1]), patchkit.__file__; "
         "print(json.dumps(emit.validate(sys.stdin.read(), emit.compose_schema())))"
     )

@@ -120,7 +120,8 @@ def audit(ctx: click.Context, output: Path | None, fmt: str | None) -> None:
     self-contained file (inline styles, no scripts, nothing fetched) that
     opens anywhere; the Markdown form fits a pull request description.
     """
-    from patchkit import audit as report
+    from patchkit.audit.report import build
+    from patchkit.formats.audit import as_json, as_markdown
     from patchkit.repo import atomic_write, output_target
 
     if fmt is None:
@@ -128,11 +129,11 @@ def audit(ctx: click.Context, output: Path | None, fmt: str | None) -> None:
         fmt = {".md": "markdown", ".markdown": "markdown", ".json": "json"}.get(suffix, "html")
     repo, lock, data = open_repo(ctx)
     target = output_target(output, repo, lock) if output is not None else None
-    built = report.build(repo, lock, data, blob_store(), cache_path(), dt.datetime.now(dt.UTC))
+    built = build(repo, lock, data, blob_store(), cache_path(), dt.datetime.now(dt.UTC))
     if fmt == "json":
-        text = report.as_json(built)
+        text = as_json(built)
     elif fmt == "markdown":
-        text = report.as_markdown(built)
+        text = as_markdown(built)
     else:
         from patchkit.formats.audit_html import render
 

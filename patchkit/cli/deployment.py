@@ -77,7 +77,7 @@ def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, insecur
     Diff-only patches are materialized and re-hashed when their base is in
     the local cache; otherwise a note says so.
     """
-    from patchkit.check import check as run_check
+    from patchkit.check.run import check as run_check
     from patchkit.formats.findings import render
     from patchkit.repo import pending_journal
 
@@ -90,8 +90,8 @@ def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, insecur
 
         raise BadInput("--image-bases needs --online (it reads files from the registries)")
     if online:
+        from patchkit.lockfile.tomlpos import LineIndex
         from patchkit.online import online_findings
-        from patchkit.tomlpos import LineIndex
 
         index = LineIndex(data.decode("utf-8"))
         result.findings.extend(
@@ -114,7 +114,7 @@ def sums(ctx: click.Context, verify: bool, fmt: str) -> None:
     accepts it. Refuses (exit 1) while a pinned file does not match its pin.
     """
     if verify:
-        from patchkit.verify import check_sums
+        from patchkit.check.verify_sums import check_sums
 
         result = check_sums(find_repo(ctx))
         from patchkit.formats.findings import render

@@ -1,7 +1,7 @@
 """``patchkit model``: pin a Hugging Face model revision, fetch it, verify the local cache.
 
 Commands parse arguments, call one function of patchkit.model and render
-its result; the Hub is reached through patchkit.hub.
+its result; the Hub is reached through patchkit.model.hub.
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ def model_lock(ctx: click.Context, repo_id: str | None, revision: str | None, fm
     files, together with SHA256SUMS. The branch itself is never pinned; it
     is recorded as `ref` so that `model verify` can check refs/<ref>.
     """
-    from patchkit.hub import HfHub
-    from patchkit.model import lock
+    from patchkit.model.hub import HfHub
+    from patchkit.model.pin import lock
 
     repo, lockf, _ = open_repo(ctx, writes=True)
     outcome = lock(repo, lockf, HfHub(), repo_id, revision)
@@ -112,8 +112,8 @@ def model_fetch(ctx: click.Context, hf_cache: Path | None, jobs: int | None, qui
 
     Exit 1 if the downloaded files do not verify against the manifest.
     """
-    from patchkit.hub import HfHub, default_cache_dir
-    from patchkit.model import pinned_files
+    from patchkit.model.hub import HfHub, default_cache_dir
+    from patchkit.model.manifest import pinned_files
 
     repo, lockf, _ = open_repo(ctx)
     pinned = _pinned(lockf)
@@ -138,9 +138,10 @@ def _tty() -> bool:
 
 def _verify(repo: Any, lockf: Any, hf_cache: Path | None, jobs: int | None, quiet: bool, full: bool) -> Any:
     from patchkit.cache import cache_dir
-    from patchkit.hub import default_cache_dir, repo_folder
-    from patchkit.model import pinned_files, verify_cache
-    from patchkit.verifyrecord import VerifyRecord
+    from patchkit.model.hub import default_cache_dir, repo_folder
+    from patchkit.model.manifest import pinned_files
+    from patchkit.model.record import VerifyRecord
+    from patchkit.model.verify import verify_cache
 
     pinned = _pinned(lockf)
     files = pinned_files(repo, pinned)

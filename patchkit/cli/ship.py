@@ -69,7 +69,7 @@ def emit(ctx: click.Context, profiles: tuple[str, ...], verify: bool, fmt: str) 
     security rules (inference service on loopback only, images by digest,
     read-only mounts) before anything is written. Output is byte-stable.
     """
-    from patchkit.emit import emit_files
+    from patchkit.emit.files import emit_files
 
     repo, lockf, _ = open_repo(ctx, writes=not verify)
     notes: list[str] = []

@@ -1,4 +1,4 @@
-"""The signing commands: ``keygen``, ``sign``, ``attest`` and ``verify`` (core in patchkit.signing)."""
+"""The signing commands: ``keygen``, ``sign``, ``attest`` and ``verify`` (core in patchkit.signing.signatures)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import click
 
 from patchkit.cli.common import FORMAT, Command, find_repo, hold_lock
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK, PatchkitError
-from patchkit.keys import KEY_ENV, PASSPHRASE_ENV
+from patchkit.signing.keys import KEY_ENV, PASSPHRASE_ENV
 
 _NO_SIGNERS_HINT = 'pass --allowed-signers FILE, or add [signing] with allowed_signers = "PATH" (docs/signing.md)'
 DEFAULT_FILES = ("SHA256SUMS", "lockfile.toml")
@@ -42,7 +42,7 @@ def _passphrase(path: Path) -> Callable[[], bytes | None]:
 
 
 def _load_key(path: Path) -> Any:
-    from patchkit.keys import load_private_key
+    from patchkit.signing.keys import load_private_key
 
     return load_private_key(path, _passphrase(path))
 
@@ -84,7 +84,7 @@ def keygen(path: Path, comment: str | None, principal: str | None) -> None:
     import getpass
     import socket
 
-    from patchkit.keys import generate
+    from patchkit.signing.keys import generate
 
     comment = comment if comment is not None else f"{getpass.getuser()}@{socket.gethostname()}"
     secret = os.environ.get(PASSPHRASE_ENV)
@@ -109,7 +109,7 @@ def sign(ctx: click.Context, files: tuple[Path, ...], key_path: Path) -> None:
     OpenSSH signatures (SSHSIG, namespace "patchkit", sha512): check one with
     `ssh-keygen -Y verify -f allowed_signers -I ID -n patchkit -s FILE.sig < FILE`.
     """
-    from patchkit.signing import sign_files
+    from patchkit.signing.signatures import sign_files
 
     if not files:
         hold_lock(ctx, find_repo(ctx).root)  # the default files and their .sig files are the repository's
@@ -129,7 +129,7 @@ def attest(bundle_path: Path, key_path: Path) -> None:
     it, with a SLSA provenance v1 predicate naming the bundled lockfile's
     pins (images, model, upstreams), in a DSSE envelope signed with the key.
     """
-    from patchkit.signing import attest_bundle
+    from patchkit.signing.signatures import attest_bundle
 
     key = _load_key(key_path)
     click.echo(f"wrote {attest_bundle(bundle_path, key)}")
@@ -159,7 +159,7 @@ def verify(
     Signatures by patchkit or `ssh-keygen -Y sign -n patchkit` (Ed25519).
     """
     from patchkit.errors import BadInput
-    from patchkit.signing import Outcome, load_signers, verify_files
+    from patchkit.signing.signatures import Outcome, load_signers, verify_files
 
     targets = list(files) or _default_files(ctx)
     if allowed_path is None:

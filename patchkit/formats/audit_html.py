@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from html import escape
 
-from patchkit.audit import AuditReport, DiffLine, PatchSection, Verified
+from patchkit.audit.report import AuditReport, DiffLine, PatchSection, Verified
 from patchkit.findings import Finding
 from patchkit.refs import Landing, PatchStanding
 

@@ -1,6 +1,6 @@
 """The runtime guard's manifest: what the container must run, written by ``patchkit emit`` as ``guard.json``.
 
-``deploy.toml`` turns the guard on with a ``[guard]`` table::
+``deploy.toml`` turns the guard on with a ``[guard]`` table (read by ``guard/config.py``)::
 
     [guard]
     script = "runtime-guard"                     # the lockfile module (or artifact) that is the guard script
@@ -24,49 +24,17 @@ and, when the lockfile lists the model's files inline, each file's size. Pure:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from patchkit.values import ContainerPath
-
 if TYPE_CHECKING:
-    from patchkit.emit import DeployConfig
+    from patchkit.emit.config import DeployConfig
     from patchkit.errors import Problem
-    from patchkit.lockfile import Lockfile, _Reader
+    from patchkit.lockfile.model import Lockfile
 
 MANIFEST_NAME = "guard.json"
 MANIFEST_SCHEMA = 1
-DEFAULT_TARGET = ContainerPath("/opt/patchkit/guard.json")
-DEFAULT_PACKAGE = "vllm"
 SCRIPT_ENV = "PATCHKIT_GUARD_SCRIPT"
 MANIFEST_ENV = "PATCHKIT_GUARD_MANIFEST"
-
-
-@dataclass(frozen=True)
-class GuardConfig:
-    """``deploy.toml``'s ``[guard]``: the pinned entry that is the guard script, where the manifest goes."""
-
-    script: str
-    manifest_target: ContainerPath = DEFAULT_TARGET
-    runtime_package: str = DEFAULT_PACKAGE
-
-
-def read_config(r: _Reader, raw: dict[str, Any]) -> GuardConfig | None:
-    """The ``[guard]`` table of ``deploy.toml`` (None when absent or broken; problems go to ``r``)."""
-    t = r.table(raw, (), "guard")
-    if t is None:
-        return None
-    p = ("guard",)
-    r.known(t, p, ("script", "manifest_target", "runtime_package"))
-    script = r.string(t, p, "script", required=True)
-    target = r.typed(t, p, "manifest_target", ContainerPath)
-    package = r.string(t, p, "runtime_package")
-    if package is not None and not package.isidentifier():
-        r.problem((*p, "runtime_package"), f"'{package}' is not an importable top-level package name")
-        return None
-    if script is None:
-        return None
-    return GuardConfig(script, target or DEFAULT_TARGET, package or DEFAULT_PACKAGE)
 
 
 def model_path(hf_cache_target: str, repo: str, revision: str) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from patchkit.errors import BadInput
-from patchkit.lockfile import Image, Lockfile
+from patchkit.lockfile.model import Image, Lockfile
 from patchkit.outcome import Change
 from patchkit.outcome import Outcome as WriteOutcome
 from patchkit.persist import finish

@@ -22,7 +22,7 @@ from patchkit import diffs, sums
 from patchkit.errors import BadInput
 from patchkit.hashing import sha256_bytes
 from patchkit.importing import compose, handdiffs, provenance
-from patchkit.lockfile import (
+from patchkit.lockfile.model import (
     LOCKFILE_NAME,
     Artifact,
     HandDiff,
@@ -33,8 +33,8 @@ from patchkit.lockfile import (
     Patch,
     PatchKind,
     Upstream,
-    dumps,
 )
+from patchkit.lockfile.writer import dumps
 from patchkit.repo import gitignored
 from patchkit.values import ContainerPath, Digest, Reference, RepoPath, Revision, Sha256, UpstreamPath
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from patchkit import diffs
-from patchkit.lockfile import HandDiff, Lockfile, PatchKind
+from patchkit.lockfile.model import HandDiff, Lockfile, PatchKind
 
 
 @dataclass(frozen=True)

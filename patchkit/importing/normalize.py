@@ -29,7 +29,7 @@ from patchkit.diffs import canonical_diff
 from patchkit.errors import PatchkitError
 from patchkit.hashing import sha256_bytes
 from patchkit.importing import handdiffs, provenance
-from patchkit.lockfile import Base, DiffPin, HandDiff, Lockfile, Patch, PatchKind, Upstream
+from patchkit.lockfile.model import Base, DiffPin, HandDiff, Lockfile, Patch, PatchKind, Upstream
 from patchkit.persist import finish, sums_dropped
 from patchkit.repo import Repo
 from patchkit.values import RepoPath, Revision, Sha256, UpstreamPath

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from patchkit.errors import BadInput
-from patchkit.lockfile import Upstream
+from patchkit.lockfile.model import Upstream
 from patchkit.sources.interface import Snapshot, UpstreamSource
 
 

@@ -10,7 +10,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from patchkit.lockfile import loads
+from patchkit.lockfile.reader import loads
 from patchkit.repo import LOCK_FILE, TMP_PREFIX, recover, stale_temporaries
 from tests.adversarial.conftest import patchkit
 

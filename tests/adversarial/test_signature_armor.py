@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from patchkit import sshsig
+from patchkit.signing import sshsig
 from tests.conftest import Invoke
 from tests.signing.conftest import KeyPair, ed_key, keygen_verify, write_allowed  # noqa: F401
 

@@ -9,7 +9,7 @@ import pytest
 
 from patchkit.errors import ExternalFailure
 from patchkit.github import AnswerStatus, GitHubTracker, RateLimited, web_url
-from patchkit.lockfile import RefState
+from patchkit.lockfile.model import RefState
 from patchkit.values import Reference
 from tests.audit.conftest import RESET_EPOCH, GitHubStandIn
 

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from patchkit.lockfile import RefState, loads
+from patchkit.lockfile.model import RefState
+from patchkit.lockfile.reader import loads
 from patchkit.refs import Landing, PatchStanding, age, assess
 from patchkit.values import Reference, Revision
 from tests.audit.conftest import GitHubStandIn, Tracked

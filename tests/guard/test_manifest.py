@@ -8,7 +8,7 @@ import json
 import tarfile
 from pathlib import Path
 
-from patchkit.lockfile import loads
+from patchkit.lockfile.reader import loads
 from tests.conftest import Invoke, copy_shipped
 
 DIGEST = "sha256:" + "ab" * 32

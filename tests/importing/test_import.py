@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from patchkit import diffs, lockfile
+from patchkit import diffs
 from patchkit.hashing import sha256_bytes
+from patchkit.lockfile.model import Lockfile, PatchKind
+from patchkit.lockfile.reader import loads
 from tests.conftest import Invoke, copy_shipped, git
 from tests.importing.conftest import (
     BASE_COMMIT,
@@ -37,10 +39,10 @@ def tree(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def imported(handkept: HandKept, invoke: Invoke) -> tuple[lockfile.Lockfile, dict[str, object]]:
+def imported(handkept: HandKept, invoke: Invoke) -> tuple[Lockfile, dict[str, object]]:
     run = invoke("import", str(handkept.root), "--format", "json")
     assert run.exit_code == 0, run.stderr
-    lock = lockfile.loads((handkept.root / "lockfile.toml").read_text())
+    lock = loads((handkept.root / "lockfile.toml").read_text())
     return lock, json.loads(run.stdout)["import"]
 
 
@@ -283,7 +285,7 @@ services:
     )
     run = invoke("import", str(root), "--format", "json")
     assert run.exit_code == 0, run.stderr
-    lock = lockfile.loads((root / "lockfile.toml").read_text())
+    lock = loads((root / "lockfile.toml").read_text())
     assert {str(p.file): str(p.target) for p in lock.patches} == {
         "patches/a.py": f"{SITE}/vllm/a.py",
         "patches/b.py": f"{SITE}/vllm/b.py",  # the service's own volumes win over the merged ones
@@ -300,7 +302,7 @@ def test_entry_names_stay_unique_across_kinds(tmp_path: Path, invoke: Invoke) ->
     write(root, "compose.yaml", f"services:\n  vllm:\n    volumes:\n      - ./patches/compose.py:{SITE}/vllm/c.py\n")
     run = invoke("import", str(root))
     assert run.exit_code == 0, run.stderr
-    lock = lockfile.loads((root / "lockfile.toml").read_text())
+    lock = loads((root / "lockfile.toml").read_text())
     assert [p.name for p in lock.patches] == ["compose"]
     assert [(a.name, str(a.file)) for a in lock.artifacts] == [("compose-2", "compose.yaml")]
 
@@ -316,7 +318,7 @@ def test_normalize_rebuilds_the_bases_and_writes_canonical_diffs(handkept: HandK
     assert "does not reproduce patches/sampler.py" in out["not_normalized"][0]["why"]
 
     root = handkept.root
-    lock = lockfile.loads((root / "lockfile.toml").read_text())
+    lock = loads((root / "lockfile.toml").read_text())
     kv = lock.patch("kv-restore-fence")
     assert kv is not None and kv.base is not None and kv.diff is not None
     # Undoing the incremental diff (04) and then 01 gives the upstream file exactly.
@@ -397,7 +399,7 @@ def test_import_reports_what_nothing_mounts_runs_or_pins(handkept: HandKept, inv
         f"patchkit import --normalize {root}    # one canonical diff per patch under upstream/, where possible",
     ]
     assert f"patchkit -C {root} image pin sidecar busybox:1.36    # pin it by digest" in report["next"]  # type: ignore[operator]
-    lock = lockfile.loads((root / "lockfile.toml").read_text())
+    lock = loads((root / "lockfile.toml").read_text())
     assert "sidecar" not in {i.name for i in lock.images}  # a tag is not a pin
     assert lock.model is not None and lock.model.repo == "deepseek-ai/DeepSeek-V4-Flash-0731"
     assert all(str(p.file) != "patches/old_overlay.py" for p in lock.patches)
@@ -452,7 +454,7 @@ def test_normalize_fetch_reads_bases_from_upstream(handkept: HandKept, invoke: I
     # rope overlay without any diff are normalized against the upstream files.
     assert sorted(out["base_from_upstream"]) == ["fnuz-indexer", "kv-restore-fence", "rope-fix", "sampler"]
     assert out["not_normalized"] == []
-    lock = lockfile.loads((root / "lockfile.toml").read_text())
+    lock = loads((root / "lockfile.toml").read_text())
     # Upstream has no new_helper.py at that commit: a module, which needs no diff.
     assert out["not_upstream"] == [
         {"patch": "new-helper", "why": f"upstream 'vllm' has no vllm/v1/new_helper.py at {commit[:12]}: a new module"}
@@ -463,7 +465,7 @@ def test_normalize_fetch_reads_bases_from_upstream(handkept: HandKept, invoke: I
     assert "patches/diffs/03-sampler-and-helper.patch" in out["removed"]
     assert not (root / "patches/diffs").exists() or not any((root / "patches/diffs").iterdir())
     helper = lock.patch("new-helper")
-    assert helper is not None and helper.kind is lockfile.PatchKind.MODULE
+    assert helper is not None and helper.kind is PatchKind.MODULE
     sampler = lock.patch("sampler")
     assert sampler is not None and sampler.base is not None
     assert sampler.base.sha256.hex == sha256_bytes(SAMPLER_BASE) and str(sampler.base.commit) == commit

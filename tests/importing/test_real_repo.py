@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from patchkit import diffs, lockfile
+from patchkit import diffs
 from patchkit.hashing import sha256_bytes
+from patchkit.lockfile.reader import loads
 from tests.conftest import Invoke, snapshot
 from tests.importing.real import (
     EAGLE_PATH,
@@ -105,7 +106,7 @@ def test_import_reports_exactly_the_defects_of_a_real_repository(real: RealRepo,
     )
     assert maybe["fix"].startswith("patchkit import --normalize --fetch decides")
 
-    lock = lockfile.loads((real.root / "lockfile.toml").read_text())
+    lock = loads((real.root / "lockfile.toml").read_text())
     patches = {p.name: p for p in lock.patches}
     assert {n: p.kind.value for n, p in patches.items()} == {
         "kv-restore-fence": "overlay",
@@ -282,7 +283,7 @@ def test_normalize_then_rebase_moves_every_patch_of_the_tree_or_says_why_not(
         "11-fp8-utils.patch",  # a new module's whole file: nothing replaces it
     ]
     assert out["sums_dropped"] == ["patches/old_fix.py"]
-    lock = lockfile.loads((real.root / "lockfile.toml").read_text())
+    lock = loads((real.root / "lockfile.toml").read_text())
     fence = lock.patch("kv-restore-fence")
     assert fence is not None and fence.base is not None
     assert fence.base.sha256.hex == sha256_bytes(WORKER)  # undone through the shifted stacked diff
@@ -345,7 +346,7 @@ def test_normalize_then_rebase_moves_every_patch_of_the_tree_or_says_why_not(
     for name in ("sampler-greedy", "reasoning", "routing", "fp8-utils"):
         assert f"- `{name}`: " in md
     assert "fix: `patchkit rebase --upstream triton --onto REV`" in md
-    lock = lockfile.loads((real.root / "lockfile.toml").read_text())
+    lock = loads((real.root / "lockfile.toml").read_text())
     vllm = lock.upstream("vllm")
     assert vllm is not None and (vllm.git, str(vllm.commit)) == (real.vllm_url, new)  # the URL --source named
     assert (real.root / "patches/moe.py").read_bytes() == sub(MOE_OVERLAY, "moe 20", "moe 20 upstream")
@@ -384,7 +385,7 @@ def test_normalize_fetch_replaces_the_stale_and_the_dev_null_diffs(real: RealRep
     assert out["removed_unneeded"] == ["patches/diffs/10-eagle-tree.patch"]  # replaced by nothing: a module needs none
     # The table calls fp8_utils.py new: upstream is not asked, and its whole-file diff stays.
     assert sorted(p.name for p in (real.root / "patches/diffs").iterdir()) == ["11-fp8-utils.patch"]
-    lock = lockfile.loads((real.root / "lockfile.toml").read_text())
+    lock = loads((real.root / "lockfile.toml").read_text())
     assert [(str(d.file), d.patches) for d in lock.diffs] == [("patches/diffs/11-fp8-utils.patch", ("fp8-utils",))]
     for name, base, overlay, path in (
         ("sampler-greedy", SAMPLER, SAMPLER_OVERLAY, "vllm/v1/sample/sampler.py"),
@@ -410,7 +411,7 @@ def test_remove_leaves_no_dangling_reference_in_diffs(real: RealRepo, invoke: In
     imported(real, invoke)
     assert invoke("remove", "serving", repo=real.root).exit_code == 0  # shares 05 with protocol
     assert invoke("remove", "kv-restore-fence", repo=real.root).exit_code == 0  # 01 and 02 are its alone
-    lock = lockfile.loads((real.root / "lockfile.toml").read_text())
+    lock = loads((real.root / "lockfile.toml").read_text())
     hand = {str(d.file): d.patches for d in lock.diffs}
     assert hand["patches/diffs/05-responses-api.patch"] == ("protocol",)
     assert "patches/diffs/01-kv-restore-fence.patch" not in hand and "patches/diffs/02-dma-fallback.patch" not in hand
@@ -509,7 +510,7 @@ def test_normalize_fetch_says_unknown_for_a_module_when_no_commit_is_pinned(real
     readme.write_text(text.replace(row, row.replace(real.vllm_commit, later)))
     imported(real, invoke)
     real.mirror()
-    lock = lockfile.loads((real.root / "lockfile.toml").read_text())
+    lock = loads((real.root / "lockfile.toml").read_text())
     vllm = lock.upstream("vllm")
     assert vllm is not None and vllm.commit is None
     run = invoke("import", str(real.root), "--normalize", "--fetch", "--format", "json")
@@ -529,7 +530,7 @@ def test_normalize_fetch_says_unknown_for_a_module_when_no_commit_is_pinned(real
         for name, path in (("kv-offload", OFFLOAD_PATH), ("eagle-tree", EAGLE_PATH))
     ]
     assert out["found_upstream"] == [] and out["not_upstream"] == []  # never a guess
-    lock = lockfile.loads((real.root / "lockfile.toml").read_text())
+    lock = loads((real.root / "lockfile.toml").read_text())
     assert {n: lock.patch(n).kind.value for n in ("kv-offload", "eagle-tree")} == {  # type: ignore[union-attr]
         "kv-offload": "module",
         "eagle-tree": "module",

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import Invoke
 
-from patchkit import sshsig
+from patchkit.signing import sshsig
 
 from .conftest import KeyPair, keygen_sign, keygen_verify, write_allowed
 
@@ -240,8 +240,8 @@ def test_missing_signature_is_reported_per_file(
 
 def test_sign_writes_nothing_when_a_file_cannot_be_signed(tmp_path: Path, ed_key: KeyPair) -> None:
     from patchkit.errors import BadInput
-    from patchkit.keys import load_private_key
-    from patchkit.signing import sign_files
+    from patchkit.signing.keys import load_private_key
+    from patchkit.signing.signatures import sign_files
 
     key = load_private_key(ed_key.copy_to(tmp_path), lambda: None)
     a = tmp_path / "a"

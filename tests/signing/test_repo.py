@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO_ROOT, Invoke
 
-from patchkit.lockfile import loads
+from patchkit.lockfile.reader import loads
 
 from .conftest import KeyPair, keygen_verify, write_allowed
 
@@ -187,7 +187,7 @@ def test_unsigned_changed_bundle_fails_on_its_signature_first(bundle: tuple[Path
 
 
 def test_dependencies_name_every_pin_of_the_shipped_lockfile() -> None:
-    from patchkit.attest import dependencies
+    from patchkit.signing.attest import dependencies
 
     lock = loads((REPO_ROOT / "lockfile.toml").read_text(), "lockfile.toml")
     deps = {d["name"]: d for d in dependencies(lock)}

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 import pytest
 
 from patchkit.errors import BadInput
-from patchkit.signers import find, match_pattern_list, parse
-from patchkit.sshsig import BadSignature
+from patchkit.signing.signers import find, match_pattern_list, parse
+from patchkit.signing.sshsig import BadSignature
 
 from .conftest import KeyPair
 

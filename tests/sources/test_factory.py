@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from patchkit.errors import BadInput
-from patchkit.lockfile import Upstream
+from patchkit.lockfile.model import Upstream
 from patchkit.sources.factory import parse_source
 from patchkit.sources.git import GitSource
 

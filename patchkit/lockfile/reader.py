@@ -1,22 +1,41 @@
-"""The lockfile model: every pin of a deployment, loaded strictly, saved canonically.
+"""Reading the lockfile: TOML text to the frozen model, every problem located.
 
-``loads`` turns TOML text into frozen dataclasses and reports every problem
-with its file, line and field. ``dumps`` writes the canonical form: fixed key
-order, fixed formatting, so the same content always gives the same bytes and a
-re-lock without change is a no-op. See docs/lockfile.md for every field.
+``loads`` reports every problem with its file, line and field, and raises
+``LockfileError`` listing all of them; a valid lockfile is parsed once and never
+pays for line numbers.
 """
 
 from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from enum import Enum
-from typing import Any, TypeVar
+from typing import Any
 
 from patchkit.errors import LockfileError, Problem
-from patchkit.tomlpos import LineIndex
+from patchkit.lockfile.model import (
+    GENERATED,
+    HAND_DIFF_AGAINST,
+    LOCKFILE_NAME,
+    REF_KINDS,
+    REF_STATES,
+    SCHEMA_VERSION,
+    Artifact,
+    Base,
+    DiffPin,
+    FilePin,
+    HandDiff,
+    Image,
+    Lockfile,
+    Model,
+    ModelFile,
+    Origin,
+    Patch,
+    PatchKind,
+    RefState,
+    Signing,
+    Upstream,
+)
+from patchkit.lockfile.tomlpos import FieldPath, FieldReader, render_path, toml_type
 from patchkit.values import (
     ContainerPath,
     Digest,
@@ -28,404 +47,7 @@ from patchkit.values import (
     check_name,
 )
 
-SCHEMA_VERSION = 1
 _HF_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
-# Files patchkit itself generates; pinning them would be circular.
-GENERATED = ("lockfile.toml", "SHA256SUMS")
-LOCKFILE_NAME = "lockfile.toml"
-HEADER = (
-    "# patchkit lockfile: every pin of this deployment.\n"
-    "# Written by patchkit (init, add, remove, lock); hand edits are fine, then run\n"
-    "# `patchkit lock` and `patchkit check`. Fields: docs/lockfile.md.\n"
-)
-
-
-class PatchKind(Enum):
-    """What a patch is: a full-file overlay, a new module, or a source transformer."""
-
-    OVERLAY = "overlay"
-    MODULE = "module"
-    TRANSFORMER = "transformer"
-
-
-@dataclass(frozen=True)
-class Image:
-    """A container image pinned by digest."""
-
-    name: str
-    repository: str
-    digest: Digest
-    tag: str | None = None
-    resolved_at: str | None = None
-    platform: str | None = None
-    platform_digest: Digest | None = None
-    version: str | None = None
-    note: str | None = None
-
-    @property
-    def reference(self) -> str:
-        return f"{self.repository}@{self.digest}"
-
-
-@dataclass(frozen=True)
-class ModelFile:
-    """One file of a model revision: its size and its hash (LFS sha256 or git blob id)."""
-
-    path: UpstreamPath
-    size: int
-    sha256: Sha256 | None = None
-    blob: str | None = None
-
-
-@dataclass(frozen=True)
-class FilePin:
-    """A repository file pinned by its sha256 (e.g. a model manifest too large to inline)."""
-
-    file: RepoPath
-    sha256: Sha256
-
-
-@dataclass(frozen=True)
-class Model:
-    """A Hugging Face model pinned at a full commit.
-
-    ``ref`` is the branch or tag the revision was resolved from (the cache's
-    ``refs/<ref>`` must name the revision); the file manifest is either inline
-    (``files``) or in a repository file pinned by ``manifest``.
-    """
-
-    repo: str
-    revision: Revision
-    files: tuple[ModelFile, ...] = ()
-    ref: str | None = None
-    resolved_at: str | None = None
-    manifest: FilePin | None = None
-
-
-@dataclass(frozen=True)
-class Upstream:
-    """An upstream project the patches are based on, and the source that serves its files.
-
-    ``source`` is ``git`` (``git`` URL at ``commit``), ``wheel`` (the wheel of
-    ``wheel`` = "project==version", pinned by ``wheel_sha256``) or ``dir`` (a
-    local directory tree, pinned by ``dir_sha256`` over its files).
-    """
-
-    name: str
-    git: str | None = None
-    commit: Revision | None = None
-    version: str | None = None
-    note: str | None = None
-    source: str = "git"
-    wheel: str | None = None
-    wheel_sha256: Sha256 | None = None
-    wheel_file: str | None = None
-    dir: str | None = None
-    dir_sha256: Sha256 | None = None
-    image: str | None = None
-    image_digest: Digest | None = None
-    image_tag: str | None = None
-    prefix: ContainerPath | None = None
-    platform: str | None = None
-
-    @property
-    def wheel_project(self) -> str | None:
-        return self.wheel.split("==", 1)[0] if self.wheel else None
-
-    @property
-    def wheel_version(self) -> str | None:
-        return self.wheel.split("==", 1)[1] if self.wheel else None
-
-    @property
-    def pin_text(self) -> str:
-        """The pin in one phrase: a commit, a wheel or a directory digest."""
-        if self.source == "wheel":
-            return f"{self.wheel} ({self.wheel_sha256.short if self.wheel_sha256 else 'unpinned'})"
-        if self.source == "dir":
-            return f"dir {self.dir} ({self.dir_sha256.short if self.dir_sha256 else 'unpinned'})"
-        if self.source == "image":
-            digest = self.image_digest.hex[:12] if self.image_digest else "unpinned"
-            return f"{self.image}@sha256:{digest}" + (f" ({self.version})" if self.version else "")
-        return self.commit.short if self.commit else "unpinned"
-
-
-@dataclass(frozen=True)
-class Base:
-    """The upstream file a patch is based on, pinned by its sha256.
-
-    ``commit`` (git upstreams) or ``version`` (wheel upstreams) says at which
-    upstream pin the base was taken.
-    """
-
-    upstream: str
-    path: UpstreamPath
-    sha256: Sha256
-    commit: Revision | None = None
-    version: str | None = None
-
-
-@dataclass(frozen=True)
-class DiffPin:
-    """The diff of a patch against its base, committed under ``upstream/``."""
-
-    file: RepoPath
-    sha256: Sha256
-
-
-@dataclass(frozen=True)
-class Origin:
-    """What a hand-kept repository stated about an imported patch's upstream, as stated.
-
-    ``patchkit import`` records it for an overlay whose base patchkit has not
-    established yet; nothing here is verified. ``commit`` is kept as written
-    (a short id stays short); ``stated_in`` lists where each fact was found.
-    ``patchkit import --normalize`` turns it into a verified [base].
-    """
-
-    repository: str | None = None
-    commit: str | None = None
-    path: UpstreamPath | None = None
-    stated_in: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class HandDiff:
-    """A hand-kept diff adopted by ``patchkit import``, pinned as it is.
-
-    ``patches`` names the patches whose files it covers; ``against`` says what
-    its old side is: ``upstream``, ``overlay`` (incremental: against an
-    earlier version of the overlay) or ``new`` (it adds whole files).
-    """
-
-    file: RepoPath
-    sha256: Sha256
-    patches: tuple[str, ...] = ()
-    against: str = "upstream"
-
-
-HAND_DIFF_AGAINST = ("upstream", "overlay", "new")
-
-
-@dataclass(frozen=True)
-class Patch:
-    """A file the deployment runs instead of, or beside, upstream code.
-
-    ``file`` is ``None`` for a diff-only patch: the file that runs is the base
-    plus the diff, and ``sha256`` pins the result.
-    """
-
-    name: str
-    kind: PatchKind
-    sha256: Sha256
-    target: ContainerPath
-    file: RepoPath | None = None
-    base: Base | None = None
-    diff: DiffPin | None = None
-    reason: str | None = None
-    refs: tuple[Reference, ...] = ()
-    drop_when: str | None = None
-    origin: Origin | None = None
-
-    @property
-    def committed(self) -> bool:
-        return self.file is not None
-
-
-@dataclass(frozen=True)
-class Artifact:
-    """A pinned file: a tuning table, the entrypoint, a proxy config, compose.yaml."""
-
-    name: str
-    file: RepoPath
-    sha256: Sha256
-    target: ContainerPath | None = None
-    note: str | None = None
-
-
-REF_STATES = ("open", "closed", "merged", "unknown")
-REF_KINDS = ("issue", "pull", "commit")
-
-
-@dataclass(frozen=True)
-class RefState:
-    """The last known state of an upstream issue or pull request.
-
-    ``etag`` is the validator of the last answer, sent back as ``If-None-Match``
-    so an unchanged state costs no rate limit.
-    """
-
-    ref: Reference
-    state: str
-    checked_at: str | None = None
-    merge_commit: Revision | None = None
-    head_commit: Revision | None = None
-    kind: str | None = None
-    title: str | None = None
-    merged_at: str | None = None
-    etag: str | None = None
-
-
-@dataclass(frozen=True)
-class Signing:
-    """How the repository's signatures are checked.
-
-    ``allowed_signers`` is an OpenSSH allowed-signers file in the repository;
-    ``identity`` the principal signatures must be made by; ``files`` the files
-    that must carry a valid ``<file>.sig`` (SSHSIG, namespace ``patchkit``).
-    """
-
-    allowed_signers: RepoPath
-    identity: str | None = None
-    files: tuple[RepoPath, ...] = (RepoPath("SHA256SUMS"),)
-
-
-@dataclass(frozen=True)
-class Lockfile:
-    """Every pin of a deployment."""
-
-    name: str | None = None
-    images: tuple[Image, ...] = ()
-    model: Model | None = None
-    upstreams: tuple[Upstream, ...] = ()
-    patches: tuple[Patch, ...] = ()
-    tuning: tuple[Artifact, ...] = ()
-    artifacts: tuple[Artifact, ...] = ()
-    refs: tuple[RefState, ...] = ()
-    signing: Signing | None = None
-    diffs: tuple[HandDiff, ...] = ()
-    schema: int = SCHEMA_VERSION
-
-    def upstream(self, name: str) -> Upstream | None:
-        return next((u for u in self.upstreams if u.name == name), None)
-
-    def patch(self, name: str) -> Patch | None:
-        return next((p for p in self.patches if p.name == name), None)
-
-    def files(self) -> list[tuple[str, RepoPath, Sha256]]:
-        """Every repository file the lockfile pins, as (field, path, sha256)."""
-        out: list[tuple[str, RepoPath, Sha256]] = []
-        for i, p in enumerate(self.patches):
-            if p.file is not None:
-                out.append((f"patches[{i}].sha256", p.file, p.sha256))
-            if p.diff is not None:
-                out.append((f"patches[{i}].diff.sha256", p.diff.file, p.diff.sha256))
-        for i, t in enumerate(self.tuning):
-            out.append((f"tuning[{i}].sha256", t.file, t.sha256))
-        for i, a in enumerate(self.artifacts):
-            out.append((f"artifacts[{i}].sha256", a.file, a.sha256))
-        for i, d in enumerate(self.diffs):
-            out.append((f"diffs[{i}].sha256", d.file, d.sha256))
-        if self.model is not None and self.model.manifest is not None:
-            out.append(("model.manifest.sha256", self.model.manifest.file, self.model.manifest.sha256))
-        return out
-
-    def ref_state(self, ref: Reference) -> RefState | None:
-        return next((s for s in self.refs if s.ref == ref), None)
-
-
-# --------------------------------------------------------------------------- loading
-
-T = TypeVar("T")
-FieldPath = tuple[str | int, ...]
-
-
-class _Reader:
-    """Reads raw TOML data into typed values, collecting located problems."""
-
-    def __init__(self, filename: str, text: str) -> None:
-        self.filename = filename
-        self.text = text
-        self._index: LineIndex | None = None
-        self.problems: list[Problem] = []
-
-    @property
-    def index(self) -> LineIndex:
-        # Built on the first problem only: a valid lockfile never pays for it.
-        if self._index is None:
-            self._index = LineIndex(self.text)
-        return self._index
-
-    def problem(self, path: FieldPath, message: str, hint: str | None = None) -> None:
-        self.problems.append(Problem(self.filename, self.index.line_of(path), _render_path(path), message, hint))
-
-    def table(self, data: dict[str, Any], path: FieldPath, key: str) -> dict[str, Any] | None:
-        value = data.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, dict):
-            self.problem((*path, key), f"must be a table, got {_toml_type(value)}")
-            return None
-        return value
-
-    def array_of_tables(self, data: dict[str, Any], key: str) -> list[dict[str, Any]]:
-        value = data.get(key)
-        if value is None:
-            return []
-        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-            self.problem((key,), f"must be an array of tables ([[{key}]]), got {_toml_type(value)}")
-            return []
-        return value
-
-    def string(self, data: dict[str, Any], path: FieldPath, key: str, *, required: bool = False) -> str | None:
-        if key not in data:
-            if required:
-                self.problem(path, f"missing required field '{key}'")
-            return None
-        value = data[key]
-        if not isinstance(value, str):
-            self.problem((*path, key), f"must be a string, got {_toml_type(value)}")
-            return None
-        return value
-
-    def typed(
-        self,
-        data: dict[str, Any],
-        path: FieldPath,
-        key: str,
-        ctor: Callable[[str], T],
-        *,
-        required: bool = False,
-        hint: str | None = None,
-    ) -> T | None:
-        text = self.string(data, path, key, required=required)
-        if text is None:
-            return None
-        try:
-            return ctor(text)
-        except ValueError as e:
-            self.problem((*path, key), str(e), hint)
-            return None
-
-    def known(self, data: dict[str, Any], path: FieldPath, allowed: Iterable[str]) -> None:
-        allowed = tuple(allowed)
-        for key in data:
-            if key not in allowed:
-                self.problem(
-                    (*path, key),
-                    f"unknown field '{key}' (known: {', '.join(allowed)})",
-                    "remove it or fix its spelling",
-                )
-
-
-def _toml_type(value: object) -> str:
-    return {
-        str: "a string",
-        int: "an integer",
-        float: "a float",
-        bool: "a boolean",
-        list: "an array",
-        dict: "a table",
-    }.get(type(value), type(value).__name__)
-
-
-def _render_path(path: FieldPath) -> str:
-    out = ""
-    for part in path:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + part
-    return out
 
 
 def loads(text: str, filename: str = LOCKFILE_NAME) -> Lockfile:
@@ -442,7 +64,7 @@ def loads(text: str, filename: str = LOCKFILE_NAME) -> Lockfile:
         raise LockfileError(
             [Problem(filename, line, None, "nested too deeply to be a lockfile", "remove the nested arrays or tables")]
         ) from e
-    reader = _Reader(filename, text)
+    reader = FieldReader(filename, text)
     lock = _read(raw, reader)
     if reader.problems or lock is None:
         raise LockfileError(reader.problems or [Problem(filename, None, None, "cannot be read")])
@@ -462,7 +84,7 @@ def _toml_error_line(message: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _read(raw: dict[str, Any], r: _Reader) -> Lockfile | None:  # noqa: C901 (over the ceiling already)
+def _read(raw: dict[str, Any], r: FieldReader) -> Lockfile | None:  # noqa: C901 (over the ceiling already)
     r.known(
         raw,
         (),
@@ -485,7 +107,7 @@ def _read(raw: dict[str, Any], r: _Reader) -> Lockfile | None:  # noqa: C901 (ov
         r.problem((), "missing 'schema'", f"add 'schema = {SCHEMA_VERSION}' at the top")
         return None
     if not isinstance(schema, int) or isinstance(schema, bool):
-        r.problem(("schema",), f"must be an integer, got {_toml_type(schema)}")
+        r.problem(("schema",), f"must be an integer, got {toml_type(schema)}")
         return None
     if schema != SCHEMA_VERSION:
         r.problem(
@@ -506,7 +128,7 @@ def _read(raw: dict[str, Any], r: _Reader) -> Lockfile | None:  # noqa: C901 (ov
     for key, value in images_raw.items():
         path: FieldPath = ("images", key)
         if not isinstance(value, dict):
-            r.problem(path, f"must be a table, got {_toml_type(value)}")
+            r.problem(path, f"must be a table, got {toml_type(value)}")
             continue
         images.append(_read_image(key, value, path, r))
 
@@ -519,7 +141,7 @@ def _read(raw: dict[str, Any], r: _Reader) -> Lockfile | None:  # noqa: C901 (ov
     for key, value in (r.table(raw, (), "upstreams") or {}).items():
         path = ("upstreams", key)
         if not isinstance(value, dict):
-            r.problem(path, f"must be a table, got {_toml_type(value)}")
+            r.problem(path, f"must be a table, got {toml_type(value)}")
             continue
         upstreams.append(_read_upstream(key, value, path, r))
 
@@ -546,7 +168,7 @@ def _read(raw: dict[str, Any], r: _Reader) -> Lockfile | None:  # noqa: C901 (ov
     for key, value in (r.table(raw, (), "refs") or {}).items():
         path = ("refs", key)
         if not isinstance(value, dict):
-            r.problem(path, f"must be a table, got {_toml_type(value)}")
+            r.problem(path, f"must be a table, got {toml_type(value)}")
             continue
         refs.append(_read_ref(key, value, path, r))
 
@@ -574,7 +196,7 @@ def _read(raw: dict[str, Any], r: _Reader) -> Lockfile | None:  # noqa: C901 (ov
     )
 
 
-def _read_hand_diffs(raw: dict[str, Any], r: _Reader, patch_names: set[str]) -> tuple[HandDiff, ...]:
+def _read_hand_diffs(raw: dict[str, Any], r: FieldReader, patch_names: set[str]) -> tuple[HandDiff, ...]:
     out = []
     for i, t in enumerate(r.array_of_tables(raw, "diffs")):
         path: FieldPath = ("diffs", i)
@@ -597,7 +219,7 @@ def _read_hand_diffs(raw: dict[str, Any], r: _Reader, patch_names: set[str]) -> 
 
 
 def _check_unique(
-    r: _Reader,
+    r: FieldReader,
     patches: list[Patch],
     tuning: tuple[Artifact, ...],
     artifacts: tuple[Artifact, ...],
@@ -618,7 +240,7 @@ def _check_unique(
     for i, d in enumerate(hand_diffs):
         entries.append((("diffs", i), "", [("file", str(d.file))]))
     for path, name, pinned in entries:
-        where = _render_path(path)
+        where = render_path(path)
         if name and name in names and not names[name].startswith(where.split("[")[0] + "["):
             r.problem((*path, "name"), f"name '{name}' is also used by {names[name]}", "give each entry its own name")
         if name:
@@ -629,10 +251,10 @@ def _check_unique(
                 r.problem(fpath, f"{rel} is generated by patchkit and cannot be pinned")
             elif rel in files:
                 r.problem(fpath, f"{rel} is already pinned by {files[rel]}", "pin each file once")
-            files.setdefault(rel, _render_path(fpath))
+            files.setdefault(rel, render_path(fpath))
 
 
-def _name(r: _Reader, path: FieldPath, key: str, what: str) -> str | None:
+def _name(r: FieldReader, path: FieldPath, key: str, what: str) -> str | None:
     try:
         return check_name(key, what)
     except ValueError as e:
@@ -640,7 +262,7 @@ def _name(r: _Reader, path: FieldPath, key: str, what: str) -> str | None:
         return None
 
 
-def _read_image(key: str, t: dict[str, Any], path: FieldPath, r: _Reader) -> Image | None:
+def _read_image(key: str, t: dict[str, Any], path: FieldPath, r: FieldReader) -> Image | None:
     fields = ("repository", "digest", "tag", "resolved_at", "platform", "platform_digest", "version", "note")
     r.known(t, path, fields)
     name = _name(r, path, key, "image name")
@@ -672,7 +294,7 @@ def _read_image(key: str, t: dict[str, Any], path: FieldPath, r: _Reader) -> Ima
     )
 
 
-def _read_model(t: dict[str, Any], r: _Reader) -> Model | None:
+def _read_model(t: dict[str, Any], r: FieldReader) -> Model | None:
     path: FieldPath = ("model",)
     r.known(t, path, ("repo", "revision", "ref", "resolved_at", "files", "manifest"))
     repo = r.string(t, path, "repo", required=True)
@@ -734,23 +356,14 @@ def _read_model(t: dict[str, Any], r: _Reader) -> Model | None:
     )
 
 
+_WHEEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!_-]*")
 _UPSTREAM_FIELDS = (
     "source", "git", "commit", "wheel", "wheel_sha256", "wheel_file", "dir", "dir_sha256",
     "image", "image_digest", "image_tag", "prefix", "platform", "version", "note",
 )  # fmt: skip
-_WHEEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!_-]*")
 
 
-def _inferred_source(u: Upstream) -> str:
-    """The source the loader infers when ``source`` is absent (so dumps can leave it out)."""
-    if u.wheel is not None:
-        return "wheel"
-    if u.dir is not None:
-        return "dir"
-    return "image" if u.image is not None else "git"
-
-
-def _read_upstream(key: str, t: dict[str, Any], path: FieldPath, r: _Reader) -> Upstream | None:
+def _read_upstream(key: str, t: dict[str, Any], path: FieldPath, r: FieldReader) -> Upstream | None:
     r.known(t, path, _UPSTREAM_FIELDS)
     name = _name(r, path, key, "upstream name")
     git = r.string(t, path, "git")
@@ -802,7 +415,7 @@ def _read_upstream(key: str, t: dict[str, Any], path: FieldPath, r: _Reader) -> 
 _PATCH_FIELDS = ("name", "kind", "file", "sha256", "target", "reason", "refs", "drop_when", "base", "diff", "origin")
 
 
-def _read_patch(t: dict[str, Any], path: FieldPath, r: _Reader, upstreams: set[str]) -> Patch | None:  # noqa: C901 (over the ceiling already)
+def _read_patch(t: dict[str, Any], path: FieldPath, r: FieldReader, upstreams: set[str]) -> Patch | None:  # noqa: C901 (over the ceiling already)
     r.known(t, path, _PATCH_FIELDS)
     name = r.typed(t, path, "name", lambda s: check_name(s, "patch name"), required=True)
     kind_text = r.string(t, path, "kind", required=True)
@@ -818,7 +431,7 @@ def _read_patch(t: dict[str, Any], path: FieldPath, r: _Reader, upstreams: set[s
     refs: list[Reference] = []
     raw_refs = t.get("refs", [])
     if not isinstance(raw_refs, list):
-        r.problem((*path, "refs"), f"must be an array of strings, got {_toml_type(raw_refs)}")
+        r.problem((*path, "refs"), f"must be an array of strings, got {toml_type(raw_refs)}")
         raw_refs = []
     for i, ref in enumerate(raw_refs):
         try:
@@ -895,7 +508,7 @@ def _read_patch(t: dict[str, Any], path: FieldPath, r: _Reader, upstreams: set[s
 _SHORT_COMMIT = re.compile(r"[0-9a-f]{7,40}")
 
 
-def _read_origin(t: dict[str, Any], path: FieldPath, r: _Reader) -> Origin:
+def _read_origin(t: dict[str, Any], path: FieldPath, r: FieldReader) -> Origin:
     r.known(t, path, ("repository", "commit", "path", "stated_in"))
     repository = r.string(t, path, "repository")
     if repository is not None and not _HF_REPO.fullmatch(repository):
@@ -915,7 +528,7 @@ def _read_origin(t: dict[str, Any], path: FieldPath, r: _Reader) -> Origin:
     )
 
 
-def _read_artifacts(raw: dict[str, Any], key: str, r: _Reader) -> tuple[Artifact, ...]:
+def _read_artifacts(raw: dict[str, Any], key: str, r: FieldReader) -> tuple[Artifact, ...]:
     out = []
     seen: set[str] = set()
     for i, t in enumerate(r.array_of_tables(raw, key)):
@@ -935,7 +548,7 @@ def _read_artifacts(raw: dict[str, Any], key: str, r: _Reader) -> tuple[Artifact
     return tuple(out)
 
 
-def _read_ref(key: str, t: dict[str, Any], path: FieldPath, r: _Reader) -> RefState | None:
+def _read_ref(key: str, t: dict[str, Any], path: FieldPath, r: FieldReader) -> RefState | None:
     r.known(t, path, ("state", "kind", "title", "checked_at", "merged_at", "merge_commit", "head_commit", "etag"))
     try:
         ref = Reference(key)
@@ -965,7 +578,7 @@ def _read_ref(key: str, t: dict[str, Any], path: FieldPath, r: _Reader) -> RefSt
     )
 
 
-def _read_signing(t: dict[str, Any], r: _Reader) -> Signing | None:
+def _read_signing(t: dict[str, Any], r: FieldReader) -> Signing | None:
     path: FieldPath = ("signing",)
     r.known(t, path, ("allowed_signers", "identity", "files"))
     allowed = r.typed(t, path, "allowed_signers", RepoPath, required=True)
@@ -983,141 +596,3 @@ def _read_signing(t: dict[str, Any], r: _Reader) -> Signing | None:
     if allowed is None:
         return None
     return Signing(allowed_signers=allowed, identity=identity, files=tuple(files))
-
-
-# --------------------------------------------------------------------------- saving
-
-
-def dumps(lock: Lockfile) -> str:  # noqa: C901 (over the ceiling already)
-    """The canonical text of a lockfile: same content, same bytes.
-
-    Tables and keys come in a fixed order, unset optional fields are left out,
-    arrays of references are written one per line so a pull request shows
-    each added or dropped reference on its own line.
-    """
-    import tomli_w
-
-    doc: dict[str, Any] = {"schema": lock.schema}
-    if lock.name is not None:
-        doc["deployment"] = {"name": lock.name}
-    if lock.images:
-        doc["images"] = {
-            img.name: _table(
-                repository=img.repository,
-                digest=img.digest,
-                tag=img.tag,
-                resolved_at=img.resolved_at,
-                platform=img.platform,
-                platform_digest=img.platform_digest,
-                version=img.version,
-                note=img.note,
-            )
-            for img in sorted(lock.images, key=lambda i: i.name)
-        }
-    if lock.model is not None:
-        m = lock.model
-        model = _table(repo=m.repo, revision=m.revision, ref=m.ref, resolved_at=m.resolved_at)
-        if m.manifest is not None:
-            model["manifest"] = _table(file=m.manifest.file, sha256=m.manifest.sha256)
-        if m.files:
-            model["files"] = [
-                _table(path=f.path, size=f.size, sha256=f.sha256, blob=f.blob)
-                for f in sorted(m.files, key=lambda f: f.path.path)
-            ]
-        doc["model"] = model
-    if lock.upstreams:
-        doc["upstreams"] = {
-            u.name: _table(
-                # Written except for a plain git upstream, and always when the
-                # fields present would make the loader infer another source.
-                source=None if u.source == "git" == _inferred_source(u) else u.source,
-                git=u.git,
-                commit=u.commit,
-                wheel=u.wheel,
-                wheel_sha256=u.wheel_sha256,
-                wheel_file=u.wheel_file,
-                dir=u.dir,
-                dir_sha256=u.dir_sha256,
-                image=u.image,
-                image_digest=u.image_digest,
-                image_tag=u.image_tag,
-                prefix=u.prefix,
-                platform=u.platform,
-                version=u.version,
-                note=u.note,
-            )
-            for u in sorted(lock.upstreams, key=lambda u: u.name)
-        }
-    if lock.patches:
-        patches = []
-        for p in lock.patches:
-            t = _table(
-                name=p.name,
-                kind=p.kind.value,
-                file=p.file,
-                sha256=p.sha256,
-                target=p.target,
-                reason=p.reason,
-                refs=[str(x) for x in p.refs] or None,
-                drop_when=p.drop_when,
-            )
-            if p.base is not None:
-                t["base"] = _table(
-                    upstream=p.base.upstream,
-                    commit=p.base.commit,
-                    version=p.base.version,
-                    path=p.base.path,
-                    sha256=p.base.sha256,
-                )
-            if p.diff is not None:
-                t["diff"] = _table(file=p.diff.file, sha256=p.diff.sha256)
-            if p.origin is not None:
-                o = p.origin
-                t["origin"] = _table(
-                    repository=o.repository, commit=o.commit, path=o.path, stated_in=list(o.stated_in) or None
-                )
-            patches.append(t)
-        doc["patches"] = patches
-    for key, items in (("tuning", lock.tuning), ("artifacts", lock.artifacts)):
-        if items:
-            doc[key] = [_table(name=a.name, file=a.file, sha256=a.sha256, target=a.target, note=a.note) for a in items]
-    if lock.diffs:
-        doc["diffs"] = [
-            _table(
-                file=d.file,
-                sha256=d.sha256,
-                patches=list(d.patches),
-                against=None if d.against == "upstream" else d.against,
-            )
-            for d in lock.diffs
-        ]
-    if lock.refs:
-        doc["refs"] = {
-            s.ref.text: _table(
-                state=s.state,
-                kind=s.kind,
-                title=s.title,
-                checked_at=s.checked_at,
-                merged_at=s.merged_at,
-                merge_commit=s.merge_commit,
-                head_commit=s.head_commit,
-                etag=s.etag,
-            )
-            for s in sorted(lock.refs, key=lambda s: s.ref.text)
-        }
-    if lock.signing is not None:
-        sg = lock.signing
-        doc["signing"] = _table(
-            allowed_signers=sg.allowed_signers,
-            identity=sg.identity,
-            files=None if sg.files == Signing.files else [str(f) for f in sg.files],
-        )
-    return HEADER + "\n" + tomli_w.dumps(doc)
-
-
-_VALUE_TYPES = (Digest, Revision, Sha256, ContainerPath, RepoPath, UpstreamPath)
-
-
-def _table(**values: Any) -> dict[str, Any]:
-    """A TOML table of the set values, in the order given; typed values as their text."""
-    return {k: str(v) if isinstance(v, _VALUE_TYPES) else v for k, v in values.items() if v is not None}

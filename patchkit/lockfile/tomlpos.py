@@ -1,4 +1,9 @@
-"""Find the line of a key in a TOML document, so errors can say where.
+"""The located TOML reader: typed fields out of parsed TOML, every problem with its line.
+
+``FieldReader`` reads raw ``tomllib`` data into typed values and collects
+``Problem``s naming the file, line and field; ``lockfile.toml`` and
+``deploy.toml`` are both read with it. ``LineIndex`` finds the lines.
+
 
 ``tomllib`` reports lines for syntax errors only. Once a document has parsed,
 this scanner maps each table header and each ``key =`` to its line, keyed by
@@ -10,6 +15,10 @@ which is all it needs to point at the right line of a valid document.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from patchkit.errors import Problem
 
 Path = tuple[str | int, ...]
 
@@ -131,3 +140,106 @@ def _bracket_delta(text: str) -> int:
             delta -= 1
         i += 1
     return delta
+
+
+T = TypeVar("T")
+FieldPath = tuple[str | int, ...]
+
+
+class FieldReader:
+    """Reads raw TOML data into typed values, collecting located problems."""
+
+    def __init__(self, filename: str, text: str) -> None:
+        self.filename = filename
+        self.text = text
+        self._index: LineIndex | None = None
+        self.problems: list[Problem] = []
+
+    @property
+    def index(self) -> LineIndex:
+        # Built on the first problem only: a valid lockfile never pays for it.
+        if self._index is None:
+            self._index = LineIndex(self.text)
+        return self._index
+
+    def problem(self, path: FieldPath, message: str, hint: str | None = None) -> None:
+        self.problems.append(Problem(self.filename, self.index.line_of(path), render_path(path), message, hint))
+
+    def table(self, data: dict[str, Any], path: FieldPath, key: str) -> dict[str, Any] | None:
+        value = data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            self.problem((*path, key), f"must be a table, got {toml_type(value)}")
+            return None
+        return value
+
+    def array_of_tables(self, data: dict[str, Any], key: str) -> list[dict[str, Any]]:
+        value = data.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+            self.problem((key,), f"must be an array of tables ([[{key}]]), got {toml_type(value)}")
+            return []
+        return value
+
+    def string(self, data: dict[str, Any], path: FieldPath, key: str, *, required: bool = False) -> str | None:
+        if key not in data:
+            if required:
+                self.problem(path, f"missing required field '{key}'")
+            return None
+        value = data[key]
+        if not isinstance(value, str):
+            self.problem((*path, key), f"must be a string, got {toml_type(value)}")
+            return None
+        return value
+
+    def typed(
+        self,
+        data: dict[str, Any],
+        path: FieldPath,
+        key: str,
+        ctor: Callable[[str], T],
+        *,
+        required: bool = False,
+        hint: str | None = None,
+    ) -> T | None:
+        text = self.string(data, path, key, required=required)
+        if text is None:
+            return None
+        try:
+            return ctor(text)
+        except ValueError as e:
+            self.problem((*path, key), str(e), hint)
+            return None
+
+    def known(self, data: dict[str, Any], path: FieldPath, allowed: Iterable[str]) -> None:
+        allowed = tuple(allowed)
+        for key in data:
+            if key not in allowed:
+                self.problem(
+                    (*path, key),
+                    f"unknown field '{key}' (known: {', '.join(allowed)})",
+                    "remove it or fix its spelling",
+                )
+
+
+def toml_type(value: object) -> str:
+    return {
+        str: "a string",
+        int: "an integer",
+        float: "a float",
+        bool: "a boolean",
+        list: "an array",
+        dict: "a table",
+    }.get(type(value), type(value).__name__)
+
+
+def render_path(path: FieldPath) -> str:
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + part
+    return out

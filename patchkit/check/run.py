@@ -18,10 +18,10 @@ from patchkit import diffs, sums
 from patchkit.cache import BlobStore
 from patchkit.findings import CheckResult, Finding
 from patchkit.hashing import sha256_bytes, sha256_many
-from patchkit.lockfile import LOCKFILE_NAME, Lockfile, Patch, PatchKind
+from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile, Patch, PatchKind
+from patchkit.lockfile.tomlpos import LineIndex
 from patchkit.persist import expected_sums
 from patchkit.repo import JOURNAL, MANAGED_DIRS, WORK_DIR, Escape, Repo, gitignored, pending_journal, staging_pid
-from patchkit.tomlpos import LineIndex
 from patchkit.values import RepoPath
 
 if TYPE_CHECKING:
@@ -130,7 +130,7 @@ class Checker:
         self._check_mounts()
         self._check_model()
         if self.lock.signing is not None:
-            from patchkit.signing import signature_findings
+            from patchkit.signing.signatures import signature_findings
 
             self.result.findings.extend(signature_findings(self.repo, self.lock))
         return self.result
@@ -138,7 +138,7 @@ class Checker:
     def _check_model(self) -> None:
         """The model pin's manifest (inline or its file) is well formed and matches its pin."""
         if self.lock.model is not None:
-            from patchkit.model import format_findings
+            from patchkit.model.findings import format_findings
 
             self.result.findings.extend(format_findings(self.repo, self.lock, self.index.line_of))
 
@@ -343,7 +343,7 @@ class Checker:
         """With a deploy.toml, every compose file must be exactly what ``patchkit emit`` writes."""
         if not (self.repo.root / "deploy.toml").exists():
             return
-        from patchkit.emit import emit_files
+        from patchkit.emit.files import emit_files
         from patchkit.errors import BadInput
 
         try:
@@ -367,7 +367,7 @@ class Checker:
 
     def _check_canonical(self) -> None:
         """The lockfile is in the form patchkit writes, so reviews see only real changes."""
-        from patchkit.lockfile import dumps
+        from patchkit.lockfile.writer import dumps
 
         canonical = dumps(self.lock).encode()
         if canonical == self.lock_bytes:

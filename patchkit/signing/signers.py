@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from patchkit.errors import BadInput
-from patchkit.sshsig import BadSignature, fingerprint
+from patchkit.signing.sshsig import BadSignature, fingerprint
 
 _KEY_TYPE = re.compile(r"(ssh-|ecdsa-sha2-|sk-ssh-|sk-ecdsa-sha2-|rsa-sha2-)[A-Za-z0-9@.-]+")
 _TIME = re.compile(r"(\d{8})(\d{4})?(\d{2})?(Z)?")

@@ -29,9 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 from patchkit import __version__
 from patchkit.errors import BadInput
-from patchkit.lockfile import LOCKFILE_NAME, Lockfile, loads
-from patchkit.signers import AllowedSigner, Match, find
-from patchkit.sshsig import NAMESPACE, BadSignature, fingerprint
+from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
+from patchkit.lockfile.reader import loads
+from patchkit.signing.signers import AllowedSigner, Match, find
+from patchkit.signing.sshsig import NAMESPACE, BadSignature, fingerprint
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -191,7 +192,7 @@ def pae(payload_type: str, payload: bytes) -> bytes:
 
 def envelope(stmt: dict[str, Any], key: Ed25519PrivateKey) -> bytes:
     """The DSSE envelope over ``stmt``, as one JSON line (the ``.intoto.jsonl`` content)."""
-    from patchkit.keys import public_wire
+    from patchkit.signing.keys import public_wire
 
     payload = json.dumps(stmt, sort_keys=True, separators=(",", ":")).encode("utf-8")
     sig = key.sign(pae(PAYLOAD_TYPE, payload))

@@ -40,7 +40,7 @@ class NewKey:
 
     def allowed_signers_line(self, principal: str) -> str:
         """The line that trusts this key for ``principal`` in patchkit's namespace."""
-        from patchkit.sshsig import NAMESPACE
+        from patchkit.signing.sshsig import NAMESPACE
 
         return f'{principal} namespaces="{NAMESPACE}" {self.public_line}'
 
@@ -113,7 +113,7 @@ def public_wire(key: Ed25519PrivateKey) -> bytes:
     """The public key in SSH wire form (what signatures and allowed-signers lines carry)."""
     from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-    from patchkit.sshsig import ed25519_wire
+    from patchkit.signing.sshsig import ed25519_wire
 
     return ed25519_wire(key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw))
 
@@ -167,7 +167,7 @@ def generate(path: Path, comment: str, passphrase: bytes | None) -> NewKey:
         for tmp in staged:
             with contextlib.suppress(OSError):
                 tmp.unlink()
-    from patchkit.sshsig import fingerprint
+    from patchkit.signing.sshsig import fingerprint
 
     return NewKey(path, pub_path, line, fingerprint(public_wire(key)))
 

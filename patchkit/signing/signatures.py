@@ -19,16 +19,16 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from patchkit import sshsig
 from patchkit.errors import BadInput, PatchkitError
-from patchkit.signers import AllowedSigner, find
-from patchkit.sshsig import NAMESPACE, BadSignature
+from patchkit.signing import sshsig
+from patchkit.signing.signers import AllowedSigner, find
+from patchkit.signing.sshsig import NAMESPACE, BadSignature
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     from patchkit.findings import Finding
-    from patchkit.lockfile import Lockfile
+    from patchkit.lockfile.model import Lockfile
     from patchkit.repo import Repo
 
 SIG_SUFFIX = ".sig"
@@ -93,8 +93,8 @@ def sign_files(paths: Sequence[Path], key: Ed25519PrivateKey) -> list[Path]:
 
 def attest_bundle(bundle: Path, key: Ed25519PrivateKey) -> Path:
     """Write ``<bundle>.intoto.jsonl``: the signed provenance of the bundle and every file in it."""
-    from patchkit import attest
     from patchkit.repo import atomic_write
+    from patchkit.signing import attest
 
     contents = attest.read_bundle(bundle)
     out = attest.attestation_path(bundle)
@@ -104,7 +104,7 @@ def attest_bundle(bundle: Path, key: Ed25519PrivateKey) -> Path:
 
 def load_signers(path: Path, shown: str | None = None) -> tuple[AllowedSigner, ...]:
     """Parse an allowed-signers file; BadInput when it is missing, unreadable or malformed."""
-    from patchkit import signers
+    from patchkit.signing import signers
 
     name = shown or str(path)
     try:
@@ -181,7 +181,7 @@ def _check_sums(path: Path) -> tuple[list[str], list[str]]:
 
 
 def _check_lockfile(path: Path) -> tuple[list[str], list[str]]:
-    from patchkit.lockfile import loads
+    from patchkit.lockfile.reader import loads
 
     try:
         lock = loads(path.read_bytes().decode("utf-8"), path.name)
@@ -197,8 +197,8 @@ def _check_lockfile(path: Path) -> tuple[list[str], list[str]]:
 def _check_bundle(
     path: Path, allowed: tuple[AllowedSigner, ...], identity: str | None, now: datetime
 ) -> tuple[list[str], list[str]]:
-    from patchkit import attest
     from patchkit.bundle import verify_bundle
+    from patchkit.signing import attest
 
     problems = list(verify_bundle(path))
     details = ["bundle sums and pins checked"]

@@ -3,14 +3,13 @@
 ``build`` gathers one ``AuditReport`` offline: the pins, ``check``'s findings,
 every patch with its reason, references (recorded states, drop candidates),
 upstream base, diffstat, full diff and the verification of each of its
-files. The renderers turn it into a self-contained HTML page
+files. The renderers (patchkit.formats) turn it into a self-contained HTML page
 (patchkit.formats.audit_html), Markdown for a pull request description, or JSON.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -19,10 +18,10 @@ from pathlib import Path
 
 from patchkit import diffs, refs
 from patchkit.cache import BlobStore
-from patchkit.check import check
+from patchkit.check.run import check
 from patchkit.findings import CheckResult, Finding
 from patchkit.importing import handdiffs
-from patchkit.lockfile import Lockfile, Patch, PatchKind, Upstream
+from patchkit.lockfile.model import Lockfile, Patch, PatchKind, Upstream
 from patchkit.repo import Escape, Repo
 
 #: Markdown diffs longer than this are cut (a pull request description holds 65536 characters).
@@ -442,157 +441,3 @@ def _new_file_lines(data: bytes, name: str) -> tuple[str, tuple[DiffLine, ...], 
     lines = [DiffLine("add", None, n, line) for n, line in enumerate(body, 1)]
     diff = f"--- /dev/null\n+++ b/{name}\n@@ -0,0 +1,{len(body)} @@\n" + "".join(f"+{line}\n" for line in body)
     return diff, (DiffLine("hunk", None, None, "new file (no upstream base)"), *lines), len(body), 0
-
-
-# --------------------------------------------------------------------------- JSON
-
-
-def as_json(report: AuditReport) -> str:
-    """The report for machines: every field, findings as ``check --format json`` writes them."""
-    doc = {
-        "deployment": report.deployment,
-        "generated_at": report.generated_at,
-        "images": [p.__dict__ for p in report.images],
-        "model": report.model.__dict__ if report.model else None,
-        "upstreams": [p.__dict__ for p in report.upstreams],
-        "summary": {
-            "check_ok": report.check_ok,
-            "files_hashed": report.files_hashed,
-            "diffs_verified": report.diffs_verified,
-            "patches_by_kind": report.by_kind,
-            "patches_by_status": report.by_status,
-            "patches_by_standing": report.by_standing,
-            "drop_candidates": report.drop_candidates,
-        },
-        "findings": [f.as_dict() for f in report.findings],
-        "patches": [
-            {
-                "name": s.name,
-                "kind": s.kind,
-                "target": s.target,
-                "file": s.file,
-                "reason": s.reason,
-                "drop_when": s.drop_when,
-                "status": s.status.value,
-                "standing": s.refs.standing.value,
-                "refs": [r.as_dict() for r in s.refs.refs],
-                "base": s.base.__dict__ if s.base else None,
-                "diff_file": s.diff_file,
-                "added": s.added,
-                "removed": s.removed,
-                "diff": s.diff,
-                "verification": [{**v.__dict__, "status": v.status.value} for v in s.verification],
-                "findings": [f.as_dict() for f in s.findings],
-            }
-            for s in report.patches
-        ],
-    }
-    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
-
-
-# --------------------------------------------------------------------------- Markdown
-
-
-def _cell(text: object) -> str:
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
-
-
-def _md_link(text: str, url: str | None) -> str:
-    label = text.replace("[", "\\[").replace("]", "\\]")
-    return f"[{label}]({url})" if url else label
-
-
-def _fence(text: str) -> str:
-    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
-    return "`" * max(3, longest + 1)
-
-
-_STATUS_MARK = {Verified.OK: "✅ ok", Verified.FAILED: "❌ failed", Verified.UNVERIFIED: "⚠️ not verified"}
-
-
-def as_markdown(report: AuditReport) -> str:
-    """The report as GitHub-flavoured Markdown, for a pull request description (long diffs are cut)."""
-    out = [f"## Audit of `{report.deployment or 'deployment'}`", ""]
-    verdict = "✅ `patchkit check` passes" if report.check_ok else "❌ `patchkit check` fails"
-    out += [
-        f"{verdict}: {report.files_hashed} files hashed, {report.diffs_verified} diffs verified. "
-        f"Generated {report.generated_at}.",
-        "",
-    ]
-    if report.drop_candidates:
-        out += [f"**Drop candidates:** {', '.join(f'`{n}`' for n in report.drop_candidates)}", ""]
-    out += ["| pin | value |", "| --- | --- |"]
-    for img in report.images:
-        out.append(f"| image `{_cell(img.name)}` | `{_cell(img.value)}` |")
-    if report.model:
-        out.append(f"| model {_md_link(report.model.name, report.model.link)} | `{report.model.value}` |")
-    for up in report.upstreams:
-        out.append(f"| upstream `{_cell(up.name)}` | {_md_link(_cell(up.value), up.link)} |")
-    out.append("")
-    counts = [
-        ("kind", report.by_kind),
-        ("verification", report.by_status),
-        ("upstream", report.by_standing),
-    ]
-    out.append(
-        f"**{len(report.patches)} patches** — "
-        + "; ".join(f"{label}: " + ", ".join(f"{k} {v}" for k, v in c.items()) for label, c in counts if c)
-    )
-    out.append("")
-    if report.findings:
-        out += ["### Check findings", ""]
-        for f in report.findings:
-            where = f.file if f.line is None else f"{f.file}:{f.line}"
-            out.append(
-                f"- **{f.severity}** `{_cell(where)}` {_cell(f.message)}" + (f" — fix: `{f.fix}`" if f.fix else "")
-            )
-        out.append("")
-    out += ["### Patches", "", "| patch | kind | diff | verified | upstream |", "| --- | --- | --- | --- | --- |"]
-    for s in report.patches:
-        out.append(
-            f"| `{s.name}` | {s.kind} | +{s.added} -{s.removed} | {_STATUS_MARK[s.status]} | {s.refs.standing.value} |"
-        )
-    out.append("")
-    for s in report.patches:
-        out += _md_section(s)
-    return "\n".join(out).rstrip("\n") + "\n"
-
-
-def _md_section(s: PatchSection) -> list[str]:
-    out = [f"#### `{s.name}` ({s.kind}) → `{s.target}`", ""]
-    if s.reason:
-        out += [f"> {_cell(s.reason)}", ""]
-    if s.drop_when:
-        out += [f"Drop when: {_cell(s.drop_when)}", ""]
-    for r in s.refs.refs:
-        title = f" — {_cell(r.title)}" if r.title else ""
-        checked = f" (checked {r.age})" if r.age else ""
-        out.append(f"- {_md_link(r.ref.text, r.url)}{title}: **{r.summary}**{checked}")
-    if s.refs.refs:
-        out.append("")
-    if s.base:
-        b = s.base
-        at = b.commit[:12] if b.commit else b.version or ""
-        out += [f"Base: {_md_link(f'{b.upstream} {at} {b.path}', b.link)} — {b.freshness}", ""]
-    for v in s.verification:
-        detail = f": {_cell(v.detail)}" if v.detail else ""
-        out.append(f"- {_STATUS_MARK[v.status]} `{v.file}` {v.what}{detail}")
-    out.append("")
-    if s.diff:
-        lines = s.diff.splitlines()
-        shown = "\n".join(lines[:MARKDOWN_DIFF_LINES])
-        cut = len(lines) - MARKDOWN_DIFF_LINES
-        fence = _fence(shown)
-        out += [
-            f"<details><summary>diff +{s.added} -{s.removed} ({len(lines)} lines)</summary>",
-            "",
-            f"{fence}diff",
-            shown,
-            fence,
-            "",
-        ]
-        if cut > 0:
-            where = s.diff_file or s.file or "the repository"
-            out += [f"… {cut} more lines in `{where}`.", ""]
-        out += ["</details>", ""]
-    return out

@@ -1,0 +1,264 @@
+"""The compose writer: the lockfile and ``deploy.toml`` to compose text, pure.
+
+Output is byte-stable: fixed key order, mounts sorted by container target,
+every string written as a double-quoted YAML scalar by :func:`quote` (PyYAML
+cannot write comments, and the per-mount comments are required; the shape is
+fixed, so writing the text directly is simple and exact). ``emit`` parses its
+own output back with ``yaml.safe_load`` and enforces the security rules
+(``emit.rules``) on that structure, naming the ``deploy.toml`` field and line
+that breaks one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from patchkit.emit.config import ConfigError, DeployConfig, split_publish
+from patchkit.emit.rules import security_problems
+from patchkit.emit.validate import load_yaml
+from patchkit.errors import BadInput, Problem
+from patchkit.guard import manifest as guard_manifest
+from patchkit.lockfile.model import Artifact, Lockfile, Patch, PatchKind
+
+# --------------------------------------------------------------------------- YAML text
+
+
+def quote(text: str) -> str:
+    """``text`` as a YAML double-quoted scalar: exact for any string, never a number, bool or null."""
+    out = ['"']
+    for c in text:
+        o = ord(c)
+        if c in '"\\':
+            out.append("\\" + c)
+        elif o < 0x20 or 0x7F <= o <= 0x9F or o in (0x2028, 0x2029, 0xFEFF) or 0xD800 <= o <= 0xDFFF or o >= 0xFFFE:
+            out.append(f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}")
+        else:
+            out.append(c)
+    out.append('"')
+    return "".join(out)
+
+
+def comment(text: str, limit: int = 120) -> str:
+    """One comment line's text: no line breaks or control characters, at most ``limit`` characters."""
+    lead = text[: len(text) - len(text.lstrip(" "))]
+    clean = lead + " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    if len(clean) > limit:
+        clean = clean[: limit - 3].rsplit(" ", 1)[0] + "..."
+    return clean
+
+
+@dataclass
+class _Out:
+    lines: list[str] = field(default_factory=list)
+
+    def add(self, indent: int, text: str) -> None:
+        self.lines.append("  " * indent + text)
+
+    def seq(self, indent: int, key: str, items: tuple[str, ...] | list[str]) -> None:
+        if items:
+            self.add(indent, f"{key}:")
+            for item in items:
+                self.add(indent + 1, f"- {quote(item)}")
+
+
+@dataclass(frozen=True)
+class _Mount:
+    target: str
+    source: str
+    notes: tuple[str, ...]
+
+    @property
+    def spec(self) -> str:
+        return f"{self.source}:{self.target}:ro"
+
+
+def _image(lock: Lockfile, name: str, field_path: str, config: DeployConfig) -> str:
+    for img in lock.images:
+        if img.name == name:
+            if not img.digest:  # only constructed objects can lack one; the loader requires it
+                return img.repository + (f":{img.tag}" if img.tag else "")
+            return img.reference
+    raise ConfigError(
+        [config.locate(field_path, f"names image '{name}', which lockfile.toml does not pin", "patchkit image pin")]
+    )
+
+
+def _mounts(lock: Lockfile, config: DeployConfig) -> list[_Mount]:
+    inf = config.inference
+    tdir = str(inf.transformers_dir)
+    problems: list[Problem] = []
+    mounts: list[_Mount] = []
+
+    def patch_notes(p: Patch) -> tuple[str, ...]:
+        how = "committed" if p.committed else "diff-only, built by `patchkit materialize --out build`"
+        notes = [comment(f"{p.name}: {p.reason or 'no reason recorded'}"), comment(f"  {p.kind.value}, {how}")]
+        if p.refs:
+            notes.append(comment("  refs: " + ", ".join(str(r) for r in p.refs)))
+        return tuple(notes)
+
+    def artifact_notes(kind: str, a: Artifact) -> tuple[str, ...]:
+        return (comment(f"{a.name} ({kind}): {a.note or a.file}"),)
+
+    for p in lock.patches:
+        target = str(p.target)
+        if p.kind is PatchKind.TRANSFORMER and target.rsplit("/", 1)[0] != tdir:
+            problems.append(
+                config.locate(
+                    "inference.transformers_dir",
+                    f"transformer '{p.name}' is pinned at {target}, "
+                    f"not directly in {tdir} (where the entrypoint runs them)",
+                    "move the transformer's target or set inference.transformers_dir",
+                )
+            )
+        source = f"./{p.file}" if p.file is not None else f"./build{target}"
+        mounts.append(_Mount(target, source, patch_notes(p)))
+    mounts.extend(_Mount(str(t.target), f"./{t.file}", artifact_notes("tuning", t)) for t in lock.tuning if t.target)
+    mounts.extend(
+        _Mount(str(a.target), f"./{a.file}", artifact_notes("artifact", a)) for a in lock.artifacts if a.target
+    )
+    if config.guard is not None:
+        problems.extend(guard_manifest.problems(lock, config))
+        note = comment("runtime guard manifest: written by `patchkit emit` from lockfile.toml")
+        mounts.append(_Mount(str(config.guard.manifest_target), f"./{guard_manifest.MANIFEST_NAME}", (note,)))
+    for m in mounts:
+        if any(c in m.source + m.target for c in "$:,"):
+            problems.append(
+                config.locate("inference", f"pinned mount {m.source} -> {m.target} contains '$', ':' or ','")
+            )
+    if problems:
+        raise ConfigError(problems)
+    return sorted(mounts, key=lambda m: m.target)
+
+
+def emit(lock: Lockfile, config: DeployConfig, profile: str) -> str:  # noqa: C901 (over the ceiling already)
+    """The compose file of ``profile``: byte-stable text; ``ConfigError`` on any broken rule."""
+    prof = config.profile(profile)
+    inf = config.inference
+    if lock.model is None:
+        raise BadInput("lockfile.toml: no [model] pinned; emit needs the model revision", "pin [model] first")
+    entry = next((a for a in lock.artifacts if a.name == inf.entrypoint), None)
+    if entry is None or entry.target is None:
+        raise ConfigError(
+            [
+                config.locate(
+                    "inference.entrypoint",
+                    f"names artifact '{inf.entrypoint}', which lockfile.toml does not pin with a target",
+                    "patchkit add entrypoint.sh --target /opt/patchkit/entrypoint.sh",
+                )
+            ]
+        )
+    org, _, model_name = lock.model.repo.partition("/")
+    model_path = f"{inf.hf_cache_target}/hub/models--{org}--{model_name}/snapshots/{lock.model.revision}"
+    vllm_image = _image(lock, inf.image, "inference.image", config)
+    proxy_image = _image(lock, config.proxy.image, "proxy.image", config) if config.proxy else None
+    mounts = _mounts(lock, config)
+
+    origins: dict[tuple[str, str], Problem] = {}
+    o = _Out()
+    o.add(0, "# Generated by `patchkit emit` from lockfile.toml (pins) and deploy.toml (service")
+    o.add(0, f"# configuration), profile {comment(prof.name)}. Do not edit by hand: edit those files and")
+    o.add(0, "# run `patchkit emit`; `patchkit check` fails when this file drifts.")
+    o.add(0, f"name: {quote(config.name)}")
+    o.add(0, "")
+    o.add(0, "services:")
+    for ri, rep in enumerate(prof.replicas):
+        where = f"profiles.{prof.name}.replicas[{ri}]"
+        origins[(rep.service, "image")] = config.locate("inference.image", "")
+        origins[(rep.service, "ports")] = config.locate(f"{where}.publish", "")
+        origins[(rep.service, "volumes")] = config.locate("inference.volumes", "")
+        if ri:
+            o.add(0, "")
+        o.add(1, f"{quote(rep.service)}:")
+        o.add(2, f"image: {quote(vllm_image)}")
+        o.seq(2, "entrypoint", [str(entry.target)])
+        o.seq(2, "command", [model_path, *inf.args, f"--port={inf.port}"])
+        environment = (*inf.environment, *guard_manifest.environment(lock, config))
+        if environment:
+            o.add(2, "environment:")
+            for k, v in environment:
+                o.add(3, f"{quote(k)}: {quote(v)}")
+        o.seq(2, "devices", [*inf.devices, *rep.devices])
+        o.seq(2, "group_add", inf.group_add)
+        o.seq(2, "security_opt", inf.security_opt)
+        o.add(2, 'ipc: "private"')
+        if inf.shm_size:
+            o.add(2, f"shm_size: {quote(inf.shm_size)}")
+        if inf.ulimits:
+            o.add(2, "ulimits:")
+            for u in inf.ulimits:
+                if u.hard is None:
+                    o.add(3, f"{quote(u.name)}: {u.soft}")
+                else:
+                    o.add(3, f"{quote(u.name)}:")
+                    o.add(4, f"soft: {u.soft}")
+                    o.add(4, f"hard: {u.hard}")
+        o.add(2, "volumes:")
+        for m in mounts:
+            for note in m.notes:
+                o.add(3, f"# {note}")
+            o.add(3, f"- {quote(m.spec)}")
+        o.add(3, "# The Hugging Face cache; the model runs from its pinned revision.")
+        o.add(3, f"- {quote(f'{inf.hf_cache}:{inf.hf_cache_target}:ro')}")
+        for v in inf.volumes:
+            o.add(3, f"- {quote(v)}")
+        host, port = split_publish(rep.publish) or ("", 0)
+        o.add(2, "ports:")
+        o.add(3, "# Loopback only: clients reach the inference service through the proxy.")
+        o.add(3, f"- {quote(f'{host}:{port}:{inf.port}')}")
+        if inf.healthcheck:
+            h = inf.healthcheck
+            o.add(2, "healthcheck:")
+            o.seq(3, "test", h.test)
+            for key, val in (("interval", h.interval), ("timeout", h.timeout)):
+                if val:
+                    o.add(3, f"{key}: {quote(val)}")
+            if h.retries is not None:
+                o.add(3, f"retries: {h.retries}")
+            if h.start_period:
+                o.add(3, f"start_period: {quote(h.start_period)}")
+        if inf.restart:
+            o.add(2, f"restart: {quote(inf.restart)}")
+    px = config.proxy
+    if px is not None and proxy_image is not None:
+        origins[(px.service, "image")] = config.locate("proxy.image", "")
+        caddyfile = prof.caddyfile or px.caddyfile
+        origins[(px.service, "volumes")] = config.locate(
+            f"profiles.{prof.name}.caddyfile" if prof.caddyfile else "proxy.caddyfile", ""
+        )
+        o.add(0, "")
+        o.add(1, f"{quote(px.service)}:")
+        o.add(2, f"image: {quote(proxy_image)}")
+        o.seq(2, "depends_on", [r.service for r in prof.replicas])
+        if px.ports:
+            o.add(2, "ports:")
+            o.add(3, "# The proxy is the only public entry point.")
+            for port_spec in px.ports:
+                o.add(3, f"- {quote(port_spec)}")
+        vols = [f"{caddyfile}:{px.caddyfile_target}:ro"]
+        if px.data_volume:
+            vols.append(f"{px.data_volume}:{px.data_target}")
+        o.seq(2, "volumes", vols)
+        if px.restart:
+            o.add(2, f"restart: {quote(px.restart)}")
+        if px.data_volume:
+            o.add(0, "")
+            o.add(0, "volumes:")
+            o.add(1, f"{quote(px.data_volume)}: {{}}")
+    text = "\n".join(o.lines) + "\n"
+
+    doc = load_yaml(text)
+    public = {px.service} if px else set()
+    pinned = {m.target for m in mounts} | {str(inf.hf_cache_target)}
+
+    def origin(service: str, key: str) -> Problem:
+        return origins.get((service, key)) or Problem(config.file, None, None, "")
+
+    problems = security_problems(doc, public, pinned, origin)
+    if problems:
+        raise ConfigError(problems)
+    return text
+
+
+def emit_all(lock: Lockfile, config: DeployConfig) -> dict[str, str]:
+    """Every profile's compose text, by file name (``compose.yaml`` for ``single``)."""
+    return {p.file: emit(lock, config, p.name) for p in config.profiles}

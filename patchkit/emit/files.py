@@ -1,0 +1,81 @@
+"""``patchkit emit``: every profile's compose file, validated, written as one transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from patchkit.emit.compose import emit
+from patchkit.emit.config import CONFIG_NAME, load_config
+from patchkit.emit.validate import compose_schema, validate, validate_bundle_files
+from patchkit.errors import BadInput
+from patchkit.guard import manifest as guard_manifest
+from patchkit.lockfile.model import Lockfile
+
+if TYPE_CHECKING:
+    from patchkit.outcome import Outcome as WriteOutcome
+    from patchkit.repo import Repo
+
+
+def emit_files(
+    repo: Repo,
+    lock: Lockfile,
+    profiles: Iterable[str] = (),
+    *,
+    check_only: bool = False,
+    notes: list[str] | None = None,
+    validate_output: bool = True,
+) -> tuple[WriteOutcome, list[str]]:
+    """Emit every (or the named) profile's compose file, validated, and write them as one transaction.
+
+    Before anything is written (also with ``check_only``), the compose text is
+    checked against the Compose schema and the security rules, the entrypoint
+    with ``sh -n`` and every pinned ``Caddyfile*`` artifact with ``caddy
+    validate`` (see :func:`validate_bundle_files`); any failure raises
+    ``BadInput`` and nothing is written.
+
+    With ``check_only`` nothing is written and the second value lists the
+    files whose bytes differ from what would be written (drift). When
+    ``notes`` is given, a line is appended to it for every validation that was
+    skipped (caddy not installed).
+    ``validate_output=False`` (for ``patchkit check``'s drift comparison)
+    skips the schema and the external tools: a file equal to what emit writes
+    was validated when emit wrote it, and ``emit`` itself still enforces the
+    security rules.
+    """
+    from patchkit.outcome import Outcome as WriteOutcome
+    from patchkit.repo import write_all
+
+    config = load_config(repo.root / CONFIG_NAME)
+    wanted = set(profiles)
+    unknown = wanted - {p.name for p in config.profiles}
+    if unknown:
+        raise BadInput(
+            f"--profile: unknown profile {', '.join(sorted(unknown))} (deploy.toml has "
+            f"{', '.join(p.name for p in config.profiles)})"
+        )
+    schema = compose_schema() if validate_output else None
+    files: dict[str, str] = {}
+    for p in config.profiles:
+        if wanted and p.name not in wanted:
+            continue
+        text = emit(lock, config, p.name)
+        problems = validate(text, schema, config, p.name) if validate_output else []
+        if problems:
+            raise BadInput(f"{p.file}: {problems[0]}", "fix deploy.toml; nothing was written")
+        files[p.file] = text
+    files.update(guard_manifest.files(lock, config))
+    skipped = validate_bundle_files(repo.root, lock, config) if validate_output else []
+    if notes is not None:
+        notes.extend(skipped)
+    drift = []
+    for rel, text in files.items():
+        try:
+            current = (repo.root / rel).read_bytes()
+        except FileNotFoundError:
+            current = None
+        if current != text.encode():
+            drift.append(rel)
+    if check_only:
+        return WriteOutcome(), drift
+    return WriteOutcome(written=write_all(repo.root, {k: v.encode() for k, v in files.items()})), drift

@@ -1,0 +1,119 @@
+"""The security rules every emitted compose file keeps, over its parsed structure.
+
+- only the proxy is published on a non-loopback address;
+- every image is ``repository@sha256:<digest>``, with no tag (compose ignores a
+  tag beside a digest) and no ``$`` variable (Renovate skips those);
+- every mount of a repository file (``./…``: patches, materialized diff-only
+  patches, tuning tables, artifacts) is read-only, and no extra mount shadows a
+  pinned target.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Callable
+from typing import Any
+
+from patchkit.errors import Problem
+
+_DIGEST_REF = re.compile(r"(?P<name>[^\s@$]+)@sha256:[0-9a-f]{64}")
+
+
+# --------------------------------------------------------------------------- rules and validation
+
+
+def _is_loopback(host: str) -> bool:
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _port_host(entry: object) -> str | None:
+    """The host address a port entry binds to; ``None`` means every address."""
+    if isinstance(entry, dict):
+        host = entry.get("host_ip")
+        return str(host) if host else None
+    text = str(entry)
+    if text.startswith("["):
+        return text[: text.index("]") + 1] if "]" in text else None
+    parts = text.split(":")
+    return parts[0] if len(parts) >= 3 and parts[0] else None
+
+
+def _volume_rw_repo_file(entry: object) -> str | None:
+    """The source of a writable bind mount of a repository file, else ``None``."""
+    if isinstance(entry, dict):
+        src = str(entry.get("source", ""))
+        if src.startswith(("./", "../")) and not entry.get("read_only"):
+            return src
+        return None
+    parts = str(entry).split(":")
+    if parts[0].startswith(("./", "../")) and (len(parts) < 3 or "ro" not in parts[2].split(",")):
+        return parts[0]
+    return None
+
+
+def security_problems(
+    doc: Any, public: set[str], pinned: set[str], origin: Callable[[str, str], Problem]
+) -> list[Problem]:
+    out: list[Problem] = []
+
+    def refuse(service: str, key: str, message: str, hint: str) -> None:
+        where = origin(service, key)
+        out.append(Problem(where.file, where.line, where.field, message, hint))
+
+    services = doc.get("services") if isinstance(doc, dict) else None
+    for name, svc in sorted((services or {}).items()):
+        if not isinstance(svc, dict):
+            continue
+        image = str(svc.get("image", ""))
+        m = _DIGEST_REF.fullmatch(image)
+        if m is None:
+            refuse(
+                name,
+                "image",
+                f"service '{name}': image '{image}' is not pinned by digest (repository@sha256:...)",
+                "pin it: patchkit image pin NAME REF",
+            )
+        elif ":" in m.group("name").rsplit("/", 1)[-1]:
+            refuse(
+                name,
+                "image",
+                f"service '{name}': image '{image}' has a tag beside its digest; compose ignores the tag",
+                "pin only the digest: repository@sha256:...",
+            )
+        if name not in public:
+            for entry in svc.get("ports") or []:
+                host = _port_host(entry)
+                if host is None or not _is_loopback(host):
+                    refuse(
+                        name,
+                        "ports",
+                        f"service '{name}' would be published on {host or 'every address (0.0.0.0)'}: "
+                        "only the proxy may be public",
+                        "publish the inference service on 127.0.0.1 and reach it through the proxy",
+                    )
+        for entry in svc.get("volumes") or []:
+            src = _volume_rw_repo_file(entry)
+            if src is not None:
+                refuse(
+                    name,
+                    "volumes",
+                    f"service '{name}': repository file {src} is mounted writable; patches, tuning tables "
+                    "and artifacts are mounted read-only",
+                    "append ':ro' to the mount",
+                )
+            parts = str(entry).split(":") if not isinstance(entry, dict) else ["", str(entry.get("target", ""))]
+            if len(parts) >= 2 and parts[1] in pinned and not (len(parts) >= 3 and parts[2] == "ro"):
+                refuse(
+                    name,
+                    "volumes",
+                    f"service '{name}': a writable mount shadows the pinned target {parts[1]}",
+                    "remove the extra mount; the pinned file is mounted by emit",
+                )
+    return out

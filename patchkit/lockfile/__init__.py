@@ -1,0 +1,3 @@
+"""The lockfile: its model (``model``), reader (``reader``), canonical writer (``writer``) and the
+located TOML reader (``tomlpos``) that ``deploy.toml`` shares.
+"""

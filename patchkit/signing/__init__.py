@@ -1,0 +1,3 @@
+"""Signing what is shipped: SSH signatures (``sshsig``), keys (``keys``), allowed signers
+(``signers``), signing and verifying files and bundles (``signatures``) and provenance (``attest``).
+"""
