@@ -64,6 +64,11 @@ def test_no_input_is_spliced_into_a_shell_script() -> None:
             assert "${{" not in step.get("run", ""), (path.name, step.get("name"))
 
 
+def run_step(script: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """A composite action's bash step, as the runner runs it (``bash -e``)."""
+    return subprocess.run(["bash", "-e", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, check=False)
+
+
 def test_the_action_runs_check_with_github_annotations(deploy: Path, tmp_path: Path) -> None:
     doc = yaml.safe_load(ACTION.read_text())
     (step,) = [s for s in doc["runs"]["steps"] if s.get("id") == "check"]
@@ -73,13 +78,13 @@ def test_the_action_runs_check_with_github_annotations(deploy: Path, tmp_path: P
     output = tmp_path / "github_output"
     (deploy / "patches" / "gpu_worker.py").write_bytes(OVERLAY + b"# edited\n")
     env = {**os.environ, "RUNNER_TEMP": str(tmp_path / "runner"), "GITHUB_OUTPUT": str(output), "PATCHKIT_ARGS": ""}
-    r = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=deploy, env=env, capture_output=True, text=True)
+    r = run_step(step["run"], deploy, env)
     assert r.returncode == 1
     assert output.read_text() == "status=1\n"
     lines = r.stdout.splitlines()
     assert any(line.startswith("::error file=lockfile.toml,line=") and "kv-restore-fence" in line for line in lines)
     (deploy / "patches" / "gpu_worker.py").write_bytes(OVERLAY)
-    r = subprocess.run(["bash", "-e", "-c", step["run"]], cwd=deploy, env=env, capture_output=True, text=True)
+    r = run_step(step["run"], deploy, env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert output.read_text() == "status=1\nstatus=0\n"
 
