@@ -50,6 +50,7 @@ from patchkit.errors import BadInput, LockfileError
 from patchkit.hashing import sha256_bytes
 from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
 from patchkit.lockfile.reader import loads
+from patchkit.progress import Meter
 from patchkit.repo import Escape, Repo
 from patchkit.sums import FILENAME as SUMS_NAME
 
@@ -214,7 +215,11 @@ def build_bundle(
     entries.sort(key=lambda e: e[0].encode("utf-8", "surrogateescape"))
 
     raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT, encoding="utf-8") as tar:
+    total = sum(len(m[0]) for _, m in entries if m is not None)
+    with (
+        Meter("bundle: writing the archive", total) as meter,
+        tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT, encoding="utf-8") as tar,
+    ):
         for name, member in entries:
             if member is None:
                 tar.addfile(_tarinfo(name, epoch, directory=True))
@@ -222,6 +227,7 @@ def build_bundle(
                 data, executable = member
                 ti = _tarinfo(name, epoch, size=len(data), executable=executable)
                 tar.addfile(ti, io.BytesIO(data))
+                meter.update(len(data))
     out = io.BytesIO()
     with gzip.GzipFile(filename="", fileobj=out, mode="wb", mtime=0, compresslevel=COMPRESSLEVEL) as gz:
         gz.write(raw.getvalue())

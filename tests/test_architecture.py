@@ -31,6 +31,7 @@ VOCABULARY = {
     "patchkit.merge",
     "patchkit.sums",
     "patchkit.hashing",
+    "patchkit.progress",
     "patchkit.formats",
     "patchkit.formats.safe",
 }
