@@ -218,3 +218,49 @@ def test_the_guard_imports_only_the_standard_library() -> None:
 
 def test_the_shipped_deployment_pins_the_guard_patchkit_ships() -> None:
     assert (REPO_ROOT / "patches" / "guard.py").read_bytes() == GUARD.read_bytes()
+
+
+# --- the same, in process (what coverage sees; the subprocess runs above are what the entrypoint does) ---
+
+
+def run_in_process(
+    layout: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str
+) -> tuple[int, list[str]]:
+    import importlib
+
+    monkeypatch.syspath_prepend(layout["env"]["PYTHONPATH"])
+    importlib.invalidate_caches()
+    monkeypatch.delenv("PATCHKIT_GUARD", raising=False)
+    status = runtime.run(["--manifest", str(layout["manifest"]), *args])
+    return status, capsys.readouterr().err.splitlines()
+
+
+def test_in_process_a_match_and_each_mismatch(
+    layout: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, lines = run_in_process(layout, monkeypatch, capsys, "--", str(layout["snap"]))
+    assert status == 0 and len(lines) == 1 and lines[0].startswith("guard: ok: 3 files match")
+    (layout["root"] / "a.py").write_bytes(b"A = 2\n")
+    layout["doc"]["runtime"]["version"] = "0.27.0"
+    layout["doc"]["model"]["files"].append({"path": "missing.bin", "size": 1})
+    rewrite(layout)
+    status, lines = run_in_process(layout, monkeypatch, capsys, "--", "--model", "/other")
+    assert status == 1
+    assert [line.split()[1] for line in lines] == ["STALE", "VERSION", "MODEL", "MODEL", "refusing"]
+
+
+def test_in_process_bad_input(
+    layout: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    layout["manifest"].write_text('{"schema": 1, "files": [7]}')
+    status, lines = run_in_process(layout, monkeypatch, capsys)
+    assert status == 2 and lines[0].endswith("files[0]: expected an object; refusing to start (patchkit emit "
+                                             "writes it; is its mount missing?)")  # fmt: skip
+    monkeypatch.setenv("PATCHKIT_GUARD", "maybe")
+    assert runtime.run([]) == 2
+    monkeypatch.setenv("PATCHKIT_GUARD", "off")
+    assert runtime.run(["--manifest=/nonexistent"]) == 0
+    with pytest.raises(SystemExit) as exit_info:
+        runtime.parse_args(["--manifest"])
+    assert exit_info.value.code == 2
+    assert runtime.parse_args(["--manifest=/m.json", "--", "x"]) == ("/m.json", ["x"])
