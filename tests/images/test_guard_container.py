@@ -46,6 +46,13 @@ UPSTREAM_WORKER = b"def restore(blocks):\n    for b in blocks:\n        copy(b)\
 OVERLAY_WORKER = b"def restore(blocks):\n    wait_for_compute()\n    for b in blocks:\n        copy(b)\n"
 FAKE_VLLM = b'#!/usr/bin/python3\nimport sys\nprint("vllm-stand-in:", " ".join(sys.argv[1:]))\n'
 GUARD = REPO_ROOT / "patchkit" / "guard" / "runtime.py"
+TRANSFORMER = REPO_ROOT / "patches" / "transformers" / "10-aiter-private-merge.py"
+AITER_BLOCK = b'    new_file_path = f"/tmp/{merge_name}.csv"\n'
+AITER_CORE = (
+    b"def update_config_files(file_path, merge_name):\n    merge_df = load(file_path)\n"
+    + AITER_BLOCK
+    + b"    merge_df.to_csv(new_file_path, index=False)\n    return new_file_path\n"
+)
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +70,8 @@ def _ldd(path: str) -> set[str]:
 
 
 def _guard_files(tmp: Path) -> set[str]:
-    """The interpreter files the guard needs: every module file it loaded on its slowest path (metadata lookup)."""
+    """The interpreter files the entrypoint's Python needs: every module file the guard (on its slowest path,
+    a metadata lookup) and the shipped AITER transformer (on a copy of the block it rewrites) loaded."""
     manifest = tmp / "probe.json"
     manifest.write_text(
         json.dumps(
@@ -75,10 +83,14 @@ def _guard_files(tmp: Path) -> set[str]:
             }
         )
     )
+    core = tmp / "core.py"
+    core.write_bytes(AITER_CORE)
     probe = (
-        "import json, runpy, sys\n"
-        f"sys.argv = [{str(GUARD)!r}, '--manifest', {str(manifest)!r}]\n"
-        "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\nexcept SystemExit:\n    pass\n"
+        "import json, os, runpy, sys\n"
+        f"os.environ['AITER_CORE'] = {str(core)!r}\n"
+        f"for script, args in (({str(GUARD)!r}, ['--manifest', {str(manifest)!r}]), ({str(TRANSFORMER)!r}, [])):\n"
+        "    sys.argv = [script, *args]\n"
+        "    try:\n        runpy.run_path(script, run_name='__main__')\n    except SystemExit:\n        pass\n"
         "print(json.dumps(sorted({m.__file__ for m in list(sys.modules.values()) if getattr(m, '__file__', None)})))\n"
     )
     out = subprocess.run([PYTHON, "-c", probe], capture_output=True, text=True, check=True).stdout
@@ -143,6 +155,9 @@ def guard_images(
         "/usr/local/bin/vllm": FAKE_VLLM,
         f"{SITE}/vllm/__init__.py": b"",
         f"{SITE}/vllm/worker.py": UPSTREAM_WORKER,
+        f"{SITE}/aiter/__init__.py": b"",
+        f"{SITE}/aiter/jit/__init__.py": b"",
+        f"{SITE}/aiter/jit/core.py": AITER_CORE,
         "/etc/os-release": b"ID=patchkit-guard-test\n",
         "/dev/shm/.keep": b"",
         "/root/.cache/.keep": b"",
@@ -173,6 +188,9 @@ def _deployment(root: Path, invoke: Invoke, image: str) -> Path:
     assert invoke("lock", repo=root).exit_code == 0
     shutil.copy(REPO_ROOT / "entrypoint.sh", root / "entrypoint.sh")
     shutil.copy(GUARD, root / "patches" / "guard.py")
+    (root / "patches" / "transformers").mkdir()
+    shutil.copy(TRANSFORMER, root / "patches" / "transformers" / TRANSFORMER.name)
+    shutil.copy(REPO_ROOT / "patches" / "aiter_merge_dir.py", root / "patches" / "aiter_merge_dir.py")
     (root / "patches" / "worker.py").write_bytes(OVERLAY_WORKER)
     (root / "patches" / "fp8_fnuz.py").write_bytes(b"FP8_MAX = 224.0\n")
     (root / "tuning" / "moe.csv").write_bytes(b"m,n,k,block\n1,7168,2048,64\n")
@@ -181,6 +199,24 @@ def _deployment(root: Path, invoke: Invoke, image: str) -> Path:
         ("patches/worker.py", "--name", "kv-restore-fence", "--kind", "module", "--target", f"{SITE}/vllm/worker.py"),
         ("patches/fp8_fnuz.py", "--name", "fp8-fnuz", "--kind", "module", "--target", f"{SITE}/vllm/fp8_fnuz.py"),
         ("tuning/moe.csv", "--name", "moe-tuning", "--target", "/opt/tuning/moe.csv"),
+        (
+            f"patches/transformers/{TRANSFORMER.name}",
+            "--name",
+            "aiter-private-merge",
+            "--kind",
+            "transformer",
+            "--target",
+            f"/opt/patchkit/transformers/{TRANSFORMER.name}",
+        ),
+        (
+            "patches/aiter_merge_dir.py",
+            "--name",
+            "aiter-merge-dir",
+            "--kind",
+            "module",
+            "--target",
+            f"{SITE}/aiter_merge_dir.py",
+        ),
         ("entrypoint.sh", "--name", "entrypoint", "--target", "/opt/patchkit/entrypoint.sh"),
     ):
         r = invoke("add", str(root / args[0]), *args[1:], repo=root)
@@ -284,7 +320,32 @@ def test_everything_matches_and_the_server_starts(dockerd: Dockerd, repo: Path, 
     assert ran.stdout == f"vllm-stand-in: serve {model} --served-model-name=dsv4 --port=8000\n"
     lines = guard_lines(ran)
     assert len(lines) == 1, ran.stderr
-    assert lines[0].startswith(f"guard: ok: 5 files match, vllm {VERSION}, model at {REVISION} (deploy, ")
+    assert lines[0].startswith(f"guard: ok: 7 files match, vllm {VERSION}, model at {REVISION} (deploy, ")
+    # After the guard, the shipped transformer rewrote AITER's exact line in the container.
+    transformer = f"/opt/patchkit/transformers/{TRANSFORMER.name}"
+    assert ran.stderr.splitlines()[1:] == [
+        f"entrypoint: running transformer {transformer}",
+        f"10-aiter-private-merge: {SITE}/aiter/jit/core.py: merged tuning tables now go to a private directory",
+    ]
+
+
+def test_a_changed_aiter_makes_the_transformer_refuse_the_start(
+    dockerd: Dockerd, repo: Path, hf_cache: Path, tmp_path: Path
+) -> None:
+    """The guard passes (AITER's file is not ours to pin), the transformer fails closed on the changed block."""
+    changed = tmp_path / "core.py"
+    changed.write_bytes(AITER_CORE.replace(b'f"/tmp/', b'f"/var/tmp/'))
+    svc = service(repo, hf_cache)
+    svc.volumes.append(f"{changed}:{SITE}/aiter/jit/core.py:ro")
+    ran = start(dockerd, svc)
+    assert ran.status == 1
+    assert ran.stderr.splitlines()[1:] == [
+        f"entrypoint: running transformer /opt/patchkit/transformers/{TRANSFORMER.name}",
+        f"10-aiter-private-merge: {SITE}/aiter/jit/core.py: the block to replace is not there exactly once "
+        "(AITER changed?); refusing to start",
+        f"entrypoint: transformer /opt/patchkit/transformers/{TRANSFORMER.name} failed; refusing to start",
+    ]
+    assert ran.stdout == ""
 
 
 def test_a_missing_mount_of_a_new_module_is_refused(dockerd: Dockerd, repo: Path, hf_cache: Path) -> None:
