@@ -138,3 +138,10 @@ def test_the_shipped_manifest_is_what_emit_writes(tmp_path: Path, invoke: Invoke
     doc = json.loads((root / "guard.json").read_text())
     assert doc["runtime"]["version"] == "0.26.1rc1.dev229+g124154a88.rocm723"
     assert "/opt/patchkit/guard.py" in {f["target"] for f in doc["files"]}
+
+
+def test_guard_script_prints_the_shipped_guard(invoke: Invoke, tmp_path: Path) -> None:
+    r = invoke("guard", "script")
+    assert r.exit_code == 0
+    shipped = (Path(__file__).resolve().parents[2] / "patchkit" / "guard" / "runtime.py").read_bytes()
+    assert r.result.stdout_bytes == shipped
