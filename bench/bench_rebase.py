@@ -67,7 +67,7 @@ from typing import Any
 from benchlib import Out, Timing, fail, find_patchkit, run_checked, timed
 
 from patchkit.diffs import canonical_diff
-from patchkit.lockfile.model import Base, DiffPin, Lockfile, Patch, PatchKind, Upstream
+from patchkit.lockfile.model import Base, DiffPin, GitUpstream, Lockfile, Patch, PatchKind
 from patchkit.lockfile.writer import dumps
 from patchkit.values import ContainerPath, RepoPath, Revision, Sha256, UpstreamPath
 
@@ -532,7 +532,7 @@ def ensure_tree(layout: Layout, patches: int, patchkit: str, out: Out) -> Tree:
     out.progress(f"building the deployment {layout.pristine}: {patches} overlays on C1")
     dep = layout.pristine
     run_checked(PROG, [patchkit, "init", str(dep), "--name", "bench-rebase"], cwd=layout.root)
-    upstream = Upstream(name=UPSTREAM, git=up.resolve().as_uri(), commit=Revision(c1))
+    upstream = GitUpstream(name=UPSTREAM, git=up.resolve().as_uri(), commit=Revision(c1))
     pins: list[Patch] = []
     for f in files:
         patch_rel = f"patches/{f.name}.py"

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from patchkit import diffs, sums
 from patchkit.cache import BlobStore
-from patchkit.check.run import base_of_committed, check_pinned_files
+from patchkit.check.diffs import base_of_committed
+from patchkit.check.run import check_pinned_files
 from patchkit.diffs import canonical_diff
 from patchkit.errors import BadInput, Refused
 from patchkit.formats.safe import printable
@@ -430,7 +431,7 @@ def _overlay_base(repo: Repo, lock: Lockfile, req: AddRequest, name: str, data: 
         path=upath,
         sha256=Sha256(sha256_bytes(base_bytes)),
         commit=commit,
-        version=up.wheel_version if up.source == "wheel" else None,
+        version=up.new_base()[1],
     )
     return base, base_bytes, diff_bytes
 

@@ -40,10 +40,7 @@ def _base(repo: Repo, lock: Lockfile, p: Patch, store: BlobStore, cache: Path) -
     up = lock.upstream(p.base.upstream)
     if up is None:
         raise BadInput(f"'{p.name}': upstream '{p.base.upstream}' is not declared")
-    if up.source == "image":
-        ref = str(up.image_digest) if up.image_digest else None  # an image base records a runtime version
-    else:
-        ref = str(p.base.commit) if p.base.commit else p.base.version
+    ref = up.base_ref(p.base)
     data = pinned_snapshot(open_source(up, cache, repo.root), up, ref).read([str(p.base.path)]).get(str(p.base.path))
     if data is None:
         raise BadInput(f"'{p.name}': {p.base.path} does not exist in {up.name} at {ref or up.pin_text}")

@@ -37,8 +37,9 @@ from patchkit.merge import MergeResult, Outcome, conflict_markers_remain, rebase
 from patchkit.outcome import Outcome as WriteOutcome
 from patchkit.persist import finish, sums_dropped
 from patchkit.repo import WORK_DIR, Escape, Repo, atomic_write
+from patchkit.sources.factory import KINDS, repinned
 from patchkit.sources.interface import Pin, Snapshot, UpstreamSource
-from patchkit.values import ContainerPath, Digest, Revision, Sha256, UpstreamPath
+from patchkit.values import ContainerPath, Digest, Sha256, UpstreamPath
 
 STATE_DIR = f"{WORK_DIR}/rebase"
 STATE_FILE = f"{STATE_DIR}/state.json"
@@ -145,10 +146,7 @@ def _bases(
             out[p.name] = data
             continue
         up = lock.upstream(base.upstream)
-        if up is not None and up.source == "image":
-            ref = _current_ref(up)  # an image base records the runtime version, not a reference
-        else:
-            ref = str(base.commit) if base.commit else base.version or (_current_ref(up) if up else None)
+        ref = (up.base_ref(base) or up.pinned_ref) if up is not None else None
         if ref is None or old_source is None or up is None:
             raise PatchkitError(
                 f"'{p.name}': its base {base.path} (sha256 {base.sha256.short}…) is not available offline "
@@ -173,16 +171,6 @@ def _bases(
             store.put(data)
             out[p.name] = data
     return out
-
-
-def _current_ref(up: Upstream) -> str | None:
-    if up.source == "wheel":
-        return up.wheel_version
-    if up.source == "dir":
-        return up.dir
-    if up.source == "image":
-        return str(up.image_digest) if up.image_digest else None
-    return str(up.commit) if up.commit else None
 
 
 def _moved_target(target: str, old_path: str, new_path: str) -> str:
@@ -219,7 +207,7 @@ def plan(
     renames: dict[str, str] = {}
     gone = [path for path in paths if theirs.get(path) is None]
     if gone and old_source is not None:
-        ref = _current_ref(up)
+        ref = up.pinned_ref
         if ref is not None:
             try:
                 renames = dict(old_source.snapshot(ref).renames(new, gone))
@@ -370,37 +358,6 @@ def _no_base(repo: Repo, p: Patch, chains: handdiffs.Chains) -> Skipped:
 # --------------------------------------------------------------------------- committing
 
 
-def _new_upstream(up: Upstream, pin: Pin) -> Upstream:
-    if pin.kind == "wheel":
-        # The project as the wheel names it, for an upstream switching to a wheel source.
-        project = up.wheel_project or (pin.filename or "").split("-", 1)[0]
-        return dataclasses.replace(
-            up,
-            source="wheel",
-            wheel=f"{project}=={pin.version}",
-            wheel_sha256=Sha256(pin.sha256) if pin.sha256 else None,
-            wheel_file=pin.filename,
-            version=pin.version,
-        )
-    if pin.kind == "image":
-        repository = (pin.path or "").split("@", 1)[0] or up.image
-        return dataclasses.replace(
-            up,
-            source="image",
-            image=repository,
-            image_digest=Digest(f"sha256:{pin.sha256}") if pin.sha256 else up.image_digest,
-            image_tag=None,
-            version=pin.version,
-        )
-    if pin.kind == "dir":
-        return dataclasses.replace(
-            up, source="dir", dir=pin.path, dir_sha256=Sha256(pin.sha256) if pin.sha256 else None
-        )
-    return dataclasses.replace(
-        up, source="git", git=pin.path or up.git, commit=Revision(pin.commit) if pin.commit else None, version=None
-    )
-
-
 def prepare(
     lock: Lockfile,
     result: Plan,
@@ -417,6 +374,7 @@ def prepare(
     deletes: list[str] = []
     patches: list[Patch] = []
     outcome = WriteOutcome()
+    base_commit, base_version = KINDS[pin.kind].base_fields(pin)
     for p in lock.patches:
         r = by_name.get(p.name)
         if r is None:
@@ -451,8 +409,8 @@ def prepare(
             upstream=p.base.upstream,
             path=UpstreamPath(r.new_path),
             sha256=Sha256(r.theirs_sha256),
-            commit=Revision(pin.commit) if pin.kind == "git" and pin.commit else None,
-            version=pin.version if pin.kind in ("wheel", "image") else None,
+            commit=base_commit,
+            version=base_version,
         )
         new_patch = dataclasses.replace(
             p,
@@ -463,7 +421,7 @@ def prepare(
         )
         outcome.changes.append(_change(p.name, r, "resolved" if p.name in resolved else r.outcome.value))
         patches.append(new_patch)
-    upstreams = tuple(_new_upstream(u, pin) if u.name == result.upstream else u for u in lock.upstreams)
+    upstreams = tuple(repinned(u, pin) if u.name == result.upstream else u for u in lock.upstreams)
     images = tuple(
         dataclasses.replace(i, digest=Digest(result.image_pins[i.name]), platform_digest=None, resolved_at=None)
         if i.name in result.image_pins and str(i.digest) != result.image_pins[i.name]

@@ -25,7 +25,7 @@ from pathlib import Path
 from patchkit.errors import PatchkitError
 from patchkit.findings import Finding
 from patchkit.github import AnswerStatus, IssueTracker, RateLimit, split_reference, web_url
-from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile, Patch, RefState, Upstream
+from patchkit.lockfile.model import LOCKFILE_NAME, GitUpstream, Lockfile, Patch, RefState, Upstream
 from patchkit.repo import Repo
 from patchkit.values import Reference, Revision
 
@@ -257,7 +257,7 @@ _REPO_IN_URL = re.compile(r"[/:](?P<owner>[^/:]+)/(?P<repo>[^/]+?)(?:\.git)?/?$"
 def upstream_for(lock: Lockfile, repo: str) -> Upstream | None:
     """The git upstream that is the GitHub repository ``owner/repo``: its URL ends in /owner/repo[.git]."""
     for up in lock.upstreams:
-        if up.source != "git" or up.git is None or up.commit is None:
+        if not isinstance(up, GitUpstream) or up.git is None or up.commit is None:
             continue
         m = _REPO_IN_URL.search(up.git)
         if m and f"{m['owner']}/{m['repo']}".lower() == repo.lower():

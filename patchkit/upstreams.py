@@ -7,7 +7,15 @@ from pathlib import Path
 from typing import Any
 
 from patchkit.errors import BadInput
-from patchkit.lockfile.model import Lockfile, PatchKind, Upstream
+from patchkit.lockfile.model import (
+    DirUpstream,
+    GitUpstream,
+    ImageUpstream,
+    Lockfile,
+    PatchKind,
+    Upstream,
+    WheelUpstream,
+)
 from patchkit.outcome import Change
 from patchkit.outcome import Outcome as WriteOutcome
 from patchkit.persist import finish
@@ -52,7 +60,7 @@ def register(
         if commit is None:
             raise BadInput("--git needs --commit (a commit, branch or tag; patchkit pins the full commit)")
         pin = GitSource(git, cache).snapshot(commit).pin
-        up = Upstream(name=name, git=git, commit=Revision(pin.commit or ""), note=note)
+        up = GitUpstream(name=name, git=git, commit=Revision(pin.commit or ""), note=note)
     elif wheel is not None:
         from patchkit.sources.wheel import WheelSource
 
@@ -68,9 +76,7 @@ def register(
         if not (path if path.is_absolute() else repo.root / path).is_dir():
             raise BadInput(f"--dir {directory}: not a directory")
         pin = DirSource(path if path.is_absolute() else repo.root / path).snapshot().pin
-        up = Upstream(
-            name=name, source="dir", dir=directory, dir_sha256=Sha256(pin.sha256) if pin.sha256 else None, note=note
-        )
+        up = DirUpstream(name=name, dir=directory, dir_sha256=Sha256(pin.sha256) if pin.sha256 else None, note=note)
     new_lock = dataclasses.replace(lock, upstreams=(*lock.upstreams, up))
     outcome = WriteOutcome(written=finish(repo, new_lock))
     outcome.changes.append(Change(f"upstreams[{name}]", "unpinned", up.pin_text))
@@ -91,9 +97,8 @@ def _image_upstream(name: str, text: str, prefix: str | None, platform: str, not
     with ImageSource(ImageRef.parse(text).display_repository, prefix, platform=platform) as source:
         snap = source.snapshot(text)
         version = snap.version
-        return Upstream(
+        return ImageUpstream(
             name=name,
-            source="image",
             image=source.repository,
             image_digest=Digest(str(snap.digest)),
             image_tag=snap.tag,
@@ -105,9 +110,8 @@ def _image_upstream(name: str, text: str, prefix: str | None, platform: str, not
 
 
 def _wheel_upstream(name: str, project: str, pin: Pin, note: str | None) -> Upstream:
-    return Upstream(
+    return WheelUpstream(
         name=name,
-        source="wheel",
         wheel=f"{project}=={pin.version}",
         wheel_sha256=Sha256(pin.sha256) if pin.sha256 else None,
         wheel_file=pin.filename,
@@ -121,7 +125,7 @@ def listing(lock: Lockfile) -> list[dict[str, Any]]:
     out = []
     for up in sorted(lock.upstreams, key=lambda u: u.name):
         patches = [p.name for p in lock.patches if p.base is not None and p.base.upstream == up.name]
-        location = {"git": up.git, "wheel": up.wheel, "dir": up.dir, "image": up.image}.get(up.source)
+        location = up.location
         out.append(
             {
                 "name": up.name,

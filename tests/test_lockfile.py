@@ -5,7 +5,17 @@ import dataclasses
 import pytest
 
 from patchkit.errors import LockfileError
-from patchkit.lockfile.model import Artifact, Base, DiffPin, Image, Lockfile, Model, Patch, PatchKind, Upstream
+from patchkit.lockfile.model import (
+    Artifact,
+    Base,
+    DiffPin,
+    GitUpstream,
+    Image,
+    Lockfile,
+    Model,
+    Patch,
+    PatchKind,
+)
 from patchkit.lockfile.reader import loads
 from patchkit.lockfile.writer import dumps
 from patchkit.values import ContainerPath, Digest, Reference, RepoPath, Revision, Sha256, UpstreamPath
@@ -166,7 +176,7 @@ def _sample() -> Lockfile:
         name="prod",
         images=(Image("vllm", "vllm/vllm-openai-rocm", Digest(f"sha256:{H}"), tag="nightly"),),
         model=Model("deepseek-ai/DeepSeek-V4-Flash-0731", Revision(COMMIT)),
-        upstreams=(Upstream("vllm", git="https://github.com/vllm-project/vllm", commit=Revision(COMMIT)),),
+        upstreams=(GitUpstream("vllm", git="https://github.com/vllm-project/vllm", commit=Revision(COMMIT)),),
         patches=(
             Patch(
                 "kv-fence", PatchKind.OVERLAY, h, ContainerPath("/x/y.py"),

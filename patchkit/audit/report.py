@@ -21,7 +21,7 @@ from patchkit.cache import BlobStore
 from patchkit.check.run import check
 from patchkit.findings import CheckResult, Finding
 from patchkit.importing import handdiffs
-from patchkit.lockfile.model import Lockfile, Patch, PatchKind, Upstream
+from patchkit.lockfile.model import GitUpstream, Lockfile, Patch, PatchKind, Upstream, WheelUpstream
 from patchkit.repo import Escape, Repo
 
 #: Markdown diffs longer than this are cut (a pull request description holds 65536 characters).
@@ -191,10 +191,10 @@ def build(
 
 def _upstream_pin(u: Upstream) -> Pin:
     gh = github_repo(u.git)
-    if u.source == "git" and u.commit is not None:
+    if isinstance(u, GitUpstream) and u.commit is not None:
         link = f"https://github.com/{gh}/commit/{u.commit}" if gh else None
         return Pin(u.name, f"{u.git} @ {u.commit}", link, u.version or u.note)
-    if u.source == "wheel" and u.wheel_project and u.wheel_version:
+    if isinstance(u, WheelUpstream) and u.wheel_project and u.wheel_version:
         link = f"https://pypi.org/project/{u.wheel_project}/{u.wheel_version}/"
         return Pin(
             u.name, f"{u.wheel} ({u.wheel_file or 'wheel'}, sha256 {u.wheel_sha256 or 'unpinned'})", link, u.note
@@ -212,7 +212,7 @@ def _base(lock: Lockfile, p: Patch, cache: Path) -> BaseInfo | None:
     link = None
     committed_at = None
     freshness = "unknown"
-    if up is not None and source == "git" and b.commit is not None:
+    if isinstance(up, GitUpstream) and b.commit is not None:
         link = f"https://github.com/{gh}/blob/{b.commit}/{b.path}" if gh else None
         from patchkit.sources.git import GitSource
 
@@ -229,7 +229,7 @@ def _base(lock: Lockfile, p: Patch, cache: Path) -> BaseInfo | None:
             )
         else:
             freshness = f"older or other than the pinned {up.name} {up.pin_text} (the clone is not in the cache)"
-    elif up is not None and source == "wheel":
+    elif isinstance(up, WheelUpstream):
         link = f"https://pypi.org/project/{up.wheel_project}/{b.version}/" if up.wheel_project and b.version else None
         if b.version and b.version == up.wheel_version:
             freshness = f"at the pinned {up.wheel}"

@@ -49,7 +49,7 @@ def check_sums(repo: Repo) -> CheckResult:
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sums") as runner:
         pending = runner.submit(sha256_many, paths.values(), sizes=sizes, cancel=cancel)
         try:
-            from patchkit.check.run import sums_findings
+            from patchkit.check.sums import sums_findings
             from patchkit.findings import CheckResult, Finding
 
             lock, lock_bytes = repo.read_lockfile()

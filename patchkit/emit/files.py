@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from patchkit.emit.compose import emit
-from patchkit.emit.config import CONFIG_NAME, load_config
+from patchkit.emit.config import CONFIG_NAME, DeployConfig, load_config
 from patchkit.emit.validate import compose_schema, validate, validate_bundle_files
 from patchkit.errors import BadInput
 from patchkit.guard import manifest as guard_manifest
@@ -47,6 +47,31 @@ def emit_files(
     from patchkit.repo import write_all
 
     config = load_config(repo.root / CONFIG_NAME)
+    files = compose_texts(lock, config, profiles, validate_output=validate_output)
+    skipped = validate_bundle_files(repo.root, lock, config) if validate_output else []
+    if notes is not None:
+        notes.extend(skipped)
+    drift = drifted(files, lambda rel: _current(repo, rel))
+    if check_only:
+        return WriteOutcome(), drift
+    return WriteOutcome(written=write_all(repo.root, {k: v.encode() for k, v in files.items()})), drift
+
+
+def _current(repo: Repo, rel: str) -> bytes | None:
+    try:
+        return (repo.root / rel).read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def compose_texts(
+    lock: Lockfile, config: DeployConfig, profiles: Iterable[str] = (), *, validate_output: bool = True
+) -> dict[str, str]:
+    """Every (or the named) profile's compose text by file name, checked (schema too with ``validate_output``),
+    and ``guard.json`` with a ``[guard]`` table.
+
+    Pure: raises ``BadInput`` for an unknown profile or the first problem of a file.
+    """
     wanted = set(profiles)
     unknown = wanted - {p.name for p in config.profiles}
     if unknown:
@@ -65,17 +90,9 @@ def emit_files(
             raise BadInput(f"{p.file}: {problems[0]}", "fix deploy.toml; nothing was written")
         files[p.file] = text
     files.update(guard_manifest.files(lock, config))
-    skipped = validate_bundle_files(repo.root, lock, config) if validate_output else []
-    if notes is not None:
-        notes.extend(skipped)
-    drift = []
-    for rel, text in files.items():
-        try:
-            current = (repo.root / rel).read_bytes()
-        except FileNotFoundError:
-            current = None
-        if current != text.encode():
-            drift.append(rel)
-    if check_only:
-        return WriteOutcome(), drift
-    return WriteOutcome(written=write_all(repo.root, {k: v.encode() for k, v in files.items()})), drift
+    return files
+
+
+def drifted(files: dict[str, str], current: Callable[[str], bytes | None]) -> list[str]:
+    """The files whose bytes now (``current``; None: missing) differ from the emitted text."""
+    return [rel for rel, text in files.items() if current(rel) != text.encode()]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from patchkit.errors import BadInput
-from patchkit.lockfile.model import Image, Lockfile
+from patchkit.lockfile.model import Image, ImageUpstream, Lockfile
 from patchkit.outcome import Change
 from patchkit.outcome import Outcome as WriteOutcome
 from patchkit.persist import finish
@@ -127,11 +127,11 @@ def bump_plan(lock: Lockfile, text: str, upstream: str | None = None) -> tuple[s
 
     ref = ImageRef.parse(text)
     repository = ref.display_repository
-    candidates = [u for u in lock.upstreams if u.source == "image" and (upstream is None or u.name == upstream)]
+    candidates = [u for u in lock.upstreams if isinstance(u, ImageUpstream) and upstream in (None, u.name)]
     if upstream is None:
         candidates = [u for u in candidates if u.image == repository]
     if len(candidates) != 1:
-        known = ", ".join(f"{u.name} ({u.image})" for u in lock.upstreams if u.source == "image") or "none"
+        known = ", ".join(f"{u.name} ({u.image})" for u in lock.upstreams if isinstance(u, ImageUpstream)) or "none"
         raise BadInput(
             f"no single image upstream for {repository} (image upstreams: {known})",
             "register one (patchkit upstream add NAME --image REF --prefix PATH) or pass --upstream NAME",

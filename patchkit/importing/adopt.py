@@ -25,6 +25,7 @@ from patchkit.importing import compose, handdiffs, provenance
 from patchkit.lockfile.model import (
     LOCKFILE_NAME,
     Artifact,
+    GitUpstream,
     HandDiff,
     Image,
     Lockfile,
@@ -573,7 +574,7 @@ class _Importer:
             )
             full = commit is not None
             out.append(
-                Upstream(
+                GitUpstream(
                     name=_name(repo.split("/")[1]),
                     git=f"https://github.com/{repo}",
                     commit=Revision(commit) if full and commit is not None else None,

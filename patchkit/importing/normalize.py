@@ -229,20 +229,19 @@ def _module_or_overlay(
     if asks is None:
         return None
     up, path = asks
-    ref = _pinned_ref(up)
+    ref = up.fetch_ref
     asked = f"whether upstream '{up.name}' has {path}"
     if ref is None:
         result.unknown.append(
             (
                 p.name,
-                f"{asked} is unknown: it pins no {'commit' if up.source == 'git' else 'version'}"
-                f"{f' ({up.note})' if up.note else ''}",
+                f"{asked} is unknown: it pins no {up.pin_noun}{f' ({up.note})' if up.note else ''}",
                 f"pin upstream '{up.name}' at the commit the image ships ([upstreams.{up.name}] commit in "
                 "lockfile.toml), then patchkit import --normalize --fetch",
             )
         )
         return None
-    at = ref[:12] if up.source == "git" else ref or "its pinned files"
+    at = up.show_ref(ref)
     try:
         base = fetch(up, path, ref)
     except PatchkitError as e:
@@ -268,7 +267,7 @@ def _module_or_overlay(
             upstream=up.name,
             path=path,
             sha256=Sha256(store.put(base)),
-            commit=up.commit if up.source == "git" else None,
+            commit=up.new_base()[0],
         ),
         diff=DiffPin(RepoPath(diff_rel), Sha256(sha256_bytes(text))),
     )
@@ -295,12 +294,19 @@ def maybe_upstream(
     tree (it maps to an upstream path as an overlay's does). Offline nothing
     tells whether that upstream has the file; ``--fetch`` asks it.
     """
+    return module_maybe_upstream(lock, p, chains, lambda rel: bool(provenance.rows_naming(repo.root, rel)))
+
+
+def module_maybe_upstream(
+    lock: Lockfile, p: Patch, chains: handdiffs.Chains, provenance_names: Callable[[str], bool]
+) -> tuple[Upstream, UpstreamPath] | None:
+    """``maybe_upstream`` over what it reads: ``provenance_names`` says whether a provenance row names a file."""
     if p.kind is not PatchKind.MODULE or p.file is None or p.name not in chains.new_file_parts:
         return None
     upstream, _ = upstream_of(lock, p)
     path = upstream_path(p)
     up = lock.upstream(upstream) if upstream is not None else None
-    if up is None or path is None or provenance.rows_naming(repo.root, str(p.file)):
+    if up is None or path is None or provenance_names(str(p.file)):
         return None
     return up, path
 
@@ -313,17 +319,6 @@ def maybe_upstream_note(name: str, file: str, path: str, upstream: str) -> tuple
         "which would make it an overlay whose diff hides what it changes",
         f"patchkit import --normalize --fetch decides (it asks upstream '{upstream}' for {path} at its pinned commit)",
     )
-
-
-def _pinned_ref(up: Upstream) -> str | None:
-    """What pins an upstream's files, as ``Fetch`` takes it (a commit, a wheel version, an image digest), if any."""
-    if up.source == "git":
-        return str(up.commit) if up.commit is not None else None
-    if up.source == "wheel":
-        return up.wheel_version
-    if up.source == "image":
-        return str(up.image_digest) if up.image_digest is not None else None
-    return ""  # a directory tree is pinned by its own files
 
 
 def upstream_of(lock: Lockfile, p: Patch) -> tuple[str | None, str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any, ClassVar
 
 from patchkit.values import (
     ContainerPath,
@@ -96,17 +97,22 @@ class Model:
 class Upstream:
     """An upstream project the patches are based on, and the source that serves its files.
 
-    ``source`` is ``git`` (``git`` URL at ``commit``), ``wheel`` (the wheel of
-    ``wheel`` = "project==version", pinned by ``wheel_sha256``) or ``dir`` (a
-    local directory tree, pinned by ``dir_sha256`` over its files).
+    A tagged union: each kind of source is a subclass (``GitUpstream``,
+    ``WheelUpstream``, ``DirUpstream``, ``ImageUpstream``) whose ``source`` names
+    it and whose methods say what its pin means; ``UPSTREAM_KINDS`` registers
+    them by that name. Every field is kept as written, also another kind's (the
+    loader does not reject them), so a table reloads as it was.
     """
 
+    source: ClassVar[str]
+    # The fields this kind cannot do without, and what the loader says when one is missing.
+    required: ClassVar[tuple[str, ...]] = ()
+    lacking: ClassVar[str] = ""
     name: str
     git: str | None = None
     commit: Revision | None = None
     version: str | None = None
     note: str | None = None
-    source: str = "git"
     wheel: str | None = None
     wheel_sha256: Sha256 | None = None
     wheel_file: str | None = None
@@ -118,6 +124,10 @@ class Upstream:
     prefix: ContainerPath | None = None
     platform: str | None = None
 
+    def __post_init__(self) -> None:
+        if type(self) is Upstream:
+            raise TypeError("an Upstream is one of its kinds: GitUpstream, WheelUpstream, DirUpstream, ImageUpstream")
+
     @property
     def wheel_project(self) -> str | None:
         return self.wheel.split("==", 1)[0] if self.wheel else None
@@ -127,16 +137,194 @@ class Upstream:
         return self.wheel.split("==", 1)[1] if self.wheel else None
 
     @property
+    def location(self) -> str | None:
+        """Where the source is: the git URL, the wheel, the directory or the image repository."""
+        return self.git
+
+    @property
     def pin_text(self) -> str:
-        """The pin in one phrase: a commit, a wheel or a directory digest."""
-        if self.source == "wheel":
-            return f"{self.wheel} ({self.wheel_sha256.short if self.wheel_sha256 else 'unpinned'})"
-        if self.source == "dir":
-            return f"dir {self.dir} ({self.dir_sha256.short if self.dir_sha256 else 'unpinned'})"
-        if self.source == "image":
-            digest = self.image_digest.hex[:12] if self.image_digest else "unpinned"
-            return f"{self.image}@sha256:{digest}" + (f" ({self.version})" if self.version else "")
+        """The pin in one phrase: a commit, a wheel, a directory digest or an image."""
         return self.commit.short if self.commit else "unpinned"
+
+    @property
+    def pinned_ref(self) -> str | None:
+        """The reference its source resolves to the pinned files (a commit, a version, a digest), if pinned."""
+        return str(self.commit) if self.commit else None
+
+    @property
+    def fetch_ref(self) -> str | None:
+        """``pinned_ref`` as a fetch takes it: ``""`` for a source whose files are pinned by themselves."""
+        return self.pinned_ref
+
+    @property
+    def pin_noun(self) -> str:
+        """What its pin is called in a message: ``commit`` or ``version``."""
+        return "version"
+
+    def show_ref(self, ref: str) -> str:
+        """A reference of this source as a message shows it."""
+        return ref or "its pinned files"
+
+    def base_ref(self, base: Base) -> str | None:
+        """The reference a base of this upstream was taken at."""
+        return str(base.commit) if base.commit else base.version
+
+    def new_base(self) -> tuple[Revision | None, str | None]:
+        """The ``commit`` and ``version`` a base taken from this upstream's pin records."""
+        return None, None
+
+    def compared(self, base: Base) -> tuple[str, str, str] | None:
+        """The base field that says which pin a base was taken at, its value and the pinned one; None: unknown."""
+        if base.commit is not None and self.commit is not None:
+            return "commit", base.commit.short, self.commit.short
+        return None
+
+    def resource(self) -> dict[str, Any]:
+        """The pin as an in-toto ResourceDescriptor's ``uri``, ``digest`` and ``annotations`` (for provenance)."""
+        d: dict[str, Any] = {}
+        if self.git:
+            d["uri"] = f"git+{self.git}" + (f"@{self.commit}" if self.commit else "")
+        if self.commit is not None:
+            d["digest"] = {"gitCommit": str(self.commit)}
+        return d
+
+    def rebase_fix(self, want: str) -> str:
+        """The command that moves a base of this upstream onto its pin ``want``."""
+        return f"move the patch onto {want}: patchkit rebase --onto {want} --upstream {self.name}"
+
+
+@dataclass(frozen=True)
+class GitUpstream(Upstream):
+    """A git repository (``git``) at a commit (``commit``)."""
+
+    source: ClassVar[str] = "git"
+
+    @property
+    def pin_noun(self) -> str:
+        return "commit"
+
+    def show_ref(self, ref: str) -> str:
+        return ref[:12]
+
+    def new_base(self) -> tuple[Revision | None, str | None]:
+        return self.commit, None
+
+
+@dataclass(frozen=True)
+class WheelUpstream(Upstream):
+    """The wheel of ``wheel`` (``project==version``), pinned by the file's ``wheel_sha256``."""
+
+    source: ClassVar[str] = "wheel"
+    required = ("wheel",)
+    lacking = "a wheel upstream needs 'wheel = \"project==version\"'"
+
+    @property
+    def location(self) -> str | None:
+        return self.wheel
+
+    @property
+    def pin_text(self) -> str:
+        return f"{self.wheel} ({self.wheel_sha256.short if self.wheel_sha256 else 'unpinned'})"
+
+    @property
+    def pinned_ref(self) -> str | None:
+        return self.wheel_version
+
+    def new_base(self) -> tuple[Revision | None, str | None]:
+        return None, self.wheel_version
+
+    def resource(self) -> dict[str, Any]:
+        if not self.wheel:
+            return super().resource()
+        d: dict[str, Any] = {"uri": f"pkg:pypi/{self.wheel_project}@{self.wheel_version}"}
+        if self.wheel_sha256 is not None:
+            d["digest"] = {"sha256": self.wheel_sha256.hex}
+        return d
+
+    def compared(self, base: Base) -> tuple[str, str, str] | None:
+        if base.version is not None and self.wheel_version is not None:
+            return "version", base.version, self.wheel_version
+        return super().compared(base)
+
+
+@dataclass(frozen=True)
+class DirUpstream(Upstream):
+    """A local directory tree (``dir``), pinned by ``dir_sha256`` over its files."""
+
+    source: ClassVar[str] = "dir"
+    required = ("dir",)
+    lacking = "a dir upstream needs 'dir' (the directory's path)"
+
+    @property
+    def location(self) -> str | None:
+        return self.dir
+
+    @property
+    def pin_text(self) -> str:
+        return f"dir {self.dir} ({self.dir_sha256.short if self.dir_sha256 else 'unpinned'})"
+
+    @property
+    def pinned_ref(self) -> str | None:
+        return self.dir
+
+    @property
+    def fetch_ref(self) -> str | None:
+        return ""  # a directory tree is pinned by its own files
+
+    def resource(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"annotations": {"dir": self.dir or ""}}
+        if self.dir_sha256 is not None:
+            d["digest"] = {"sha256": self.dir_sha256.hex}
+        return d
+
+
+@dataclass(frozen=True)
+class ImageUpstream(Upstream):
+    """The files installed below ``prefix`` in a container image (``image`` at ``image_digest``)."""
+
+    source: ClassVar[str] = "image"
+    required = ("image", "image_digest", "prefix")
+    lacking = "an image upstream needs 'image' (the repository), 'image_digest' and 'prefix'"
+
+    @property
+    def location(self) -> str | None:
+        return self.image
+
+    @property
+    def pin_text(self) -> str:
+        digest = self.image_digest.hex[:12] if self.image_digest else "unpinned"
+        return f"{self.image}@sha256:{digest}" + (f" ({self.version})" if self.version else "")
+
+    @property
+    def pinned_ref(self) -> str | None:
+        return str(self.image_digest) if self.image_digest else None
+
+    def base_ref(self, base: Base) -> str | None:
+        return self.pinned_ref  # an image base records the runtime version, not a reference
+
+    def resource(self) -> dict[str, Any]:
+        if not self.image:
+            return super().resource()
+        d: dict[str, Any] = {"uri": f"docker://{self.image}" + (f"@{self.image_digest}" if self.image_digest else "")}
+        if self.image_digest is not None:
+            d["digest"] = {"sha256": self.image_digest.hex}
+        return d
+
+    def compared(self, base: Base) -> tuple[str, str, str] | None:
+        if base.version is not None and self.version is not None:
+            return "version", base.version, self.version
+        return super().compared(base)
+
+    def rebase_fix(self, want: str) -> str:
+        return (
+            f"move the patch onto the pinned image: patchkit rebase --upstream {self.name} --onto {self.image_digest}"
+        )
+
+
+# Every kind of upstream source, by the name ``source`` gives it in the lockfile.
+UPSTREAM_KINDS: dict[str, type[Upstream]] = {
+    k.source: k for k in (GitUpstream, WheelUpstream, DirUpstream, ImageUpstream)
+}
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,12 @@ from patchkit.lockfile.model import (
     REF_KINDS,
     REF_STATES,
     SCHEMA_VERSION,
+    UPSTREAM_KINDS,
     Artifact,
     Base,
     DiffPin,
     FilePin,
+    GitUpstream,
     HandDiff,
     Image,
     Lockfile,
@@ -378,27 +380,25 @@ def _read_upstream(key: str, t: dict[str, Any], path: FieldPath, r: FieldReader)
     image = r.string(t, path, "image")
     if source == "git" and image is not None and wheel is None and directory is None:
         source = "image"
-    if source not in ("git", "wheel", "dir", "image"):
-        r.problem((*path, "source"), f"unknown source '{source}' (git, wheel, dir or image)")
-    elif source == "image" and (image is None or "image_digest" not in t or "prefix" not in t):
-        r.problem(path, "an image upstream needs 'image' (the repository), 'image_digest' and 'prefix'")
-    elif source == "wheel" and wheel is None:
-        r.problem(path, "a wheel upstream needs 'wheel = \"project==version\"'")
-    elif source == "dir" and directory is None:
-        r.problem(path, "a dir upstream needs 'dir' (the directory's path)")
+    kind = UPSTREAM_KINDS.get(source)
+    if kind is None:
+        *others, last = UPSTREAM_KINDS
+        r.problem((*path, "source"), f"unknown source '{source}' ({', '.join(others)} or {last})")
+        kind = GitUpstream
+    elif any({"image": image, "wheel": wheel, "dir": directory}.get(f, t.get(f)) is None for f in kind.required):
+        r.problem(path, kind.lacking)
     wheel_sha = r.typed(t, path, "wheel_sha256", Sha256)
     dir_sha = r.typed(t, path, "dir_sha256", Sha256)
     image_digest = r.typed(t, path, "image_digest", Digest, hint="pin images by digest")
     prefix = r.typed(t, path, "prefix", ContainerPath)
     if name is None:
         return None
-    return Upstream(
+    return kind(
         name=name,
         git=git,
         commit=commit,
         version=r.string(t, path, "version"),
         note=r.string(t, path, "note"),
-        source=source,
         wheel=wheel,
         wheel_sha256=wheel_sha,
         wheel_file=r.string(t, path, "wheel_file"),

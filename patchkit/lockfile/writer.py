@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from patchkit.lockfile.model import HEADER, Lockfile, Signing, inferred_source
+from patchkit.lockfile.model import HEADER, GitUpstream, Lockfile, Signing, inferred_source
 from patchkit.values import (
     ContainerPath,
     Digest,
@@ -63,7 +63,7 @@ def dumps(lock: Lockfile) -> str:  # noqa: C901 (over the ceiling already)
             u.name: _table(
                 # Written except for a plain git upstream, and always when the
                 # fields present would make the loader infer another source.
-                source=None if u.source == "git" == inferred_source(u) else u.source,
+                source=None if u.source == inferred_source(u) == GitUpstream.source else u.source,
                 git=u.git,
                 commit=u.commit,
                 wheel=u.wheel,

@@ -140,24 +140,7 @@ def dependencies(lock: Lockfile) -> list[dict[str, Any]]:
             }
         )
     for u in lock.upstreams:
-        d = {"name": f"upstreams.{u.name}"}
-        if u.source == "wheel" and u.wheel:
-            d["uri"] = f"pkg:pypi/{u.wheel_project}@{u.wheel_version}"
-            if u.wheel_sha256 is not None:
-                d["digest"] = {"sha256": u.wheel_sha256.hex}
-        elif u.source == "image" and u.image:
-            d["uri"] = f"docker://{u.image}" + (f"@{u.image_digest}" if u.image_digest else "")
-            if u.image_digest is not None:
-                d["digest"] = {"sha256": u.image_digest.hex}
-        elif u.source == "dir":
-            d["annotations"] = {"dir": u.dir or ""}
-            if u.dir_sha256 is not None:
-                d["digest"] = {"sha256": u.dir_sha256.hex}
-        else:
-            if u.git:
-                d["uri"] = f"git+{u.git}" + (f"@{u.commit}" if u.commit else "")
-            if u.commit is not None:
-                d["digest"] = {"gitCommit": str(u.commit)}
+        d = {"name": f"upstreams.{u.name}", **u.resource()}
         out.append(d)
     return out
 

@@ -1,0 +1,133 @@
+"""Rules about the compose files: emitted ones are exactly what ``patchkit emit`` writes, hand-kept ones mount pins."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from patchkit.check.state import DEPLOY_CONFIG, State
+from patchkit.errors import BadInput
+from patchkit.findings import Finding
+
+if TYPE_CHECKING:
+    from patchkit.emit.config import DeployConfig
+    from patchkit.importing import compose
+
+
+def emitted(state: State) -> list[Finding]:
+    """With a deploy.toml, every compose file must be exactly what ``patchkit emit`` writes."""
+    if not state.has_deploy_config:
+        return []
+    from patchkit.emit.files import compose_texts, drifted
+
+    try:
+        files = compose_texts(state.lock, _config(state), validate_output=False)
+    except BadInput as e:
+        return [Finding("compose-unchecked", DEPLOY_CONFIG, None, f"cannot emit the compose files: {e}", e.hint)]
+    return [
+        Finding(
+            "compose-drift",
+            rel,
+            None,
+            "differs from what patchkit emit writes from lockfile.toml and deploy.toml "
+            "(edited by hand, or the pins moved)",
+            "regenerate it: patchkit emit (edit deploy.toml for service settings)",
+        )
+        for rel in drifted(files, state.view.read)
+    ]
+
+
+def _config(state: State) -> DeployConfig:
+    """deploy.toml, read strictly; ``BadInput`` when it cannot be read or is wrong."""
+    from patchkit.emit.config import loads_config
+
+    data = state.view.read(DEPLOY_CONFIG)
+    if data is None:
+        raise BadInput(f"{DEPLOY_CONFIG}: cannot read (not a regular file inside the repository)")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadInput(f"{DEPLOY_CONFIG}: cannot read ({e})", f"fix {DEPLOY_CONFIG}'s encoding (UTF-8)") from e
+    return loads_config(text, DEPLOY_CONFIG)
+
+
+def mounts(state: State) -> list[Finding]:
+    """Hand-kept compose files (no deploy.toml): every mount's source exists and is pinned at its target."""
+    if state.has_deploy_config:
+        return []
+    from patchkit.importing import compose
+
+    lock = state.lock
+    compose_files = [a for a in lock.artifacts if compose.COMPOSE_NAMES.fullmatch(a.file.pure.name)]
+    if not compose_files:
+        return []
+    pinned: dict[str, str | None] = {str(p.file): str(p.target) for p in lock.patches if p.file}
+    for a in (*lock.tuning, *lock.artifacts):
+        pinned[str(a.file)] = str(a.target) if a.target else None
+    out: list[Finding] = []
+    for art in compose_files:
+        rel = str(art.file)
+        data = state.view.read(rel)
+        try:
+            if data is None:
+                continue  # reported by the file checks
+            parsed = compose.read(rel, data.decode("utf-8"))
+        except UnicodeDecodeError:
+            continue  # reported by the file checks
+        except BadInput as e:
+            out.append(Finding("compose-invalid", rel, None, e.message, e.hint))
+            continue
+        for m in parsed.mounts:
+            found = _mount(state, rel, m, pinned)
+            if found is not None:
+                out.append(found)
+    return out
+
+
+def _mount(state: State, rel: str, m: compose.Mount, pinned: dict[str, str | None]) -> Finding | None:
+    """What is wrong with one mount of a hand-kept compose file, if anything."""
+    src = m.repo_source
+    if src is None:
+        return None
+    if m.outside:
+        return Finding(
+            "mount-outside",
+            rel,
+            m.line,
+            f"mounts {m.source}, which is outside the repository: nothing pins it",
+            "move the file into the repository and pin it, or mount it from an absolute host path",
+        )
+    kind = state.view.kind(src)
+    if kind == "missing" and (rule := state.view.ignored_by(src)):
+        return Finding(
+            "mount-ignored",
+            rel,
+            m.line,
+            f"mounts {m.source} at {m.target}; {src} does not exist and {rule} ignores it: "
+            "it is meant to be absent from the repository (created at run time or on the host)",
+            severity="note",
+        )
+    if kind in ("missing", "symlink"):
+        return Finding(
+            "mount-missing",
+            rel,
+            m.line,
+            f"mounts {m.source} at {m.target}, but {src} does not exist",
+            f"restore the file (git log -- {src}) or remove the mount",
+        )
+    if kind == "file" and src not in pinned:
+        return Finding(
+            "mount-unpinned",
+            rel,
+            m.line,
+            f"mounts {src}, which the lockfile does not pin (so SHA256SUMS does not list it)",
+            f"pin it: patchkit add {src} --target {m.target}",
+        )
+    if kind == "file" and pinned[src] not in (None, m.target):
+        return Finding(
+            "mount-target",
+            rel,
+            m.line,
+            f"mounts {src} at {m.target}, but the lockfile pins it for {pinned[src]}",
+            "make the compose mount and the lockfile target agree",
+        )
+    return None

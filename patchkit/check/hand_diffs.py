@@ -1,0 +1,106 @@
+"""Rules about the diffs ``patchkit import`` adopted from a hand-kept repository.
+
+They parse, reproduce the files they describe, and are against upstream
+(not incremental against an earlier overlay, not a whole new file hiding what an
+overlay changes). ``hand_diffs`` returns its findings with the number of
+chains it verified.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from patchkit.check.state import State
+from patchkit.findings import Finding
+from patchkit.lockfile.model import Patch, PatchKind
+
+if TYPE_CHECKING:
+    from patchkit.importing import handdiffs
+
+
+def hand_diffs(state: State) -> tuple[list[Finding], int]:
+    """Diffs adopted by ``patchkit import``: they parse, reproduce their files, and are against upstream."""
+    lock = state.lock
+    if not lock.diffs:
+        return [], 0
+    from patchkit.importing import handdiffs
+
+    out: list[Finding] = []
+    found = handdiffs.chains(lock, lambda d: state.readable(str(d.file)))
+    for d in lock.diffs:
+        rel = str(d.file)
+        out += [
+            Finding(
+                "diff-invalid",
+                rel,
+                e.line,
+                f"does not parse: {e.message}",
+                "rewrite it canonically: patchkit import --normalize",
+            )
+            for e in found.strict.get(rel, [])
+        ]
+        if d.against == "overlay" and rel in found.first_line:
+            out.append(
+                Finding(
+                    "diff-incremental",
+                    rel,
+                    found.first_line[rel],
+                    "is against an earlier version of the overlay, not against upstream: "
+                    "it does not show what the deployment changes",
+                    "fold it into one diff against upstream: patchkit import --normalize",
+                )
+            )
+    by_name = {p.name: p for p in lock.patches}
+    for name in sorted(found.adds_whole_file):
+        p = by_name[name]
+        if p.kind is PatchKind.OVERLAY:
+            # An overlay (the provenance says upstream has the file) that a diff adds whole.
+            out.append(
+                state.lock_finding(
+                    "diff-new-file",
+                    ("patches", lock.patches.index(p), "name"),
+                    f"overlay '{name}' ({p.file}) exists upstream, but its hand-kept diff adds it as a new "
+                    "file (--- /dev/null): the diff hides what the overlay changes",
+                    "patchkit import --normalize --fetch rebuilds the diff against upstream at the stated commit",
+                )
+            )
+        else:
+            out += _module_maybe_upstream(state, p, found)
+    verified = 0
+    for name, chain in found.parts.items():
+        p = by_name[name]
+        prel = str(p.file)
+        data = state.readable(prel) if p.kind is PatchKind.OVERLAY else None
+        if data is None:
+            continue
+        undone = handdiffs.undo(data, chain)
+        out += [
+            Finding(
+                "diff-stale",
+                rel,
+                line,
+                f"no longer reproduces {prel}: {why}",
+                f"regenerate the diff of '{name}' against upstream (the overlay changed after it was made)",
+            )
+            for rel, line, why in undone.stale
+        ]
+        if not undone.stale:
+            verified += 1
+    return out, verified
+
+
+def _module_maybe_upstream(state: State, p: Patch, found: handdiffs.Chains) -> list[Finding]:
+    """A note for a module only a ``/dev/null`` diff made a module, mounted in an upstream's package tree.
+
+    Offline, nothing tells whether that upstream has the file: if it does, the
+    module is an overlay whose diff hides what it changes. A provenance row
+    naming the file decides instead, so then nothing is said.
+    """
+    from patchkit.importing.normalize import maybe_upstream_note, module_maybe_upstream
+
+    asks = module_maybe_upstream(state.lock, p, found, state.view.provenance_names)
+    if asks is None:
+        return []
+    rel, line = found.new_file_parts[p.name][0]
+    message, fix = maybe_upstream_note(p.name, str(p.file), str(asks[1]), asks[0].name)
+    return [Finding("module-maybe-upstream", rel, line, message, fix, severity="note")]

@@ -1,0 +1,313 @@
+"""What ``patchkit check`` knows about a repository, gathered once, and the view its rules read through.
+
+``gather`` does the repository's I/O up front: it hashes every pinned file on
+all cores, walks the managed directories and notes what is pending (an
+interrupted write, a rebase). The rules then work on the ``State`` alone; what
+they read beyond it (a diff's bytes, a compose file, a cached base) they ask of
+``state.view``, a ``View``: ``RepoView`` answers from the repository, a test
+hands in one that answers from a dict, so each rule is tested without building
+a repository.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from patchkit.findings import Finding
+from patchkit.hashing import sha256_many
+from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
+from patchkit.lockfile.tomlpos import FieldPath, LineIndex
+from patchkit.repo import MANAGED_DIRS, WORK_DIR, Escape, Repo, gitignored, pending_journal, staging_pid
+from patchkit.values import RepoPath
+
+if TYPE_CHECKING:
+    from patchkit.cache import BlobStore
+
+REBASE_STATE = f"{WORK_DIR}/rebase/state.json"
+DEPLOY_CONFIG = "deploy.toml"
+
+Kind = Literal["missing", "file", "dir", "symlink", "special"]
+
+
+class View(Protocol):
+    """What a rule may ask of the repository beyond the gathered state: read-only questions."""
+
+    def read(self, rel: str) -> bytes | None:
+        """The bytes of the regular file ``rel`` inside the repository; None when absent, unsafe or unreadable."""
+
+    def kind(self, rel: str) -> Kind:
+        """What ``rel`` is, without following a symlink."""
+
+    def ignored_by(self, rel: str) -> str | None:
+        """The ``.gitignore`` rule (``.gitignore:3``) that names ``rel``, if any."""
+
+    def exists(self, rel: str) -> bool:
+        """Whether ``rel`` exists, following symlinks."""
+
+    def blob(self, sha256: str) -> bytes | None:
+        """An upstream base file from the local cache, by its sha256."""
+
+    def provenance_names(self, rel: str) -> bool:
+        """Whether a provenance table of the repository names the file ``rel``."""
+
+
+class RepoView:
+    """The ``View`` of a repository on disk (and its base cache, when there is one)."""
+
+    def __init__(self, repo: Repo, store: BlobStore | None = None) -> None:
+        self.repo = repo
+        self.store = store
+
+    def read(self, rel: str) -> bytes | None:
+        try:
+            return self.repo.check_inside(rel).read_bytes()
+        except (OSError, Escape):
+            return None
+
+    def kind(self, rel: str) -> Kind:
+        try:
+            mode = (self.repo.root / rel).lstat().st_mode
+        except OSError:
+            return "missing"
+        if stat.S_ISLNK(mode):
+            return "symlink"
+        if stat.S_ISREG(mode):
+            return "file"
+        return "dir" if stat.S_ISDIR(mode) else "special"
+
+    def ignored_by(self, rel: str) -> str | None:
+        return gitignored(self.repo.root, [rel]).get(rel)
+
+    def exists(self, rel: str) -> bool:
+        return (self.repo.root / rel).exists()
+
+    def blob(self, sha256: str) -> bytes | None:
+        return self.store.get(sha256) if self.store is not None else None
+
+    def provenance_names(self, rel: str) -> bool:
+        from patchkit.importing import provenance
+
+        return bool(provenance.rows_naming(self.repo.root, rel))
+
+
+@dataclass(frozen=True)
+class Named:
+    """A file the lockfile pins: the field holding its sha256, its path, the pin and who owns it."""
+
+    field: FieldPath
+    path: RepoPath
+    sha256: str
+    owner: str
+
+
+@dataclass(frozen=True)
+class TreeEntry:
+    """One entry below a managed directory, as ``lstat`` saw it."""
+
+    rel: str
+    kind: Kind
+    mode: int = 0
+    link: str | None = None  # a symlink's target
+    link_inside: bool = False  # whether that target resolves inside the repository
+    staged: bool = False  # a file patchkit staged for a write
+
+
+@dataclass
+class PinnedFiles:
+    """What hashing the pinned files found, by repository path."""
+
+    sha256: dict[str, str] = field(default_factory=dict)  # readable files: their content's sha256
+    paths: dict[str, Path] = field(default_factory=dict)  # where they were found (resolved, checked inside)
+    missing: set[str] = field(default_factory=set)
+    unsafe: dict[str, str] = field(default_factory=dict)  # the reason (Escape) by path
+    unreadable: dict[str, str] = field(default_factory=dict)  # the OS error by path
+
+
+@dataclass
+class State:
+    """Everything check's rules read about one repository, gathered once.
+
+    ``files`` is ``None`` until the pinned files are hashed (``gather`` does it);
+    ``tree`` lists the managed directories' entries, ``symlinked_dirs`` those that
+    are symlinks themselves. ``sums`` is SHA256SUMS's bytes (None: missing) or the
+    reason it is unsafe.
+    """
+
+    lock: Lockfile
+    lock_bytes: bytes
+    view: View
+    files: PinnedFiles = field(default_factory=PinnedFiles)
+    tree: list[TreeEntry] = field(default_factory=list)
+    symlinked_dirs: list[str] = field(default_factory=list)
+    journal_pending: bool = False
+    rebase_pending: bool = False
+    lockfile_unsafe: str | None = None
+    sums: bytes | str | None = None
+    has_deploy_config: bool = False
+
+    @cached_property
+    def index(self) -> LineIndex:
+        """Lines of the lockfile's keys: built for the first finding only."""
+        return LineIndex(self.lock_bytes.decode("utf-8"))
+
+    def lock_finding(
+        self, code: str, path: FieldPath, message: str, fix: str | None, severity: str = "error"
+    ) -> Finding:
+        """A finding about a lockfile field, located at its line."""
+        return Finding(
+            code=code,
+            file=LOCKFILE_NAME,
+            line=self.index.line_of(path),
+            field=field_name(path, self.lock),
+            message=message,
+            fix=fix,
+            severity=severity,
+        )
+
+    def named(self) -> Iterator[Named]:
+        """Every file the lockfile pins, with the field that pins it."""
+        yield from named_files(self.lock)
+
+    def readable(self, rel: str) -> bytes | None:
+        """The bytes of a pinned file that hashed (it exists, is safe and readable); else None.
+
+        An ``OSError`` reading it again is raised, as for any file that changes while it is read.
+        """
+        if rel not in self.files.sha256:
+            return None
+        path = self.files.paths.get(rel)
+        if path is None:
+            return self.view.read(rel)
+        return path.read_bytes()
+
+
+def named_files(lock: Lockfile) -> Iterator[Named]:
+    """Every file ``lock`` pins, with the field that pins it."""
+    for i, p in enumerate(lock.patches):
+        if p.file is not None:
+            yield Named(("patches", i, "sha256"), p.file, p.sha256.hex, f"patch '{p.name}'")
+        if p.diff is not None:
+            yield Named(("patches", i, "diff", "sha256"), p.diff.file, p.diff.sha256.hex, f"diff of '{p.name}'")
+    for key, items in (("tuning", lock.tuning), ("artifacts", lock.artifacts)):
+        for i, a in enumerate(items):
+            yield Named((key, i, "sha256"), a.file, a.sha256.hex, f"{key} '{a.name}'")
+    for i, d in enumerate(lock.diffs):
+        yield Named(("diffs", i, "sha256"), d.file, d.sha256.hex, "hand-kept diff")
+
+
+def field_name(path: FieldPath, lock: Lockfile) -> str:
+    """``patches[kv-fence].base.sha256``: indices shown as the entry's name where it has one."""
+    out = ""
+    collection: tuple[object, ...] | None = None
+    for part in path:
+        if isinstance(part, int):
+            item = collection[part] if collection is not None and part < len(collection) else None
+            label = getattr(item, "name", None)
+            out += f"[{label}]" if label else f"[{part}]"
+            collection = None
+        else:
+            out += ("." if out else "") + part
+            collection = getattr(lock, part, None) if out == part else None
+            if not isinstance(collection, tuple):
+                collection = None
+    return out
+
+
+def hash_pinned(repo: Repo, lock: Lockfile) -> PinnedFiles:
+    """Containment and the sha256 of every pinned file, hashed on all cores."""
+    out = PinnedFiles()
+    paths: dict[str, Path] = {}
+    sizes: dict[Path, int] = {}
+    for n in named_files(lock):
+        rel = str(n.path)
+        try:
+            paths[rel], st = repo.check_inside_stat(n.path)
+            sizes[paths[rel]] = st.st_size
+        except FileNotFoundError:
+            out.missing.add(rel)
+        except Escape as e:
+            out.unsafe[rel] = str(e)
+    hashes = sha256_many(paths.values(), sizes=sizes)
+    for rel, path in paths.items():
+        got = hashes[path]
+        if isinstance(got, OSError):
+            out.unreadable[rel] = got.strerror or str(got)
+        else:
+            out.sha256[rel] = got
+            out.paths[rel] = path
+    return out
+
+
+def walk_managed(repo: Repo) -> tuple[list[TreeEntry], list[str]]:
+    """Every entry below the managed directories (sorted as ``os.walk`` finds them), and those that are symlinks."""
+    entries: list[TreeEntry] = []
+    symlinked: list[str] = []
+    for top in MANAGED_DIRS:
+        base = repo.root / top
+        if base.is_symlink():
+            symlinked.append(top)
+            continue
+        if not base.is_dir():
+            continue
+        for dirpath, dirnames, filenames in os.walk(base):
+            dirnames.sort()
+            for name in sorted(dirnames + filenames):
+                path = Path(dirpath) / name
+                entries.append(_entry(repo, path, name))
+    return entries, symlinked
+
+
+def _entry(repo: Repo, path: Path, name: str) -> TreeEntry:
+    rel = repo.rel(path)
+    st = path.lstat()
+    if stat.S_ISLNK(st.st_mode):
+        inside = path.resolve().is_relative_to(repo.root)
+        return TreeEntry(rel, "symlink", st.st_mode, os.readlink(path), inside)
+    if stat.S_ISREG(st.st_mode):
+        return TreeEntry(rel, "file", st.st_mode, staged=staging_pid(name) is not None)
+    return TreeEntry(rel, "dir" if stat.S_ISDIR(st.st_mode) else "special", st.st_mode)
+
+
+def _sums_bytes(repo: Repo) -> bytes | str | None:
+    from patchkit import sums
+
+    try:
+        return repo.check_inside(sums.FILENAME).read_bytes()
+    except FileNotFoundError:
+        return None
+    except Escape as e:
+        return str(e)
+
+
+def _lockfile_unsafe(repo: Repo) -> str | None:
+    try:
+        repo.check_inside(LOCKFILE_NAME)
+    except Escape as e:
+        return str(e)
+    except FileNotFoundError:
+        pass
+    return None
+
+
+def gather(repo: Repo, lock: Lockfile, lock_bytes: bytes, store: BlobStore | None = None) -> State:
+    """Read what every rule needs from ``repo``, once; never writes."""
+    tree, symlinked = walk_managed(repo)
+    return State(
+        lock=lock,
+        lock_bytes=lock_bytes,
+        view=RepoView(repo, store),
+        files=hash_pinned(repo, lock),
+        tree=tree,
+        symlinked_dirs=symlinked,
+        journal_pending=pending_journal(repo.root),
+        rebase_pending=(repo.root / REBASE_STATE).exists(),
+        lockfile_unsafe=_lockfile_unsafe(repo),
+        sums=_sums_bytes(repo),
+        has_deploy_config=(repo.root / DEPLOY_CONFIG).exists(),
+    )
