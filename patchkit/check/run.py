@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from patchkit.check import compose, diffs, hand_diffs, pins, repository, sums
+from patchkit.check import compose, diffs, guard, hand_diffs, pins, repository, sums
 from patchkit.check.state import RepoView, State, gather, hash_pinned
 from patchkit.findings import CheckResult, Finding
 
@@ -43,6 +43,7 @@ RULES: tuple[Rule | VerifyingRule, ...] = (
     sums.sums_file,
     compose.emitted,
     compose.mounts,
+    guard.guard_script,
 )
 
 

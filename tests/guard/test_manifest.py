@@ -145,3 +145,29 @@ def test_guard_script_prints_the_shipped_guard(invoke: Invoke, tmp_path: Path) -
     assert r.exit_code == 0
     shipped = (Path(__file__).resolve().parents[2] / "patchkit" / "guard" / "runtime.py").read_bytes()
     assert r.result.stdout_bytes == shipped
+
+
+def test_check_notes_a_pinned_guard_that_is_not_the_shipped_one(deploy: Path, invoke: Invoke) -> None:
+    root = small(deploy, invoke)
+    assert invoke("emit", repo=root).exit_code == 0
+    r = invoke("check", "--format", "json", repo=root)
+    assert r.exit_code == 0 and "guard-outdated" not in r.stdout
+    guard = root / "patches" / "guard.py"
+    shipped = guard.read_bytes()
+    guard.write_bytes(shipped.replace(b'MANIFEST_SCHEMA = 1\n', b'MANIFEST_SCHEMA = 1  # an older copy\n'))
+    assert invoke("lock", repo=root).exit_code == 0
+    assert invoke("emit", repo=root).exit_code == 0
+    r = invoke("check", repo=root)
+    assert r.exit_code == 0  # a note: the deployment runs what it pinned and reviewed
+    import patchkit
+
+    assert (
+        f"patches/guard.py: note: the pinned runtime guard 'guard' is not the guard patchkit {patchkit.__version__} "
+        "ships (an older copy, or edited here)\n"
+        "  fix: take the shipped one and review the diff: patchkit guard script > patches/guard.py && patchkit lock "
+        "&& patchkit emit\n"
+    ) in r.stdout
+    guard.write_bytes(shipped)
+    assert invoke("lock", repo=root).exit_code == 0
+    assert invoke("emit", repo=root).exit_code == 0
+    assert "guard-outdated" not in invoke("check", "--format", "json", repo=root).stdout
