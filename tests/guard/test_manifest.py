@@ -154,7 +154,7 @@ def test_check_notes_a_pinned_guard_that_is_not_the_shipped_one(deploy: Path, in
     assert r.exit_code == 0 and "guard-outdated" not in r.stdout
     guard = root / "patches" / "guard.py"
     shipped = guard.read_bytes()
-    guard.write_bytes(shipped.replace(b'MANIFEST_SCHEMA = 1\n', b'MANIFEST_SCHEMA = 1  # an older copy\n'))
+    guard.write_bytes(shipped.replace(b"MANIFEST_SCHEMA = 1\n", b"MANIFEST_SCHEMA = 1  # an older copy\n"))
     assert invoke("lock", repo=root).exit_code == 0
     assert invoke("emit", repo=root).exit_code == 0
     r = invoke("check", repo=root)
