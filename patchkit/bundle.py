@@ -34,12 +34,12 @@ no directory that holds none of them) and every pin of the bundled lockfile.
 
 from __future__ import annotations
 
+import errno
 import gzip
 import io
 import os
 import stat
 import tarfile
-import tempfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -567,8 +567,7 @@ def verify_bundle(
         f = path.open("rb")
     except OSError as e:
         return [f"{path}: cannot read ({e.strerror})"]
-    with f, tempfile.TemporaryDirectory(prefix="patchkit-verify-") as tmp:
-        root = Path(tmp)
+    with f:
         digests: dict[str, str] = {}
         contents: dict[str, bytes] = {}
         dirs: set[str] = set()
@@ -577,7 +576,7 @@ def verify_bundle(
             gz = gzip.GzipFile(fileobj=f, mode="rb")
             blocks = _Blocks(_Limited(gz, max_total + _HEADER_SLACK))
             members = _tar_members(blocks, problems, max_member)
-            unpacked = _unpack(members, root, digests, contents, dirs, problems, max_member, max_total, max_members)
+            unpacked = _unpack(members, digests, contents, dirs, problems, max_member, max_total, max_members)
             complete = unpacked and blocks.read_to_end
         except _TooBig:
             problems.append(f"{path}: unpacks to more than {max_total + _HEADER_SLACK} bytes; refused")
@@ -607,7 +606,6 @@ def _member_problem(m: _Member) -> str | None:
 
 def _unpack(  # noqa: C901 (over the ceiling already)
     members: Iterator[tuple[_Member, bytes | None]],
-    root: Path,
     digests: dict[str, str],
     contents: dict[str, bytes],
     dirs: set[str],
@@ -616,8 +614,14 @@ def _unpack(  # noqa: C901 (over the ceiling already)
     max_total: int,
     max_members: int,
 ) -> bool:
-    """Unpack every safe member under ``root``; whether the archive was read to its end."""
+    """Read every member as ``tar -x`` would unpack it, hashing the files; whether the archive was read to its end.
+
+    Nothing is written: where tar would fail to create a member (a file where a
+    directory is, a directory below a file, a name too long for a file system),
+    ``_Layout`` says so with the error tar would meet.
+    """
     seen: set[str] = set()
+    layout = _Layout()
     total = 0
     for count, (ti, data) in enumerate(members, start=1):
         name = ti.name
@@ -657,10 +661,9 @@ def _unpack(  # noqa: C901 (over the ceiling already)
             problems.append(f"{shown}: {owner}; refused")
         if ti.type == b"5":
             dirs.add(name)
-            try:
-                (root / name).mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                problems.append(f"{shown}: cannot unpack ({e.strerror}); refused")
+            error = layout.make(name, directory=True)
+            if error is not None:
+                problems.append(f"{shown}: cannot unpack ({error}); refused")
             continue
         if data is None:
             problems.append(f"{shown}: {ti.size} bytes, over the {max_member}-byte limit per member; refused")
@@ -672,19 +675,39 @@ def _unpack(  # noqa: C901 (over the ceiling already)
         if len(data) != ti.size:
             problems.append(f"{shown}: truncated ({len(data)} of {ti.size} bytes)")
             return False
-        dest = root / name
-        try:
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "wb") as out_f:
-                out_f.write(data)
-        except OSError as e:
-            problems.append(f"{shown}: cannot unpack ({e.strerror}); refused")
+        error = layout.make(name, directory=False)
+        if error is not None:
+            problems.append(f"{shown}: cannot unpack ({error}); refused")
             continue
         digests[name] = sha256_bytes(data)
         if name in (SUMS_NAME, LOCKFILE_NAME):
             contents[name] = data
     return True
+
+
+class _Layout:
+    """The tree ``tar -x`` would build, in memory: which names are files and which directories."""
+
+    # A file name component longer than this is refused by Linux file systems (NAME_MAX).
+    NAME_MAX = 255
+
+    def __init__(self) -> None:
+        self.files: set[str] = set()
+        self.dirs: set[str] = set()
+
+    def make(self, name: str, *, directory: bool) -> str | None:
+        """Create ``name`` (and its parents); the error the file system would give, if any."""
+        parts = name.split("/")
+        if any(len(p.encode("utf-8", "surrogateescape")) > self.NAME_MAX for p in parts):
+            return os.strerror(errno.ENAMETOOLONG)
+        parents = ["/".join(parts[:i]) for i in range(1, len(parts))]
+        if any(p in self.files for p in parents):
+            return os.strerror(errno.ENOTDIR)
+        if name in self.files or (not directory and name in self.dirs):
+            return os.strerror(errno.EEXIST)
+        self.dirs.update(parents)
+        (self.dirs if directory else self.files).add(name)
+        return None
 
 
 def _check_contents(digests: dict[str, str], contents: dict[str, bytes], dirs: set[str]) -> list[str]:

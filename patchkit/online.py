@@ -91,7 +91,8 @@ def image_findings(
     lock: Lockfile, locate: Locate, *, insecure: Iterable[str] = (), image_bases: bool = False
 ) -> list[Finding]:
     """Findings about the lockfile's images from their registries."""
-    from patchkit.images.registry import ImageRef, RegistryClient
+    from patchkit.images.ref import ImageRef
+    from patchkit.images.registry import RegistryClient
 
     client = RegistryClient(insecure=tuple(insecure))
     out: list[Finding] = []
@@ -131,7 +132,7 @@ def image_findings(
 
 
 def _image_bases(lock: Lockfile, locate: Locate, client: RegistryClient) -> list[Finding]:
-    from patchkit.images.registry import ImageRef
+    from patchkit.images.ref import ImageRef
 
     overlays = [(i, p) for i, p in enumerate(lock.patches) if p.kind is PatchKind.OVERLAY and p.base is not None]
     out: list[Finding] = []

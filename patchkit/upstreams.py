@@ -84,7 +84,7 @@ def register(
 
 
 def _image_upstream(name: str, text: str, prefix: str | None, platform: str, note: str | None) -> Upstream:
-    from patchkit.images.registry import ImageRef
+    from patchkit.images.ref import ImageRef
     from patchkit.sources.image import ImageSource
 
     if prefix is None:

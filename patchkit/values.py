@@ -7,6 +7,7 @@ lockfile loader turns that into a located error.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -201,3 +202,26 @@ def check_name(name: str, what: str = "name") -> str:
             "(lowercase letters, digits, '.', '_', '-'; starting with a letter or digit)"
         )
     return name
+
+
+def host_only(address: str) -> str:
+    """``host`` of ``host[:port]``, ``[v6]`` or ``[v6]:port`` (a bare IPv6 address is kept whole)."""
+    if address.startswith("["):
+        return address[1 : address.find("]")] if "]" in address else address
+    return address.rsplit(":", 1)[0] if address.count(":") == 1 else address
+
+
+def is_loopback(address: str) -> bool:
+    """Whether ``address`` (``host[:port]``, IPv6 in brackets or bare) is this machine.
+
+    The one rule patchkit uses, for registries spoken to over plain HTTP and for
+    what emit may publish: ``localhost`` and any name below it (RFC 6761 reserves
+    ``*.localhost`` for loopback), ``127.0.0.0/8`` and ``::1``; case does not matter.
+    """
+    host = host_only(address).lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -34,6 +34,7 @@ VOCABULARY = {
     "patchkit.progress",
     "patchkit.formats",
     "patchkit.formats.safe",
+    "patchkit.images.ref",
 }
 # One adapter per boundary (the disk, upstream sources, registries, Docker, the Hub, GitHub): never a use case.
 ADAPTERS = {

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from patchkit.values import ContainerPath, Digest, Reference, RepoPath, Revision, Sha256, check_name
+from patchkit.values import ContainerPath, Digest, Reference, RepoPath, Revision, Sha256, check_name, is_loopback
 
 HEX64 = "e68d18b2ba50298661bfc49baf01158fbf036645c2362cccf3e8a7a79fe6c69a"
 
@@ -70,3 +70,26 @@ def test_names() -> None:
     for bad in ["Upper", "-x", "a b", "x/y", ""]:
         with pytest.raises(ValueError):
             check_name(bad)
+
+
+@pytest.mark.parametrize(
+    ("address", "loopback"),
+    [
+        ("localhost", True),
+        ("LOCALHOST:5000", True),
+        ("registry.localhost:5000", True),
+        ("127.0.0.1", True),
+        ("127.1.2.3:8000", True),
+        ("[::1]", True),
+        ("[::1]:5000", True),
+        ("::1", True),
+        ("0.0.0.0", False),  # noqa: S104 - the address every interface is, as data
+        ("10.0.0.1:5000", False),
+        ("localhost.example.com", False),
+        ("[::]:80", False),
+        ("ghcr.io", False),
+        ("", False),
+    ],
+)
+def test_one_loopback_rule_for_registries_and_published_ports(address: str, loopback: bool) -> None:
+    assert is_loopback(address) is loopback

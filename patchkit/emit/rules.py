@@ -10,27 +10,14 @@
 
 from __future__ import annotations
 
-import ipaddress
-import re
 from collections.abc import Callable
 from typing import Any
 
-from patchkit.errors import Problem
-
-_DIGEST_REF = re.compile(r"(?P<name>[^\s@$]+)@sha256:[0-9a-f]{64}")
-
+from patchkit.errors import BadInput, Problem
+from patchkit.images.ref import ImageRef
+from patchkit.values import is_loopback
 
 # --------------------------------------------------------------------------- rules and validation
-
-
-def _is_loopback(host: str) -> bool:
-    host = host.strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _port_host(entry: object) -> str | None:
@@ -72,15 +59,15 @@ def security_problems(
         if not isinstance(svc, dict):
             continue
         image = str(svc.get("image", ""))
-        m = _DIGEST_REF.fullmatch(image)
-        if m is None:
+        ref = _image_ref(image)
+        if ref is None or ref.digest is None or "$" in image:
             refuse(
                 name,
                 "image",
                 f"service '{name}': image '{image}' is not pinned by digest (repository@sha256:...)",
                 "pin it: patchkit image pin NAME REF",
             )
-        elif ":" in m.group("name").rsplit("/", 1)[-1]:
+        elif ref.tag is not None:
             refuse(
                 name,
                 "image",
@@ -90,7 +77,7 @@ def security_problems(
         if name not in public:
             for entry in svc.get("ports") or []:
                 host = _port_host(entry)
-                if host is None or not _is_loopback(host):
+                if host is None or not is_loopback(host):
                     refuse(
                         name,
                         "ports",
@@ -117,3 +104,11 @@ def security_problems(
                     "remove the extra mount; the pinned file is mounted by emit",
                 )
     return out
+
+
+def _image_ref(text: str) -> ImageRef | None:
+    """The image reference ``text`` is, or None when it is none."""
+    try:
+        return ImageRef.parse(text)
+    except BadInput:
+        return None

@@ -26,15 +26,15 @@ import socket
 import tarfile
 from collections.abc import Iterable, Iterator
 from types import TracebackType
-from typing import Any, NamedTuple, Protocol, cast
+from typing import Any, Protocol, cast
 
 import docker  # type: ignore[import-untyped]  # docker-py ships no type information
 import requests
 
 from patchkit.errors import BadInput, PatchkitError
+from patchkit.images.ref import ImageRef
 from patchkit.images.registry import normalise_path  # the same path rule for both ways in
 from patchkit.sources.interface import SourceError
-from patchkit.values import Digest
 
 #: Where the SDK and the docker CLI look when neither ``base_url`` nor ``DOCKER_HOST`` is set.
 DEFAULT_HOST = "unix:///var/run/docker.sock"
@@ -62,16 +62,6 @@ _LABEL = {"org.patchkit.purpose": "read-files"}
 _IMAGE_ID = re.compile(r"(?:sha256:)?[0-9a-f]{12,64}")
 
 _HINT = "start one, set DOCKER_HOST, or use --via registry"
-
-# The reference grammar of distribution/reference (regexp.go), sha256 digests only.
-_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
-_DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?"
-_REFERENCE = re.compile(
-    rf"(?P<name>(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*)"
-    r"(?::(?P<tag>[\w][\w.-]{0,127}))?"
-    r"(?:@(?P<digest>[^@]+))?"
-)
 
 
 class EngineUnavailable(SourceError):
@@ -120,66 +110,22 @@ class _Client(Protocol):
     def close(self) -> None: ...
 
 
-class ImageReference(NamedTuple):
-    """An image reference split as Docker splits it: ``name[:tag][@digest]``.
+def local_name(ref: ImageRef) -> str:
+    """The name the engine finds a pulled image under: ``name@digest`` or ``name:tag``, the name as written.
 
-    ``name`` is the repository as written (``ubuntu``, ``127.0.0.1:5000/team/app``).
     With a digest the tag is informational only: Docker pulls and finds the
     image by the digest alone.
     """
-
-    name: str
-    tag: str | None
-    digest: str | None
-
-    @classmethod
-    def parse(cls, text: str) -> ImageReference:
-        """Split ``text``, refusing what Docker would refuse (uppercase names, bad digests)."""
-        m = _REFERENCE.fullmatch(text)
-        if m is None:
-            lowered = _REFERENCE.fullmatch(text.lower())
-            why = "repository names are lowercase" if lowered else "expected [registry/]repository[:tag][@sha256:…]"
-            raise BadInput(f"{text!r} is not an image reference: {why}")
-        digest = m["digest"]
-        if digest is not None:
-            try:
-                Digest(digest)
-            except ValueError as e:
-                raise BadInput(f"{text!r}: {e}") from e
-        return cls(m["name"], m["tag"], digest)
-
-    @property
-    def canonical_name(self) -> str:
-        """The repository with its registry spelled out, as Docker normalises it.
-
-        ``ubuntu`` -> ``docker.io/library/ubuntu``; a first component with a dot
-        or a port, or ``localhost``, is a registry; anything else is on Docker Hub.
-        """
-        return canonical_repository(self.name)
-
-    @property
-    def pull_tag(self) -> str:
-        """What to pull: the digest if there is one, else the tag (``latest`` when none is written)."""
-        return self.digest or self.tag or "latest"
-
-    @property
-    def local_name(self) -> str:
-        """The name the engine finds the pulled image under: ``name@digest`` or ``name:tag``."""
-        return f"{self.name}@{self.digest}" if self.digest else f"{self.name}:{self.tag or 'latest'}"
+    name = ref.written_name
+    return f"{name}@{ref.digest}" if ref.digest else f"{name}:{ref.tag or 'latest'}"
 
 
-def canonical_repository(name: str) -> str:
-    """``name`` with the default registry and Docker Hub's ``library/`` made explicit."""
-    first, sep, rest = name.partition("/")
-    if sep and ("." in first or ":" in first or first == "localhost"):
-        domain, path = first, rest
-    else:
-        domain, path = "docker.io", name
-    if domain == "index.docker.io":
-        domain = "docker.io"
-    if domain == "docker.io" and "/" not in path:
-        path = f"library/{path}"
-    return f"{domain}/{path}"
+def _canonical(entry: str) -> str | None:
+    """The canonical repository of a ``RepoDigests`` entry (``name@sha256:…``); None if it does not parse."""
+    try:
+        return ImageRef.parse(entry).name
+    except BadInput:
+        return None
 
 
 class DockerEngine:
@@ -252,7 +198,7 @@ class DockerEngine:
 
     def image_id(self, ref: str) -> str | None:
         """The id (``sha256:`` of the config) of the local image ``ref`` names; None if it is not present."""
-        image = self._get_image(ImageReference.parse(ref))
+        image = self._get_image(ImageRef.parse(ref))
         return None if image is None else str(image.id)
 
     def local_digest(self, ref: str) -> str | None:
@@ -266,24 +212,24 @@ class DockerEngine:
         carries several digests of the repository, Docker cannot tell which
         one the tag came from, and this refuses to guess.
         """
-        parsed = ImageReference.parse(ref)
+        parsed = ImageRef.parse(ref)
         image = self._get_image(parsed)
         if image is None:
             return None
         entries = image.attrs.get("RepoDigests") or []
-        wanted = parsed.canonical_name
+        wanted = parsed.name
         matching = []
         for entry in entries:
-            name, sep, digest = str(entry).rpartition("@")
-            if sep and canonical_repository(name) == wanted:
-                if parsed.digest is not None and digest == parsed.digest:
+            _, sep, digest = str(entry).rpartition("@")
+            if sep and _canonical(str(entry)) == wanted:
+                if parsed.digest is not None and digest == str(parsed.digest):
                     return str(entry)
                 matching.append(str(entry))
         if parsed.digest is not None or not matching:
             return None
         if len(matching) > 1:
             raise BadInput(
-                f"{ref}: the local image carries {len(matching)} digests of {parsed.name} "
+                f"{ref}: the local image carries {len(matching)} digests of {parsed.written_name} "
                 f"({', '.join(sorted(matching))}); Docker does not record which one the tag came from",
                 "name the image by digest (repo@sha256:…), or resolve the tag with --via registry",
             )
@@ -297,9 +243,11 @@ class DockerEngine:
         multi-platform image; the default is the engine's own platform.
         Registry credentials come from the docker config (``~/.docker/config.json``).
         """
-        parsed = ImageReference.parse(ref)
+        parsed = ImageRef.parse(ref)
         with self._errors(f"docker pull {ref}"):
-            events = self._client.api.pull(parsed.name, parsed.pull_tag, stream=True, decode=True, platform=platform)
+            events = self._client.api.pull(
+                parsed.written_name, parsed.reference, stream=True, decode=True, platform=platform
+            )
             for event in events:
                 # The engine answers 200 and reports a failed pull inside the progress stream.
                 if event.get("error") or event.get("errorDetail"):
@@ -308,7 +256,7 @@ class DockerEngine:
                     raise SourceError(f"docker pull {ref}: {_one_line(str(message))}")
         image = self._get_image(parsed)
         if image is None:
-            raise SourceError(f"docker pull {ref} finished, but the engine has no image {parsed.local_name}")
+            raise SourceError(f"docker pull {ref} finished, but the engine has no image {local_name(parsed)}")
         return str(image.id)
 
     def read_files(self, image: str, paths: Iterable[str]) -> dict[str, bytes | None]:
@@ -323,7 +271,7 @@ class DockerEngine:
         created for the whole call, never started, and always removed.
         """
         # A bad reference is the caller's mistake, not the engine's; with a digest the tag is ignored.
-        name = image if _IMAGE_ID.fullmatch(image) else ImageReference.parse(image).local_name
+        name = image if _IMAGE_ID.fullmatch(image) else local_name(ImageRef.parse(image))
         wanted = {p: normalise_path(p) for p in paths}
         if not wanted:
             return {}
@@ -451,10 +399,10 @@ class DockerEngine:
             e.hint = f"remove it by hand: docker rm -f {container.id}"
             raise
 
-    def _get_image(self, parsed: ImageReference) -> _Image | None:
-        with self._errors(f"looking up {parsed.local_name}"):
+    def _get_image(self, parsed: ImageRef) -> _Image | None:
+        with self._errors(f"looking up {local_name(parsed)}"):
             try:
-                return self._client.images.get(parsed.local_name)
+                return self._client.images.get(local_name(parsed))
             except docker.errors.ImageNotFound:
                 return None
 

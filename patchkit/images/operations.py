@@ -30,7 +30,7 @@ def _client(insecure: Iterable[str] = ()) -> Any:
 
 def resolve(text: str, platform: str = "linux/amd64", insecure: Iterable[str] = ()) -> dict[str, Any]:
     """Resolve a reference to its digests (index and platform manifest)."""
-    from patchkit.images.registry import ImageRef
+    from patchkit.images.ref import ImageRef
 
     ref = ImageRef.parse(text)
     r = _client(insecure).resolve(ref, platform=platform)
@@ -100,7 +100,7 @@ def read(
             if engine.image_id(text) is None:
                 engine.pull(text, platform=platform)
             return dict(engine.read_files(text, paths))
-    from patchkit.images.registry import ImageRef
+    from patchkit.images.ref import ImageRef
 
     return dict(_client(insecure).read_files(ImageRef.parse(text), paths, platform=platform))
 
@@ -123,7 +123,7 @@ def bump_plan(lock: Lockfile, text: str, upstream: str | None = None) -> tuple[s
     every ``[images]`` entry of that repository moves to REF's digest in the
     same transaction, so the deployed image and the patches' bases agree.
     """
-    from patchkit.images.registry import ImageRef
+    from patchkit.images.ref import ImageRef
 
     ref = ImageRef.parse(text)
     repository = ref.display_repository

@@ -27,7 +27,6 @@ import binascii
 import contextlib
 import hashlib
 import http.client
-import ipaddress
 import json
 import os
 import posixpath
@@ -39,7 +38,7 @@ import time
 import weakref
 import zlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, cast
 from urllib.parse import urlsplit
@@ -48,9 +47,10 @@ import requests
 import urllib3
 
 from patchkit.errors import BadInput
+from patchkit.images.ref import DOCKER_HUB, HUB_ALIASES, ImageRef
 from patchkit.progress import Meter
 from patchkit.sources.interface import SourceError
-from patchkit.values import Digest
+from patchkit.values import Digest, host_only, is_loopback
 
 DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
@@ -83,11 +83,6 @@ _ZSTD_LAYERS = frozenset(
     }
 )
 
-#: Docker Hub: where its API lives, and how people write it.
-DOCKER_HUB = "registry-1.docker.io"
-DOCKER_HUB_DISPLAY = "docker.io"
-_HUB_ALIASES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io"})
-
 #: A manifest, index, image config or token answer bigger than this is refused.
 MAX_DOCUMENT_BYTES = 4 << 20
 #: A file read out of an image bigger than this is refused (per file).
@@ -102,13 +97,7 @@ MIN_BLOB_RATE = 1 << 20
 _ERROR_BODY_BYTES = 64 << 10
 _USER_AGENT = "patchkit (registry client)"
 
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_REPOSITORY = re.compile(rf"{_COMPONENT}(?:/{_COMPONENT})*")
-_LABEL = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
-_DOMAIN = re.compile(rf"(?:{_LABEL}(?:\.{_LABEL})*|\[[0-9a-fA-F:.]+\])(?::[0-9]+)?")
-_TAG = re.compile(r"[\w][\w.-]{0,127}")
 _PLATFORM_PART = re.compile(r"[a-z0-9][a-z0-9._-]*")
-_REF_HINT = "write [registry/]repository[:tag][@sha256:<64 hex>], e.g. vllm/vllm-openai-rocm:nightly"
 
 
 class RegistryError(SourceError):
@@ -127,119 +116,7 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-# --- references ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ImageRef:
-    """An image reference with Docker's defaults made explicit.
-
-    ``registry`` is the host[:port] the API is served from (``registry-1.docker.io``
-    for Docker Hub), ``repository`` the full path (``library/ubuntu``), ``tag``
-    the tag (``None`` only when a digest is given without one) and ``digest``
-    the manifest digest. When both are given the digest wins; the tag is kept
-    for information.
-    """
-
-    registry: str
-    repository: str
-    tag: str | None = "latest"
-    digest: Digest | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> ImageRef:
-        """Parse ``repo[:tag]``, ``registry/repo[:tag]``, ``repo@sha256:…`` or ``repo:tag@sha256:…`` as Docker does.
-
-        The first path component is a registry when it contains a dot or a
-        port, is ``localhost`` or has uppercase letters; otherwise the image is
-        on Docker Hub, where a one-component name gets the ``library/`` prefix.
-        Raises ``BadInput`` for anything Docker would refuse.
-        """
-        if not isinstance(text, str) or not text:
-            raise BadInput("empty image reference", _REF_HINT)
-        shown = repr(text) if len(text) <= 200 else repr(text[:197] + "...")
-        if any(c.isspace() for c in text) or len(text) > 512:
-            raise BadInput(f"{shown} is not an image reference (no whitespace, at most 512 characters)", _REF_HINT)
-        rest, at, digest_text = text.partition("@")
-        digest = None
-        if at:
-            try:
-                digest = Digest(digest_text)
-            except ValueError as e:
-                raise BadInput(f"{shown} is not an image reference: {e}", _REF_HINT) from e
-        name, tag = rest, None
-        colon = rest.rfind(":")
-        if colon > rest.rfind("/"):
-            name, tag = rest[:colon], rest[colon + 1 :]
-            if not _TAG.fullmatch(tag):
-                raise BadInput(
-                    f"{shown} is not an image reference: bad tag {tag!r} "
-                    "(letters, digits, '_', '.', '-'; at most 128, not starting with '.' or '-')",
-                    _REF_HINT,
-                )
-        first, slash, remainder = name.partition("/")
-        if slash and ("." in first or ":" in first or first == "localhost" or first.lower() != first):
-            registry, repository = first, remainder
-            if not _DOMAIN.fullmatch(registry):
-                raise BadInput(f"{shown} is not an image reference: bad registry host {registry!r}", _REF_HINT)
-        else:
-            registry, repository = DOCKER_HUB, name
-        if registry in _HUB_ALIASES:
-            registry = DOCKER_HUB
-            if "/" not in repository:
-                repository = f"library/{repository}"
-        if not repository or not _REPOSITORY.fullmatch(repository) or len(repository) > 255:
-            why = (
-                "repository names are lowercase"
-                if repository.lower() != repository
-                else "bad repository name (components of lowercase letters and digits, joined by '.', '_', '__' or '-')"
-            )
-            raise BadInput(f"{shown} is not an image reference: {why}", _REF_HINT)
-        if tag is None and digest is None:
-            tag = "latest"
-        return cls(registry, repository, tag, digest)
-
-    @property
-    def display_registry(self) -> str:
-        """The registry as people write it (``docker.io`` for Docker Hub)."""
-        return DOCKER_HUB_DISPLAY if self.registry == DOCKER_HUB else self.registry
-
-    @property
-    def display_repository(self) -> str:
-        """The repository as compose and Docker write it: Docker Hub names short, others with their host."""
-        if self.display_registry == DOCKER_HUB_DISPLAY:
-            return self.repository.removeprefix("library/")
-        return f"{self.display_registry}/{self.repository}"
-
-    @property
-    def name(self) -> str:
-        """``registry/repository``, canonical (``docker.io/library/ubuntu``)."""
-        return f"{self.display_registry}/{self.repository}"
-
-    @property
-    def familiar(self) -> str:
-        """The short form Docker prints: ``ubuntu:22.04`` rather than ``docker.io/library/ubuntu:22.04``."""
-        name = self.name.removeprefix(f"{DOCKER_HUB_DISPLAY}/")
-        if self.registry == DOCKER_HUB:
-            name = name.removeprefix("library/")
-        return name + self._suffix()
-
-    @property
-    def reference(self) -> str:
-        """What goes after ``/manifests/``: the digest when there is one, else the tag."""
-        if self.digest is not None:
-            return self.digest.text
-        return self.tag or "latest"
-
-    def with_digest(self, digest: Digest) -> ImageRef:
-        """The same reference pinned to ``digest`` (the tag is kept for information)."""
-        return replace(self, digest=digest)
-
-    def _suffix(self) -> str:
-        return (f":{self.tag}" if self.tag else "") + (f"@{self.digest}" if self.digest else "")
-
-    def __str__(self) -> str:
-        return self.name + self._suffix()
+# --- platforms ---------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -500,24 +377,7 @@ def _default_docker_config() -> Path:
 def _auth_host(key: str) -> str:
     """The registry an ``auths`` key names: ``https://index.docker.io/v1/`` is Docker Hub."""
     host = key.split("://", 1)[-1].split("/", 1)[0].strip().lower()
-    return DOCKER_HUB if host in _HUB_ALIASES else host
-
-
-def _host_only(registry: str) -> str:
-    if registry.startswith("["):
-        return registry[1 : registry.find("]")] if "]" in registry else registry
-    return registry.rsplit(":", 1)[0] if registry.count(":") == 1 else registry
-
-
-def is_loopback(registry: str) -> bool:
-    """Whether ``host[:port]`` is this machine (localhost, 127.0.0.0/8, ::1), where Docker allows plain HTTP."""
-    host = _host_only(registry).lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return DOCKER_HUB if host in HUB_ALIASES else host
 
 
 # --- the layer overlay (pure) ----------------------------------------------------------------------
@@ -1315,7 +1175,7 @@ class RegistryClient:
 
     def _plain_http_ok(self, host: str) -> bool:
         host = host.lower()
-        return is_loopback(host) or host in self._insecure or _host_only(host) in self._insecure
+        return is_loopback(host) or host in self._insecure or host_only(host) in self._insecure
 
     def _base(self, registry: str) -> str:
         return f"{'http' if self._plain_http_ok(registry) else 'https'}://{registry}"

@@ -30,9 +30,6 @@ _VAR = re.compile(
 _MODEL_PATH = re.compile(
     r"models--(?P<org>[A-Za-z0-9][A-Za-z0-9._-]*?)--(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)/snapshots/(?P<rev>[^/\s\"']+)"
 )
-_IMAGE = re.compile(
-    r"(?P<repo>[a-z0-9][a-z0-9._/:-]*?)(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(?:@(?P<digest>[a-z0-9]+:[0-9a-fA-F]+))?"
-)
 
 
 @dataclass(frozen=True)
@@ -255,13 +252,17 @@ def _scalars(node: Any) -> Iterator[Any]:
 
 
 def _image(path: str, service: str, node: Any) -> ImageUse:
+    """The image a service runs; its digest is checked by the import (an invalid one is an issue, not an error)."""
+    from patchkit.images.ref import ImageRef
+
     text = interpolate(str(node.value)).strip()
-    m = _IMAGE.fullmatch(text)
-    if m is None:
-        raise BadInput(
-            f"{path}:{node.start_mark.line + 1}: services.{service}.image: '{text}' is not an image reference"
-        )
-    return ImageUse(path, node.start_mark.line + 1, service, m["repo"], m["tag"], m["digest"])
+    rest, _, digest = text.partition("@")
+    try:
+        ref = ImageRef.parse(rest)
+    except BadInput as e:
+        raise BadInput(f"{path}:{node.start_mark.line + 1}: services.{service}.image: {e.message}", e.hint) from e
+    tag = ref.tag if rest.rfind(":") > rest.rfind("/") else None
+    return ImageUse(path, node.start_mark.line + 1, service, ref.written_name, tag, digest or None)
 
 
 def _mount(path: str, service: str, k: int, item: Any, lines: list[str]) -> Mount | None:

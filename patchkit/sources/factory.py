@@ -185,7 +185,7 @@ class ImageKind(SourceKind):
         return source.snapshot(digest)
 
     def parse(self, arg: str, up: Upstream, cache: Path, repo_root: Path) -> tuple[UpstreamSource, str | None] | None:
-        from patchkit.images.registry import ImageRef
+        from patchkit.images.ref import ImageRef
         from patchkit.sources.image import ImageSource
 
         if not arg:

@@ -49,7 +49,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from patchkit.errors import BadInput
-from patchkit.images.registry import ImageRef, Platform, RegistryClient, Resolved
+from patchkit.images.ref import ImageRef
+from patchkit.images.registry import Platform, RegistryClient, Resolved
 from patchkit.sources.interface import Pin, Snapshot, UpstreamSource, check_path
 from patchkit.values import Digest
 

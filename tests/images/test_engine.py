@@ -29,7 +29,8 @@ from typing import Any
 import pytest
 
 from patchkit.errors import EXIT_BAD_INPUT, EXIT_EXTERNAL, BadInput
-from patchkit.images.engine import DockerEngine, EngineUnavailable, ImageReference, canonical_repository
+from patchkit.images.engine import DockerEngine, EngineUnavailable, local_name
+from patchkit.images.ref import ImageRef
 from patchkit.sources.interface import SourceError
 from tests.dockerd import Dockerd, leftover_containers
 
@@ -207,12 +208,16 @@ def published(registry_host: str, tmp_path_factory: pytest.TempPathFactory) -> P
 def test_references_split_and_normalise_as_docker_does(
     text: str, name: str, tag: str | None, digest: str | None, canonical: str
 ) -> None:
-    ref = ImageReference.parse(text)
-    assert ref == (name, tag, digest)
-    assert ref.canonical_name == canonical == canonical_repository(name)
+    ref = ImageRef.parse(text)
+    assert (ref.written_name, ref.tag if tag or digest else None, str(ref.digest) if ref.digest else None) == (
+        name,
+        tag,
+        digest,
+    )
+    assert ref.name == canonical
     # A digest wins over a tag, as in Docker: the tag is never what is pulled.
-    assert ref.pull_tag == (digest or tag or "latest")
-    assert ref.local_name == (f"{name}@{digest}" if digest else f"{name}:{tag or 'latest'}")
+    assert ref.reference == (digest or tag or "latest")
+    assert local_name(ref) == (f"{name}@{digest}" if digest else f"{name}:{tag or 'latest'}")
 
 
 @pytest.mark.parametrize(
@@ -221,15 +226,16 @@ def test_references_split_and_normalise_as_docker_does(
         ("Vllm/App:1", "repository names are lowercase"),
         ("app@sha256:" + "a" * 63, "need 64 lowercase hex digits after 'sha256:', got 63"),
         ("app@md5:abc", "is not a digest"),
-        ("", "expected [registry/]repository"),
-        ("a b", "expected [registry/]repository"),
-        ("app:-tag", "expected [registry/]repository"),
+        ("", "empty image reference"),
+        ("a b", "'a b' is not an image reference (no whitespace, at most 512 characters)"),
+        ("app:-tag", "'app:-tag' is not an image reference: bad tag '-tag'"),
     ],
 )
 def test_bad_references_are_refused(text: str, why: str) -> None:
     with pytest.raises(BadInput, match=re.escape(why)) as info:
-        ImageReference.parse(text)
+        ImageRef.parse(text)
     assert info.value.exit_code == EXIT_BAD_INPUT
+    assert info.value.hint == "write [registry/]repository[:tag][@sha256:<64 hex>], e.g. vllm/vllm-openai-rocm:nightly"
 
 
 def test_no_engine_at_a_missing_socket(tmp_path: Path) -> None:

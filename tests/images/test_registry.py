@@ -38,11 +38,10 @@ from images.conftest import (
 )
 from patchkit.errors import EXIT_BAD_INPUT, EXIT_EXTERNAL, BadInput
 from patchkit.images import registry
+from patchkit.images.ref import DOCKER_HUB, ImageRef
 from patchkit.images.registry import (
-    DOCKER_HUB,
     ImageIndex,
     ImageManifest,
-    ImageRef,
     LayerScan,
     Overlay,
     Platform,
