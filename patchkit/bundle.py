@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 
 from patchkit import sums
 from patchkit.errors import BadInput, LockfileError
-from patchkit.hashing import sha256_bytes
+from patchkit.hashing import require_pin, sha256_bytes
 from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
 from patchkit.lockfile.reader import loads
 from patchkit.progress import Meter
@@ -145,12 +145,14 @@ def _bundle_files(  # noqa: C901 (over the ceiling already)
                 f"'{p.name}' is diff-only and its materialized file ({target}) was not given; refusing to bundle",
                 "run `patchkit materialize` to rebuild it",
             )
-        actual = sha256_bytes(given)
-        if actual != p.sha256.hex:
-            raise BadInput(
-                f"{target}: materialized '{p.name}' has sha256 {actual[:12]}…, not the pinned {p.sha256.short}…; "
-                "refusing to bundle"
-            )
+        require_pin(
+            given,
+            p.sha256.hex,
+            lambda actual: (  # called at once, in this iteration
+                f"{target}: materialized '{p.name}' has sha256 {actual[:12]}…, "  # noqa: B023
+                f"not the pinned {p.sha256.short}…; refusing to bundle"  # noqa: B023
+            ),
+        )
         add(build_target(target), given, given.startswith(b"#!"))
 
     names = sorted(e.name for e in repo.root.iterdir() if e.name.startswith("compose.") and e.name.endswith(".yaml"))

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from patchkit.errors import WriteFailed
-from patchkit.hashing import sha256_bytes
+from patchkit.hashing import pin_mismatch, sha256_bytes
 from patchkit.repo import atomic_write
 
 
@@ -37,7 +37,7 @@ class BlobStore:
             data = (self.root / hexdigest).read_bytes()
         except OSError:
             return None
-        return data if sha256_bytes(data) == hexdigest else None
+        return data if pin_mismatch(data, hexdigest) is None else None  # a damaged entry is a miss
 
     def put(self, data: bytes) -> str:
         """Store ``data``; a cache that cannot be written is not an error, only slower."""

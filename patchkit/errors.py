@@ -34,6 +34,15 @@ class BadInput(PatchkitError):
     exit_code = EXIT_BAD_INPUT
 
 
+class PinMismatch(BadInput):
+    """Bytes that are not what the lockfile pins: a file, a base an upstream serves, a manifest (exit 2).
+
+    The one error for "these bytes do not match their pin", wherever they came
+    from; ``hashing.require_pin`` raises it. A check reports the same mismatch as
+    a finding instead (``hashing.pin_mismatch`` tells both what they need).
+    """
+
+
 class Refused(PatchkitError):
     """The repository is not in a state the operation can build on (exit 1: findings)."""
 

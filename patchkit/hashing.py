@@ -271,3 +271,24 @@ def digest_many(
         raise
     pool.shutdown(wait=True)
     return results
+
+
+def pin_mismatch(data: bytes, pinned: str) -> str | None:
+    """The sha256 of ``data`` when it is not the pinned hex digest ``pinned``; None when the bytes match the pin.
+
+    The one comparison of bytes with their pin: every place that verifies
+    what it read (a base from an upstream, a materialized file, a manifest,
+    a cached blob) asks it, and reports a mismatch as a ``PinMismatch``
+    (``require_pin``) or, in a check, as a finding.
+    """
+    got = sha256_bytes(data)
+    return None if got == pinned else got
+
+
+def require_pin(data: bytes, pinned: str, message: Callable[[str], str], hint: str | None = None) -> None:
+    """Raise ``PinMismatch`` (``message`` given the sha256 found) unless ``data`` matches the pinned digest."""
+    from patchkit.errors import PinMismatch
+
+    got = pin_mismatch(data, pinned)
+    if got is not None:
+        raise PinMismatch(message(got), hint)

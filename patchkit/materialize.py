@@ -15,7 +15,7 @@ from pathlib import Path
 from patchkit import diffs
 from patchkit.cache import BlobStore
 from patchkit.errors import BadInput
-from patchkit.hashing import sha256_bytes
+from patchkit.hashing import require_pin, sha256_bytes
 from patchkit.lockfile.model import Lockfile, Patch
 from patchkit.repo import Repo, atomic_write
 
@@ -44,12 +44,15 @@ def _base(repo: Repo, lock: Lockfile, p: Patch, store: BlobStore, cache: Path) -
     data = pinned_snapshot(open_source(up, cache, repo.root), up, ref).read([str(p.base.path)]).get(str(p.base.path))
     if data is None:
         raise BadInput(f"'{p.name}': {p.base.path} does not exist in {up.name} at {ref or up.pin_text}")
-    if sha256_bytes(data) != p.base.sha256.hex:
-        raise BadInput(
-            f"'{p.name}': {p.base.path} from {up.name} has sha256 {sha256_bytes(data)[:12]}…, "
-            f"not the pinned base {p.base.sha256.short}…",
-            "the upstream source does not serve the pinned base; check the upstream's pin",
-        )
+    base = p.base
+    require_pin(
+        data,
+        base.sha256.hex,
+        lambda got: (
+            f"'{p.name}': {base.path} from {up.name} has sha256 {got[:12]}…, not the pinned base {base.sha256.short}…"
+        ),
+        "the upstream source does not serve the pinned base; check the upstream's pin",
+    )
     store.put(data)
     return data
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from patchkit.errors import ExternalFailure
 from patchkit.findings import Finding
-from patchkit.hashing import sha256_bytes
+from patchkit.hashing import pin_mismatch
 from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile, PatchKind
 
 if TYPE_CHECKING:
@@ -144,8 +144,8 @@ def _image_bases(lock: Lockfile, locate: Locate, client: RegistryClient) -> list
             data = found.get(str(p.target))
             if data is None or p.base is None:
                 continue
-            got = sha256_bytes(data)
-            if got != p.base.sha256.hex:
+            got = pin_mismatch(data, p.base.sha256.hex)
+            if got is not None:
                 out.append(
                     Finding(
                         "image-base-mismatch",

@@ -28,8 +28,8 @@ from typing import Any
 from patchkit.cache import BlobStore
 from patchkit.diffs import canonical_diff
 from patchkit.edit import apply_diff_only, read_pinned, recover_base
-from patchkit.errors import BadInput, PatchkitError
-from patchkit.hashing import sha256_bytes
+from patchkit.errors import BadInput, PatchkitError, PinMismatch
+from patchkit.hashing import require_pin, sha256_bytes
 from patchkit.importing import handdiffs
 from patchkit.lockfile.model import Base, DiffPin, Lockfile, Patch, PatchKind, Upstream
 from patchkit.lockfile.writer import dumps
@@ -161,13 +161,22 @@ def _bases(
         got = pinned_snapshot(old_source, up, ref).read([str(b.path) for _, b in group])
         for p, base in group:
             data = got.get(str(base.path))
-            if data is None or sha256_bytes(data) != base.sha256.hex:
-                found = "missing" if data is None else f"sha256 {sha256_bytes(data)[:12]}…"
-                raise PatchkitError(
-                    f"'{p.name}': base {base.path} at {ref} is {found}, not the pinned "
+            hint = "check the upstream's source and pin (patchkit upstream list)"
+            if data is None:
+                raise PinMismatch(
+                    f"'{p.name}': base {base.path} at {ref} is missing, not the pinned "
                     f"{base.sha256.short}…: the upstream source does not match the lockfile",
-                    "check the upstream's source and pin (patchkit upstream list)",
+                    hint,
                 )
+            require_pin(
+                data,
+                base.sha256.hex,
+                lambda found: (  # called at once, in this iteration
+                    f"'{p.name}': base {base.path} at {ref} is sha256 {found[:12]}…, "  # noqa: B023
+                    f"not the pinned {base.sha256.short}…: the upstream source does not match the lockfile"  # noqa: B023
+                ),
+                hint,
+            )
             store.put(data)
             out[p.name] = data
     return out

@@ -128,3 +128,24 @@ def test_peak_memory_does_not_grow_with_the_file(tmp_path: Path) -> None:
     grown_kib, digest = done.stdout.split()
     assert digest == _sha256sum(big)
     assert int(grown_kib) < 16 * 1024, f"peak RSS grew by {int(grown_kib) // 1024} MiB"
+
+
+def test_one_pin_match_helper_and_one_error_for_a_mismatch() -> None:
+    import hashlib
+
+    from patchkit.errors import EXIT_BAD_INPUT, BadInput, PinMismatch
+    from patchkit.hashing import pin_mismatch, require_pin
+
+    data = b"the pinned bytes\n"
+    pinned = hashlib.sha256(data).hexdigest()
+    assert pin_mismatch(data, pinned) is None
+    got = pin_mismatch(data + b"!", pinned)
+    assert got == hashlib.sha256(data + b"!").hexdigest()
+    require_pin(data, pinned, lambda found: f"never: {found}")
+    with pytest.raises(PinMismatch) as info:
+        require_pin(
+            data + b"!", pinned, lambda found: f"x has sha256 {found[:12]}…, not the pinned {pinned[:12]}…", "fix"
+        )
+    e = info.value
+    assert (e.message, e.hint, e.exit_code) == (f"x has sha256 {got[:12]}…, not the pinned {pinned[:12]}…", "fix", 2)
+    assert isinstance(e, BadInput) and e.exit_code == EXIT_BAD_INPUT

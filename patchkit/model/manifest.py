@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from patchkit.errors import BadInput, ExternalFailure, Refused
-from patchkit.hashing import sha256_bytes
+from patchkit.hashing import require_pin
 from patchkit.lockfile.model import LOCKFILE_NAME, Model, ModelFile
 from patchkit.model.hub import RemoteFile
 from patchkit.repo import Escape, Repo
@@ -167,13 +167,13 @@ def pinned_files(repo: Repo, model: Model) -> tuple[ModelFile, ...]:
         raise BadInput(f"{rel} (model manifest) is pinned but does not exist", hint) from e
     except Escape as e:
         raise BadInput(f"{rel} (model manifest) {e}", hint) from e
-    got = sha256_bytes(data)
-    if got != model.manifest.sha256.hex:
-        raise BadInput(
-            f"{rel} (model manifest) does not match its pin: pinned {model.manifest.sha256.short}…, "
-            f"file has {got[:12]}…",
-            hint,
-        )
+    pinned = model.manifest.sha256
+    require_pin(
+        data,
+        pinned.hex,
+        lambda got: f"{rel} (model manifest) does not match its pin: pinned {pinned.short}…, file has {got[:12]}…",
+        hint,
+    )
     manifest = parse_manifest(data, rel)
     if manifest.repo != model.repo or manifest.revision != model.revision.sha:
         raise BadInput(
