@@ -729,6 +729,7 @@ def breakdown(layout: Layout, tree: Tree) -> Breakdown:
     from patchkit.sources import git as git_source  # imported here so that no stage pays for gitpython
     from patchkit.sources.factory import open_source
     from patchkit.sums import FILENAME as SUMS_NAME
+    from patchkit.trust import semantic
 
     del git_source
     t = Stages()
@@ -767,6 +768,15 @@ def breakdown(layout: Layout, tree: Tree) -> Breakdown:
         merged[p.name] = result.merged
         target = str(p.target)
         plan.results.append(rb.PatchResult(p.name, result.outcome, path, path, target, target, result, their_sha))
+    with t("semantic checks: parse, pyflakes, imports (trust.semantic)"):
+        checked = [
+            semantic.Produced(
+                r.name, r.new_path, merged[r.name], ours[r.name], theirs[r.new_path] or b"", bases[r.name]
+            )
+            for r in plan.results
+            if r.merge is not None and r.outcome is not merge.Outcome.CONFLICT
+        ]
+        rb.mark_broken(repo, lock, plan, checked, new, lambda: None)
     with t("prepare: diffs, pins, new lockfile (rebase.prepare)"):
         new_lock, files, deletes, _ = rb.prepare(lock, plan, store)
     with t("render lockfile.toml + SHA256SUMS"):

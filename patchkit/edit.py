@@ -27,6 +27,7 @@ from patchkit.lockfile.model import LOCKFILE_NAME, Artifact, Base, DiffPin, Lock
 from patchkit.outcome import Change, Outcome
 from patchkit.persist import expected_sums, finish, sums_dropped
 from patchkit.repo import MANAGED_DIRS, Escape, Repo, write_all
+from patchkit.series.model import repin as repin_series
 from patchkit.values import ContainerPath, Reference, RepoPath, Revision, Sha256, UpstreamPath, check_name
 
 # --------------------------------------------------------------------------- init
@@ -225,11 +226,14 @@ def relock(repo: Repo, lock: Lockfile, store: BlobStore) -> Outcome:  # noqa: C9
             out.append(a)
         return tuple(out)
 
+    series, repinned = repin_series(lock.series, lambda rel, what: sha256_bytes(current(rel, what)))
+    outcome.changes.extend(Change(field, old, new) for field, old, new in repinned)
     new_lock = dataclasses.replace(
         lock,
         patches=tuple(patches),
         tuning=relock_artifacts(lock.tuning, "tuning"),
         artifacts=relock_artifacts(lock.artifacts, "artifacts"),
+        series=series,
     )
     outcome.written = finish(repo, new_lock, extra)
     return outcome

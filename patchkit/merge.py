@@ -50,7 +50,8 @@ class Outcome(Enum):
 
     :func:`rebase_file` decides the content outcomes; ``MOVED`` and ``DELETED``
     are for the caller, which learns from the upstream source that the path
-    was renamed or is gone.
+    was renamed or is gone, and ``BROKEN`` too: a merge that fails the
+    semantic checks (``patchkit.trust.semantic``).
     """
 
     CLEAN = "clean"
@@ -60,6 +61,7 @@ class Outcome(Enum):
     UNCHANGED = "unchanged"
     MOVED = "moved"
     DELETED = "deleted"
+    BROKEN = "broken"
 
 
 class BinaryFileError(BadInput):

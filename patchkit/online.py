@@ -128,6 +128,10 @@ def image_findings(
                 )
     if image_bases:
         out.extend(_image_bases(lock, locate, client))
+    if lock.derived:
+        from patchkit.images.verify import derived_findings
+
+        out.extend(derived_findings(lock, locate, client))
     return out
 
 

@@ -20,7 +20,7 @@ import dataclasses
 import json
 import re
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,13 +39,16 @@ from patchkit.persist import finish, sums_dropped
 from patchkit.repo import WORK_DIR, Escape, Repo, atomic_write
 from patchkit.sources.factory import KINDS, repinned
 from patchkit.sources.interface import Pin, Snapshot, UpstreamSource
+from patchkit.trust import interdiff, semantic
+from patchkit.trust.imports import Tree
+from patchkit.trust.pycheck import Problem
 from patchkit.values import ContainerPath, Digest, Sha256, UpstreamPath
 
 STATE_DIR = f"{WORK_DIR}/rebase"
 STATE_FILE = f"{STATE_DIR}/state.json"
 STATE_VERSION = 1
 
-BLOCKING = (Outcome.CONFLICT, Outcome.DELETED)
+BLOCKING = (Outcome.CONFLICT, Outcome.DELETED, Outcome.BROKEN)
 
 
 class RebaseInProgress(BadInput):
@@ -64,6 +67,10 @@ class PatchResult:
     new_target: str
     merge: MergeResult | None  # None for a deleted file
     theirs_sha256: str | None  # the new base
+    # What the semantic checks found in the merged file (``broken`` when any blocks).
+    problems: tuple[Problem, ...] = ()
+    # The merge's own outcome, when the checks made it ``broken``.
+    text_outcome: Outcome | None = None
 
     def as_dict(self) -> dict[str, Any]:
         m = self.merge
@@ -75,7 +82,8 @@ class PatchResult:
             "target": self.new_target if self.new_target != self.old_target else None,
             "conflicts": [dataclasses.asdict(c) for c in m.conflicts] if m else [],
             "hunks_upstreamed": [h.header for h in m.hunks_upstreamed] if m else [],
-            "review": [_flag_text(f) for f in m.review_flags] if m else [],
+            "review": review_lines(m.review_flags) if m else [],
+            "problems": [p.as_dict() for p in self.problems],
         }
 
 
@@ -96,6 +104,31 @@ def _flag_text(flag: Any) -> str:
     return str(getattr(flag, "message", None) or flag)
 
 
+def review_lines(flags: Iterable[Any]) -> list[str]:
+    """The review flags of one patch, one line per function or class both sides changed.
+
+    Each line names the definition first, then the patch hunk and every upstream hunk that
+    changed it, so a reviewer reads one line for ``GpuWorker.restore`` however many upstream
+    hunks touched it.
+    """
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for flag in flags:
+        if not hasattr(flag, "definition"):
+            grouped.setdefault((_flag_text(flag), ""), [])
+            continue
+        grouped.setdefault((flag.definition, flag.hunk.header), []).append(flag.upstream.header)
+    out = []
+    for (definition, hunk), theirs in grouped.items():
+        if not hunk:
+            out.append(definition)
+            continue
+        which = "upstream hunk" + ("s " if len(theirs) > 1 else " ") + ", ".join(dict.fromkeys(theirs))
+        out.append(
+            f"{definition}: changed on both sides ({which}; patch hunk {hunk}): check that the two still fit together"
+        )
+    return out
+
+
 @dataclass
 class Plan:
     """Every patch of one upstream moved onto one new pin."""
@@ -108,10 +141,16 @@ class Plan:
     skipped: list[Skipped] = field(default_factory=list)
     # Images to move with the bump (bump --image): name -> new digest, in the same transaction.
     image_pins: dict[str, str] = field(default_factory=dict)
+    # Broken patches committed all the same (--accept-broken): name -> the reason given.
+    accepted: dict[str, str] = field(default_factory=dict)
+    # Each patch's own file before the rebase (ours), kept for the checks at --continue.
+    ours: dict[str, bytes] = field(default_factory=dict, repr=False)
+    # How each patch itself changed (old diff against new), for the patches whose changes may differ.
+    interdiffs: dict[str, interdiff.Interdiff] = field(default_factory=dict)
 
     @property
     def blocked(self) -> list[PatchResult]:
-        return [r for r in self.results if r.outcome in BLOCKING]
+        return [r for r in self.results if r.outcome in BLOCKING and r.name not in self.accepted]
 
 
 # --------------------------------------------------------------------------- planning
@@ -234,7 +273,8 @@ def plan(
             result.results.append(PatchResult(p.name, Outcome.DELETED, old_path, old_path, target, target, None, None))
             continue
         store.put(their_bytes)
-        merged = rebase_file(base, _ours(repo, p, base), their_bytes, path=new_path)
+        ours = result.ours[p.name] = _ours(repo, p, base)
+        merged = rebase_file(base, ours, their_bytes, path=new_path)
         outcome = merged.outcome
         if new_path != old_path and outcome is not Outcome.CONFLICT:
             outcome = Outcome.MOVED
@@ -250,7 +290,50 @@ def plan(
                 sha256_bytes(their_bytes),
             )
         )
+    from patchkit.sources.factory import pinned_snapshot
+
+    produced = [
+        semantic.Produced(
+            r.name, r.new_path, r.merge.merged, result.ours[r.name], theirs.get(r.new_path) or b"", bases[r.name]
+        )
+        for r in result.results
+        if r.merge is not None and r.outcome is not Outcome.CONFLICT
+    ]
+    mark_broken(repo, lock, result, produced, new, lambda: pinned_snapshot(old_source, up) if old_source else None)
     return result
+
+
+def mark_broken(
+    repo: Repo,
+    lock: Lockfile,
+    result: Plan,
+    produced: list[semantic.Produced],
+    new: Snapshot | None,
+    old: Callable[[], Snapshot | None],
+) -> dict[str, tuple[Problem, ...]]:
+    """Run the semantic checks on the files produced; a file with a blocking problem becomes ``broken``."""
+    targets = {r.name: r for r in result.results}
+    placed = {f.name: (targets[f.name].new_target, f.path, f.merged) for f in produced}
+
+    def old_tree() -> Tree | None:
+        try:
+            snap = old()
+        except PatchkitError:
+            return None
+        if snap is None:
+            return None
+        before = {f.name: (targets[f.name].old_target, targets[f.name].old_path, f.ours) for f in produced}
+        return semantic.tree(snap.read, lock, before, lambda rel: _read_or_none(repo, rel))
+
+    tree = semantic.tree(new.read, lock, placed, lambda rel: _read_or_none(repo, rel)) if new is not None else None
+    found = semantic.check(produced, tree, old_tree)
+    for i, r in enumerate(result.results):
+        if r.name in found:
+            broken = semantic.blocking(found[r.name])
+            outcome = Outcome.BROKEN if broken else r.outcome
+            text = (r.text_outcome or r.outcome) if broken else None
+            result.results[i] = dataclasses.replace(r, outcome=outcome, problems=found[r.name], text_outcome=text)
+    return found
 
 
 def _trees(lock: Lockfile, upstream: str) -> list[str]:
@@ -447,6 +530,30 @@ def prepare(
     return new_lock, files, deletes, outcome
 
 
+def interdiffs(repo: Repo, lock: Lockfile, result: Plan, store: BlobStore, resolved: dict[str, bytes]) -> None:
+    """The interdiff (committed diff against the new one) of each patch whose changes may have changed.
+
+    That is a patch upstream took part of, a resolved conflict, a broken file: a clean merge
+    carries the patch's changes over as they are, so only its line numbers move.
+    """
+    for r in result.results:
+        p = lock.patch(r.name)
+        if r.merge is None or p is None or p.diff is None or r.theirs_sha256 is None:
+            continue
+        if not (
+            r.name in resolved
+            or r.outcome in (Outcome.UPSTREAMED, Outcome.PARTIALLY_UPSTREAMED, Outcome.BROKEN)
+            or r.merge.hunks_partly_upstreamed
+        ):
+            continue
+        old, theirs = _read_or_none(repo, str(p.diff.file)), store.get(r.theirs_sha256)
+        if old is not None and theirs is not None:
+            new = canonical_diff(theirs, resolved.get(r.name, r.merge.merged), UpstreamPath(r.new_path))
+            found = interdiff.compare(old, new)
+            if found is not None and not found.empty:
+                result.interdiffs[r.name] = found
+
+
 def commit(
     repo: Repo,
     lock: Lockfile,
@@ -456,6 +563,7 @@ def commit(
     drop: Iterable[str] = (),
 ) -> WriteOutcome:
     """Write the whole bump as one journaled transaction: patches, diffs, lockfile, SHA256SUMS."""
+    interdiffs(repo, lock, result, store, resolved or {})
     new_lock, files, deletes, outcome = prepare(lock, result, store, resolved, drop)
     # SHA256SUMS is rewritten from the new lockfile: every entry it loses is said, but those of dropped files.
     outcome.changes += [c for c in sums_dropped(repo, new_lock) if c.what.removeprefix("SHA256SUMS ") not in deletes]
@@ -488,8 +596,9 @@ def in_progress(repo: Repo) -> bool:
 
 
 def conflict_file(r: PatchResult) -> str:
-    """Where a conflicted file waits for its resolution, relative to the repository."""
-    return f"{STATE_DIR}/conflicts/{r.name}/{Path(r.new_path).name}"
+    """Where a conflicted (or broken) file waits for its resolution, relative to the repository."""
+    where = "broken" if r.outcome is Outcome.BROKEN and r.text_outcome is not Outcome.CONFLICT else "conflicts"
+    return f"{STATE_DIR}/{where}/{r.name}/{Path(r.new_path).name}"
 
 
 def save(repo: Repo, lock_bytes: bytes, result: Plan, store: BlobStore) -> list[str]:
@@ -499,7 +608,9 @@ def save(repo: Repo, lock_bytes: bytes, result: Plan, store: BlobStore) -> list[
         if r.merge is None:
             continue
         store.put(r.merge.merged)
-        if r.outcome is Outcome.CONFLICT:
+        if r.name in result.ours:
+            store.put(result.ours[r.name])
+        if r.outcome in (Outcome.CONFLICT, Outcome.BROKEN):
             rel = conflict_file(r)
             atomic_write(repo.root / rel, r.merge.merged)
             files.append(rel)
@@ -520,6 +631,8 @@ def save(repo: Repo, lock_bytes: bytes, result: Plan, store: BlobStore) -> list[
                 "new_target": r.new_target,
                 "theirs_sha256": r.theirs_sha256,
                 "merged_sha256": sha256_bytes(r.merge.merged) if r.merge else None,
+                "ours_sha256": sha256_bytes(result.ours[r.name]) if r.name in result.ours else None,
+                "text_outcome": r.text_outcome.value if r.text_outcome else None,
             }
             for r in result.results
         ],
@@ -575,6 +688,9 @@ def _load(repo: Repo, lock_bytes: bytes, store: BlobStore) -> Plan:
                     "patchkit rebase --abort, then run the rebase again",
                 )
             merged = _SavedMerge(outcome, data)
+            ours = store.get(entry["ours_sha256"]) if entry.get("ours_sha256") else None
+            if ours is not None:
+                result.ours[entry["name"]] = ours
         result.results.append(
             PatchResult(
                 entry["name"],
@@ -585,6 +701,8 @@ def _load(repo: Repo, lock_bytes: bytes, store: BlobStore) -> Plan:
                 entry["new_target"],
                 merged,  # type: ignore[arg-type]
                 entry["theirs_sha256"],
+                tuple(Problem(**pr) for pr in entry.get("problems", [])),
+                Outcome(entry["text_outcome"]) if entry.get("text_outcome") else None,
             )
         )
     return result
@@ -598,6 +716,7 @@ class _SavedMerge:
     merged: bytes
     conflicts: tuple[Any, ...] = ()
     hunks_upstreamed: tuple[Any, ...] = ()
+    hunks_partly_upstreamed: tuple[Any, ...] = ()
     review_flags: tuple[Any, ...] = ()
 
 
@@ -606,7 +725,7 @@ def resolved_files(repo: Repo, result: Plan) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
     problems: list[str] = []
     for r in result.results:
-        if r.outcome is not Outcome.CONFLICT:
+        if r.outcome not in (Outcome.CONFLICT, Outcome.BROKEN):
             continue
         rel = conflict_file(r)
         try:
@@ -676,9 +795,15 @@ def table(result: Plan) -> str:
         elif r.outcome is Outcome.DELETED:
             detail = f"{r.old_path} is gone upstream: decide (--drop {r.name})"
         lines.append(f"  {r.name.ljust(width)}  {r.outcome.value:<21} {detail}".rstrip())
+        lines += [f"  {'':{width}}  {_problem_line(r, p)}" for p in r.problems]
+        if r.name in result.accepted:
+            lines.append(f"  {'':{width}}  accepted as broken: {result.accepted[r.name]}")
         if r.merge is not None:
-            for flag in r.merge.review_flags:
-                lines.append(f"  {'':{width}}  review: {_flag_text(flag)}")
+            lines += [f"  {'':{width}}  review: {line}" for line in review_lines(r.merge.review_flags)]
+        if r.name in result.interdiffs:
+            head, *rest = result.interdiffs[r.name].lines()
+            lines.append(f"  {'':{width}}  interdiff: {head}")
+            lines += [f"  {'':{width}}    {line}" for line in rest]
     for sk in result.skipped:
         lines.append(f"  {sk.name.ljust(width)}  {'skipped':<21} {sk.reason}")
         if sk.fix:
@@ -690,6 +815,10 @@ def table(result: Plan) -> str:
         counts["skipped"] = len(result.skipped)
     lines.append("  " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) if counts else "  no patches")
     return "\n".join(lines) + "\n"
+
+
+def _problem_line(r: PatchResult, p: Problem) -> str:
+    return f"{'broken' if p.blocking else 'not checked'}: {p.text(r.new_path)}"
 
 
 def summary_markdown(result: Plan) -> str:
@@ -711,6 +840,7 @@ def summary_markdown(result: Plan) -> str:
             notes.append("upstream took " + ", ".join(f"`{h.header}`" for h in r.merge.hunks_upstreamed))
         if r.merge is not None and r.merge.conflicts:
             notes.append(", ".join(f"conflict at lines {c.start}-{c.end}" for c in r.merge.conflicts))
+        notes += [f"line {p.line}: {p.kind}" + (f" `{p.name}`" if p.name else "") for p in r.problems if p.blocking]
         if r.outcome in (Outcome.UPSTREAMED, Outcome.DELETED):
             drops.append(r)
         if r.merge is not None and r.merge.review_flags:
@@ -725,11 +855,26 @@ def summary_markdown(result: Plan) -> str:
     if result.skipped:
         out += ["", "### Not rebased", ""]
         out += [f"- `{sk.name}`: {sk.reason}" + (f"; fix: {_code(sk.fix)}" if sk.fix else "") for sk in result.skipped]
+    broken = [r for r in result.results if any(p.blocking for p in r.problems)]
+    if broken:
+        out += ["", "### Broken (the merge would fail when imported)", ""]
+        for r in broken:
+            accepted = result.accepted.get(r.name)
+            head = f"- `{r.name}`" + (f": **accepted as broken**: {accepted}" if accepted is not None else ":")
+            out.append(head)
+            out += [f"  - `{r.new_path}:{p.line}`: {p.message}" for p in r.problems if p.blocking]
+    if result.interdiffs:
+        out += ["", "### What changed in each patch (old patch against new)", ""]
+        for name, found in result.interdiffs.items():
+            head, *rest = found.lines()
+            out += [f"- `{name}`: {head}"] + (
+                ["", "  ```diff", *(f"  {line}" for line in rest), "  ```"] if rest else []
+            )
     if review:
         out += ["", "### Review", ""]
         for r in review:
             flags = r.merge.review_flags if r.merge is not None else ()
-            out += [f"- `{r.name}`: {_flag_text(f)}" for f in flags]
+            out += [f"- `{r.name}`: {line}" for line in review_lines(flags)]
     return "\n".join(out) + "\n"
 
 
@@ -747,6 +892,8 @@ def result_json(result: Plan) -> dict[str, Any]:
         "patches": [r.as_dict() for r in result.results],
         "skipped": [sk.as_dict() for sk in result.skipped],
         "blocked": [r.name for r in result.blocked],
+        "accepted_broken": dict(result.accepted),
+        "interdiffs": {name: found.as_dict() for name, found in result.interdiffs.items()},
     }
 
 
@@ -819,6 +966,7 @@ def start(
     store: BlobStore,
     drop: Iterable[str] = (),
     image_pins: dict[str, str] | None = None,
+    accept: dict[str, str] | None = None,
 ) -> Started:
     """Plan the bump; commit it when nothing blocks, else save the work area (exit 1 for the caller)."""
     from patchkit.sources.factory import open_source, parse_source
@@ -857,16 +1005,91 @@ def start(
             f"; {len(result.skipped)} in its tree skipped (see above)" if result.skipped else ""
         )
         return Started(result, None, [], nothing_moved=why)
+    result.accepted = _accepted(result, accept)
     blocked = [r for r in result.blocked if r.name not in dropped]
     if blocked:
         return Started(result, None, save(repo, lock_bytes, result, store))
     return Started(result, commit(repo, lock, result, store, drop=dropped), [])
 
 
+def _accepted(result: Plan, accept: dict[str, str] | None) -> dict[str, str]:
+    """The --accept-broken names, each a broken patch of this rebase; refused otherwise (nothing written)."""
+    accept = dict(accept or {})
+    outcomes = {r.name: r.outcome for r in result.results}
+    wrong = [
+        f"{n} ({outcomes[n].value})" if n in outcomes else f"{n} (not in this rebase)"
+        for n in accept
+        if outcomes.get(n) is not Outcome.BROKEN
+    ]
+    if wrong:
+        raise BadInput(
+            f"--accept-broken: not a broken patch: {', '.join(sorted(wrong))}",
+            "name only patches this rebase reports as broken",
+        )
+    return accept
+
+
+def recheck(
+    repo: Repo, lock: Lockfile, result: Plan, resolved: dict[str, bytes], store: BlobStore, cache: Path | None
+) -> None:
+    """The semantic checks again, on the files resolved in the work area: parses, undefined names, imports.
+
+    The new upstream tree is opened again from the saved pin (imports are not checked when it
+    cannot be read); a file still broken makes the patch ``broken`` again.
+    """
+    produced = []
+    for i, r in enumerate(result.results):
+        if r.name not in resolved:
+            continue
+        theirs = store.get(r.theirs_sha256) if r.theirs_sha256 else None
+        ours = result.ours.get(r.name, theirs or b"")
+        produced.append(semantic.Produced(r.name, r.new_path, resolved[r.name], ours, theirs or b""))
+        if r.outcome is Outcome.BROKEN:
+            result.results[i] = dataclasses.replace(r, outcome=r.text_outcome or Outcome.CLEAN, problems=())
+    if not produced:
+        return
+    new, old = _snapshots(repo, lock, result, cache)
+    mark_broken(repo, lock, result, produced, new, old)
+
+
+def _snapshots(
+    repo: Repo, lock: Lockfile, result: Plan, cache: Path | None
+) -> tuple[Snapshot | None, Callable[[], Snapshot | None]]:
+    from patchkit.sources.factory import open_source, pinned_snapshot
+
+    up = lock.upstream(result.upstream)
+    if up is None or cache is None:
+        return None, lambda: None
+    new_up = repinned(up, result.new_pin)
+    try:
+        new = pinned_snapshot(open_source(new_up, cache, repo.root), new_up)
+    except PatchkitError:
+        new = None
+    return new, lambda: pinned_snapshot(open_source(up, cache, repo.root), up)
+
+
+class RebaseBroken(RebaseBlocked):
+    """--continue refused: a resolved file still fails the semantic checks; exit 1."""
+
+    def __init__(self, problems: list[str], names: list[str]) -> None:
+        super().__init__(problems)
+        self.hint = (
+            "fix the file in the work area, then patchkit rebase --continue; or commit it as it is: "
+            f"patchkit rebase --continue --accept-broken {names[0]} --reason TEXT"
+        )
+
+
 def resume(
-    repo: Repo, lock: Lockfile, lock_bytes: bytes, store: BlobStore, drop: Iterable[str] = ()
+    repo: Repo,
+    lock: Lockfile,
+    lock_bytes: bytes,
+    store: BlobStore,
+    drop: Iterable[str] = (),
+    *,
+    accept: dict[str, str] | None = None,
+    cache: Path | None = None,
 ) -> tuple[Plan, WriteOutcome]:
-    """--continue: take the resolved files and commit the saved bump."""
+    """--continue: take the resolved files, check them again, and commit the saved bump."""
     try:
         result = load(repo, lock_bytes, store)
     except RebaseFinished:
@@ -881,6 +1104,13 @@ def resume(
     resolved = resolved_files(repo, result) if not undecided else {}
     if undecided:
         raise RebaseBlocked(undecided)
+    recheck(repo, lock, result, resolved, store, cache)
+    result.accepted = _accepted(result, accept)
+    still = [r for r in result.blocked if r.outcome is Outcome.BROKEN and r.name not in dropped]
+    if still:
+        raise RebaseBroken(
+            [p.text(conflict_file(r)) for r in still for p in r.problems if p.blocking], [r.name for r in still]
+        )
     outcome = commit(repo, lock, result, store, resolved, dropped)
     clear(repo)
     return result, outcome
@@ -906,14 +1136,18 @@ def _status(repo: Repo) -> dict[str, Any]:
         return state
     files = []
     for entry in saved.get("patches", []):
-        if entry["outcome"] != Outcome.CONFLICT.value:
+        if entry["outcome"] not in (Outcome.CONFLICT.value, Outcome.BROKEN.value):
             continue
-        rel = f"{STATE_DIR}/conflicts/{entry['name']}/{Path(entry['new_path']).name}"
+        where = "broken" if entry["outcome"] == Outcome.BROKEN.value else "conflicts"
+        rel = f"{STATE_DIR}/{where}/{entry['name']}/{Path(entry['new_path']).name}"
         try:
             markers = conflict_markers_remain(repo.check_inside(rel).read_bytes())
         except (FileNotFoundError, Escape):
             markers = []
-        files.append({"patch": entry["name"], "file": rel, "markers": markers, "resolved": not markers})
+        broken = where == "broken"
+        files.append(
+            {"patch": entry["name"], "file": rel, "markers": markers, "resolved": not markers, "broken": broken}
+        )
     state["rebase"] = {
         "upstream": saved["upstream"],
         "from": saved["old_pin"],

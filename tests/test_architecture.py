@@ -27,6 +27,8 @@ VOCABULARY = {
     "patchkit.lockfile.reader",
     "patchkit.lockfile.writer",
     "patchkit.lockfile.tomlpos",
+    "patchkit.series",
+    "patchkit.series.model",
     "patchkit.diffs",
     "patchkit.merge",
     "patchkit.sums",

@@ -113,6 +113,7 @@ def test_outcome_values_are_the_issue_words() -> None:
         "unchanged",
         "moved",
         "deleted",
+        "broken",
     ]
 
 

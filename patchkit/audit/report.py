@@ -9,6 +9,7 @@ files. The renderers (patchkit.formats) turn it into a self-contained HTML page
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import re
 from collections import Counter
@@ -92,6 +93,8 @@ class PatchSection:
     lines: tuple[DiffLine, ...]
     verification: tuple[Verification, ...]
     findings: tuple[Finding, ...]
+    # With --since REV: the interdiff of the patch's diff as committed at REV against now (lines).
+    interdiff: tuple[str, ...] = ()
 
     @property
     def status(self) -> Verified:
@@ -154,13 +157,25 @@ def github_repo(url: str | None) -> str | None:
 
 
 def build(
-    repo: Repo, lock: Lockfile, lock_bytes: bytes, store: BlobStore | None, cache: Path, now: dt.datetime
+    repo: Repo,
+    lock: Lockfile,
+    lock_bytes: bytes,
+    store: BlobStore | None,
+    cache: Path,
+    now: dt.datetime,
+    since: str | None = None,
 ) -> AuditReport:
-    """The audit report of ``repo``, offline: check's findings, recorded reference states, every diff."""
+    """The audit report of ``repo``, offline: check's findings, recorded reference states, every diff.
+
+    With ``since`` (a git revision of the repository), each patch whose diff changed since then
+    carries the interdiff of its diff at ``since`` against its diff now.
+    """
     result = check(repo, lock, lock_bytes, store)
     assessed = {a.patch: a for a in refs.assess(lock, refs.git_containment(lock, cache), now)}
     hand = handdiffs.chains(lock, lambda d: _read(repo, str(d.file)))
     sections = tuple(_section(repo, lock, p, assessed[p.name], result, cache, hand) for p in lock.patches)
+    if since is not None:
+        sections = tuple(_since(repo, lock, s, since) for s in sections)
     return AuditReport(
         deployment=lock.name,
         generated_at=refs.timestamp(now),
@@ -187,6 +202,22 @@ def build(
         files_hashed=result.files_hashed,
         diffs_verified=result.diffs_verified,
     )
+
+
+def _since(repo: Repo, lock: Lockfile, s: PatchSection, rev: str) -> PatchSection:
+    from patchkit.trust import interdiff
+
+    p = lock.patch(s.name)
+    if p is None or p.diff is None:
+        return s
+    old = interdiff.at_revision(repo.root, rev, str(p.diff.file))
+    now = _read(repo, str(p.diff.file))
+    if now is None:
+        return s
+    if old is None:
+        return dataclasses.replace(s, interdiff=(f"new since {rev}: no diff of it was committed there",))
+    found = interdiff.compare(old, now)
+    return dataclasses.replace(s, interdiff=tuple(found.lines())) if found is not None and not found.empty else s
 
 
 def _upstream_pin(u: Upstream) -> Pin:

@@ -1,4 +1,5 @@
-"""Rules about the compose files: emitted ones are exactly what ``patchkit emit`` writes, hand-kept ones mount pins."""
+"""Rules about what is deployed: emitted compose files and Kubernetes manifests are exactly what ``patchkit emit``
+writes, hand-kept compose files mount pins, derived images are built on the pinned base."""
 
 from __future__ import annotations
 
@@ -34,6 +35,47 @@ def emitted(state: State) -> list[Finding]:
         )
         for rel in drifted(files, state.view.read)
     ]
+
+
+def kubernetes(state: State) -> list[Finding]:
+    """With a [kubernetes] table in deploy.toml, the manifests must be exactly what emit writes."""
+    if not state.has_deploy_config:
+        return []
+    from patchkit.emit.files import drifted
+    from patchkit.emit.kubernetes import manifest_texts
+
+    try:
+        config = _config(state)
+    except BadInput:
+        return []  # emitted() reports a deploy.toml that cannot be read
+    if config.kubernetes is None:
+        return []
+    try:
+        files = manifest_texts(state.lock, config, validate_output=False)
+    except BadInput as e:
+        return [
+            Finding("kubernetes-unchecked", DEPLOY_CONFIG, None, f"cannot emit the Kubernetes manifests: {e}", e.hint)
+        ]
+    return [
+        Finding(
+            "kubernetes-drift",
+            rel,
+            None,
+            "differs from what patchkit emit --target kubernetes writes from lockfile.toml and deploy.toml "
+            "(edited by hand, or the pins moved)",
+            "regenerate it: patchkit emit --target kubernetes",
+        )
+        for rel in drifted(files, state.view.read)
+    ]
+
+
+def derived_stale(state: State) -> list[Finding]:
+    """Each derived image must be built on the base digest the lockfile pins now (offline)."""
+    if not state.lock.derived:
+        return []
+    from patchkit.images.verify import stale_findings
+
+    return stale_findings(state.lock, state.index.line_of)
 
 
 def _config(state: State) -> DeployConfig:

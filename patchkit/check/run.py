@@ -3,7 +3,7 @@
 The rules are functions of a ``State`` (``check.state``), one module per
 concern: ``repository`` (pending writes, unsafe paths, orphans), ``pins`` (the
 pinned files, targets, canonical form), ``diffs`` (each patch's diff and base),
-``hand_diffs`` (diffs adopted by import), ``sums`` (SHA256SUMS) and ``compose``
+``hand_diffs`` (diffs adopted by import), ``series`` (patch series), ``sums`` (SHA256SUMS) and ``compose``
 (emitted and hand-kept compose files). ``RULES`` lists them in the order their
 findings are reported; a rule that verifies diffs returns their count beside
 its findings. Two checks read through modules of their own: the model pin's
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from patchkit.check import compose, diffs, guard, hand_diffs, pins, repository, sums
+from patchkit.check import compose, diffs, guard, hand_diffs, pins, repository, series, sums
 from patchkit.check.state import RepoView, State, gather, hash_pinned
 from patchkit.findings import CheckResult, Finding
 
@@ -39,9 +39,12 @@ RULES: tuple[Rule | VerifyingRule, ...] = (
     diffs.bases,
     diffs.patch_diffs,
     hand_diffs.hand_diffs,
+    series.series,
     diffs.overlays_have_diffs,
     sums.sums_file,
     compose.emitted,
+    compose.kubernetes,
+    compose.derived_stale,
     compose.mounts,
     guard.guard_script,
 )

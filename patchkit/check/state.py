@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -24,10 +24,12 @@ from patchkit.hashing import sha256_many
 from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
 from patchkit.lockfile.tomlpos import FieldPath, LineIndex
 from patchkit.repo import MANAGED_DIRS, WORK_DIR, Escape, Repo, gitignored, pending_journal, staging_pid
+from patchkit.series.model import Series, series_pins
 from patchkit.values import RepoPath
 
 if TYPE_CHECKING:
     from patchkit.cache import BlobStore
+    from patchkit.series.apply import Reader
 
 REBASE_STATE = f"{WORK_DIR}/rebase/state.json"
 DEPLOY_CONFIG = "deploy.toml"
@@ -150,6 +152,9 @@ class State:
     lockfile_unsafe: str | None = None
     sums: bytes | str | None = None
     has_deploy_config: bool = False
+    # Each patch series' upstream tree at its pin, read offline, or why it cannot be (patchkit.series.source).
+    series_tree: Callable[[Series], Reader | str] | None = None
+    series_rebase_pending: bool = False
 
     @cached_property
     def index(self) -> LineIndex:
@@ -199,6 +204,8 @@ def named_files(lock: Lockfile) -> Iterator[Named]:
             yield Named((key, i, "sha256"), a.file, a.sha256.hex, f"{key} '{a.name}'")
     for i, d in enumerate(lock.diffs):
         yield Named(("diffs", i, "sha256"), d.file, d.sha256.hex, "hand-kept diff")
+    for path, file, sha, owner in series_pins(lock.series):
+        yield Named(path, file, sha.hex, owner)
 
 
 def field_name(path: FieldPath, lock: Lockfile) -> str:
@@ -310,4 +317,19 @@ def gather(repo: Repo, lock: Lockfile, lock_bytes: bytes, store: BlobStore | Non
         lockfile_unsafe=_lockfile_unsafe(repo),
         sums=_sums_bytes(repo),
         has_deploy_config=(repo.root / DEPLOY_CONFIG).exists(),
+        series_tree=_series_tree(repo, lock),
+        series_rebase_pending=(repo.root / SERIES_REBASE_STATE).exists(),
     )
+
+
+SERIES_REBASE_STATE = f"{WORK_DIR}/series-rebase/state.json"
+
+
+def _series_tree(repo: Repo, lock: Lockfile) -> Callable[[Series], Reader | str] | None:
+    """The offline reader of each series' upstream (opened lazily, per series), when there are series."""
+    if not lock.series:
+        return None
+    from patchkit.cache import cache_dir
+    from patchkit.series.source import offline_tree
+
+    return offline_tree(lock, cache_dir(), repo.root)

@@ -111,8 +111,13 @@ def _print_refs(assessed: Any, result: Any, written: list[str]) -> None:
     default=None,
     help="html (default; .md/.json outputs default to markdown/json), markdown for a pull request, json.",
 )
+@click.option(
+    "--since",
+    metavar="REV",
+    help="Also show how each patch changed since this git revision of the repository (its interdiff).",
+)
 @click.pass_context
-def audit(ctx: click.Context, output: Path | None, fmt: str | None) -> None:
+def audit(ctx: click.Context, output: Path | None, fmt: str | None, since: str | None) -> None:
     """Write the audit report: every patch, why it exists, its upstream base, full diff and verification.
 
     Offline: statuses come from `patchkit check` and the reference states
@@ -129,7 +134,7 @@ def audit(ctx: click.Context, output: Path | None, fmt: str | None) -> None:
         fmt = {".md": "markdown", ".markdown": "markdown", ".json": "json"}.get(suffix, "html")
     repo, lock, data = open_repo(ctx)
     target = output_target(output, repo, lock) if output is not None else None
-    built = build(repo, lock, data, blob_store(), cache_path(), dt.datetime.now(dt.UTC))
+    built = build(repo, lock, data, blob_store(), cache_path(), dt.datetime.now(dt.UTC), since=since)
     if fmt == "json":
         text = as_json(built)
     elif fmt == "markdown":

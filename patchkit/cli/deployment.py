@@ -59,9 +59,15 @@ def init(directory: Path, name: str | None) -> None:
     is_flag=True,
     help="With --online: compare each overlay's base with the file at its target in the pinned images.",
 )
+@click.option(
+    "--deep",
+    is_flag=True,
+    help="Also read each pinned upstream tree (git, wheel, directory or image) and check that every import "
+    "of the upstream's own package in an overlay or module resolves there.",
+)
 @INSECURE
 @click.pass_context
-def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, insecure: tuple[str, ...]) -> None:
+def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, deep: bool, insecure: tuple[str, ...]) -> None:
     """Verify every offline invariant of the deployment; exit 1 on any finding.
 
     \b
@@ -97,6 +103,10 @@ def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, insecur
         result.findings.extend(
             online_findings(lock, index.line_of, cache_path(), insecure=insecure, image_bases=image_bases)
         )
+    if deep:
+        from patchkit.trust.deep import findings as deep_findings
+
+        result.findings.extend(deep_findings(repo, lock, cache_path(), blob_store()))
     click.echo(render(result, fmt), nl=False)
     if not result.ok:
         ctx.exit(EXIT_FINDINGS)
@@ -259,19 +269,27 @@ def status(ctx: click.Context, fmt: str) -> None:
     """Where the repository stands: a rebase in progress and its files, or an interrupted write."""
     from patchkit import rebase as rb
     from patchkit.repo import recover
+    from patchkit.series.rebase import status as series_status
 
     repo = find_repo(ctx)
     hold_lock(ctx, repo.root)
     finished = recover(repo.root)
     state = rb.status(repo)
     state["finished_interrupted_write"] = finished
+    series = series_status(repo.root)
+    if series is not None:
+        state["series_rebase"] = series
     broken = state["rebase"] is not None and "error" in state["rebase"]
     if fmt == "json":
         click.echo(json.dumps(state, indent=2, sort_keys=True))
         ctx.exit(EXIT_BAD_INPUT if broken else EXIT_OK)
     if finished:
         click.echo("finished a write of several files that was interrupted")
+    if series is not None:
+        _print_series_status(series)
     r = state["rebase"]
+    if r is None and series is not None:
+        return
     if r is None:
         click.echo("no rebase in progress")
         return
@@ -281,9 +299,23 @@ def status(ctx: click.Context, fmt: str) -> None:
     click.echo(f"rebase of {r['upstream']} in progress: {r['from']} -> {r['to']}")
     for f in r["conflicts"]:
         left = "resolved" if f["resolved"] else f"markers at lines {', '.join(map(str, f['markers'][:5]))}"
+        if f.get("broken"):
+            left = "broken: fix it there; --continue checks it again"
         click.echo(f"  {f['patch']}: {f['file']} ({left})")
     for name in r["deleted"]:
         click.echo(f"  {name}: deleted upstream; --continue --drop {name} to drop it")
+    click.echo("then: patchkit rebase --continue (or --abort)")
+
+
+def _print_series_status(s: dict[str, Any]) -> None:
+    """The series rebase in progress, as ``patchkit status`` shows it."""
+    if "error" in s:
+        click.echo(f"series rebase: {s['error']}")
+        return
+    click.echo(f"rebase of series {s['series']} in progress onto {str(s['onto'])[:12]}: waits on {s['stopped']}")
+    for f in s["conflicts"]:
+        left = "resolved" if f["resolved"] else f"markers at lines {', '.join(map(str, f['markers'][:5]))}"
+        click.echo(f"  {f['file']} ({left})")
     click.echo("then: patchkit rebase --continue (or --abort)")
 
 

@@ -13,6 +13,8 @@ from patchkit.cli.common import (
     INSECURE,
     PLATFORM,
     SubGroup,
+    blob_store,
+    cache_path,
     open_repo,
     pinned_or_given,
     print_changes,
@@ -113,6 +115,62 @@ def image_files(
     for p in missing:
         click.echo(f"missing {p}", err=True)
     ctx.exit(EXIT_FINDINGS if missing else EXIT_OK)
+
+
+@image.command("build")
+@click.option("--push", "push", required=True, metavar="REGISTRY/REPO[:TAG]", help="Where to push the derived image.")
+@click.option("--profile", default=None, help="The deploy.toml profile to build for (default: single).")
+@click.option(
+    "--chunk-size", type=click.IntRange(min=1), default=None, metavar="BYTES", help="Upload the layer in chunks."
+)
+@INSECURE
+@FORMAT
+@click.pass_context
+def image_build(
+    ctx: click.Context, push: str, profile: str | None, chunk_size: int | None, insecure: tuple[str, ...], fmt: str
+) -> None:
+    """Build the derived image (the pinned base plus one reproducible layer of every file that runs) and push it.
+
+    No Docker engine: the base's layers stay in the registry (mounted or
+    already there), only the new layer, configs and manifests are uploaded.
+    The digests are pinned as derived.PROFILE in the lockfile.
+    """
+    from patchkit.images.build import build_image
+    from patchkit.images.registry import RegistryClient
+
+    repo, lockf, _ = open_repo(ctx, writes=True)
+    with RegistryClient(insecure=insecure) as client:
+        outcome, built = build_image(
+            repo, lockf, blob_store(), cache_path(), push, profile=profile, client=client, chunk_size=chunk_size
+        )
+    if fmt == "json":
+        doc = {
+            "digest": built.digest.text,
+            "repository": built.repository,
+            "tag": built.tag,
+            "base_digest": built.base_digest.text,
+            "layer_digest": built.layer.digest.text,
+            "diff_id": built.layer.diff_id.text,
+            "created": built.created,
+            "platforms": {p: d.text for p, d in built.platforms},
+            "uploaded": list(built.upload.uploaded),
+            "mounted": list(built.upload.mounted),
+            "present": list(built.upload.present),
+            "bytes_uploaded": built.upload.bytes_sent,
+            "written": outcome.written,
+        }
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+        return
+    click.echo(f"{built.repository}@{built.digest}")
+    click.echo(f"  layer {built.layer.digest} ({built.layer.files} files, {built.layer.size} bytes)")
+    for p, d in built.platforms:
+        click.echo(f"  {p}: {d}")
+    up = built.upload
+    click.echo(
+        f"  uploaded {len(up.uploaded)} blobs ({up.bytes_sent} bytes), "
+        f"mounted {len(up.mounted)}, already there {len(up.present)}"
+    )
+    print_changes(outcome, fmt, "derived image unchanged")
 
 
 # The top-level commands of this family; `patchkit.cli.app` registers them on the root group.

@@ -56,11 +56,34 @@ def materialize(ctx: click.Context, out: Path | None, fmt: str) -> None:
 
 @click.command(cls=Command)
 @click.option("--profile", "profiles", multiple=True, help="Only this profile (default: every profile of deploy.toml).")
-@click.option("--check", "verify", is_flag=True, help="Write nothing; exit 1 if a compose file differs (drift).")
+@click.option("--check", "verify", is_flag=True, help="Write nothing; exit 1 if a file differs (drift).")
+@click.option(
+    "--target",
+    type=click.Choice(["compose", "kubernetes"]),
+    default="compose",
+    show_default=True,
+    help="compose files, or Kubernetes manifests (kubernetes/PROFILE.yaml, the derived image by digest).",
+)
+@click.option(
+    "--containerfile",
+    metavar="PATH",
+    help="Instead: write this Containerfile (in the repository) applying the patch series at build time.",
+)
+@click.option("--image", "image_name", metavar="NAME", help="With --containerfile: the pinned base image.")
+@click.option("--series-profile", metavar="P", help="With --containerfile: the series profile to apply.")
 @FORMAT
 @click.pass_context
-def emit(ctx: click.Context, profiles: tuple[str, ...], verify: bool, fmt: str) -> None:
-    """Write the compose files from lockfile.toml (pins) and deploy.toml (service configuration).
+def emit(
+    ctx: click.Context,
+    profiles: tuple[str, ...],
+    verify: bool,
+    target: str,
+    containerfile: str | None,
+    image_name: str | None,
+    series_profile: str | None,
+    fmt: str,
+) -> None:
+    """Write the compose files (or Kubernetes manifests) from lockfile.toml (pins) and deploy.toml (the service).
 
     Images by digest, every patch, module, transformer, tuning table and
     artifact mounted read-only at its target with a comment from its reason
@@ -68,22 +91,53 @@ def emit(ctx: click.Context, profiles: tuple[str, ...], verify: bool, fmt: str) 
     file is validated against the Compose specification schema and the
     security rules (inference service on loopback only, images by digest,
     read-only mounts) before anything is written. Output is byte-stable.
+
+    --target kubernetes writes kubernetes/PROFILE.yaml: a Deployment and a
+    Service per replica running the derived image (patchkit image build) by
+    digest, and the proxy, validated offline against the schemas of
+    [kubernetes] version (with kubernetes-validate installed; otherwise a
+    note says they were not validated).
     """
-    from patchkit.emit.files import emit_files
+    if containerfile is not None:
+        _emit_containerfile(ctx, containerfile, image_name, series_profile)
+        return
+    if target == "kubernetes":
+        from patchkit.emit.kubernetes import emit_files
+    else:
+        from patchkit.emit.files import emit_files
 
     repo, lockf, _ = open_repo(ctx, writes=not verify)
     notes: list[str] = []
     outcome, drift = emit_files(repo, lockf, profiles, check_only=verify, notes=notes)
     for note in notes:
         click.echo(f"note: {note}", err=True)
+    fix = "patchkit emit" + (" --target kubernetes" if target == "kubernetes" else "")
     if verify:
         for rel in drift:
-            click.echo(f"{rel}: differs from what patchkit emit writes (edited by hand, or the pins moved)")
-        click.echo(
-            "emit --check: " + ("ok" if not drift else f"FAILED: {len(drift)} file(s) drifted; fix: patchkit emit")
-        )
+            click.echo(f"{rel}: differs from what {fix} writes (edited by hand, or the pins moved)")
+        click.echo("emit --check: " + ("ok" if not drift else f"FAILED: {len(drift)} file(s) drifted; fix: {fix}"))
         ctx.exit(EXIT_FINDINGS if drift else EXIT_OK)
-    print_changes(outcome, fmt, "compose files are up to date")
+    print_changes(
+        outcome, fmt, ("Kubernetes manifests" if target == "kubernetes" else "compose files") + " are up to date"
+    )
+
+
+def _emit_containerfile(ctx: click.Context, rel: str, image: str | None, profile: str | None) -> None:
+    """``emit --containerfile``: the build file and the files it copies, written as one transaction."""
+    from patchkit.emit.containerfile import emit_containerfile
+    from patchkit.repo import write_all
+    from patchkit.values import RepoPath
+
+    repo, lockf, _ = open_repo(ctx, writes=True)
+    try:
+        RepoPath(rel)
+    except ValueError as e:
+        from patchkit.errors import BadInput
+
+        raise BadInput(f"--containerfile {rel}: {e}", "name a path inside the repository (the build context)") from e
+    out = emit_containerfile(repo, lockf, image, profile)
+    for written in write_all(repo.root, {rel: out.containerfile, **out.files}):
+        click.echo(f"wrote {written}")
 
 
 @click.command(cls=Command)
@@ -145,9 +199,41 @@ def verify_bundle(path: Path, fmt: str) -> None:
     sys.exit(EXIT_FINDINGS if problems else EXIT_OK)
 
 
+@click.command(cls=Command, name="apply")
+@click.option(
+    "--to", "dest", type=click.Path(file_okay=False, path_type=Path), required=True, help="The tree to patch."
+)
+@click.option("--series", "series_name", help="The series (default: the only one).")
+@click.option("--profile", help="Only the patches this profile selects (default: every patch of the series).")
+@FORMAT
+@click.pass_context
+def apply_command(ctx: click.Context, dest: Path, series_name: str | None, profile: str | None, fmt: str) -> None:
+    """Apply a series to a source tree or an installed package's directory, exactly and atomically.
+
+    Every patch of the profile applies in order with exact context (a hunk
+    found some lines away is applied there and reported, never fuzzed), in
+    memory first: nothing is written unless all apply. Then every file, and
+    the record of what was applied (DIR/.patchkit/series/NAME.json), is
+    written as one transaction. A file the tree does not carry (tests or
+    requirements beside an installed package) is reported and skipped.
+    Exit 1 when a patch does not apply, 2 on bad input.
+    """
+    from patchkit.series.tree import apply_to_dir, find_series, report
+
+    repo, lockf, _ = open_repo(ctx)
+    done = apply_to_dir(repo, find_series(lockf.series, series_name), profile, dest)
+    lines, doc = report(done)
+    if fmt == "json":
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        for line in lines:
+            click.echo(line)
+
+
 # The top-level commands of this family; `patchkit.cli.app` registers them on the root group.
 COMMANDS: tuple[click.Command, ...] = (
     materialize,
+    apply_command,
     emit,
     bundle,
     verify_bundle,

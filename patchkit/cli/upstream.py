@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -19,7 +20,7 @@ from patchkit.cli.common import (
     open_repo,
     print_changes,
 )
-from patchkit.errors import EXIT_FINDINGS, EXIT_OK
+from patchkit.errors import EXIT_FINDINGS, EXIT_OK, BadInput
 
 
 @click.group(cls=SubGroup)
@@ -104,6 +105,99 @@ def upstream_list(ctx: click.Context, fmt: str) -> None:
         click.echo(f"{r['name'].ljust(width)}  {r['source']:<5}  {r['pin']}  {patches}  {r['location'] or ''}".rstrip())
 
 
+@upstream.command("find-base")
+@click.argument("names", nargs=-1, metavar="[NAME]...")
+@click.option("--upstream", "upstream_name", metavar="NAME", help="The upstream to search (default: the only one).")
+@click.option("--tags", metavar="GLOB", help="Git: try every tag matching GLOB (default, with no --candidate: all).")
+@click.option(
+    "--candidate",
+    "wanted",
+    multiple=True,
+    metavar="REF",
+    help="A version to try: a commit or tag (git), a version (wheel), an image reference (image).",
+)
+@click.option("--path", metavar="P", help="The overlay's upstream path, when its target does not say it.")
+@click.option("--record", is_flag=True, help="Pin the exact base found (and its diff) in the lockfile.")
+@click.option("--nearest", is_flag=True, help="With --record: pin the nearest candidate too when none is exact.")
+@FORMAT
+@click.pass_context
+def upstream_find_base(
+    ctx: click.Context,
+    names: tuple[str, ...],
+    upstream_name: str | None,
+    tags: str | None,
+    wanted: tuple[str, ...],
+    path: str | None,
+    record: bool,
+    nearest: bool,
+    fmt: str,
+) -> None:
+    """Find the upstream version each overlay without a known base was copied from.
+
+    Reads the overlay's upstream path at every candidate (git: all in one
+    batched cat-file) and ranks them: exact when the file is the base the
+    overlay's hand-kept diff rebuilds, else by the lines that differ from
+    the overlay. Prints every candidate's evidence; records nothing unless
+    --record (exact matches only, nearest ones too with --nearest). Exit 1
+    when an overlay has no exact match.
+    """
+    from patchkit.trust import findbase
+
+    if nearest and not record:
+        raise BadInput("--nearest is for --record")
+    repo, lockf, _ = open_repo(ctx, writes=record)
+    up = _only_upstream(lockf, upstream_name)
+    targets = findbase.overlays(lockf, names)
+    if not targets:
+        raise BadInput("no overlay without a pinned base: name the patches to look for")
+    cands, read = findbase.candidates(up, cache_path(), repo.root, wanted, tags)
+    if not cands:
+        raise BadInput(f"no candidate to try in upstream '{up.name}'" + (f" (no tag matches {tags!r})" if tags else ""))
+    found = findbase.find(repo, lockf, targets, path, cands, read)
+    outcome = None
+    if record:
+        from patchkit.persist import finish
+
+        new_lock, files, outcome = findbase.record(repo, lockf, up, found, nearest)
+        if outcome.changes:
+            outcome.written = finish(repo, new_lock, files)
+    if fmt == "json":
+        doc = {
+            "upstream": up.name,
+            "found": [f.as_dict() for f in found],
+            "recorded": bool(outcome and outcome.changes),
+        }
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        for f in found:
+            click.echo(f"{f.patch} ({f.path}) in upstream {up.name}, {len(f.tried)} candidates:")
+            width = max(len(t.candidate.label) for t in f.tried)
+            for t in f.tried:
+                what = "absent" if t.sha256 is None else "exact" if t.exact else f"{t.distance} lines differ"
+                click.echo(f"  {t.candidate.label.ljust(width)}  {t.candidate.ref[:12]:<12}  {what}")
+            click.echo(f"  -> {f.verdict()}")
+        if outcome is not None:
+            for c in outcome.changes:
+                click.echo(f"{c.what}: {c.old} -> {c.new}")
+            for rel in outcome.written:
+                click.echo(f"wrote {rel}")
+        elif any(f.best is not None for f in found):
+            click.echo("nothing recorded; pin what was found with --record")
+    ctx.exit(EXIT_OK if all(f.exact for f in found) else EXIT_FINDINGS)
+
+
+def _only_upstream(lockf: Any, name: str | None) -> Any:
+    if name is not None:
+        up = lockf.upstream(name)
+        if up is None:
+            raise BadInput(f"--upstream: '{name}' is not in the lockfile")
+        return up
+    if len(lockf.upstreams) != 1:
+        known = ", ".join(u.name for u in lockf.upstreams) or "none"
+        raise BadInput(f"say which upstream to search: --upstream NAME (known: {known})")
+    return lockf.upstreams[0]
+
+
 @click.command(cls=Command)
 @click.option("--onto", metavar="REV", help="The new upstream pin: a commit, branch or tag (git), a version (wheel).")
 @click.option(
@@ -115,22 +209,33 @@ def upstream_list(ctx: click.Context, fmt: str) -> None:
     help="Read the new files from git (the recorded URL), git:URL[@REV] or a URL alone, dir:PATH or "
     "wheel:PROJECT==VERSION instead of the recorded source.",
 )
+@click.option("--series", "series_name", metavar="NAME", help="Rebase this patch series (like git am -3) instead.")
 @click.option("--continue", "cont", is_flag=True, help="Commit a rebase whose conflicts are resolved.")
 @click.option("--abort", is_flag=True, help="Forget the rebase in progress (the repository was never changed).")
 @click.option("--drop", multiple=True, metavar="NAME", help="Drop this patch in the bump (e.g. deleted upstream).")
+@click.option(
+    "--accept-broken",
+    multiple=True,
+    metavar="NAME",
+    help="Commit this broken patch as it is (needs --reason, recorded in the summary).",
+)
+@click.option("--reason", metavar="TEXT", help="Why the --accept-broken patches are committed all the same.")
 @click.option("--summary", type=click.Path(dir_okay=False, path_type=Path), help="Write a Markdown summary for the PR.")
 @click.option(
     "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format."
 )
 @click.pass_context
-def rebase(
+def rebase(  # noqa: C901 (one over the ceiling with the --series branch)
     ctx: click.Context,
     onto: str | None,
     upstream_name: str | None,
     source: str | None,
+    series_name: str | None,
     cont: bool,
     abort: bool,
     drop: tuple[str, ...],
+    accept_broken: tuple[str, ...],
+    reason: str | None,
     summary: Path | None,
     fmt: str,
 ) -> None:
@@ -140,8 +245,14 @@ def rebase(
     committed overlay and its diff, or the source at the old pin), ours = the
     patch, theirs = the file at the new pin (renames followed). Outcomes:
     clean, conflict, upstreamed, partially-upstreamed, unchanged, moved,
-    deleted; clean merges that touch a function upstream also changed are
-    flagged for review.
+    deleted, broken; clean merges that touch a function upstream also changed
+    are flagged for review.
+
+    Every Python file produced is checked: it parses, leaves no name
+    undefined that its inputs did not, and its imports of the upstream's own
+    package resolve in the new tree. A file that fails is broken: it waits
+    under .patchkit/rebase/broken/ like a conflict, or is committed as it is
+    with --accept-broken NAME --reason TEXT.
 
     With no conflict, patches, diffs, lockfile and SHA256SUMS are updated
     together (exit 0). Otherwise nothing in the repository changes: the
@@ -149,7 +260,10 @@ def rebase(
     resolve them and run --continue, or --abort.
     """
     from patchkit import rebase as rb
+    from patchkit.cli.series import rebase_series
 
+    if rebase_series(ctx, series_name, onto, cont=cont, abort=abort, fmt=fmt):
+        return
     if abort:
         repo = find_repo(ctx)
         hold_lock(ctx, repo.root)
@@ -161,8 +275,9 @@ def rebase(
 
         output_target(summary, repo, lockf)  # refused before anything is committed
     store = blob_store()
+    accept = _accepts(accept_broken, reason)
     if cont:
-        result, outcome = rb.resume(repo, lockf, data, store, drop)
+        result, outcome = rb.resume(repo, lockf, data, store, drop, accept=accept, cache=cache_path())
         if not result.upstream:
             click.echo("the rebase had already been committed; cleaned up its work area")
             return
@@ -173,7 +288,16 @@ def rebase(
             atomic_write(output_target(summary, repo, lockf), rb.summary_markdown(result).encode())
         return
     started = rb.start(
-        repo, lockf, data, onto=onto, upstream=upstream_name, source=source, cache=cache_path(), store=store, drop=drop
+        repo,
+        lockf,
+        data,
+        onto=onto,
+        upstream=upstream_name,
+        source=source,
+        cache=cache_path(),
+        store=store,
+        drop=drop,
+        accept=accept,
     )
     if summary is not None:
         from patchkit.repo import atomic_write, output_target
@@ -204,6 +328,15 @@ def rebase(
             for rel in started.conflict_files:
                 click.echo(f"  resolve {rel}")
     ctx.exit(EXIT_OK if started.outcome is not None else EXIT_FINDINGS)
+
+
+def _accepts(names: tuple[str, ...], reason: str | None) -> dict[str, str]:
+    """--accept-broken NAME… with its --reason: name -> reason; either alone is bad usage."""
+    if names and not (reason or "").strip():
+        raise BadInput("--accept-broken needs --reason TEXT: why the broken file is committed all the same")
+    if reason is not None and not names:
+        raise BadInput("--reason is for --accept-broken NAME")
+    return dict.fromkeys(names, (reason or "").strip())
 
 
 @click.command(cls=Command)

@@ -1,3 +1,4 @@
 """Emitting the compose files: ``deploy.toml`` (``config``), the pure writer (``compose``), the
-security rules (``rules``), validation (``validate``) and the command's transaction (``files``).
+security rules (``rules``), validation (``validate``) and the command's transaction (``files``); and a
+Containerfile applying the patch series at build time (``containerfile``).
 """

@@ -152,6 +152,7 @@ class DeployConfig:
     guard: GuardConfig | None = None
     file: str = CONFIG_NAME
     lines: Mapping[str, int] = field(default_factory=dict, compare=False)
+    kubernetes: Mapping[str, Any] | None = None  # the [kubernetes] table as written; emit/kubernetes.py reads it
 
     def profile(self, name: str) -> Profile:
         for p in self.profiles:
@@ -197,7 +198,7 @@ def loads_config(text: str, filename: str = CONFIG_NAME) -> DeployConfig:
 
 class _ConfigReader(FieldReader):
     def read(self, raw: dict[str, Any]) -> DeployConfig | None:
-        self.known(raw, (), ("schema", "name", "inference", "proxy", "profiles", "guard"))
+        self.known(raw, (), ("schema", "name", "inference", "proxy", "profiles", "kubernetes", "guard"))
         schema = raw.get("schema")
         if schema != CONFIG_SCHEMA or isinstance(schema, bool):
             self.problem(("schema",) if "schema" in raw else (), f"must be {CONFIG_SCHEMA}, got {schema!r}")
@@ -238,6 +239,7 @@ class _ConfigReader(FieldReader):
             guard=read_config(self, raw),
             file=self.filename,
             lines=self.lines(),
+            kubernetes=self.table(raw, (), "kubernetes"),
         )
 
     def lines(self) -> dict[str, int]:

@@ -44,6 +44,7 @@ def as_json(report: AuditReport) -> str:
                 "added": s.added,
                 "removed": s.removed,
                 "diff": s.diff,
+                "interdiff": list(s.interdiff),
                 "verification": [{**v.__dict__, "status": v.status.value} for v in s.verification],
                 "findings": [f.as_dict() for f in s.findings],
             }
@@ -141,6 +142,12 @@ def _md_section(s: PatchSection) -> list[str]:
         detail = f": {_cell(v.detail)}" if v.detail else ""
         out.append(f"- {_STATUS_MARK[v.status]} `{v.file}` {v.what}{detail}")
     out.append("")
+    if s.interdiff:
+        head, *rest = s.interdiff
+        out += [f"What changed in the patch: {_cell(head)}", ""]
+        if rest:
+            fence = _fence("\n".join(rest))
+            out += [f"{fence}diff", *rest, fence, ""]
     if s.diff:
         lines = s.diff.splitlines()
         shown = "\n".join(lines[:MARKDOWN_DIFF_LINES])

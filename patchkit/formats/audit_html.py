@@ -307,6 +307,11 @@ def _patch(s: PatchSection) -> str:
         body.append("".join(ver))
     for f in s.findings:
         body.append(_finding(f))
+    if s.interdiff:
+        head_line, *rest = s.interdiff
+        body.append(f"<h3>What changed in the patch</h3><p>{_e(head_line)}</p>")
+        if rest:
+            body.append(f'<div class="diffwrap"><pre class="mono">{_e(chr(10).join(rest))}</pre></div>')
     body.append(_diff(s))
     return head + "".join(body) + "</div></section>"
 

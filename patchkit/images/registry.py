@@ -41,7 +41,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, cast
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urljoin, urlsplit
 
 import requests
 import urllib3
@@ -232,6 +232,11 @@ def _descriptor(item: object, what: str) -> Descriptor:
         variant = p.get("variant")
         platform = Platform(p["os"], p["architecture"], variant if isinstance(variant, str) and variant else None)
     return Descriptor(media_type, d, size, platform)
+
+
+def parse_descriptor(item: object, what: str) -> Descriptor:
+    """One descriptor of a manifest or index (pure); ``Malformed`` if it is not one."""
+    return _descriptor(item, what)
 
 
 def parse_manifest(body: bytes, content_type: str | None = None) -> ImageManifest | ImageIndex:
@@ -971,6 +976,220 @@ class RegistryClient:
         found = self._read_paths(ref, layers, set(wanted.values()))
         return {given: found[norm] for given, norm in wanted.items()}
 
+    def manifest(self, ref: ImageRef, digest: Digest) -> tuple[bytes, str]:
+        """The bytes and media type of the manifest or index ``digest`` in ``ref``'s repository, verified."""
+        image = ref.with_digest(digest)
+        key = (image.registry, image.repository, digest)
+        body = self._manifests.get(key)
+        if body is None:
+            body, _ = self._get_manifest(image, digest.text)
+            got = digest_of(body)
+            if got != digest:
+                raise RegistryError(
+                    f"{image.name}@{digest}: the manifest served hashes to {got}, not to its digest; refusing it"
+                )
+            self._manifests[key] = body
+        parsed = self._parse_manifest(image, body, None, digest)
+        return body, parsed.media_type
+
+    def blob(self, ref: ImageRef, desc: Descriptor, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
+        """A small blob (a config, a signature) read whole and refused unless it hashes to its descriptor."""
+        what = f"blob {desc.digest} of {ref.name}"
+        if desc.size > limit:
+            raise RegistryError(f"{what} is {desc.size} bytes, over the {limit >> 20} MiB limit")
+        resp = self._request("GET", ref, f"blobs/{desc.digest}", what=what, size=desc.size)
+        body = self._read_small(resp, limit, what)
+        got = digest_of(body)
+        if got != desc.digest or len(body) != desc.size:
+            raise RegistryError(
+                f"{what}: the content ({len(body)} bytes) hashes to {got}, not to its descriptor; refusing it",
+                "the registry or something between it and you corrupted the blob; try again or report it",
+            )
+        return body
+
+    # -- writing ----------------------------------------------------------------------------------
+
+    def has_blob(self, ref: ImageRef, digest: Digest) -> bool:
+        """Whether ``ref``'s repository already holds blob ``digest`` (a HEAD: nothing is downloaded)."""
+        try:
+            resp = self._request("HEAD", ref, f"blobs/{digest}", what=f"blob {digest} in {ref.name}", push=True)
+        except RegistryError as e:
+            if e.status == 404:
+                return False
+            raise
+        resp.close()
+        return True
+
+    def mount_blob(self, ref: ImageRef, digest: Digest, source: ImageRef) -> bool:
+        """Ask the registry to link blob ``digest`` of ``source``'s repository into ``ref``'s (no bytes sent).
+
+        True when it did (201). A registry that cannot mount answers 202 with
+        an upload session instead, which is cancelled; then the blob must be
+        copied. Repositories on different registries are never mounted.
+        """
+        if source.registry != ref.registry:
+            return False
+        query = urlencode({"mount": digest.text, "from": source.repository})
+        resp = self._request(
+            "POST",
+            ref,
+            f"blobs/uploads/?{query}",
+            what=f"mounting {digest} into {ref.name}",
+            push=True,
+            mount_from=source,
+        )
+        resp.close()
+        if resp.status_code == 201:
+            return True
+        location = resp.headers.get("Location")
+        if location:
+            with contextlib.suppress(RegistryError):
+                cancel = self._upload_url(ref, location)
+                self._request(
+                    "DELETE", ref, "", what="cancelling an upload", push=True, url=cancel, mount_from=source
+                ).close()
+        return False
+
+    def push_blob(
+        self, ref: ImageRef, data: bytes, *, chunk_size: int | None = None, known_absent: bool = False
+    ) -> Descriptor:
+        """Upload ``data`` as a blob of ``ref``'s repository: monolithic, or in ``chunk_size`` PATCHes.
+
+        The registry must confirm the digest patchkit computed; a blob already
+        there is not sent again (``known_absent``: the caller has just asked).
+        Returns its descriptor (media type left empty).
+        """
+        digest = digest_of(data)
+        if known_absent or not self.has_blob(ref, digest):
+            if chunk_size is None:
+                location = self._start_upload(ref, digest)
+                self._finish_upload(ref, location, digest, data)
+            else:
+                self._push_chunks(ref, digest, (data[i : i + chunk_size] for i in range(0, len(data), chunk_size)))
+        return Descriptor("", digest, len(data))
+
+    def copy_blob(self, source: ImageRef, ref: ImageRef, desc: Descriptor, *, chunk_size: int = 16 << 20) -> str:
+        """Put blob ``desc`` of ``source`` into ``ref``'s repository: skipped, mounted or streamed across.
+
+        Returns how: ``"present"``, ``"mounted"`` or ``"copied"``. A copied blob
+        is hashed while it streams and the upload is not completed unless it
+        matches its digest.
+        """
+        if self.has_blob(ref, desc.digest):
+            return "present"
+        if self.mount_blob(ref, desc.digest, source):
+            return "mounted"
+        what = f"blob {desc.digest} of {source.name}"
+        resp = self._request("GET", source, f"blobs/{desc.digest}", what=what, size=desc.size)
+        try:
+            self._push_chunks(ref, desc.digest, _verified_chunks(resp, desc, chunk_size, what))
+        finally:
+            resp.close()
+        return "copied"
+
+    def put_manifest(self, ref: ImageRef, reference: str, body: bytes, media_type: str) -> Digest:
+        """PUT a manifest or index under ``reference`` (a tag, or its own digest); its digest.
+
+        The digest is the sha256 of ``body`` (what any client will verify);
+        the registry's answer must agree when it gives one.
+        """
+        return self._put_manifest(ref, reference, body, media_type)[0]
+
+    def put_referrer(self, ref: ImageRef, body: bytes) -> tuple[Digest, bool]:
+        """PUT an OCI manifest with a ``subject`` by its digest; and whether the registry indexed the subject.
+
+        A registry with the referrers API says so with an ``OCI-Subject``
+        header (distribution-spec 1.1); without it the caller must maintain
+        the referrers tag itself.
+        """
+        digest, headers = self._put_manifest(ref, digest_of(body).text, body, OCI_MANIFEST)
+        return digest, bool(headers.get("OCI-Subject"))
+
+    def _put_manifest(
+        self, ref: ImageRef, reference: str, body: bytes, media_type: str
+    ) -> tuple[Digest, Mapping[str, str]]:
+        digest = digest_of(body)
+        what = f"putting manifest {digest} to {ref.name}:{reference}"
+        resp = self._request(
+            "PUT", ref, f"manifests/{reference}", what=what, data=body, headers={"Content-Type": media_type}, push=True
+        )
+        resp.close()
+        said = resp.headers.get("Docker-Content-Digest")
+        if said and said != digest.text:
+            raise RegistryError(f"{what}: the registry stored it as {said}, not as {digest}")
+        self._manifests[(ref.registry, ref.repository, digest)] = body
+        return digest, resp.headers
+
+    def referrers(self, ref: ImageRef, digest: Digest) -> tuple[list[dict[str, Any]], bool]:
+        """The referrers of ``digest`` (raw descriptors with ``artifactType``), and whether the API answered.
+
+        Asks the referrers API (distribution-spec 1.1); a registry without it
+        (404) is read through the referrers tag schema (``sha256-<hex>``, an
+        index), as the specification's fallback says. No referrers: ``[]``.
+        """
+        what = f"referrers of {ref.name}@{digest}"
+        try:
+            resp = self._request("GET", ref, f"referrers/{digest}", what=what, accept=OCI_INDEX)
+        except RegistryError as e:
+            if e.status != 404:
+                raise
+        else:
+            body = self._read_small(resp, MAX_DOCUMENT_BYTES, what)
+            if resp.headers.get("Content-Type", "").split(";")[0].strip() == OCI_INDEX:
+                return _referrer_list(body, what), True
+        return self.referrers_tag(ref, digest), False
+
+    def referrers_tag(self, ref: ImageRef, digest: Digest) -> list[dict[str, Any]]:
+        """The referrers recorded in the fallback tag ``sha256-<hex>`` of ``digest``; ``[]`` without one."""
+        what = f"referrers tag of {ref.name}@{digest}"
+        try:
+            body, _ = self._get_manifest(ref, referrers_tag(digest))
+        except RegistryError as e:
+            if e.status == 404:
+                return []
+            raise
+        return _referrer_list(body, what)
+
+    def _upload_url(self, ref: ImageRef, location: str) -> str:
+        return urljoin(self._base(ref.registry) + "/", location)
+
+    def _start_upload(self, ref: ImageRef, digest: Digest) -> str:
+        resp = self._request("POST", ref, "blobs/uploads/", what=f"starting the upload of {digest}", push=True)
+        resp.close()
+        location = resp.headers.get("Location")
+        if resp.status_code != 202 or not location:
+            raise RegistryError(f"{ref.name}: the registry answered {resp.status_code} without an upload location")
+        return self._upload_url(ref, location)
+
+    def _finish_upload(self, ref: ImageRef, location: str, digest: Digest, data: bytes = b"") -> None:
+        url = location + ("&" if "?" in location else "?") + urlencode({"digest": digest.text})
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(len(data))}
+        what = f"uploading blob {digest} to {ref.name}"
+        resp = self._request("PUT", ref, "", what=what, data=data, headers=headers, push=True, url=url)
+        resp.close()
+        said = resp.headers.get("Docker-Content-Digest")
+        if said and said != digest.text:
+            raise RegistryError(f"{what}: the registry stored it as {said}")
+
+    def _push_chunks(self, ref: ImageRef, digest: Digest, chunks: Iterable[bytes]) -> None:
+        """A chunked upload: one PATCH per chunk (``Content-Range``), then the closing PUT."""
+        location = self._start_upload(ref, digest)
+        offset = 0
+        for chunk in chunks:
+            if not chunk:
+                continue
+            headers = {
+                "Content-Type": "application/octet-stream",
+                "Content-Range": f"{offset}-{offset + len(chunk) - 1}",
+                "Content-Length": str(len(chunk)),
+            }
+            what = f"uploading bytes {offset}-{offset + len(chunk) - 1} of {digest} to {ref.name}"
+            resp = self._request("PATCH", ref, "", what=what, data=chunk, headers=headers, push=True, url=location)
+            resp.close()
+            location = self._upload_url(ref, resp.headers.get("Location") or location)
+            offset += len(chunk)
+        self._finish_upload(ref, location, digest)
+
     # -- reading layers ---------------------------------------------------------------------------
 
     def _read_paths(self, ref: ImageRef, layers: list[_Layer], paths: set[str]) -> dict[str, bytes | None]:
@@ -1192,6 +1411,7 @@ class RegistryClient:
         what: str,
         auth: tuple[str, str] | None = None,
         size: int | None = None,
+        data: bytes | None = None,
     ) -> tuple[requests.Response, int]:
         """One request, repeated with backoff after a 5xx, a timeout or a connection failure.
 
@@ -1210,6 +1430,7 @@ class RegistryClient:
                         url,
                         headers=headers,
                         auth=auth,
+                        data=data,
                         timeout=min(self._timeout, deadline.remaining()),
                         stream=True,
                     )
@@ -1242,25 +1463,44 @@ class RegistryClient:
             return resp, attempt + 1
 
     def _request(
-        self, method: str, image: ImageRef, path: str, *, what: str, accept: str | None = None, size: int | None = None
+        self,
+        method: str,
+        image: ImageRef,
+        path: str,
+        *,
+        what: str,
+        accept: str | None = None,
+        size: int | None = None,
+        data: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        push: bool = False,
+        url: str | None = None,
+        mount_from: ImageRef | None = None,
     ) -> requests.Response:
-        """A registry API request for ``image`` with authentication; any non-2xx answer is a ``RegistryError``."""
-        url = f"{self._base(image.registry)}/v2/{image.repository}/{path}"
+        """A registry API request for ``image`` with authentication; any non-2xx answer is a ``RegistryError``.
+
+        ``push`` asks for a token that may also write (and, with
+        ``mount_from``, read that repository, so a blob can be mounted from
+        it); ``url`` (an upload location the registry gave) replaces
+        ``path``; ``data`` is the body.
+        """
+        scope = _scope(image, push, mount_from)
+        url = url or f"{self._base(image.registry)}/v2/{image.repository}/{path}"
         retried_auth = False
         while True:
-            headers = {"User-Agent": _USER_AGENT}
+            sent = {"User-Agent": _USER_AGENT, **(headers or {})}
             if accept:
-                headers["Accept"] = accept
-            authorization = self._authorization(image)
+                sent["Accept"] = accept
+            authorization = self._authorization(image, scope)
             if authorization:
-                headers["Authorization"] = authorization
-            resp, attempts = self._send(method, url, headers, what, size=size)
+                sent["Authorization"] = authorization
+            resp, attempts = self._send(method, url, sent, what, size=size, data=data)
             if 200 <= resp.status_code < 300:
                 return resp
             challenge = parse_challenge(resp.headers.get("WWW-Authenticate", ""))
             if resp.status_code == 401 and not retried_auth and challenge is not None:
                 self._challenges[image.registry] = challenge
-                self._tokens.pop((image.registry, _scope(image)), None)
+                self._tokens.pop((image.registry, scope), None)
                 try:
                     again = challenge.scheme == "bearer" or (
                         challenge.scheme == "basic" and self._credentials(image) is not None
@@ -1274,7 +1514,7 @@ class RegistryClient:
                     continue
             raise self._status_error(resp, image, what, challenge, attempts)
 
-    def _authorization(self, image: ImageRef) -> str | None:
+    def _authorization(self, image: ImageRef, scope: str) -> str | None:
         challenge = self._challenges.get(image.registry)
         if challenge is None:
             return None
@@ -1283,14 +1523,14 @@ class RegistryClient:
             return _basic(creds) if creds else None
         if challenge.scheme != "bearer":
             return None
-        key = (image.registry, _scope(image))
+        key = (image.registry, scope)
         token = self._tokens.get(key)
         if token is None or _now() >= token.expires_at:
-            token = self._fetch_token(image, challenge, creds)
+            token = self._fetch_token(image, challenge, creds, scope)
             self._tokens[key] = token
         return f"Bearer {token.value}"
 
-    def _fetch_token(self, image: ImageRef, challenge: Challenge, creds: tuple[str, str] | None) -> _Token:
+    def _fetch_token(self, image: ImageRef, challenge: Challenge, creds: tuple[str, str] | None, scope: str) -> _Token:
         """The anonymous (or credentialed) Bearer token flow of the distribution auth spec."""
         realm = challenge.params.get("realm", "")
         parts = urlsplit(realm)
@@ -1299,7 +1539,7 @@ class RegistryClient:
             raise RegistryError(f"{image.registry} asked for a Bearer token without a usable realm ({realm!r})")
         if parts.scheme == "http" and not self._plain_http_ok(parts.netloc):
             raise RegistryError(f"{image.registry} sends its token realm over plain HTTP ({realm}); refusing it")
-        query = {"scope": _scope(image)}
+        query: dict[str, str | list[str]] = {"scope": scope.split(" ")}
         if "service" in challenge.params:
             query["service"] = challenge.params["service"]
         if creds:
@@ -1405,6 +1645,50 @@ class RegistryClient:
         return RegistryError(f"{what}: {status} {resp.reason or ''}{tries} ({detail})", status=status)
 
 
+def referrers_tag(digest: Digest) -> str:
+    """The tag of the referrers tag schema for ``digest`` (``sha256-<hex>``; distribution-spec 1.1)."""
+    return f"sha256-{digest.hex}"
+
+
+def _referrer_list(body: bytes, what: str) -> list[dict[str, Any]]:
+    """The ``manifests`` of a referrers index, each checked to be a descriptor."""
+    try:
+        doc = _json_object(body, what)
+        items = doc.get("manifests")
+        if not isinstance(items, list):
+            raise Malformed(f"{what} has no manifests list")
+        for i, item in enumerate(items):
+            _descriptor(item, f"{what}: manifests[{i}]")
+    except ValueError as e:
+        raise RegistryError(str(e)) from e
+    return [dict(item) for item in items]
+
+
+def _verified_chunks(resp: requests.Response, desc: Descriptor, size: int, what: str) -> Iterable[bytes]:
+    """``resp``'s body in chunks of ``size``; the last one is held back until the whole body hashes to ``desc``,
+    so a corrupt blob never completes an upload."""
+    h = hashlib.sha256()
+    total = 0
+    pending = b""
+    held: bytes | None = None
+    try:
+        for piece in resp.iter_content(1 << 20):
+            h.update(piece)
+            total += len(piece)
+            if total > desc.size:
+                raise RegistryError(f"{what}: more bytes than its descriptor's {desc.size}; refusing it")
+            pending += piece
+            while len(pending) >= size:
+                if held is not None:
+                    yield held
+                held, pending = pending[:size], pending[size:]
+    except requests.RequestException as e:
+        raise RegistryError(f"{what}: the download broke off ({_describe(e)})") from e
+    if h.hexdigest() != desc.digest.hex or total != desc.size:
+        raise RegistryError(f"{what}: the content hashes to sha256:{h.hexdigest()}, not to its digest; refusing it")
+    yield (held or b"") + pending
+
+
 def _cancel_on_close(resp: requests.Response, deadline: _Deadline) -> None:
     """End ``deadline`` when ``resp`` is closed (or dropped): its socket may then serve another request."""
     ref = weakref.ref(resp)
@@ -1427,8 +1711,12 @@ def _late(what: str, deadline: _Deadline) -> RegistryError:
     )
 
 
-def _scope(image: ImageRef) -> str:
-    return f"repository:{image.repository}:pull"
+def _scope(image: ImageRef, push: bool = False, mount_from: ImageRef | None = None) -> str:
+    """The token scopes a request needs, space-separated (each is one ``scope`` parameter of the token request)."""
+    own = f"repository:{image.repository}:{'pull,push' if push else 'pull'}"
+    if mount_from is None or mount_from.repository == image.repository:
+        return own
+    return f"{own} repository:{mount_from.repository}:pull"
 
 
 def _basic(creds: tuple[str, str]) -> str:

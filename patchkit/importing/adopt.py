@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 from patchkit import diffs, sums
 from patchkit.errors import BadInput
 from patchkit.hashing import sha256_bytes
-from patchkit.importing import compose, handdiffs, provenance
+from patchkit.importing import compose, handdiffs, provenance, queue
 from patchkit.lockfile.model import (
     LOCKFILE_NAME,
     Artifact,
@@ -72,7 +72,7 @@ class Issue:
 
 # Kinds that are not defects: a gitignored mount meant to be absent, a SHA256SUMS line coreutils accepts,
 # a module that may be an upstream file (only upstream can tell).
-NOTES = frozenset({"mount-ignored", "sums-format", "module-maybe-upstream"})
+NOTES = frozenset({"mount-ignored", "sums-format", "module-maybe-upstream", "queue-profile-arg"})
 
 
 @dataclass
@@ -89,7 +89,7 @@ class ImportResult:
     @property
     def summary(self) -> dict[str, int]:
         kinds = {k.value: sum(1 for p in self.lock.patches if p.kind is k) for k in PatchKind}
-        return {
+        found = {
             "images": len(self.lock.images),
             "model": 0 if self.lock.model is None else 1,
             "upstreams": len(self.lock.upstreams),
@@ -101,6 +101,10 @@ class ImportResult:
             "diffs": len(self.lock.diffs),
             "references": len({r for p in self.lock.patches for r in p.refs}),
         }
+        if self.lock.series:
+            found["series"] = len(self.lock.series)
+            found["series_patches"] = sum(len(s.patches) for s in self.lock.series)
+        return found
 
     @property
     def next_commands(self) -> list[str]:
@@ -189,6 +193,8 @@ class _Importer:
     def build(self) -> Lockfile:
         names = sorted(os.listdir(self.root))
         files = compose.find(names)
+        if not files and queue.has_queue(self.root):
+            return self.patch_queue()
         if not files:
             raise BadInput(
                 f"{self.root}: no compose file (compose.yaml, compose.*.yaml, docker-compose.yml)",
@@ -253,6 +259,13 @@ class _Importer:
             artifacts=tuple(artifacts),
             diffs=tuple(hand),
         )
+
+    def patch_queue(self) -> Lockfile:
+        """A repository that applies patch series at build time, and has no compose file (importing/queue.py)."""
+        found = queue.recognise(self.root)
+        for kind, file, line, message, fix in found.issues:
+            self.issue(kind, file, line, message, fix)
+        return queue.to_lockfile(self.root, found)
 
     def unmounted(self, known: set[str]) -> list[Artifact]:
         """Notes in patches/ and tuning/ (a provenance README) are pinned; other unmounted files reported."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, ClassVar
 
+from patchkit.series.model import Series, series_files
 from patchkit.values import (
     ContainerPath,
     Digest,
@@ -56,6 +57,27 @@ class Image:
     @property
     def reference(self) -> str:
         return f"{self.repository}@{self.digest}"
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A derived image: the base ``images.<base>`` plus one layer of every file that runs, pushed by digest.
+
+    Keyed by the deploy.toml profile it was built for. ``digest`` is the
+    top-level one (an index when the base is multi-platform), what the
+    Kubernetes manifests run; ``layer_digest``/``diff_id`` are the one added
+    layer (compressed and uncompressed), the same on every platform.
+    """
+
+    name: str
+    base: str
+    repository: str
+    digest: Digest
+    base_digest: Digest
+    layer_digest: Digest
+    diff_id: Digest
+    created: str
+    tag: str | None = None
 
 
 @dataclass(frozen=True)
@@ -471,6 +493,8 @@ class Lockfile:
     refs: tuple[RefState, ...] = ()
     signing: Signing | None = None
     diffs: tuple[HandDiff, ...] = ()
+    series: tuple[Series, ...] = ()
+    derived: tuple[Derived, ...] = ()
     schema: int = SCHEMA_VERSION
 
     def upstream(self, name: str) -> Upstream | None:
@@ -495,6 +519,7 @@ class Lockfile:
             out.append((f"diffs[{i}].sha256", d.file, d.sha256))
         if self.model is not None and self.model.manifest is not None:
             out.append(("model.manifest.sha256", self.model.manifest.file, self.model.manifest.sha256))
+        out.extend(series_files(self.series))
         return out
 
     def ref_state(self, ref: Reference) -> RefState | None:

@@ -22,6 +22,7 @@ from patchkit.lockfile.model import (
     UPSTREAM_KINDS,
     Artifact,
     Base,
+    Derived,
     DiffPin,
     FilePin,
     GitUpstream,
@@ -38,6 +39,7 @@ from patchkit.lockfile.model import (
     Upstream,
 )
 from patchkit.lockfile.tomlpos import FieldPath, FieldReader, render_path, toml_type
+from patchkit.series.model import read as read_series
 from patchkit.values import (
     ContainerPath,
     Digest,
@@ -102,6 +104,8 @@ def _read(raw: dict[str, Any], r: FieldReader) -> Lockfile | None:  # noqa: C901
             "diffs",
             "refs",
             "signing",
+            "series",
+            "derived",
         ),
     )
     schema = raw.get("schema")
@@ -180,6 +184,8 @@ def _read(raw: dict[str, Any], r: FieldReader) -> Lockfile | None:  # noqa: C901
         signing = _read_signing(signing_raw, r)
 
     hand_diffs = _read_hand_diffs(raw, r, {p.name for p in patches})
+    series = read_series(raw.get("series"), r, upstream_names)
+    derived = _read_derived(raw, r, {i.name for i in images if i is not None})
 
     _check_unique(r, patches, tuning, artifacts, hand_diffs)
     if r.problems:
@@ -195,6 +201,8 @@ def _read(raw: dict[str, Any], r: FieldReader) -> Lockfile | None:  # noqa: C901
         refs=tuple(x for x in refs if x is not None),
         signing=signing,
         diffs=hand_diffs,
+        series=series,
+        derived=derived,
     )
 
 
@@ -294,6 +302,32 @@ def _read_image(key: str, t: dict[str, Any], path: FieldPath, r: FieldReader) ->
         version=r.string(t, path, "version"),
         note=r.string(t, path, "note"),
     )
+
+
+def _read_derived(raw: dict[str, Any], r: FieldReader, image_names: set[str]) -> tuple[Derived, ...]:
+    """``[derived.<profile>]`` tables: every field required but ``tag``; the base must be a pinned image."""
+    out: list[Derived] = []
+    for key, t in (r.table(raw, (), "derived") or {}).items():
+        path: FieldPath = ("derived", key)
+        if not isinstance(t, dict):
+            r.problem(path, f"must be a table, got {toml_type(t)}")
+            continue
+        r.known(t, path, ("base", "repository", "tag", "digest", "base_digest", "layer_digest", "diff_id", "created"))
+        name = _name(r, path, key, "profile name")
+        base = r.string(t, path, "base", required=True)
+        if base is not None and base not in image_names:
+            r.problem((*path, "base"), f"names image '{base}', which [images] does not pin", "patchkit image pin")
+        repository = r.string(t, path, "repository", required=True)
+        digests = {
+            k: r.typed(t, path, k, Digest, required=True, hint="rebuild it: patchkit image build --push …")
+            for k in ("digest", "base_digest", "layer_digest", "diff_id")
+        }
+        created = r.string(t, path, "created", required=True)
+        tag = r.string(t, path, "tag")
+        d, b, ly, di = (digests[k] for k in ("digest", "base_digest", "layer_digest", "diff_id"))
+        if name and base and repository and created and d and b and ly and di:
+            out.append(Derived(name, base, repository, d, b, ly, di, created, tag))
+    return tuple(out)
 
 
 def _read_model(t: dict[str, Any], r: FieldReader) -> Model | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from patchkit.lockfile.model import HEADER, GitUpstream, Lockfile, Signing, inferred_source
+from patchkit.series.model import dump as dump_series
 from patchkit.values import (
     ContainerPath,
     Digest,
@@ -111,6 +112,8 @@ def dumps(lock: Lockfile) -> str:  # noqa: C901 (over the ceiling already)
                 )
             patches.append(t)
         doc["patches"] = patches
+    if lock.series:
+        doc["series"] = dump_series(lock.series, _table)
     for key, items in (("tuning", lock.tuning), ("artifacts", lock.artifacts)):
         if items:
             doc[key] = [_table(name=a.name, file=a.file, sha256=a.sha256, target=a.target, note=a.note) for a in items]
@@ -145,6 +148,20 @@ def dumps(lock: Lockfile) -> str:  # noqa: C901 (over the ceiling already)
             identity=sg.identity,
             files=None if sg.files == Signing.files else [str(f) for f in sg.files],
         )
+    if lock.derived:
+        doc["derived"] = {
+            d.name: _table(
+                base=d.base,
+                repository=d.repository,
+                tag=d.tag,
+                digest=d.digest,
+                base_digest=d.base_digest,
+                layer_digest=d.layer_digest,
+                diff_id=d.diff_id,
+                created=d.created,
+            )
+            for d in sorted(lock.derived, key=lambda d: d.name)
+        }
     return HEADER + "\n" + tomli_w.dumps(doc)
 
 

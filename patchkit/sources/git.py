@@ -97,6 +97,10 @@ class GitSource(UpstreamSource):
             self._keep(commit)
         return GitSnapshot(self, commit)
 
+    def cached(self, commit: str) -> bool:
+        """Whether the full commit id ``commit`` is already in the cache: a snapshot of it needs no network."""
+        return bool(_FULL_SHA.fullmatch(commit)) and self.path.is_dir() and self._resolve(commit.lower()) is not None
+
     # -- the cache repository -------------------------------------------------
 
     @contextlib.contextmanager
@@ -193,6 +197,31 @@ class GitSource(UpstreamSource):
             f"{self.url} has no branch or tag named {ref!r}",
             "give a branch, a tag or a full commit id",
         )
+
+    def tags(self) -> list[tuple[str, str]]:
+        """Every tag of ``url`` and the commit it names, in version order (fetches all branches and tags)."""
+        with self._locked():
+            self._ensure_repo()
+            status, err = self._fetch(*_HEADS_AND_TAGS)
+            if status != 0:
+                raise self._fetch_failed(err)
+        fmt = "--format=%(refname:short) %(objectname) %(*objectname)"
+        _, out, _ = self._git("for-each-ref", "--sort=version:refname", fmt, "refs/tags", check=True)
+        found = []
+        for line in out.decode("utf-8", "replace").splitlines():
+            name, _, rest = line.partition(" ")
+            obj, _, peeled = rest.partition(" ")
+            commit = peeled.strip() or obj
+            if _FULL_SHA.fullmatch(commit):
+                found.append((name, commit))
+        return found
+
+    def read_at(self, wanted: list[tuple[str, str]]) -> list[bytes | None]:
+        """The blob at each (commit, path), all in one ``git cat-file --batch``: many versions of a file at once."""
+        for _, path in wanted:
+            check_path(path)
+        names = [f"{commit}:{path}".encode("utf-8", "surrogateescape") for commit, path in wanted]
+        return _cat_file_batch(self.path, names) if names else []
 
     def _fetch_failed(self, err: str) -> SourceError:
         return SourceError(

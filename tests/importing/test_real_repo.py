@@ -482,7 +482,9 @@ def test_a_conflicted_rebase_keeps_its_skipped_list_through_continue(
     run = invoke("rebase", "--continue", "--summary", str(summary), repo=real.root)
     assert run.exit_code == 0, run.stdout + run.stderr
     md = summary.read_text()
-    assert md.count("\n- `") == 6 and "### Not rebased" in md
+    not_rebased = md.split("### Not rebased", 1)[1].split("\n### ", 1)[0]
+    assert not_rebased.count("\n- `") == 6
+    assert "\n- `moe`: " in md.split("### What changed in each patch", 1)[1]  # the resolution changed the patch
     assert "- `routing`: based on upstream 'triton'" in md
 
 

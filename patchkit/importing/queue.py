@@ -1,0 +1,380 @@
+"""Recognising a patch-queue repository for ``patchkit import``: series, order, upstreams, profiles, pins.
+
+A patch queue keeps ordered diffs under ``patches/<upstream>/`` (or
+``patches/`` alone) and applies them at image build time. What this reads,
+and from where, in this order of trust:
+
+- **order**: a quilt ``series`` file in the patch directory; else the order
+  of the ``git apply``/``patch -p1`` lines naming the patches in a
+  Containerfile, Dockerfile or build script (``*.sh``); else numeric
+  prefixes (``0001-…``). With none of them, the order is unknown and
+  reported;
+- **upstream**: the patch directory's name; its git URL and commit from a
+  JSON or TOML lock (``*lock*.json``/``*.toml``: ``{"vllm": {"repo": …,
+  "commit": …}}`` at the top or under ``upstreams``), or the Containerfile's
+  ``git clone URL`` and ``git checkout SHA``/``ARG <NAME>_COMMIT=SHA``;
+- **profiles**: files ``profiles/<name>.txt`` (or ``.list``, ``.series``)
+  listing patch files; the build argument that picks one (``ARG PROFILE=…``)
+  is reported with its default;
+- **images**: the lock's image references by digest, and a ``FROM`` by
+  digest.
+
+What no source states stays unknown and is reported as an issue; nothing
+is invented.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from patchkit.hashing import sha256_bytes
+from patchkit.lockfile.model import GitUpstream, Image, Lockfile, Upstream
+from patchkit.series.model import Series, SeriesPatch, parse_series_file
+from patchkit.series.parse import PatchParseError, parse_patch, pr_numbers
+from patchkit.values import Digest, Reference, RepoPath, Revision, Sha256, check_name
+
+_SUFFIXES = (".patch", ".diff")
+_APPLY = re.compile(
+    r"(?:git\s+(?:-C\s+\S+\s+)?apply|git\s+am|patch\s+(?:-\S+\s+)*<?)\s*(?:\S+\s+)*?(?P<file>[\w./${}-]+\.(?:patch|diff))"
+)
+_CLONE = re.compile(r"git\s+clone\s+(?:-\S+\s+)*(?P<url>(?:https?|git|ssh|file)://\S+|[\w.-]+@[\w.-]+:\S+)")
+_CHECKOUT = re.compile(r"git\s+(?:-C\s+\S+\s+)?(?:checkout|reset\s+--hard)\s+(?P<rev>[0-9a-f]{40})\b")
+_ARG_COMMIT = re.compile(r"^\s*ARG\s+(?P<name>[A-Z0-9_]+?)_(?:COMMIT|REV|SHA)=(?P<rev>[0-9a-f]{40})\s*$", re.M)
+_ARG_PROFILE = re.compile(r"^\s*ARG\s+(?P<name>[A-Z_]*PROFILE[A-Z_]*)(?:=(?P<default>\S+))?\s*$", re.M)
+_FROM_DIGEST = re.compile(r"^\s*FROM\s+(?P<ref>\S+@sha256:[0-9a-f]{64})", re.M)
+_DIGEST_REF = re.compile(r"^(?P<repo>[^@\s]+?)(?::[\w.-]+)?@(?P<digest>sha256:[0-9a-f]{64})$")
+_GITHUB = re.compile(r"github\.com[/:](?P<owner>[\w.-]+)/(?P<repo>[\w.-]+?)(?:\.git)?/?$")
+
+
+@dataclass
+class Found:
+    """What the queue recognition found: the lockfile parts, and every issue as (kind, file, line, message, fix)."""
+
+    series: list[Series] = field(default_factory=list)
+    upstreams: list[Upstream] = field(default_factory=list)
+    images: list[Image] = field(default_factory=list)
+    artifacts: list[tuple[str, str]] = field(default_factory=list)  # (name, repository path) to pin
+    issues: list[tuple[str, str, int | None, str, str | None]] = field(default_factory=list)
+
+
+def has_queue(root: Path) -> bool:
+    """Whether ``root`` keeps patches under ``patches/``."""
+    return (
+        any(p.suffix in _SUFFIXES for p in (root / "patches").rglob("*") if p.is_file())
+        if (root / "patches").is_dir()
+        else False
+    )
+
+
+def recognise(root: Path) -> Found:
+    """Read the patch queue of the repository at ``root``."""
+    found = Found()
+    builds = _build_files(root)
+    texts = {rel: (root / rel).read_text(encoding="utf-8", errors="replace") for rel in builds}
+    locks = _locks(root, found)
+    groups = _groups(root)
+    for name, files in sorted(groups.items()):
+        _one(root, name, files, texts, locks, found)
+    for rel, text in texts.items():
+        for m in _FROM_DIGEST.finditer(text):
+            _image(found, "base", m.group("ref"), rel)
+        for m in _ARG_PROFILE.finditer(text):
+            found.issues.append(
+                (
+                    "queue-profile-arg",
+                    rel,
+                    text[: m.start()].count("\n") + 1,
+                    f"the build argument {m.group('name')} picks the profile "
+                    f"(default {m.group('default') or 'unset'}); "
+                    "patchkit apply --profile and emit --series-profile take its value",
+                    None,
+                )
+            )
+        found.artifacts.append((_artifact_name(rel), rel))
+    return found
+
+
+def _build_files(root: Path) -> list[str]:
+    out = []
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if not p.is_file() or rel.startswith((".git/", "patches/")):
+            continue
+        if p.name.startswith(("Containerfile", "Dockerfile")) or p.suffix == ".sh":
+            out.append(rel)
+    return out
+
+
+def _groups(root: Path) -> dict[str, list[str]]:
+    """Patch files by the upstream they apply to: ``patches/<name>/…``, or ``patches/`` itself (name unknown)."""
+    groups: dict[str, list[str]] = {}
+    for p in sorted((root / "patches").rglob("*")):
+        if p.is_file() and p.suffix in _SUFFIXES:
+            parts = p.relative_to(root / "patches").parts
+            groups.setdefault(parts[0] if len(parts) > 1 else "", []).append(p.relative_to(root).as_posix())
+    return groups
+
+
+def _one(
+    root: Path, name: str, files: list[str], texts: dict[str, str], locks: dict[str, dict[str, Any]], found: Found
+) -> None:
+    here = f"patches/{name}" if name else "patches"
+    if not name:
+        found.issues.append(
+            (
+                "queue-upstream-unknown",
+                here,
+                None,
+                "patches directly under patches/ name no upstream",
+                "move them to patches/<upstream>/",
+            )
+        )
+        return
+    order, series_file = _order(root, here, files, texts, found)
+    pin = locks.get(name, {})
+    url, commit = pin.get("url"), pin.get("commit")
+    for rel, text in texts.items():
+        url = url or _clone_url(text, name)
+        if commit is None:
+            m = next((m for m in _ARG_COMMIT.finditer(text) if m.group("name").lower() == name.replace("-", "_")), None)
+            commit = m.group("rev") if m else None
+        del rel
+    if commit is None:
+        found.issues.append(
+            (
+                "queue-commit-unknown",
+                here,
+                None,
+                f"no lock or build file states the {name} commit the series applies to",
+                f"set series.{name}.commit",
+            )
+        )
+    if url is None:
+        found.issues.append(
+            (
+                "queue-url-unknown",
+                here,
+                None,
+                f"no lock or build file states where {name} comes from",
+                f"set upstreams.{name}.git",
+            )
+        )
+    github = _GITHUB.search(url or "")
+    profiles = _profiles(root, files, found)
+    patches = []
+    for rel in order:
+        data = (root / rel).read_bytes()
+        stem = PurePosixPath(rel).name.rsplit(".", 1)[0]
+        refs: tuple[Reference, ...] = ()
+        subject = None
+        try:
+            subject = parse_patch(data, rel).subject
+        except PatchParseError as e:
+            found.issues.append(("queue-patch-parse", e.file, e.line, e.detail, e.hint))
+        if github is not None:
+            refs = tuple(Reference(f"{github['owner']}/{github['repo']}#{n}") for n in pr_numbers(stem, subject))
+        patches.append(
+            SeriesPatch(
+                name=_patch_name(stem),
+                file=RepoPath(rel),
+                sha256=Sha256(sha256_bytes(data)),
+                profiles=tuple(sorted(p for p, listed in profiles.items() if rel in listed)),
+                refs=refs,
+                reason=subject,
+            )
+        )
+    try:
+        check_name(name, "series name")
+    except ValueError as e:
+        found.issues.append(("queue-upstream-unknown", here, None, str(e), "rename the directory"))
+        return
+    found.upstreams.append(GitUpstream(name=name, git=url, commit=Revision(commit) if commit else None))
+    found.series.append(
+        Series(
+            name=name,
+            upstream=name,
+            patches=tuple(patches),
+            commit=Revision(commit) if commit else None,
+            series_file=RepoPath(series_file) if series_file else None,
+            series_sha256=Sha256(sha256_bytes((root / series_file).read_bytes())) if series_file else None,
+        )
+    )
+
+
+def _order(
+    root: Path, here: str, files: list[str], texts: dict[str, str], found: Found
+) -> tuple[list[str], str | None]:
+    series = root / here / "series"
+    if series.is_file():
+        listed = [f"{here}/{n}" for n in parse_series_file(series.read_bytes())]
+        missing = [x for x in listed if x not in files]
+        for x in missing:
+            found.issues.append(
+                ("queue-order", f"{here}/series", None, f"lists {x}, which does not exist", "remove the line")
+            )
+        unlisted = [f for f in files if f not in listed]
+        for x in unlisted:
+            found.issues.append(
+                (
+                    "queue-order",
+                    f"{here}/series",
+                    None,
+                    f"{x} is not listed, so it never applies",
+                    "list it or delete it",
+                )
+            )
+        return [x for x in listed if x in files], f"{here}/series"
+    for rel, text in texts.items():
+        named = []
+        for m in _APPLY.finditer(text):
+            base = PurePosixPath(m.group("file")).name
+            hit = next((f for f in files if PurePosixPath(f).name == base), None)
+            if hit is not None and hit not in named:
+                named.append(hit)
+        if named:
+            for x in (f for f in files if f not in named):
+                found.issues.append(
+                    ("queue-order", rel, None, f"{x} is never applied by {rel}", "apply it or delete it")
+                )
+            return named, None
+    if all(re.match(r"\d+[-_]", PurePosixPath(f).name) for f in files):
+        return sorted(files, key=lambda f: int(re.match(r"\d+", PurePosixPath(f).name).group())), None  # type: ignore[union-attr]
+    found.issues.append(
+        (
+            "queue-order",
+            here,
+            None,
+            "no series file, build step or numeric prefix states the order; taken by name",
+            f"write {here}/series",
+        )
+    )
+    return files, None
+
+
+def _profiles(root: Path, files: list[str], found: Found) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    folder = root / "profiles"
+    if not folder.is_dir():
+        return out
+    for p in sorted(folder.iterdir()):
+        if p.suffix not in (".txt", ".list", ".series") or not p.is_file():
+            continue
+        rel = p.relative_to(root).as_posix()
+        names = parse_series_file(p.read_bytes())
+        chosen = set()
+        for n in names:
+            hit = next(
+                (f for f in files if f.endswith("/" + n) or PurePosixPath(f).name == PurePosixPath(n).name), None
+            )
+            if hit is None:
+                if not any(PurePosixPath(f).name == PurePosixPath(n).name for f in _all(root)):
+                    found.issues.append(
+                        ("queue-profile", rel, None, f"names {n}, which no patch file is", "fix the name")
+                    )
+                continue
+            chosen.add(hit)
+        out[p.stem] = chosen
+        found.artifacts.append((_artifact_name(rel), rel))
+    return out
+
+
+def _all(root: Path) -> list[str]:
+    return [p.relative_to(root).as_posix() for p in (root / "patches").rglob("*") if p.is_file()]
+
+
+def _locks(root: Path, found: Found) -> dict[str, dict[str, Any]]:
+    """Upstream pins from a hand-made JSON or TOML lock; its image references become image pins."""
+    pins: dict[str, dict[str, Any]] = {}
+    for p in sorted(root.iterdir()):
+        if not p.is_file() or "lock" not in p.name.lower() or p.suffix not in (".json", ".toml"):
+            continue
+        rel = p.name
+        try:
+            doc = json.loads(p.read_bytes()) if p.suffix == ".json" else tomllib.loads(p.read_text())
+        except (ValueError, UnicodeDecodeError) as e:
+            found.issues.append(
+                ("queue-lock", rel, None, f"does not parse ({e})", "fix it; its pins are not carried over")
+            )
+            continue
+        if not isinstance(doc, dict):
+            continue
+        found.artifacts.append((_artifact_name(rel), rel))
+        ups = doc.get("upstreams", doc)
+        for key, value in ups.items() if isinstance(ups, dict) else ():
+            if isinstance(value, dict) and isinstance(value.get("commit"), str):
+                commit = value["commit"]
+                if not re.fullmatch(r"[0-9a-f]{40}", commit):
+                    found.issues.append(
+                        (
+                            "queue-lock",
+                            rel,
+                            None,
+                            f"{key}.commit {commit!r} is not a full commit",
+                            "pin the full 40-hex commit",
+                        )
+                    )
+                    continue
+                url = value.get("repo") or value.get("url") or value.get("git")
+                pins[str(key)] = {"commit": commit, "url": url if isinstance(url, str) else None}
+        images = doc.get("images", {})
+        for key, value in images.items() if isinstance(images, dict) else ():
+            ref = value if isinstance(value, str) else value.get("image") if isinstance(value, dict) else None
+            if isinstance(ref, str):
+                _image(found, str(key), ref, rel)
+    return pins
+
+
+def _image(found: Found, name: str, ref: str, rel: str) -> None:
+    m = _DIGEST_REF.match(ref)
+    if m is None:
+        found.issues.append(
+            (
+                "queue-image-unpinned",
+                rel,
+                None,
+                f"image {name} {ref!r} is not pinned by digest",
+                f"patchkit image pin {name} {ref}",
+            )
+        )
+        return
+    if any(i.digest == Digest(m["digest"]) for i in found.images):
+        return
+    found.images.append(Image(name=_patch_name(name), repository=m["repo"], digest=Digest(m["digest"])))
+
+
+def _clone_url(text: str, name: str) -> str | None:
+    for m in _CLONE.finditer(text):
+        url = m.group("url")
+        if url.rstrip("/").removesuffix(".git").rsplit("/", 1)[-1].lower() == name.lower():
+            return url
+    return None
+
+
+def _patch_name(stem: str) -> str:
+    return re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip("-._") or "patch"
+
+
+def _artifact_name(rel: str) -> str:
+    return _patch_name(rel.replace("/", "-"))
+
+
+def to_lockfile(root: Path, found: Found) -> Lockfile:
+    """The lockfile of a patch-queue repository: upstreams, series, images, and its build files as artifacts."""
+    from patchkit.lockfile.model import Artifact
+
+    artifacts = tuple(
+        Artifact(name=n, file=RepoPath(rel), sha256=Sha256(sha256_bytes((root / rel).read_bytes())))
+        for n, rel in {rel: (n, rel) for n, rel in found.artifacts}.values()
+    )
+    return Lockfile(
+        name=_patch_name(root.name),
+        images=tuple(found.images),
+        upstreams=tuple(u for u in found.upstreams),
+        artifacts=artifacts,
+        series=tuple(found.series),
+    )

@@ -1,0 +1,190 @@
+"""A series applied in order to a tree, in memory: exact, all or nothing.
+
+Pure: the tree is a ``read(paths) -> {path: bytes | None}`` function (a
+directory, a git commit, a wheel), the result is every touched path's new
+bytes. Each hunk must match exactly (:func:`patchkit.diffs.apply`); a hunk
+whose lines all match some lines away from its header applies there, as
+``patch`` and ``git apply`` do, and the offset is reported, never fuzz.
+
+A file a patch touches that the tree does not carry is reported, not
+silently dropped: when no path under the file's top-level directory exists
+in the tree (``tests/``, ``requirements/`` or ``setup.py`` beside the
+package in an installed wheel), the change is skipped and listed in
+``absent``; when the tree does carry that part of the upstream and the file
+is missing, the patch does not apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from patchkit import diffs
+from patchkit.errors import Refused
+from patchkit.series.parse import FileChange, ParsedPatch
+
+Reader = Callable[[Iterable[str]], dict[str, bytes | None]]
+
+
+class SeriesApplyError(Refused):
+    """A patch of the series does not apply exactly; names the patch file, its line and the tree's file."""
+
+    def __init__(self, patch: str, file: str, line: int | None, path: str, message: str) -> None:
+        where = f"{file}:{line}" if line else file
+        super().__init__(
+            f"{where}: patch '{patch}' does not apply to {path}: {message}",
+            "rebase the series onto this tree (patchkit rebase --series NAME --onto REV), or fix the patch",
+        )
+        self.patch = patch
+        self.file = file
+        self.line = line
+        self.path = path
+        self.detail = message
+
+
+@dataclass(frozen=True)
+class Offset:
+    """A file of a patch whose hunks matched exactly, ``lines`` away from where their headers say."""
+
+    patch: str
+    path: str
+    lines: int
+    line: int
+
+
+@dataclass(frozen=True)
+class Absent:
+    """A change the tree cannot take because it does not carry that part of the upstream."""
+
+    patch: str
+    path: str
+    kind: str
+    line: int
+
+
+@dataclass(frozen=True)
+class Step:
+    """One patch as applied: the paths it changed in the tree."""
+
+    name: str
+    paths: tuple[str, ...]
+
+
+@dataclass
+class Applied:
+    """The result of a series: ``files`` maps each touched path to its new bytes (``None``: deleted).
+
+    ``before`` holds the same paths as the tree had them; ``modes`` the file
+    modes the patches set (``100755``).
+    """
+
+    files: dict[str, bytes | None] = field(default_factory=dict)
+    before: dict[str, bytes | None] = field(default_factory=dict)
+    modes: dict[str, str] = field(default_factory=dict)
+    steps: list[Step] = field(default_factory=list)
+    offsets: list[Offset] = field(default_factory=list)
+    absent: list[Absent] = field(default_factory=list)
+
+    @property
+    def changed(self) -> dict[str, bytes | None]:
+        """The paths whose bytes differ from the tree's."""
+        return {p: b for p, b in self.files.items() if self.before.get(p) != b}
+
+
+@dataclass(frozen=True)
+class Item:
+    """A patch to apply: its name, the repository file it came from, and what it parsed to."""
+
+    name: str
+    file: str
+    patch: ParsedPatch
+
+
+def apply_series(items: Sequence[Item], read: Reader, *, carried: Callable[[str], bool] | None = None) -> Applied:
+    """Apply ``items`` in order to the tree ``read`` gives; raise :class:`SeriesApplyError` at the first failure.
+
+    ``carried(top)`` says whether the tree has the top-level entry ``top``;
+    by default a top-level entry is carried when any path the series
+    touches under it exists in the tree.
+    """
+    wanted = list(dict.fromkeys(p for it in items for p in it.patch.paths))
+    before = read(wanted)
+    present = {_top(p) for p, data in before.items() if data is not None}
+    has = carried or (lambda top: top in present)
+    # A part of the upstream is missing when a change needs a file there (modify, delete, rename)
+    # and the tree has nothing under it; a new file in a new directory is not evidence of that.
+    missing = {_top(c.old_path) for it in items for c in it.patch.files if c.old_path and not has(_top(c.old_path))}
+    out = Applied(before=dict(before))
+    state: dict[str, bytes | None] = dict(before)
+    for it in items:
+        touched: list[str] = []
+        for change in it.patch.files:
+            if any(_top(p) in missing for p in change.paths) and not _exists(change, state):
+                out.absent.append(Absent(it.name, change.paths[-1], change.kind, change.line))
+                continue
+            touched.extend(_apply_change(it, change, state, out))
+        out.steps.append(Step(it.name, tuple(dict.fromkeys(touched))))
+    out.files = {p: state[p] for p in wanted}
+    return out
+
+
+def _exists(change: FileChange, state: dict[str, bytes | None]) -> bool:
+    return change.old_path is not None and state.get(change.old_path) is not None
+
+
+def _top(path: str) -> str:
+    return path.split("/", 1)[0]
+
+
+def _apply_change(it: Item, change: FileChange, state: dict[str, bytes | None], out: Applied) -> list[str]:
+    old, new = change.old_path, change.new_path
+
+    def fail(path: str, message: str, line: int | None = None) -> SeriesApplyError:
+        return SeriesApplyError(it.name, it.file, line or change.line, path, message)
+
+    if old is None:
+        new = new or ""
+        if state.get(new) is not None:
+            raise fail(new, "the patch creates it, but the tree already has it")
+        current = b""
+    else:
+        got = state.get(old)
+        if got is None:
+            raise fail(old, "the tree does not have it")
+        current = got
+    if new is not None and new != old and old is not None and state.get(new) is not None:
+        raise fail(new, f"the patch {change.kind}s {old} to it, but the tree already has it")
+    result = current
+    if change.diff is not None:
+        result = _apply_hunks(it, change, current, fail, out)
+    if new is None:
+        if result != b"":
+            raise fail(old or "", "the patch deletes it, but the tree's file has lines the patch does not remove")
+        state[old or ""] = None
+        return [old or ""]
+    if old is not None and old != new and change.kind == "rename":
+        state[old] = None
+    state[new] = result
+    if change.new_mode is not None:
+        out.modes[new] = change.new_mode
+    return [p for p in (old, new) if p is not None]
+
+
+def _apply_hunks(
+    it: Item, change: FileChange, current: bytes, fail: Callable[..., SeriesApplyError], out: Applied
+) -> bytes:
+    if change.diff is None:
+        return current
+    path = change.old_path or change.new_path or ""
+    if b"\0" in current:
+        raise fail(path, "the tree's file is binary (it has a NUL byte); patchkit applies text patches only")
+    try:
+        return diffs.apply(change.diff, current)
+    except diffs.ApplyError:
+        pass
+    try:
+        result, shift = diffs.apply_shifted(change.diff, current)
+    except diffs.ApplyError as e:
+        raise fail(path, e.message, e.line) from e
+    out.offsets.append(Offset(it.name, path, shift, change.line))
+    return result

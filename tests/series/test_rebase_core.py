@@ -1,0 +1,101 @@
+"""The series rebase core on trees in memory: renames, additions, deletions, CRLF and Latin-1 bytes kept exact."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+from patchkit.series.apply import Item, apply_series
+from patchkit.series.parse import parse_patch
+from patchkit.series.rebase import PatchOutcome, rebase_series
+from tests.series.queue import commit, git
+
+OLD = {
+    "win/config.ini": b"[a]\r\nkey=1\r\nother=2\r\n",
+    "doc/notes.txt": b"caf\xe9 au lait\n",
+    "old/name.py": b"x = 1\ny = 2\n",
+    "gone.txt": b"bye\n",
+}
+
+
+@pytest.fixture
+def patch(tmp_path: Path) -> bytes:
+    """One format-patch that edits a CRLF and a Latin-1 file, deletes one, adds one and renames one (edited)."""
+    repo = tmp_path / "r"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    base = commit(repo, dict(OLD), "base")
+    git(repo, "mv", "old/name.py", "old/renamed.py")
+    commit(
+        repo,
+        {
+            "win/config.ini": b"[a]\r\nkey=2\r\nother=2\r\n",
+            "doc/notes.txt": b"caf\xe9 cr\xe8me\n",
+            "gone.txt": None,
+            "new/module.py": b"def f():\n    return 1\n",
+            "old/renamed.py": b"x = 1\ny = 3\n",
+        },
+        "Mixed change (#4711)",
+    )
+    return subprocess.run(
+        ["git", "format-patch", "--stdout", "-M", f"{base}..HEAD"], cwd=repo, check=True, capture_output=True
+    ).stdout
+
+
+def _reader(tree: dict[str, bytes]):  # type: ignore[no-untyped-def]
+    def read(paths: Iterable[str]) -> dict[str, bytes | None]:
+        return {p: tree.get(p) for p in paths}
+
+    return read
+
+
+def test_every_kind_of_change_survives_an_upstream_edit_byte_for_byte(patch: bytes) -> None:
+    new = {
+        **OLD,
+        "win/config.ini": b"; header\r\n" + OLD["win/config.ini"],
+        "old/name.py": b"# moved soon\n" + OLD["old/name.py"],
+    }
+    item = Item("mixed", "p.patch", parse_patch(patch, "p.patch"))
+    result = rebase_series([item], {"mixed": patch}, _reader(OLD), _reader(new))
+    (r,) = result.patches
+    assert r.outcome is PatchOutcome.CLEAN
+    assert {f.path: f.outcome for f in r.files} == {
+        "doc/notes.txt": "unchanged",
+        "gone.txt": "clean",
+        "new/module.py": "clean",
+        "win/config.ini": "clean",
+        "old/renamed.py": "clean",
+    }
+    assert r.new_bytes is not None
+    regenerated = parse_patch(r.new_bytes, "new.patch")
+    assert [(f.kind, f.old_path, f.new_path) for f in regenerated.files] == [
+        ("modify", "doc/notes.txt", "doc/notes.txt"),
+        ("delete", "gone.txt", None),
+        ("add", None, "new/module.py"),
+        ("rename", "old/name.py", "old/renamed.py"),
+        ("modify", "win/config.ini", "win/config.ini"),
+    ]
+    applied = apply_series([Item("mixed", "new.patch", regenerated)], _reader(new))
+    assert applied.files == {
+        "doc/notes.txt": b"caf\xe9 cr\xe8me\n",
+        "gone.txt": None,
+        "new/module.py": b"def f():\n    return 1\n",
+        "old/name.py": None,
+        "old/renamed.py": b"# moved soon\nx = 1\ny = 3\n",
+        "win/config.ini": b"; header\r\n[a]\r\nkey=2\r\nother=2\r\n",
+    }
+    again = rebase_series([item], {"mixed": patch}, _reader(OLD), _reader(new))
+    assert again.patches[0].new_bytes == r.new_bytes  # byte-stable
+
+
+def test_a_rename_upstream_already_made_leaves_only_the_edit(patch: bytes) -> None:
+    new = {k: v for k, v in OLD.items() if k != "old/name.py"} | {"old/renamed.py": OLD["old/name.py"]}
+    item = Item("mixed", "p.patch", parse_patch(patch, "p.patch"))
+    (r,) = rebase_series([item], {"mixed": patch}, _reader(OLD), _reader(new)).patches
+    assert {f.path: f.outcome for f in r.files}["old/renamed.py"] == "unchanged"  # upstream moved it, unedited
+    assert r.new_bytes is not None
+    kinds = [(f.kind, f.old_path) for f in parse_patch(r.new_bytes, "n").files]
+    assert ("modify", "old/renamed.py") in kinds and ("rename", "old/name.py") not in kinds
