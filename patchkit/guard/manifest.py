@@ -124,3 +124,11 @@ def files(lock: Lockfile, config: DeployConfig) -> dict[str, str]:
     if config.guard is None:
         return {}
     return {MANIFEST_NAME: render(lock, config).decode()}
+
+
+def image_files(lock: Lockfile, config: DeployConfig) -> dict[str, bytes]:
+    """What a derived image carries besides the pinned files: ``guard.json`` at its target (nothing without
+    ``[guard]``), where the entrypoint's default ``PATCHKIT_GUARD_MANIFEST`` finds it in any runtime."""
+    if config.guard is None:
+        return {}
+    return {str(config.guard.manifest_target): render(lock, config)}

@@ -481,6 +481,9 @@ def build_image(
     target = ImageRef.parse(push)
     if target.digest is not None:
         raise BadInput(f"--push {push}: give a repository and tag, not a digest", "e.g. --push registry/team/vllm:v1")
+    from patchkit.guard.manifest import image_files
+
+    extra = (*extra, *(LayerFile(target, data) for target, data in image_files(lock, config).items()))
     files = runtime_files(repo, lock, store, cache, executables=(config.inference.entrypoint,), extra=extra)
     base = ImageRef.parse(f"{img.repository}@{img.digest}")
     owned = client is None
