@@ -51,6 +51,6 @@ def bash_complete(*words: str) -> list[str]:
 
 def test_bash_completes_commands_subcommands_and_options() -> None:
     assert bash_complete("patchkit", "che") == ["check"]
-    assert bash_complete("patchkit", "image", "") == ["cat", "files", "pin", "resolve"]
+    assert bash_complete("patchkit", "image", "") == ["build", "cat", "files", "pin", "resolve"]
     assert bash_complete("patchkit", "check", "--fo") == ["--format"]
     assert bash_complete("patchkit", "check", "--format", "") == ["text", "json", "github"]
