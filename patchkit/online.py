@@ -14,7 +14,7 @@ overlay would silently revert what that image contains.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +24,7 @@ from patchkit.hashing import pin_mismatch
 from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile, PatchKind
 
 if TYPE_CHECKING:
+    from patchkit.github import IssueTracker
     from patchkit.images.registry import RegistryClient
     from patchkit.model.hub import Hub
 
@@ -35,11 +36,15 @@ def online_findings(
     locate: Locate,
     cache: Path,
     *,
-    insecure: Iterable[str] = (),
+    registry: Callable[[], RegistryClient],
+    hub: Callable[[], Hub],
+    tracker: Callable[[], IssueTracker],
     image_bases: bool = False,
-    hub: Hub | None = None,
 ) -> list[Finding]:
     """Every ``--online`` finding: registries, then the model hub, then the issue tracker.
+
+    The clients come from the caller (the command line builds them from its
+    options and the environment), each only when its service is asked.
 
     A service that fails (unreachable, 5xx, rate limit used up) gives one
     finding of severity ``unknown`` with its message and hint; the check goes
@@ -48,19 +53,15 @@ def online_findings(
     from patchkit.refs import ref_findings
 
     def images() -> list[Finding]:
-        return image_findings(lock, locate, insecure=insecure, image_bases=image_bases)
+        return image_findings(lock, locate, registry(), image_bases=image_bases)
 
     def model() -> list[Finding]:
         from patchkit.model.findings import revision_findings
 
-        if hub is None:
-            from patchkit.model.hub import HfHub
-
-            return revision_findings(lock, locate, HfHub())
-        return revision_findings(lock, locate, hub)
+        return revision_findings(lock, locate, hub())
 
     def refs() -> list[Finding]:
-        return ref_findings(lock, locate, cache)
+        return ref_findings(lock, locate, cache, tracker)
 
     asked: list[tuple[str, str, Callable[[], list[Finding]]]] = []
     if lock.images:
@@ -88,13 +89,11 @@ def online_findings(
 
 
 def image_findings(
-    lock: Lockfile, locate: Locate, *, insecure: Iterable[str] = (), image_bases: bool = False
+    lock: Lockfile, locate: Locate, client: RegistryClient, *, image_bases: bool = False
 ) -> list[Finding]:
-    """Findings about the lockfile's images from their registries."""
+    """Findings about the lockfile's images from their registries, asked through ``client``."""
     from patchkit.images.ref import ImageRef
-    from patchkit.images.registry import RegistryClient
 
-    client = RegistryClient(insecure=tuple(insecure))
     out: list[Finding] = []
     for img in lock.images:
         line = locate(("images", img.name, "digest"))

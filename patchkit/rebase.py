@@ -990,7 +990,7 @@ def start(
     ref = onto or implied
     if ref is None:
         raise BadInput("--onto REV is required (a commit, branch or tag; a version for a wheel)")
-    if implied is not None and onto is not None and onto != implied and new_source.kind in ("wheel", "git"):
+    if implied is not None and onto is not None and onto != implied and KINDS[new_source.kind].onto_must_agree:
         raise BadInput(f"--onto {onto} disagrees with --source {source}")
     new = new_source.snapshot(ref)
     result = plan(repo, lock, up.name, new, old_source, store)

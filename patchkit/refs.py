@@ -504,7 +504,9 @@ def _drop_when(patch: Patch) -> str:
     return f" (its drop_when: {patch.drop_when})" if patch.drop_when else ""
 
 
-def ref_findings(lock: Lockfile, locate: Locate, cache: Path, tracker: IssueTracker | None = None) -> list[Finding]:
+def ref_findings(
+    lock: Lockfile, locate: Locate, cache: Path, tracker: Callable[[], IssueTracker] | IssueTracker
+) -> list[Finding]:
     """``check --online``: refresh every reference in memory (nothing is recorded) and report what it means.
 
     A failure to reach GitHub, or a used-up rate limit, raises: the check was
@@ -512,11 +514,8 @@ def ref_findings(lock: Lockfile, locate: Locate, cache: Path, tracker: IssueTrac
     """
     if not cited(lock):
         return []
-    if tracker is None:
-        from patchkit.github import GitHubTracker
-
-        tracker = GitHubTracker()
-    result = refresh(lock, tracker, dt.datetime.now(dt.UTC))
+    asked = tracker() if callable(tracker) else tracker
+    result = refresh(lock, asked, dt.datetime.now(dt.UTC))
     if result.failure is not None:
         raise result.failure
     fresh = with_states(lock, result)

@@ -189,3 +189,57 @@ def test_the_core_never_imports_the_command_line() -> None:
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
                 clicky += [f"{module} imports {n}" for n in names if n == "click" or n.startswith("click.")]
     assert clicky == []
+
+
+# check's rules: functions of the gathered state, one module per concern (check/state.py does the I/O).
+CHECK_RULES = {f"patchkit.check.{m}" for m in ("repository", "pins", "diffs", "hand_diffs", "sums", "compose")}
+IO_MODULES = {"os", "subprocess", "shutil", "tempfile", "socket", "requests", "git", "docker"}
+
+
+def test_check_rules_are_pure() -> None:
+    """A rule reads the State and its View only: it imports no adapter and no I/O module of its own."""
+    graph = import_graph(PACKAGE)
+    assert graph.keys() >= CHECK_RULES
+    wrong = sorted(f"{m} imports {t}" for m in CHECK_RULES for t in graph[m] if t in ADAPTERS)
+    modules = _modules(PACKAGE)
+    for m in sorted(CHECK_RULES):
+        for node in ast.walk(ast.parse(modules[m].read_text())):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                wrong += [f"{m} imports {n}" for n in names if n.split(".")[0] in IO_MODULES]
+    assert wrong == []
+
+
+KIND_NAMES = {"git", "wheel", "dir", "image"}
+
+
+def _kind_switches(tree: ast.AST) -> list[int]:
+    """Lines comparing an upstream's ``source`` (or a pin's ``kind``) with the name of a source kind."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        named = any(isinstance(s, ast.Attribute) and s.attr in ("source", "kind") for s in sides) or any(
+            isinstance(s, ast.Name) and s.id == "source" for s in sides
+        )
+        consts = {
+            c.value for s in sides for c in ast.walk(s) if isinstance(c, ast.Constant) and isinstance(c.value, str)
+        }
+        if named and consts & KIND_NAMES:
+            found.append(node.lineno)
+    return found
+
+
+def test_source_kinds_are_told_apart_in_one_place() -> None:
+    """Only sources/ and the lockfile (which reads the ``source`` field) compare a source kind by name."""
+    assert _kind_switches(ast.parse('if up.source == "git":\n    pass\nok = pin.kind in ("wheel", "image")\n')) == [
+        1,
+        3,
+    ]
+    wrong = []
+    for module, path in _modules(PACKAGE).items():
+        if module.startswith(("patchkit.sources", "patchkit.lockfile")):
+            continue
+        wrong += [f"{module}:{line}" for line in _kind_switches(ast.parse(path.read_text()))]
+    assert wrong == []

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import stat
 
-from patchkit.check.state import REBASE_STATE, State
+from patchkit.check.state import JOURNAL, REBASE_STATE, State
 from patchkit.findings import Finding
 from patchkit.lockfile.model import LOCKFILE_NAME
-from patchkit.repo import JOURNAL
 
 
 def pending(state: State) -> list[Finding]:

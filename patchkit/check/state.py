@@ -23,6 +23,7 @@ from patchkit.findings import Finding
 from patchkit.hashing import sha256_many
 from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
 from patchkit.lockfile.tomlpos import FieldPath, LineIndex
+from patchkit.repo import JOURNAL as REPO_JOURNAL
 from patchkit.repo import MANAGED_DIRS, WORK_DIR, Escape, Repo, gitignored, pending_journal, staging_pid
 from patchkit.series.model import Series, series_pins
 from patchkit.values import RepoPath
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from patchkit.series.apply import Reader
 
 REBASE_STATE = f"{WORK_DIR}/rebase/state.json"
+JOURNAL = REPO_JOURNAL  # where an interrupted write of several files is recorded
 DEPLOY_CONFIG = "deploy.toml"
 
 Kind = Literal["missing", "file", "dir", "symlink", "special"]

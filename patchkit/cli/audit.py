@@ -126,7 +126,7 @@ def audit(ctx: click.Context, output: Path | None, fmt: str | None, since: str |
     opens anywhere; the Markdown form fits a pull request description.
     """
     from patchkit.audit.report import build
-    from patchkit.formats.audit import as_json, as_markdown
+    from patchkit.formats.audit import AUDIT
     from patchkit.repo import atomic_write, output_target
 
     if fmt is None:
@@ -135,14 +135,7 @@ def audit(ctx: click.Context, output: Path | None, fmt: str | None, since: str |
     repo, lock, data = open_repo(ctx)
     target = output_target(output, repo, lock) if output is not None else None
     built = build(repo, lock, data, blob_store(), cache_path(), dt.datetime.now(dt.UTC), since=since)
-    if fmt == "json":
-        text = as_json(built)
-    elif fmt == "markdown":
-        text = as_markdown(built)
-    else:
-        from patchkit.formats.audit_html import render
-
-        text = render(built)
+    text = AUDIT.render(built, fmt)
     if target is None:
         click.echo(text, nl=False)
         return

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -21,6 +21,11 @@ from patchkit.cli.common import (
     print_changes,
 )
 from patchkit.errors import EXIT_BAD_INPUT, EXIT_EXTERNAL, EXIT_FINDINGS, EXIT_OK
+
+if TYPE_CHECKING:
+    from patchkit.github import IssueTracker
+    from patchkit.images.registry import RegistryClient
+    from patchkit.model.hub import Hub
 
 
 @click.command(cls=Command)
@@ -101,7 +106,15 @@ def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, deep: b
 
         index = LineIndex(data.decode("utf-8"))
         result.findings.extend(
-            online_findings(lock, index.line_of, cache_path(), insecure=insecure, image_bases=image_bases)
+            online_findings(
+                lock,
+                index.line_of,
+                cache_path(),
+                registry=lambda: _registry(insecure),
+                hub=_hub,
+                tracker=_tracker,
+                image_bases=image_bases,
+            )
         )
     if deep:
         from patchkit.trust.deep import findings as deep_findings
@@ -330,3 +343,24 @@ COMMANDS: tuple[click.Command, ...] = (
     diff,
     status,
 )
+
+
+# The clients check --online asks, built here from the options and the environment, each when it is needed.
+
+
+def _registry(insecure: tuple[str, ...]) -> RegistryClient:
+    from patchkit.images.registry import RegistryClient
+
+    return RegistryClient(insecure=tuple(insecure))
+
+
+def _hub() -> Hub:
+    from patchkit.model.hub import HfHub
+
+    return HfHub()
+
+
+def _tracker() -> IssueTracker:
+    from patchkit.github import GitHubTracker
+
+    return GitHubTracker()

@@ -2,5 +2,7 @@
 
 ``safe`` makes repository-controlled text safe for a terminal and for JSON;
 ``findings`` renders a check's findings as text, JSON or GitHub annotations;
-``audit_html`` renders the audit report as one self-contained HTML page.
+``audit`` renders the audit report as Markdown or JSON, ``audit_html`` as one
+self-contained HTML page. Every report kind has one ``interface.Formats`` table
+of its renderers (``findings.FINDINGS``, ``audit.AUDIT``).
 """

@@ -6,6 +6,7 @@ import json
 import re
 
 from patchkit.audit.report import MARKDOWN_DIFF_LINES, AuditReport, PatchSection, Verified
+from patchkit.formats.interface import Formats
 
 # --------------------------------------------------------------------------- JSON
 
@@ -166,3 +167,13 @@ def _md_section(s: PatchSection) -> list[str]:
             out += [f"… {cut} more lines in `{where}`.", ""]
         out += ["</details>", ""]
     return out
+
+
+def _html(report: AuditReport) -> str:
+    from patchkit.formats.audit_html import render  # a page of CSS and markup: loaded only for it
+
+    return render(report)
+
+
+# The renderings of the audit report, by --format name.
+AUDIT: Formats[AuditReport] = Formats({"html": _html, "markdown": as_markdown, "json": as_json}, "html")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from patchkit.formats.interface import Formats
 from patchkit.formats.safe import json_name, json_safe, printable
 
 if TYPE_CHECKING:
@@ -71,9 +72,14 @@ def github(result: CheckResult) -> str:
     return "\n".join(lines) + "\n"
 
 
+def formats(what: str = "check") -> Formats[CheckResult]:
+    """The renderings of a check's findings; the text form names the command (``what``) in its summary."""
+    return Formats({"text": lambda result: text(result, what), "json": as_json, "github": github}, "text")
+
+
+FINDINGS = formats()
+
+
 def render(result: CheckResult, fmt: str, what: str = "check") -> str:
-    if fmt == "json":
-        return as_json(result)
-    if fmt == "github":
-        return github(result)
-    return text(result, what)
+    """``result`` in the format ``fmt`` (``text``, ``json`` or ``github``)."""
+    return formats(what).render(result, fmt)

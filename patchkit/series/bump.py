@@ -9,7 +9,7 @@ from typing import Any
 
 from patchkit.errors import BadInput, Refused
 from patchkit.hashing import sha256_bytes
-from patchkit.lockfile.model import Lockfile
+from patchkit.lockfile.model import GitUpstream, Lockfile
 from patchkit.outcome import Change, Outcome
 from patchkit.persist import finish
 from patchkit.repo import Repo
@@ -35,7 +35,7 @@ def _snapshots(repo: Repo, lock: Lockfile, s: Series, onto: str, cache: Path) ->
     from patchkit.sources.factory import open_source
 
     up = lock.upstream(s.upstream)
-    if up is None or up.source != "git" or s.commit is None:
+    if not isinstance(up, GitUpstream) or s.commit is None:
         raise BadInput(
             f"series '{s.name}': rebasing needs a git upstream and the series' commit (series.{s.name}.commit)",
             f"declare [upstreams.{s.upstream}] with git and commit, and set series.{s.name}.commit",

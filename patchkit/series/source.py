@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from patchkit.errors import PatchkitError
-from patchkit.lockfile.model import Lockfile
+from patchkit.lockfile.model import DirUpstream, GitUpstream, Lockfile
 from patchkit.series.apply import Reader
 from patchkit.series.model import Series
 
@@ -19,7 +19,7 @@ def offline_tree(lock: Lockfile, cache: Path, repo_root: Path) -> Callable[[Seri
         if up is None:
             return f"upstream '{s.upstream}' is not declared; not applied"
         pin = str(s.commit) if s.commit is not None else s.version
-        if up.source == "git" and up.git is not None and s.commit is not None:
+        if isinstance(up, GitUpstream) and up.git is not None and s.commit is not None:
             from patchkit.sources.git import GitSource
 
             source = GitSource(up.git, cache)
@@ -33,7 +33,7 @@ def offline_tree(lock: Lockfile, cache: Path, repo_root: Path) -> Callable[[Seri
                 return source.snapshot(str(s.commit)).read
             except PatchkitError as e:
                 return f"upstream '{up.name}' at {pin} could not be read ({e.message}); not applied"
-        if up.source == "dir" and up.dir is not None:
+        if isinstance(up, DirUpstream) and up.dir is not None:
             from patchkit.sources.factory import open_source
 
             try:

@@ -33,6 +33,8 @@ class SourceKind(ABC):
     """What one kind of upstream source does differently: open, read at its pin, parse, repin."""
 
     upstream: ClassVar[type[Upstream]]
+    # Whether a ref the --source option implies (git:URL@REV, wheel:P==V) must agree with --onto.
+    onto_must_agree: ClassVar[bool] = False
 
     @abstractmethod
     def open(self, up: Upstream, cache: Path, repo_root: Path) -> UpstreamSource:
@@ -67,6 +69,7 @@ def as_kind(up: Upstream, kind: type[Upstream], **changes: object) -> Upstream:
 
 class GitKind(SourceKind):
     upstream = GitUpstream
+    onto_must_agree = True
 
     def open(self, up: Upstream, cache: Path, repo_root: Path) -> UpstreamSource:
         from patchkit.sources.git import GitSource
@@ -103,6 +106,7 @@ class GitKind(SourceKind):
 
 class WheelKind(SourceKind):
     upstream = WheelUpstream
+    onto_must_agree = True
 
     def open(self, up: Upstream, cache: Path, repo_root: Path) -> UpstreamSource:
         from patchkit.sources.wheel import WheelSource

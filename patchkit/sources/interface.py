@@ -47,6 +47,15 @@ class Pin:
     filename: str | None = None
     path: str | None = None
 
+    @property
+    def exact(self) -> str:
+        """The pin as one exact reference: the commit, the wheel version, the image digest or the path."""
+        if self.kind == "wheel":
+            return str(self.version)
+        if self.kind == "image":
+            return f"sha256:{self.sha256}"
+        return str(self.commit or self.path or "")
+
     def describe(self) -> str:
         if self.kind == "git":
             return self.commit[:12] if self.commit else "?"

@@ -26,7 +26,17 @@ from typing import Any
 from patchkit.diffs import canonical_diff, line_matcher, split_lines
 from patchkit.errors import BadInput
 from patchkit.hashing import sha256_bytes
-from patchkit.lockfile.model import Base, DiffPin, Lockfile, Patch, PatchKind, Upstream
+from patchkit.lockfile.model import (
+    Base,
+    DiffPin,
+    GitUpstream,
+    ImageUpstream,
+    Lockfile,
+    Patch,
+    PatchKind,
+    Upstream,
+    WheelUpstream,
+)
 from patchkit.outcome import Change, Outcome
 from patchkit.repo import Escape, Repo
 from patchkit.values import RepoPath, Revision, Sha256, UpstreamPath
@@ -177,10 +187,9 @@ def candidates(
     from patchkit.sources.factory import open_source
 
     source = open_source(up, cache, repo_root)
-    if up.source in ("git", None) and source.kind == "git":
-        from patchkit.sources.git import GitSource
+    from patchkit.sources.git import GitSource
 
-        assert isinstance(source, GitSource)  # noqa: S101 - open_source gives a GitSource for git
+    if isinstance(source, GitSource):
         found: list[Candidate] = []
         if tags is not None or not wanted:
             found += [
@@ -200,20 +209,12 @@ def candidates(
     if not wanted:
         raise BadInput("name the candidates to try: --candidate VERSION (a wheel version, an image reference) …")
     snaps = {ref: source.snapshot(ref) for ref in wanted}
-    found = [Candidate(ref, _ref_of(snap.pin), snap.pin.version) for ref, snap in snaps.items()]
+    found = [Candidate(ref, snap.pin.exact, snap.pin.version) for ref, snap in snaps.items()]
 
     def read_each(cands: list[Candidate], path: str) -> list[bytes | None]:
         return [snaps[c.label].read([path]).get(path) for c in cands]
 
     return found, read_each
-
-
-def _ref_of(pin: Any) -> str:
-    if pin.kind == "wheel":
-        return str(pin.version)
-    if pin.kind == "image":
-        return f"sha256:{pin.sha256}"
-    return str(pin.commit or pin.path or "")
 
 
 def find(
@@ -255,8 +256,8 @@ def record(
             upstream=up.name,
             path=UpstreamPath(f.path),
             sha256=Sha256(sha256_bytes(f.base_bytes)),
-            commit=Revision(c.ref) if up.source in ("git", None) else None,
-            version=c.version if up.source in ("wheel", "image") else None,
+            commit=Revision(c.ref) if isinstance(up, GitUpstream) else None,
+            version=c.version if isinstance(up, WheelUpstream | ImageUpstream) else None,
         )
         patches.append(dataclasses.replace(p, base=base, diff=DiffPin(RepoPath(rel), Sha256(sha256_bytes(text)))))
         outcome.changes.append(Change(f"patches[{p.name}].base", "unknown", f"{up.name} {c.label} ({f.path})"))

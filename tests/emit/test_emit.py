@@ -19,7 +19,7 @@ from patchkit.lockfile.model import Artifact, Image, Lockfile, Patch, PatchKind
 from patchkit.lockfile.reader import loads
 from patchkit.values import ContainerPath, Digest, Reference, RepoPath, Sha256
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 H = "b" * 64
 CONFIG_TEXT = (ROOT / "deploy.toml").read_text(encoding="utf-8")
 
