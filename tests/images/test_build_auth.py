@@ -63,9 +63,11 @@ def test_push_asks_for_a_push_token_and_copies_base_layers_from_another_registry
     assert seen["Layers"] == [*base["Layers"], doc["layer_digest"]]
 
     # check --online reads it back with the same credentials and finds it intact.
+    from patchkit.images.registry import RegistryClient
     from patchkit.online import image_findings
 
-    assert image_findings(load_lock((deploy / "lockfile.toml").read_text()), lambda _path: None) == []
+    lock = load_lock((deploy / "lockfile.toml").read_text())
+    assert image_findings(lock, lambda _path: None, RegistryClient()) == []
 
 
 @pytest.mark.slow

@@ -32,7 +32,7 @@ def findings(root: Path) -> list[Finding]:
     """What ``check --online`` finds about the images of ``root``'s lockfile."""
     text = (root / "lockfile.toml").read_text()
     index = LineIndex(text)
-    return image_findings(load_lock(text), index.line_of)
+    return image_findings(load_lock(text), index.line_of, RegistryClient())
 
 
 def codes(found: list[Finding]) -> list[tuple[str, str | None]]:
@@ -149,7 +149,7 @@ def test_an_image_with_a_file_that_is_not_pinned_is_caught(
         diff_id=other.layer.diff_id,
     )
     lock = dataclasses.replace(lock, derived=(forged,))
-    found = image_findings(lock, lambda _path: None)
+    found = image_findings(lock, lambda _path: None, RegistryClient())
     assert [(f.code, f.message.rsplit(": ", 1)[-1]) for f in found] == [
         ("derived-files", "/etc/ld.so.preload is not pinned")
     ]
@@ -181,7 +181,7 @@ def test_a_moved_base_pin_and_a_vanished_image_are_findings(
     lock = load_lock(text)
     (pin,) = lock.derived
     gone = dataclasses.replace(pin, digest=Digest("sha256:" + SHA_A))
-    found = image_findings(dataclasses.replace(lock, derived=(gone,)), lambda _path: None)
+    found = image_findings(dataclasses.replace(lock, derived=(gone,)), lambda _path: None, RegistryClient())
     assert [f.code for f in found] == ["derived-gone"]
 
     assert invoke("image", "pin", "vllm", oci_image.multi, repo=root).exit_code == 0
@@ -227,7 +227,9 @@ def test_check_online_fails_on_a_tampered_layer(
 def _forge(lock_text: str, **changes: object) -> list[Finding]:
     lock = load_lock(lock_text)
     (pin,) = lock.derived
-    return image_findings(dataclasses.replace(lock, derived=(dataclasses.replace(pin, **changes),)), lambda _p: None)
+    return image_findings(
+        dataclasses.replace(lock, derived=(dataclasses.replace(pin, **changes),)), lambda _p: None, RegistryClient()
+    )
 
 
 @pytest.mark.slow
