@@ -7,6 +7,7 @@ Layout (flat: no top-level directory; unpack with ``tar -xzf B -C DIR``)::
     compose.yaml               and every compose.*.yaml profile beside it
     entrypoint.sh              when present at the repository root
     Caddyfile.example          when present at the repository root
+    guard.json                 the runtime guard's manifest, when present (patchkit emit)
     <repo path>                every file the lockfile pins, at its repository
                                path: committed patches (patches/...), diffs
                                (upstream/...), tuning tables, artifacts
@@ -49,6 +50,7 @@ from patchkit.errors import BadInput, LockfileError
 from patchkit.hashing import require_pin, sha256_bytes
 from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
 from patchkit.lockfile.reader import loads
+from patchkit.progress import Meter
 from patchkit.repo import Escape, Repo
 from patchkit.sums import FILENAME as SUMS_NAME
 
@@ -59,7 +61,7 @@ BUILD_DIR = "build"
 DEFAULT_EPOCH = 0
 COMPRESSLEVEL = 9
 # Root-level deployment files bundled when present (compose.yaml is required).
-DEPLOYMENT_FILES = ("entrypoint.sh", "Caddyfile.example")
+DEPLOYMENT_FILES = ("entrypoint.sh", "Caddyfile.example", "guard.json")
 COMPOSE = "compose.yaml"
 
 MAX_MEMBER = 256 * 1024 * 1024
@@ -215,7 +217,11 @@ def build_bundle(
     entries.sort(key=lambda e: e[0].encode("utf-8", "surrogateescape"))
 
     raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT, encoding="utf-8") as tar:
+    total = sum(len(m[0]) for _, m in entries if m is not None)
+    with (
+        Meter("bundle: writing the archive", total) as meter,
+        tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT, encoding="utf-8") as tar,
+    ):
         for name, member in entries:
             if member is None:
                 tar.addfile(_tarinfo(name, epoch, directory=True))
@@ -223,6 +229,7 @@ def build_bundle(
                 data, executable = member
                 ti = _tarinfo(name, epoch, size=len(data), executable=executable)
                 tar.addfile(ti, io.BytesIO(data))
+                meter.update(len(data))
     out = io.BytesIO()
     with gzip.GzipFile(filename="", fileobj=out, mode="wb", mtime=0, compresslevel=COMPRESSLEVEL) as gz:
         gz.write(raw.getvalue())

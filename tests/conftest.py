@@ -116,7 +116,7 @@ def deploy(tmp_path: Path, invoke: Invoke) -> Path:
 # The files of this repository's own deployment (the top level, beside the tool).
 SHIPPED_FILES = (
     "lockfile.toml", "SHA256SUMS", "entrypoint.sh", "Caddyfile.example", "Caddyfile.tp1x2.example",
-    "deploy.toml", "compose.yaml", "compose.tp1x2.yaml",
+    "deploy.toml", "compose.yaml", "compose.tp1x2.yaml", "guard.json",
 )  # fmt: skip
 
 

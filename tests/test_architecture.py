@@ -36,6 +36,7 @@ VOCABULARY = {
     "patchkit.sums",
     "patchkit.hashing",
     "patchkit.fanout",
+    "patchkit.progress",
     "patchkit.formats",
     "patchkit.formats.safe",
     "patchkit.images.ref",

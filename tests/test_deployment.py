@@ -92,6 +92,8 @@ def _entrypoint_env(tmp_path: Path) -> dict[str, str]:
         "PATCHKIT_SHM_DIR": str(shm),
         "PATCHKIT_TRANSFORMERS_DIR": str(transformers),
         "PATCHKIT_PYTHON": shutil.which("python3") or "python3",
+        # The runtime guard is tested in tests/guard/ and tests/images/test_guard_container.py.
+        "PATCHKIT_GUARD": "off",
     }
 
 

@@ -46,7 +46,10 @@ def test_shipped_patches_materialize_from_the_pinned_wheel(invoke: Invoke, shipp
     r = invoke("materialize", "--out", str(tmp_path / "build"), "--format", "json", repo=shipped)
     assert r.exit_code == 0, r.stderr
     results = {e["name"]: e for e in json.loads(r.stdout)}
-    assert {n: e["ok"] for n, e in results.items()} == {"kv-restore-fence": True, "dsv4-indexer-fnuz": True}
+    assert {n: e["ok"] for n, e in results.items()} == {
+        "kv-restore-fence": True, "dsv4-indexer-fnuz": True, "aiter-dsv4-blockscale-gemm": True,
+        "runtime-guard": True, "aiter-merge-dir": True, "aiter-private-merge": True,
+    }  # fmt: skip
     fence = tmp_path / "build" / results["kv-restore-fence"]["target"].lstrip("/")
     text = fence.read_text()
     assert "stream.wait_stream(current_platform.current_stream())" in text
@@ -55,7 +58,7 @@ def test_shipped_patches_materialize_from_the_pinned_wheel(invoke: Invoke, shipp
     fnuz = (tmp_path / "build" / results["dsv4-indexer-fnuz"]["target"].lstrip("/")).read_text()
     assert "tl.float8e4b8 if USE_FNUZ else tl.float8e4nv" in fnuz
     r = invoke("check", repo=shipped)
-    assert r.exit_code == 0 and "2 diffs verified" in r.stdout, r.stdout
+    assert r.exit_code == 0 and "3 diffs verified" in r.stdout, r.stdout
 
 
 def test_worked_example_rebase_onto_0_27_0(invoke: Invoke, shipped: Path, tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from patchkit.check import compose, diffs, hand_diffs, pins, repository, series, sums
+from patchkit.check import compose, diffs, guard, hand_diffs, pins, repository, series, sums
 from patchkit.check.state import RepoView, State, gather, hash_pinned
 from patchkit.findings import CheckResult, Finding
 
@@ -46,6 +46,7 @@ RULES: tuple[Rule | VerifyingRule, ...] = (
     compose.kubernetes,
     compose.derived_stale,
     compose.mounts,
+    guard.guard_script,
 )
 
 

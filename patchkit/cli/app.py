@@ -13,7 +13,7 @@ from typing import NoReturn
 import click
 
 from patchkit import __version__
-from patchkit.cli import artifact, audit, deployment, image, importing, model, ship, signing, upstream
+from patchkit.cli import artifact, audit, deployment, guard, image, importing, model, ship, signing, upstream
 from patchkit.cli.common import EPILOG, RootGroup, global_options
 from patchkit.errors import EXIT_BAD_INPUT
 
@@ -37,7 +37,7 @@ def cli(ctx: click.Context) -> None:
 cli.params[:0] = global_options()
 
 
-FAMILIES = (deployment, upstream, image, model, importing, ship, audit, signing, artifact)
+FAMILIES = (deployment, upstream, image, model, importing, ship, audit, signing, artifact, guard)
 for _family in FAMILIES:
     for _command in _family.COMMANDS:
         cli.add_command(_command)

@@ -98,6 +98,14 @@ def _remember(key: str) -> Callable[[click.Context, click.Parameter, Any], None]
     return store
 
 
+def _quiet(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``--quiet`` anywhere on the command line silences progress for the whole process."""
+    if value:
+        from patchkit.progress import set_quiet
+
+        set_quiet(True)
+
+
 def global_options() -> list[click.Option]:
     """The options every command takes, before or after its name: ``patchkit -C X check`` or ``check -C X``."""
     return [
@@ -122,6 +130,14 @@ def global_options() -> list[click.Option]:
             expose_value=False,
             callback=_remember("verbose"),
             help="Show tracebacks for errors.",
+        ),
+        click.Option(
+            ["-q", "--quiet", "quiet"],
+            is_flag=True,
+            envvar="PATCHKIT_QUIET",
+            expose_value=False,
+            callback=_quiet,
+            help="No progress lines (there are none when stderr is not a terminal).",
         ),
         click.Option(
             ["--no-wait", "no_wait"],
@@ -158,6 +174,15 @@ SubGroup.group_class = SubGroup
 class RootGroup(ErrorGroup):
     command_class = Command
     group_class = SubGroup
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
+    ) -> click.Context:
+        """Each invocation starts with progress allowed; ``--quiet`` (parsed next) may turn it off."""
+        from patchkit.progress import set_quiet
+
+        set_quiet(False)
+        return super().make_context(info_name, args, parent, **extra)
 
 
 def find_repo(ctx: click.Context) -> Any:

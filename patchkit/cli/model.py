@@ -25,9 +25,6 @@ HF_CACHE = click.option(
     help="The Hugging Face cache (default: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub).",
 )
 JOBS = click.option("--jobs", "-j", type=click.IntRange(min=1), help="Hashing threads (default: one per usable core).")
-QUIET = click.option(
-    "--quiet", "-q", is_flag=True, help="No progress bar (there is none when stderr is not a terminal)."
-)
 FULL = click.option(
     "--full",
     is_flag=True,
@@ -71,13 +68,10 @@ def model_lock(ctx: click.Context, repo_id: str | None, revision: str | None, fm
 @model.command("verify")
 @HF_CACHE
 @JOBS
-@QUIET
 @FULL
 @FORMAT
 @click.pass_context
-def model_verify(
-    ctx: click.Context, hf_cache: Path | None, jobs: int | None, quiet: bool, full: bool, fmt: str
-) -> None:
+def model_verify(ctx: click.Context, hf_cache: Path | None, jobs: int | None, full: bool, fmt: str) -> None:
     """Verify the local Hugging Face cache against the model pin, offline; exit 1 on any problem.
 
     \b
@@ -96,7 +90,7 @@ def model_verify(
     everything again.
     """
     repo, lockf, _ = open_repo(ctx)
-    result = _verify(repo, lockf, hf_cache, jobs, quiet, full)
+    result = _verify(repo, lockf, hf_cache, jobs, full)
     _render(result, fmt)
     ctx.exit(EXIT_OK if result.ok else EXIT_FINDINGS)
 
@@ -104,10 +98,9 @@ def model_verify(
 @model.command("fetch")
 @HF_CACHE
 @JOBS
-@QUIET
 @FORMAT
 @click.pass_context
-def model_fetch(ctx: click.Context, hf_cache: Path | None, jobs: int | None, quiet: bool, fmt: str) -> None:
+def model_fetch(ctx: click.Context, hf_cache: Path | None, jobs: int | None, fmt: str) -> None:
     """Download the pinned revision (at its commit, never the branch) into the cache, then verify it.
 
     Exit 1 if the downloaded files do not verify against the manifest.
@@ -118,8 +111,8 @@ def model_fetch(ctx: click.Context, hf_cache: Path | None, jobs: int | None, qui
     repo, lockf, _ = open_repo(ctx)
     pinned = _pinned(lockf)
     pinned_files(repo, pinned)  # refuses before any download when there is nothing to verify against
-    HfHub().download(pinned.repo, pinned.revision.sha, hf_cache or default_cache_dir(), quiet=quiet or not _tty())
-    result = _verify(repo, lockf, hf_cache, jobs, quiet, full=True)
+    HfHub().download(pinned.repo, pinned.revision.sha, hf_cache or default_cache_dir(), quiet=not _tty())
+    result = _verify(repo, lockf, hf_cache, jobs, full=True)
     _render(result, fmt)
     ctx.exit(EXIT_OK if result.ok else EXIT_FINDINGS)
 
@@ -133,10 +126,13 @@ def _pinned(lockf: Any) -> Any:
 
 
 def _tty() -> bool:
-    return sys.stderr.isatty()
+    """Progress bars only on a terminal, and not with --quiet (patchkit.progress decides for every command)."""
+    from patchkit.progress import enabled
+
+    return enabled()
 
 
-def _verify(repo: Any, lockf: Any, hf_cache: Path | None, jobs: int | None, quiet: bool, full: bool) -> Any:
+def _verify(repo: Any, lockf: Any, hf_cache: Path | None, jobs: int | None, full: bool) -> Any:
     from patchkit.cache import cache_dir
     from patchkit.model.hub import default_cache_dir, repo_folder
     from patchkit.model.manifest import pinned_files
@@ -147,7 +143,7 @@ def _verify(repo: Any, lockf: Any, hf_cache: Path | None, jobs: int | None, quie
     files = pinned_files(repo, pinned)
     cache = hf_cache or default_cache_dir()
     record = VerifyRecord.for_cache(cache_dir(), cache, repo_folder(pinned.repo))
-    with _progress(quiet or not _tty()) as start:
+    with _progress(not _tty()) as start:
         result = verify_cache(cache, pinned, files, jobs=jobs, start_progress=start, record=None if full else record)
     record.save()
     return result

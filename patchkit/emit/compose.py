@@ -17,6 +17,7 @@ from patchkit.emit.config import ConfigError, DeployConfig, split_publish
 from patchkit.emit.rules import security_problems
 from patchkit.emit.validate import load_yaml
 from patchkit.errors import BadInput, Problem
+from patchkit.guard import manifest as guard_manifest
 from patchkit.lockfile.model import Artifact, Lockfile, Patch, PatchKind
 
 # --------------------------------------------------------------------------- YAML text
@@ -115,6 +116,10 @@ def _mounts(lock: Lockfile, config: DeployConfig) -> list[_Mount]:
     mounts.extend(
         _Mount(str(a.target), f"./{a.file}", artifact_notes("artifact", a)) for a in lock.artifacts if a.target
     )
+    if config.guard is not None:
+        problems.extend(guard_manifest.problems(lock, config))
+        note = comment("runtime guard manifest: written by `patchkit emit` from lockfile.toml")
+        mounts.append(_Mount(str(config.guard.manifest_target), f"./{guard_manifest.MANIFEST_NAME}", (note,)))
     for m in mounts:
         if any(c in m.source + m.target for c in "$:,"):
             problems.append(
@@ -167,9 +172,10 @@ def emit(lock: Lockfile, config: DeployConfig, profile: str) -> str:  # noqa: C9
         o.add(2, f"image: {quote(vllm_image)}")
         o.seq(2, "entrypoint", [str(entry.target)])
         o.seq(2, "command", [model_path, *inf.args, f"--port={inf.port}"])
-        if inf.environment:
+        environment = (*inf.environment, *guard_manifest.environment(lock, config))
+        if environment:
             o.add(2, "environment:")
-            for k, v in inf.environment:
+            for k, v in environment:
                 o.add(3, f"{quote(k)}: {quote(v)}")
         o.seq(2, "devices", [*inf.devices, *rep.devices])
         o.seq(2, "group_add", inf.group_add)

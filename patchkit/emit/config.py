@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from patchkit.errors import BadInput, LockfileError, Problem
+from patchkit.guard.config import GuardConfig, read_config
 from patchkit.lockfile.tomlpos import FieldReader, render_path, toml_type
 from patchkit.values import ContainerPath, check_name
 
@@ -148,6 +149,7 @@ class DeployConfig:
     inference: Inference
     profiles: tuple[Profile, ...]
     proxy: Proxy | None = None
+    guard: GuardConfig | None = None
     file: str = CONFIG_NAME
     lines: Mapping[str, int] = field(default_factory=dict, compare=False)
     kubernetes: Mapping[str, Any] | None = None  # the [kubernetes] table as written; emit/kubernetes.py reads it
@@ -196,7 +198,7 @@ def loads_config(text: str, filename: str = CONFIG_NAME) -> DeployConfig:
 
 class _ConfigReader(FieldReader):
     def read(self, raw: dict[str, Any]) -> DeployConfig | None:
-        self.known(raw, (), ("schema", "name", "inference", "proxy", "profiles", "kubernetes"))
+        self.known(raw, (), ("schema", "name", "inference", "proxy", "profiles", "kubernetes", "guard"))
         schema = raw.get("schema")
         if schema != CONFIG_SCHEMA or isinstance(schema, bool):
             self.problem(("schema",) if "schema" in raw else (), f"must be {CONFIG_SCHEMA}, got {schema!r}")
@@ -234,6 +236,7 @@ class _ConfigReader(FieldReader):
             inference=inference,
             profiles=tuple(sorted(profiles, key=lambda p: p.name)),
             proxy=proxy,
+            guard=read_config(self, raw),
             file=self.filename,
             lines=self.lines(),
             kubernetes=self.table(raw, (), "kubernetes"),

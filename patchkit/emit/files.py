@@ -9,6 +9,7 @@ from patchkit.emit.compose import emit
 from patchkit.emit.config import CONFIG_NAME, DeployConfig, load_config
 from patchkit.emit.validate import compose_schema, validate, validate_bundle_files
 from patchkit.errors import BadInput
+from patchkit.guard import manifest as guard_manifest
 from patchkit.lockfile.model import Lockfile
 
 if TYPE_CHECKING:
@@ -66,7 +67,8 @@ def _current(repo: Repo, rel: str) -> bytes | None:
 def compose_texts(
     lock: Lockfile, config: DeployConfig, profiles: Iterable[str] = (), *, validate_output: bool = True
 ) -> dict[str, str]:
-    """Every (or the named) profile's compose text by file name, checked (schema too with ``validate_output``).
+    """Every (or the named) profile's compose text by file name, checked (schema too with ``validate_output``),
+    and ``guard.json`` with a ``[guard]`` table.
 
     Pure: raises ``BadInput`` for an unknown profile or the first problem of a file.
     """
@@ -87,6 +89,7 @@ def compose_texts(
         if problems:
             raise BadInput(f"{p.file}: {problems[0]}", "fix deploy.toml; nothing was written")
         files[p.file] = text
+    files.update(guard_manifest.files(lock, config))
     return files
 
 

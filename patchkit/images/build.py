@@ -502,7 +502,13 @@ def build_image(
     target = ImageRef.parse(push)
     if target.digest is not None:
         raise BadInput(f"--push {push}: give a repository and tag, not a digest", "e.g. --push registry/team/vllm:v1")
-    extra = [*extra, *series_files(repo, lock, name, img.reference)]
+    from patchkit.guard.manifest import image_files
+
+    extra = [
+        *extra,
+        *series_files(repo, lock, name, img.reference),
+        *(LayerFile(path, data) for path, data in image_files(lock, config).items()),
+    ]
     files = runtime_files(repo, lock, store, cache, executables=(config.inference.entrypoint,), extra=extra)
     base = ImageRef.parse(f"{img.repository}@{img.digest}")
     owned = client is None

@@ -48,6 +48,7 @@ import urllib3
 
 from patchkit.errors import BadInput
 from patchkit.images.ref import DOCKER_HUB, HUB_ALIASES, ImageRef
+from patchkit.progress import Meter
 from patchkit.sources.interface import SourceError
 from patchkit.values import Digest, host_only, is_loopback
 
@@ -574,10 +575,11 @@ class _BadLayer(Exception):
 class _BlobReader:
     """A blob's bytes as they arrive, hashed and counted; never more than its descriptor's size."""
 
-    def __init__(self, raw: Any, size: int, what: str) -> None:
+    def __init__(self, raw: Any, size: int, what: str, meter: Meter | None = None) -> None:
         self._raw = raw
         self._size = size
         self._what = what
+        self._meter = meter
         self.count = 0
         self.hash = hashlib.sha256()
         self.eof = False
@@ -601,6 +603,8 @@ class _BlobReader:
         if self.count > self._size:
             raise RegistryError(f"{self._what} is longer than its descriptor's {self._size} bytes; refusing it")
         self.hash.update(data)
+        if self._meter is not None:
+            self._meter.update(len(data))
         return data
 
     def drain(self) -> None:
@@ -1268,14 +1272,16 @@ class RegistryClient:
         what: str,
     ) -> LayerScan:
         desc = layer.descriptor
-        blob = _BlobReader(resp.raw, desc.size, what)
+        meter = Meter(f"streaming {what.replace(desc.digest.text, desc.digest.text[:19] + '…')}", desc.size)
+        blob = _BlobReader(resp.raw, desc.size, what, meter)
         stream = _TarStream(blob, gzip=desc.media_type in _GZIP_LAYERS)
         bad: str | None = None
         scan = LayerScan()
         try:
-            with tarfile.open(fileobj=cast(IO[bytes], stream), mode="r|", bufsize=_CHUNK) as tar:
-                scan = _scan_tar(tar, wanted, ancestors, self._max_file, what)
-            stream.drain()
+            with meter:
+                with tarfile.open(fileobj=cast(IO[bytes], stream), mode="r|", bufsize=_CHUNK) as tar:
+                    scan = _scan_tar(tar, wanted, ancestors, self._max_file, what)
+                stream.drain()
         except (tarfile.TarError, _BadLayer, EOFError) as e:
             if not (isinstance(e, tarfile.ReadError) and stream.size == 0 and blob.eof):
                 bad = str(e) or type(e).__name__  # an empty blob is an empty layer, as Docker reads it

@@ -34,6 +34,7 @@ from typing import IO, cast
 import git
 
 from patchkit.errors import BadInput, WriteFailed
+from patchkit.progress import Meter
 from patchkit.sources.interface import Pin, Snapshot, SourceError, UpstreamSource, check_path
 
 _FULL_SHA = re.compile(r"[0-9a-fA-F]{40}")
@@ -157,7 +158,8 @@ class GitSource(UpstreamSource):
         return sha if status == 0 and _FULL_SHA.fullmatch(sha) else None
 
     def _fetch(self, *refspecs: str) -> tuple[int, str]:
-        status, _, err = self._git("fetch", "--no-tags", "--quiet", "origin", *refspecs)
+        with Meter(f"git fetch {re.sub(r'//[^/@]*@', '//', self.url)}", unit=None):  # never a token on screen
+            status, _, err = self._git("fetch", "--no-tags", "--quiet", "origin", *refspecs)
         return status, err
 
     def _fetch_commit(self, sha: str) -> str:

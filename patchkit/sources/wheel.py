@@ -26,6 +26,7 @@ from pathlib import Path
 
 from patchkit.errors import BadInput, WriteFailed
 from patchkit.hashing import sha256_file
+from patchkit.progress import enabled as progress_enabled
 from patchkit.sources.interface import Pin, Snapshot, SourceError, UpstreamSource, check_path
 from patchkit.values import Sha256
 
@@ -158,14 +159,14 @@ class WheelSource(UpstreamSource):
             shutil.rmtree(tmp, ignore_errors=True)
 
     def _pip_download(self, requirement: str, directory: Path) -> None:
-        """Run pip; on a terminal its progress goes to our stderr, otherwise it is quiet."""
+        """Run pip; on a terminal (and without --quiet) its progress goes to our stderr, otherwise it is quiet."""
         command = [
             sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
             "--disable-pip-version-check", "--no-input",
             requirement, "-d", str(directory), *self.pip_args,
         ]  # fmt: skip
         stdout: int = subprocess.PIPE
-        if sys.stderr.isatty():
+        if progress_enabled():
             sys.stderr.flush()
             stdout = sys.stderr.fileno()  # pip draws its progress bar on stdout: show it on stderr
         try:

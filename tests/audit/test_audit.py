@@ -27,7 +27,10 @@ def test_shipped_deployment_offline(tmp_path: Path, invoke: Invoke) -> None:
     assert [i["name"] for i in doc["images"]] == ["caddy", "vllm"]
     assert doc["model"]["value"] == "7872f01b1d1fe23eabc4c98b48bffcef5a386062"
     patches = {p["name"]: p for p in doc["patches"]}
-    assert set(patches) == {"kv-restore-fence", "dsv4-indexer-fnuz"}
+    assert set(patches) == {
+        "kv-restore-fence", "dsv4-indexer-fnuz", "aiter-dsv4-blockscale-gemm",  # diff-only against vLLM and AITER
+        "runtime-guard", "aiter-merge-dir", "aiter-private-merge",  # ours: committed in patches/
+    }  # fmt: skip
     fence = patches["kv-restore-fence"]
     parsed = diffs.parse((root / "upstream/kv-restore-fence.diff").read_bytes())[0]
     assert (fence["added"], fence["removed"]) == (parsed.added, parsed.removed)
@@ -37,7 +40,7 @@ def test_shipped_deployment_offline(tmp_path: Path, invoke: Invoke) -> None:
     assert fence["standing"] == "unchecked"
     # An empty cache: the hashes are verified, the materialized file cannot be.
     assert [v["status"] for v in fence["verification"]] == ["ok", "unverified"]
-    assert doc["summary"]["patches_by_kind"] == {"overlay": 2}
+    assert doc["summary"]["patches_by_kind"] == {"overlay": 3, "module": 2, "transformer": 1}
     assert doc["summary"]["check_ok"] is True
     assert snapshot(root) == before  # the report is written only where asked
 

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def shipped() -> dict[str, bytes]:
     """This repository's own deployment files that emit reads and writes."""
-    names = (LOCKFILE_NAME, "deploy.toml", "compose.yaml", "compose.tp1x2.yaml")
+    names = (LOCKFILE_NAME, "deploy.toml", "compose.yaml", "compose.tp1x2.yaml", "guard.json")
     return {n: (ROOT / n).read_bytes() for n in names}
 
 
@@ -25,6 +25,10 @@ def test_the_shipped_compose_files_are_what_emit_writes() -> None:
     files["compose.yaml"] += b"# edited\n"
     [f] = compose.emitted(state_of(text, files))
     assert (f.code, f.file) == ("compose-drift", "compose.yaml")
+    files["compose.yaml"] = (ROOT / "compose.yaml").read_bytes()
+    files["guard.json"] = files["guard.json"].replace(b'"schema": 1', b'"schema": 1, "x": 1')
+    [f] = compose.emitted(state_of(text, files))
+    assert (f.code, f.file) == ("compose-drift", "guard.json")
     files["deploy.toml"] = b"schema = 2\n"
     [f] = compose.emitted(state_of(text, files))
     assert (f.code, f.file) == ("compose-unchecked", "deploy.toml")
