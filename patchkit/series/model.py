@@ -107,7 +107,7 @@ def parse_series_file(data: bytes) -> list[str]:
 
 
 class Reader(Protocol):
-    """What :func:`read` needs of the lockfile loader (``patchkit.lockfile._Reader``)."""
+    """What :func:`read` needs of the lockfile loader (``patchkit.lockfile.tomlpos.FieldReader``)."""
 
     def problem(self, path: FieldPath, message: str, hint: str | None = None) -> None: ...
 
