@@ -3,7 +3,8 @@
 ``RegistryClient`` speaks the OCI distribution API over HTTPS (plain HTTP only
 for loopback registries and those named insecure, as Docker allows) with
 requests: the anonymous Bearer token flow, Basic credentials from the Docker
-config's ``auths``, retries with backoff for server errors and dropped
+config's ``auths`` or its credential helpers and store (run through docker's
+own credential code), retries with backoff for server errors and dropped
 connections, bounded sizes and times.
 
 Nothing a registry says is trusted without a hash: a manifest's digest is the
@@ -31,6 +32,7 @@ import json
 import os
 import posixpath
 import re
+import shutil
 import socket
 import tarfile
 import threading
@@ -377,6 +379,44 @@ def _now() -> float:
 def _default_docker_config() -> Path:
     base = os.environ.get("DOCKER_CONFIG")
     return Path(base) / "config.json" if base else Path.home() / ".docker" / "config.json"
+
+
+@dataclass(frozen=True)
+class _Helper:
+    """A Docker config's ``credHelpers`` entry or ``credsStore``: the program that holds a registry's credentials."""
+
+    kind: str  # "credential helper" or "credential store"
+    name: str  # docker-credential-NAME
+
+    def __str__(self) -> str:
+        return f"the {self.kind} {self.name!r}"
+
+
+def _run_helper(registry: str, helper: _Helper) -> tuple[str, str] | str:
+    """Run ``docker-credential-NAME get`` for ``registry`` with docker's own credential code.
+
+    Returns (user, secret), or a note saying why there are none: no entry, the
+    helper is not installed, it failed, or it gave an identity token (an OAuth
+    refresh token, which the distribution token flow patchkit speaks does not take).
+    """
+    from docker import credentials  # type: ignore[import-untyped]  # docker-py ships no type information
+
+    program = f"docker-credential-{helper.name}"
+    if shutil.which(program) is None:  # checked first: docker's Store only warns, then fails at run
+        return f"{program} is not installed or not on PATH"
+    server = "https://index.docker.io/v1/" if registry == DOCKER_HUB else registry
+    try:
+        data = credentials.Store(helper.name).get(server)
+    except credentials.CredentialsNotFound:
+        return f"no entry for {server}"
+    except credentials.StoreError as e:
+        return str(e).strip() or type(e).__name__
+    user, secret = data.get("Username"), data.get("Secret")
+    if user == "<token>":
+        return "an identity token, which patchkit cannot use; store a user name and password or token instead"
+    if not isinstance(user, str) or not isinstance(secret, str):
+        return "an answer without Username and Secret"
+    return user, secret
 
 
 def _auth_host(key: str) -> str:
@@ -869,6 +909,7 @@ class RegistryClient:
         self._max_file = max_file_size
         self._docker_config = docker_config if docker_config is not None else _default_docker_config()
         self._config_doc: dict[str, Any] | None = None
+        self._helped: dict[str, tuple[str, str] | str] = {}
         self._own_session = session is None
         self._session = session if session is not None else requests.Session()
         _watch_session(self._session)
@@ -1568,18 +1609,20 @@ class RegistryClient:
         return _Token(value, _now() + max(lifetime - min(10.0, lifetime / 10), 1.0))
 
     def _credentials(self, image: ImageRef) -> tuple[str, str] | None:
+        """(user, password) for the image's registry: inline ``auths``, else its credential helper or store."""
         entry = self._auths().get(image.registry)
-        return entry if isinstance(entry, tuple) else None
+        found = self._from_helper(image.registry, entry) if isinstance(entry, _Helper) else entry
+        return found if isinstance(found, tuple) else None
 
-    def _auths(self) -> dict[str, tuple[str, str] | str]:
-        """Registry -> (user, password) from the Docker config, or a note on why there are none usable."""
+    def _auths(self) -> dict[str, tuple[str, str] | _Helper]:
+        """Registry -> (user, password) from the Docker config's ``auths``, or the helper that holds them."""
         doc = self._load_docker_config()
-        found: dict[str, tuple[str, str] | str] = {}
+        found: dict[str, tuple[str, str] | _Helper] = {}
         helpers = doc.get("credHelpers")
         store = doc.get("credsStore")
         if isinstance(helpers, dict):
             for key, helper in helpers.items():
-                found[_auth_host(str(key))] = f"credential helper {helper!r}"
+                found[_auth_host(str(key))] = _Helper("credential helper", str(helper))
         auths = doc.get("auths")
         for key, entry in (auths if isinstance(auths, dict) else {}).items():
             host = _auth_host(str(key))
@@ -1587,8 +1630,14 @@ class RegistryClient:
             if creds is not None:
                 found[host] = creds
             elif host not in found and isinstance(store, str):
-                found[host] = f"credential store {store!r}"
+                found[host] = _Helper("credential store", store)
         return found
+
+    def _from_helper(self, registry: str, helper: _Helper) -> tuple[str, str] | str:
+        """Ask ``docker-credential-NAME`` through docker's own credential code; a note on why not, otherwise."""
+        if registry not in self._helped:
+            self._helped[registry] = _run_helper(registry, helper)
+        return self._helped[registry]
 
     def _load_docker_config(self) -> dict[str, Any]:
         if self._config_doc is None:
@@ -1617,10 +1666,13 @@ class RegistryClient:
         detail = _error_detail(resp)
         if status == 401:
             entry = self._auths().get(image.registry)
+            helped = self._from_helper(image.registry, entry) if isinstance(entry, _Helper) else None
             if isinstance(entry, tuple):
                 why = f"the credentials for {image.display_registry} in {self._docker_config} were refused"
-            elif isinstance(entry, str):
-                why = f"its credentials are in a {entry}, which patchkit does not run"
+            elif isinstance(entry, _Helper) and isinstance(helped, tuple):
+                why = f"the credentials {entry} gave for {image.display_registry} were refused"
+            elif isinstance(entry, _Helper):
+                why = f"{entry} gave none: {helped}"
             else:
                 why = f"no credentials for {image.display_registry} in {self._docker_config}"
             if challenge is not None and challenge.params.get("error"):
@@ -1799,4 +1851,7 @@ def _network_hint(e: BaseException, url: str) -> str:
 
 
 def _login_hint(image: ImageRef) -> str:
-    return f"log in with `docker login {image.display_registry}` (patchkit reads the auths of ~/.docker/config.json)"
+    return (
+        f"log in with `docker login {image.display_registry}` "
+        "(patchkit reads ~/.docker/config.json: its auths and credential helpers)"
+    )

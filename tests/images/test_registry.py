@@ -526,9 +526,66 @@ def test_docker_config_problems(basic_image: str, make_client: ClientFactory, tm
         make_client(docker_config=bad).resolve(basic_image)
     host = basic_image.split("/", maxsplit=1)[0]
     helper = tmp_path / "helper.json"
-    helper.write_text(json.dumps({"auths": {host: {}}, "credsStore": "desktop"}))
-    with pytest.raises(RegistryError, match="credential store 'desktop', which patchkit does not run"):
+    helper.write_text(json.dumps({"auths": {host: {}}, "credsStore": "pk-absent"}))
+    with pytest.raises(
+        RegistryError, match="credential store 'pk-absent' gave none: docker-credential-pk-absent is not installed"
+    ):
         make_client(docker_config=helper).resolve(basic_image)
+
+
+def credential_helper(bin_dir: Path, name: str, entries: dict[str, tuple[str, str]]) -> None:
+    """A real ``docker-credential-NAME`` on PATH, speaking the helper protocol: ``get`` reads a server URL on stdin."""
+    bin_dir.mkdir(exist_ok=True)
+    table = {server: {"ServerURL": server, "Username": u, "Secret": p} for server, (u, p) in entries.items()}
+    script = bin_dir / f"docker-credential-{name}"
+    script.write_text(
+        "#!/usr/bin/env python3\n"
+        "import json, sys\n"
+        f"table = {table!r}\n"
+        "assert sys.argv[1] == 'get', sys.argv\n"
+        "server = sys.stdin.read().strip()\n"
+        "if server not in table:\n"
+        "    print('credentials not found in native keychain')\n"
+        "    sys.exit(1)\n"
+        "print(json.dumps(table[server]))\n"
+    )
+    script.chmod(0o755)
+
+
+def test_credentials_from_a_credential_helper_and_store(
+    basic_image: str,
+    auth_registry_server: RegistryServer,
+    make_client: ClientFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    host = auth_registry_server.host
+    assert auth_registry_server.username is not None
+    assert auth_registry_server.password is not None
+    bin_dir = tmp_path / "bin"
+    credential_helper(bin_dir, "pk-good", {host: (auth_registry_server.username, auth_registry_server.password)})
+    credential_helper(bin_dir, "pk-wrong", {host: ("patchkit", "not-the-password")})
+    credential_helper(bin_dir, "pk-empty", {})
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"credHelpers": {host: "pk-good"}}))
+    client = make_client(docker_config=config)
+    r = client.resolve(basic_image)
+    assert str(r.digest) == sha(auth_registry_server.inspect_raw(basic_image))
+    assert client.read_files(r, ["/app/top.txt"]) == {"/app/top.txt": b"top\n"}
+
+    # docker login with a credsStore writes an empty auths entry; the store holds the secret.
+    config.write_text(json.dumps({"auths": {host: {}}, "credsStore": "pk-good"}))
+    assert str(make_client(docker_config=config).resolve(basic_image).digest) == str(r.digest)
+
+    config.write_text(json.dumps({"credHelpers": {host: "pk-wrong"}}))
+    with pytest.raises(RegistryError, match=f"the credentials the credential helper 'pk-wrong' gave for {host} were"):
+        make_client(docker_config=config).resolve(basic_image)
+
+    config.write_text(json.dumps({"credHelpers": {host: "pk-empty"}}))
+    with pytest.raises(RegistryError, match=f"the credential helper 'pk-empty' gave none: no entry for {host}"):
+        make_client(docker_config=config).resolve(basic_image)
 
 
 # --- Bearer tokens (a real registry with auth: token, and a local token server) ---------------------
