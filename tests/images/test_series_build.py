@@ -16,11 +16,39 @@ from tests.series.queue import (
     MXFP4_PATCHED,
     MXFP4_V1,
     SCHED_V1,
+    Queue,
     build_queue,
     lockfile_text,
 )
 
 SITE = "/usr/local/lib/python3.12/dist-packages"
+
+
+def queue_on_base(
+    tmp_path: Path, image_builder: ImageBuilder, registry_server: RegistryServer, name: str
+) -> tuple[Queue, str]:
+    """The patch-queue deployment, image ``vllm`` pinned to a local-registry base with the upstreams; and its digest."""
+    image_builder.new(name)
+    image_builder.repack(
+        name,
+        {
+            f"{SITE}/vllm/__init__.py": b'__version__ = "0.26.0"\n',
+            f"{SITE}/vllm/envs.py": ENVS_V1,
+            f"{SITE}/vllm/model_executor/layers/quant/mxfp4.py": MXFP4_V1,
+            f"{SITE}/vllm/legacy/sched.py": SCHED_V1,
+            f"{SITE}/flashinfer/jit/core.py": CORE_V1,
+        },
+    )
+    pushed = registry_server.push(image_builder.ref(name), f"series/{name}:nightly")
+    digest = registry_server.inspect(pushed)["Digest"]
+    q = build_queue(tmp_path)
+    text = lockfile_text(q).replace(
+        "[upstreams.flashinfer]",
+        f'[images.vllm]\nrepository = "{registry_server.host}/series/{name}"\ndigest = "{digest}"\n\n'
+        "[upstreams.flashinfer]",
+    )
+    (q.root / "lockfile.toml").write_text(text)
+    return q, digest
 
 
 def _file_in_image(dockerd: Dockerd, image: str, path: str) -> bytes:
@@ -38,26 +66,7 @@ def _file_in_image(dockerd: Dockerd, image: str, path: str) -> bytes:
 def test_the_emitted_containerfile_builds_and_the_image_has_the_patched_bytes(
     tmp_path: Path, invoke: Invoke, image_builder: ImageBuilder, registry_server: RegistryServer, dockerd: Dockerd
 ) -> None:
-    image_builder.new("vllm-base")
-    image_builder.repack(
-        "vllm-base",
-        {
-            f"{SITE}/vllm/__init__.py": b'__version__ = "0.26.0"\n',
-            f"{SITE}/vllm/envs.py": ENVS_V1,
-            f"{SITE}/vllm/model_executor/layers/quant/mxfp4.py": MXFP4_V1,
-            f"{SITE}/vllm/legacy/sched.py": SCHED_V1,
-            f"{SITE}/flashinfer/jit/core.py": CORE_V1,
-        },
-    )
-    pushed = registry_server.push(image_builder.ref("vllm-base"), "series/vllm-base:nightly")
-    digest = registry_server.inspect(pushed)["Digest"]
-    q = build_queue(tmp_path)
-    text = lockfile_text(q).replace(
-        "[upstreams.flashinfer]",
-        f'[images.vllm]\nrepository = "{registry_server.host}/series/vllm-base"\ndigest = "{digest}"\n\n'
-        "[upstreams.flashinfer]",
-    )
-    (q.root / "lockfile.toml").write_text(text)
+    q, digest = queue_on_base(tmp_path, image_builder, registry_server, "vllm-base")
     assert invoke("lock", repo=q.root).exit_code == 0
     run = invoke("emit", "--containerfile", "Containerfile", "--series-profile", "mxfp4", repo=q.root)
     assert run.exit_code == 0, run.stdout + run.stderr

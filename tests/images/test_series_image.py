@@ -17,17 +17,13 @@ from patchkit.lockfile.tomlpos import LineIndex
 from patchkit.online import image_findings
 from tests.conftest import Invoke
 from tests.images.conftest import ImageBuilder, RegistryServer
+from tests.images.test_series_build import queue_on_base
 from tests.series.queue import (
     CORE_PATCHED,
-    CORE_V1,
     ENVS_PATCHED,
-    ENVS_V1,
     MXFP4_PATCHED,
-    MXFP4_V1,
     SCHED_V1,
     Queue,
-    build_queue,
-    lockfile_text,
 )
 
 SITE = "/usr/local/lib/python3.12/dist-packages"
@@ -55,26 +51,7 @@ def series_deploy(
     tmp_path: Path, invoke: Invoke, image_builder: ImageBuilder, registry_server: RegistryServer
 ) -> Queue:
     """The patch-queue deployment with a base image (the upstreams installed) pinned, and a deploy.toml."""
-    image_builder.new("queue-base")
-    image_builder.repack(
-        "queue-base",
-        {
-            f"{SITE}/vllm/__init__.py": b'__version__ = "0.26.0"\n',
-            f"{SITE}/vllm/envs.py": ENVS_V1,
-            f"{SITE}/vllm/model_executor/layers/quant/mxfp4.py": MXFP4_V1,
-            f"{SITE}/vllm/legacy/sched.py": SCHED_V1,
-            f"{SITE}/flashinfer/jit/core.py": CORE_V1,
-        },
-    )
-    pushed = registry_server.push(image_builder.ref("queue-base"), "series/queue-base:nightly")
-    digest = registry_server.inspect(pushed)["Digest"]
-    q = build_queue(tmp_path)
-    text = lockfile_text(q).replace(
-        "[upstreams.flashinfer]",
-        f'[images.vllm]\nrepository = "{registry_server.host}/series/queue-base"\ndigest = "{digest}"\n\n'
-        "[upstreams.flashinfer]",
-    )
-    (q.root / "lockfile.toml").write_text(text)
+    q, _ = queue_on_base(tmp_path, image_builder, registry_server, "queue-base")
     (q.root / "deploy.toml").write_text(DEPLOY_TOML)
     run = invoke("lock", repo=q.root)
     assert run.exit_code == 0, run.stdout + run.stderr
