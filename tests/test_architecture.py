@@ -51,6 +51,7 @@ ADAPTERS = {
     "patchkit.images.engine",
     "patchkit.model.hub",
     "patchkit.github",
+    "patchkit.transport",
     "patchkit.sources",
     "patchkit.sources.interface",
     "patchkit.sources.factory",
