@@ -1,6 +1,6 @@
 """Bounded HTTP: the one place a requests session gets its timeouts, its total deadline and its retries.
 
-The registry client (patchkit.images.client) and the GitHub adapter
+The registry client (patchkit.images.registry) and the GitHub adapter
 (patchkit.github) talk HTTP through ``Http``:
 
 - **Timeouts**: ``Bounds.timeout`` bounds each connect and each read.
