@@ -52,6 +52,7 @@ ADAPTERS = {
     "patchkit.images.errors",
     "patchkit.images.credentials",
     "patchkit.images.streams",
+    "patchkit.images.reader",
     "patchkit.images.registry",
     "patchkit.images.engine",
     "patchkit.model.hub",
