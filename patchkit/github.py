@@ -227,6 +227,17 @@ class GitHubTracker:
             and self._rate.reset > self._clock()
         ):
             raise self._limited(ref, self._rate.reset)
+        url = self.api_url + path
+        self.requests_sent += 1
+        try:
+            resp, _ = self._http.request("GET", url, headers=self._headers(etag), allow_redirects=True)
+            self._read_rate(resp.headers)
+            body = self._http.read(resp, MAX_BODY_BYTES)
+        except HttpError as e:
+            raise self._failure(ref, url, e) from e
+        return self._answer(resp, body, ref, url, etag)
+
+    def _headers(self, etag: str | None) -> dict[str, str]:
         headers = {
             "Accept": "application/vnd.github+json",
             "X-GitHub-Api-Version": "2022-11-28",
@@ -236,14 +247,12 @@ class GitHubTracker:
             headers["Authorization"] = f"Bearer {self._token}"
         if etag:
             headers["If-None-Match"] = etag
-        url = self.api_url + path
-        self.requests_sent += 1
-        try:
-            resp, _ = self._http.request("GET", url, headers=headers, allow_redirects=True)
-            self._read_rate(resp.headers)
-            body = self._http.read(resp, MAX_BODY_BYTES)
-        except HttpError as e:
-            raise self._failure(ref, url, e) from e
+        return headers
+
+    def _answer(
+        self, resp: requests.Response, body: bytes, ref: Reference, url: str, etag: str | None
+    ) -> tuple[AnswerStatus, dict[str, Any], str | None]:
+        """What an answer (read whole) says: found with its document, not modified, not found; or it raises."""
         status = resp.status_code
         if status == 304:
             return AnswerStatus.NOT_MODIFIED, {}, etag

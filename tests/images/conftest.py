@@ -812,16 +812,7 @@ class FakeRegistry:
                 if reply.delay:
                     time.sleep(reply.delay)
                 with contextlib.suppress(OSError):
-                    self.send_response(reply.status)
-                    for k, v in {"Content-Type": "application/json", **reply.headers}.items():
-                        self.send_header(k, v)
-                    self.send_header("Content-Length", str(len(reply.body)))
-                    if reply.send is not None:
-                        self.send_header("Connection", "close")
-                    self.end_headers()
-                    if method != "HEAD":
-                        self.wfile.write(reply.body if reply.send is None else reply.body[: reply.send])
-                    self.wfile.flush()
+                    _send_reply(self, reply, body=method != "HEAD")
                 if reply.send is not None:
                     self.close_connection = True
 
@@ -835,6 +826,20 @@ class FakeRegistry:
                 del format, args
 
         return Handler
+
+
+def _send_reply(handler: BaseHTTPRequestHandler, reply: Reply, *, body: bool) -> None:
+    """Write ``reply`` (its body only ``send`` bytes long, when given, though Content-Length promises all)."""
+    handler.send_response(reply.status)
+    for k, v in {"Content-Type": "application/json", **reply.headers}.items():
+        handler.send_header(k, v)
+    handler.send_header("Content-Length", str(len(reply.body)))
+    if reply.send is not None:
+        handler.send_header("Connection", "close")
+    handler.end_headers()
+    if body:
+        handler.wfile.write(reply.body if reply.send is None else reply.body[: reply.send])
+    handler.wfile.flush()
 
 
 @pytest.fixture
