@@ -249,6 +249,15 @@ def registry_client(insecure: Iterable[str] = ()) -> Any:
     return RegistryClient(insecure=tuple(insecure))
 
 
+def github_tracker() -> Any:
+    """The GitHub adapter a command hands the core: ``GITHUB_API_URL`` (default api.github.com), ``GITHUB_TOKEN``."""
+    import os
+
+    from patchkit.github import DEFAULT_API_URL, GitHubTracker
+
+    return GitHubTracker(os.environ.get("GITHUB_API_URL") or DEFAULT_API_URL, os.environ.get("GITHUB_TOKEN") or None)
+
+
 def source_date_epoch() -> str | None:
     """``$SOURCE_DATE_EPOCH`` as the user set it (None when unset or empty); the core takes it as an argument."""
     import os
