@@ -10,12 +10,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchkit import diffs, sums
+from patchkit import diffs, gitclient, sums
 from patchkit.cache import BlobStore
 from patchkit.check.diffs import base_of_committed
 from patchkit.check.run import check_pinned_files
@@ -79,22 +77,6 @@ def write_sums(repo: Repo, lock: Lockfile, lock_bytes: bytes) -> Outcome:
 # --------------------------------------------------------------------------- base recovery
 
 
-def _git_show(repo: Repo, rel: str) -> bytes | None:
-    """The committed (HEAD) content of a repository file, if the repository is a git work tree."""
-    if shutil.which("git") is None:
-        return None
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(repo.root), "show", f"HEAD:./{rel}"],
-            capture_output=True,
-            timeout=30,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout if out.returncode == 0 else None
-
-
 def recover_base(repo: Repo, p: Patch, store: BlobStore) -> bytes | None:
     """The bytes of ``p``'s pinned base, from wherever they can be had offline.
 
@@ -119,7 +101,7 @@ def recover_base(repo: Repo, p: Patch, store: BlobStore) -> bytes | None:
             return None, None
 
     def committed() -> tuple[bytes | None, bytes | None]:
-        return _git_show(repo, file), _git_show(repo, diff_file)
+        return gitclient.show(repo.root, "HEAD", file), gitclient.show(repo.root, "HEAD", diff_file)
 
     # The working tree first: git is asked (two processes) only when it does not give the base.
     for candidate in (working_tree, committed):

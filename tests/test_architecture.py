@@ -44,6 +44,7 @@ VOCABULARY = {
 # One adapter per boundary (the disk, upstream sources, registries, Docker, the Hub, GitHub): never a use case.
 ADAPTERS = {
     "patchkit.repo",
+    "patchkit.gitclient",
     "patchkit.cache",
     "patchkit.mergememo",
     "patchkit.images",
@@ -246,4 +247,29 @@ def test_source_kinds_are_told_apart_in_one_place() -> None:
         if module.startswith(("patchkit.sources", "patchkit.lockfile")):
             continue
         wrong += [f"{module}:{line}" for line in _kind_switches(ast.parse(path.read_text()))]
+    assert wrong == []
+
+
+def _runs_git(tree: ast.AST) -> list[int]:
+    """Lines that import gitpython or start a process whose argument list begins with "git"."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "git" for a in node.names):
+            found.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "git" and node.level == 0:
+            found.append(node.lineno)
+        elif isinstance(node, ast.List) and node.elts and isinstance(node.elts[0], ast.Constant):
+            if node.elts[0].value == "git":
+                found.append(node.lineno)
+    return found
+
+
+def test_git_runs_through_the_one_git_client() -> None:
+    """Only ``patchkit.gitclient`` imports gitpython or spells a git command line; the rest call it."""
+    wrong = [
+        f"{name}:{line}"
+        for name, path in sorted(_modules(PACKAGE).items())
+        if name != "patchkit.gitclient"
+        for line in _runs_git(ast.parse(path.read_text()))
+    ]
     assert wrong == []
