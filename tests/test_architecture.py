@@ -40,6 +40,8 @@ VOCABULARY = {
     "patchkit.formats",
     "patchkit.formats.safe",
     "patchkit.images.ref",
+    "patchkit.images.oci",
+    "patchkit.images.layers",
 }
 # One adapter per boundary (the disk, upstream sources, registries, Docker, the Hub, GitHub): never a use case.
 ADAPTERS = {
@@ -48,10 +50,14 @@ ADAPTERS = {
     "patchkit.cache",
     "patchkit.mergememo",
     "patchkit.images",
+    "patchkit.images.errors",
+    "patchkit.images.credentials",
+    "patchkit.images.streams",
     "patchkit.images.registry",
     "patchkit.images.engine",
     "patchkit.model.hub",
     "patchkit.github",
+    "patchkit.transport",
     "patchkit.sources",
     "patchkit.sources.interface",
     "patchkit.sources.factory",
@@ -212,6 +218,25 @@ def test_check_rules_are_pure() -> None:
             if isinstance(node, ast.Import | ast.ImportFrom):
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
                 wrong += [f"{m} imports {n}" for n in names if n.split(".")[0] in IO_MODULES]
+    assert wrong == []
+
+
+# The pure parts of images/: references, OCI documents and the layer overlay take text and bytes, return values.
+PURE_IMAGES = {"patchkit.images.ref", "patchkit.images.oci", "patchkit.images.layers"}
+NETWORK_AND_FILES = IO_MODULES | {"urllib3", "http", "pathlib", "io", "tarfile", "zlib", "gzip", "threading", "time"}
+
+
+def test_image_parsing_and_the_overlay_do_no_io() -> None:
+    """OCI parsing and the layer overlay import no I/O module (stdlib or third party) and no adapter."""
+    graph = import_graph(PACKAGE)
+    assert graph.keys() >= PURE_IMAGES
+    wrong = sorted(f"{m} imports {t}" for m in PURE_IMAGES for t in graph[m] if t in ADAPTERS)
+    modules = _modules(PACKAGE)
+    for m in sorted(PURE_IMAGES):
+        for node in ast.walk(ast.parse(modules[m].read_text())):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                wrong += [f"{m} imports {n}" for n in names if n.split(".")[0] in NETWORK_AND_FILES]
     assert wrong == []
 
 
