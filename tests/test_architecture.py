@@ -279,13 +279,13 @@ def _runs_git(tree: ast.AST) -> list[int]:
     """Lines that import gitpython or start a process whose argument list begins with "git"."""
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "git" for a in node.names):
-            found.append(node.lineno)
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "git" and node.level == 0:
-            found.append(node.lineno)
-        elif isinstance(node, ast.List) and node.elts and isinstance(node.elts[0], ast.Constant):
-            if node.elts[0].value == "git":
-                found.append(node.lineno)
+        imports = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.level == 0:
+            imports.append(node.module or "")
+        first = node.elts[0] if isinstance(node, ast.List) and node.elts else None
+        spelled = isinstance(first, ast.Constant) and first.value == "git"
+        if spelled or any(name.split(".")[0] == "git" for name in imports):
+            found.append(getattr(node, "lineno", 0))
     return found
 
 

@@ -65,7 +65,7 @@ def test_read_objects_in_what_is_no_repository_fails_with_gits_reason(tmp_path: 
 
 
 def test_git_missing_is_one_line_with_a_hint(work: tuple[Path, str], monkeypatch: pytest.MonkeyPatch) -> None:
-    root, head = work
+    root, _ = work
     monkeypatch.setenv("PATH", str(root))  # a directory with no git in it
     with pytest.raises(gitclient.GitMissing) as e:
         gitclient.run(root, ["status"])
