@@ -49,6 +49,7 @@ ADAPTERS = {
     "patchkit.gitclient",
     "patchkit.cache",
     "patchkit.mergememo",
+    "patchkit.verdicts",
     "patchkit.images",
     "patchkit.images.errors",
     "patchkit.images.credentials",
