@@ -46,8 +46,10 @@ VOCABULARY = {
 # One adapter per boundary (the disk, upstream sources, registries, Docker, the Hub, GitHub): never a use case.
 ADAPTERS = {
     "patchkit.repo",
+    "patchkit.gitclient",
     "patchkit.cache",
     "patchkit.mergememo",
+    "patchkit.verdicts",
     "patchkit.images",
     "patchkit.images.errors",
     "patchkit.images.credentials",
@@ -272,4 +274,29 @@ def test_source_kinds_are_told_apart_in_one_place() -> None:
         if module.startswith(("patchkit.sources", "patchkit.lockfile")):
             continue
         wrong += [f"{module}:{line}" for line in _kind_switches(ast.parse(path.read_text()))]
+    assert wrong == []
+
+
+def _runs_git(tree: ast.AST) -> list[int]:
+    """Lines that import gitpython or start a process whose argument list begins with "git"."""
+    found = []
+    for node in ast.walk(tree):
+        imports = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.level == 0:
+            imports.append(node.module or "")
+        first = node.elts[0] if isinstance(node, ast.List) and node.elts else None
+        spelled = isinstance(first, ast.Constant) and first.value == "git"
+        if spelled or any(name.split(".")[0] == "git" for name in imports):
+            found.append(getattr(node, "lineno", 0))
+    return found
+
+
+def test_git_runs_through_the_one_git_client() -> None:
+    """Only ``patchkit.gitclient`` imports gitpython or spells a git command line; the rest call it."""
+    wrong = [
+        f"{name}:{line}"
+        for name, path in sorted(_modules(PACKAGE).items())
+        if name != "patchkit.gitclient"
+        for line in _runs_git(ast.parse(path.read_text()))
+    ]
     assert wrong == []
