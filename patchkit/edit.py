@@ -10,13 +10,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import shutil
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchkit import diffs, sums
+from patchkit import diffs, gitclient, sums
 from patchkit.cache import BlobStore
 from patchkit.check.diffs import base_of_committed
 from patchkit.check.run import check_pinned_files
@@ -80,22 +78,6 @@ def write_sums(repo: Repo, lock: Lockfile, lock_bytes: bytes) -> Outcome:
 # --------------------------------------------------------------------------- base recovery
 
 
-def _git_show(repo: Repo, rel: str) -> bytes | None:
-    """The committed (HEAD) content of a repository file, if the repository is a git work tree."""
-    if shutil.which("git") is None:
-        return None
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(repo.root), "show", f"HEAD:./{rel}"],
-            capture_output=True,
-            timeout=30,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout if out.returncode == 0 else None
-
-
 def _overlay_candidates(repo: Repo, file: str, diff_file: str) -> Iterator[tuple[bytes, bytes]]:
     """The overlay and its diff as in the working tree, then as last committed to git.
 
@@ -107,7 +89,7 @@ def _overlay_candidates(repo: Repo, file: str, diff_file: str) -> Iterator[tuple
         tree = None
     if tree is not None:
         yield tree
-    patch_bytes, diff_bytes = _git_show(repo, file), _git_show(repo, diff_file)
+    patch_bytes, diff_bytes = gitclient.show(repo.root, "HEAD", file), gitclient.show(repo.root, "HEAD", diff_file)
     if patch_bytes is not None and diff_bytes is not None:
         yield patch_bytes, diff_bytes
 
