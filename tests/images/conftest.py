@@ -795,51 +795,53 @@ class FakeRegistry:
         return found.pop(0) if len(found) > 1 else found[0]
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def setup(self) -> None:
-                super().setup()
-                # headers and body go out in two writes: without this, Nagle and delayed ACKs cost 40 ms a request
-                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-            def _serve(self, method: str) -> None:
-                path = urlsplit(self.path).path
-                owner.requests.append((method, path, dict(self.headers.items())))
-                reply = owner._reply(method, path)
-                if reply.delay:
-                    time.sleep(reply.delay)
-                with contextlib.suppress(OSError):
-                    _send_reply(self, reply, body=method != "HEAD")
-                if reply.send is not None:
-                    self.close_connection = True
-
-            def do_GET(self) -> None:
-                self._serve("GET")
-
-            def do_HEAD(self) -> None:
-                self._serve("HEAD")
-
-            def log_message(self, format: str, *args: Any) -> None:
-                del format, args
-
-        return Handler
+        """A handler class that answers from this registry's routes."""
+        return type("Handler", (_RegistryHandler,), {"owner": self})
 
 
-def _send_reply(handler: BaseHTTPRequestHandler, reply: Reply, *, body: bool) -> None:
-    """Write ``reply`` (its body only ``send`` bytes long, when given, though Content-Length promises all)."""
-    handler.send_response(reply.status)
-    for k, v in {"Content-Type": "application/json", **reply.headers}.items():
-        handler.send_header(k, v)
-    handler.send_header("Content-Length", str(len(reply.body)))
-    if reply.send is not None:
-        handler.send_header("Connection", "close")
-    handler.end_headers()
-    if body:
-        handler.wfile.write(reply.body if reply.send is None else reply.body[: reply.send])
-    handler.wfile.flush()
+class _RegistryHandler(BaseHTTPRequestHandler):
+    """The fake registry's answers: each request recorded, then the reply routed for it sent (maybe cut short)."""
+
+    protocol_version = "HTTP/1.1"
+    owner: FakeRegistry
+
+    def setup(self) -> None:
+        super().setup()
+        # headers and body go out in two writes: without this, Nagle and delayed ACKs cost 40 ms a request
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def _serve(self, method: str) -> None:
+        path = urlsplit(self.path).path
+        self.owner.requests.append((method, path, dict(self.headers.items())))
+        reply = self.owner._reply(method, path)
+        if reply.delay:
+            time.sleep(reply.delay)
+        with contextlib.suppress(OSError):
+            self._send(method, reply)
+        if reply.send is not None:
+            self.close_connection = True
+
+    def _send(self, method: str, reply: Reply) -> None:
+        """The reply's status, headers and body; with ``send``, only that many bytes of it, then the close."""
+        self.send_response(reply.status)
+        for k, v in {"Content-Type": "application/json", **reply.headers}.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(reply.body)))
+        if reply.send is not None:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if method != "HEAD":
+            self.wfile.write(reply.body if reply.send is None else reply.body[: reply.send])
+        self.wfile.flush()
+
+    def do_GET(self) -> None:
+        self._serve("GET")
+
+    def do_HEAD(self) -> None:
+        self._serve("HEAD")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        del format, args
 
 
 @pytest.fixture
