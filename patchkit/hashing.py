@@ -17,6 +17,7 @@ would kill the process with SIGBUS), and it hashes to what was read, as
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import mmap
 import os
@@ -224,6 +225,91 @@ def _hash_read(
             raise Cancelled(str(path))
 
 
+_Result = tuple[Path, str | OSError]
+_Batch = Callable[[list[Path]], list[_Result]]
+
+
+def _sizes_of(items: Iterable[Path], sizes: dict[Path, int] | None) -> dict[Path, int]:
+    """Each file's size, to batch by: from ``sizes`` when given, else its ``lstat`` (0 when that fails)."""
+    known = dict(sizes or {})
+    for p in items:
+        if p not in known:
+            try:
+                known[p] = p.lstat().st_size
+            except OSError:
+                known[p] = 0
+    return known
+
+
+def _digest_one(
+    p: Path,
+    algorithm: str,
+    keep: dict[Path, bytes | None] | None,
+    progress: Progress | None,
+    stop: threading.Event,
+    window: int,
+) -> str:
+    """One file's hex digest; a sha256 file named in ``keep`` is read whole and its bytes stored there."""
+    if keep is not None and p in keep and algorithm == SHA256:
+        keep[p] = data = read_whole(p)
+        return sha256_bytes(data)
+    return digest_file(p, algorithm, progress, stop, window)
+
+
+def _digest_batch(
+    batch: list[Path],
+    items: dict[Path, str],
+    keep: dict[Path, bytes | None] | None,
+    progress: Progress | None,
+    stop: threading.Event,
+    window: int,
+) -> list[_Result]:
+    """Hash one batch in order, a digest or the OSError per file; stops early once ``stop`` is set.
+
+    A file cut short by ``stop`` has no entry: the caller is being
+    interrupted and reports nothing.
+    """
+    out: list[_Result] = []
+    for p in batch:
+        if stop.is_set():
+            break
+        try:
+            out.append((p, _digest_one(p, items[p], keep, progress, stop, window)))
+        except Cancelled:
+            break
+        except OSError as e:
+            out.append((p, e))
+    return out
+
+
+def _run_here(run: _Batch, batches: list[list[Path]], stop: threading.Event) -> dict[Path, str | OSError]:
+    """Every batch in the calling thread (one worker: no pool to start); an interrupt sets ``stop``."""
+    results: dict[Path, str | OSError] = {}
+    try:
+        for batch in batches:
+            results.update(run(batch))
+    except BaseException:
+        stop.set()
+        raise
+    return results
+
+
+def _run_pool(run: _Batch, batches: list[list[Path]], workers: int, stop: threading.Event) -> dict[Path, str | OSError]:
+    """Every batch on ``workers`` threads; an interrupt sets ``stop`` so they end within one window."""
+    results: dict[Path, str | OSError] = {}
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="digest")
+    try:
+        for done in pool.map(run, batches):
+            results.update(done)
+    except BaseException:
+        # Stop the workers before waiting for them (a `with` block would wait first).
+        stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    return results
+
+
 def digest_many(
     items: dict[Path, str],
     jobs: int | None = None,
@@ -245,55 +331,16 @@ def digest_many(
     has written nothing yet, so nothing is left behind.
     """
     stop = cancel if cancel is not None else threading.Event()
-    known = dict(sizes or {})
-    for p in items:
-        if p not in known:
-            try:
-                known[p] = p.lstat().st_size
-            except OSError:
-                known[p] = 0
-
-    def run(batch: list[Path]) -> list[tuple[Path, str | OSError]]:
-        out: list[tuple[Path, str | OSError]] = []
-        for p in batch:
-            if stop.is_set():
-                break
-            try:
-                if keep is not None and p in keep and items[p] == SHA256:
-                    keep[p] = data = read_whole(p)
-                    out.append((p, sha256_bytes(data)))
-                else:
-                    out.append((p, digest_file(p, items[p], progress, stop, window)))
-            except Cancelled:
-                break
-            except OSError as e:
-                out.append((p, e))
-        return out
-
+    known = _sizes_of(items, sizes)
     paths = list(items)
     workers = min(jobs or default_jobs(), max(1, len(paths)))
-    window = window_for(workers)
-    results: dict[Path, str | OSError] = {}
+    run = functools.partial(
+        _digest_batch, items=items, keep=keep, progress=progress, stop=stop, window=window_for(workers)
+    )
     batches = _batches(paths, known)
     if workers == 1:
-        try:
-            for batch in batches:
-                results.update(run(batch))
-        except BaseException:
-            stop.set()
-            raise
-        return results
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="digest")
-    try:
-        for done in pool.map(run, batches):
-            results.update(done)
-    except BaseException:
-        # Stop the workers before waiting for them (a `with` block would wait first).
-        stop.set()
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
-    return results
+        return _run_here(run, batches, stop)
+    return _run_pool(run, batches, workers, stop)
 
 
 def pin_mismatch(data: bytes, pinned: str) -> str | None:

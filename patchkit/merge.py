@@ -598,34 +598,48 @@ def _python_defs(source: bytes) -> _Defs | None:
     if tree is None:
         return None
     defs: list[_Def] = []
+    _collect_defs(tree.body, None, "", defs)
+    return _Defs(defs, _owners(defs, source.count(b"\n") + 2))
 
-    def visit(body: list[ast.stmt], parent: int | None, prefix: str) -> None:
-        for node in body:
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-                function = not isinstance(node, ast.ClassDef)
-                start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-                end = node.end_lineno if node.end_lineno is not None else node.lineno
-                defs.append(_Def(prefix + node.name, start, end, node.col_offset, function, parent))
-                inner = prefix + node.name + (".<locals>." if function else ".")
-                visit(node.body, len(defs) - 1, inner)
-                continue
-            # Definitions also sit inside if/try/with/for/while/match blocks.
-            for field in ("body", "orelse", "finalbody"):
-                value = getattr(node, field, None)
-                if isinstance(value, list):
-                    visit(value, parent, prefix)
-            for handler in getattr(node, "handlers", ()):
-                visit(handler.body, parent, prefix)
-            for case in getattr(node, "cases", ()):
-                visit(case.body, parent, prefix)
 
-    visit(tree.body, None, "")
-    owner: list[int | None] = [None] * (source.count(b"\n") + 2)
+def _collect_defs(body: list[ast.stmt], parent: int | None, prefix: str, defs: list[_Def]) -> None:
+    """Append the functions and classes of ``body`` and everything nested in them to ``defs``, in source order.
+
+    ``parent`` is the index of the enclosing definition, ``prefix`` its
+    qualified name so far (``Outer.`` or ``outer.<locals>.``).
+    """
+    for node in body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            function = not isinstance(node, ast.ClassDef)
+            start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            end = node.end_lineno if node.end_lineno is not None else node.lineno
+            defs.append(_Def(prefix + node.name, start, end, node.col_offset, function, parent))
+            inner = prefix + node.name + (".<locals>." if function else ".")
+            _collect_defs(node.body, len(defs) - 1, inner, defs)
+        else:
+            _collect_block_defs(node, parent, prefix, defs)
+
+
+def _collect_block_defs(node: ast.stmt, parent: int | None, prefix: str, defs: list[_Def]) -> None:
+    """The definitions inside an if/try/with/for/while/match block: they belong to the block's owner."""
+    for field in ("body", "orelse", "finalbody"):
+        value = getattr(node, field, None)
+        if isinstance(value, list):
+            _collect_defs(value, parent, prefix, defs)
+    for handler in getattr(node, "handlers", ()):
+        _collect_defs(handler.body, parent, prefix, defs)
+    for case in getattr(node, "cases", ()):
+        _collect_defs(case.body, parent, prefix, defs)
+
+
+def _owners(defs: list[_Def], size: int) -> list[int | None]:
+    """The innermost definition (index) owning each of ``size`` line slots, 1-based; None outside any."""
+    owner: list[int | None] = [None] * size
     # Source order puts every definition after the ones enclosing it, so inner ones paint last.
     for index, d in enumerate(defs):
         end = min(d.end, len(owner) - 1)
         owner[d.start : end + 1] = [index] * (end + 1 - d.start)
-    return _Defs(defs, owner)
+    return owner
 
 
 def _indent(lines: Sequence[bytes]) -> tuple[int, bytes] | None:
