@@ -232,6 +232,9 @@ def _moved_target(target: str, old_path: str, new_path: str) -> str:
     return target
 
 
+_Sides = dict[str, tuple[bytes, bytes, bytes, str]]  # patch -> (base, ours, theirs, new path)
+
+
 def plan(
     repo: Repo,
     lock: Lockfile,
@@ -254,20 +257,62 @@ def plan(
     if not patches:
         return result
     bases = _bases(repo, lock, patches, old_source, store)
-    paths = [str(b.path) for _, b in patches]
+    theirs, renames = _theirs(up, [str(b.path) for _, b in patches], new, old_source)
+    inputs = _sides(repo, patches, bases, theirs, renames, store)
+    merges = _merges(inputs, {p.name: pbase.sha256.hex for p, pbase in patches}, store)
+    result.results += [_patch_result(p, pbase, renames, inputs, merges) for p, pbase in patches]
+    result.ours.update({name: sides[1] for name, sides in inputs.items()})
+    _check_merges(repo, lock, up, result, bases, theirs, new, old_source, store)
+    return result
+
+
+def _theirs(
+    up: Upstream, paths: list[str], new: Snapshot, old_source: UpstreamSource | None
+) -> tuple[dict[str, bytes | None], dict[str, str]]:
+    """The base files as the new pin has them, and the renames (old path -> new) of those it no longer has.
+
+    A file gone from its path is read again where the upstream moved it,
+    so its patch follows the rename instead of being reported deleted.
+    """
     theirs = new.read(paths)
-    renames: dict[str, str] = {}
     gone = [path for path in paths if theirs.get(path) is None]
-    if gone and old_source is not None:
-        ref = up.pinned_ref
-        if ref is not None:
-            try:
-                renames = dict(old_source.snapshot(ref).renames(new, gone))
-            except PatchkitError:
-                renames = {}
+    renames = _renames(up, gone, new, old_source) if gone else {}
     if renames:
         theirs.update(new.read(renames.values()))
-    inputs: dict[str, tuple[bytes, bytes, bytes, str]] = {}
+    return theirs, renames
+
+
+def _renames(up: Upstream, gone: list[str], new: Snapshot, old_source: UpstreamSource | None) -> dict[str, str]:
+    """Where the upstream moved the files ``gone`` (old path -> new), as far as the old source can tell.
+
+    None when there is no old source or pin to compare with, or the source
+    cannot follow renames: the files are then reported deleted.
+    """
+    if old_source is None:
+        return {}
+    ref = up.pinned_ref
+    if ref is None:
+        return {}
+    try:
+        return dict(old_source.snapshot(ref).renames(new, gone))
+    except PatchkitError:
+        return {}
+
+
+def _sides(
+    repo: Repo,
+    patches: list[tuple[Patch, Base]],
+    bases: dict[str, bytes],
+    theirs: dict[str, bytes | None],
+    renames: dict[str, str],
+    store: BlobStore,
+) -> _Sides:
+    """The three sides of each patch's merge and its path at the new pin; no entry when upstream deleted the file.
+
+    The new base goes into the cache, so ``--continue`` and the next
+    rebase read it offline.
+    """
+    inputs: _Sides = {}
     for p, pbase in patches:
         old_path = str(pbase.path)
         new_path = renames.get(old_path, old_path)
@@ -275,32 +320,50 @@ def plan(
         if their_bytes is not None:
             store.put(their_bytes)
             inputs[p.name] = (bases[p.name], _ours(repo, p, bases[p.name]), their_bytes, new_path)
-    merges = _merges(inputs, {p.name: pbase.sha256.hex for p, pbase in patches}, store)
-    for p, pbase in patches:
-        old_path = str(pbase.path)
-        new_path = renames.get(old_path, old_path)
-        target = str(p.target)
-        if p.name not in inputs:
-            result.results.append(PatchResult(p.name, Outcome.DELETED, old_path, old_path, target, target, None, None))
-            continue
-        their_bytes = inputs[p.name][2]
-        result.ours[p.name] = inputs[p.name][1]
-        merged = merges[p.name]
-        outcome = merged.outcome
-        if new_path != old_path and outcome is not Outcome.CONFLICT:
-            outcome = Outcome.MOVED
-        result.results.append(
-            PatchResult(
-                p.name,
-                outcome,
-                old_path,
-                new_path,
-                target,
-                _moved_target(target, old_path, new_path),
-                merged,
-                sha256_bytes(their_bytes),
-            )
-        )
+    return inputs
+
+
+def _patch_result(
+    p: Patch, pbase: Base, renames: dict[str, str], inputs: _Sides, merges: dict[str, MergeResult]
+) -> PatchResult:
+    """One patch's outcome: deleted when its file is gone, moved when it was renamed and merged, else the merge's."""
+    old_path = str(pbase.path)
+    new_path = renames.get(old_path, old_path)
+    target = str(p.target)
+    if p.name not in inputs:
+        return PatchResult(p.name, Outcome.DELETED, old_path, old_path, target, target, None, None)
+    merged = merges[p.name]
+    outcome = merged.outcome
+    if new_path != old_path and outcome is not Outcome.CONFLICT:
+        outcome = Outcome.MOVED
+    return PatchResult(
+        p.name,
+        outcome,
+        old_path,
+        new_path,
+        target,
+        _moved_target(target, old_path, new_path),
+        merged,
+        sha256_bytes(inputs[p.name][2]),
+    )
+
+
+def _check_merges(
+    repo: Repo,
+    lock: Lockfile,
+    up: Upstream,
+    result: Plan,
+    bases: dict[str, bytes],
+    theirs: dict[str, bytes | None],
+    new: Snapshot,
+    old_source: UpstreamSource | None,
+    store: BlobStore,
+) -> None:
+    """Run the semantic checks on every merged file (conflicts aside), marking the ones that break ``broken``.
+
+    The files that pass are remembered for this repository, so the same
+    rebase made again does not check them twice.
+    """
     from patchkit.sources.factory import pinned_snapshot
 
     produced = [
@@ -317,7 +380,6 @@ def plan(
 
     mark_broken(repo, lock, result, produced, new, old, verdicts)
     verdicts.save()
-    return result
 
 
 def _merges(
@@ -738,6 +800,22 @@ def load(repo: Repo, lock_bytes: bytes, store: BlobStore) -> Plan:
 
 
 def _load(repo: Repo, lock_bytes: bytes, store: BlobStore) -> Plan:
+    state = _read_state(repo, lock_bytes)
+    result = Plan(state["upstream"], state["old_pin"], Pin(**state["new_pin"]))
+    result.image_pins = dict(state.get("image_pins", {}))
+    result.skipped = [Skipped(**sk) for sk in state.get("skipped", [])]
+    for entry in state["patches"]:
+        result.results.append(_saved_result(entry, result, store))
+    return result
+
+
+def _read_state(repo: Repo, lock_bytes: bytes) -> dict[str, Any]:
+    """The state file as an object, when it belongs to this patchkit and this lockfile.
+
+    Refuses when there is none, when another version wrote it, or when the
+    lockfile changed since (the plan no longer applies); ``RebaseFinished``
+    when the lockfile is the one the rebase committed.
+    """
     try:
         state = json.loads(_state_path(repo).read_bytes())
     except FileNotFoundError as e:
@@ -755,38 +833,36 @@ def _load(repo: Repo, lock_bytes: bytes, store: BlobStore) -> Plan:
             "lockfile.toml changed since the rebase started; the saved plan no longer applies",
             "patchkit rebase --abort, then run the rebase again",
         )
-    result = Plan(state["upstream"], state["old_pin"], Pin(**state["new_pin"]))
-    result.image_pins = dict(state.get("image_pins", {}))
-    result.skipped = [Skipped(**sk) for sk in state.get("skipped", [])]
-    for entry in state["patches"]:
-        outcome = Outcome(entry["outcome"])
-        merged = None
-        if entry["merged_sha256"] is not None:
-            data = store.get(entry["merged_sha256"])
-            if data is None:
-                raise PatchkitError(
-                    f"the merge of '{entry['name']}' is no longer in the cache",
-                    "patchkit rebase --abort, then run the rebase again",
-                )
-            merged = _SavedMerge(outcome, data)
-            ours = store.get(entry["ours_sha256"]) if entry.get("ours_sha256") else None
-            if ours is not None:
-                result.ours[entry["name"]] = ours
-        result.results.append(
-            PatchResult(
-                entry["name"],
-                outcome,
-                entry["old_path"],
-                entry["new_path"],
-                entry["old_target"],
-                entry["new_target"],
-                merged,  # type: ignore[arg-type]
-                entry["theirs_sha256"],
-                tuple(Problem(**pr) for pr in entry.get("problems", [])),
-                Outcome(entry["text_outcome"]) if entry.get("text_outcome") else None,
+    return state
+
+
+def _saved_result(entry: dict[str, Any], result: Plan, store: BlobStore) -> PatchResult:
+    """One patch's saved outcome, its merged bytes (and its own file, into ``result.ours``) read from the cache."""
+    outcome = Outcome(entry["outcome"])
+    merged = None
+    if entry["merged_sha256"] is not None:
+        data = store.get(entry["merged_sha256"])
+        if data is None:
+            raise PatchkitError(
+                f"the merge of '{entry['name']}' is no longer in the cache",
+                "patchkit rebase --abort, then run the rebase again",
             )
-        )
-    return result
+        merged = _SavedMerge(outcome, data)
+        ours = store.get(entry["ours_sha256"]) if entry.get("ours_sha256") else None
+        if ours is not None:
+            result.ours[entry["name"]] = ours
+    return PatchResult(
+        entry["name"],
+        outcome,
+        entry["old_path"],
+        entry["new_path"],
+        entry["old_target"],
+        entry["new_target"],
+        merged,  # type: ignore[arg-type]
+        entry["theirs_sha256"],
+        tuple(Problem(**pr) for pr in entry.get("problems", [])),
+        Outcome(entry["text_outcome"]) if entry.get("text_outcome") else None,
+    )
 
 
 @dataclass(frozen=True)
@@ -863,39 +939,55 @@ def table(result: Plan) -> str:
     lines = [f"rebase {result.upstream}: {result.old_pin} -> {result.new_pin.describe()}"]
     width = max((len(n) for n in [*(r.name for r in result.results), *(s.name for s in result.skipped)]), default=4)
     for r in result.results:
-        detail = ""
-        if r.outcome is Outcome.MOVED or r.new_path != r.old_path:
-            detail = f"{r.old_path} -> {r.new_path}"
-        elif r.outcome is Outcome.CONFLICT and r.merge is not None:
-            regions = ", ".join(f"lines {c.start}-{c.end}" for c in r.merge.conflicts)
-            detail = f"{conflict_file(r)}: {regions}"
-        elif r.outcome is Outcome.PARTIALLY_UPSTREAMED and r.merge is not None:
-            detail = "upstream took " + ", ".join(h.header for h in r.merge.hunks_upstreamed)
-        elif r.outcome is Outcome.UPSTREAMED:
-            detail = "drop candidate: upstream has the change"
-        elif r.outcome is Outcome.DELETED:
-            detail = f"{r.old_path} is gone upstream: decide (--drop {r.name})"
-        lines.append(f"  {r.name.ljust(width)}  {r.outcome.value:<21} {detail}".rstrip())
-        lines += [f"  {'':{width}}  {_problem_line(r, p)}" for p in r.problems]
-        if r.name in result.accepted:
-            lines.append(f"  {'':{width}}  accepted as broken: {result.accepted[r.name]}")
-        if r.merge is not None:
-            lines += [f"  {'':{width}}  review: {line}" for line in review_lines(r.merge.review_flags)]
-        if r.name in result.interdiffs:
-            head, *rest = result.interdiffs[r.name].lines()
-            lines.append(f"  {'':{width}}  interdiff: {head}")
-            lines += [f"  {'':{width}}    {line}" for line in rest]
+        lines += _table_rows(result, r, width)
     for sk in result.skipped:
         lines.append(f"  {sk.name.ljust(width)}  {'skipped':<21} {sk.reason}")
         if sk.fix:
             lines.append(f"  {'':{width}}  {'':<21} fix: {sk.fix}")
+    lines.append(_table_counts(result))
+    return "\n".join(lines) + "\n"
+
+
+def _table_detail(r: PatchResult) -> str:
+    """What a patch's line says after its outcome: the move, the conflict regions, what upstream took, the decision."""
+    if r.outcome is Outcome.MOVED or r.new_path != r.old_path:
+        return f"{r.old_path} -> {r.new_path}"
+    if r.outcome is Outcome.CONFLICT and r.merge is not None:
+        regions = ", ".join(f"lines {c.start}-{c.end}" for c in r.merge.conflicts)
+        return f"{conflict_file(r)}: {regions}"
+    if r.outcome is Outcome.PARTIALLY_UPSTREAMED and r.merge is not None:
+        return "upstream took " + ", ".join(h.header for h in r.merge.hunks_upstreamed)
+    if r.outcome is Outcome.UPSTREAMED:
+        return "drop candidate: upstream has the change"
+    if r.outcome is Outcome.DELETED:
+        return f"{r.old_path} is gone upstream: decide (--drop {r.name})"
+    return ""
+
+
+def _table_rows(result: Plan, r: PatchResult, width: int) -> list[str]:
+    """One patch's lines: its outcome, then indented under it the problems, acceptance, review and interdiff."""
+    pad = f"  {'':{width}}  "
+    lines = [f"  {r.name.ljust(width)}  {r.outcome.value:<21} {_table_detail(r)}".rstrip()]
+    lines += [f"{pad}{_problem_line(r, p)}" for p in r.problems]
+    if r.name in result.accepted:
+        lines.append(f"{pad}accepted as broken: {result.accepted[r.name]}")
+    if r.merge is not None:
+        lines += [f"{pad}review: {line}" for line in review_lines(r.merge.review_flags)]
+    if r.name in result.interdiffs:
+        head, *rest = result.interdiffs[r.name].lines()
+        lines.append(f"{pad}interdiff: {head}")
+        lines += [f"{pad}  {line}" for line in rest]
+    return lines
+
+
+def _table_counts(result: Plan) -> str:
+    """The closing line: how many patches had each outcome (and were skipped), or that there were none."""
     counts: dict[str, int] = {}
     for r in result.results:
         counts[r.outcome.value] = counts.get(r.outcome.value, 0) + 1
     if result.skipped:
         counts["skipped"] = len(result.skipped)
-    lines.append("  " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) if counts else "  no patches")
-    return "\n".join(lines) + "\n"
+    return "  " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) if counts else "  no patches"
 
 
 def _problem_line(r: PatchResult, p: Problem) -> str:
@@ -912,51 +1004,83 @@ def summary_markdown(result: Plan) -> str:
         "| patch | outcome | notes |",
         "| --- | --- | --- |",
     ]
-    drops, review = [], []
-    for r in result.results:
-        notes = []
-        if r.new_path != r.old_path:
-            notes.append(f"moved `{r.old_path}` → `{r.new_path}`")
-        if r.merge is not None and r.merge.hunks_upstreamed:
-            notes.append("upstream took " + ", ".join(f"`{h.header}`" for h in r.merge.hunks_upstreamed))
-        if r.merge is not None and r.merge.conflicts:
-            notes.append(", ".join(f"conflict at lines {c.start}-{c.end}" for c in r.merge.conflicts))
-        notes += [f"line {p.line}: {p.kind}" + (f" `{p.name}`" if p.name else "") for p in r.problems if p.blocking]
-        if r.outcome in (Outcome.UPSTREAMED, Outcome.DELETED):
-            drops.append(r)
-        if r.merge is not None and r.merge.review_flags:
-            review.append(r)
-        out.append(f"| `{r.name}` | {r.outcome.value} | {'; '.join(notes)} |")
-    if drops:
-        out += ["", "### Drop candidates", ""]
-        out += [
-            f"- `{r.name}`: {'upstream has the change' if r.outcome is Outcome.UPSTREAMED else 'file deleted upstream'}"
-            for r in drops
-        ]
-    if result.skipped:
-        out += ["", "### Not rebased", ""]
-        out += [f"- `{sk.name}`: {sk.reason}" + (f"; fix: {_code(sk.fix)}" if sk.fix else "") for sk in result.skipped]
-    broken = [r for r in result.results if any(p.blocking for p in r.problems)]
-    if broken:
-        out += ["", "### Broken (the merge would fail when imported)", ""]
-        for r in broken:
-            accepted = result.accepted.get(r.name)
-            head = f"- `{r.name}`" + (f": **accepted as broken**: {accepted}" if accepted is not None else ":")
-            out.append(head)
-            out += [f"  - `{r.new_path}:{p.line}`: {p.message}" for p in r.problems if p.blocking]
-    if result.interdiffs:
-        out += ["", "### What changed in each patch (old patch against new)", ""]
-        for name, found in result.interdiffs.items():
-            head, *rest = found.lines()
-            out += [f"- `{name}`: {head}"] + (
-                ["", "  ```diff", *(f"  {line}" for line in rest), "  ```"] if rest else []
-            )
-    if review:
-        out += ["", "### Review", ""]
-        for r in review:
-            flags = r.merge.review_flags if r.merge is not None else ()
-            out += [f"- `{r.name}`: {line}" for line in review_lines(flags)]
+    out += [f"| `{r.name}` | {r.outcome.value} | {'; '.join(_summary_notes(r))} |" for r in result.results]
+    out += _summary_drops(result)
+    out += _summary_skipped(result)
+    out += _summary_broken(result)
+    out += _summary_interdiffs(result)
+    out += _summary_review(result)
     return "\n".join(out) + "\n"
+
+
+def _summary_notes(r: PatchResult) -> list[str]:
+    """The notes cell of a patch's row: its move, what upstream took, the conflicts, the blocking problems."""
+    notes = []
+    if r.new_path != r.old_path:
+        notes.append(f"moved `{r.old_path}` → `{r.new_path}`")
+    if r.merge is not None and r.merge.hunks_upstreamed:
+        notes.append("upstream took " + ", ".join(f"`{h.header}`" for h in r.merge.hunks_upstreamed))
+    if r.merge is not None and r.merge.conflicts:
+        notes.append(", ".join(f"conflict at lines {c.start}-{c.end}" for c in r.merge.conflicts))
+    notes += [f"line {p.line}: {p.kind}" + (f" `{p.name}`" if p.name else "") for p in r.problems if p.blocking]
+    return notes
+
+
+def _summary_drops(result: Plan) -> list[str]:
+    """The section naming the patches that may go: upstream has their change, or their file is gone."""
+    drops = [r for r in result.results if r.outcome in (Outcome.UPSTREAMED, Outcome.DELETED)]
+    if not drops:
+        return []
+    return ["", "### Drop candidates", ""] + [
+        f"- `{r.name}`: {'upstream has the change' if r.outcome is Outcome.UPSTREAMED else 'file deleted upstream'}"
+        for r in drops
+    ]
+
+
+def _summary_skipped(result: Plan) -> list[str]:
+    """The section naming the patches the rebase did not move, with why and the fix."""
+    if not result.skipped:
+        return []
+    return ["", "### Not rebased", ""] + [
+        f"- `{sk.name}`: {sk.reason}" + (f"; fix: {_code(sk.fix)}" if sk.fix else "") for sk in result.skipped
+    ]
+
+
+def _summary_broken(result: Plan) -> list[str]:
+    """The section naming the merges that would fail when imported, each problem at its line."""
+    broken = [r for r in result.results if any(p.blocking for p in r.problems)]
+    if not broken:
+        return []
+    out = ["", "### Broken (the merge would fail when imported)", ""]
+    for r in broken:
+        accepted = result.accepted.get(r.name)
+        head = f"- `{r.name}`" + (f": **accepted as broken**: {accepted}" if accepted is not None else ":")
+        out.append(head)
+        out += [f"  - `{r.new_path}:{p.line}`: {p.message}" for p in r.problems if p.blocking]
+    return out
+
+
+def _summary_interdiffs(result: Plan) -> list[str]:
+    """The section showing how each patch itself changed (old patch against new), as a diff block."""
+    if not result.interdiffs:
+        return []
+    out = ["", "### What changed in each patch (old patch against new)", ""]
+    for name, found in result.interdiffs.items():
+        head, *rest = found.lines()
+        out += [f"- `{name}`: {head}"] + (["", "  ```diff", *(f"  {line}" for line in rest), "  ```"] if rest else [])
+    return out
+
+
+def _summary_review(result: Plan) -> list[str]:
+    """The section listing, per patch, the definitions both sides changed, for a reviewer to check."""
+    review = [r for r in result.results if r.merge is not None and r.merge.review_flags]
+    if not review:
+        return []
+    out = ["", "### Review", ""]
+    for r in review:
+        flags = r.merge.review_flags if r.merge is not None else ()
+        out += [f"- `{r.name}`: {line}" for line in review_lines(flags)]
+    return out
 
 
 def _code(fix: str) -> str:
