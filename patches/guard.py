@@ -82,8 +82,8 @@ def _absolute(value: str, where: str) -> str:
     return value
 
 
-def load_manifest(path: str) -> dict[str, Any]:
-    """The manifest at ``path``, every field checked; ``ManifestError`` names the first bad one."""
+def _read_json(path: str) -> dict[str, Any]:
+    """The manifest file's JSON object, bounded in size, of the schema this guard reads."""
     try:
         with open(path, "rb") as f:
             raw = f.read(_MAX_MANIFEST + 1)
@@ -99,7 +99,11 @@ def load_manifest(path: str) -> dict[str, Any]:
         raise ManifestError("not a JSON object")
     if doc.get("schema") != MANIFEST_SCHEMA:
         raise ManifestError(f"schema: expected {MANIFEST_SCHEMA}, found {doc.get('schema')!r}")
-    files = _field(doc, "files", list, "manifest")
+    return doc
+
+
+def _check_pinned_files(files: list[Any]) -> None:
+    """Each pinned file: an object with an absolute target, a sha256 and a name."""
     for i, entry in enumerate(files):
         where = f"files[{i}]"
         if not isinstance(entry, dict):
@@ -107,20 +111,31 @@ def load_manifest(path: str) -> dict[str, Any]:
         _absolute(_field(entry, "target", str, where), f"{where}.target")
         _hex64(_field(entry, "sha256", str, where), f"{where}.sha256")
         _field(entry, "name", str, where)
+
+
+def _check_model(model: dict[str, Any]) -> None:
+    """The model: its absolute path, revision, and each listed file's path and size."""
+    _absolute(_field(model, "path", str, "model"), "model.path")
+    _field(model, "revision", str, "model")
+    for i, entry in enumerate(_field(model, "files", list, "model", required=False) or []):
+        where = f"model.files[{i}]"
+        if not isinstance(entry, dict):
+            raise ManifestError(f"{where}: expected an object")
+        _field(entry, "path", str, where)
+        _field(entry, "size", int, where)
+
+
+def load_manifest(path: str) -> dict[str, Any]:
+    """The manifest at ``path``, every field checked; ``ManifestError`` names the first bad one."""
+    doc = _read_json(path)
+    _check_pinned_files(_field(doc, "files", list, "manifest"))
     runtime = _field(doc, "runtime", dict, "manifest", required=False)
     if runtime is not None:
         _field(runtime, "package", str, "runtime")
         _field(runtime, "version", str, "runtime")
     model = _field(doc, "model", dict, "manifest", required=False)
     if model is not None:
-        _absolute(_field(model, "path", str, "model"), "model.path")
-        _field(model, "revision", str, "model")
-        for i, entry in enumerate(_field(model, "files", list, "model", required=False) or []):
-            where = f"model.files[{i}]"
-            if not isinstance(entry, dict):
-                raise ManifestError(f"{where}: expected an object")
-            _field(entry, "path", str, where)
-            _field(entry, "size", int, where)
+        _check_model(model)
     return doc
 
 

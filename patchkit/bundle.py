@@ -43,7 +43,7 @@ import tarfile
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from patchkit import sums
 from patchkit.errors import BadInput, LockfileError
@@ -107,65 +107,86 @@ def _read_repo_file(repo: Repo, rel: str, what: str) -> tuple[bytes, bool]:
     return data, bool(st.st_mode & stat.S_IXUSR)
 
 
-def _bundle_files(  # noqa: C901 (over the ceiling already)
+class _Files:
+    """The bundle's members as they are gathered: name -> (bytes, executable), one content per name."""
+
+    def __init__(self, lock_bytes: bytes) -> None:
+        self.files: dict[str, tuple[bytes, bool]] = {LOCKFILE_NAME: (lock_bytes, False)}
+
+    def add(self, name: str, data: bytes, executable: bool) -> None:
+        if name in self.files and self.files[name][0] != data:
+            raise BadInput(f"{name}: two different files would be bundled under this name; refusing to bundle")
+        self.files[name] = (data, executable)
+
+    def pinned(self, repo: Repo, lock: Lockfile) -> None:
+        """Every file the lockfile pins, at its repository path, each checked against its pin."""
+        for field, rel, sha in lock.files():
+            data, executable = _read_repo_file(repo, str(rel), f"pinned by {LOCKFILE_NAME} {field}")
+            actual = sha256_bytes(data)
+            if actual != sha.hex:
+                raise BadInput(
+                    f"{rel}: sha256 {actual[:12]}… is not the pinned {sha.short}… ({LOCKFILE_NAME} {field}); "
+                    "refusing to bundle",
+                    "run `patchkit check` and re-lock or restore the file",
+                )
+            self.add(str(rel), data, executable)
+
+    def materialized(self, lock: Lockfile, files_that_run: dict[str, bytes]) -> None:
+        """Each diff-only patch's given file under build/, checked against its pin.
+
+        A file given for a committed patch must be that file; one given for no patch's target is refused.
+        """
+        targets = {str(p.target): p for p in lock.patches}
+        for target in files_that_run:
+            if target not in targets:
+                raise BadInput(f"{target}: not the target of any patch in {LOCKFILE_NAME}; refusing to bundle")
+        for p in lock.patches:
+            target = str(p.target)
+            given = files_that_run.get(target)
+            if p.file is not None:
+                if given is not None and given != self.files[str(p.file)][0]:
+                    raise BadInput(f"{target}: the file given for '{p.name}' is not the committed {p.file}")
+                continue
+            if given is None:
+                raise BadInput(
+                    f"'{p.name}' is diff-only and its materialized file ({target}) was not given; refusing to bundle",
+                    "run `patchkit materialize` to rebuild it",
+                )
+            require_pin(
+                given,
+                p.sha256.hex,
+                lambda actual: (  # called at once, in this iteration
+                    f"{target}: materialized '{p.name}' has sha256 {actual[:12]}…, "  # noqa: B023
+                    f"not the pinned {p.sha256.short}…; refusing to bundle"  # noqa: B023
+                ),
+            )
+            self.add(build_target(target), given, given.startswith(b"#!"))
+
+    def deployment(self, repo: Repo) -> None:
+        """Every compose profile (compose.yaml required) and the root deployment files that exist."""
+        names = sorted(
+            e.name for e in repo.root.iterdir() if e.name.startswith("compose.") and e.name.endswith(".yaml")
+        )
+        if COMPOSE not in names:
+            raise BadInput(f"{COMPOSE}: missing; refusing to bundle", "run `patchkit emit` first")
+        for name in [*names, *DEPLOYMENT_FILES]:
+            if name in self.files:
+                continue
+            if name in DEPLOYMENT_FILES and not os.path.lexists(repo.path(name)):
+                continue
+            data, executable = _read_repo_file(repo, name, "deployment file")
+            self.add(name, data, executable)
+
+
+def _bundle_files(
     repo: Repo, lock: Lockfile, lock_bytes: bytes, files_that_run: dict[str, bytes]
 ) -> dict[str, tuple[bytes, bool]]:
     """Every bundle member: name -> (bytes, executable), each pin verified, SHA256SUMS included."""
-    files: dict[str, tuple[bytes, bool]] = {LOCKFILE_NAME: (lock_bytes, False)}
-
-    def add(name: str, data: bytes, executable: bool) -> None:
-        if name in files and files[name][0] != data:
-            raise BadInput(f"{name}: two different files would be bundled under this name; refusing to bundle")
-        files[name] = (data, executable)
-
-    for field, rel, sha in lock.files():
-        data, executable = _read_repo_file(repo, str(rel), f"pinned by {LOCKFILE_NAME} {field}")
-        actual = sha256_bytes(data)
-        if actual != sha.hex:
-            raise BadInput(
-                f"{rel}: sha256 {actual[:12]}… is not the pinned {sha.short}… ({LOCKFILE_NAME} {field}); "
-                "refusing to bundle",
-                "run `patchkit check` and re-lock or restore the file",
-            )
-        add(str(rel), data, executable)
-
-    targets = {str(p.target): p for p in lock.patches}
-    for target in files_that_run:
-        if target not in targets:
-            raise BadInput(f"{target}: not the target of any patch in {LOCKFILE_NAME}; refusing to bundle")
-    for p in lock.patches:
-        target = str(p.target)
-        given = files_that_run.get(target)
-        if p.file is not None:
-            if given is not None and given != files[str(p.file)][0]:
-                raise BadInput(f"{target}: the file given for '{p.name}' is not the committed {p.file}")
-            continue
-        if given is None:
-            raise BadInput(
-                f"'{p.name}' is diff-only and its materialized file ({target}) was not given; refusing to bundle",
-                "run `patchkit materialize` to rebuild it",
-            )
-        require_pin(
-            given,
-            p.sha256.hex,
-            lambda actual: (  # called at once, in this iteration
-                f"{target}: materialized '{p.name}' has sha256 {actual[:12]}…, "  # noqa: B023
-                f"not the pinned {p.sha256.short}…; refusing to bundle"  # noqa: B023
-            ),
-        )
-        add(build_target(target), given, given.startswith(b"#!"))
-
-    names = sorted(e.name for e in repo.root.iterdir() if e.name.startswith("compose.") and e.name.endswith(".yaml"))
-    if COMPOSE not in names:
-        raise BadInput(f"{COMPOSE}: missing; refusing to bundle", "run `patchkit emit` first")
-    for name in [*names, *DEPLOYMENT_FILES]:
-        if name in files:
-            continue
-        if name in DEPLOYMENT_FILES and not os.path.lexists(repo.path(name)):
-            continue
-        data, executable = _read_repo_file(repo, name, "deployment file")
-        add(name, data, executable)
-
+    gathered = _Files(lock_bytes)
+    gathered.pinned(repo, lock)
+    gathered.materialized(lock, files_that_run)
+    gathered.deployment(repo)
+    files = gathered.files
     if SUMS_NAME in files:
         raise BadInput(f"{SUMS_NAME}: generated by the bundle, it cannot also be a bundled file")
     out = {n: (d, x or d.startswith(b"#!")) for n, (d, x) in files.items()}
@@ -383,7 +404,135 @@ class _Blocks:
         self.read(-size % BLOCK)
 
 
-def _tar_members(blocks: _Blocks, problems: list[str], max_member: int) -> Iterator[tuple[_Member, bytes | None]]:  # noqa: C901 (over the ceiling already)
+class _Stop(Exception):
+    """Reading ends here: at the archive's end, or at a problem after which nothing can be trusted."""
+
+
+class _TarReader:
+    """GNU tar's reading of an archive, header by header.
+
+    Holds the GNU long name or pax header that applies to the next member, and
+    the problems found; a refusal records its problem and stops the reading.
+    """
+
+    def __init__(self, blocks: _Blocks, problems: list[str], max_member: int) -> None:
+        self.blocks = blocks
+        self.problems = problems
+        self.max_member = max_member
+        self.long_name: bytes | None = None
+        self.pax: dict[str, str] | None = None
+
+    def refuse(self, problem: str) -> NoReturn:
+        self.problems.append(problem)
+        raise _Stop
+
+    def members(self) -> Iterator[tuple[_Member, bytes | None]]:
+        """Every member with its data, the long-name and pax headers applied to the member they precede."""
+        while True:
+            at, header = self.header()
+            kind = header[156:157]
+            size = self.number(header[124:136], at)
+            if kind == b"L":
+                self.read_long_name(at, size)
+            elif kind == b"x":
+                self.read_pax(at, size)
+            elif kind in _EXTENSIONS:
+                self.refuse(f"byte {at}: a {_EXTENSIONS[kind]}, which the bundle format never holds; refused")
+            else:
+                yield from self.with_data(self.member(header, kind, at), kind, at)
+
+    def header(self) -> tuple[int, bytes]:
+        """The next header block and its offset; stops at the end-of-archive block or a cut or bad one."""
+        at = self.blocks.offset
+        header = self.blocks.read(BLOCK)
+        if not header:
+            self.blocks.read_to_end = True
+            self.refuse("the archive ends without its end-of-archive blocks (cut short?)")
+        if len(header) < BLOCK:
+            self.refuse(f"the archive ends inside a header at byte {at} (cut short)")
+        if header == bytes(BLOCK):
+            _rest_is_zeros(self.blocks, self.problems)
+            self.blocks.read_to_end = True
+            raise _Stop
+        if not _is_header(header):
+            self.refuse(
+                f"byte {at}: a block that is not a tar header (bad checksum); GNU tar would skip it and read "
+                "the members after it; refused"
+            )
+        return at, header
+
+    def number(self, field: bytes, at: int) -> int:
+        try:
+            return _number(field)
+        except _NotTar as e:
+            self.refuse(f"byte {at}: {e}; refused")
+
+    def read_long_name(self, at: int, size: int) -> None:
+        """A GNU long name for the next member, bounded before it is read."""
+        if self.long_name is not None:
+            self.refuse(f"byte {at}: two GNU long names in a row; refused")
+        if size > MAX_LONG_NAME:
+            self.refuse(f"byte {at}: a GNU long name of {size} bytes, over the {MAX_LONG_NAME}-byte limit; refused")
+        data = self.blocks.read(size)
+        self.blocks.skip_padding(size)
+        if len(data) < size:
+            self.refuse(f"byte {at}: the archive ends inside a GNU long name (cut short)")
+        self.long_name = _cstr(data)
+
+    def read_pax(self, at: int, size: int) -> None:
+        """A pax header's records for the next member, bounded before they are read."""
+        if self.pax is not None or size > MAX_PAX:
+            what = "two pax headers in a row" if self.pax is not None else f"a pax header of {size} bytes"
+            self.refuse(f"byte {at}: {what}, over the {MAX_PAX}-byte limit; refused")
+        data = self.blocks.read(size)
+        self.blocks.skip_padding(size)
+        try:
+            self.pax = _pax_records(data)
+        except _NotTar as e:
+            self.refuse(f"byte {at}: {e}; refused")
+
+    def member(self, header: bytes, kind: bytes, at: int) -> _Member:
+        """The member a header describes, its name from the pending long name, ustar prefix or pax record."""
+        name = self.long_name if self.long_name is not None else _cstr(header[0:100])
+        if self.long_name is None and header[257:263] == b"ustar\0" and header[345] != 0:
+            name = _cstr(header[345:500]) + b"/" + name  # POSIX ustar prefix
+        self.long_name = None
+        if kind == b"5":
+            name = name.removesuffix(b"/")  # a directory's name ends with "/" in the header
+        try:
+            member = _Member(header, name, at)
+            if self.pax is not None:
+                _apply_pax(member, self.pax)
+        except _NotTar as e:
+            self.refuse(f"byte {at}: {e}; refused")
+        self.pax = None
+        if len(member.name) > MAX_LONG_NAME:
+            self.refuse(f"byte {at}: a name of {len(member.name)} characters; refused")
+        return member
+
+    def with_data(self, member: _Member, kind: bytes, at: int) -> Iterator[tuple[_Member, bytes | None]]:
+        """The member with its data: none for links and devices, and none read past ``max_member``."""
+        size = member.size
+        if kind not in (*_REGULAR, b"5"):
+            # Links and devices have no data GNU tar reads; anything else is refused unread too.
+            yield member, None
+            if size:
+                self.refuse(f"byte {at}: a member without data claims {size} bytes; refused")
+            return
+        if kind == b"5":
+            yield member, b""
+            return
+        if size > self.max_member:
+            yield member, None
+            raise _Stop
+        data = self.blocks.read(size)
+        self.blocks.skip_padding(size)
+        yield member, data
+        if len(data) < size:
+            raise _Stop
+
+
+def _tar_members(blocks: _Blocks, problems: list[str], max_member: int) -> Iterator[tuple[_Member, bytes | None]]:
     """Every member GNU tar would extract, in order, with its data (None when refused unread).
 
     Stricter than Python's tarfile where the two differ, so that what is
@@ -394,102 +543,10 @@ def _tar_members(blocks: _Blocks, problems: list[str], max_member: int) -> Itera
     GNU long name is bounded before it is read. Problems are appended;
     iteration stops when the rest of the archive cannot be trusted.
     """
-    long_name: bytes | None = None
-    pax: dict[str, str] | None = None
-    while True:
-        at = blocks.offset
-        header = blocks.read(BLOCK)
-        if not header:
-            problems.append("the archive ends without its end-of-archive blocks (cut short?)")
-            blocks.read_to_end = True
-            return
-        if len(header) < BLOCK:
-            problems.append(f"the archive ends inside a header at byte {at} (cut short)")
-            return
-        if header == bytes(BLOCK):
-            _rest_is_zeros(blocks, problems)
-            blocks.read_to_end = True
-            return
-        if not _is_header(header):
-            problems.append(
-                f"byte {at}: a block that is not a tar header (bad checksum); GNU tar would skip it and read "
-                "the members after it; refused"
-            )
-            return
-        kind = header[156:157]
-        try:
-            size = _number(header[124:136])
-        except _NotTar as e:
-            problems.append(f"byte {at}: {e}; refused")
-            return
-        if kind == b"L":
-            if long_name is not None:
-                problems.append(f"byte {at}: two GNU long names in a row; refused")
-                return
-            if size > MAX_LONG_NAME:
-                problems.append(
-                    f"byte {at}: a GNU long name of {size} bytes, over the {MAX_LONG_NAME}-byte limit; refused"
-                )
-                return
-            data = blocks.read(size)
-            blocks.skip_padding(size)
-            if len(data) < size:
-                problems.append(f"byte {at}: the archive ends inside a GNU long name (cut short)")
-                return
-            long_name = _cstr(data)
-            continue
-        if kind == b"x":
-            if pax is not None or size > MAX_PAX:
-                what = "two pax headers in a row" if pax is not None else f"a pax header of {size} bytes"
-                problems.append(f"byte {at}: {what}, over the {MAX_PAX}-byte limit; refused")
-                return
-            data = blocks.read(size)
-            blocks.skip_padding(size)
-            try:
-                pax = _pax_records(data)
-            except _NotTar as e:
-                problems.append(f"byte {at}: {e}; refused")
-                return
-            continue
-        if kind in _EXTENSIONS:
-            problems.append(f"byte {at}: a {_EXTENSIONS[kind]}, which the bundle format never holds; refused")
-            return
-        name = long_name if long_name is not None else _cstr(header[0:100])
-        if long_name is None and header[257:263] == b"ustar\0" and header[345] != 0:
-            name = _cstr(header[345:500]) + b"/" + name  # POSIX ustar prefix
-        long_name = None
-        if kind == b"5":
-            name = name.removesuffix(b"/")  # a directory's name ends with "/" in the header
-        try:
-            member = _Member(header, name, at)
-            if pax is not None:
-                _apply_pax(member, pax)
-        except _NotTar as e:
-            problems.append(f"byte {at}: {e}; refused")
-            return
-        pax = None
-        size = member.size
-        if len(member.name) > MAX_LONG_NAME:
-            problems.append(f"byte {at}: a name of {len(member.name)} characters; refused")
-            return
-        if kind not in (*_REGULAR, b"5"):
-            # Links and devices have no data GNU tar reads; anything else is refused unread too.
-            yield member, None
-            if size:
-                problems.append(f"byte {at}: a member without data claims {size} bytes; refused")
-                return
-            continue
-        if kind == b"5":
-            yield member, b""
-            continue
-        if size > max_member:
-            yield member, None
-            return
-        data = blocks.read(size)
-        blocks.skip_padding(size)
-        yield member, data
-        if len(data) < size:
-            return
+    try:
+        yield from _TarReader(blocks, problems, max_member).members()
+    except _Stop:
+        return
 
 
 def _pax_records(data: bytes) -> dict[str, str]:
@@ -606,7 +663,96 @@ def _member_problem(m: _Member) -> str | None:
     return f"{', '.join(bad)}; the bundle format fixes mode {fixed} and owner 0:0 with no names"
 
 
-def _unpack(  # noqa: C901 (over the ceiling already)
+def _link_problem(ti: _Member, shown: str) -> str:
+    """A link member's refusal, saying whether it points outside the bundle."""
+    kind = "symlink" if ti.type == b"2" else "hard link"
+    target = ti.linkname
+    base = ti.name.rsplit("/", 1)[0] if "/" in ti.name and ti.type == b"2" else ""
+    resolved = os.path.normpath(os.path.join(base, target))
+    out = target.startswith("/") or resolved == ".." or resolved.startswith("../")
+    return (
+        f"{shown}: {kind} to {_shown(target)}{', outside the bundle' if out else ''}; refused (a bundle holds no links)"
+    )
+
+
+class _Unpacker:
+    """What ``tar -x`` would unpack, member by member, hashed in memory and checked against the limits."""
+
+    def __init__(
+        self,
+        digests: dict[str, str],
+        contents: dict[str, bytes],
+        dirs: set[str],
+        problems: list[str],
+        max_member: int,
+        max_total: int,
+    ) -> None:
+        self.digests, self.contents, self.dirs, self.problems = digests, contents, dirs, problems
+        self.max_member, self.max_total = max_member, max_total
+        self.seen: set[str] = set()
+        self.layout = _Layout()
+        self.total = 0
+
+    def member(self, ti: _Member, data: bytes | None) -> bool:
+        """Unpack one member; whether the members after it can still be read."""
+        shown = _shown(ti.name)
+        refused = self.refused(ti, shown)
+        if refused is not None:
+            self.problems.append(refused)
+            return True
+        if ti.type not in (*_REGULAR, b"5"):
+            self.problems.append(f"{shown}: unsupported member type {ti.type.decode('latin-1')!r}; refused")
+            return not (data is None and ti.size)
+        owner = _member_problem(ti)
+        if owner is not None:
+            self.problems.append(f"{shown}: {owner}; refused")
+        if ti.type == b"5":
+            self.dirs.add(ti.name)
+            self.make(ti.name, shown, directory=True)
+            return True
+        return self.file(ti, data, shown)
+
+    def refused(self, ti: _Member, shown: str) -> str | None:
+        """Why a member is refused outright (bad name, duplicate, link, device), or None."""
+        why = _name_problem(ti.name)
+        if why is not None:
+            return f"{shown}: {why}; refused"
+        if ti.name in self.seen:
+            return f"{shown}: duplicate member; refused"
+        self.seen.add(ti.name)
+        if ti.type in (b"1", b"2"):
+            return _link_problem(ti, shown)
+        if ti.type in _DEVICES:
+            return f"{shown}: device or fifo; refused"
+        return None
+
+    def make(self, name: str, shown: str, *, directory: bool) -> bool:
+        """Create ``name`` in the layout; whether it could be (else the error tar would meet is recorded)."""
+        error = self.layout.make(name, directory=directory)
+        if error is not None:
+            self.problems.append(f"{shown}: cannot unpack ({error}); refused")
+        return error is None
+
+    def file(self, ti: _Member, data: bytes | None, shown: str) -> bool:
+        """A regular file, within the limits; the lockfile and SHA256SUMS are kept for the content checks."""
+        if data is None:
+            self.problems.append(f"{shown}: {ti.size} bytes, over the {self.max_member}-byte limit per member; refused")
+            return False  # its data cannot be skipped safely; nothing after it is read
+        self.total += ti.size
+        if self.total > self.max_total:
+            self.problems.append(f"{shown}: the bundle exceeds {self.max_total} bytes unpacked here; refused")
+            return False
+        if len(data) != ti.size:
+            self.problems.append(f"{shown}: truncated ({len(data)} of {ti.size} bytes)")
+            return False
+        if self.make(ti.name, shown, directory=False):
+            self.digests[ti.name] = sha256_bytes(data)
+            if ti.name in (SUMS_NAME, LOCKFILE_NAME):
+                self.contents[ti.name] = data
+        return True
+
+
+def _unpack(
     members: Iterator[tuple[_Member, bytes | None]],
     digests: dict[str, str],
     contents: dict[str, bytes],
@@ -622,68 +768,13 @@ def _unpack(  # noqa: C901 (over the ceiling already)
     directory is, a directory below a file, a name too long for a file system),
     ``_Layout`` says so with the error tar would meet.
     """
-    seen: set[str] = set()
-    layout = _Layout()
-    total = 0
+    unpacker = _Unpacker(digests, contents, dirs, problems, max_member, max_total)
     for count, (ti, data) in enumerate(members, start=1):
-        name = ti.name
-        shown = _shown(name)
         if count > max_members:
             problems.append(f"more than {max_members} members; refused")
             return False
-        why = _name_problem(name)
-        if why is not None:
-            problems.append(f"{shown}: {why}; refused")
-            continue
-        if name in seen:
-            problems.append(f"{shown}: duplicate member; refused")
-            continue
-        seen.add(name)
-        if ti.type in (b"1", b"2"):
-            kind = "symlink" if ti.type == b"2" else "hard link"
-            target = ti.linkname
-            base = name.rsplit("/", 1)[0] if "/" in name and ti.type == b"2" else ""
-            resolved = os.path.normpath(os.path.join(base, target))
-            out = target.startswith("/") or resolved == ".." or resolved.startswith("../")
-            problems.append(
-                f"{shown}: {kind} to {_shown(target)}{', outside the bundle' if out else ''}; refused "
-                "(a bundle holds no links)"
-            )
-            continue
-        if ti.type in _DEVICES:
-            problems.append(f"{shown}: device or fifo; refused")
-            continue
-        if ti.type not in (*_REGULAR, b"5"):
-            problems.append(f"{shown}: unsupported member type {ti.type.decode('latin-1')!r}; refused")
-            if data is None and ti.size:
-                return False
-            continue
-        owner = _member_problem(ti)
-        if owner is not None:
-            problems.append(f"{shown}: {owner}; refused")
-        if ti.type == b"5":
-            dirs.add(name)
-            error = layout.make(name, directory=True)
-            if error is not None:
-                problems.append(f"{shown}: cannot unpack ({error}); refused")
-            continue
-        if data is None:
-            problems.append(f"{shown}: {ti.size} bytes, over the {max_member}-byte limit per member; refused")
-            return False  # its data cannot be skipped safely; nothing after it is read
-        total += ti.size
-        if total > max_total:
-            problems.append(f"{shown}: the bundle exceeds {max_total} bytes unpacked here; refused")
+        if not unpacker.member(ti, data):
             return False
-        if len(data) != ti.size:
-            problems.append(f"{shown}: truncated ({len(data)} of {ti.size} bytes)")
-            return False
-        error = layout.make(name, directory=False)
-        if error is not None:
-            problems.append(f"{shown}: cannot unpack ({error}); refused")
-            continue
-        digests[name] = sha256_bytes(data)
-        if name in (SUMS_NAME, LOCKFILE_NAME):
-            contents[name] = data
     return True
 
 
@@ -712,48 +803,43 @@ class _Layout:
         return None
 
 
-def _check_contents(digests: dict[str, str], contents: dict[str, bytes], dirs: set[str]) -> list[str]:
-    """The members against the bundled SHA256SUMS (exactly its files) and the bundled lockfile's pins."""
-    problems: list[str] = []
-    holding = set(_parents(list(digests)))
-    problems += [f"{_shown(d)}: a directory that holds no file of the bundle; refused" for d in sorted(dirs - holding)]
-    sums_data = contents.get(SUMS_NAME)
-    if sums_data is None:
-        problems.append(f"{SUMS_NAME}: missing from the bundle")
-    else:
-        entries, bad = sums.parse(sums_data)
-        problems += [p.render() for p in bad]
-        listed: set[str] = set()
-        for e in entries:
-            listed.add(e.name)
-            actual = digests.get(e.name)
-            if actual is None:
-                problems.append(f"{e.name}: listed in {SUMS_NAME} (line {e.line}) but not in the bundle")
-            elif actual != e.sha256:
-                problems.append(
-                    f"{e.name}: sha256 {actual[:12]}… does not match {SUMS_NAME} line {e.line} ({e.sha256[:12]}…)"
-                )
-        problems += [
-            f"{_shown(n)}: in the bundle but not listed in {SUMS_NAME}"
-            for n in sorted(digests)
-            if n not in listed and n != SUMS_NAME
-        ]
-    lock_data = contents.get(LOCKFILE_NAME)
-    if lock_data is None:
-        problems.append(f"{LOCKFILE_NAME}: missing from the bundle")
-        return problems
+def _sums_problems(digests: dict[str, str], sums_data: bytes) -> list[str]:
+    """The members against the bundled SHA256SUMS: every listed file present and matching, nothing unlisted."""
+    entries, bad = sums.parse(sums_data)
+    problems = [p.render() for p in bad]
+    listed: set[str] = set()
+    for e in entries:
+        listed.add(e.name)
+        actual = digests.get(e.name)
+        if actual is None:
+            problems.append(f"{e.name}: listed in {SUMS_NAME} (line {e.line}) but not in the bundle")
+        elif actual != e.sha256:
+            problems.append(
+                f"{e.name}: sha256 {actual[:12]}… does not match {SUMS_NAME} line {e.line} ({e.sha256[:12]}…)"
+            )
+    problems += [
+        f"{_shown(n)}: in the bundle but not listed in {SUMS_NAME}"
+        for n in sorted(digests)
+        if n not in listed and n != SUMS_NAME
+    ]
+    return problems
+
+
+def _pin_problems(digests: dict[str, str], lock_data: bytes) -> list[str]:
+    """The members against every pin of the bundled lockfile (diff-only patches at build/<target>)."""
     try:
         lock = loads(lock_data.decode("utf-8"), LOCKFILE_NAME)
     except UnicodeDecodeError:
-        return [*problems, f"{LOCKFILE_NAME}: not UTF-8"]
+        return [f"{LOCKFILE_NAME}: not UTF-8"]
     except LockfileError as e:
-        return [*problems, *(p.render() for p in e.problems)]
+        return [p.render() for p in e.problems]
     pins = [(f"{LOCKFILE_NAME} {field}", str(rel), sha.hex) for field, rel, sha in lock.files()]
     pins += [
         (f"{LOCKFILE_NAME} patch '{p.name}'", build_target(str(p.target)), p.sha256.hex)
         for p in lock.patches
         if p.file is None
     ]
+    problems: list[str] = []
     for what, name, pinned in pins:
         actual = digests.get(name)
         if actual is None:
@@ -761,3 +847,19 @@ def _check_contents(digests: dict[str, str], contents: dict[str, bytes], dirs: s
         elif actual != pinned:
             problems.append(f"{name}: sha256 {actual[:12]}… is not the pin {pinned[:12]}… of {what}")
     return problems
+
+
+def _check_contents(digests: dict[str, str], contents: dict[str, bytes], dirs: set[str]) -> list[str]:
+    """The members against the bundled SHA256SUMS (exactly its files) and the bundled lockfile's pins."""
+    holding = set(_parents(list(digests)))
+    problems = [f"{_shown(d)}: a directory that holds no file of the bundle; refused" for d in sorted(dirs - holding)]
+    sums_data = contents.get(SUMS_NAME)
+    if sums_data is None:
+        problems.append(f"{SUMS_NAME}: missing from the bundle")
+    else:
+        problems += _sums_problems(digests, sums_data)
+    lock_data = contents.get(LOCKFILE_NAME)
+    if lock_data is None:
+        problems.append(f"{LOCKFILE_NAME}: missing from the bundle")
+        return problems
+    return problems + _pin_problems(digests, lock_data)

@@ -303,15 +303,29 @@ def _lenient_hunk(
     return Hunk(old_start, old, fixed_new_start if old else new_start, new, tuple(body), header_line), i
 
 
-def _parse_hunk(lines: list[bytes], i: int) -> tuple[Hunk, int]:
-    header_line = i + 1
-    m = _HUNK.match(lines[i].rstrip(b"\r\n"))
+def _hunk_header(line: bytes, header_line: int) -> tuple[int, int, int, int]:
+    """``@@ -a,b +c,d @@``: old start, old length, new start, new length (a length left out is 1)."""
+    m = _HUNK.match(line.rstrip(b"\r\n"))
     if m is None:
-        raise DiffError(header_line, f"malformed hunk header {lines[i].rstrip()!r}")
-    old_start, new_start = int(m.group(1)), int(m.group(3))
+        raise DiffError(header_line, f"malformed hunk header {line.rstrip()!r}")
     old_len = 1 if m.group(2) is None else int(m.group(2))
     new_len = 1 if m.group(4) is None else int(m.group(4))
-    i += 1
+    return int(m.group(1)), old_len, int(m.group(3)), new_len
+
+
+def _body_line(line: bytes) -> tuple[bytes, bytes] | None:
+    """A hunk line's tag and content, or None when it is no body line."""
+    if line in (b"\n", b"\r\n"):
+        return b" ", line  # a blank context line whose space was stripped
+    if line[:1] in (b" ", b"-", b"+"):
+        return line[:1], line[1:]
+    return None
+
+
+def _hunk_body(
+    lines: list[bytes], i: int, header_line: int, old_len: int, new_len: int
+) -> tuple[list[tuple[bytes, bytes]], int]:
+    """Exactly the body lines the header declares, from line ``i``; and the index after them."""
     body: list[tuple[bytes, bytes]] = []
     old_seen = new_seen = 0
     while old_seen < old_len or new_seen < new_len:
@@ -321,33 +335,34 @@ def _parse_hunk(lines: list[bytes], i: int) -> tuple[Hunk, int]:
                 f"hunk declares {old_len} old / {new_len} new lines but the diff ends after "
                 f"{old_seen} old / {new_seen} new",
             )
-        line = lines[i]
-        tag = line[:1]
-        if line in (b"\n", b"\r\n"):
-            tag, content = b" ", line  # a blank context line whose space was stripped
-        elif tag in (b" ", b"-", b"+"):
-            content = line[1:]
-        elif line.startswith(NO_NEWLINE[:2]) and body:
+        parsed = _body_line(lines[i])
+        if parsed is None and lines[i].startswith(NO_NEWLINE[:2]) and body:
             _strip_newline(body)
             i += 1
             continue
-        else:
+        if parsed is None:
             raise DiffError(
                 header_line,
                 f"hunk declares {old_len} old / {new_len} new lines but has "
                 f"{old_seen} old / {new_seen} new before line {i + 1}",
             )
-        if tag != b"+":
-            old_seen += 1
-        if tag != b"-":
-            new_seen += 1
+        old_seen += parsed[0] != b"+"  # context and removed lines are on the old side
+        new_seen += parsed[0] != b"-"  # context and added lines on the new side
         if old_seen > old_len or new_seen > new_len:
             raise DiffError(
                 header_line,
                 f"hunk declares {old_len} old / {new_len} new lines but line {i + 1} exceeds that",
             )
-        body.append((tag, content))
+        body.append(parsed)
         i += 1
+    return body, i
+
+
+def _parse_hunk(lines: list[bytes], i: int) -> tuple[Hunk, int]:
+    """The hunk whose header is line ``i``, read strictly; and the index after it."""
+    header_line = i + 1
+    old_start, old_len, new_start, new_len = _hunk_header(lines[i], header_line)
+    body, i = _hunk_body(lines, i + 1, header_line, old_len, new_len)
     if i < len(lines) and lines[i].startswith(NO_NEWLINE[:2]):
         _strip_newline(body)
         i += 1

@@ -10,12 +10,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import shutil
-import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchkit import diffs, sums
+from patchkit import diffs, gitclient, sums
 from patchkit.cache import BlobStore
 from patchkit.check.diffs import base_of_committed
 from patchkit.check.run import check_pinned_files
@@ -79,20 +78,29 @@ def write_sums(repo: Repo, lock: Lockfile, lock_bytes: bytes) -> Outcome:
 # --------------------------------------------------------------------------- base recovery
 
 
-def _git_show(repo: Repo, rel: str) -> bytes | None:
-    """The committed (HEAD) content of a repository file, if the repository is a git work tree."""
-    if shutil.which("git") is None:
-        return None
+def _overlay_candidates(repo: Repo, file: str, diff_file: str) -> Iterator[tuple[bytes, bytes]]:
+    """The overlay and its diff as in the working tree, then as last committed to git.
+
+    Lazy, so git is asked (two processes) only when the working tree does not give the base.
+    """
     try:
-        out = subprocess.run(
-            ["git", "-C", str(repo.root), "show", f"HEAD:./{rel}"],
-            capture_output=True,
-            timeout=30,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
+        tree = repo.path(file).read_bytes(), repo.path(diff_file).read_bytes()
+    except OSError:
+        tree = None
+    if tree is not None:
+        yield tree
+    patch_bytes, diff_bytes = gitclient.show(repo.root, "HEAD", file), gitclient.show(repo.root, "HEAD", diff_file)
+    if patch_bytes is not None and diff_bytes is not None:
+        yield patch_bytes, diff_bytes
+
+
+def _reversed_base(p: Patch, patch_bytes: bytes, diff_bytes: bytes, want: str) -> bytes | None:
+    """The base that ``diff_bytes`` reversed onto ``patch_bytes`` gives, if it has the sha256 ``want``."""
+    try:
+        base = base_of_committed(p, patch_bytes, diff_bytes)
+    except (diffs.DiffError, diffs.ApplyError):
         return None
-    return out.stdout if out.returncode == 0 else None
+    return base if sha256_bytes(base) == want else None
 
 
 def recover_base(repo: Repo, p: Patch, store: BlobStore) -> bytes | None:
@@ -110,27 +118,9 @@ def recover_base(repo: Repo, p: Patch, store: BlobStore) -> bytes | None:
         return cached
     if p.file is None or p.diff is None:
         return None
-    file, diff_file = str(p.file), str(p.diff.file)
-
-    def working_tree() -> tuple[bytes | None, bytes | None]:
-        try:
-            return repo.path(file).read_bytes(), repo.path(diff_file).read_bytes()
-        except OSError:
-            return None, None
-
-    def committed() -> tuple[bytes | None, bytes | None]:
-        return _git_show(repo, file), _git_show(repo, diff_file)
-
-    # The working tree first: git is asked (two processes) only when it does not give the base.
-    for candidate in (working_tree, committed):
-        patch_bytes, diff_bytes = candidate()
-        if patch_bytes is None or diff_bytes is None:
-            continue
-        try:
-            base = base_of_committed(p, patch_bytes, diff_bytes)
-        except (diffs.DiffError, diffs.ApplyError):
-            continue
-        if sha256_bytes(base) == want:
+    for patch_bytes, diff_bytes in _overlay_candidates(repo, str(p.file), str(p.diff.file)):
+        base = _reversed_base(p, patch_bytes, diff_bytes, want)
+        if base is not None:
             store.put(base)
             return base
     return None
@@ -139,14 +129,33 @@ def recover_base(repo: Repo, p: Patch, store: BlobStore) -> bytes | None:
 # --------------------------------------------------------------------------- lock
 
 
-def relock(repo: Repo, lock: Lockfile, store: BlobStore) -> Outcome:  # noqa: C901 (over the ceiling already)
-    """Refresh the file pins after intended edits; never touches image, model or upstream pins."""
-    outcome = Outcome()
-    extra: dict[str, bytes] = {}
+def _diff_is_consistent(p: Patch, pinned: Base, data: bytes, diff_bytes: bytes) -> bool:
+    """Whether an overlay's committed diff still describes it.
 
-    def current(rel: RepoPath, owner: str) -> bytes:
+    Consistent: it names the base (a/PATH, b/PATH, like check's diff-header) and,
+    reversed onto the overlay, gives exactly the pinned base.
+    """
+    try:
+        heads = diffs.parse(diff_bytes)[0]
+        named = {diffs.strip_prefix(heads.old_path), diffs.strip_prefix(heads.new_path)}
+        return named == {str(pinned.path)} and sha256_bytes(base_of_committed(p, data, diff_bytes)) == pinned.sha256.hex
+    except (diffs.DiffError, diffs.ApplyError):
+        return False
+
+
+@dataclass
+class _Relock:
+    """One ``lock`` run: reads the pinned files and collects the changed pins and regenerated diffs."""
+
+    repo: Repo
+    store: BlobStore
+    outcome: Outcome = dataclasses.field(default_factory=Outcome)
+    extra: dict[str, bytes] = dataclasses.field(default_factory=dict)
+
+    def current(self, rel: RepoPath, owner: str) -> bytes:
+        """The file's bytes now; a missing or escaping pinned file is bad input naming its owner."""
         try:
-            return repo.check_inside(rel).read_bytes()
+            return self.repo.check_inside(rel).read_bytes()
         except FileNotFoundError as e:
             raise BadInput(
                 f"{rel} ({owner}) is pinned but missing",
@@ -155,88 +164,97 @@ def relock(repo: Repo, lock: Lockfile, store: BlobStore) -> Outcome:  # noqa: C9
         except Escape as e:
             raise BadInput(f"{rel} ({owner}) {e}") from e
 
-    patches = []
-    for p in lock.patches:
-        new = p
-        if p.file is not None:
-            data = current(p.file, f"patch '{p.name}'")
-            digest = sha256_bytes(data)
-            if digest != p.sha256.hex:
-                outcome.changes.append(Change(f"patches[{p.name}].sha256 ({p.file})", p.sha256.hex, digest))
-                new = dataclasses.replace(new, sha256=Sha256(digest))
-            if p.kind is PatchKind.OVERLAY and p.base is not None and p.diff is not None:
-                diff_bytes = current(p.diff.file, f"diff of '{p.name}'")
-                consistent = False
-                try:
-                    # Consistent: it names the base (a/PATH, b/PATH, like check's diff-header) and,
-                    # reversed onto the overlay, gives exactly the pinned base.
-                    heads = diffs.parse(diff_bytes)[0]
-                    named = {diffs.strip_prefix(heads.old_path), diffs.strip_prefix(heads.new_path)}
-                    consistent = named == {str(p.base.path)} and (
-                        sha256_bytes(base_of_committed(p, data, diff_bytes)) == p.base.sha256.hex
-                    )
-                except (diffs.DiffError, diffs.ApplyError):
-                    consistent = False
-                if not consistent:
-                    base = recover_base(repo, p, store)
-                    if base is None:
-                        raise Refused(
-                            f"{p.diff.file}: cannot refresh the diff of '{p.name}': its pinned base "
-                            f"({p.base.path}, sha256 {p.base.sha256.short}…) is not in the cache and "
-                            "cannot be rebuilt from the overlay's committed history",
-                            f"re-add it with the upstream file: patchkit add {p.file} --base FILE …",
-                        )
-                    diff_bytes = canonical_diff(base, data, p.base.path)
-                    extra[str(p.diff.file)] = diff_bytes
-                    outcome.changes.append(Change(f"{p.diff.file}", "stale diff", "regenerated from the base"))
-                dsha = sha256_bytes(diff_bytes)
-                if dsha != p.diff.sha256.hex:
-                    outcome.changes.append(Change(f"patches[{p.name}].diff.sha256", p.diff.sha256.hex, dsha))
-                    new = dataclasses.replace(new, diff=DiffPin(p.diff.file, Sha256(dsha)))
-        elif p.diff is not None:
-            diff_bytes = current(p.diff.file, f"diff of '{p.name}'")
-            dsha = sha256_bytes(diff_bytes)
-            if dsha != p.diff.sha256.hex:
-                base = store.get(p.base.sha256.hex) if p.base else None
-                if base is None:
-                    raise Refused(
-                        f"{p.diff.file}: the diff of diff-only patch '{p.name}' changed, and its base is not "
-                        "in the cache to recompute the file that runs",
-                        "fetch the base into the cache first (upstream sources), then patchkit lock",
-                    )
-                try:
-                    fd = diffs.parse(diff_bytes)
-                    materialized = diffs.apply(fd[0], base)
-                except (diffs.DiffError, diffs.ApplyError) as e:
-                    raise BadInput(f"{p.diff.file}:{e.line}: {e.message}") from e
-                msha = sha256_bytes(materialized)
-                outcome.changes.append(Change(f"patches[{p.name}].diff.sha256", p.diff.sha256.hex, dsha))
-                if msha != p.sha256.hex:
-                    outcome.changes.append(Change(f"patches[{p.name}].sha256 (materialized)", p.sha256.hex, msha))
-                new = dataclasses.replace(new, sha256=Sha256(msha), diff=DiffPin(p.diff.file, Sha256(dsha)))
-        patches.append(new)
+    def change(self, field: str, old: str, new: str) -> None:
+        self.outcome.changes.append(Change(field, old, new))
 
-    def relock_artifacts(items: tuple[Artifact, ...], key: str) -> tuple[Artifact, ...]:
+    def patch(self, p: Patch) -> Patch:
+        """``p`` with its pins refreshed: a patch with a file, or a diff-only one."""
+        if p.file is not None:
+            return self.patch_file(p, p.file)
+        if p.diff is not None:
+            return self.diff_only(p, p.diff)
+        return p
+
+    def patch_file(self, p: Patch, file: RepoPath) -> Patch:
+        """Re-pin the patch file and, for an overlay, its diff (regenerated when it went stale)."""
+        new = p
+        data = self.current(file, f"patch '{p.name}'")
+        digest = sha256_bytes(data)
+        if digest != p.sha256.hex:
+            self.change(f"patches[{p.name}].sha256 ({file})", p.sha256.hex, digest)
+            new = dataclasses.replace(new, sha256=Sha256(digest))
+        if p.kind is not PatchKind.OVERLAY or p.base is None or p.diff is None:
+            return new
+        diff_bytes = self.current(p.diff.file, f"diff of '{p.name}'")
+        if not _diff_is_consistent(p, p.base, data, diff_bytes):
+            diff_bytes = self.regenerate(p, file, p.base, p.diff, data)
+        dsha = sha256_bytes(diff_bytes)
+        if dsha != p.diff.sha256.hex:
+            self.change(f"patches[{p.name}].diff.sha256", p.diff.sha256.hex, dsha)
+            new = dataclasses.replace(new, diff=DiffPin(p.diff.file, Sha256(dsha)))
+        return new
+
+    def regenerate(self, p: Patch, file: RepoPath, pinned: Base, diff: DiffPin, data: bytes) -> bytes:
+        """The canonical diff of the overlay from its recovered base; refused when the base is gone."""
+        base = recover_base(self.repo, p, self.store)
+        if base is None:
+            raise Refused(
+                f"{diff.file}: cannot refresh the diff of '{p.name}': its pinned base "
+                f"({pinned.path}, sha256 {pinned.sha256.short}…) is not in the cache and "
+                "cannot be rebuilt from the overlay's committed history",
+                f"re-add it with the upstream file: patchkit add {file} --base FILE …",
+            )
+        diff_bytes = canonical_diff(base, data, pinned.path)
+        self.extra[str(diff.file)] = diff_bytes
+        self.change(f"{diff.file}", "stale diff", "regenerated from the base")
+        return diff_bytes
+
+    def diff_only(self, p: Patch, diff: DiffPin) -> Patch:
+        """Re-pin a diff-only patch's diff and the file it materializes to (needs the base in the cache)."""
+        diff_bytes = self.current(diff.file, f"diff of '{p.name}'")
+        dsha = sha256_bytes(diff_bytes)
+        if dsha == diff.sha256.hex:
+            return p
+        base = self.store.get(p.base.sha256.hex) if p.base else None
+        if base is None:
+            raise Refused(
+                f"{diff.file}: the diff of diff-only patch '{p.name}' changed, and its base is not "
+                "in the cache to recompute the file that runs",
+                "fetch the base into the cache first (upstream sources), then patchkit lock",
+            )
+        try:
+            materialized = diffs.apply(diffs.parse(diff_bytes)[0], base)
+        except (diffs.DiffError, diffs.ApplyError) as e:
+            raise BadInput(f"{diff.file}:{e.line}: {e.message}") from e
+        msha = sha256_bytes(materialized)
+        self.change(f"patches[{p.name}].diff.sha256", diff.sha256.hex, dsha)
+        if msha != p.sha256.hex:
+            self.change(f"patches[{p.name}].sha256 (materialized)", p.sha256.hex, msha)
+        return dataclasses.replace(p, sha256=Sha256(msha), diff=DiffPin(diff.file, Sha256(dsha)))
+
+    def artifacts(self, items: tuple[Artifact, ...], key: str) -> tuple[Artifact, ...]:
+        """The tuning tables or artifacts with their sha256 refreshed."""
         out = []
         for a in items:
-            digest = sha256_bytes(current(a.file, f"{key} '{a.name}'"))
+            digest = sha256_bytes(self.current(a.file, f"{key} '{a.name}'"))
             if digest != a.sha256.hex:
-                outcome.changes.append(Change(f"{key}[{a.name}].sha256 ({a.file})", a.sha256.hex, digest))
+                self.change(f"{key}[{a.name}].sha256 ({a.file})", a.sha256.hex, digest)
                 a = dataclasses.replace(a, sha256=Sha256(digest))
             out.append(a)
         return tuple(out)
 
-    series, repinned = repin_series(lock.series, lambda rel, what: sha256_bytes(current(rel, what)))
-    outcome.changes.extend(Change(field, old, new) for field, old, new in repinned)
-    new_lock = dataclasses.replace(
-        lock,
-        patches=tuple(patches),
-        tuning=relock_artifacts(lock.tuning, "tuning"),
-        artifacts=relock_artifacts(lock.artifacts, "artifacts"),
-        series=series,
-    )
-    outcome.written = finish(repo, new_lock, extra)
-    return outcome
+
+def relock(repo: Repo, lock: Lockfile, store: BlobStore) -> Outcome:
+    """Refresh the file pins after intended edits; never touches image, model or upstream pins."""
+    run = _Relock(repo, store)
+    patches = tuple(run.patch(p) for p in lock.patches)
+    series, repinned = repin_series(lock.series, lambda rel, what: sha256_bytes(run.current(rel, what)))
+    run.outcome.changes.extend(Change(field, old, new) for field, old, new in repinned)
+    tuning = run.artifacts(lock.tuning, "tuning")
+    artifacts = run.artifacts(lock.artifacts, "artifacts")
+    new_lock = dataclasses.replace(lock, patches=patches, tuning=tuning, artifacts=artifacts, series=series)
+    run.outcome.written = finish(repo, new_lock, run.extra)
+    return run.outcome
 
 
 # --------------------------------------------------------------------------- add / remove
@@ -277,23 +295,27 @@ def _infer_kind(req: AddRequest, rel: str | None) -> str:
     return "artifact"
 
 
-def add(repo: Repo, lock: Lockfile, req: AddRequest, store: BlobStore) -> Outcome:  # noqa: C901 (over the ceiling already)
-    """Pin a new file: a patch (overlay, module, transformer), a tuning table or an artifact."""
+def _source_path(repo: Repo, req: AddRequest) -> tuple[Path, str | None]:
+    """The absolute path of the file to add and its repository path (``None`` when it is outside).
+
+    Both the repository path and the one it would be copied to must be valid repository paths.
+    """
     src = req.path if req.path.is_absolute() else (Path.cwd() / req.path)
     src = Path(os.path.abspath(src))
-    inside = src.is_relative_to(repo.root)
-    rel: str | None = repo.rel(src) if inside else None
+    rel: str | None = repo.rel(src) if src.is_relative_to(repo.root) else None
     for candidate in (rel, f"patches/{src.name}"):
         if candidate is not None:
             try:
                 RepoPath(candidate)
             except ValueError as e:
                 raise BadInput(printable(str(e))) from e
-    kind = _infer_kind(req, rel)
-    if kind not in _KINDS:
-        raise BadInput(f"--kind: unknown kind '{kind}' ({', '.join(_KINDS)})")
+    return src, rel
+
+
+def _read_source(repo: Repo, req: AddRequest, src: Path, rel: str | None) -> bytes:
+    """The bytes of the file to add (a file inside the repository is read only when it stays inside)."""
     try:
-        data = (repo.check_inside(rel) if rel is not None else src).read_bytes()
+        return (repo.check_inside(rel) if rel is not None else src).read_bytes()
     except FileNotFoundError as e:
         raise BadInput(f"{req.path}: no such file") from e
     except Escape as e:
@@ -301,6 +323,9 @@ def add(repo: Repo, lock: Lockfile, req: AddRequest, store: BlobStore) -> Outcom
     except IsADirectoryError as e:
         raise BadInput(f"{req.path}: is a directory; add files one by one") from e
 
+
+def _new_name(lock: Lockfile, req: AddRequest, src: Path) -> str:
+    """The entry's name (``--name`` or one derived from the file name), valid and not yet pinned."""
     name = req.name or _default_name(src)
     try:
         check_name(name, "name")
@@ -309,68 +334,97 @@ def add(repo: Repo, lock: Lockfile, req: AddRequest, store: BlobStore) -> Outcom
     taken = {p.name for p in lock.patches} | {a.name for a in (*lock.tuning, *lock.artifacts)}
     if name in taken:
         raise BadInput(f"name '{name}' is already pinned", "pass --name, or patchkit remove it first")
+    return name
 
-    target = None
-    if req.target is not None:
-        try:
-            target = ContainerPath(req.target)
-        except ValueError as e:
-            raise BadInput(f"--target: {e}") from e
-        claimed = {str(p.target): p.name for p in lock.patches}
-        claimed.update({str(a.target): a.name for a in (*lock.tuning, *lock.artifacts) if a.target})
-        if str(target) in claimed:
+
+def _new_target(lock: Lockfile, req: AddRequest, kind: str) -> ContainerPath | None:
+    """The container path to mount the file at: required but for artifacts, claimed by no other file.
+
+    A target may neither equal another entry's nor nest with it (a file cannot also be a directory).
+    """
+    if req.target is None:
+        if kind != "artifact":
+            raise BadInput(f"--target is required for a {kind}", "pass the absolute path it is mounted at")
+        return None
+    try:
+        target = ContainerPath(req.target)
+    except ValueError as e:
+        raise BadInput(f"--target: {e}") from e
+    claimed = {str(p.target): p.name for p in lock.patches}
+    claimed.update({str(a.target): a.name for a in (*lock.tuning, *lock.artifacts) if a.target})
+    if str(target) in claimed:
+        raise BadInput(
+            f"--target {target} is already claimed by '{claimed[str(target)]}'",
+            "each container path can be mounted from one file only",
+        )
+    prefix = f"{target}/"
+    for other, owner in sorted(claimed.items()):
+        if prefix.startswith(f"{other}/") or other.startswith(prefix):
             raise BadInput(
-                f"--target {target} is already claimed by '{claimed[str(target)]}'",
-                "each container path can be mounted from one file only",
+                f"--target {target} and the target {other} of '{owner}' nest: a file cannot also be a directory",
+                "give each file a target that is not below another file's target",
             )
-        prefix = f"{target}/"
-        for other, owner in sorted(claimed.items()):
-            if prefix.startswith(f"{other}/") or other.startswith(prefix):
-                raise BadInput(
-                    f"--target {target} and the target {other} of '{owner}' nest: a file cannot also be a directory",
-                    "give each file a target that is not below another file's target",
-                )
-    elif kind != "artifact":
-        raise BadInput(f"--target is required for a {kind}", "pass the absolute path it is mounted at")
+    return target
 
+
+def _references(req: AddRequest) -> tuple[Reference, ...]:
+    """The ``--ref`` values as references, the first invalid one bad input."""
     refs = []
     for r in req.refs:
         try:
             refs.append(Reference(r))
         except ValueError as e:
             raise BadInput(f"--ref: {e}") from e
+    return tuple(refs)
 
-    extra: dict[str, bytes] = {}
+
+def _placement(
+    repo: Repo, req: AddRequest, kind: str, src: Path, rel: str | None, data: bytes
+) -> tuple[str | None, dict[str, bytes]]:
+    """Where the file is kept, and the files to copy in: a file from outside goes under patches/ or tuning/.
+
+    ``--diff-only`` keeps no file at all, so it needs an overlay from outside the repository.
+    """
     if req.diff_only and kind != "overlay":
         raise BadInput("--diff-only applies to overlays only (a patch with --base)")
-    if req.diff_only and inside:
+    if req.diff_only and rel is not None:
         raise BadInput(
             f"{rel}: --diff-only keeps only the diff; the file itself must not be in the repository",
             "move the edited file out of the repository (e.g. to /tmp) and add it from there",
         )
-    if rel is None and not req.diff_only:
-        folder = "tuning" if kind == "tuning" else "patches"
-        rel = f"{folder}/{src.name}"
-        if repo.path(rel).exists():
-            raise BadInput(f"{rel} already exists", "pass the file inside the repository, or rename it")
-        extra[rel] = data
+    if rel is not None or req.diff_only:
+        return rel, {}
+    folder = "tuning" if kind == "tuning" else "patches"
+    copied = f"{folder}/{src.name}"
+    if repo.path(copied).exists():
+        raise BadInput(f"{copied} already exists", "pass the file inside the repository, or rename it")
+    return copied, {copied: data}
 
-    digest = Sha256(sha256_bytes(data))
-    if kind in ("tuning", "artifact"):
-        if rel is None:  # unreachable: only overlays can be diff-only
-            raise BadInput("--diff-only applies to overlays only")
-        art = Artifact(name=name, file=RepoPath(rel), sha256=digest, target=target, note=req.reason)
-        if kind == "tuning":
-            new_lock = dataclasses.replace(lock, tuning=(*lock.tuning, art))
-        else:
-            new_lock = dataclasses.replace(lock, artifacts=(*lock.artifacts, art))
-        return Outcome(written=finish(repo, new_lock, extra), changes=[Change(f"{kind} {name}", "unpinned", rel)])
 
-    if target is None:
+def _add_artifact(repo: Repo, lock: Lockfile, req: AddRequest, new: _NewEntry, extra: dict[str, bytes]) -> Outcome:
+    """Pin a tuning table or an artifact."""
+    if new.rel is None:  # unreachable: only overlays can be diff-only
+        raise BadInput("--diff-only applies to overlays only")
+    art = Artifact(name=new.name, file=RepoPath(new.rel), sha256=new.digest, target=new.target, note=req.reason)
+    if new.kind == "tuning":
+        new_lock = dataclasses.replace(lock, tuning=(*lock.tuning, art))
+    else:
+        new_lock = dataclasses.replace(lock, artifacts=(*lock.artifacts, art))
+    return Outcome(
+        written=finish(repo, new_lock, extra), changes=[Change(f"{new.kind} {new.name}", "unpinned", new.rel)]
+    )
+
+
+def _add_patch(
+    repo: Repo, lock: Lockfile, req: AddRequest, new: _NewEntry, extra: dict[str, bytes], store: BlobStore
+) -> Outcome:
+    """Pin a patch; an overlay also gets its base pinned (and cached) and its diff written under upstream/."""
+    kind, name, rel = new.kind, new.name, new.rel
+    if new.target is None:
         raise BadInput(f"--target is required for a {kind}")
     base = diff = None
     if kind == "overlay":
-        base, base_bytes, diff_bytes = _overlay_base(repo, lock, req, name, data)
+        base, base_bytes, diff_bytes = _overlay_base(repo, lock, req, name, new.data)
         store.put(base_bytes)
         diff_rel = f"upstream/{name}.diff"
         if repo.path(diff_rel).exists():
@@ -379,22 +433,54 @@ def add(repo: Repo, lock: Lockfile, req: AddRequest, store: BlobStore) -> Outcom
         diff = DiffPin(RepoPath(diff_rel), Sha256(sha256_bytes(diff_bytes)))
     elif req.base_file is not None or req.upstream is not None:
         raise BadInput(f"--base/--upstream apply to overlays; a {kind} has no upstream base")
-
     patch = Patch(
         name=name,
         kind=PatchKind(kind),
-        sha256=digest,
-        target=target,
+        sha256=new.digest,
+        target=new.target,
         file=None if req.diff_only else RepoPath(rel) if rel else None,
         base=base,
         diff=diff,
         reason=req.reason,
-        refs=tuple(refs),
+        refs=new.refs,
         drop_when=req.drop_when,
     )
     new_lock = dataclasses.replace(lock, patches=(*lock.patches, patch))
     where = "diff-only" if req.diff_only else str(rel)
     return Outcome(written=finish(repo, new_lock, extra), changes=[Change(f"{kind} {name}", "unpinned", where)])
+
+
+@dataclass(frozen=True)
+class _NewEntry:
+    """What ``add`` settled about the new entry before pinning it."""
+
+    kind: str
+    name: str
+    rel: str | None
+    data: bytes
+    target: ContainerPath | None
+    refs: tuple[Reference, ...]
+
+    @property
+    def digest(self) -> Sha256:
+        return Sha256(sha256_bytes(self.data))
+
+
+def add(repo: Repo, lock: Lockfile, req: AddRequest, store: BlobStore) -> Outcome:
+    """Pin a new file: a patch (overlay, module, transformer), a tuning table or an artifact."""
+    src, rel = _source_path(repo, req)
+    kind = _infer_kind(req, rel)
+    if kind not in _KINDS:
+        raise BadInput(f"--kind: unknown kind '{kind}' ({', '.join(_KINDS)})")
+    data = _read_source(repo, req, src, rel)
+    name = _new_name(lock, req, src)
+    target = _new_target(lock, req, kind)
+    refs = _references(req)
+    rel, extra = _placement(repo, req, kind, src, rel, data)
+    new = _NewEntry(kind, name, rel, data, target, refs)
+    if kind in ("tuning", "artifact"):
+        return _add_artifact(repo, lock, req, new, extra)
+    return _add_patch(repo, lock, req, new, extra, store)
 
 
 def _overlay_base(repo: Repo, lock: Lockfile, req: AddRequest, name: str, data: bytes) -> tuple[Base, bytes, bytes]:

@@ -5,7 +5,9 @@ its adapter for the GitHub REST API over requests. It sends the recorded
 ``ETag`` as ``If-None-Match`` so an unchanged answer (304) costs no rate
 limit, reads the ``X-RateLimit-*`` headers of every answer and stops before
 sending a request it knows would be refused, and bounds every request in
-time and size. Tests point ``GITHUB_API_URL`` at a local server.
+time, tries and size through the bounded-HTTP helper (patchkit.transport):
+a connection failure or a 5xx is tried again, a timeout or a rate limit is
+reported at once. Tests point ``GITHUB_API_URL`` at a local server.
 """
 
 from __future__ import annotations
@@ -25,9 +27,15 @@ from patchkit.values import Reference, Revision
 if TYPE_CHECKING:
     import requests
 
+    from patchkit.transport import HttpError
+
 DEFAULT_API_URL = "https://api.github.com"
 #: Seconds to connect and to wait for each read; a slow API fails the refresh instead of hanging CI.
 DEFAULT_TIMEOUT = 10.0
+#: Seconds one request may take in all (connect, headers, body and retries together).
+DEFAULT_DEADLINE = 60.0
+#: How many times a request is sent again after a connection failure or a 5xx.
+DEFAULT_RETRIES = 2
 #: An issue or pull request answer bigger than this is refused (real ones are a few tens of kB).
 MAX_BODY_BYTES = 4 << 20
 _USER_AGENT = "patchkit (upstream reference tracking)"
@@ -117,15 +125,20 @@ class GitHubTracker:
         token: str | None = None,
         *,
         timeout: float = DEFAULT_TIMEOUT,
+        deadline: float = DEFAULT_DEADLINE,
+        retries: int = DEFAULT_RETRIES,
         session: requests.Session | None = None,
         now: dt.datetime | None = None,
     ) -> None:
-        import requests
+        from patchkit.transport import Bounds, Http
 
         self.api_url = (api_url or os.environ.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/")
         self._token = token if token is not None else os.environ.get("GITHUB_TOKEN") or None
         self._timeout = timeout
-        self._session = session if session is not None else requests.Session()
+        # A timeout is not tried again (a slow API fails the refresh instead of hanging CI), nor is a 429
+        # waited out: the rate limit is the user's to see (RateLimited says until when).
+        bounds = Bounds(timeout, deadline, retries, backoff=0.5, retry_reads=False, wait_on_429=False)
+        self._http = Http(bounds, session)
         self._now = now
         self._rate: RateLimit | None = None
         #: Requests sent (304 answers included), for the summary and the tests.
@@ -205,7 +218,7 @@ class GitHubTracker:
         return self._now or dt.datetime.now(dt.UTC)
 
     def _get(self, path: str, etag: str | None, ref: Reference) -> tuple[AnswerStatus, dict[str, Any], str | None]:
-        import requests
+        from patchkit.transport import HttpError
 
         if (
             self._rate is not None
@@ -226,22 +239,11 @@ class GitHubTracker:
         url = self.api_url + path
         self.requests_sent += 1
         try:
-            resp = self._session.get(url, headers=headers, timeout=self._timeout, stream=True, allow_redirects=True)
-            try:
-                self._read_rate(resp.headers)
-                body = _read_body(resp)
-            finally:
-                resp.close()
-        except requests.Timeout as e:
-            raise ExternalFailure(
-                f"{ref}: {self.api_url} did not answer within {self._timeout:g} s",
-                "retry later; the recorded states are unchanged (`patchkit refs` shows them offline)",
-            ) from e
-        except requests.RequestException as e:
-            raise ExternalFailure(
-                f"{ref}: cannot reach {self.api_url}: {type(e).__name__}",
-                "check the network (GITHUB_API_URL for GitHub Enterprise); nothing was recorded for it",
-            ) from e
+            resp, _ = self._http.request("GET", url, headers=headers, allow_redirects=True)
+            self._read_rate(resp.headers)
+            body = self._http.read(resp, MAX_BODY_BYTES)
+        except HttpError as e:
+            raise self._failure(ref, url, e) from e
         status = resp.status_code
         if status == 304:
             return AnswerStatus.NOT_MODIFIED, {}, etag
@@ -263,6 +265,25 @@ class GitHubTracker:
         if not isinstance(doc, dict):
             raise ExternalFailure(f"{ref}: GET {url} answered JSON that is not an object")
         return AnswerStatus.FOUND, doc, resp.headers.get("ETag")
+
+    def _failure(self, ref: Reference, url: str, e: HttpError) -> ExternalFailure:
+        """The one line for a request that got no (complete) answer: too slow, unreachable, or too big."""
+        from patchkit.transport import is_timeout
+
+        retry = "retry later; the recorded states are unchanged (`patchkit refs` shows them offline)"
+        if e.late is not None:
+            return ExternalFailure(
+                f"{ref}: {self.api_url} did not answer within {e.late:g} s (connect, headers and body together)",
+                retry,
+            )
+        if e.cause is not None and is_timeout(e.cause):
+            return ExternalFailure(f"{ref}: {self.api_url} did not answer within {self._timeout:g} s", retry)
+        if e.cause is not None:
+            return ExternalFailure(
+                f"{ref}: cannot reach {self.api_url}: {type(e.cause).__name__}",
+                "check the network (GITHUB_API_URL for GitHub Enterprise); nothing was recorded for it",
+            )
+        return ExternalFailure(f"{ref}: GET {url}: {e.reason}")
 
     def _read_rate(self, headers: Any) -> None:
         try:
@@ -292,17 +313,6 @@ class GitHubTracker:
             "" if self._token else ", or set GITHUB_TOKEN (5000 requests an hour instead of 60)"
         )
         return RateLimited(f"{ref}: the GitHub API {what}{when}", hint, retry_at)
-
-
-def _read_body(resp: requests.Response) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    for chunk in resp.iter_content(64 << 10):
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise ExternalFailure(f"GET {resp.url}: answer larger than {MAX_BODY_BYTES >> 20} MiB; refused")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _api_message(body: bytes) -> str:

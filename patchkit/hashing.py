@@ -102,14 +102,29 @@ def sha256_many(
     progress: Progress | None = None,
     sizes: dict[Path, int] | None = None,
     cancel: threading.Event | None = None,
+    keep: dict[Path, bytes | None] | None = None,
 ) -> dict[Path, str | OSError]:
     """Hash many files on ``jobs`` threads; each result is a hex digest or the OSError.
 
     ``sizes`` (from an lstat the caller already made) saves a second one.
     Setting ``cancel`` stops the work within one window of each file in
-    progress; the result then lacks the files not hashed.
+    progress; the result then lacks the files not hashed. The files named
+    in ``keep`` are read whole and their bytes stored there: the bytes that
+    hashed, for a caller that reads them next.
     """
-    return digest_many(dict.fromkeys(paths, SHA256), jobs, progress, sizes, cancel)
+    return digest_many(dict.fromkeys(paths, SHA256), jobs, progress, sizes, cancel, keep)
+
+
+def read_whole(path: Path | str) -> bytes:
+    """A file's bytes, read to its end as ``sha256sum`` reads it; does not follow a final symlink."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        chunks = [os.read(fd, os.fstat(fd).st_size + 1)]
+        while chunks[-1]:
+            chunks.append(os.read(fd, BUFFER))
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 # --------------------------------------------------------------------------- digests of model files
@@ -215,8 +230,12 @@ def digest_many(
     progress: Progress | None = None,
     sizes: dict[Path, int] | None = None,
     cancel: threading.Event | None = None,
+    keep: dict[Path, bytes | None] | None = None,
 ) -> dict[Path, str | OSError]:
     """Hash many files on ``jobs`` threads, each with its own algorithm (``items``: path -> algorithm).
+
+    The sha256 files named in ``keep`` are read whole instead, and their
+    bytes stored there (see ``sha256_many``).
 
     Batches small files together and gives large ones a batch each, so both
     cores stay busy; each result is a hex digest or the OSError.
@@ -240,7 +259,11 @@ def digest_many(
             if stop.is_set():
                 break
             try:
-                out.append((p, digest_file(p, items[p], progress, stop, window)))
+                if keep is not None and p in keep and items[p] == SHA256:
+                    keep[p] = data = read_whole(p)
+                    out.append((p, sha256_bytes(data)))
+                else:
+                    out.append((p, digest_file(p, items[p], progress, stop, window)))
             except Cancelled:
                 break
             except OSError as e:

@@ -655,32 +655,27 @@ def gitignored(root: Path, rels: Iterable[str]) -> dict[str, str]:
     its plain patterns. A path that does not exist is asked about too: that is
     the point, since an ignored mount source is one meant to be absent.
     """
-    import shutil
-    import subprocess
+    from patchkit import gitclient
 
     wanted = list(dict.fromkeys(rels))
     if not wanted:
         return {}
-    if shutil.which("git") is not None:
-        try:
-            run = subprocess.run(
-                ["git", "-C", str(root), "check-ignore", "--no-index", "-v", "-z", "--stdin"],
-                # Also as a directory ("run/"): a "run/" rule names a directory compose creates.
-                input=b"".join(r.encode("utf-8", "surrogateescape") + s for r in wanted for s in (b"\0", b"/\0")),
-                capture_output=True,
-                timeout=60,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            run = None
-        if run is not None and run.returncode in (0, 1):
-            fields = run.stdout.split(b"\0")
-            out: dict[str, str] = {}
-            for k in range(0, len(fields) - 3, 4):
-                source, line, pattern, path = (f.decode("utf-8", "surrogateescape") for f in fields[k : k + 4])
-                if source and not pattern.startswith("!"):
-                    out.setdefault(path.rstrip("/"), f"{source}:{line}")
-            return out
+    # Also as a directory ("run/"): a "run/" rule names a directory compose creates.
+    asked = b"".join(r.encode("utf-8", "surrogateescape") + s for r in wanted for s in (b"\0", b"/\0"))
+    try:
+        status, answer, _ = gitclient.run(
+            root, ["-C", str(root), "check-ignore", "--no-index", "-v", "-z", "--stdin"], stdin=asked, timeout=60
+        )
+    except gitclient.GitMissing:
+        status = -1
+    if status in (0, 1):
+        fields = answer.split(b"\0")
+        out: dict[str, str] = {}
+        for k in range(0, len(fields) - 3, 4):
+            source, line, pattern, path = (f.decode("utf-8", "surrogateescape") for f in fields[k : k + 4])
+            if source and not pattern.startswith("!"):
+                out.setdefault(path.rstrip("/"), f"{source}:{line}")
+        return out
     return _plain_gitignore(root, wanted)
 
 

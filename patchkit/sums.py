@@ -199,6 +199,17 @@ def _name(raw: bytes, escaped: bool) -> str | None:
     return _unescape(name) if escaped else name
 
 
+def _separator(sep: bytes) -> list[str]:
+    """How the two bytes after the hex of a GNU line differ from the two spaces patchkit writes."""
+    if sep == b" *":
+        return ["binary marker '*'"]
+    if sep[:1] == b"\t":
+        return ["a tab after the hex"]
+    if sep[:1] == b" " and sep != b"  ":
+        return ["one space after the hex"]
+    return []
+
+
 def _noncanonical(raw: bytes, entry: SumLine, *, last_line: bool) -> str:
     """How the accepted line ``raw`` differs from the line patchkit writes for it ('' when it does not)."""
     want = render([(entry.name, entry.sha256)]).rstrip(b"\n")
@@ -214,13 +225,7 @@ def _noncanonical(raw: bytes, entry: SumLine, *, last_line: bool) -> str:
     if entry.sha256.encode() not in body:
         reasons.append("upper-case hex")
     if not bsd:
-        sep = body.lstrip(_WHITE).lstrip(b"\\")[64:66]
-        if sep == b" *":
-            reasons.append("binary marker '*'")
-        elif sep[:1] == b"\t":
-            reasons.append("a tab after the hex")
-        elif sep[:1] == b" " and sep != b"  ":
-            reasons.append("one space after the hex")
+        reasons += _separator(body.lstrip(_WHITE).lstrip(b"\\")[64:66])
     if raw.endswith(b"\r"):
         reasons.append("CRLF line ending")
     if last_line:

@@ -41,17 +41,25 @@ VOCABULARY = {
     "patchkit.formats",
     "patchkit.formats.safe",
     "patchkit.images.ref",
+    "patchkit.images.oci",
+    "patchkit.images.layers",
 }
 # One adapter per boundary (the disk, upstream sources, registries, Docker, the Hub, GitHub): never a use case.
 ADAPTERS = {
     "patchkit.repo",
+    "patchkit.gitclient",
     "patchkit.cache",
     "patchkit.mergememo",
+    "patchkit.verdicts",
     "patchkit.images",
+    "patchkit.images.errors",
+    "patchkit.images.credentials",
+    "patchkit.images.streams",
     "patchkit.images.registry",
     "patchkit.images.engine",
     "patchkit.model.hub",
     "patchkit.github",
+    "patchkit.transport",
     "patchkit.sources",
     "patchkit.sources.interface",
     "patchkit.sources.factory",
@@ -215,6 +223,25 @@ def test_check_rules_are_pure() -> None:
     assert wrong == []
 
 
+# The pure parts of images/: references, OCI documents and the layer overlay take text and bytes, return values.
+PURE_IMAGES = {"patchkit.images.ref", "patchkit.images.oci", "patchkit.images.layers"}
+NETWORK_AND_FILES = IO_MODULES | {"urllib3", "http", "pathlib", "io", "tarfile", "zlib", "gzip", "threading", "time"}
+
+
+def test_image_parsing_and_the_overlay_do_no_io() -> None:
+    """OCI parsing and the layer overlay import no I/O module (stdlib or third party) and no adapter."""
+    graph = import_graph(PACKAGE)
+    assert graph.keys() >= PURE_IMAGES
+    wrong = sorted(f"{m} imports {t}" for m in PURE_IMAGES for t in graph[m] if t in ADAPTERS)
+    modules = _modules(PACKAGE)
+    for m in sorted(PURE_IMAGES):
+        for node in ast.walk(ast.parse(modules[m].read_text())):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                wrong += [f"{m} imports {n}" for n in names if n.split(".")[0] in NETWORK_AND_FILES]
+    assert wrong == []
+
+
 KIND_NAMES = {"git", "wheel", "dir", "image"}
 
 
@@ -247,4 +274,29 @@ def test_source_kinds_are_told_apart_in_one_place() -> None:
         if module.startswith(("patchkit.sources", "patchkit.lockfile")):
             continue
         wrong += [f"{module}:{line}" for line in _kind_switches(ast.parse(path.read_text()))]
+    assert wrong == []
+
+
+def _runs_git(tree: ast.AST) -> list[int]:
+    """Lines that import gitpython or start a process whose argument list begins with "git"."""
+    found = []
+    for node in ast.walk(tree):
+        imports = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.level == 0:
+            imports.append(node.module or "")
+        first = node.elts[0] if isinstance(node, ast.List) and node.elts else None
+        spelled = isinstance(first, ast.Constant) and first.value == "git"
+        if spelled or any(name.split(".")[0] == "git" for name in imports):
+            found.append(getattr(node, "lineno", 0))
+    return found
+
+
+def test_git_runs_through_the_one_git_client() -> None:
+    """Only ``patchkit.gitclient`` imports gitpython or spells a git command line; the rest call it."""
+    wrong = [
+        f"{name}:{line}"
+        for name, path in sorted(_modules(PACKAGE).items())
+        if name != "patchkit.gitclient"
+        for line in _runs_git(ast.parse(path.read_text()))
+    ]
     assert wrong == []

@@ -152,3 +152,16 @@ def test_apply_shifted_takes_an_offset_never_fuzz() -> None:
     # One context line differs: no match anywhere, however near. No fuzz.
     with pytest.raises(diffs.ApplyError, match="does not match the hunk"):
         diffs.apply_shifted(diff, now.replace(b"line 28\n", b"line 28 edited\n"))
+
+
+def test_a_hunk_header_with_lengths_left_out_means_one_line() -> None:
+    from patchkit.diffs import _body_line, _hunk_header
+
+    assert _hunk_header(b"@@ -3 +4 @@ def f():\n", 7) == (3, 1, 4, 1)
+    assert _hunk_header(b"@@ -0,0 +1,2 @@\r\n", 7) == (0, 0, 1, 2)
+    with pytest.raises(diffs.DiffError) as e:
+        _hunk_header(b"@@ -a +b @@\n", 7)
+    assert (e.value.line, e.value.message) == (7, "malformed hunk header b'@@ -a +b @@'")
+    assert _body_line(b"\n") == (b" ", b"\n")  # a context line whose space an editor stripped
+    assert _body_line(b"-x\n") == (b"-", b"x\n")
+    assert _body_line(b"\\ No newline at end of file\n") is None

@@ -149,3 +149,18 @@ def test_one_pin_match_helper_and_one_error_for_a_mismatch() -> None:
     e = info.value
     assert (e.message, e.hint, e.exit_code) == (f"x has sha256 {got[:12]}…, not the pinned {pinned[:12]}…", "fix", 2)
     assert isinstance(e, BadInput) and e.exit_code == EXIT_BAD_INPUT
+
+
+def test_kept_files_are_read_once_and_hash_to_the_bytes_kept(tmp_path: Path) -> None:
+    small = [tmp_path / f"s{i}" for i in range(40)]
+    for i, p in enumerate(small):
+        p.write_bytes(b"%d\n" % i * (i + 1))
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * (3 * 1024 * 1024 + 5))
+    keep: dict[Path, bytes | None] = dict.fromkeys(small[:30])
+    got = hashing.sha256_many([*small, big], keep=keep)
+    assert got == {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in [*small, big]}
+    assert keep == {p: p.read_bytes() for p in small[:30]}  # only those asked for are kept
+    (tmp_path / "link").symlink_to(small[0])
+    keep = {tmp_path / "link": None}
+    assert isinstance(hashing.sha256_many([tmp_path / "link"], keep=keep)[tmp_path / "link"], OSError)  # never followed

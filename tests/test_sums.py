@@ -3,6 +3,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from patchkit import sums
 from patchkit.hashing import sha256_bytes
 
@@ -106,3 +108,18 @@ def test_parse_reports_malformed_lines() -> None:
         (3, "malformed line (not '<64 hex>  <name>')"),
         (4, "malformed line (not '<64 hex>  <name>')"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("sep", "reasons"),
+    [
+        (b"  ", []),
+        (b" *", ["binary marker '*'"]),
+        (b"\t ", ["a tab after the hex"]),
+        (b" x", ["one space after the hex"]),
+    ],
+)
+def test_what_follows_the_hex_of_a_gnu_line(sep: bytes, reasons: list[str]) -> None:
+    from patchkit.sums import _separator
+
+    assert _separator(sep) == reasons

@@ -55,6 +55,10 @@ def patch_diffs(state: State) -> tuple[list[Finding], int]:
         if p.diff is None:
             continue
         drel = str(p.diff.file)
+        known = _verdict_key(state, p, drel)
+        if state.verdicts.passed(known):
+            verified += 1
+            continue
         data = state.readable(drel)
         if data is None:
             continue
@@ -89,11 +93,23 @@ def patch_diffs(state: State) -> tuple[list[Finding], int]:
             )
             continue
         fd = files[0]
-        out += _headers(p, fd, drel)
-        found, ok = _reconstruction(state, i, p, fd)
-        out += found
+        found = _headers(p, fd, drel)
+        rebuilt, ok = _reconstruction(state, i, p, fd)
+        out += found + rebuilt
         verified += ok
+        if ok and not found and not rebuilt:
+            state.verdicts.add(known)
     return out, verified
+
+
+def _verdict_key(state: State, p: Patch, drel: str) -> bytes | None:
+    """What a clean diff of ``p`` depends on: the hashed bytes of its diff and overlay, its pins and base path."""
+    diff_sha = state.files.sha256.get(drel)
+    file_sha = state.files.sha256.get(str(p.file)) if p.file is not None else "diff-only"
+    if diff_sha is None or file_sha is None or p.base is None:
+        return None
+    base = (str(p.base.path), p.base.sha256.hex, p.sha256.hex)
+    return state.verdicts.key("patch-diff", p.kind.value, diff_sha, file_sha, *base)
 
 
 def _headers(p: Patch, fd: diffs.FileDiff, drel: str) -> list[Finding]:

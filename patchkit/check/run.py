@@ -8,7 +8,7 @@ pinned files, targets, canonical form), ``diffs`` (each patch's diff and base),
 findings are reported; a rule that verifies diffs returns their count beside
 its findings. Two checks read through modules of their own: the model pin's
 manifest (``model.findings``) and the signatures (``signing.signatures``).
-The checker never writes.
+The checker writes nothing but its memo of checks that passed, in the cache.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from patchkit.check import compose, diffs, guard, hand_diffs, pins, repository, series, sums
 from patchkit.check.state import RepoView, State, gather, hash_pinned
 from patchkit.findings import CheckResult, Finding
+from patchkit.verdicts import Verdicts
 
 if TYPE_CHECKING:
     from patchkit.cache import BlobStore
@@ -66,9 +67,11 @@ def run_rules(state: State, rules: tuple[Rule | VerifyingRule, ...] = RULES) -> 
 
 
 def check(repo: Repo, lock: Lockfile, lock_bytes: bytes, store: BlobStore | None = None) -> CheckResult:
-    """Run every offline invariant over ``repo``; never writes."""
-    state = gather(repo, lock, lock_bytes, store)
+    """Run every offline invariant over ``repo``; writes nothing but its memo in the cache (``patchkit.verdicts``)."""
+    verdicts = Verdicts.for_repository(store.cache, repo.root) if store is not None else None
+    state = gather(repo, lock, lock_bytes, store, verdicts)
     result = run_rules(state)
+    state.verdicts.save()
     if lock.model is not None:
         from patchkit.model.findings import format_findings
 

@@ -27,6 +27,7 @@ from patchkit.repo import JOURNAL as REPO_JOURNAL
 from patchkit.repo import MANAGED_DIRS, WORK_DIR, Escape, Repo, gitignored, pending_journal, staging_pid
 from patchkit.series.model import Series, series_pins
 from patchkit.values import RepoPath
+from patchkit.verdicts import Verdicts
 
 if TYPE_CHECKING:
     from patchkit.cache import BlobStore
@@ -131,6 +132,7 @@ class PinnedFiles:
     missing: set[str] = field(default_factory=set)
     unsafe: dict[str, str] = field(default_factory=dict)  # the reason (Escape) by path
     unreadable: dict[str, str] = field(default_factory=dict)  # the OS error by path
+    content: dict[str, bytes] = field(default_factory=dict)  # the bytes that hashed, of the small files
 
 
 @dataclass
@@ -157,6 +159,8 @@ class State:
     # Each patch series' upstream tree at its pin, read offline, or why it cannot be (patchkit.series.source).
     series_tree: Callable[[Series], Reader | str] | None = None
     series_rebase_pending: bool = False
+    # Pure checks that passed on the same bytes before (patchkit.verdicts): a rule may skip them.
+    verdicts: Verdicts = field(default_factory=Verdicts)
 
     @cached_property
     def index(self) -> LineIndex:
@@ -184,10 +188,14 @@ class State:
     def readable(self, rel: str) -> bytes | None:
         """The bytes of a pinned file that hashed (it exists, is safe and readable); else None.
 
-        An ``OSError`` reading it again is raised, as for any file that changes while it is read.
+        A small file's bytes are those that hashed, kept by ``hash_pinned``; a
+        larger one is read again, and an ``OSError`` then is raised, as for
+        any file that changes while it is read.
         """
         if rel not in self.files.sha256:
             return None
+        if (data := self.files.content.get(rel)) is not None:
+            return data
         path = self.files.paths.get(rel)
         if path is None:
             return self.view.read(rel)
@@ -242,7 +250,8 @@ def hash_pinned(repo: Repo, lock: Lockfile) -> PinnedFiles:
             out.missing.add(rel)
         except Escape as e:
             out.unsafe[rel] = str(e)
-    hashes = sha256_many(paths.values(), sizes=sizes)
+    keep = _kept(sizes)
+    hashes = sha256_many(paths.values(), sizes=sizes, keep=keep)
     for rel, path in paths.items():
         got = hashes[path]
         if isinstance(got, OSError):
@@ -250,7 +259,25 @@ def hash_pinned(repo: Repo, lock: Lockfile) -> PinnedFiles:
         else:
             out.sha256[rel] = got
             out.paths[rel] = path
+            if (data := keep.get(path)) is not None:
+                out.content[rel] = data
     return out
+
+
+KEEP_BELOW = 256 * 1024  # a pinned file smaller than this is kept in memory for the rules that read it
+KEEP_AT_MOST = 32 * 1024 * 1024  # bytes kept over all files
+
+
+def _kept(sizes: dict[Path, int]) -> dict[Path, bytes | None]:
+    """The small files whose bytes hashing keeps (smallest first, within ``KEEP_AT_MOST``), to be read once."""
+    keep: dict[Path, bytes | None] = {}
+    total = 0
+    for path, size in sorted(sizes.items(), key=lambda item: item[1]):
+        if size >= KEEP_BELOW or total + size > KEEP_AT_MOST:
+            break
+        keep[path] = None
+        total += size
+    return keep
 
 
 def walk_managed(repo: Repo) -> tuple[list[TreeEntry], list[str]]:
@@ -305,10 +332,13 @@ def _lockfile_unsafe(repo: Repo) -> str | None:
     return None
 
 
-def gather(repo: Repo, lock: Lockfile, lock_bytes: bytes, store: BlobStore | None = None) -> State:
+def gather(
+    repo: Repo, lock: Lockfile, lock_bytes: bytes, store: BlobStore | None = None, verdicts: Verdicts | None = None
+) -> State:
     """Read what every rule needs from ``repo``, once; never writes."""
     tree, symlinked = walk_managed(repo)
     return State(
+        verdicts=verdicts if verdicts is not None else Verdicts(),
         lock=lock,
         lock_bytes=lock_bytes,
         view=RepoView(repo, store),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from patchkit import sums
 from patchkit.check.state import State
@@ -31,15 +31,35 @@ def sums_findings(
     expected = expected_sums(lock, lock_bytes)
     if actual == expected:
         return []
-    out: list[Finding] = []
     got = sums.read(actual)
     have = got.entries
-    for pr in got.malformed:
-        out.append(Finding("sums-drift", sums.FILENAME, pr.line, pr.message, fix))
+    out = [Finding("sums-drift", sums.FILENAME, pr.line, pr.message, fix) for pr in got.malformed]
     # A line sha256sum accepts still lists its file: one note, never a second finding.
-    for pr in got.noncanonical:
-        out.append(Finding("sums-format", sums.FILENAME, pr.line, pr.message, fix, severity="note"))
+    out += [Finding("sums-format", sums.FILENAME, pr.line, pr.message, fix, severity="note") for pr in got.noncanonical]
     want, _ = sums.parse(expected)
+    out += _entry_drift(have, want, exists, fix)
+    if not any(f.severity == "error" for f in out) and [h.name for h in have] != [w.name for w in want]:
+        out.append(
+            Finding(
+                "sums-drift",
+                sums.FILENAME,
+                None,
+                "lists its files in another order than patchkit writes, or one of them twice",
+                fix,
+            )
+        )
+    elif not out:
+        out.append(
+            Finding("sums-drift", sums.FILENAME, None, "differs from what patchkit generates (order or format)", fix)
+        )
+    return out
+
+
+def _entry_drift(
+    have: Sequence[sums.SumLine], want: Sequence[sums.SumLine], exists: Callable[[str], bool] | None, fix: str
+) -> list[Finding]:
+    """The listed entries against the generated ones: files listed but not pinned, other digests, files unlisted."""
+    out: list[Finding] = []
     want_by = {w.name: w for w in want}
     have_by = {h.name: h for h in have}
     for h in have:
@@ -55,21 +75,9 @@ def sums_findings(
             now = "the lockfile now has" if h.name == LOCKFILE_NAME else "the lockfile pins"
             message = f"lists {h.name} as {h.sha256[:12]}…, but {now} {w.sha256[:12]}…"
             out.append(Finding("sums-drift", sums.FILENAME, h.line, message, fix))
-    for w in want:
-        if w.name not in have_by:
-            out.append(Finding("sums-drift", sums.FILENAME, None, f"does not list {w.name}", fix))
-    if not any(f.severity == "error" for f in out) and [h.name for h in have] != [w.name for w in want]:
-        out.append(
-            Finding(
-                "sums-drift",
-                sums.FILENAME,
-                None,
-                "lists its files in another order than patchkit writes, or one of them twice",
-                fix,
-            )
-        )
-    elif not out:
-        out.append(
-            Finding("sums-drift", sums.FILENAME, None, "differs from what patchkit generates (order or format)", fix)
-        )
+    out += [
+        Finding("sums-drift", sums.FILENAME, None, f"does not list {w.name}", fix)
+        for w in want
+        if w.name not in have_by
+    ]
     return out

@@ -18,7 +18,7 @@ from patchkit.hashing import sha256_many
 from patchkit.repo import Escape, Repo
 
 if TYPE_CHECKING:
-    from patchkit.findings import CheckResult
+    from patchkit.findings import CheckResult, Finding
 
 
 def check_sums(repo: Repo) -> CheckResult:
@@ -34,6 +34,29 @@ def check_sums(repo: Repo) -> CheckResult:
     except Escape as err:
         raise BadInput(f"{sums.FILENAME} {err}") from err
     entries, _ = sums.parse(data or b"")
+    paths, sizes, unsafe = _listed_files(repo, entries)
+    cancel = threading.Event()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sums") as runner:
+        pending = runner.submit(sha256_many, paths.values(), sizes=sizes, cancel=cancel)
+        try:
+            from patchkit.check.sums import sums_findings
+            from patchkit.findings import CheckResult
+
+            lock, lock_bytes = repo.read_lockfile()
+        except BaseException:
+            cancel.set()
+            raise
+        hashes = pending.result()
+    result = CheckResult(files_hashed=len(hashes))
+    result.findings += _listing_findings(unsafe, entries, paths, hashes)
+    result.findings.extend(sums_findings(lock, lock_bytes, data))
+    return result
+
+
+def _listed_files(
+    repo: Repo, entries: list[sums.SumLine]
+) -> tuple[dict[str, Path], dict[Path, int], list[tuple[sums.SumLine, str]]]:
+    """The listed files that can be hashed, with their sizes, and the entries that cannot (missing, unsafe)."""
     paths: dict[str, Path] = {}
     sizes: dict[Path, int] = {}
     unsafe: list[tuple[sums.SumLine, str]] = []
@@ -45,30 +68,30 @@ def check_sums(repo: Repo) -> CheckResult:
             unsafe.append((entry, "listed but missing"))
         except Escape as ex:
             unsafe.append((entry, str(ex)))
-    cancel = threading.Event()
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sums") as runner:
-        pending = runner.submit(sha256_many, paths.values(), sizes=sizes, cancel=cancel)
-        try:
-            from patchkit.check.sums import sums_findings
-            from patchkit.findings import CheckResult, Finding
+    return paths, sizes, unsafe
 
-            lock, lock_bytes = repo.read_lockfile()
-        except BaseException:
-            cancel.set()
-            raise
-        hashes = pending.result()
-    result = CheckResult(files_hashed=len(hashes))
+
+def _listing_findings(
+    unsafe: list[tuple[sums.SumLine, str]],
+    entries: list[sums.SumLine],
+    paths: dict[str, Path],
+    hashes: dict[Path, str | OSError],
+) -> list[Finding]:
+    """What ``sha256sum -c --strict`` would fail on: files missing, unsafe, unreadable or not matching."""
+    from patchkit.findings import Finding
+
+    findings = []
     for entry, why in unsafe:
         code = "missing" if why == "listed but missing" else "unsafe-path"
-        result.findings.append(Finding(code, sums.FILENAME, entry.line, f"{entry.name}: {why}"))
+        findings.append(Finding(code, sums.FILENAME, entry.line, f"{entry.name}: {why}"))
     for entry in entries:
         if entry.name not in paths:
             continue
         got = hashes[paths[entry.name]]
         if isinstance(got, OSError):
-            result.findings.append(Finding("unreadable", entry.name, None, f"cannot read: {got.strerror}"))
+            findings.append(Finding("unreadable", entry.name, None, f"cannot read: {got.strerror}"))
         elif got != entry.sha256:
-            result.findings.append(
+            findings.append(
                 Finding(
                     "hash-mismatch",
                     sums.FILENAME,
@@ -77,5 +100,4 @@ def check_sums(repo: Repo) -> CheckResult:
                     "patchkit check says which pin or file is wrong",
                 )
             )
-    result.findings.extend(sums_findings(lock, lock_bytes, data))
-    return result
+    return findings

@@ -68,38 +68,48 @@ def refs_command(ctx: click.Context, refresh: bool, fmt: str) -> None:
 
 
 def _print_refs(assessed: Any, result: Any, written: list[str]) -> None:
-    from patchkit.refs import RefreshStatus
-
+    """The text report of ``patchkit refs``: each patch's references, what a refresh found, drop candidates."""
     outcomes = {o.ref: o.status for o in result.outcomes} if result is not None else {}
     for pr in assessed:
-        if not pr.refs:
-            continue
-        click.echo(f"{pr.patch}: {pr.standing.value}")
-        for v in pr.refs:
-            title = f"  {v.title}" if v.title else ""
-            checked = f" (checked {v.age})" if v.age else ""
-            how = outcomes.get(v.ref)
-            fresh = f" [{how.value}]" if how is not None and how is not RefreshStatus.CHANGED else ""
-            click.echo(f"  {v.ref.text}: {v.summary}{checked}{fresh}{title}")
+        if pr.refs:
+            _print_patch_refs(pr, outcomes)
     if result is not None:
-        for m in result.head_moves:
-            click.echo(
-                f"head moved: {m.ref.text} {m.recorded.short} -> {m.now.short} "
-                "(force-push or new commits): the backport may be out of date"
-            )
-        for ref in result.not_found:
-            click.echo(f"not found: {ref.text} does not exist upstream (or is private)")
-        if result.rate is not None:
-            click.echo(f"GitHub API: {result.rate.describe()}")
-        for rel in written:
-            click.echo(f"wrote {rel}")
-        if not written and result.failure is None:
-            click.echo("recorded states are up to date")
+        _print_refresh(result, written)
     drops = [pr.patch for pr in assessed if pr.drop_candidate]
     if drops:
         click.echo(f"drop candidates: {', '.join(drops)}")
     if not any(pr.refs for pr in assessed):
         click.echo("no patch has upstream references")
+
+
+def _print_patch_refs(pr: Any, outcomes: dict[Any, Any]) -> None:
+    """One patch's standing and each reference's state, with what this refresh did to it unless it changed."""
+    from patchkit.refs import RefreshStatus
+
+    click.echo(f"{pr.patch}: {pr.standing.value}")
+    for v in pr.refs:
+        title = f"  {v.title}" if v.title else ""
+        checked = f" (checked {v.age})" if v.age else ""
+        how = outcomes.get(v.ref)
+        fresh = f" [{how.value}]" if how is not None and how is not RefreshStatus.CHANGED else ""
+        click.echo(f"  {v.ref.text}: {v.summary}{checked}{fresh}{title}")
+
+
+def _print_refresh(result: Any, written: list[str]) -> None:
+    """What a refresh found beyond the states: moved heads, references not found, the rate limit, files written."""
+    for m in result.head_moves:
+        click.echo(
+            f"head moved: {m.ref.text} {m.recorded.short} -> {m.now.short} "
+            "(force-push or new commits): the backport may be out of date"
+        )
+    for ref in result.not_found:
+        click.echo(f"not found: {ref.text} does not exist upstream (or is private)")
+    if result.rate is not None:
+        click.echo(f"GitHub API: {result.rate.describe()}")
+    for rel in written:
+        click.echo(f"wrote {rel}")
+    if not written and result.failure is None:
+        click.echo("recorded states are up to date")
 
 
 @click.command(cls=Command)

@@ -301,12 +301,15 @@ def status(ctx: click.Context, fmt: str) -> None:
     if series is not None:
         _print_series_status(series)
     r = state["rebase"]
-    if r is None and series is not None:
-        return
-    if r is None:
+    if r is not None:
+        _print_rebase_status(ctx, r)
+    elif series is None:
         click.echo("no rebase in progress")
-        return
-    if broken:
+
+
+def _print_rebase_status(ctx: click.Context, r: dict[str, Any]) -> None:
+    """The rebase in progress, as ``patchkit status`` shows it: its files and what is left to do (exit 2 if broken)."""
+    if "error" in r:
         click.echo(f"patchkit: error: {r['error']}", err=True)
         ctx.exit(EXIT_BAD_INPUT)
     click.echo(f"rebase of {r['upstream']} in progress: {r['from']} -> {r['to']}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -60,18 +61,25 @@ def rebase_series(
         }
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
     else:
-        for line in bump.table(done):
-            click.echo(line)
-        if done.outcome is not None:
-            for rel in done.outcome.written:
-                click.echo(f"wrote {rel}")
-        else:
-            stopped = done.result.stopped
-            fix = "resolve" if stopped is None or stopped.conflicted else "fix"
-            click.echo(f"nothing in the repository changed; {fix}, then: patchkit rebase --continue")
-            for rel in done.work_files:
-                click.echo(f"  {fix} {rel}")
-            if stopped is not None and stopped.broken and not stopped.conflicted:
-                click.echo(f"  or: patchkit rebase --continue --accept-broken {stopped.name} --reason TEXT")
+        _print_series_rebase(done)
     ctx.exit(EXIT_OK if done.outcome is not None else EXIT_FINDINGS)
     return True
+
+
+def _print_series_rebase(done: Any) -> None:
+    """The text report of a series rebase: its table, then what was written or what waits to be resolved or fixed."""
+    from patchkit.series import bump
+
+    for line in bump.table(done):
+        click.echo(line)
+    if done.outcome is not None:
+        for rel in done.outcome.written:
+            click.echo(f"wrote {rel}")
+        return
+    stopped = done.result.stopped
+    fix = "resolve" if stopped is None or stopped.conflicted else "fix"
+    click.echo(f"nothing in the repository changed; {fix}, then: patchkit rebase --continue")
+    for rel in done.work_files:
+        click.echo(f"  {fix} {rel}")
+    if stopped is not None and stopped.broken and not stopped.conflicted:
+        click.echo(f"  or: patchkit rebase --continue --accept-broken {stopped.name} --reason TEXT")

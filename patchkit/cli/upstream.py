@@ -169,21 +169,26 @@ def upstream_find_base(
         }
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
     else:
-        for f in found:
-            click.echo(f"{f.patch} ({f.path}) in upstream {up.name}, {len(f.tried)} candidates:")
-            width = max(len(t.candidate.label) for t in f.tried)
-            for t in f.tried:
-                what = "absent" if t.sha256 is None else "exact" if t.exact else f"{t.distance} lines differ"
-                click.echo(f"  {t.candidate.label.ljust(width)}  {t.candidate.ref[:12]:<12}  {what}")
-            click.echo(f"  -> {f.verdict()}")
-        if outcome is not None:
-            for c in outcome.changes:
-                click.echo(f"{c.what}: {c.old} -> {c.new}")
-            for rel in outcome.written:
-                click.echo(f"wrote {rel}")
-        elif any(f.best is not None for f in found):
-            click.echo("nothing recorded; pin what was found with --record")
+        _print_found(up.name, found, outcome)
     ctx.exit(EXIT_OK if all(f.exact for f in found) else EXIT_FINDINGS)
+
+
+def _print_found(upstream: str, found: list[Any], outcome: Any) -> None:
+    """The text report of find-base: every candidate's evidence per overlay, then what was recorded."""
+    for f in found:
+        click.echo(f"{f.patch} ({f.path}) in upstream {upstream}, {len(f.tried)} candidates:")
+        width = max(len(t.candidate.label) for t in f.tried)
+        for t in f.tried:
+            what = "absent" if t.sha256 is None else "exact" if t.exact else f"{t.distance} lines differ"
+            click.echo(f"  {t.candidate.label.ljust(width)}  {t.candidate.ref[:12]:<12}  {what}")
+        click.echo(f"  -> {f.verdict()}")
+    if outcome is not None:
+        for c in outcome.changes:
+            click.echo(f"{c.what}: {c.old} -> {c.new}")
+        for rel in outcome.written:
+            click.echo(f"wrote {rel}")
+    elif any(f.best is not None for f in found):
+        click.echo("nothing recorded; pin what was found with --record")
 
 
 def _only_upstream(lockf: Any, name: str | None) -> Any:
@@ -225,7 +230,7 @@ def _only_upstream(lockf: Any, name: str | None) -> Any:
     "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format."
 )
 @click.pass_context
-def rebase(  # noqa: C901 (one over the ceiling with the --series branch)
+def rebase(
     ctx: click.Context,
     onto: str | None,
     upstream_name: str | None,
@@ -282,10 +287,7 @@ def rebase(  # noqa: C901 (one over the ceiling with the --series branch)
             click.echo("the rebase had already been committed; cleaned up its work area")
             return
         print_changes(outcome, fmt, "nothing changed")
-        if summary is not None:
-            from patchkit.repo import atomic_write, output_target
-
-            atomic_write(output_target(summary, repo, lockf), rb.summary_markdown(result).encode())
+        _write_summary(summary, repo, lockf, result)
         return
     started = rb.start(
         repo,
@@ -299,35 +301,56 @@ def rebase(  # noqa: C901 (one over the ceiling with the --series branch)
         drop=drop,
         accept=accept,
     )
-    if summary is not None:
-        from patchkit.repo import atomic_write, output_target
-
-        atomic_write(output_target(summary, repo, lockf), rb.summary_markdown(started.plan).encode())
+    _write_summary(summary, repo, lockf, started.plan)
     if fmt == "json":
-        doc = rb.result_json(started.plan)
-        doc["committed"] = started.outcome is not None
-        doc["work_files"] = started.conflict_files
-        doc["nothing_moved"] = started.nothing_moved
-        changes = started.outcome.changes if started.outcome is not None else []
-        doc["sums_dropped"] = [c.what.removeprefix("SHA256SUMS ") for c in changes if c.what.startswith("SHA256SUMS ")]
-        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+        click.echo(json.dumps(_started_json(started), indent=2, sort_keys=True))
     else:
-        click.echo(rb.table(started.plan), nl=False)
-        if started.nothing_moved is not None:
-            click.echo(f"nothing in the repository changed: {started.nothing_moved}")
-            for fix in dict.fromkeys(sk.fix for sk in started.plan.skipped if sk.fix):
-                click.echo(f"  fix: {fix}")
-        elif started.outcome is not None:
-            for c in started.outcome.changes:
-                if c.what.startswith("SHA256SUMS "):
-                    click.echo(f"{c.what}: {c.old} -> {c.new}")
-            for rel in started.outcome.written:
-                click.echo(f"wrote {rel}")
-        else:
-            click.echo("nothing in the repository changed; resolve, then: patchkit rebase --continue")
-            for rel in started.conflict_files:
-                click.echo(f"  resolve {rel}")
+        _print_started(started)
     ctx.exit(EXIT_OK if started.outcome is not None else EXIT_FINDINGS)
+
+
+def _write_summary(summary: Path | None, repo: Any, lockf: Any, plan: Any) -> None:
+    """With ``--summary``, the rebase's Markdown summary for the pull request, written atomically."""
+    if summary is None:
+        return
+    from patchkit import rebase as rb
+    from patchkit.repo import atomic_write, output_target
+
+    atomic_write(output_target(summary, repo, lockf), rb.summary_markdown(plan).encode())
+
+
+def _started_json(started: Any) -> dict[str, Any]:
+    """A started rebase as ``--format json`` shows it: the plan, whether it was committed, and its work files."""
+    from patchkit import rebase as rb
+
+    doc = rb.result_json(started.plan)
+    doc["committed"] = started.outcome is not None
+    doc["work_files"] = started.conflict_files
+    doc["nothing_moved"] = started.nothing_moved
+    changes = started.outcome.changes if started.outcome is not None else []
+    doc["sums_dropped"] = [c.what.removeprefix("SHA256SUMS ") for c in changes if c.what.startswith("SHA256SUMS ")]
+    return doc
+
+
+def _print_started(started: Any) -> None:
+    """A started rebase as text: the table, then why nothing moved, what was written, or what waits resolved."""
+    from patchkit import rebase as rb
+
+    click.echo(rb.table(started.plan), nl=False)
+    if started.nothing_moved is not None:
+        click.echo(f"nothing in the repository changed: {started.nothing_moved}")
+        for fix in dict.fromkeys(sk.fix for sk in started.plan.skipped if sk.fix):
+            click.echo(f"  fix: {fix}")
+    elif started.outcome is not None:
+        for c in started.outcome.changes:
+            if c.what.startswith("SHA256SUMS "):
+                click.echo(f"{c.what}: {c.old} -> {c.new}")
+        for rel in started.outcome.written:
+            click.echo(f"wrote {rel}")
+    else:
+        click.echo("nothing in the repository changed; resolve, then: patchkit rebase --continue")
+        for rel in started.conflict_files:
+            click.echo(f"  resolve {rel}")
 
 
 def _accepts(names: tuple[str, ...], reason: str | None) -> dict[str, str]:

@@ -13,7 +13,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from patchkit.emit.config import ConfigError, DeployConfig, split_publish
+from patchkit.emit.config import (
+    ConfigError,
+    DeployConfig,
+    Healthcheck,
+    Inference,
+    Profile,
+    Proxy,
+    Replica,
+    Ulimit,
+    split_publish,
+)
 from patchkit.emit.rules import security_problems
 from patchkit.emit.validate import load_yaml
 from patchkit.errors import BadInput, Problem
@@ -130,12 +140,9 @@ def _mounts(lock: Lockfile, config: DeployConfig) -> list[_Mount]:
     return sorted(mounts, key=lambda m: m.target)
 
 
-def emit(lock: Lockfile, config: DeployConfig, profile: str) -> str:  # noqa: C901 (over the ceiling already)
-    """The compose file of ``profile``: byte-stable text; ``ConfigError`` on any broken rule."""
-    prof = config.profile(profile)
+def _entrypoint(lock: Lockfile, config: DeployConfig) -> Artifact:
+    """The pinned artifact ``inference.entrypoint`` names; it must have a target to run from."""
     inf = config.inference
-    if lock.model is None:
-        raise BadInput("lockfile.toml: no [model] pinned; emit needs the model revision", "pin [model] first")
     entry = next((a for a in lock.artifacts if a.name == inf.entrypoint), None)
     if entry is None or entry.target is None:
         raise ConfigError(
@@ -147,13 +154,160 @@ def emit(lock: Lockfile, config: DeployConfig, profile: str) -> str:  # noqa: C9
                 )
             ]
         )
+    return entry
+
+
+def _ulimits(o: _Out, ulimits: tuple[Ulimit, ...]) -> None:
+    """The ``ulimits`` block: a bare number when only the soft limit is set."""
+    if not ulimits:
+        return
+    o.add(2, "ulimits:")
+    for u in ulimits:
+        if u.hard is None:
+            o.add(3, f"{quote(u.name)}: {u.soft}")
+        else:
+            o.add(3, f"{quote(u.name)}:")
+            o.add(4, f"soft: {u.soft}")
+            o.add(4, f"hard: {u.hard}")
+
+
+def _healthcheck(o: _Out, h: Healthcheck | None) -> None:
+    """The ``healthcheck`` block, with only the fields ``deploy.toml`` sets."""
+    if not h:
+        return
+    o.add(2, "healthcheck:")
+    o.seq(3, "test", h.test)
+    for key, val in (("interval", h.interval), ("timeout", h.timeout)):
+        if val:
+            o.add(3, f"{key}: {quote(val)}")
+    if h.retries is not None:
+        o.add(3, f"retries: {h.retries}")
+    if h.start_period:
+        o.add(3, f"start_period: {quote(h.start_period)}")
+
+
+@dataclass(frozen=True)
+class _Service:
+    """What every inference replica shares: its image, entrypoint, model path and pinned mounts."""
+
+    image: str
+    entrypoint: Artifact
+    model_path: str
+    environment: tuple[tuple[str, str], ...]
+    mounts: list[_Mount]
+
+
+def _volumes(o: _Out, inf: Inference, mounts: list[_Mount]) -> None:
+    """The ``volumes`` list: each pinned mount under its notes, the model cache, then extra volumes."""
+    o.add(2, "volumes:")
+    for m in mounts:
+        for note in m.notes:
+            o.add(3, f"# {note}")
+        o.add(3, f"- {quote(m.spec)}")
+    o.add(3, "# The Hugging Face cache; the model runs from its pinned revision.")
+    o.add(3, f"- {quote(f'{inf.hf_cache}:{inf.hf_cache_target}:ro')}")
+    for v in inf.volumes:
+        o.add(3, f"- {quote(v)}")
+
+
+def _replica(o: _Out, inf: Inference, svc: _Service, rep: Replica) -> None:
+    """One inference service, in the fixed key order of the compose file."""
+    o.add(1, f"{quote(rep.service)}:")
+    o.add(2, f"image: {quote(svc.image)}")
+    o.seq(2, "entrypoint", [str(svc.entrypoint.target)])
+    o.seq(2, "command", [svc.model_path, *inf.args, f"--port={inf.port}"])
+    if svc.environment:
+        o.add(2, "environment:")
+        for k, v in svc.environment:
+            o.add(3, f"{quote(k)}: {quote(v)}")
+    o.seq(2, "devices", [*inf.devices, *rep.devices])
+    o.seq(2, "group_add", inf.group_add)
+    o.seq(2, "security_opt", inf.security_opt)
+    o.add(2, 'ipc: "private"')
+    if inf.shm_size:
+        o.add(2, f"shm_size: {quote(inf.shm_size)}")
+    _ulimits(o, inf.ulimits)
+    _volumes(o, inf, svc.mounts)
+    host, port = split_publish(rep.publish) or ("", 0)
+    o.add(2, "ports:")
+    o.add(3, "# Loopback only: clients reach the inference service through the proxy.")
+    o.add(3, f"- {quote(f'{host}:{port}:{inf.port}')}")
+    _healthcheck(o, inf.healthcheck)
+    if inf.restart:
+        o.add(2, f"restart: {quote(inf.restart)}")
+
+
+def _proxy(o: _Out, px: Proxy, image: str, prof: Profile) -> None:
+    """The proxy service (the only public entry point) and its named data volume."""
+    caddyfile = prof.caddyfile or px.caddyfile
+    o.add(0, "")
+    o.add(1, f"{quote(px.service)}:")
+    o.add(2, f"image: {quote(image)}")
+    o.seq(2, "depends_on", [r.service for r in prof.replicas])
+    if px.ports:
+        o.add(2, "ports:")
+        o.add(3, "# The proxy is the only public entry point.")
+        for port_spec in px.ports:
+            o.add(3, f"- {quote(port_spec)}")
+    vols = [f"{caddyfile}:{px.caddyfile_target}:ro"]
+    if px.data_volume:
+        vols.append(f"{px.data_volume}:{px.data_target}")
+    o.seq(2, "volumes", vols)
+    if px.restart:
+        o.add(2, f"restart: {quote(px.restart)}")
+    if px.data_volume:
+        o.add(0, "")
+        o.add(0, "volumes:")
+        o.add(1, f"{quote(px.data_volume)}: {{}}")
+
+
+def _origins(config: DeployConfig, prof: Profile) -> dict[tuple[str, str], Problem]:
+    """The ``deploy.toml`` field behind each (service, compose key), so a broken rule names its source."""
+    origins: dict[tuple[str, str], Problem] = {}
+    for ri, rep in enumerate(prof.replicas):
+        origins[(rep.service, "image")] = config.locate("inference.image", "")
+        origins[(rep.service, "ports")] = config.locate(f"profiles.{prof.name}.replicas[{ri}].publish", "")
+        origins[(rep.service, "volumes")] = config.locate("inference.volumes", "")
+    px = config.proxy
+    if px is not None:
+        origins[(px.service, "image")] = config.locate("proxy.image", "")
+        origins[(px.service, "volumes")] = config.locate(
+            f"profiles.{prof.name}.caddyfile" if prof.caddyfile else "proxy.caddyfile", ""
+        )
+    return origins
+
+
+def _check_security(text: str, config: DeployConfig, prof: Profile, mounts: list[_Mount]) -> None:
+    """Parse the written text back and enforce the security rules on it, naming the field that breaks one."""
+    doc = load_yaml(text)
+    px = config.proxy
+    public = {px.service} if px else set()
+    pinned = {m.target for m in mounts} | {str(config.inference.hf_cache_target)}
+    origins = _origins(config, prof)
+
+    def origin(service: str, key: str) -> Problem:
+        return origins.get((service, key)) or Problem(config.file, None, None, "")
+
+    problems = security_problems(doc, public, pinned, origin)
+    if problems:
+        raise ConfigError(problems)
+
+
+def emit(lock: Lockfile, config: DeployConfig, profile: str) -> str:
+    """The compose file of ``profile``: byte-stable text; ``ConfigError`` on any broken rule."""
+    prof = config.profile(profile)
+    inf = config.inference
+    if lock.model is None:
+        raise BadInput("lockfile.toml: no [model] pinned; emit needs the model revision", "pin [model] first")
+    entry = _entrypoint(lock, config)
     org, _, model_name = lock.model.repo.partition("/")
     model_path = f"{inf.hf_cache_target}/hub/models--{org}--{model_name}/snapshots/{lock.model.revision}"
     vllm_image = _image(lock, inf.image, "inference.image", config)
     proxy_image = _image(lock, config.proxy.image, "proxy.image", config) if config.proxy else None
     mounts = _mounts(lock, config)
+    environment = (*inf.environment, *guard_manifest.environment(lock, config))
+    svc = _Service(vllm_image, entry, model_path, environment, mounts)
 
-    origins: dict[tuple[str, str], Problem] = {}
     o = _Out()
     o.add(0, "# Generated by `patchkit emit` from lockfile.toml (pins) and deploy.toml (service")
     o.add(0, f"# configuration), profile {comment(prof.name)}. Do not edit by hand: edit those files and")
@@ -162,100 +316,13 @@ def emit(lock: Lockfile, config: DeployConfig, profile: str) -> str:  # noqa: C9
     o.add(0, "")
     o.add(0, "services:")
     for ri, rep in enumerate(prof.replicas):
-        where = f"profiles.{prof.name}.replicas[{ri}]"
-        origins[(rep.service, "image")] = config.locate("inference.image", "")
-        origins[(rep.service, "ports")] = config.locate(f"{where}.publish", "")
-        origins[(rep.service, "volumes")] = config.locate("inference.volumes", "")
         if ri:
             o.add(0, "")
-        o.add(1, f"{quote(rep.service)}:")
-        o.add(2, f"image: {quote(vllm_image)}")
-        o.seq(2, "entrypoint", [str(entry.target)])
-        o.seq(2, "command", [model_path, *inf.args, f"--port={inf.port}"])
-        environment = (*inf.environment, *guard_manifest.environment(lock, config))
-        if environment:
-            o.add(2, "environment:")
-            for k, v in environment:
-                o.add(3, f"{quote(k)}: {quote(v)}")
-        o.seq(2, "devices", [*inf.devices, *rep.devices])
-        o.seq(2, "group_add", inf.group_add)
-        o.seq(2, "security_opt", inf.security_opt)
-        o.add(2, 'ipc: "private"')
-        if inf.shm_size:
-            o.add(2, f"shm_size: {quote(inf.shm_size)}")
-        if inf.ulimits:
-            o.add(2, "ulimits:")
-            for u in inf.ulimits:
-                if u.hard is None:
-                    o.add(3, f"{quote(u.name)}: {u.soft}")
-                else:
-                    o.add(3, f"{quote(u.name)}:")
-                    o.add(4, f"soft: {u.soft}")
-                    o.add(4, f"hard: {u.hard}")
-        o.add(2, "volumes:")
-        for m in mounts:
-            for note in m.notes:
-                o.add(3, f"# {note}")
-            o.add(3, f"- {quote(m.spec)}")
-        o.add(3, "# The Hugging Face cache; the model runs from its pinned revision.")
-        o.add(3, f"- {quote(f'{inf.hf_cache}:{inf.hf_cache_target}:ro')}")
-        for v in inf.volumes:
-            o.add(3, f"- {quote(v)}")
-        host, port = split_publish(rep.publish) or ("", 0)
-        o.add(2, "ports:")
-        o.add(3, "# Loopback only: clients reach the inference service through the proxy.")
-        o.add(3, f"- {quote(f'{host}:{port}:{inf.port}')}")
-        if inf.healthcheck:
-            h = inf.healthcheck
-            o.add(2, "healthcheck:")
-            o.seq(3, "test", h.test)
-            for key, val in (("interval", h.interval), ("timeout", h.timeout)):
-                if val:
-                    o.add(3, f"{key}: {quote(val)}")
-            if h.retries is not None:
-                o.add(3, f"retries: {h.retries}")
-            if h.start_period:
-                o.add(3, f"start_period: {quote(h.start_period)}")
-        if inf.restart:
-            o.add(2, f"restart: {quote(inf.restart)}")
-    px = config.proxy
-    if px is not None and proxy_image is not None:
-        origins[(px.service, "image")] = config.locate("proxy.image", "")
-        caddyfile = prof.caddyfile or px.caddyfile
-        origins[(px.service, "volumes")] = config.locate(
-            f"profiles.{prof.name}.caddyfile" if prof.caddyfile else "proxy.caddyfile", ""
-        )
-        o.add(0, "")
-        o.add(1, f"{quote(px.service)}:")
-        o.add(2, f"image: {quote(proxy_image)}")
-        o.seq(2, "depends_on", [r.service for r in prof.replicas])
-        if px.ports:
-            o.add(2, "ports:")
-            o.add(3, "# The proxy is the only public entry point.")
-            for port_spec in px.ports:
-                o.add(3, f"- {quote(port_spec)}")
-        vols = [f"{caddyfile}:{px.caddyfile_target}:ro"]
-        if px.data_volume:
-            vols.append(f"{px.data_volume}:{px.data_target}")
-        o.seq(2, "volumes", vols)
-        if px.restart:
-            o.add(2, f"restart: {quote(px.restart)}")
-        if px.data_volume:
-            o.add(0, "")
-            o.add(0, "volumes:")
-            o.add(1, f"{quote(px.data_volume)}: {{}}")
+        _replica(o, inf, svc, rep)
+    if config.proxy is not None and proxy_image is not None:
+        _proxy(o, config.proxy, proxy_image, prof)
     text = "\n".join(o.lines) + "\n"
-
-    doc = load_yaml(text)
-    public = {px.service} if px else set()
-    pinned = {m.target for m in mounts} | {str(inf.hf_cache_target)}
-
-    def origin(service: str, key: str) -> Problem:
-        return origins.get((service, key)) or Problem(config.file, None, None, "")
-
-    problems = security_problems(doc, public, pinned, origin)
-    if problems:
-        raise ConfigError(problems)
+    _check_security(text, config, prof, mounts)
     return text
 
 

@@ -209,26 +209,8 @@ class _ConfigReader(FieldReader):
         inference = self.inference(inf) if inf is not None else None
         proxy_raw = self.table(raw, (), "proxy")
         proxy = self.proxy(proxy_raw) if proxy_raw is not None else None
-        profiles = []
-        for key, value in (self.table(raw, (), "profiles") or {}).items():
-            if not isinstance(value, dict):
-                self.problem(("profiles", key), f"must be a table, got {toml_type(value)}")
-                continue
-            prof = self.profile(key, value)
-            if prof is not None:
-                profiles.append(prof)
-        if not profiles:
-            self.problem(("profiles",), "needs at least one profile", "add [profiles.single] with one replica")
-        files: dict[str, str] = {}
-        for prof in profiles:
-            if prof.file in files:
-                self.problem(("profiles", prof.name, "file"), f"'{prof.file}' is also profile '{files[prof.file]}'")
-            files[prof.file] = prof.name
-            seen = {proxy.service} if proxy is not None else set()
-            for i, rep in enumerate(prof.replicas):
-                if rep.service in seen:
-                    self.problem(("profiles", prof.name, "replicas", i, "service"), f"'{rep.service}' is taken")
-                seen.add(rep.service)
+        profiles = self.profiles(raw)
+        self.distinct(profiles, proxy)
         if self.problems or name is None or inference is None:
             return None
         return DeployConfig(
@@ -241,6 +223,33 @@ class _ConfigReader(FieldReader):
             lines=self.lines(),
             kubernetes=self.table(raw, (), "kubernetes"),
         )
+
+    def profiles(self, raw: dict[str, Any]) -> list[Profile]:
+        """The ``[profiles.*]`` tables that read cleanly; at least one is needed."""
+        profiles = []
+        for key, value in (self.table(raw, (), "profiles") or {}).items():
+            if not isinstance(value, dict):
+                self.problem(("profiles", key), f"must be a table, got {toml_type(value)}")
+                continue
+            prof = self.profile(key, value)
+            if prof is not None:
+                profiles.append(prof)
+        if not profiles:
+            self.problem(("profiles",), "needs at least one profile", "add [profiles.single] with one replica")
+        return profiles
+
+    def distinct(self, profiles: list[Profile], proxy: Proxy | None) -> None:
+        """Each profile writes its own file, and within one its services (proxy included) have distinct names."""
+        files: dict[str, str] = {}
+        for prof in profiles:
+            if prof.file in files:
+                self.problem(("profiles", prof.name, "file"), f"'{prof.file}' is also profile '{files[prof.file]}'")
+            files[prof.file] = prof.name
+            seen = {proxy.service} if proxy is not None else set()
+            for i, rep in enumerate(prof.replicas):
+                if rep.service in seen:
+                    self.problem(("profiles", prof.name, "replicas", i, "service"), f"'{rep.service}' is taken")
+                seen.add(rep.service)
 
     def lines(self) -> dict[str, int]:
         return {render_path(p): line for p, line in self.index._lines.items()}
@@ -294,51 +303,11 @@ class _ConfigReader(FieldReader):
         )  # fmt: skip
         image = self.string(t, p, "image", required=True)
         entrypoint = self.string(t, p, "entrypoint", required=True)
-        port = self.integer(t, p, "port", required=True)
-        if port is not None and not 0 < port < 65536:
-            self.problem((*p, "port"), f"{port} is not a TCP port (1-65535)")
-            port = None
-        args = self.strings(t, p, "args")
-        for i, a in enumerate(args):
-            if a == "--port" or a.startswith("--port="):
-                self.problem((*p, "args", i), "sets --port; set inference.port instead (emit appends --port)")
-        env = []
-        for k, v in (self.table(t, p, "environment") or {}).items():
-            if not _ENV_NAME.fullmatch(k):
-                self.problem((*p, "environment", k), f"'{k}' is not an environment variable name")
-            elif not isinstance(v, str):
-                self.problem((*p, "environment", k), f"must be a string, got {toml_type(v)} (quote it)")
-            else:
-                env.append((k, v))
-        ulimits = []
-        for k, v in (self.table(t, p, "ulimits") or {}).items():
-            if not re.fullmatch(r"[a-z_]+", k):
-                self.problem((*p, "ulimits", k), f"'{k}' is not a ulimit name")
-            elif isinstance(v, int) and not isinstance(v, bool):
-                ulimits.append(Ulimit(k, v))
-            elif (
-                isinstance(v, dict)
-                and set(v) == {"soft", "hard"}
-                and all(isinstance(x, int) and not isinstance(x, bool) for x in v.values())
-            ):
-                ulimits.append(Ulimit(k, v["soft"], v["hard"]))
-            else:
-                self.problem((*p, "ulimits", k), "must be an integer or { soft = N, hard = N }")
-        health = None
-        h = self.table(t, p, "healthcheck")
-        if h is not None:
-            hp = (*p, "healthcheck")
-            self.known(h, hp, ("test", "interval", "timeout", "retries", "start_period"))
-            test = self.strings(h, hp, "test")
-            if not test:
-                self.problem(hp, 'needs \'test\', e.g. ["CMD", "curl", "-fsS", "http://127.0.0.1:8000/health"]')
-            health = Healthcheck(
-                test=test,
-                interval=self.duration(h, hp, "interval"),
-                timeout=self.duration(h, hp, "timeout"),
-                retries=self.integer(h, hp, "retries"),
-                start_period=self.duration(h, hp, "start_period"),
-            )
+        port = self.port(t, p)
+        args = self.args(t, p)
+        env = self.environment(t, p)
+        ulimits = self.ulimits(t, p)
+        health = self.healthcheck(t, p)
         shm = self.string(t, p, "shm_size")
         if shm is not None and not re.fullmatch(r"\d+(b|k|m|g|kb|mb|gb)?", shm):
             self.problem((*p, "shm_size"), f"'{shm}' is not a size (e.g. 64gb)")
@@ -363,6 +332,70 @@ class _ConfigReader(FieldReader):
             hf_cache_target=hf_target or Inference.hf_cache_target,
             restart=self.string(t, p, "restart") or Inference.restart,
             volumes=self.strings(t, p, "volumes"),
+        )
+
+    def port(self, t: dict[str, Any], p: tuple[str | int, ...]) -> int | None:
+        """``inference.port``: required, a TCP port."""
+        port = self.integer(t, p, "port", required=True)
+        if port is not None and not 0 < port < 65536:
+            self.problem((*p, "port"), f"{port} is not a TCP port (1-65535)")
+            return None
+        return port
+
+    def args(self, t: dict[str, Any], p: tuple[str | int, ...]) -> tuple[str, ...]:
+        """``inference.args``; none may set ``--port``, which emit appends from ``inference.port``."""
+        args = self.strings(t, p, "args")
+        for i, a in enumerate(args):
+            if a == "--port" or a.startswith("--port="):
+                self.problem((*p, "args", i), "sets --port; set inference.port instead (emit appends --port)")
+        return args
+
+    def environment(self, t: dict[str, Any], p: tuple[str | int, ...]) -> list[tuple[str, str]]:
+        """``[inference.environment]``: variable names to string values."""
+        env = []
+        for k, v in (self.table(t, p, "environment") or {}).items():
+            if not _ENV_NAME.fullmatch(k):
+                self.problem((*p, "environment", k), f"'{k}' is not an environment variable name")
+            elif not isinstance(v, str):
+                self.problem((*p, "environment", k), f"must be a string, got {toml_type(v)} (quote it)")
+            else:
+                env.append((k, v))
+        return env
+
+    def ulimits(self, t: dict[str, Any], p: tuple[str | int, ...]) -> list[Ulimit]:
+        """``[inference.ulimits]``: each a number, or a table of exactly ``soft`` and ``hard``."""
+        ulimits = []
+        for k, v in (self.table(t, p, "ulimits") or {}).items():
+            if not re.fullmatch(r"[a-z_]+", k):
+                self.problem((*p, "ulimits", k), f"'{k}' is not a ulimit name")
+            elif isinstance(v, int) and not isinstance(v, bool):
+                ulimits.append(Ulimit(k, v))
+            elif (
+                isinstance(v, dict)
+                and set(v) == {"soft", "hard"}
+                and all(isinstance(x, int) and not isinstance(x, bool) for x in v.values())
+            ):
+                ulimits.append(Ulimit(k, v["soft"], v["hard"]))
+            else:
+                self.problem((*p, "ulimits", k), "must be an integer or { soft = N, hard = N }")
+        return ulimits
+
+    def healthcheck(self, t: dict[str, Any], p: tuple[str | int, ...]) -> Healthcheck | None:
+        """``[inference.healthcheck]``, which needs a ``test``."""
+        h = self.table(t, p, "healthcheck")
+        if h is None:
+            return None
+        hp = (*p, "healthcheck")
+        self.known(h, hp, ("test", "interval", "timeout", "retries", "start_period"))
+        test = self.strings(h, hp, "test")
+        if not test:
+            self.problem(hp, 'needs \'test\', e.g. ["CMD", "curl", "-fsS", "http://127.0.0.1:8000/health"]')
+        return Healthcheck(
+            test=test,
+            interval=self.duration(h, hp, "interval"),
+            timeout=self.duration(h, hp, "timeout"),
+            retries=self.integer(h, hp, "retries"),
+            start_period=self.duration(h, hp, "start_period"),
         )
 
     def duration(self, data: dict[str, Any], path: tuple[str | int, ...], key: str) -> str | None:

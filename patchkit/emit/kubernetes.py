@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +74,20 @@ def file_of(profile: str) -> str:
     return f"{DIRECTORY}/{profile}.yaml"
 
 
+def _names(raw: Mapping[str, Any], bad: Callable[[str, str, str | None], None]) -> dict[str, str | None]:
+    """The object names of ``[kubernetes]`` (``None`` where unset or invalid); ``model_cache_claim`` is required."""
+    names: dict[str, str | None] = {}
+    for key in ("model_cache_claim", "namespace", "caddyfile_configmap", "proxy_data_claim"):
+        value = raw.get(key)
+        if value is not None and (not isinstance(value, str) or not _DNS_LABEL.fullmatch(value)):
+            bad(key, f"{value!r} is not a Kubernetes name (lowercase letters, digits, '-', at most 63)", None)
+            value = None
+        names[key] = value
+    if "model_cache_claim" not in raw:
+        bad("model_cache_claim", "missing required field 'model_cache_claim'", "name the PVC with the model cache")
+    return names
+
+
 def read_config(config: DeployConfig) -> KubernetesConfig:
     """The ``[kubernetes]`` table, checked; ``ConfigError`` naming every bad field with its line."""
     from patchkit.emit.config import ConfigError
@@ -92,15 +106,7 @@ def read_config(config: DeployConfig) -> KubernetesConfig:
     for key in raw:
         if key not in _KNOWN:
             bad(key, f"unknown field '{key}' (known: {', '.join(_KNOWN)})")
-    names: dict[str, str | None] = {}
-    for key in ("model_cache_claim", "namespace", "caddyfile_configmap", "proxy_data_claim"):
-        value = raw.get(key)
-        if value is not None and (not isinstance(value, str) or not _DNS_LABEL.fullmatch(value)):
-            bad(key, f"{value!r} is not a Kubernetes name (lowercase letters, digits, '-', at most 63)")
-            value = None
-        names[key] = value
-    if "model_cache_claim" not in raw:
-        bad("model_cache_claim", "missing required field 'model_cache_claim'", "name the PVC with the model cache")
+    names = _names(raw, bad)
     version = raw.get("version", DEFAULT_VERSION)
     if not isinstance(version, str) or not _VERSION.fullmatch(version):
         bad("version", f"{version!r} is not a Kubernetes version like '{DEFAULT_VERSION}'")

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from patchkit.errors import BadInput, Problem
@@ -45,64 +45,71 @@ def _volume_rw_repo_file(entry: object) -> str | None:
     return None
 
 
+def _image_problem(name: str, image: str) -> tuple[str, str] | None:
+    """Why a service's image breaks the digest rule (message, hint), or None: pinned by digest alone."""
+    ref = _image_ref(image)
+    if ref is None or ref.digest is None or "$" in image:
+        return (
+            f"service '{name}': image '{image}' is not pinned by digest (repository@sha256:...)",
+            "pin it: patchkit image pin NAME REF",
+        )
+    if ref.tag is not None:
+        return (
+            f"service '{name}': image '{image}' has a tag beside its digest; compose ignores the tag",
+            "pin only the digest: repository@sha256:...",
+        )
+    return None
+
+
+def _port_problems(name: str, svc: dict[Any, Any]) -> Iterator[tuple[str, str]]:
+    """A non-public service published on anything but loopback, once per such port."""
+    for entry in svc.get("ports") or []:
+        host = _port_host(entry)
+        if host is None or not is_loopback(host):
+            yield (
+                f"service '{name}' would be published on {host or 'every address (0.0.0.0)'}: "
+                "only the proxy may be public",
+                "publish the inference service on 127.0.0.1 and reach it through the proxy",
+            )
+
+
+def _volume_problems(name: str, svc: dict[Any, Any], pinned: set[str]) -> Iterator[tuple[str, str]]:
+    """Repository files mounted writable, and writable mounts over a pinned target."""
+    for entry in svc.get("volumes") or []:
+        src = _volume_rw_repo_file(entry)
+        if src is not None:
+            yield (
+                f"service '{name}': repository file {src} is mounted writable; patches, tuning tables "
+                "and artifacts are mounted read-only",
+                "append ':ro' to the mount",
+            )
+        parts = str(entry).split(":") if not isinstance(entry, dict) else ["", str(entry.get("target", ""))]
+        if len(parts) >= 2 and parts[1] in pinned and not (len(parts) >= 3 and parts[2] == "ro"):
+            yield (
+                f"service '{name}': a writable mount shadows the pinned target {parts[1]}",
+                "remove the extra mount; the pinned file is mounted by emit",
+            )
+
+
 def security_problems(
     doc: Any, public: set[str], pinned: set[str], origin: Callable[[str, str], Problem]
 ) -> list[Problem]:
+    """Every broken security rule in a parsed compose document, located by ``origin(service, key)``."""
     out: list[Problem] = []
 
-    def refuse(service: str, key: str, message: str, hint: str) -> None:
+    def refuse(service: str, key: str, found: Iterable[tuple[str, str]]) -> None:
         where = origin(service, key)
-        out.append(Problem(where.file, where.line, where.field, message, hint))
+        out.extend(Problem(where.file, where.line, where.field, message, hint) for message, hint in found)
 
     services = doc.get("services") if isinstance(doc, dict) else None
     for name, svc in sorted((services or {}).items()):
         if not isinstance(svc, dict):
             continue
-        image = str(svc.get("image", ""))
-        ref = _image_ref(image)
-        if ref is None or ref.digest is None or "$" in image:
-            refuse(
-                name,
-                "image",
-                f"service '{name}': image '{image}' is not pinned by digest (repository@sha256:...)",
-                "pin it: patchkit image pin NAME REF",
-            )
-        elif ref.tag is not None:
-            refuse(
-                name,
-                "image",
-                f"service '{name}': image '{image}' has a tag beside its digest; compose ignores the tag",
-                "pin only the digest: repository@sha256:...",
-            )
+        image = _image_problem(name, str(svc.get("image", "")))
+        refuse(name, "image", [image] if image else [])
         if name not in public:
-            for entry in svc.get("ports") or []:
-                host = _port_host(entry)
-                if host is None or not is_loopback(host):
-                    refuse(
-                        name,
-                        "ports",
-                        f"service '{name}' would be published on {host or 'every address (0.0.0.0)'}: "
-                        "only the proxy may be public",
-                        "publish the inference service on 127.0.0.1 and reach it through the proxy",
-                    )
-        for entry in svc.get("volumes") or []:
-            src = _volume_rw_repo_file(entry)
-            if src is not None:
-                refuse(
-                    name,
-                    "volumes",
-                    f"service '{name}': repository file {src} is mounted writable; patches, tuning tables "
-                    "and artifacts are mounted read-only",
-                    "append ':ro' to the mount",
-                )
-            parts = str(entry).split(":") if not isinstance(entry, dict) else ["", str(entry.get("target", ""))]
-            if len(parts) >= 2 and parts[1] in pinned and not (len(parts) >= 3 and parts[2] == "ro"):
-                refuse(
-                    name,
-                    "volumes",
-                    f"service '{name}': a writable mount shadows the pinned target {parts[1]}",
-                    "remove the extra mount; the pinned file is mounted by emit",
-                )
+            refuse(name, "ports", _port_problems(name, svc))
+        refuse(name, "volumes", _volume_problems(name, svc, pinned))
     return out
 
 

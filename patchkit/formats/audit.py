@@ -124,17 +124,13 @@ def as_markdown(report: AuditReport) -> str:
 
 
 def _md_section(s: PatchSection) -> list[str]:
+    """One patch's Markdown section: why it exists, its references, base, verification, interdiff and diff."""
     out = [f"#### `{s.name}` ({s.kind}) → `{s.target}`", ""]
     if s.reason:
         out += [f"> {_cell(s.reason)}", ""]
     if s.drop_when:
         out += [f"Drop when: {_cell(s.drop_when)}", ""]
-    for r in s.refs.refs:
-        title = f" — {_cell(r.title)}" if r.title else ""
-        checked = f" (checked {r.age})" if r.age else ""
-        out.append(f"- {_md_link(r.ref.text, r.url)}{title}: **{r.summary}**{checked}")
-    if s.refs.refs:
-        out.append("")
+    out += _md_refs(s)
     if s.base:
         b = s.base
         at = b.commit[:12] if b.commit else b.version or ""
@@ -143,30 +139,51 @@ def _md_section(s: PatchSection) -> list[str]:
         detail = f": {_cell(v.detail)}" if v.detail else ""
         out.append(f"- {_STATUS_MARK[v.status]} `{v.file}` {v.what}{detail}")
     out.append("")
-    if s.interdiff:
-        head, *rest = s.interdiff
-        out += [f"What changed in the patch: {_cell(head)}", ""]
-        if rest:
-            fence = _fence("\n".join(rest))
-            out += [f"{fence}diff", *rest, fence, ""]
-    if s.diff:
-        lines = s.diff.splitlines()
-        shown = "\n".join(lines[:MARKDOWN_DIFF_LINES])
-        cut = len(lines) - MARKDOWN_DIFF_LINES
-        fence = _fence(shown)
-        out += [
-            f"<details><summary>diff +{s.added} -{s.removed} ({len(lines)} lines)</summary>",
-            "",
-            f"{fence}diff",
-            shown,
-            fence,
-            "",
-        ]
-        if cut > 0:
-            where = s.diff_file or s.file or "the repository"
-            out += [f"… {cut} more lines in `{where}`.", ""]
-        out += ["</details>", ""]
+    return out + _md_interdiff(s) + _md_diff(s)
+
+
+def _md_refs(s: PatchSection) -> list[str]:
+    """The patch's references as a list, each with its state (nothing when it has none)."""
+    out = []
+    for r in s.refs.refs:
+        title = f" — {_cell(r.title)}" if r.title else ""
+        checked = f" (checked {r.age})" if r.age else ""
+        out.append(f"- {_md_link(r.ref.text, r.url)}{title}: **{r.summary}**{checked}")
+    return [*out, ""] if out else []
+
+
+def _md_interdiff(s: PatchSection) -> list[str]:
+    """What changed in the patch since it was last pinned, its detail fenced as a diff."""
+    if not s.interdiff:
+        return []
+    head, *rest = s.interdiff
+    out = [f"What changed in the patch: {_cell(head)}", ""]
+    if rest:
+        fence = _fence("\n".join(rest))
+        out += [f"{fence}diff", *rest, fence, ""]
     return out
+
+
+def _md_diff(s: PatchSection) -> list[str]:
+    """The diff in a collapsed block, cut at ``MARKDOWN_DIFF_LINES`` lines with a pointer to the rest."""
+    if not s.diff:
+        return []
+    lines = s.diff.splitlines()
+    shown = "\n".join(lines[:MARKDOWN_DIFF_LINES])
+    cut = len(lines) - MARKDOWN_DIFF_LINES
+    fence = _fence(shown)
+    out = [
+        f"<details><summary>diff +{s.added} -{s.removed} ({len(lines)} lines)</summary>",
+        "",
+        f"{fence}diff",
+        shown,
+        fence,
+        "",
+    ]
+    if cut > 0:
+        where = s.diff_file or s.file or "the repository"
+        out += [f"… {cut} more lines in `{where}`.", ""]
+    return [*out, "</details>", ""]
 
 
 def _html(report: AuditReport) -> str:

@@ -240,6 +240,7 @@ def _stat(s: PatchSection) -> str:
 
 
 def _patch(s: PatchSection) -> str:
+    """One patch's section: badges, where it runs and what it is based on, references, verification, diffs."""
     cls, label = _VERIFIED_BADGE[s.status]
     head = (
         f'<section class="patch" id="p-{_e(s.name)}"><header><h2><code>{_e(s.name)}</code></h2>'
@@ -250,6 +251,24 @@ def _patch(s: PatchSection) -> str:
     body = []
     if s.reason:
         body.append(f'<div class="reason">{_e(s.reason)}</div>')
+    body.append('<table class="meta">' + "".join(_meta_rows(s)) + "</table>")
+    body.append("<h3>References</h3>")
+    body.append(_refs_table(s) if s.refs.refs else '<p class="sub">No upstream references recorded.</p>')
+    body.append("<h3>Verification</h3>")
+    if s.verification:
+        body.append(_verification_table(s))
+    body += [_finding(f) for f in s.findings]
+    if s.interdiff:
+        head_line, *rest = s.interdiff
+        body.append(f"<h3>What changed in the patch</h3><p>{_e(head_line)}</p>")
+        if rest:
+            body.append(f'<div class="diffwrap"><pre class="mono">{_e(chr(10).join(rest))}</pre></div>')
+    body.append(_diff(s))
+    return head + "".join(body) + "</div></section>"
+
+
+def _meta_rows(s: PatchSection) -> list[str]:
+    """The rows of the patch's facts: target, files, when to drop it, its upstream base and that base's age."""
     rows = [f'<tr><td class="k">runs at</td><td class="mono">{_e(s.target)}</td></tr>']
     if s.file:
         rows.append(f'<tr><td class="k">file</td><td class="mono">{_e(s.file)}</td></tr>')
@@ -268,52 +287,48 @@ def _patch(s: PatchSection) -> str:
         )
         when = f"committed {_e(b.committed_at)}; " if b.committed_at else ""
         rows.append(f'<tr><td class="k">base age</td><td>{when}{_e(b.freshness)}</td></tr>')
-    body.append('<table class="meta">' + "".join(rows) + "</table>")
-    body.append("<h3>References</h3>")
-    if s.refs.refs:
-        refs = ["<table><tr><th>reference</th><th>state</th><th>title</th><th>last checked</th></tr>"]
-        for v in s.refs.refs:
-            extra = []
-            if v.merge_commit:
-                extra.append(f"merge {v.merge_commit[:12]}")
-            if v.head_commit and v.landing is Landing.OPEN:
-                extra.append(f"head {v.head_commit[:12]}")
-            detail = f'<br><span class="sub mono">{_e(", ".join(extra))}</span>' if extra else ""
-            checked = f"{_e(v.age)}<br><span class='sub mono'>{_e(v.checked_at)}</span>" if v.age else "never"
-            refs.append(
-                f"<tr><td class='mono'>{_a(v.ref.text, v.url)}{_e(f' ({v.kind})' if v.kind else '')}</td>"
-                f"<td>{_badge(_LANDING_BADGE[v.landing], v.summary)}{detail}</td>"
-                f"<td>{_e(v.title or '')}</td><td>{checked}</td></tr>"
-            )
-        refs.append("</table>")
-        body.append("".join(refs))
-    else:
-        body.append('<p class="sub">No upstream references recorded.</p>')
-    body.append("<h3>Verification</h3>")
-    if s.verification:
-        ver = ["<table>"]
-        for check in s.verification:
-            cls, label = {
-                Verified.OK: ("b-ok", "ok"),
-                Verified.FAILED: ("b-failed", "failed"),
-                Verified.UNVERIFIED: ("b-warn", "not verified"),
-            }[check.status]
-            detail = f'<br><span class="sub">{_e(check.detail)}</span>' if check.detail else ""
-            ver.append(
-                f"<tr><td style='width:120px'>{_badge(cls, label)}</td>"
-                f"<td><code>{_e(check.file)}</code> {_e(check.what)}{detail}</td></tr>"
-            )
-        ver.append("</table>")
-        body.append("".join(ver))
-    for f in s.findings:
-        body.append(_finding(f))
-    if s.interdiff:
-        head_line, *rest = s.interdiff
-        body.append(f"<h3>What changed in the patch</h3><p>{_e(head_line)}</p>")
-        if rest:
-            body.append(f'<div class="diffwrap"><pre class="mono">{_e(chr(10).join(rest))}</pre></div>')
-    body.append(_diff(s))
-    return head + "".join(body) + "</div></section>"
+    return rows
+
+
+def _refs_table(s: PatchSection) -> str:
+    """The references with their state (merge or head commit), title and when they were last checked."""
+    refs = ["<table><tr><th>reference</th><th>state</th><th>title</th><th>last checked</th></tr>"]
+    for v in s.refs.refs:
+        extra = []
+        if v.merge_commit:
+            extra.append(f"merge {v.merge_commit[:12]}")
+        if v.head_commit and v.landing is Landing.OPEN:
+            extra.append(f"head {v.head_commit[:12]}")
+        detail = f'<br><span class="sub mono">{_e(", ".join(extra))}</span>' if extra else ""
+        checked = f"{_e(v.age)}<br><span class='sub mono'>{_e(v.checked_at)}</span>" if v.age else "never"
+        refs.append(
+            f"<tr><td class='mono'>{_a(v.ref.text, v.url)}{_e(f' ({v.kind})' if v.kind else '')}</td>"
+            f"<td>{_badge(_LANDING_BADGE[v.landing], v.summary)}{detail}</td>"
+            f"<td>{_e(v.title or '')}</td><td>{checked}</td></tr>"
+        )
+    refs.append("</table>")
+    return "".join(refs)
+
+
+_CHECK_BADGE = {
+    Verified.OK: ("b-ok", "ok"),
+    Verified.FAILED: ("b-failed", "failed"),
+    Verified.UNVERIFIED: ("b-warn", "not verified"),
+}
+
+
+def _verification_table(s: PatchSection) -> str:
+    """Each verification of the patch's files with its badge and detail."""
+    ver = ["<table>"]
+    for check in s.verification:
+        cls, label = _CHECK_BADGE[check.status]
+        detail = f'<br><span class="sub">{_e(check.detail)}</span>' if check.detail else ""
+        ver.append(
+            f"<tr><td style='width:120px'>{_badge(cls, label)}</td>"
+            f"<td><code>{_e(check.file)}</code> {_e(check.what)}{detail}</td></tr>"
+        )
+    ver.append("</table>")
+    return "".join(ver)
 
 
 def _diff(s: PatchSection) -> str:

@@ -63,7 +63,7 @@ def _json(doc: Any) -> bytes:
 
 
 def _desc(media_type: str, data: bytes, title: str | None = None) -> dict[str, Any]:
-    from patchkit.images.registry import digest_of
+    from patchkit.images.oci import digest_of
 
     d: dict[str, Any] = {"mediaType": media_type, "digest": digest_of(data).text, "size": len(data)}
     if title is not None:
@@ -73,7 +73,7 @@ def _desc(media_type: str, data: bytes, title: str | None = None) -> dict[str, A
 
 def artifact_manifest(artifact_type: str, layers: list[dict[str, Any]], subject: dict[str, Any] | None = None) -> bytes:
     """An OCI image manifest used as an artifact: the empty config, ``layers``, an optional ``subject`` (pure)."""
-    from patchkit.images.registry import OCI_MANIFEST
+    from patchkit.images.oci import OCI_MANIFEST
 
     doc: dict[str, Any] = {
         "schemaVersion": 2,
@@ -128,7 +128,7 @@ def push(client: RegistryClient, bundle: Path, target: ImageRef) -> Pushed:
         client.push_blob(target, blob)
     layers = [_desc(BUNDLE_LAYER, data, bundle.name), _desc(SUMS_LAYER, sums, "SHA256SUMS")]
     body = artifact_manifest(BUNDLE_ARTIFACT, layers)
-    from patchkit.images.registry import OCI_MANIFEST
+    from patchkit.images.oci import OCI_MANIFEST
 
     digest = client.put_manifest(target, target.tag or _digest(body).text, body, OCI_MANIFEST)
     subject = {"mediaType": OCI_MANIFEST, "digest": digest.text, "size": len(body)}
@@ -148,20 +148,20 @@ def push(client: RegistryClient, bundle: Path, target: ImageRef) -> Pushed:
 
 
 def _digest(body: bytes) -> Digest:
-    from patchkit.images.registry import digest_of
+    from patchkit.images.oci import digest_of
 
     return digest_of(body)
 
 
 def _referrer_entry(body: bytes, artifact_type: str) -> dict[str, Any]:
-    from patchkit.images.registry import OCI_MANIFEST
+    from patchkit.images.oci import OCI_MANIFEST
 
     return {**_desc(OCI_MANIFEST, body), "artifactType": artifact_type}
 
 
 def _update_referrers_tag(client: RegistryClient, target: ImageRef, subject: Digest, new: list[dict[str, Any]]) -> None:
     """The referrers tag schema: the index at ``sha256-<hex>`` lists every referrer of ``subject``."""
-    from patchkit.images.registry import OCI_INDEX, referrers_tag
+    from patchkit.images.oci import OCI_INDEX, referrers_tag
 
     entries = {e["digest"]: e for e in client.referrers_tag(target, subject)}
     entries.update({e["digest"]: e for e in new})
@@ -192,7 +192,7 @@ class Pulled:
 
 
 def _layer(doc: dict[str, Any], media_type: str, what: str) -> Any:
-    from patchkit.images.registry import Malformed, parse_descriptor
+    from patchkit.images.oci import Malformed, parse_descriptor
 
     for i, item in enumerate(doc.get("layers") or []):
         if isinstance(item, dict) and item.get("mediaType") == media_type:
@@ -230,7 +230,7 @@ def pull(
     now: datetime | None = None,
 ) -> Pulled:
     """Fetch the bundle ``ref`` (pinned by digest) and its referrers, verify all of it, then write it to ``out``."""
-    from patchkit.images.registry import RegistryError
+    from patchkit.images.errors import RegistryError
     from patchkit.signing import signatures as signing
 
     if ref.digest is None:
@@ -253,7 +253,7 @@ def _fetch(client: RegistryClient, ref: ImageRef, digest: Digest) -> tuple[dict[
     Every blob is verified by digest, every referrer of a known type
     fetched: one that is corrupt or names another subject refuses the pull.
     """
-    from patchkit.images.registry import OCI_MANIFEST
+    from patchkit.images.oci import OCI_MANIFEST
 
     what = f"{ref.name}@{digest}"
     doc = _manifest_doc(client, ref, digest, what)

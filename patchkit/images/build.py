@@ -79,7 +79,7 @@ class Layer:
 
 
 def _sha(data: bytes) -> Digest:
-    from patchkit.images.registry import digest_of
+    from patchkit.images.oci import digest_of
 
     return digest_of(data)
 
@@ -175,7 +175,7 @@ def derive_manifest(
     A Docker schema 2 base stays Docker (with Docker's layer type); an OCI
     one stays OCI and gets the base annotations.
     """
-    from patchkit.images.registry import DOCKER_MANIFEST, OCI_MANIFEST
+    from patchkit.images.oci import DOCKER_MANIFEST, OCI_MANIFEST
 
     doc = copy.deepcopy(json.loads(base_manifest))
     media_type = doc.get("mediaType") or OCI_MANIFEST
@@ -290,7 +290,7 @@ def build_and_push(
     over the same layer; children go up by digest, the top-level manifest
     under ``target``'s tag (or its digest alone when there is no tag).
     """
-    from patchkit.images.registry import INDEX_MEDIA_TYPES
+    from patchkit.images.oci import INDEX_MEDIA_TYPES
 
     if base.digest is None:
         raise BadInput(f"{base}: the base must be pinned by digest")
@@ -341,7 +341,7 @@ def _derive_one(
     tally: _Tally,
 ) -> tuple[bytes, str]:
     """One platform: its base layers into ``target``, the new config up; the manifest's bytes and type."""
-    from patchkit.images.registry import ImageManifest, parse_manifest
+    from patchkit.images.oci import ImageManifest, parse_manifest
 
     body, _ = client.manifest(base, digest)
     manifest = parse_manifest(body)

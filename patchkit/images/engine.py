@@ -32,8 +32,8 @@ import docker  # type: ignore[import-untyped]  # docker-py ships no type informa
 import requests
 
 from patchkit.errors import BadInput, PatchkitError
+from patchkit.images.layers import normalise_path  # the same path rule for both ways in
 from patchkit.images.ref import ImageRef
-from patchkit.images.registry import normalise_path  # the same path rule for both ways in
 from patchkit.sources.interface import SourceError
 
 #: Where the SDK and the docker CLI look when neither ``base_url`` nor ``DOCKER_HOST`` is set.

@@ -5,7 +5,7 @@ for loopback registries and those named insecure, as Docker allows) with
 requests: the anonymous Bearer token flow, Basic credentials from the Docker
 config's ``auths`` or its credential helpers and store (run through docker's
 own credential code), retries with backoff for server errors and dropped
-connections, bounded sizes and times.
+connections (urllib3's ``Retry``), bounded sizes and times.
 
 Nothing a registry says is trusted without a hash: a manifest's digest is the
 sha256 of the body received (never the ``Docker-Content-Digest`` header), a
@@ -13,34 +13,25 @@ blob is hashed while it streams and refused if it does not match its
 descriptor, and a layer's uncompressed tar must match the config's
 ``diff_id``.
 
-The pure parts (``ImageRef.parse``, ``Platform``, ``parse_manifest``,
-``parse_config``, ``select_platform``, ``parse_challenge`` and the layer
-overlay that decides which layer a path comes from) work on bytes and parsed
-values; the client does the I/O around them. Every failure to talk to a
-registry is a ``RegistryError`` (exit 3); a bad reference, path or platform is
-``BadInput`` (exit 2).
+The pure parts live beside it: ``images/ref.py`` (the reference),
+``images/oci.py`` (manifests, indexes, configs, platforms) and
+``images/layers.py`` (the overlay that decides which layer a path comes
+from); ``images/streams.py`` reads a layer as it streams,
+``images/credentials.py`` finds the credentials, and ``patchkit.transport``
+bounds every request. This module does the I/O around them. Every failure to
+talk to a registry is a ``RegistryError`` (exit 3, ``images/errors.py``); a
+bad reference, path or platform is ``BadInput`` (exit 2).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
-import hashlib
 import http.client
 import json
-import os
-import posixpath
-import re
-import shutil
-import socket
 import tarfile
-import threading
 import time
-import weakref
-import zlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
 from urllib.parse import urlencode, urljoin, urlsplit
@@ -49,320 +40,63 @@ import requests
 import urllib3
 
 from patchkit.errors import BadInput
-from patchkit.images.ref import DOCKER_HUB, HUB_ALIASES, ImageRef
+from patchkit.images.credentials import (
+    Challenge,
+    DockerCredentials,
+    auth_host,
+    basic,
+    default_docker_config,
+    parse_challenge,
+)
+from patchkit.images.errors import RegistryError
+from patchkit.images.layers import MAX_SYMLINK_HOPS, LayerScan, Overlay, SymlinkLoop, follow_links, normalise_path
+from patchkit.images.oci import (
+    GZIP_LAYERS,
+    MANIFEST_MEDIA_TYPES,
+    OCI_INDEX,
+    OCI_MANIFEST,
+    TAR_LAYERS,
+    ZSTD_LAYERS,
+    Descriptor,
+    ImageConfig,
+    ImageIndex,
+    ImageManifest,
+    Malformed,
+    Platform,
+    Resolved,
+    digest_of,
+    json_object,
+    parse_config,
+    parse_descriptor,
+    parse_manifest,
+    referrers_tag,
+    select_platform,
+)
+from patchkit.images.ref import ImageRef
+from patchkit.images.streams import CHUNK, BadLayer, BlobReader, Interrupted, TarStream, scan_tar, verified_chunks
 from patchkit.progress import Meter
-from patchkit.sources.interface import SourceError
+from patchkit.transport import Bounds, Http, HttpError, network_hint, one_line
 from patchkit.values import Digest, host_only, is_loopback
 
-DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
-DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-OCI_INDEX = "application/vnd.oci.image.index.v1+json"
-#: Sent in ``Accept`` on every manifest request, HEAD too: without the index
-#: types a registry answers with the linux/amd64 manifest, or 404.
-MANIFEST_MEDIA_TYPES = (DOCKER_MANIFEST_LIST, DOCKER_MANIFEST, OCI_MANIFEST, OCI_INDEX)
-INDEX_MEDIA_TYPES = frozenset({DOCKER_MANIFEST_LIST, OCI_INDEX})
 _ACCEPT = ", ".join(MANIFEST_MEDIA_TYPES)
 
-_GZIP_LAYERS = frozenset(
-    {
-        "application/vnd.oci.image.layer.v1.tar+gzip",
-        "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip",
-        "application/vnd.docker.image.rootfs.diff.tar.gzip",
-        "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip",
-    }
-)
-_TAR_LAYERS = frozenset(
-    {
-        "application/vnd.oci.image.layer.v1.tar",
-        "application/vnd.oci.image.layer.nondistributable.v1.tar",
-    }
-)
-_ZSTD_LAYERS = frozenset(
-    {
-        "application/vnd.oci.image.layer.v1.tar+zstd",
-        "application/vnd.oci.image.layer.nondistributable.v1.tar+zstd",
-    }
-)
 
 #: A manifest, index, image config or token answer bigger than this is refused.
 MAX_DOCUMENT_BYTES = 4 << 20
+
+
 #: A file read out of an image bigger than this is refused (per file).
 MAX_FILE_BYTES = 256 << 20
-#: Symbolic links followed for one requested path before giving up (Linux allows 40).
-MAX_SYMLINK_HOPS = 40
-#: Read and decompress in chunks this big: small enough to stay in the CPU cache
-#: (measured twice as fast as 1 MiB), large enough to keep call overhead low.
-_CHUNK = 64 << 10
+
+
 # A blob's total deadline grows with its size at this rate (on top of the timeout).
 MIN_BLOB_RATE = 1 << 20
+
+
 _ERROR_BODY_BYTES = 64 << 10
+
+
 _USER_AGENT = "patchkit (registry client)"
-
-_PLATFORM_PART = re.compile(r"[a-z0-9][a-z0-9._-]*")
-
-
-class RegistryError(SourceError):
-    """A registry could not be reached, refused us, or served something that fails verification.
-
-    ``status`` is the HTTP status when there was one. The message is one line:
-    what was asked, of which registry, and what it answered.
-    """
-
-    def __init__(self, message: str, hint: str | None = None, *, status: int | None = None) -> None:
-        super().__init__(_one_line(message), hint)
-        self.status = status
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-# --- platforms ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Platform:
-    """An image platform, ``os/architecture[/variant]`` (``linux/amd64``, ``linux/arm64/v8``)."""
-
-    os: str
-    architecture: str
-    variant: str | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> Platform:
-        """Parse ``os/architecture[/variant]``; ``BadInput`` for anything else."""
-        parts = text.split("/") if isinstance(text, str) else []
-        if not 2 <= len(parts) <= 3 or not all(_PLATFORM_PART.fullmatch(p) for p in parts):
-            raise BadInput(
-                f"{text!r} is not a platform", "write os/architecture[/variant], e.g. linux/amd64 or linux/arm64/v8"
-            )
-        return cls(parts[0], parts[1], parts[2] if len(parts) == 3 else None)
-
-    def matches(self, other: Platform) -> bool:
-        """Whether an image built for ``other`` serves this requested platform.
-
-        The variant only matters when this platform names one; ``arm64`` with no
-        variant is ``arm64/v8``, as Docker normalises it.
-        """
-        if (self.os, self.architecture) != (other.os, other.architecture):
-            return False
-        return self.variant is None or _variant(self) == _variant(other)
-
-    def __str__(self) -> str:
-        return f"{self.os}/{self.architecture}" + (f"/{self.variant}" if self.variant else "")
-
-
-def _variant(p: Platform) -> str | None:
-    if p.architecture == "arm64" and p.variant is None:
-        return "v8"
-    return p.variant
-
-
-# --- manifests --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Descriptor:
-    """A pointer to content: media type, digest and size (and the platform, in an index)."""
-
-    media_type: str
-    digest: Digest
-    size: int
-    platform: Platform | None = None
-
-
-@dataclass(frozen=True)
-class ImageManifest:
-    """One platform's image: its config blob and its layers, bottom first."""
-
-    media_type: str
-    config: Descriptor
-    layers: tuple[Descriptor, ...]
-
-
-@dataclass(frozen=True)
-class ImageIndex:
-    """A multi-platform index (OCI) or manifest list (Docker): one manifest per platform."""
-
-    media_type: str
-    manifests: tuple[Descriptor, ...]
-
-
-@dataclass(frozen=True)
-class ImageConfig:
-    """What patchkit needs of an image config: its platform and the uncompressed layer digests."""
-
-    platform: Platform | None
-    diff_ids: tuple[Digest, ...]
-
-
-def digest_of(data: bytes) -> Digest:
-    """The sha256 digest of ``data`` in the registry form (``sha256:<hex>``)."""
-    return Digest("sha256:" + hashlib.sha256(data).hexdigest())
-
-
-class Malformed(ValueError):
-    """A manifest, index, config or token answer that does not have the shape its specification gives."""
-
-
-def _json_object(body: bytes, what: str) -> dict[str, Any]:
-    try:
-        doc = json.loads(body)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise Malformed(f"{what} is not JSON ({e})") from e
-    if not isinstance(doc, dict):
-        raise Malformed(f"{what} is not a JSON object")
-    return doc
-
-
-def _descriptor(item: object, what: str) -> Descriptor:
-    if not isinstance(item, dict):
-        raise Malformed(f"{what} is not an object")
-    media_type, digest, size = item.get("mediaType"), item.get("digest"), item.get("size")
-    if not isinstance(media_type, str) or not isinstance(size, int) or isinstance(size, bool) or size < 0:
-        raise Malformed(f"{what} lacks a mediaType or a size")
-    try:
-        d = Digest(digest) if isinstance(digest, str) else None
-    except ValueError as e:
-        raise Malformed(f"{what}: {e}") from e
-    if d is None:
-        raise Malformed(f"{what} has no digest")
-    platform = None
-    p = item.get("platform")
-    if isinstance(p, dict) and isinstance(p.get("os"), str) and isinstance(p.get("architecture"), str):
-        variant = p.get("variant")
-        platform = Platform(p["os"], p["architecture"], variant if isinstance(variant, str) and variant else None)
-    return Descriptor(media_type, d, size, platform)
-
-
-def parse_descriptor(item: object, what: str) -> Descriptor:
-    """One descriptor of a manifest or index (pure); ``Malformed`` if it is not one."""
-    return _descriptor(item, what)
-
-
-def parse_manifest(body: bytes, content_type: str | None = None) -> ImageManifest | ImageIndex:
-    """Parse a manifest or an index from its bytes (pure).
-
-    The kind comes from the body's ``mediaType``, else the response's
-    ``Content-Type``, else the shape. Raises ``Malformed`` (a ``ValueError``) for anything that
-    is not a schema 2 / OCI manifest or index.
-    """
-    doc = _json_object(body, "the manifest")
-    header = (content_type or "").split(";")[0].strip()
-    declared = doc.get("mediaType")
-    media_type = declared if isinstance(declared, str) and declared else header
-    if doc.get("schemaVersion") == 1 or media_type.startswith("application/vnd.docker.distribution.manifest.v1"):
-        raise Malformed("it is a Docker schema 1 manifest, which is deprecated and not supported")
-    if media_type not in MANIFEST_MEDIA_TYPES:
-        if "manifests" in doc:
-            media_type = OCI_INDEX
-        elif "layers" in doc:
-            media_type = OCI_MANIFEST
-        else:
-            raise Malformed(f"unknown manifest media type {media_type or '(none)'!r}")
-    if media_type in INDEX_MEDIA_TYPES:
-        items = doc.get("manifests")
-        if not isinstance(items, list):
-            raise Malformed("the index has no manifests list")
-        return ImageIndex(media_type, tuple(_descriptor(m, f"manifests[{i}]") for i, m in enumerate(items)))
-    layers = doc.get("layers")
-    if not isinstance(layers, list):
-        raise Malformed("the manifest has no layers list")
-    config = _descriptor(doc.get("config"), "config")
-    return ImageManifest(media_type, config, tuple(_descriptor(x, f"layers[{i}]") for i, x in enumerate(layers)))
-
-
-def parse_config(body: bytes) -> ImageConfig:
-    """Parse an image config's platform and ``rootfs.diff_ids`` (pure); ``Malformed`` if it is not one."""
-    doc = _json_object(body, "the image config")
-    rootfs = doc.get("rootfs")
-    ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None
-    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-        raise Malformed("the image config has no rootfs.diff_ids list")
-    try:
-        diff_ids = tuple(Digest(i) for i in ids)
-    except ValueError as e:
-        raise Malformed(f"rootfs.diff_ids: {e}") from e
-    os_, arch, variant = doc.get("os"), doc.get("architecture"), doc.get("variant")
-    platform = None
-    if isinstance(os_, str) and os_ and isinstance(arch, str) and arch:
-        platform = Platform(os_, arch, variant if isinstance(variant, str) and variant else None)
-    return ImageConfig(platform, diff_ids)
-
-
-def select_platform(index: ImageIndex, want: Platform) -> Descriptor | None:
-    """The index entry for ``want`` (pure); ``None`` when the index has none.
-
-    Without a requested variant, an entry without one (or the architecture's
-    default, ``v8`` for arm64) is preferred over other variants.
-    """
-    candidates = [
-        d
-        for d in index.manifests
-        if d.platform is not None and d.media_type not in INDEX_MEDIA_TYPES and want.matches(d.platform)
-    ]
-    if not candidates:
-        return None
-    if want.variant is None:
-        plain = [d for d in candidates if d.platform is not None and _variant(d.platform) in (None, "v8")]
-        if plain:
-            return plain[0]
-    return candidates[0]
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """A reference resolved against its registry, every digest checked by hashing what was served.
-
-    ``digest`` is the top-level one (the index of a multi-platform image, or the
-    manifest): what compose pins. ``platform_digest`` is the manifest chosen
-    for ``platform``, what files are read from; for a single-platform image the
-    two are equal.
-    """
-
-    ref: ImageRef
-    digest: Digest
-    media_type: str
-    platform: str
-    platform_digest: Digest
-
-    @property
-    def is_index(self) -> bool:
-        """Whether the top-level digest is a multi-platform index."""
-        return self.media_type in INDEX_MEDIA_TYPES
-
-    @property
-    def pinned(self) -> ImageRef:
-        """The reference pinned to the top-level digest (tag kept)."""
-        return self.ref.with_digest(self.digest)
-
-
-# --- authentication ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Challenge:
-    """A ``WWW-Authenticate`` challenge: the scheme (lowercase) and its parameters."""
-
-    scheme: str
-    params: Mapping[str, str]
-
-
-_CHALLENGE = re.compile(r"\s*([A-Za-z][\w-]*)\s*(.*)", re.DOTALL)
-_PARAM = re.compile(r'([\w-]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s,]*))')
-
-
-def parse_challenge(header: str) -> Challenge | None:
-    """Parse ``Bearer realm="…",service="…",scope="…"`` or ``Basic realm="…"`` (pure); ``None`` if empty."""
-    m = _CHALLENGE.match(header or "")
-    if not m:
-        return None
-    params = {
-        k.lower(): (re.sub(r"\\(.)", r"\1", quoted) if quoted or not bare else bare)
-        for k, quoted, bare in _PARAM.findall(m.group(2))
-    }
-    return Challenge(m.group(1).lower(), params)
 
 
 @dataclass
@@ -376,497 +110,10 @@ def _now() -> float:
     return time.monotonic()
 
 
-def _default_docker_config() -> Path:
-    base = os.environ.get("DOCKER_CONFIG")
-    return Path(base) / "config.json" if base else Path.home() / ".docker" / "config.json"
-
-
-@dataclass(frozen=True)
-class _Helper:
-    """A Docker config's ``credHelpers`` entry or ``credsStore``: the program that holds a registry's credentials."""
-
-    kind: str  # "credential helper" or "credential store"
-    name: str  # docker-credential-NAME
-
-    def __str__(self) -> str:
-        return f"the {self.kind} {self.name!r}"
-
-
-def _run_helper(registry: str, helper: _Helper) -> tuple[str, str] | str:
-    """Run ``docker-credential-NAME get`` for ``registry`` with docker's own credential code.
-
-    Returns (user, secret), or a note saying why there are none: no entry, the
-    helper is not installed, it failed, or it gave an identity token (an OAuth
-    refresh token, which the distribution token flow patchkit speaks does not take).
-    """
-    from docker import credentials  # type: ignore[import-untyped]  # docker-py ships no type information
-
-    program = f"docker-credential-{helper.name}"
-    if shutil.which(program) is None:  # checked first: docker's Store only warns, then fails at run
-        return f"{program} is not installed or not on PATH"
-    server = "https://index.docker.io/v1/" if registry == DOCKER_HUB else registry
-    try:
-        data = credentials.Store(helper.name).get(server)
-    except credentials.CredentialsNotFound:
-        return f"no entry for {server}"
-    except credentials.StoreError as e:
-        return str(e).strip() or type(e).__name__
-    user, secret = data.get("Username"), data.get("Secret")
-    if user == "<token>":
-        return "an identity token, which patchkit cannot use; store a user name and password or token instead"
-    if not isinstance(user, str) or not isinstance(secret, str):
-        return "an answer without Username and Secret"
-    return user, secret
-
-
-def _auth_host(key: str) -> str:
-    """The registry an ``auths`` key names: ``https://index.docker.io/v1/`` is Docker Hub."""
-    host = key.split("://", 1)[-1].split("/", 1)[0].strip().lower()
-    return DOCKER_HUB if host in HUB_ALIASES else host
-
-
-# --- the layer overlay (pure) ----------------------------------------------------------------------
-
-
-def normalise_path(path: str) -> str:
-    """An absolute container path in normal form (``/a//b/./c`` is ``/a/b/c``); ``BadInput`` otherwise."""
-    if not isinstance(path, str) or not path.startswith("/"):
-        raise BadInput(
-            f"{path!r} is not an absolute container path",
-            "write container paths from the root, e.g. /usr/local/lib/python3.12/dist-packages/vllm/envs.py",
-        )
-    if "\x00" in path:
-        raise BadInput(f"{path!r} contains a NUL character")
-    norm = "/" + posixpath.normpath(path).lstrip("/")
-    if norm == "/":
-        raise BadInput(f"{path!r} is the root directory, not a file")
-    return norm
-
-
-def _member_path(name: str) -> str:
-    """A tar member name (``./usr/lib/x``, ``usr/lib/x/``) as an absolute normal path."""
-    return "/" + posixpath.normpath("/" + name).lstrip("/")
-
-
-def _link_target(path: str, linkname: str) -> str:
-    """Where a symlink at ``path`` points, resolved inside the image's root ('..' stops at '/')."""
-    joined = linkname if linkname.startswith("/") else posixpath.join(posixpath.dirname(path), linkname)
-    return _member_path(joined)
-
-
-def _ancestors(path: str) -> list[str]:
-    """The strict ancestors of ``path``, root first: ``/a/b/c`` -> ``/``, ``/a``, ``/a/b``."""
-    parts = path.split("/")[1:-1]
-    return ["/"] + ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
-
-
-@dataclass
-class LayerScan:
-    """What one layer says about the requested paths, collected while its tar streams by.
-
-    ``files``: requested paths that are regular files here, with their bytes.
-    ``hardlinks``/``symlinks``: requested paths (and, for symlinks, ancestors of
-    requested paths) that are links here, with their targets (absolute).
-    ``others``: requested paths that are directories or special files here.
-    ``nondirs``: ancestors of requested paths that are files here (nothing lies below them).
-    ``whiteouts``: paths this layer deletes from the layers below it.
-    ``opaque``: directories whose children in the layers below are hidden.
-    """
-
-    files: dict[str, bytes] = field(default_factory=dict)
-    hardlinks: dict[str, str] = field(default_factory=dict)
-    symlinks: dict[str, str] = field(default_factory=dict)
-    others: set[str] = field(default_factory=set)
-    nondirs: set[str] = field(default_factory=set)
-    whiteouts: set[str] = field(default_factory=set)
-    opaque: set[str] = field(default_factory=set)
-
-
-@dataclass(frozen=True)
-class Found:
-    """The path is a regular file in this layer, with these bytes."""
-
-    data: bytes
-
-
-@dataclass(frozen=True)
-class Absent:
-    """The path does not exist (deleted, hidden, never there) or is not a regular file (a directory)."""
-
-
-@dataclass(frozen=True)
-class SymlinkTo:
-    """The path leads, through a symbolic link here, to ``target`` (looked up from the top again)."""
-
-    target: str
-
-
-@dataclass(frozen=True)
-class HardlinkTo:
-    """The path is a hard link to ``target``, an earlier entry of the same layer."""
-
-    target: str
-
-
-#: What one layer decides for a path.
-Outcome = Found | Absent | SymlinkTo | HardlinkTo
-
-
-def decide(path: str, scan: LayerScan) -> Outcome | None:
-    """What a layer decides for ``path``, given nothing above it did (pure); ``None``: look lower.
-
-    Entries in the layer come first; the layer's whiteouts and opaque
-    directories hide only what lies below it (image-spec ``layer.md``).
-    """
-    if path in scan.files:
-        return Found(scan.files[path])
-    if path in scan.hardlinks:
-        return HardlinkTo(scan.hardlinks[path])
-    if path in scan.symlinks:
-        return SymlinkTo(scan.symlinks[path])
-    if path in scan.others:
-        return Absent()
-    for anc in _ancestors(path):
-        if anc in scan.symlinks:
-            return SymlinkTo(scan.symlinks[anc] + path[len(anc) :])
-        if anc in scan.nondirs or anc in scan.whiteouts or anc in scan.opaque:
-            return Absent()
-    if path in scan.whiteouts:
-        return Absent()
-    return None
-
-
-class Overlay:
-    """The union of an image's layers for a set of requested paths, fed one layer at a time from the top (pure).
-
-    After each layer, every requested path is either decided (found, absent,
-    a link to follow) or still ``pending``; when nothing is pending, the
-    layers below need not be read.
-    """
-
-    def __init__(self, paths: Iterable[str]) -> None:
-        self.pending: set[str] = set(paths)
-        self.results: dict[str, bytes | None] = {}
-        #: requested path -> the path it names through a symbolic link (followed from the top).
-        self.symlinks: dict[str, str] = {}
-        #: requested path -> (layer index, target path in that same layer).
-        self.hardlinks: dict[str, tuple[int, str]] = {}
-
-    @property
-    def done(self) -> bool:
-        """Whether every requested path is decided."""
-        return not self.pending
-
-    def wanted(self) -> frozenset[str]:
-        """The paths still undecided."""
-        return frozenset(self.pending)
-
-    def ancestors(self) -> frozenset[str]:
-        """The directories above the undecided paths (a whiteout or a file there decides them)."""
-        return frozenset(a for p in self.pending for a in _ancestors(p))
-
-    def apply(self, layer: int, scan: LayerScan) -> None:
-        """Decide what ``scan`` (of layer ``layer``, counting from the top) decides."""
-        for path in sorted(self.pending):
-            outcome = decide(path, scan)
-            if outcome is None:
-                continue
-            self.pending.discard(path)
-            if isinstance(outcome, Found):
-                self.results[path] = outcome.data
-            elif isinstance(outcome, Absent):
-                self.results[path] = None
-            elif isinstance(outcome, SymlinkTo):
-                self.symlinks[path] = outcome.target
-            else:
-                self.hardlinks[path] = (layer, outcome.target)
-
-    def finish(self) -> None:
-        """No layer is left: whatever is undecided does not exist."""
-        for path in self.pending:
-            self.results[path] = None
-        self.pending.clear()
-
-
-def follow_links(path: str, links: Mapping[str, str], image: str = "the image") -> str:
-    """Where ``path`` leads through the symbolic links known so far (pure); raises on a loop or a long chain."""
-    seen = [path]
-    while path in links:
-        path = links[path]
-        if path in seen:
-            raise RegistryError(f"{image}: symbolic link loop: {' -> '.join([*seen, path])}")
-        seen.append(path)
-        if len(seen) > MAX_SYMLINK_HOPS:
-            raise RegistryError(f"{image}: too many levels of symbolic links resolving {seen[0]}")
-    return path
-
-
-# --- streaming a layer -----------------------------------------------------------------------------
-
-
-class _Interrupted(Exception):
-    """A blob download stopped early (connection dropped, timeout, short body): worth a retry."""
-
-
-class _BadLayer(Exception):
-    """A layer's bytes are not a gzip stream or a tar archive (reported once the blob digest is checked)."""
-
-
-class _BlobReader:
-    """A blob's bytes as they arrive, hashed and counted; never more than its descriptor's size."""
-
-    def __init__(self, raw: Any, size: int, what: str, meter: Meter | None = None) -> None:
-        self._raw = raw
-        self._size = size
-        self._what = what
-        self._meter = meter
-        self.count = 0
-        self.hash = hashlib.sha256()
-        self.eof = False
-
-    def read(self, n: int) -> bytes:
-        """Up to ``n`` more bytes; ``b""`` at the end, which must be exactly the declared size."""
-        if self.eof:
-            return b""
-        # One byte past the declared size is enough to tell a blob that is too big.
-        want = min(n, self._size + 1 - self.count)
-        try:
-            data: bytes = self._raw.read(want, decode_content=False)
-        except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as e:
-            raise _Interrupted(f"the download broke off after {self.count} of {self._size} bytes ({e})") from e
-        if not data:
-            if self.count < self._size:
-                raise _Interrupted(f"truncated: the body ended after {self.count} of {self._size} bytes")
-            self.eof = True
-            return b""
-        self.count += len(data)
-        if self.count > self._size:
-            raise RegistryError(f"{self._what} is longer than its descriptor's {self._size} bytes; refusing it")
-        self.hash.update(data)
-        if self._meter is not None:
-            self._meter.update(len(data))
-        return data
-
-    def drain(self) -> None:
-        """Read (and hash) the rest of the blob."""
-        while self.read(_CHUNK):
-            pass
-
-
-class _TarStream:
-    """The uncompressed tar of a layer, decompressed from its blob as needed, hashed as it passes (the diff_id).
-
-    tarfile's stream mode (``r|``) reads it with ``read(n)`` only, so nothing
-    is ever seeked or held beyond one chunk.
-    """
-
-    def __init__(self, blob: _BlobReader, gzip: bool) -> None:
-        self._blob = blob
-        self._z: Any = zlib.decompressobj(31) if gzip else None
-        self._input = b""
-        self._started = False
-        self.hash = hashlib.sha256()
-        self.size = 0
-
-    def read(self, n: int) -> bytes:
-        """Up to ``n`` bytes of the tar; ``b""`` at its end."""
-        if self._z is None:
-            out = self._blob.read(n)
-        else:
-            try:
-                out = self._inflate(n)
-            except zlib.error as e:
-                raise _BadLayer(f"not a valid gzip stream ({e})") from e
-        self.hash.update(out)
-        self.size += len(out)
-        return out
-
-    def _inflate(self, n: int) -> bytes:
-        # Output is bounded by n per call, whatever the compression ratio.
-        while True:
-            if self._z.eof:
-                rest = self._z.unused_data
-                self._z = zlib.decompressobj(31)
-                self._input, self._started = rest, False
-            if not self._input:
-                self._input = self._blob.read(_CHUNK)
-                if not self._input:
-                    if not self._started:
-                        return b""
-                    tail: bytes = self._z.flush()
-                    if tail:
-                        return tail
-                    raise _BadLayer("the gzip stream ends early")
-            self._started = True
-            out: bytes = self._z.decompress(self._input, n)
-            self._input = b"" if self._z.eof else self._z.unconsumed_tail
-            if out:
-                return out
-
-    def drain(self) -> None:
-        """Read (and hash) the rest of the tar: the padding after the end-of-archive blocks."""
-        while self.read(_CHUNK):
-            pass
-
-
-def _scan_tar(  # noqa: C901 (over the ceiling already)
-    tar: tarfile.TarFile, wanted: frozenset[str], ancestors: frozenset[str], max_file: int, what: str
-) -> LayerScan:
-    """Walk one layer's tar once, keeping only what bears on the wanted paths."""
-    scan = LayerScan()
-    while (member := tar.next()) is not None:
-        # tarfile keeps every member it has read (about 500 bytes each; a layer can list 100k
-        # files) and none is needed again. ``members`` is not in typeshed, hence getattr; if
-        # tarfile ever drops the list this is a no-op.
-        seen = getattr(tar, "members", None)
-        if isinstance(seen, list):
-            seen.clear()
-        path = _member_path(member.name)
-        parent, base = posixpath.split(path)
-        if base.startswith(".wh."):
-            if base == ".wh..wh..opq":
-                if parent in ancestors:
-                    scan.opaque.add(parent)
-            elif not base.startswith(".wh..wh."):  # other .wh..wh. names are AUFS bookkeeping
-                target = posixpath.join(parent, base[len(".wh.") :])
-                if target in wanted or target in ancestors:
-                    scan.whiteouts.add(target)
-            continue
-        if path in wanted:
-            if member.isreg():
-                if member.size > max_file:
-                    raise BadInput(
-                        f"{path} in {what} is {member.size} bytes, over the {max_file >> 20} MiB limit "
-                        "for a file read from an image"
-                    )
-                f = tar.extractfile(member)
-                scan.files[path] = f.read() if f is not None else b""
-            elif member.islnk():
-                scan.hardlinks[path] = _member_path(member.linkname)
-            elif member.issym():
-                scan.symlinks[path] = _link_target(path, member.linkname)
-            else:
-                scan.others.add(path)
-        if path in ancestors:
-            if member.issym():
-                scan.symlinks[path] = _link_target(path, member.linkname)
-            elif not member.isdir():
-                scan.nondirs.add(path)
-    return scan
-
-
 @dataclass(frozen=True)
 class _Layer:
     descriptor: Descriptor
     diff_id: Digest
-
-
-# --- total deadlines ---------------------------------------------------------------------------------
-
-# Per-read timeouts do not bound a request: a server that sends one byte of its
-# headers every two seconds never lets a read time out. Each request therefore
-# has a total deadline; when it passes, a watchdog shuts down the sockets the
-# request uses, which ends any blocked read at once.
-
-_active = threading.local()
-
-
-class _Deadline:
-    """The total time one request may take (connect, headers and body, retries included)."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.at = time.monotonic() + seconds
-        self.expired = False
-        self._sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()
-        self._lock = threading.Lock()
-        self._timer = threading.Timer(seconds, self._fire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def remaining(self) -> float:
-        return max(0.05, self.at - time.monotonic())
-
-    def watch(self, sock: socket.socket | None) -> None:
-        if sock is None:
-            return
-        with self._lock:
-            if self.expired:
-                _shut(sock)
-            else:
-                self._sockets.add(sock)
-
-    def forget(self) -> None:
-        """The response is closed: its sockets may go back to the pool, never to be shut by this deadline."""
-        with self._lock:
-            self._sockets.clear()
-
-    def cancel(self) -> None:
-        self._timer.cancel()
-        self.forget()
-
-    def _fire(self) -> None:
-        with self._lock:
-            self.expired = True
-            for sock in list(self._sockets):
-                _shut(sock)
-            self._sockets.clear()
-
-
-def _shut(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):  # already closed
-        sock.shutdown(socket.SHUT_RDWR)
-
-
-def _watch_current(sock: socket.socket | None) -> None:
-    deadline = getattr(_active, "deadline", None)
-    if deadline is not None:
-        deadline.watch(sock)
-
-
-class _WatchedHTTPConnection(urllib3.connection.HTTPConnection):
-    """A connection that hands its socket to the deadline of the request using it."""
-
-    def connect(self) -> None:
-        super().connect()
-        _watch_current(self.sock)
-
-    def request(self, *args: Any, **kwargs: Any) -> None:
-        _watch_current(self.sock)  # a kept-alive connection, reused
-        super().request(*args, **kwargs)
-
-
-class _WatchedHTTPSConnection(urllib3.connection.HTTPSConnection):
-    def connect(self) -> None:
-        super().connect()
-        _watch_current(self.sock)
-
-    def request(self, *args: Any, **kwargs: Any) -> None:
-        _watch_current(self.sock)
-        super().request(*args, **kwargs)
-
-
-class _WatchedHTTPPool(urllib3.HTTPConnectionPool):
-    ConnectionCls = _WatchedHTTPConnection
-
-
-class _WatchedHTTPSPool(urllib3.HTTPSConnectionPool):
-    ConnectionCls = _WatchedHTTPSConnection
-
-
-def _watch_session(session: requests.Session) -> None:
-    """Make every connection ``session`` opens report its socket to the current request's deadline."""
-    for prefix in ("http://", "https://"):
-        adapter = session.get_adapter(prefix)
-        if isinstance(adapter, requests.adapters.HTTPAdapter):
-            manager = adapter.poolmanager
-            if manager.pool_classes_by_scheme.get("http") is _WatchedHTTPPool:
-                continue  # already watched (a session shared by several clients)
-            manager.pool_classes_by_scheme = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}
-            manager.clear()  # pools opened before (idle ones) are rebuilt watched
-
-
-# --- the client --------------------------------------------------------------------------------------
 
 
 class RegistryClient:
@@ -878,8 +125,11 @@ class RegistryClient:
     whole (connect, headers and body together, retries included; a blob gets
     one more second per MiB of its size), so a server that drips bytes
     cannot hold a command forever;
-    ``retries`` is how many times a request is repeated after a 5xx, a timeout
-    or a dropped connection, waiting ``backoff`` seconds, doubling each time.
+    ``retries`` is how many times a request is repeated (through
+    ``patchkit.transport``: urllib3's ``Retry``) after a connection failure,
+    and for GET and HEAD after a 5xx, a timeout or a dropped connection, with
+    exponential backoff from ``backoff`` seconds; a layer whose body breaks
+    off mid-stream is fetched again as often.
     Credentials come from ``docker_config`` (default ``$DOCKER_CONFIG/config.json``
     or ``~/.docker/config.json``). ``session`` lets a caller hand in its own
     requests session (adapters, proxies, counting in tests). A file read out of
@@ -901,19 +151,13 @@ class RegistryClient:
         backoff: float = 0.5,
         max_file_size: int = MAX_FILE_BYTES,
     ) -> None:
-        self._insecure = frozenset(_auth_host(h) for h in insecure)
+        self._insecure = frozenset(auth_host(h) for h in insecure)
         self._timeout = timeout
-        self._deadline = deadline
         self._retries = max(0, retries)
         self._backoff = backoff
         self._max_file = max_file_size
-        self._docker_config = docker_config if docker_config is not None else _default_docker_config()
-        self._config_doc: dict[str, Any] | None = None
-        self._helped: dict[str, tuple[str, str] | str] = {}
-        self._own_session = session is None
-        self._session = session if session is not None else requests.Session()
-        _watch_session(self._session)
-        self._deadlines: weakref.WeakKeyDictionary[requests.Response, _Deadline] = weakref.WeakKeyDictionary()
+        self._creds = DockerCredentials(docker_config if docker_config is not None else default_docker_config())
+        self._http = Http(Bounds(timeout, deadline, self._retries, backoff), session)
         self._challenges: dict[str, Challenge] = {}
         self._tokens: dict[tuple[str, str], _Token] = {}
         self._manifests: dict[tuple[str, str, Digest], bytes] = {}
@@ -921,8 +165,7 @@ class RegistryClient:
 
     def close(self) -> None:
         """Close the session if this client made it."""
-        if self._own_session:
-            self._session.close()
+        self._http.close()
 
     def __enter__(self) -> RegistryClient:
         return self
@@ -1123,7 +366,7 @@ class RegistryClient:
         what = f"blob {desc.digest} of {source.name}"
         resp = self._request("GET", source, f"blobs/{desc.digest}", what=what, size=desc.size)
         try:
-            self._push_chunks(ref, desc.digest, _verified_chunks(resp, desc, chunk_size, what))
+            self._push_chunks(ref, desc.digest, verified_chunks(resp, desc, chunk_size, what))
         finally:
             resp.close()
         return "copied"
@@ -1244,9 +487,9 @@ class RegistryClient:
         values: dict[str, bytes | None] = {}
         links: dict[str, str] = {}
         for _ in range(MAX_SYMLINK_HOPS + 1):
-            unknown = {final for final in (follow_links(p, links, ref.name) for p in paths) if final not in values}
+            unknown = {final for final in (_follow(p, links, ref) for p in paths) if final not in values}
             if not unknown:
-                return {p: values[follow_links(p, links, ref.name)] for p in paths}
+                return {p: values[_follow(p, links, ref)] for p in paths}
             found, new_links = self._read_pass(ref, layers, unknown)
             values.update(found)
             links.update(new_links)
@@ -1282,20 +525,22 @@ class RegistryClient:
     def _scan_layer(self, ref: ImageRef, layer: _Layer, wanted: frozenset[str], ancestors: frozenset[str]) -> LayerScan:
         desc = layer.descriptor
         what = f"layer {desc.digest} of {ref.name}"
-        if desc.media_type in _ZSTD_LAYERS:
+        if desc.media_type in ZSTD_LAYERS:
             raise RegistryError(
                 f"{what} is {desc.media_type}; reading zstd layers needs a zstd decoder "
                 "(the 'zstandard' package), which patchkit does not have",
                 "read the file through a Docker engine (--via docker), or use an image with gzip layers",
             )
-        if desc.media_type not in _GZIP_LAYERS and desc.media_type not in _TAR_LAYERS:
+        if desc.media_type not in GZIP_LAYERS and desc.media_type not in TAR_LAYERS:
             raise RegistryError(f"{what} has media type {desc.media_type!r}, which is not a layer patchkit can read")
+        # A body that breaks off after its headers arrived is past urllib3's Retry (it has handed the answer
+        # over): the layer is fetched again here, each time under a deadline of its own.
         attempt = 0
         while True:
             resp = self._request("GET", ref, f"blobs/{desc.digest}", what=what, size=desc.size)
             try:
                 return self._scan_stream(resp, layer, wanted, ancestors, what)
-            except _Interrupted as e:
+            except Interrupted as e:
                 self._raise_if_late(resp, what)
                 if attempt >= self._retries:
                     raise RegistryError(f"{what}: {e}" + (f" (tried {attempt + 1} times)" if attempt else "")) from e
@@ -1314,16 +559,16 @@ class RegistryClient:
     ) -> LayerScan:
         desc = layer.descriptor
         meter = Meter(f"streaming {what.replace(desc.digest.text, desc.digest.text[:19] + '…')}", desc.size)
-        blob = _BlobReader(resp.raw, desc.size, what, meter)
-        stream = _TarStream(blob, gzip=desc.media_type in _GZIP_LAYERS)
+        blob = BlobReader(resp.raw, desc.size, what, meter)
+        stream = TarStream(blob, gzip=desc.media_type in GZIP_LAYERS)
         bad: str | None = None
         scan = LayerScan()
         try:
             with meter:
-                with tarfile.open(fileobj=cast(IO[bytes], stream), mode="r|", bufsize=_CHUNK) as tar:
-                    scan = _scan_tar(tar, wanted, ancestors, self._max_file, what)
+                with tarfile.open(fileobj=cast(IO[bytes], stream), mode="r|", bufsize=CHUNK) as tar:
+                    scan = scan_tar(tar, wanted, ancestors, self._max_file, what)
                 stream.drain()
-        except (tarfile.TarError, _BadLayer, EOFError) as e:
+        except (tarfile.TarError, BadLayer, EOFError) as e:
             if not (isinstance(e, tarfile.ReadError) and stream.size == 0 and blob.eof):
                 bad = str(e) or type(e).__name__  # an empty blob is an empty layer, as Docker reads it
             blob.drain()
@@ -1401,35 +646,16 @@ class RegistryClient:
     def _read_small(self, resp: requests.Response, limit: int, what: str) -> bytes:
         """A whole (small) body, refused past ``limit`` bytes or ``timeout`` seconds."""
         try:
-            declared = int(resp.headers.get("Content-Length", "0"))
-        except ValueError:
-            declared = 0
-        if declared > limit:
-            resp.close()
-            raise RegistryError(f"{what}: {declared} bytes is over the {limit >> 20} MiB limit; refusing it")
-        deadline = time.monotonic() + self._timeout
-        chunks: list[bytes] = []
-        total = 0
-        try:
-            for chunk in resp.iter_content(64 << 10):
-                total += len(chunk)
-                if total > limit:
-                    raise RegistryError(f"{what}: over the {limit >> 20} MiB limit; refusing it")
-                if time.monotonic() > deadline:
-                    raise RegistryError(f"{what}: the body took longer than {self._timeout:g} s")
-                chunks.append(chunk)
-        except requests.RequestException as e:
-            self._raise_if_late(resp, what)
-            raise RegistryError(f"{what}: the response broke off ({_describe(e)})") from e
-        finally:
-            resp.close()
-        self._raise_if_late(resp, what)
-        return b"".join(chunks)
+            return self._http.read(resp, limit, within=self._timeout)
+        except HttpError as e:
+            if e.late is not None:
+                raise _late(what, e.late) from e
+            raise RegistryError(f"{what}: {e.reason}") from e
 
     def _raise_if_late(self, resp: requests.Response, what: str) -> None:
-        deadline = self._deadlines.get(resp)
-        if deadline is not None and deadline.expired:
-            raise _late(what, deadline)
+        late = self._http.late(resp)
+        if late is not None:
+            raise _late(what, late)
 
     # -- HTTP ------------------------------------------------------------------------------------
 
@@ -1454,54 +680,22 @@ class RegistryClient:
         size: int | None = None,
         data: bytes | None = None,
     ) -> tuple[requests.Response, int]:
-        """One request, repeated with backoff after a 5xx, a timeout or a connection failure.
+        """One request, retried by the bounded-HTTP helper (connect errors; 5xx and timeouts of GET and HEAD).
 
         Every attempt and the body read after it share one total deadline
         (``size``: a blob's declared size, which extends it). Returns the last
         response and how many times the request was sent.
         """
-        deadline = _Deadline(self._deadline + (size or 0) / MIN_BLOB_RATE)
-        attempt = 0
-        while True:
-            try:
-                _active.deadline = deadline
-                try:
-                    resp = self._session.request(
-                        method,
-                        url,
-                        headers=headers,
-                        auth=auth,
-                        data=data,
-                        timeout=min(self._timeout, deadline.remaining()),
-                        stream=True,
-                    )
-                finally:
-                    _active.deadline = None
-            except (requests.Timeout, requests.ConnectionError) as e:
-                if deadline.expired:
-                    deadline.cancel()
-                    raise _late(what, deadline) from e
-                if attempt < self._retries:
-                    self._sleep(attempt)
-                    attempt += 1
-                    continue
-                deadline.cancel()
-                tries = f" (tried {attempt + 1} times)" if attempt else ""
-                raise RegistryError(f"{what}: {_describe(e)}{tries}", _network_hint(e, url)) from e
-            except requests.RequestException as e:
-                deadline.cancel()
-                if deadline.expired:
-                    raise _late(what, deadline) from e
-                raise RegistryError(f"{what}: {_describe(e)}", _network_hint(e, url)) from e
-            if resp.status_code >= 500 and attempt < self._retries:
-                resp.close()
-                deadline.forget()
-                self._sleep(attempt)
-                attempt += 1
-                continue
-            self._deadlines[resp] = deadline
-            _cancel_on_close(resp, deadline)
-            return resp, attempt + 1
+        try:
+            return self._http.request(
+                method, url, headers=headers, auth=auth, data=data, extra=(size or 0) / MIN_BLOB_RATE
+            )
+        except HttpError as e:
+            if e.late is not None:
+                raise _late(what, e.late) from e
+            tries = f" (tried {e.attempts} times)" if e.attempts > 1 else ""
+            hint = network_hint(e.cause, url, service="the registry", plain_http="--insecure-registry")
+            raise RegistryError(f"{what}: {e.reason}{tries}", hint) from e
 
     def _request(
         self,
@@ -1544,7 +738,7 @@ class RegistryClient:
                 self._tokens.pop((image.registry, scope), None)
                 try:
                     again = challenge.scheme == "bearer" or (
-                        challenge.scheme == "basic" and self._credentials(image) is not None
+                        challenge.scheme == "basic" and self._creds.get(image.registry) is not None
                     )
                 except BaseException:
                     resp.close()  # a bad Docker config: the answer is not read further
@@ -1559,9 +753,9 @@ class RegistryClient:
         challenge = self._challenges.get(image.registry)
         if challenge is None:
             return None
-        creds = self._credentials(image)
+        creds = self._creds.get(image.registry)
         if challenge.scheme == "basic":
-            return _basic(creds) if creds else None
+            return basic(creds) if creds else None
         if challenge.scheme != "bearer":
             return None
         key = (image.registry, scope)
@@ -1589,7 +783,7 @@ class RegistryClient:
         resp, _ = self._send("GET", url, {"User-Agent": _USER_AGENT}, what, auth=creds)
         if resp.status_code != 200:
             detail = _error_detail(resp)
-            who = f"the credentials for {image.display_registry} in {self._docker_config}" if creds else "anonymous"
+            who = f"the credentials for {image.display_registry} in {self._creds.path}" if creds else "anonymous"
             raise RegistryError(
                 f"{what}: {resp.status_code} {detail} ({who} access)",
                 _login_hint(image) if resp.status_code in (401, 403) else None,
@@ -1597,7 +791,7 @@ class RegistryClient:
             )
         body = self._read_small(resp, MAX_DOCUMENT_BYTES, what)
         try:
-            doc = _json_object(body, "the token answer")
+            doc = json_object(body, "the token answer")
         except ValueError as e:
             raise RegistryError(f"{what}: {e}") from e
         value = doc.get("token") or doc.get("access_token")
@@ -1607,52 +801,6 @@ class RegistryClient:
         lifetime = expires_in if isinstance(expires_in, int | float) and expires_in > 0 else 60
         # Refresh a little early so a token does not expire between check and use.
         return _Token(value, _now() + max(lifetime - min(10.0, lifetime / 10), 1.0))
-
-    def _credentials(self, image: ImageRef) -> tuple[str, str] | None:
-        """(user, password) for the image's registry: inline ``auths``, else its credential helper or store."""
-        entry = self._auths().get(image.registry)
-        found = self._from_helper(image.registry, entry) if isinstance(entry, _Helper) else entry
-        return found if isinstance(found, tuple) else None
-
-    def _auths(self) -> dict[str, tuple[str, str] | _Helper]:
-        """Registry -> (user, password) from the Docker config's ``auths``, or the helper that holds them."""
-        doc = self._load_docker_config()
-        found: dict[str, tuple[str, str] | _Helper] = {}
-        helpers = doc.get("credHelpers")
-        store = doc.get("credsStore")
-        if isinstance(helpers, dict):
-            for key, helper in helpers.items():
-                found[_auth_host(str(key))] = _Helper("credential helper", str(helper))
-        auths = doc.get("auths")
-        for key, entry in (auths if isinstance(auths, dict) else {}).items():
-            host = _auth_host(str(key))
-            creds = _decode_auth(entry)
-            if creds is not None:
-                found[host] = creds
-            elif host not in found and isinstance(store, str):
-                found[host] = _Helper("credential store", store)
-        return found
-
-    def _from_helper(self, registry: str, helper: _Helper) -> tuple[str, str] | str:
-        """Ask ``docker-credential-NAME`` through docker's own credential code; a note on why not, otherwise."""
-        if registry not in self._helped:
-            self._helped[registry] = _run_helper(registry, helper)
-        return self._helped[registry]
-
-    def _load_docker_config(self) -> dict[str, Any]:
-        if self._config_doc is None:
-            path = self._docker_config
-            try:
-                raw = path.read_bytes()
-            except FileNotFoundError:
-                raw = b"{}"
-            except OSError as e:
-                raise BadInput(f"{path}: cannot read the Docker config ({e.strerror})") from e
-            try:
-                self._config_doc = _json_object(raw, str(path))
-            except ValueError as e:
-                raise BadInput(f"{path}: {e}", "fix or remove the Docker config file") from e
-        return self._config_doc
 
     def _status_error(
         self, resp: requests.Response, image: ImageRef, what: str, challenge: Challenge | None, attempts: int
@@ -1665,16 +813,7 @@ class RegistryClient:
         }
         detail = _error_detail(resp)
         if status == 401:
-            entry = self._auths().get(image.registry)
-            helped = self._from_helper(image.registry, entry) if isinstance(entry, _Helper) else None
-            if isinstance(entry, tuple):
-                why = f"the credentials for {image.display_registry} in {self._docker_config} were refused"
-            elif isinstance(entry, _Helper) and isinstance(helped, tuple):
-                why = f"the credentials {entry} gave for {image.display_registry} were refused"
-            elif isinstance(entry, _Helper):
-                why = f"{entry} gave none: {helped}"
-            else:
-                why = f"no credentials for {image.display_registry} in {self._docker_config}"
+            why = self._creds.refused(image)
             if challenge is not None and challenge.params.get("error"):
                 why += f"; the registry says {challenge.params['error']}"
             return RegistryError(
@@ -1697,67 +836,31 @@ class RegistryClient:
         return RegistryError(f"{what}: {status} {resp.reason or ''}{tries} ({detail})", status=status)
 
 
-def referrers_tag(digest: Digest) -> str:
-    """The tag of the referrers tag schema for ``digest`` (``sha256-<hex>``; distribution-spec 1.1)."""
-    return f"sha256-{digest.hex}"
-
-
 def _referrer_list(body: bytes, what: str) -> list[dict[str, Any]]:
     """The ``manifests`` of a referrers index, each checked to be a descriptor."""
     try:
-        doc = _json_object(body, what)
+        doc = json_object(body, what)
         items = doc.get("manifests")
         if not isinstance(items, list):
             raise Malformed(f"{what} has no manifests list")
         for i, item in enumerate(items):
-            _descriptor(item, f"{what}: manifests[{i}]")
+            parse_descriptor(item, f"{what}: manifests[{i}]")
     except ValueError as e:
         raise RegistryError(str(e)) from e
     return [dict(item) for item in items]
 
 
-def _verified_chunks(resp: requests.Response, desc: Descriptor, size: int, what: str) -> Iterable[bytes]:
-    """``resp``'s body in chunks of ``size``; the last one is held back until the whole body hashes to ``desc``,
-    so a corrupt blob never completes an upload."""
-    h = hashlib.sha256()
-    total = 0
-    pending = b""
-    held: bytes | None = None
+def _follow(path: str, links: Mapping[str, str], ref: ImageRef) -> str:
+    """``follow_links`` for an image of ``ref``; a loop is the registry's (the image is broken), exit 3."""
     try:
-        for piece in resp.iter_content(1 << 20):
-            h.update(piece)
-            total += len(piece)
-            if total > desc.size:
-                raise RegistryError(f"{what}: more bytes than its descriptor's {desc.size}; refusing it")
-            pending += piece
-            while len(pending) >= size:
-                if held is not None:
-                    yield held
-                held, pending = pending[:size], pending[size:]
-    except requests.RequestException as e:
-        raise RegistryError(f"{what}: the download broke off ({_describe(e)})") from e
-    if h.hexdigest() != desc.digest.hex or total != desc.size:
-        raise RegistryError(f"{what}: the content hashes to sha256:{h.hexdigest()}, not to its digest; refusing it")
-    yield (held or b"") + pending
+        return follow_links(path, links, ref.name)
+    except SymlinkLoop as e:
+        raise RegistryError(str(e)) from e
 
 
-def _cancel_on_close(resp: requests.Response, deadline: _Deadline) -> None:
-    """End ``deadline`` when ``resp`` is closed (or dropped): its socket may then serve another request."""
-    ref = weakref.ref(resp)
-
-    def closed() -> None:
-        deadline.cancel()
-        alive = ref()
-        if alive is not None:
-            requests.Response.close(alive)
-
-    resp.close = closed  # type: ignore[method-assign]
-    weakref.finalize(resp, deadline.cancel)
-
-
-def _late(what: str, deadline: _Deadline) -> RegistryError:
+def _late(what: str, seconds: float) -> RegistryError:
     return RegistryError(
-        f"{what}: no complete answer within {deadline.seconds:g} s (connect, headers and body together); "
+        f"{what}: no complete answer within {seconds:g} s (connect, headers and body together); "
         "the registry is too slow or stalled",
         "try again later; the registry or the network between you is not answering in time",
     )
@@ -1769,27 +872,6 @@ def _scope(image: ImageRef, push: bool = False, mount_from: ImageRef | None = No
     if mount_from is None or mount_from.repository == image.repository:
         return own
     return f"{own} repository:{mount_from.repository}:pull"
-
-
-def _basic(creds: tuple[str, str]) -> str:
-    return "Basic " + base64.b64encode(f"{creds[0]}:{creds[1]}".encode()).decode("ascii")
-
-
-def _decode_auth(entry: object) -> tuple[str, str] | None:
-    """``{"auth": base64("user:password")}`` (or ``username``/``password``) -> (user, password)."""
-    if not isinstance(entry, dict):
-        return None
-    auth = entry.get("auth")
-    if isinstance(auth, str) and auth:
-        try:
-            name, sep, secret = base64.b64decode(auth, validate=True).decode("utf-8").partition(":")
-        except (binascii.Error, UnicodeDecodeError):
-            return None
-        return (name, secret) if sep and name else None
-    user, password = entry.get("username"), entry.get("password")
-    if isinstance(user, str) and user and isinstance(password, str):
-        return (user, password)
-    return None
 
 
 def _error_detail(resp: requests.Response) -> str:
@@ -1816,38 +898,8 @@ def _error_detail(resp: requests.Response) -> str:
         text = str(doc.get("details") or doc.get("error"))
     elif raw:
         text = raw[:200].decode("utf-8", "replace")
-    text = _one_line(text)
+    text = one_line(text)
     return text or (resp.reason or "no message")
-
-
-def _describe(e: BaseException) -> str:
-    if isinstance(e, requests.Timeout):
-        return "timed out"
-    if isinstance(e, requests.exceptions.SSLError):
-        return f"TLS failed ({_innermost(e)})"
-    if isinstance(e, requests.ConnectionError):
-        return f"cannot connect ({_innermost(e)})"
-    return _innermost(e)
-
-
-def _innermost(e: BaseException) -> str:
-    seen = e
-    while True:
-        nxt = seen.__cause__ or seen.__context__
-        if nxt is None or nxt is seen:
-            break
-        seen = nxt
-    reason = getattr(seen, "reason", None)
-    return _one_line(str(reason or seen) or type(seen).__name__)[:300]
-
-
-def _network_hint(e: BaseException, url: str) -> str:
-    host = urlsplit(url).netloc
-    if isinstance(e, requests.exceptions.SSLError):
-        return f"if {host} speaks plain HTTP, allow it with --insecure-registry {host}"
-    if isinstance(e, requests.Timeout):
-        return "the registry is slow or unreachable; try again later"
-    return f"check that {host} is the registry's address and is reachable"
 
 
 def _login_hint(image: ImageRef) -> str:

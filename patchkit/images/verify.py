@@ -29,8 +29,9 @@ from patchkit.lockfile.model import LOCKFILE_NAME, Derived, Lockfile
 from patchkit.values import Digest
 
 if TYPE_CHECKING:
+    from patchkit.images.oci import ImageManifest
     from patchkit.images.ref import ImageRef
-    from patchkit.images.registry import ImageManifest, RegistryClient
+    from patchkit.images.registry import RegistryClient
 
 Locate = Callable[[tuple[str | int, ...]], int | None]
 # The largest top layer read whole to verify it (it holds patches and tables, not a model).
@@ -186,8 +187,8 @@ def _finding(d: Derived, locate: Locate, code: str, key: str, message: str) -> F
 
 
 def _one(lock: Lockfile, d: Derived, locate: Locate, client: RegistryClient) -> list[Finding]:
+    from patchkit.images.errors import RegistryError
     from patchkit.images.ref import ImageRef
-    from patchkit.images.registry import RegistryError
 
     img = next((i for i in lock.images if i.name == d.base), None)
     if img is None:  # the loader refuses this; a constructed lockfile may still lack it
@@ -212,7 +213,7 @@ def _one(lock: Lockfile, d: Derived, locate: Locate, client: RegistryClient) -> 
 def _check_platforms(
     client: RegistryClient, ref: ImageRef, base: ImageRef, d: Derived, lock: Lockfile
 ) -> list[tuple[str, str, str]]:
-    from patchkit.images.registry import INDEX_MEDIA_TYPES, ImageManifest, parse_manifest
+    from patchkit.images.oci import INDEX_MEDIA_TYPES, ImageManifest, parse_manifest
 
     body, media_type = client.manifest(ref, d.digest)
     base_body, base_type = client.manifest(base, d.base_digest)
@@ -247,7 +248,7 @@ def _platform_pairs(
 ) -> list[tuple[Digest, Digest]]:
     """(derived child, base child) per platform; one pair of the top-level digests for single images."""
     from patchkit.images.build import is_image_entry
-    from patchkit.images.registry import INDEX_MEDIA_TYPES, digest_of
+    from patchkit.images.oci import INDEX_MEDIA_TYPES, digest_of
 
     if (media_type in INDEX_MEDIA_TYPES) != (base_type in INDEX_MEDIA_TYPES):
         raise _Mismatch("derived-base", "digest", f"{ref} and its base are not both indexes (or both images)")
@@ -275,7 +276,7 @@ def _compare(
     where: str,
 ) -> list[tuple[str, str, str]]:
     """The problems of one platform of the derived image against its base and the pins."""
-    from patchkit.images.registry import parse_config
+    from patchkit.images.oci import parse_config
 
     base_layers = [x.digest for x in original.layers]
     layers = [x.digest for x in derived.layers]

@@ -360,6 +360,10 @@ class _Importer:
             return []
         if path.is_file():
             return [(rel, m.target)]
+        return self.directory_files(m, path)
+
+    def directory_files(self, m: compose.Mount, path: Path) -> list[tuple[str, str]]:
+        """The files below a mounted directory, in walk order; symlinks in it are reported, not followed."""
         out = []
         for dirpath, dirnames, filenames in os.walk(path):
             dirnames.sort()

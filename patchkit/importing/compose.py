@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -163,14 +163,16 @@ def _check_expansion(path: str, root: Any) -> None:
     size(root)
 
 
-def read(path: str, text: str) -> ComposeFile:  # noqa: C901 (over the ceiling already)
-    """Parse one compose file; malformed YAML, an alias bomb or a relative container path is a ``BadInput``."""
+def _compose_root(path: str, text: str) -> Any:
+    """The YAML node tree of a compose file (``None`` when empty), bounded in size, nesting and alias expansion."""
     if len(text) > MAX_COMPOSE_BYTES:
         raise BadInput(
             f"{path}: {len(text)} characters, over the {MAX_COMPOSE_BYTES >> 20} MiB limit for a compose file; refused"
         )
     try:
         root = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml when built with it
+        if root is not None:
+            _check_expansion(path, root)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
@@ -180,43 +182,55 @@ def read(path: str, text: str) -> ComposeFile:  # noqa: C901 (over the ceiling a
         ) from e
     except RecursionError as e:
         raise BadInput(f"{path}: nested too deeply to be a compose file; refused") from e
-    if root is not None:
-        try:
-            _check_expansion(path, root)
-        except RecursionError as e:
-            raise BadInput(f"{path}: nested too deeply to be a compose file; refused") from e
+    return root
+
+
+@dataclass
+class _Uses:
+    """What the services of one compose file mount, run and name, gathered in file order."""
+
+    mounts: list[Mount] = field(default_factory=list)
+    images: list[ImageUse] = field(default_factory=list)
+    models: list[ModelUse] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+
+    def service(self, path: str, service: str, svc: Any, lines: list[str]) -> None:
+        """One service's image, mounts, run-time text (command, entrypoint, environment) and model paths."""
+        image = _get(svc, "image")
+        if isinstance(image, yaml.ScalarNode):
+            self.images.append(_image(path, service, image))
+        volumes = _get(svc, "volumes")
+        if isinstance(volumes, yaml.SequenceNode):
+            for k, item in enumerate(volumes.value):
+                mount = _mount(path, service, k, item, lines)
+                if mount is not None:
+                    self.mounts.append(mount)
+        for key, value_node in _pairs(svc):
+            # What the service runs (command, entrypoint, environment), not what it mounts.
+            if str(key.value) not in ("volumes", "image"):
+                self.texts.extend(interpolate(str(s.value)) for s in _scalars(value_node))
+        for scalar in _scalars(svc):
+            value = interpolate(str(scalar.value))
+            for m in _MODEL_PATH.finditer(value):
+                self.models.append(ModelUse(path, scalar.start_mark.line + 1, f"{m['org']}/{m['name']}", m["rev"]))
+
+
+def read(path: str, text: str) -> ComposeFile:
+    """Parse one compose file; malformed YAML, an alias bomb or a relative container path is a ``BadInput``."""
+    root = _compose_root(path, text)
     if root is None or not isinstance(root, yaml.MappingNode):
         raise BadInput(f"{path}: not a compose file (the top level must be a mapping with 'services')")
     services = _get(root, "services")
     if not isinstance(services, yaml.MappingNode):
         raise BadInput(f"{path}: no 'services' mapping", "a compose file lists its containers under services:")
     lines = text.splitlines()
-    mounts: list[Mount] = []
-    images: list[ImageUse] = []
-    models: list[ModelUse] = []
-    texts: list[str] = []
+    uses = _Uses()
     for name_node, svc in _pairs(services):
         service = str(name_node.value)
         if not isinstance(svc, yaml.MappingNode):
             raise BadInput(f"{path}:{svc.start_mark.line + 1}: services.{service}: must be a mapping")
-        image = _get(svc, "image")
-        if isinstance(image, yaml.ScalarNode):
-            images.append(_image(path, service, image))
-        volumes = _get(svc, "volumes")
-        if isinstance(volumes, yaml.SequenceNode):
-            for k, item in enumerate(volumes.value):
-                mount = _mount(path, service, k, item, lines)
-                if mount is not None:
-                    mounts.append(mount)
-        for key, value_node in _pairs(svc):
-            # What the service runs (command, entrypoint, environment), not what it mounts.
-            if str(key.value) not in ("volumes", "image"):
-                texts.extend(interpolate(str(s.value)) for s in _scalars(value_node))
-        for scalar in _scalars(svc):
-            value = interpolate(str(scalar.value))
-            for m in _MODEL_PATH.finditer(value):
-                models.append(ModelUse(path, scalar.start_mark.line + 1, f"{m['org']}/{m['name']}", m["rev"]))
-    return ComposeFile(path, tuple(mounts), tuple(images), tuple(models), tuple(texts))
+        uses.service(path, service, svc, lines)
+    return ComposeFile(path, tuple(uses.mounts), tuple(uses.images), tuple(uses.models), tuple(uses.texts))
 
 
 def _pairs(node: Any) -> Iterator[tuple[Any, Any]]:

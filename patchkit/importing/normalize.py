@@ -90,59 +90,12 @@ def normalize(repo: Repo, lock: Lockfile, store: BlobStore, fetch: Fetch | None 
     chains = handdiffs.chains(lock, read)
     extra: dict[str, bytes] = {}
     if fetch is not None:
-        decided = [_module_or_overlay(repo, lock, p, chains, fetch, store, result) for p in lock.patches]
-        for p, made in zip(lock.patches, decided, strict=True):
-            if made is not None:
-                assert made[0].diff is not None  # noqa: S101 - an overlay found upstream gets its canonical diff
-                extra[str(made[0].diff.file)] = made[1]
-                result.done.append(p.name)
-                result.from_upstream.append(p.name)
-        if extra:
-            patched = tuple(p if made is None else made[0] for p, made in zip(lock.patches, decided, strict=True))
-            lock = dataclasses.replace(lock, patches=patched)
+        made = _overlays_found_upstream(repo, lock, chains, fetch, store, result, extra)
+        if made is not lock:
+            lock = made
             chains = handdiffs.chains(lock, read)  # its /dev/null part now belongs to an overlay: it can be replaced
-    patches: list[Patch] = []
-    for p in lock.patches:
-        covered = any(p.name in d.patches for d in lock.diffs)
-        if p.kind is not PatchKind.OVERLAY:
-            if covered:  # a module's or transformer's whole file is what runs: no diff to upstream
-                result.modules.append(p.name)
-            patches.append(p)
-            continue
-        wanted = covered or (fetch is not None and p.origin is not None)
-        if p.base is not None or p.file is None or not wanted:
-            patches.append(p)
-            continue
-        outcome = _settle(repo, lock, p, chains, fetch, store)
-        if isinstance(outcome, str):
-            result.failed.append((p.name, outcome))
-            patches.append(p)
-            continue
-        new_patch, text, fetched = outcome
-        assert new_patch.diff is not None  # noqa: S101 - _settle always pins the diff it made
-        extra[str(new_patch.diff.file)] = text
-        patches.append(new_patch)
-        result.done.append(p.name)
-        if fetched:
-            result.from_upstream.append(p.name)
-
-    kept: list[HandDiff] = []
-    deletes: list[str] = []
-    # A module upstream was asked about and does not have needs no diff: its /dev/null part is no longer needed.
-    modules = {n for n, _ in result.not_upstream}
-    for d in lock.diffs:
-        rel = str(d.file)
-        # Deleted only when replaced: every patch it covers got a canonical diff (or is such a module),
-        # and it holds nothing else.
-        settled = all(n in result.done or n in modules for n in d.patches)
-        only_modules = chains.whole_modules.get(rel, set()) <= modules  # true when it adds no module whole
-        if d.patches and settled and only_modules and rel not in chains.unmatched:
-            deletes.append(rel)
-            if all(n in modules for n in d.patches):
-                result.unneeded.append(rel)
-        else:
-            # It stays for what it still describes; the parts now replaced are no longer its patches'.
-            kept.append(dataclasses.replace(d, patches=tuple(n for n in d.patches if n not in result.done)))
+    patches = [_normalized(repo, lock, p, chains, fetch, store, result, extra) for p in lock.patches]
+    kept, deletes = _replaced_diffs(lock, chains, result)
     if not result.done and not deletes:
         return result
     new_lock = dataclasses.replace(lock, patches=tuple(patches), diffs=tuple(kept))
@@ -154,26 +107,140 @@ def normalize(repo: Repo, lock: Lockfile, store: BlobStore, fetch: Fetch | None 
     return result
 
 
+def _overlays_found_upstream(
+    repo: Repo,
+    lock: Lockfile,
+    chains: handdiffs.Chains,
+    fetch: Fetch,
+    store: BlobStore,
+    result: Normalized,
+    extra: dict[str, bytes],
+) -> Lockfile:
+    """The lockfile with each module that upstream has turned into an overlay (``lock`` itself when none is).
+
+    Each such overlay's canonical diff goes into ``extra``; it counts as normalized with its base from upstream.
+    """
+    decided = [_module_or_overlay(repo, lock, p, chains, fetch, store, result) for p in lock.patches]
+    found = False
+    for p, made in zip(lock.patches, decided, strict=True):
+        if made is not None:
+            assert made[0].diff is not None  # noqa: S101 - an overlay found upstream gets its canonical diff
+            extra[str(made[0].diff.file)] = made[1]
+            result.done.append(p.name)
+            result.from_upstream.append(p.name)
+            found = True
+    if not found:
+        return lock
+    patched = tuple(p if made is None else made[0] for p, made in zip(lock.patches, decided, strict=True))
+    return dataclasses.replace(lock, patches=patched)
+
+
+def _normalized(
+    repo: Repo,
+    lock: Lockfile,
+    p: Patch,
+    chains: handdiffs.Chains,
+    fetch: Fetch | None,
+    store: BlobStore,
+    result: Normalized,
+    extra: dict[str, bytes],
+) -> Patch:
+    """``p`` with a base and canonical diff when it is a committed overlay without a base that can be settled.
+
+    Wanted are overlays hand-kept diffs cover, and (with fetch) those whose origin states a base.
+    """
+    covered = any(p.name in d.patches for d in lock.diffs)
+    if p.kind is not PatchKind.OVERLAY:
+        if covered:  # a module's or transformer's whole file is what runs: no diff to upstream
+            result.modules.append(p.name)
+        return p
+    wanted = covered or (fetch is not None and p.origin is not None)
+    if p.base is not None or p.file is None or not wanted:
+        return p
+    outcome = _settle(repo, lock, p, chains, fetch, store)
+    if isinstance(outcome, str):
+        result.failed.append((p.name, outcome))
+        return p
+    new_patch, text, fetched = outcome
+    assert new_patch.diff is not None  # noqa: S101 - _settle always pins the diff it made
+    extra[str(new_patch.diff.file)] = text
+    result.done.append(p.name)
+    if fetched:
+        result.from_upstream.append(p.name)
+    return new_patch
+
+
+def _replaced_diffs(lock: Lockfile, chains: handdiffs.Chains, result: Normalized) -> tuple[list[HandDiff], list[str]]:
+    """The hand-kept diffs that stay (without the patches now normalized), and those to delete.
+
+    A diff is deleted only when replaced: every patch it covers got a canonical
+    diff (or is a module upstream was asked about and does not have, whose
+    /dev/null part is no longer needed), and it holds nothing else.
+    """
+    kept: list[HandDiff] = []
+    deletes: list[str] = []
+    modules = {n for n, _ in result.not_upstream}
+    for d in lock.diffs:
+        rel = str(d.file)
+        settled = all(n in result.done or n in modules for n in d.patches)
+        only_modules = chains.whole_modules.get(rel, set()) <= modules  # true when it adds no module whole
+        if d.patches and settled and only_modules and rel not in chains.unmatched:
+            deletes.append(rel)
+            if all(n in modules for n in d.patches):
+                result.unneeded.append(rel)
+        else:
+            # It stays for what it still describes; the parts now replaced are no longer its patches'.
+            kept.append(dataclasses.replace(d, patches=tuple(n for n in d.patches if n not in result.done)))
+    return kept, deletes
+
+
+def _rebuilt(lock: Lockfile, p: Patch, data: bytes, chains: handdiffs.Chains) -> tuple[bytes | None, str]:
+    """The base the hand-kept diffs give when undone on the overlay (if any), and why it is not usable alone."""
+    if p.name in chains.unreadable:
+        return None, chains.unreadable[p.name]
+    if p.name in chains.parts:
+        undone = handdiffs.undo(data, chains.parts[p.name])
+        stale = "; ".join(f"{rel}:{line} does not reproduce {p.file}: {why}" for rel, line, why in undone.stale)
+        return undone.base, stale
+    if p.name in chains.adds_whole_file:
+        return None, "its diffs only add whole files"
+    if any(p.name in d.patches for d in lock.diffs):
+        return None, "no part of its diffs names its file"
+    return None, "it has no diff"
+
+
+def _fetched(fetch: Fetch, up: Upstream, path: UpstreamPath, full: str, rebuilt: bytes | None) -> bytes | str:
+    """The base read from upstream at ``full``, or why not: unreadable, absent, or not the rebuilt base."""
+    try:
+        fetched = fetch(up, path, full)
+    except PatchkitError as e:
+        return f"cannot read {path} at {full[:12]} from upstream '{up.name}': {e.message}"
+    if fetched is None:
+        return f"upstream '{up.name}' has no {path} at {full[:12]}"
+    if rebuilt is not None and rebuilt != fetched:
+        return (
+            f"its diffs rebuild a base that is not {path} at {full[:12]} in upstream '{up.name}' "
+            "(a diff is stale beyond its hunks, or the stated commit is wrong)"
+        )
+    return fetched
+
+
+def _no_base(why_not: str, fetch: Fetch | None, full: str | None) -> str:
+    """Why no base could be had, with what ``--fetch`` would (or could not) change."""
+    if fetch is None and full is not None:
+        return f"{why_not}; --fetch would read the base from upstream at {full[:12]}"
+    if fetch is not None and full is None:
+        return f"{why_not}; no full base commit is stated to read the base from upstream"
+    return why_not
+
+
 def _settle(
     repo: Repo, lock: Lockfile, p: Patch, chains: handdiffs.Chains, fetch: Fetch | None, store: BlobStore
 ) -> tuple[Patch, bytes, bool] | str:
     """The overlay with its base and canonical diff (and whether the base came from upstream), or why not."""
     assert p.file is not None  # noqa: S101 - the caller only settles committed overlays
     data = repo.check_inside(p.file).read_bytes()
-    rebuilt: bytes | None = None
-    why_not: str
-    if p.name in chains.unreadable:
-        why_not = chains.unreadable[p.name]
-    elif p.name in chains.parts:
-        undone = handdiffs.undo(data, chains.parts[p.name])
-        rebuilt = undone.base
-        why_not = "; ".join(f"{rel}:{line} does not reproduce {p.file}: {stale}" for rel, line, stale in undone.stale)
-    elif p.name in chains.adds_whole_file:
-        why_not = "its diffs only add whole files"
-    elif any(p.name in d.patches for d in lock.diffs):
-        why_not = "no part of its diffs names its file"
-    else:
-        why_not = "it has no diff"
+    rebuilt, why_not = _rebuilt(lock, p, data, chains)
     upstream, why = upstream_of(lock, p)
     path = upstream_path(p)
     if upstream is None or path is None:
@@ -183,24 +250,13 @@ def _settle(
     fetched: bytes | None = None
     up = lock.upstream(upstream)
     if fetch is not None and full is not None and up is not None:
-        try:
-            fetched = fetch(up, path, full)
-        except PatchkitError as e:
-            return f"cannot read {path} at {full[:12]} from upstream '{upstream}': {e.message}"
-        if fetched is None:
-            return f"upstream '{upstream}' has no {path} at {full[:12]}"
-        if rebuilt is not None and rebuilt != fetched:
-            return (
-                f"its diffs rebuild a base that is not {path} at {full[:12]} in upstream '{upstream}' "
-                "(a diff is stale beyond its hunks, or the stated commit is wrong)"
-            )
+        read = _fetched(fetch, up, path, full, rebuilt)
+        if isinstance(read, str):
+            return read
+        fetched = read
     base = fetched if fetched is not None else rebuilt
     if base is None:
-        if fetch is None and full is not None:
-            return f"{why_not}; --fetch would read the base from upstream at {full[:12]}"
-        if fetch is not None and full is None:
-            return f"{why_not}; no full base commit is stated to read the base from upstream"
-        return why_not
+        return _no_base(why_not, fetch, full)
     base_sha = Sha256(store.put(base))
     diff_rel = f"upstream/{p.name}.diff"
     text = canonical_diff(base, data, path)

@@ -42,52 +42,70 @@ class Found:
     unresolved: tuple[str, ...]
 
 
-def references(text: str, default_repo: str | None = None) -> Found:  # noqa: C901 (over the ceiling already)
+class _Refs:
+    """References in order of first appearance, without duplicates, and the numbers left unresolved."""
+
+    def __init__(self) -> None:
+        self.refs: list[Reference] = []
+        self.unresolved: list[str] = []
+
+    def add(self, ref: str) -> None:
+        r = Reference(ref)
+        if r not in self.refs:
+            self.refs.append(r)
+
+    def unresolvable(self, number: str) -> None:
+        if number not in self.unresolved:
+            self.unresolved.append(number)
+
+
+def _explicit(text: str, found: _Refs) -> list[tuple[int, int]]:
+    """The references that name their project (GitHub URLs, ``org/repo#N``); the spans they cover.
+
+    A Markdown link whose target is such a URL covers its link text too
+    ("[#47291](…/pull/47291)": the link text is the URL's reference).
+    """
+    spans = [m.span() for m in _MD_LINK.finditer(text) if _URL.search(m.group(1))]
+    for m in _URL.finditer(text):
+        spans.append(m.span())
+        found.add(f"https://github.com/{m['repo']}/commit/{m['sha']}" if m["sha"] else f"{m['repo']}#{m['n']}")
+    for m in _QUALIFIED.finditer(text):
+        if not _inside(m.start(), spans):
+            spans.append(m.span())
+            found.add(f"{m['repo']}#{m['n']}")
+    return spans
+
+
+def _in_a_path(text: str, m: re.Match[str]) -> bool:
+    """Whether a word is part of a path ("aiter/ops/triton/x.py") rather than a project named in prose."""
+    return text[m.end() : m.end() + 1] in ("/", ".", "_") or text[m.start() - 1 : m.start()] in ("/", ".", "_")
+
+
+def _bare(text: str, spans: list[tuple[int, int]], project: str | None, found: _Refs) -> None:
+    """Each bare ``#N`` outside ``spans``, given to the project named most recently before it."""
+    for m in _TOKEN.finditer(text):
+        if _inside(m.start(), spans):
+            continue
+        if m["word"]:
+            alias = None if _in_a_path(text, m) else ALIASES.get(m["word"].lower())
+            project = alias or project
+        elif project is None:
+            found.unresolvable(m.group(0))
+        else:
+            found.add(f"{project}#{m['n']}")
+
+
+def references(text: str, default_repo: str | None = None) -> Found:
     """Every upstream reference in ``text``, in order of appearance, without duplicates.
 
     A bare ``#N`` (or ``PR #N``) belongs to the project named most recently
     before it in the same text ("vLLM #47282 / PR #47291": both vLLM), else to
     ``default_repo``; with neither it is reported as unresolved.
     """
-    refs: list[Reference] = []
-    unresolved: list[str] = []
-    spans: list[tuple[int, int]] = []
-
-    def add(ref: str) -> None:
-        r = Reference(ref)
-        if r not in refs:
-            refs.append(r)
-
-    for m in _MD_LINK.finditer(text):
-        if _URL.search(m.group(1)):
-            spans.append(m.span())  # "[#47291](…/pull/47291)": the link text is the URL's reference
-    for m in _URL.finditer(text):
-        spans.append(m.span())
-        if m["sha"]:
-            add(f"https://github.com/{m['repo']}/commit/{m['sha']}")
-        else:
-            add(f"{m['repo']}#{m['n']}")
-    for m in _QUALIFIED.finditer(text):
-        if not _inside(m.start(), spans):
-            spans.append(m.span())
-            add(f"{m['repo']}#{m['n']}")
-    project = default_repo
-    for m in _TOKEN.finditer(text):
-        if _inside(m.start(), spans):
-            continue
-        if m["word"]:
-            if text[m.end() : m.end() + 1] in ("/", ".", "_") or text[m.start() - 1 : m.start()] in ("/", ".", "_"):
-                continue  # part of a path ("aiter/ops/triton/x.py"), not a project named in prose
-            alias = ALIASES.get(m["word"].lower())
-            if alias is not None:
-                project = alias
-            continue
-        if project is None:
-            if m.group(0) not in unresolved:
-                unresolved.append(m.group(0))
-        else:
-            add(f"{project}#{m['n']}")
-    return Found(tuple(refs), tuple(unresolved))
+    found = _Refs()
+    spans = _explicit(text, found)
+    _bare(text, spans, default_repo, found)
+    return Found(tuple(found.refs), tuple(found.unresolved))
 
 
 def _inside(pos: int, spans: list[tuple[int, int]]) -> bool:

@@ -167,6 +167,29 @@ class HfHub:
         except Exception as e:
             raise self._translate(e, what) from e
 
+    def _no_repository(self, what: str, status: int | None, token_hint: str) -> PatchkitError:
+        """The Hub says no such repository: with a 401 it may exist but be hidden from this token."""
+        if status == 401:
+            why = (
+                "the token was refused"
+                if self.token
+                else "no token was sent; the repository is private, gated or does not exist"
+            )
+            return ExternalFailure(f"{what}: 401 unauthorized from {self.endpoint} ({why})", token_hint)
+        return ExternalFailure(
+            f"{what}: no such model repository on {self.endpoint} ({status or 404})",
+            "check the repo id (org/name); if it is private, " + token_hint,
+        )
+
+    def _refused(self, what: str, status: int | None, token_hint: str) -> PatchkitError:
+        """Any other HTTP error status of the Hub: 401 and 403 are about the token, the rest transient."""
+        if status == 401:
+            why = "the token was refused" if self.token else "no token was sent"
+            return ExternalFailure(f"{what}: 401 unauthorized from {self.endpoint} ({why})", token_hint)
+        if status == 403:
+            return ExternalFailure(f"{what}: 403 forbidden from {self.endpoint}: the token lacks access", token_hint)
+        return ExternalFailure(f"{what}: the Hub at {self.endpoint} answered {status}", "retry later")
+
     def _translate(self, e: BaseException, what: str) -> PatchkitError:
         from huggingface_hub import errors as hub_errors
         from huggingface_hub.errors import (
@@ -193,26 +216,9 @@ class HfHub:
                 "accept the model's conditions on its page, then " + token_hint,
             )
         if isinstance(e, RepositoryNotFoundError):
-            if status == 401:
-                why = (
-                    "the token was refused"
-                    if self.token
-                    else "no token was sent; the repository is private, gated or does not exist"
-                )
-                return ExternalFailure(f"{what}: 401 unauthorized from {self.endpoint} ({why})", token_hint)
-            return ExternalFailure(
-                f"{what}: no such model repository on {self.endpoint} ({status or 404})",
-                "check the repo id (org/name); if it is private, " + token_hint,
-            )
+            return self._no_repository(what, status, token_hint)
         if isinstance(e, HfHubHTTPError):
-            if status == 401:
-                why = "the token was refused" if self.token else "no token was sent"
-                return ExternalFailure(f"{what}: 401 unauthorized from {self.endpoint} ({why})", token_hint)
-            if status == 403:
-                return ExternalFailure(
-                    f"{what}: 403 forbidden from {self.endpoint}: the token lacks access", token_hint
-                )
-            return ExternalFailure(f"{what}: the Hub at {self.endpoint} answered {status}", "retry later")
+            return self._refused(what, status, token_hint)
         if isinstance(e, LocalEntryNotFoundError):
             return ExternalFailure(f"{what}: cannot reach {self.endpoint}: {_first_line(e)}", "check the network")
         # The Hub client's own name for the base of its transport errors (refused

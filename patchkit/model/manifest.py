@@ -95,6 +95,27 @@ class Manifest:
     files: tuple[ModelFile, ...]
 
 
+def _manifest_entry(entry: object, field: str, hint: str) -> ModelFile:
+    """One entry of a manifest's ``files``: a path, a size and exactly one of sha256 (LFS) or blob id."""
+    if not isinstance(entry, dict) or set(entry) - {"path", "size", "sha256", "blob"}:
+        raise BadInput(f"{field}: must be an object with path, size and sha256 or blob", hint)
+    try:
+        path = UpstreamPath(entry.get("path"))  # type: ignore[arg-type]  # checked by the constructor
+    except (ValueError, TypeError) as e:
+        raise BadInput(f"{field}.path: {e}", hint) from e
+    size = entry.get("size")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise BadInput(f"{field}.size: must be a non-negative integer", hint)
+    sha, blob = entry.get("sha256"), entry.get("blob")
+    if (sha is None) == (blob is None):
+        raise BadInput(f"{field}: needs exactly one of sha256 (LFS files) or blob (small files)", hint)
+    if sha is not None and not (isinstance(sha, str) and _HEX64.fullmatch(sha)):
+        raise BadInput(f"{field}.sha256: {sha!r} is not 64 lowercase hex", hint)
+    if blob is not None and not (isinstance(blob, str) and _HEX40.fullmatch(blob)):
+        raise BadInput(f"{field}.blob: {blob!r} is not a git blob id (40 lowercase hex)", hint)
+    return ModelFile(path, size, sha256=Sha256(sha) if sha else None, blob=blob)
+
+
 def parse_manifest(data: bytes, name: str) -> Manifest:
     """Read a manifest file strictly; BadInput naming the file and the field that is wrong."""
     hint = "regenerate it: patchkit model lock"
@@ -112,27 +133,11 @@ def parse_manifest(data: bytes, name: str) -> Manifest:
     files: list[ModelFile] = []
     seen: set[str] = set()
     for i, entry in enumerate(raw):
-        field = f"{name}: files[{i}]"
-        if not isinstance(entry, dict) or set(entry) - {"path", "size", "sha256", "blob"}:
-            raise BadInput(f"{field}: must be an object with path, size and sha256 or blob", hint)
-        try:
-            path = UpstreamPath(entry.get("path"))  # type: ignore[arg-type]  # checked by the constructor
-        except (ValueError, TypeError) as e:
-            raise BadInput(f"{field}.path: {e}", hint) from e
-        size = entry.get("size")
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise BadInput(f"{field}.size: must be a non-negative integer", hint)
-        sha, blob = entry.get("sha256"), entry.get("blob")
-        if (sha is None) == (blob is None):
-            raise BadInput(f"{field}: needs exactly one of sha256 (LFS files) or blob (small files)", hint)
-        if sha is not None and not (isinstance(sha, str) and _HEX64.fullmatch(sha)):
-            raise BadInput(f"{field}.sha256: {sha!r} is not 64 lowercase hex", hint)
-        if blob is not None and not (isinstance(blob, str) and _HEX40.fullmatch(blob)):
-            raise BadInput(f"{field}.blob: {blob!r} is not a git blob id (40 lowercase hex)", hint)
-        if path.path in seen:
-            raise BadInput(f"{field}.path: {path.path} is listed twice", hint)
-        seen.add(path.path)
-        files.append(ModelFile(path, size, sha256=Sha256(sha) if sha else None, blob=blob))
+        file = _manifest_entry(entry, f"{name}: files[{i}]", hint)
+        if file.path.path in seen:
+            raise BadInput(f"{name}: files[{i}].path: {file.path.path} is listed twice", hint)
+        seen.add(file.path.path)
+        files.append(file)
     return Manifest(repo, revision, tuple(files))
 
 

@@ -146,34 +146,64 @@ def verify_cache(
     if not os.path.isdir(repo_dir):
         problems.append(CacheProblem(ProblemKind.NOT_CACHED, folder, f"{model.repo} is not in the cache {root}"))
         return done()
-    if model.ref:
-        ref_path = os.path.join(repo_dir, "refs", model.ref)
-        try:
-            with open(ref_path, encoding="utf-8") as fh:
-                named = fh.read().strip()
-        except (FileNotFoundError, NotADirectoryError):
-            named = None
-        except (OSError, UnicodeDecodeError) as e:
-            named = f"(unreadable: {e})"
-        if named is not None and named != model.revision.sha:
-            problems.append(
-                CacheProblem(
-                    ProblemKind.REF_MOVED,
-                    f"{folder}/refs/{model.ref}",
-                    f"names {named[:40]}, not the pinned {model.revision.sha}: loading {model.repo} by "
-                    f"'{model.ref}' offline would get another snapshot",
-                )
-            )
+    moved = _ref_moved(repo_dir, folder, model)
+    if moved is not None:
+        problems.append(moved)
     snap_st = _lstat(snapshot)
     if snap_st is None or not stat.S_ISDIR(snap_st.st_mode):
         what = "does not exist" if snap_st is None else "is not a directory"
         problems.append(CacheProblem(ProblemKind.MISSING, snap_rel, f"snapshot of the pinned revision {what}"))
         return done()
-
     present = _walk_snapshot(snapshot, snap_rel, problems)
+    pending = _to_verify(present, manifest, snap_rel, root, repo_dir, problems)
+    to_hash, sizes, digests, trusted = _known(pending, record)
+    total = sum(sizes.values())
+    progress = start_progress(total) if start_progress is not None else None
+    for hashed, digest in digest_many(to_hash, jobs=jobs, progress=progress, sizes=sizes).items():
+        digests[str(hashed)] = digest
+    problems += _content_problems(pending, digests, record)
+    return done(total, trusted)
+
+
+def _ref_moved(repo_dir: str, folder: str, model: Model) -> CacheProblem | None:
+    """``refs/<ref>`` naming another commit than the pin (an absent ref is fine: nothing loads by it)."""
+    if not model.ref:
+        return None
+    try:
+        with open(os.path.join(repo_dir, "refs", model.ref), encoding="utf-8") as fh:
+            named = fh.read().strip()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        named = f"(unreadable: {e})"
+    if named == model.revision.sha:
+        return None
+    return CacheProblem(
+        ProblemKind.REF_MOVED,
+        f"{folder}/refs/{model.ref}",
+        f"names {named[:40]}, not the pinned {model.revision.sha}: loading {model.repo} by "
+        f"'{model.ref}' offline would get another snapshot",
+    )
+
+
+def _to_verify(
+    present: dict[str, str],
+    manifest: dict[str, ModelFile],
+    snap_rel: str,
+    root: str,
+    repo_dir: str,
+    problems: list[CacheProblem],
+) -> list[_Pending]:
+    """The manifest files whose blob is in place with the right size, to hash; the rest are problems.
+
+    Reported: snapshot files the manifest does not list, manifest files the
+    snapshot lacks, links to the wrong blob or out of the cache, wrong sizes.
+    """
+    problems += [
+        CacheProblem(ProblemKind.EXTRA, f"{snap_rel}/{path}", "is not in the pinned manifest")
+        for path in sorted(set(present) - set(manifest))
+    ]
     pending: list[_Pending] = []
-    for path in sorted(set(present) - set(manifest)):
-        problems.append(CacheProblem(ProblemKind.EXTRA, f"{snap_rel}/{path}", "is not in the pinned manifest"))
     for path, f in sorted(manifest.items()):
         rel = f"{snap_rel}/{path}"
         if path not in present:
@@ -188,7 +218,17 @@ def verify_cache(
             problems.append(CacheProblem(ProblemKind.SIZE, rel, f"has {st.st_size} bytes, the manifest says {f.size}"))
             continue
         pending.append(_Pending(rel, f, algorithm, expected, real, st))
+    return pending
 
+
+def _known(
+    pending: list[_Pending], record: VerifyRecord | None
+) -> tuple[dict[Path, str], dict[Path, int], dict[str, str | OSError], int]:
+    """Split the blobs into those to hash (each once) and those the record vouches for, unchanged since.
+
+    Returns the blobs to hash with their algorithm and size, the digests known
+    already, and the bytes so trusted without reading.
+    """
     trusted = 0
     to_hash: dict[Path, str] = {}
     sizes: dict[Path, int] = {}
@@ -201,10 +241,14 @@ def verify_cache(
         elif Path(p.real) not in to_hash:
             to_hash[Path(p.real)] = p.algorithm
             sizes[Path(p.real)] = p.st.st_size
-    total = sum(sizes.values())
-    progress = start_progress(total) if start_progress is not None else None
-    for hashed, digest in digest_many(to_hash, jobs=jobs, progress=progress, sizes=sizes).items():
-        digests[str(hashed)] = digest
+    return to_hash, sizes, digests, trusted
+
+
+def _content_problems(
+    pending: list[_Pending], digests: dict[str, str | OSError], record: VerifyRecord | None
+) -> list[CacheProblem]:
+    """Each file whose blob could not be read or does not hash to the pin; the record learns the outcome."""
+    problems: list[CacheProblem] = []
     for p in pending:
         got = digests.get(p.real, OSError("not hashed"))
         if isinstance(got, OSError):
@@ -222,7 +266,7 @@ def verify_cache(
                 record.forget(p.real)
         elif record is not None:
             record.remember(p.real, p.st, p.algorithm, got)
-    return done(total, trusted)
+    return problems
 
 
 def _lstat(path: str) -> os.stat_result | None:

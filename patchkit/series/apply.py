@@ -136,24 +136,34 @@ def _top(path: str) -> str:
     return path.split("/", 1)[0]
 
 
-def _apply_change(it: Item, change: FileChange, state: dict[str, bytes | None], out: Applied) -> list[str]:
+def _current(change: FileChange, state: dict[str, bytes | None], fail: Callable[..., SeriesApplyError]) -> bytes:
+    """The bytes a change applies to: none for a new file, which must not exist yet, else the tree's file.
+
+    A rename or copy must not land on a file the tree already has.
+    """
     old, new = change.old_path, change.new_path
+    if old is None:
+        if state.get(new or "") is not None:
+            raise fail(new or "", "the patch creates it, but the tree already has it")
+        return b""
+    current = state.get(old)
+    if current is None:
+        raise fail(old, "the tree does not have it")
+    if new is not None and new != old and state.get(new) is not None:
+        raise fail(new, f"the patch {change.kind}s {old} to it, but the tree already has it")
+    return current
+
+
+def _apply_change(it: Item, change: FileChange, state: dict[str, bytes | None], out: Applied) -> list[str]:
+    """Apply one file change to ``state``; the paths it touched."""
+    old, new = change.old_path, change.new_path
+    if old is None:
+        new = new or ""
 
     def fail(path: str, message: str, line: int | None = None) -> SeriesApplyError:
         return SeriesApplyError(it.name, it.file, line or change.line, path, message)
 
-    if old is None:
-        new = new or ""
-        if state.get(new) is not None:
-            raise fail(new, "the patch creates it, but the tree already has it")
-        current = b""
-    else:
-        got = state.get(old)
-        if got is None:
-            raise fail(old, "the tree does not have it")
-        current = got
-    if new is not None and new != old and old is not None and state.get(new) is not None:
-        raise fail(new, f"the patch {change.kind}s {old} to it, but the tree already has it")
+    current = _current(change, state, fail)
     result = current
     if change.diff is not None:
         result = _apply_hunks(it, change, current, fail, out)

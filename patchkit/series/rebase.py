@@ -156,64 +156,97 @@ def rebase_series(
     return out
 
 
-def _rebase_patch(
-    it: Item, old_state: dict[str, bytes | None], new_state: dict[str, bytes | None], resolved: dict[str, bytes]
-) -> PatchRebase:
-    result = PatchRebase(it.name, it.file, PatchOutcome.CLEAN)
-    regenerated: list[tuple[FileChange, bytes | None, bytes | None]] = []
-    kept_absent: list[FileChange] = []
-    for change in it.patch.files:
+@dataclass
+class _Rebasing:
+    """One patch replayed onto the new tree, change by change.
+
+    ``old_state`` and ``new_state`` are the old and new trees as the patches
+    before this one left them; each change advances both. ``regenerated``
+    collects (change, new tree's bytes before, merged bytes) for the rewritten
+    patch, ``kept_absent`` the changes of files the trees do not carry.
+    """
+
+    it: Item
+    old_state: dict[str, bytes | None]
+    new_state: dict[str, bytes | None]
+    resolved: dict[str, bytes]
+    result: PatchRebase
+    regenerated: list[tuple[FileChange, bytes | None, bytes | None]] = field(default_factory=list)
+    kept_absent: list[FileChange] = field(default_factory=list)
+
+    def change(self, change: FileChange) -> None:
+        """Replay one file change: kept as it is when the old tree lacks the file, else moved or merged."""
         src = change.old_path
-        base = old_state.get(src) if src is not None else b""
-        if base is None:
-            if change.kind == "add":
-                base = b""
-            else:
-                result.absent.append(change.paths[-1])
-                kept_absent.append(change)
-                continue
-        ours = _apply(it, change, base)
-        dest = change.new_path
-        merged: bytes | None
-        regions: tuple[str, ...]
-        theirs_before = new_state.get(src) if src is not None else None
-        if change.kind in ("rename", "copy") and dest is not None:
-            moved = _rebase_move(it, change, base, ours or b"", theirs_before, new_state.get(dest), resolved, result)
-            regenerated.append(moved)
-            if dest not in result.conflicted and moved[2] is not None:
-                checked = None if dest in resolved else base
-                result.produced.append(ProducedFile(dest, moved[2], ours or b"", moved[1] or b"", checked))
-            _advance(old_state, change, ours)
-            if dest not in result.conflicted:
-                _advance(new_state, moved[0], moved[2])
-            continue
-        if src is not None and theirs_before is None:
-            result.files.append(FileResult(src, "deleted"))
-            _advance(old_state, change, ours)
-            continue
-        merged, outcome, regions = _merge_change(change, base, ours, theirs_before, new_state)
-        path = dest or src or ""
-        theirs_here = theirs_before if src is not None else new_state.get(path)
-        if path in resolved:  # a conflict resolved, or a broken file fixed
-            merged, regions = resolved[path], ()
+        base = self.old_state.get(src) if src is not None else b""
+        if base is None and change.kind != "add":
+            self.result.absent.append(change.paths[-1])
+            self.kept_absent.append(change)
+            return
+        base = base or b""
+        ours = _apply(self.it, change, base)
+        theirs_before = self.new_state.get(src) if src is not None else None
+        if change.kind in ("rename", "copy") and change.new_path is not None:
+            self.move(change, change.new_path, base, ours, theirs_before)
+        elif src is not None and theirs_before is None:
+            self.result.files.append(FileResult(src, "deleted"))
+            _advance(self.old_state, change, ours)
+        else:
+            self.merge(change, base, ours, theirs_before)
+
+    def move(self, change: FileChange, dest: str, base: bytes, ours: bytes | None, theirs: bytes | None) -> None:
+        """A rename or copy, merged at its old path and moved (see ``_rebase_move``)."""
+        result = self.result
+        moved = _rebase_move(
+            self.it, change, base, ours or b"", theirs, self.new_state.get(dest), self.resolved, result
+        )
+        self.regenerated.append(moved)
+        if dest not in result.conflicted and moved[2] is not None:
+            checked = None if dest in self.resolved else base
+            result.produced.append(ProducedFile(dest, moved[2], ours or b"", moved[1] or b"", checked))
+        _advance(self.old_state, change, ours)
+        if dest not in result.conflicted:
+            _advance(self.new_state, moved[0], moved[2])
+
+    def merge(self, change: FileChange, base: bytes, ours: bytes | None, theirs_before: bytes | None) -> None:
+        """A new file, a deletion or a modification merged onto the new tree; a resolution given for it wins."""
+        result, src = self.result, change.old_path
+        merged, outcome, regions = _merge_change(change, base, ours, theirs_before, self.new_state)
+        path = change.new_path or src or ""
+        theirs_here = theirs_before if src is not None else self.new_state.get(path)
+        if path in self.resolved:  # a conflict resolved, or a broken file fixed
+            merged, regions = self.resolved[path], ()
             outcome = FileOutcome.CLEAN if outcome is FileOutcome.CONFLICT else outcome
         elif outcome is FileOutcome.CONFLICT:
             result.conflicted[path] = merged or b""
         if merged is not None and outcome is not FileOutcome.CONFLICT:
-            checked_base = None if path in resolved else base
+            checked_base = None if path in self.resolved else base
             result.produced.append(ProducedFile(path, merged, ours or b"", theirs_here or b"", checked_base))
         result.files.append(FileResult(path, outcome.value, regions))
-        before = new_state.get(src) if src is not None else None
-        regenerated.append((change, before, merged))
-        _advance(old_state, change, ours)
+        self.regenerated.append((change, theirs_before, merged))
+        _advance(self.old_state, change, ours)
         if outcome is not FileOutcome.CONFLICT:
-            _advance(new_state, change, merged)
-    result.outcome = _outcome(result)
-    if result.outcome is not PatchOutcome.CONFLICT:
-        # A rename or copy is kept even when the bytes are the same: the path is the change.
-        kept = [(c, b, a) for c, b, a in regenerated if b != a or c.kind in ("rename", "copy")]
-        result.new_bytes = canonical_patch(it.patch, kept, kept_absent) if kept or kept_absent else None
-    return result
+            _advance(self.new_state, change, merged)
+
+    def finish(self) -> PatchRebase:
+        """The patch's outcome and, unless it conflicts, its rewritten bytes (None when nothing is left)."""
+        result = self.result
+        result.outcome = _outcome(result)
+        if result.outcome is not PatchOutcome.CONFLICT:
+            # A rename or copy is kept even when the bytes are the same: the path is the change.
+            kept = [(c, b, a) for c, b, a in self.regenerated if b != a or c.kind in ("rename", "copy")]
+            changed = kept or self.kept_absent
+            result.new_bytes = canonical_patch(self.it.patch, kept, self.kept_absent) if changed else None
+        return result
+
+
+def _rebase_patch(
+    it: Item, old_state: dict[str, bytes | None], new_state: dict[str, bytes | None], resolved: dict[str, bytes]
+) -> PatchRebase:
+    """One patch rebased from the old tree onto the new; both states advance past it."""
+    rebasing = _Rebasing(it, old_state, new_state, resolved, PatchRebase(it.name, it.file, PatchOutcome.CLEAN))
+    for change in it.patch.files:
+        rebasing.change(change)
+    return rebasing.finish()
 
 
 def _merge_change(
@@ -338,42 +371,48 @@ def _blob(data: bytes | None) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
 
 
+def _mail_header(patch: ParsedPatch) -> bytes:
+    """The mail header of a patch with a subject: zero commit id, author, date, subject, message, ``---``."""
+    out = [f"From {ZERO} Mon Sep 17 00:00:00 2001\n".encode()]
+    if patch.author:
+        out.append(f"From: {patch.author}\n".encode())
+    if patch.date:
+        out.append(f"Date: {patch.date}\n".encode())
+    out.append(f"Subject: [PATCH] {patch.subject}\n\n".encode())
+    if patch.message:
+        out.append(patch.message.encode() + b"\n\n")
+    out.append(b"---\n\n")
+    return b"".join(out)
+
+
+def _file_diff(change: FileChange, before: bytes | None, after: bytes | None) -> bytes:
+    """One file's git diff: the extended header (new, deleted, renamed or copied; full blob ids), then the hunks."""
+    old, new = change.old_path, change.new_path
+    a, b = old or new or "", new or old or ""
+    out = [f"diff --git a/{a} b/{b}\n".encode()]
+    mode = change.new_mode or "100644"
+    if old is None:
+        out.append(f"new file mode {mode}\n".encode())
+    elif new is None:
+        out.append(b"deleted file mode 100644\n")
+    elif old != new:
+        verb = "copy" if change.copy else "rename"
+        out.append(f"{verb} from {old}\n{verb} to {new}\n".encode())
+    tail = f" {mode}" if old is not None and new is not None else ""
+    out.append(f"index {_blob(before)}..{_blob(after)}{tail}\n".encode())
+    out.append(
+        diffs.make(before or b"", after or b"", f"a/{old}" if old else "/dev/null", f"b/{new}" if new else "/dev/null")
+    )
+    return b"".join(out)
+
+
 def canonical_patch(
     patch: ParsedPatch, changes: list[tuple[FileChange, bytes | None, bytes | None]], absent: list[FileChange]
 ) -> bytes:
     """The patch as patchkit writes it: a mail with a zero commit id, full blob ids, no stat, no signature."""
-    out: list[bytes] = []
-    if patch.subject is not None:
-        out.append(f"From {ZERO} Mon Sep 17 00:00:00 2001\n".encode())
-        if patch.author:
-            out.append(f"From: {patch.author}\n".encode())
-        if patch.date:
-            out.append(f"Date: {patch.date}\n".encode())
-        out.append(f"Subject: [PATCH] {patch.subject}\n\n".encode())
-        if patch.message:
-            out.append(patch.message.encode() + b"\n\n")
-        out.append(b"---\n\n")
-    for change, before, after in changes:
-        old, new = change.old_path, change.new_path
-        a, b = old or new or "", new or old or ""
-        out.append(f"diff --git a/{a} b/{b}\n".encode())
-        mode = change.new_mode or "100644"
-        if old is None:
-            out.append(f"new file mode {mode}\n".encode())
-        elif new is None:
-            out.append(b"deleted file mode 100644\n")
-        elif old != new:
-            verb = "copy" if change.copy else "rename"
-            out.append(f"{verb} from {old}\n{verb} to {new}\n".encode())
-        tail = f" {mode}" if old is not None and new is not None else ""
-        out.append(f"index {_blob(before)}..{_blob(after)}{tail}\n".encode())
-        text = diffs.make(
-            before or b"", after or b"", f"a/{old}" if old else "/dev/null", f"b/{new}" if new else "/dev/null"
-        )
-        out.append(text)
-    for change in absent:
-        if change.diff is not None:
-            out.append(_render(change))
+    out = [_mail_header(patch)] if patch.subject is not None else []
+    out += [_file_diff(change, before, after) for change, before, after in changes]
+    out += [_render(change) for change in absent if change.diff is not None]
     return b"".join(out)
 
 

@@ -25,7 +25,7 @@ import tarfile
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from patchkit import __version__
 from patchkit.errors import BadInput
@@ -70,6 +70,39 @@ def attestation_path(bundle: Path) -> Path:
     return bundle.with_name(bundle.name + SUFFIX)
 
 
+def _hash_member(tar: tarfile.TarFile, ti: tarfile.TarInfo) -> tuple[str, bytes]:
+    """A member's sha256, streamed; its bytes too when it is the lockfile (else empty)."""
+    src = tar.extractfile(ti)
+    h = hashlib.sha256()
+    data = b""
+    while src is not None and (chunk := src.read(_READ)):
+        h.update(chunk)
+        if ti.name == LOCKFILE_NAME:
+            data += chunk
+    return h.hexdigest(), data
+
+
+def _hash_members(path: Path, raw: BinaryIO) -> tuple[dict[str, str], bytes | None]:
+    """Every regular file of the archive with its sha256 (bounded, no duplicates), and the lockfile's bytes."""
+    members: dict[str, str] = {}
+    lock_data: bytes | None = None
+    total = 0
+    with gzip.GzipFile(fileobj=raw, mode="rb") as gz, tarfile.open(fileobj=gz, mode="r|") as tar:
+        for ti in tar:
+            if not ti.isreg():
+                continue
+            total += ti.size
+            if ti.size > MAX_MEMBER or total > MAX_TOTAL:
+                raise BadInput(f"{path}: {ti.name}: the bundle is larger than patchkit attests; refused")
+            digest, data = _hash_member(tar, ti)
+            if ti.name in members:
+                raise BadInput(f"{path}: {ti.name}: duplicate member; refused")
+            members[ti.name] = digest
+            if ti.name == LOCKFILE_NAME:
+                lock_data = data
+    return members, lock_data
+
+
 def read_bundle(path: Path) -> BundleContents:
     """Hash the bundle and each regular file in it (streamed, bounded); load its lockfile.
 
@@ -77,33 +110,12 @@ def read_bundle(path: Path) -> BundleContents:
     and unsafe names, so this reader never writes anything to disk.
     """
     whole = hashlib.sha256()
-    members: dict[str, str] = {}
-    lock_data: bytes | None = None
-    total = 0
     try:
         with path.open("rb") as raw:
             while chunk := raw.read(_READ):
                 whole.update(chunk)
             raw.seek(0)
-            with gzip.GzipFile(fileobj=raw, mode="rb") as gz, tarfile.open(fileobj=gz, mode="r|") as tar:
-                for ti in tar:
-                    if not ti.isreg():
-                        continue
-                    total += ti.size
-                    if ti.size > MAX_MEMBER or total > MAX_TOTAL:
-                        raise BadInput(f"{path}: {ti.name}: the bundle is larger than patchkit attests; refused")
-                    src = tar.extractfile(ti)
-                    h = hashlib.sha256()
-                    data = b""
-                    while src is not None and (chunk := src.read(_READ)):
-                        h.update(chunk)
-                        if ti.name == LOCKFILE_NAME:
-                            data += chunk
-                    if ti.name in members:
-                        raise BadInput(f"{path}: {ti.name}: duplicate member; refused")
-                    members[ti.name] = h.hexdigest()
-                    if ti.name == LOCKFILE_NAME:
-                        lock_data = data
+            members, lock_data = _hash_members(path, raw)
     except (OSError, EOFError, tarfile.TarError) as e:
         raise BadInput(f"{path}: not a readable .tar.gz ({e})", "build it with: patchkit bundle -o PATH") from e
     if lock_data is None:
@@ -199,13 +211,8 @@ def _b64(text: object, what: str) -> bytes:
         raise BadSignature(f"{what} is not valid base64") from e
 
 
-def open_envelope(
-    data: bytes, signers: tuple[AllowedSigner, ...], identity: str | None, now: datetime
-) -> tuple[dict[str, Any], Match]:
-    """Check the DSSE signature of the single envelope in ``data``; the statement it carries and its signer."""
-    from cryptography.exceptions import InvalidSignature
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
+def _envelope(data: bytes) -> tuple[bytes, list[Any]]:
+    """The payload and signatures of the single DSSE envelope in ``data``, of the in-toto payload type."""
     lines = [line for line in data.splitlines() if line.strip()]
     if len(lines) != 1:
         raise BadSignature(f"expected one DSSE envelope, found {len(lines)} lines")
@@ -219,35 +226,109 @@ def open_envelope(
     sigs = env.get("signatures")
     if not isinstance(sigs, list) or not sigs:
         raise BadSignature("the envelope has no signatures")
+    return payload, sigs
+
+
+def _signer_of(
+    entry: dict[str, Any],
+    payload: bytes,
+    signers: tuple[AllowedSigner, ...],
+    identity: str | None,
+    now: datetime,
+    reasons: list[str],
+) -> Match | None:
+    """The allowed signer whose Ed25519 key made this signature over the payload, or None.
+
+    Each candidate key that fails says why in ``reasons``; when no allowed key is a
+    candidate (and nothing failed before), that is the reason.
+    """
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    sig = _b64(entry.get("sig"), "signature")
+    keyid = entry.get("keyid") or None
+    for s in signers:
+        if s.key_type != "ssh-ed25519" or (keyid is not None and s.fingerprint != keyid):
+            continue
+        try:
+            Ed25519PublicKey.from_public_bytes(s.key[-32:]).verify(sig, pae(PAYLOAD_TYPE, payload))
+        except InvalidSignature:
+            reasons.append(f"signature by {s.fingerprint} does not match the statement")
+            continue
+        try:
+            return find(signers, s.key, NAMESPACE, identity, now)
+        except BadSignature as e:
+            reasons.append(str(e))
+    if not reasons:
+        reasons.append(f"signing key {keyid or '(no keyid)'} is not in the allowed signers")
+    return None
+
+
+def _signed_statement(payload: bytes) -> dict[str, Any]:
+    """The statement a verified payload carries: a JSON object."""
+    try:
+        stmt = json.loads(payload)
+    except ValueError as e:
+        raise BadSignature(f"the signed payload is not JSON ({e})") from e
+    if not isinstance(stmt, dict):
+        raise BadSignature("the signed payload is not a JSON object")
+    return stmt
+
+
+def open_envelope(
+    data: bytes, signers: tuple[AllowedSigner, ...], identity: str | None, now: datetime
+) -> tuple[dict[str, Any], Match]:
+    """Check the DSSE signature of the single envelope in ``data``; the statement it carries and its signer."""
+    payload, sigs = _envelope(data)
     reasons: list[str] = []
     for entry in sigs:
         if not isinstance(entry, dict):
             continue
-        sig = _b64(entry.get("sig"), "signature")
-        keyid = entry.get("keyid") or None
-        for s in signers:
-            if s.key_type != "ssh-ed25519" or (keyid is not None and s.fingerprint != keyid):
-                continue
-            try:
-                Ed25519PublicKey.from_public_bytes(s.key[-32:]).verify(sig, pae(PAYLOAD_TYPE, payload))
-            except InvalidSignature:
-                reasons.append(f"signature by {s.fingerprint} does not match the statement")
-                continue
-            try:
-                match = find(signers, s.key, NAMESPACE, identity, now)
-            except BadSignature as e:
-                reasons.append(str(e))
-                continue
-            try:
-                stmt = json.loads(payload)
-            except ValueError as e:
-                raise BadSignature(f"the signed payload is not JSON ({e})") from e
-            if not isinstance(stmt, dict):
-                raise BadSignature("the signed payload is not a JSON object")
-            return stmt, match
-        if not reasons:
-            reasons.append(f"signing key {keyid or '(no keyid)'} is not in the allowed signers")
+        match = _signer_of(entry, payload, signers, identity, now, reasons)
+        if match is not None:
+            return _signed_statement(payload), match
     raise BadSignature("; ".join(dict.fromkeys(reasons)) or "no usable signature in the envelope")
+
+
+def _subjects(stmt: dict[str, Any], problems: list[str]) -> dict[str, str]:
+    """The statement's subjects, name -> sha256; one without both is a problem."""
+    listed: dict[str, str] = {}
+    for s in stmt.get("subject") or []:
+        digest = s.get("digest", {}).get("sha256") if isinstance(s, dict) else None
+        if not isinstance(digest, str) or not isinstance(s.get("name"), str):
+            problems.append(f"subject without a name and sha256 digest: {s!r}")
+            continue
+        listed[s["name"]] = digest
+    return listed
+
+
+def _subject_problems(listed: dict[str, str], contents: BundleContents) -> list[str]:
+    """The subjects against the bundle: the bundle itself and exactly its files, each with its sha256."""
+    problems: list[str] = []
+    bundle_subjects = [n for n, d in listed.items() if d == contents.sha256 and n not in contents.members]
+    if not bundle_subjects:
+        problems.append(f"no subject is this bundle (sha256 {contents.sha256[:12]}…): the bundle changed")
+    for name, digest in sorted(contents.members.items()):
+        if name not in listed:
+            problems.append(f"{name}: in the bundle but not a subject of the attestation")
+        elif listed[name] != digest:
+            problems.append(f"{name}: sha256 {digest[:12]}… differs from the attested {listed[name][:12]}…")
+    problems += [
+        f"{name}: attested but not in the bundle"
+        for name in sorted(set(listed) - set(contents.members) - set(bundle_subjects))
+    ]
+    return problems
+
+
+def _resolved_dependencies(stmt: dict[str, Any], problems: list[str]) -> list[Any]:
+    """``predicate.buildDefinition.resolvedDependencies`` (empty, and a problem, when missing)."""
+    predicate = stmt.get("predicate") if isinstance(stmt.get("predicate"), dict) else {}
+    build = predicate.get("buildDefinition") if isinstance(predicate, dict) else None
+    deps = build.get("resolvedDependencies") if isinstance(build, dict) else None
+    if not isinstance(deps, list):
+        problems.append("predicate.buildDefinition.resolvedDependencies is missing")
+        return []
+    return deps
 
 
 def check_statement(stmt: dict[str, Any], contents: BundleContents) -> tuple[list[str], tuple[str, ...]]:
@@ -257,29 +338,9 @@ def check_statement(stmt: dict[str, Any], contents: BundleContents) -> tuple[lis
         problems.append(f"_type is not {STATEMENT_TYPE}")
     if stmt.get("predicateType") != PREDICATE_TYPE:
         problems.append(f"predicateType is not {PREDICATE_TYPE}")
-    listed: dict[str, str] = {}
-    for s in stmt.get("subject") or []:
-        digest = s.get("digest", {}).get("sha256") if isinstance(s, dict) else None
-        if not isinstance(digest, str) or not isinstance(s.get("name"), str):
-            problems.append(f"subject without a name and sha256 digest: {s!r}")
-            continue
-        listed[s["name"]] = digest
-    bundle_subjects = [n for n, d in listed.items() if d == contents.sha256 and n not in contents.members]
-    if not bundle_subjects:
-        problems.append(f"no subject is this bundle (sha256 {contents.sha256[:12]}…): the bundle changed")
-    for name, digest in sorted(contents.members.items()):
-        if name not in listed:
-            problems.append(f"{name}: in the bundle but not a subject of the attestation")
-        elif listed[name] != digest:
-            problems.append(f"{name}: sha256 {digest[:12]}… differs from the attested {listed[name][:12]}…")
-    for name in sorted(set(listed) - set(contents.members) - set(bundle_subjects)):
-        problems.append(f"{name}: attested but not in the bundle")
-    predicate = stmt.get("predicate") if isinstance(stmt.get("predicate"), dict) else {}
-    build = predicate.get("buildDefinition") if isinstance(predicate, dict) else None
-    deps = build.get("resolvedDependencies") if isinstance(build, dict) else None
-    if not isinstance(deps, list):
-        problems.append("predicate.buildDefinition.resolvedDependencies is missing")
-        deps = []
+    listed = _subjects(stmt, problems)
+    problems += _subject_problems(listed, contents)
+    deps = _resolved_dependencies(stmt, problems)
     if deps != dependencies(contents.lock):
         problems.append("resolvedDependencies differ from the pins of the bundled lockfile")
     names = tuple(str(d.get("name")) for d in deps if isinstance(d, dict))

@@ -125,8 +125,6 @@ def generate(path: Path, comment: str, passphrase: bytes | None) -> NewKey:
     written in full (temporary files, then hard links, which fail rather than
     replace an existing file).
     """
-    import contextlib
-
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     from cryptography.hazmat.primitives.serialization import (
         BestAvailableEncryption,
@@ -147,12 +145,26 @@ def generate(path: Path, comment: str, passphrase: bytes | None) -> NewKey:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as e:
         raise WriteFailed(f"{path.parent}: cannot create the directory: {e.strerror}") from e
+    _write_both(path, ((path, private, 0o600), (pub_path, (line + "\n").encode(), 0o644)))
+    from patchkit.signing.sshsig import fingerprint
+
+    return NewKey(path, pub_path, line, fingerprint(public_wire(key)))
+
+
+def _write_both(path: Path, files: tuple[tuple[Path, bytes, int], ...]) -> None:
+    """Write every file or none: each is staged in full, then hard-linked into place.
+
+    A link fails rather than replace a file that appeared meanwhile; then the
+    ones already linked are removed again. The staged files never stay behind.
+    """
+    import contextlib
+
     staged: list[Path] = []
     linked: list[Path] = []
     try:
-        for target, data, mode in ((path, private, 0o600), (pub_path, (line + "\n").encode(), 0o644)):
+        for target, data, mode in files:
             staged.append(_stage(target, data, mode))
-        for tmp, target in zip(staged, (path, pub_path), strict=True):
+        for tmp, (target, _, _) in zip(staged, files, strict=True):
             os.link(tmp, target)
             linked.append(target)
     except FileExistsError as e:
@@ -167,9 +179,6 @@ def generate(path: Path, comment: str, passphrase: bytes | None) -> NewKey:
         for tmp in staged:
             with contextlib.suppress(OSError):
                 tmp.unlink()
-    from patchkit.signing.sshsig import fingerprint
-
-    return NewKey(path, pub_path, line, fingerprint(public_wire(key)))
 
 
 def _stage(target: Path, data: bytes, mode: int) -> Path:

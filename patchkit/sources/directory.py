@@ -164,40 +164,62 @@ def _resolve_in_root(root: str, rel: str) -> tuple[str, os.stat_result] | None:
         st = os.stat(root)
     except OSError:
         return None
-    pending = [part for part in reversed(rel.split("/")) if part]
-    done: list[str] = []
-    links = 0
-    while pending:
-        part = pending.pop()
+    walk = _ChrootWalk(root, rel, st)
+    while walk.pending:
+        part = walk.pending.pop()
         if part in ("", "."):
             continue
+        if not walk.step(part):
+            return None
+    if not walk.done:
+        walk.st = os.stat(root)  # every step led back to root itself
+    return os.path.join(root, *walk.done), walk.st
+
+
+class _ChrootWalk:
+    """A path being followed from ``root`` as a chroot would: the components left, those taken, links seen.
+
+    ``st`` is the lstat of the last component looked at.
+    """
+
+    def __init__(self, root: str, rel: str, st: os.stat_result) -> None:
+        self.root = root
+        self.pending = [part for part in reversed(rel.split("/")) if part]
+        self.done: list[str] = []
+        self.links = 0
+        self.st = st
+
+    def step(self, part: str) -> bool:
+        """Take one component (``..`` never climbs above root); False when the path cannot resolve."""
         if part == "..":
-            if done:
-                done.pop()
-            continue
-        path = os.path.join(root, *done, part)
+            if self.done:
+                self.done.pop()
+            return True
+        path = os.path.join(self.root, *self.done, part)
         try:
-            st = os.lstat(path)
+            self.st = os.lstat(path)
         except OSError:  # missing, or a parent is not a directory
-            return None
-        if stat.S_ISLNK(st.st_mode):
-            links += 1
-            if links > _MAX_LINKS:
-                return None
-            try:
-                target = os.readlink(path)
-            except OSError:
-                return None
-            if target.startswith("/"):
-                done = []
-            pending.extend(reversed(target.split("/")))
-            continue
-        if pending and not stat.S_ISDIR(st.st_mode):
-            return None
-        done.append(part)
-    if not done:
-        st = os.stat(root)  # every step led back to root itself
-    return os.path.join(root, *done), st
+            return False
+        if stat.S_ISLNK(self.st.st_mode):
+            return self.follow(path)
+        if self.pending and not stat.S_ISDIR(self.st.st_mode):
+            return False
+        self.done.append(part)
+        return True
+
+    def follow(self, path: str) -> bool:
+        """Put a symlink's target in its place (an absolute one restarts at root); False past ``_MAX_LINKS``."""
+        self.links += 1
+        if self.links > _MAX_LINKS:
+            return False
+        try:
+            target = os.readlink(path)
+        except OSError:
+            return False
+        if target.startswith("/"):
+            self.done = []
+        self.pending.extend(reversed(target.split("/")))
+        return True
 
 
 def _read_regular(path: str) -> bytes | None:

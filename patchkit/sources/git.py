@@ -13,7 +13,8 @@ Every commit a snapshot resolved to is kept by a ref (``refs/patchkit/<id>``)
 and automatic gc is off, so nothing a lockfile pins is ever pruned.
 
 Reading many paths costs one ``git cat-file --batch`` process per ``read``
-call, whatever the number of paths.
+call, whatever the number of paths. Every git command goes through the one
+git client, ``patchkit.gitclient``.
 """
 
 from __future__ import annotations
@@ -24,26 +25,18 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
 import tempfile
-import threading
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, cast
 
-import git
-
+from patchkit import gitclient
 from patchkit.errors import BadInput, WriteFailed
 from patchkit.progress import Meter
 from patchkit.sources.interface import Pin, Snapshot, SourceError, UpstreamSource, check_path
 
 _FULL_SHA = re.compile(r"[0-9a-fA-F]{40}")
 _SHORT_SHA = re.compile(r"[0-9a-fA-F]{4,39}")
-_OBJECT_HEADER = re.compile(rb"([0-9a-f]{40}) (blob|tree|commit|tag) ([0-9]+)")
 _REF_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
-
-# Never prompt for credentials: a prompt would hang a CI job; a failure is reported instead.
-_ENV = {"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never"}
 
 # Set in every cache repository when it is created (see the module docstring).
 _CONFIG = {
@@ -132,14 +125,10 @@ class GitSource(UpstreamSource):
             status, _, err = _run_git(tmp, "init", "--bare", "--quiet")
             if status != 0:
                 raise WriteFailed(f"{self.path}: cannot create the git cache ({_reason(err)})")
-            # Written by gitpython's parser to this file by name: a git.Repo would honour GIT_COMMON_DIR.
-            with git.GitConfigParser(str(tmp / "config"), read_only=False) as config:
-                for (section, option), value in _CONFIG.items():
-                    config.set_value(section, option, value)
-                config.set_value('remote "origin"', "url", self.url)
-                config.set_value('remote "origin"', "fetch", _HEADS_AND_TAGS[0])
+            remote = {('remote "origin"', "url"): self.url, ('remote "origin"', "fetch"): _HEADS_AND_TAGS[0]}
+            gitclient.write_config(tmp / "config", {**_CONFIG, **remote})
             tmp.rename(self.path)
-        except (git.GitError, OSError) as e:
+        except (gitclient.GitFailed, OSError) as e:
             raise WriteFailed(f"{self.path}: cannot create the git cache ({_one_line(str(e))})") from e
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -220,7 +209,7 @@ class GitSource(UpstreamSource):
         """The blob at each (commit, path), all in one ``git cat-file --batch``: many versions of a file at once."""
         for _, path in wanted:
             check_path(path)
-        names = [f"{commit}:{path}".encode("utf-8", "surrogateescape") for commit, path in wanted]
+        names = [f"{commit}:{path}" for commit, path in wanted]
         return _cat_file_batch(self.path, names) if names else []
 
     def _fetch_failed(self, err: str) -> SourceError:
@@ -291,19 +280,35 @@ class GitSnapshot(Snapshot):
         return Pin(kind="git", commit=self.commit, path=self.source.url)
 
     def read(self, paths: Iterable[str]) -> dict[str, bytes | None]:
-        """The blob at each path of this commit, in one ``git cat-file --batch`` process.
+        """The blob at each path of this commit: one ``git ls-tree`` and one ``git cat-file --batch``.
 
         A path that does not exist at this commit, or names a directory or a
         submodule, reads as None; a symlink reads as git stores it (its target
         text). A path that is not a clean relative path raises ``BadInput``.
+        The blobs are asked for by id from the commit's listing: naming them
+        ``COMMIT:PATH`` would make git walk the tree again for every path.
         """
         wanted = list(dict.fromkeys(paths))
         for p in wanted:
             check_path(p)
         if not wanted:
             return {}
-        names = [f"{self.commit}:{p}".encode("utf-8", "surrogateescape") for p in wanted]
-        return dict(zip(wanted, _cat_file_batch(self.source.path, names), strict=True))
+        ids = self.blob_ids()
+        found = [p for p in wanted if p in ids]
+        blobs = dict(zip(found, _cat_file_batch(self.source.path, [ids[p] for p in found]), strict=True))
+        return {p: blobs.get(p) for p in wanted}
+
+    def blob_ids(self) -> dict[str, str]:
+        """Every file of this commit (regular, executable or symlink) and its blob id, from ``git ls-tree -r``."""
+        _, out, _ = self.source._git("ls-tree", "-r", "-z", "--full-tree", self.commit, check=True)
+        ids: dict[str, str] = {}
+        for record in out.split(b"\0"):
+            meta, _, path = record.partition(b"\t")
+            _, _, rest = meta.partition(b" ")
+            kind, _, oid = rest.partition(b" ")
+            if kind == b"blob":
+                ids[path.decode("utf-8", "surrogateescape")] = oid.decode("ascii")
+        return ids
 
     def renames(self, other: Snapshot, paths: Iterable[str]) -> Mapping[str, str]:
         """Paths of this commit that ``other``'s commit has under a new name, by git's rename detection.
@@ -337,93 +342,20 @@ class GitSnapshot(Snapshot):
         return found
 
 
-def _repo_env(git_dir: Path) -> dict[str, str]:
-    """Environment that points git at ``git_dir`` and nothing else.
-
-    Run from a git hook (or inside another repository's tooling), the
-    environment may carry ``GIT_DIR``, ``GIT_OBJECT_DIRECTORY`` and the like
-    for the user's own repository; they would override ``--git-dir`` in part.
-    """
-    return {
-        **_ENV,
-        "GIT_DIR": str(git_dir),
-        "GIT_COMMON_DIR": str(git_dir),
-        "GIT_OBJECT_DIRECTORY": str(git_dir / "objects"),
-        "GIT_ALTERNATE_OBJECT_DIRECTORIES": "",
-        "GIT_NAMESPACE": "",
-    }
-
-
 def _run_git(git_dir: Path, *args: str) -> tuple[int, bytes, str]:
-    """Run git (through gitpython) on the repository ``git_dir``; never raises on a non-zero status."""
+    """Run git on the repository ``git_dir``; never raises on a non-zero status."""
     try:
-        return git.Git(str(git_dir.parent)).execute(
-            ["git", f"--git-dir={git_dir}", *args],
-            with_extended_output=True,
-            with_exceptions=False,
-            stdout_as_string=False,
-            env=_repo_env(git_dir),
-        )
-    except git.GitCommandNotFound as e:
-        raise SourceError("git is not installed (or not on PATH)", "install git") from e
+        return gitclient.run(git_dir.parent, [f"--git-dir={git_dir}", *args], env=gitclient.repo_env(git_dir))
+    except gitclient.GitMissing as e:
+        raise SourceError(str(e), e.hint) from e
 
 
-def _cat_file_batch(git_dir: Path, names: list[bytes]) -> list[bytes | None]:
-    """Feed object names to one ``git cat-file --batch`` and collect each blob (None otherwise).
-
-    A thread writes the names while this one reads the answers, so neither
-    pipe can fill up and block the other, whatever the number of names.
-    """
-    command = ["git", f"--git-dir={git_dir}", "cat-file", "--batch", "--buffer"]
-    with tempfile.TemporaryFile() as errors:
-        try:
-            proc = subprocess.Popen(
-                command,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=errors,
-                env={**os.environ, **_repo_env(git_dir)},
-            )
-        except OSError as e:
-            raise SourceError(f"cannot run git cat-file: {e.strerror}", "install git") from e
-        stdin = cast("IO[bytes]", proc.stdin)
-        stdout = cast("IO[bytes]", proc.stdout)
-
-        def feed() -> None:
-            with contextlib.suppress(OSError):  # git exited early: reported by the reader
-                for name in names:
-                    stdin.write(name + b"\n")
-            with contextlib.suppress(OSError):
-                stdin.close()
-
-        writer = threading.Thread(target=feed, name="git-cat-file-input", daemon=True)
-        writer.start()
-        results: list[bytes | None] = []
-        try:
-            for _ in names:
-                header = stdout.readline()
-                if not header:
-                    break
-                m = _OBJECT_HEADER.fullmatch(header.rstrip(b"\n"))
-                if m is None:  # "<name> missing" (or ambiguous)
-                    results.append(None)
-                    continue
-                size = int(m.group(3))
-                data = stdout.read(size)
-                if len(data) != size or stdout.read(1) != b"\n":  # each object ends with a newline
-                    break
-                results.append(data if m.group(2) == b"blob" else None)
-        finally:
-            if len(results) < len(names):
-                proc.kill()  # also unblocks the writer
-            writer.join()
-            stdout.close()
-            status = proc.wait()
-        if len(results) < len(names) or status != 0:
-            errors.seek(0)
-            reason = _reason(errors.read().decode("utf-8", "replace")) or f"exit status {status}"
-            raise SourceError(f"git cat-file in {git_dir} failed: {reason}")
-    return results
+def _cat_file_batch(git_dir: Path, names: list[str]) -> list[bytes | None]:
+    """Each object name's blob (None otherwise), read by one ``git cat-file --batch``."""
+    try:
+        return gitclient.read_objects(git_dir, names)
+    except (gitclient.GitMissing, gitclient.GitFailed) as e:
+        raise SourceError(str(e), e.hint) from e
 
 
 def _check_ref(ref: str) -> None:

@@ -49,8 +49,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from patchkit.errors import BadInput
+from patchkit.images.oci import Platform, Resolved
 from patchkit.images.ref import ImageRef
-from patchkit.images.registry import Platform, RegistryClient, Resolved
+from patchkit.images.registry import RegistryClient
 from patchkit.sources.interface import Pin, Snapshot, UpstreamSource, check_path
 from patchkit.values import Digest
 

@@ -109,17 +109,9 @@ class Interdiff:
 
 def at_revision(root: Path, rev: str, rel: str) -> bytes | None:
     """A repository file as committed at ``rev`` (``git show REV:./FILE``); None when it was not there."""
-    import subprocess
+    from patchkit import gitclient
 
-    if rev.startswith("-"):
-        return None
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(root), "show", f"{rev}:./{rel}"], capture_output=True, timeout=30, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout if out.returncode == 0 else None
+    return gitclient.show(root, rev, rel)
 
 
 def blocks(diff: bytes) -> tuple[int, list[Block]]:

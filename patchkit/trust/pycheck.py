@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 #: The kinds of problem a check reports; ``unknown`` blocks nothing and says why it could not tell.
 SYNTAX = "syntax"
@@ -236,37 +236,57 @@ def _module_level(body: list[ast.stmt]) -> list[ast.AST]:
     return out
 
 
+@dataclass
+class _Bindings:
+    """Names a module binds, the modules it star-imports, and whether it may bind names no statement shows."""
+
+    anchor: list[str]
+    names: set[str] = field(default_factory=set)
+    stars: list[str] = field(default_factory=list)
+    dynamic: bool = False
+
+    def statement(self, node: ast.AST) -> None:
+        """What one module-level statement (or handler, or match case) binds."""
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            self.names.add(node.name)
+            self.dynamic = self.dynamic or node.name == "__getattr__"
+        elif isinstance(node, ast.Import):
+            self.names.update(a.asname or a.name.split(".", 1)[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            self.import_from(node)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            self.names.add(node.name)
+        for target in _targets(node):
+            self.names |= _bound(target)
+
+    def import_from(self, node: ast.ImportFrom) -> None:
+        """``from M import a, b`` binds a and b; ``from M import *`` whatever M has (dynamic when M is unknown)."""
+        self.names.update(a.asname or a.name for a in node.names if a.name != "*")
+        if any(a.name == "*" for a in node.names):
+            module = _absolute(node, self.anchor)
+            self.stars += [module] if module is not None else []
+            self.dynamic = self.dynamic or module is None
+
+    def anywhere(self, node: ast.AST) -> None:
+        """What any node binds in the module namespace: a walrus or ``global``; or ``globals()`` and the like."""
+        if isinstance(node, ast.NamedExpr) and isinstance(node.target, ast.Name):
+            self.names.add(node.target.id)  # conservative: a walrus in a function binds a local, but may not
+        elif isinstance(node, ast.Global):
+            self.names.update(node.names)
+        elif _writes_namespace(node):
+            self.dynamic = True
+
+
 def defined(tree: ast.Module, path: str) -> Defined:
     """What ``from <this module> import X`` can find: every name bound at module level, conditionally too."""
     me = module_name(path)
     anchor = (me[0].split(".") if me[1] else me[0].split(".")[:-1]) if me is not None else []
-    names: set[str] = set()
-    stars: list[str] = []
-    dynamic = False
+    found = _Bindings(anchor)
     for node in _module_level(tree.body):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            names.add(node.name)
-            dynamic = dynamic or node.name == "__getattr__"
-        elif isinstance(node, ast.Import):
-            names.update(a.asname or a.name.split(".", 1)[0] for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            names.update(a.asname or a.name for a in node.names if a.name != "*")
-            if any(a.name == "*" for a in node.names):
-                module = _absolute(node, anchor)
-                stars += [module] if module is not None else []
-                dynamic = dynamic or module is None
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            names.add(node.name)
-        for target in _targets(node):
-            names |= _bound(target)
+        found.statement(node)
     for node in ast.walk(tree):
-        if isinstance(node, ast.NamedExpr) and isinstance(node.target, ast.Name):
-            names.add(node.target.id)  # conservative: a walrus in a function binds a local, but may not
-        elif isinstance(node, ast.Global):
-            names.update(node.names)
-        elif _writes_namespace(node):
-            dynamic = True
-    return Defined(frozenset(names), tuple(stars), dynamic)
+        found.anywhere(node)
+    return Defined(frozenset(found.names), tuple(found.stars), found.dynamic)
 
 
 def _writes_namespace(node: ast.AST) -> bool:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from patchkit.images.registry import RegistryClient, RegistryError
+from patchkit.images.errors import RegistryError
+from patchkit.images.registry import RegistryClient
 
 MANIFEST = b'{"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json"}'
 

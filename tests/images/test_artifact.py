@@ -17,7 +17,7 @@ from patchkit.images.artifact import (
     SIGNATURE_ARTIFACT,
     artifact_manifest,
 )
-from patchkit.images.registry import OCI_INDEX, OCI_MANIFEST
+from patchkit.images.oci import OCI_INDEX, OCI_MANIFEST
 from tests.conftest import Invoke
 from tests.images.conftest import RegistryServer
 

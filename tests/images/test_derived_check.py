@@ -14,8 +14,9 @@ import pytest
 
 from patchkit.findings import Finding
 from patchkit.images.build import LayerFile, build_and_push, layer_tar
+from patchkit.images.oci import parse_descriptor
 from patchkit.images.ref import ImageRef
-from patchkit.images.registry import RegistryClient, parse_descriptor
+from patchkit.images.registry import RegistryClient
 from patchkit.images.verify import layer_differences, pinned_targets
 from patchkit.lockfile.reader import loads as load_lock
 from patchkit.lockfile.tomlpos import LineIndex

@@ -37,21 +37,12 @@ from images.conftest import (
     tar_bytes,
 )
 from patchkit.errors import EXIT_BAD_INPUT, EXIT_EXTERNAL, BadInput
-from patchkit.images import registry
+from patchkit.images import layers, oci, registry
+from patchkit.images.credentials import parse_challenge
+from patchkit.images.errors import RegistryError
+from patchkit.images.layers import LayerScan, Overlay, decide
+from patchkit.images.oci import ImageIndex, ImageManifest, Platform, parse_config, parse_manifest, select_platform
 from patchkit.images.ref import DOCKER_HUB, ImageRef
-from patchkit.images.registry import (
-    ImageIndex,
-    ImageManifest,
-    LayerScan,
-    Overlay,
-    Platform,
-    RegistryError,
-    decide,
-    parse_challenge,
-    parse_config,
-    parse_manifest,
-    select_platform,
-)
 from patchkit.values import Digest
 
 D1 = "sha256:" + "1" * 64
@@ -259,12 +250,12 @@ def test_overlay_decisions() -> None:
         symlinks={"/lib": "/usr/lib"},
     )
     # entries of a layer win over its own whiteouts; whiteouts hide only what is below
-    assert decide("/a/new.py", top) == registry.Found(b"new")
-    assert decide("/a/gone.py", top) == registry.Absent()
-    assert decide("/b/deep/x", top) == registry.Absent()  # under a deleted directory
-    assert decide("/c/x", top) == registry.Absent()  # under an opaque directory
+    assert decide("/a/new.py", top) == layers.Found(b"new")
+    assert decide("/a/gone.py", top) == layers.Absent()
+    assert decide("/b/deep/x", top) == layers.Absent()  # under a deleted directory
+    assert decide("/c/x", top) == layers.Absent()  # under an opaque directory
     assert decide("/c", top) is None  # the opaque directory itself stays
-    assert decide("/lib/python3/x.py", top) == registry.SymlinkTo("/usr/lib/python3/x.py")
+    assert decide("/lib/python3/x.py", top) == layers.SymlinkTo("/usr/lib/python3/x.py")
     assert decide("/a/other.py", top) is None
     overlay = Overlay(["/a/new.py", "/a/other.py", "/c/x", "/f/x"])
     assert overlay.ancestors() >= {"/", "/a", "/c", "/f"}
@@ -719,7 +710,7 @@ def test_accept_header_on_get_and_head(fake_registry: FakeRegistry, make_client:
     client.exists(f"{fake_registry.host}/t/app:v1")
     accepts = {m: h.get("Accept", "") for m, p, h in fake_registry.requests if "/manifests/" in p}
     for method in ("GET", "HEAD"):
-        assert accepts[method].split(", ") == list(registry.MANIFEST_MEDIA_TYPES)
+        assert accepts[method].split(", ") == list(oci.MANIFEST_MEDIA_TYPES)
 
 
 def test_server_errors_are_retried_then_reported(fake_registry: FakeRegistry, make_client: ClientFactory) -> None:

@@ -95,3 +95,16 @@ def test_provenance_rows_in_the_forms_real_readmes_use() -> None:
     # The PR number belongs to the row's project, not to "triton" in the path; a linked number once.
     assert refs(rows[1].text, rows[1].repository) == ["ROCm/aiter#812"]
     assert refs(rows[2].text, rows[2].repository) == ["vllm-project/vllm#48001"]
+
+
+def test_a_project_word_inside_a_path_names_no_project() -> None:
+    assert refs("aiter/ops/triton/x.py #12", "vllm-project/vllm") == ["vllm-project/vllm#12"]
+    assert refs("see vllm.config #7 then aiter #8") == ["ROCm/aiter#8"]
+    assert references("see vllm.config #7").unresolved == ("#7",)
+
+
+def test_a_link_to_a_reference_counts_once_and_repeats_are_dropped() -> None:
+    url = "https://github.com/vllm-project/vllm/pull/47291"
+    found = references(f"[#47291]({url}) and again vllm-project/vllm#47291, then #1 and #1")
+    assert [str(r) for r in found.refs] == ["vllm-project/vllm#47291"]
+    assert found.unresolved == ("#1",)

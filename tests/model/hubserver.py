@@ -121,177 +121,180 @@ class HubServer:
         return r.branches.get(rev)
 
 
-def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:  # noqa: C901 (over the ceiling already)
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+class _Handler(BaseHTTPRequestHandler):
+    """The stand-in's answers; ``hub`` is the server whose repositories it serves (set per server)."""
 
-        def log_message(self, format: str, *args: object) -> None:
-            pass
+    protocol_version = "HTTP/1.1"
+    hub: HubServer
 
-        def do_HEAD(self) -> None:
-            self._route(head=True)
+    def log_message(self, format: str, *args: object) -> None:
+        pass
 
-        def do_GET(self) -> None:
-            self._route(head=False)
+    def do_HEAD(self) -> None:
+        self._route(head=True)
 
-        # -- answers
+    def do_GET(self) -> None:
+        self._route(head=False)
 
-        def _send(
-            self, status: int, body: bytes = b"", headers: dict[str, str] | None = None, head: bool = False
-        ) -> None:
-            self.send_response(status)
-            for k, v in (headers or {}).items():
-                self.send_header(k, v)
-            if "Content-Length" not in (headers or {}):
-                self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if not head:
-                self.wfile.write(body)
+    # -- answers
 
-        def _json(self, status: int, doc: object, headers: dict[str, str] | None = None, head: bool = False) -> None:
-            body = json.dumps(doc).encode()
-            self._send(status, body, {"Content-Type": "application/json", **(headers or {})}, head)
+    def _send(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None, head: bool = False) -> None:
+        self.send_response(status)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        if "Content-Length" not in (headers or {}):
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
 
-        def _error(self, status: int, code: str | None, message: str, head: bool) -> None:
-            headers = {"X-Error-Message": message}
-            if code:
-                headers["X-Error-Code"] = code
-            self._json(status, {"error": message}, headers, head)
+    def _json(self, status: int, doc: object, headers: dict[str, str] | None = None, head: bool = False) -> None:
+        body = json.dumps(doc).encode()
+        self._send(status, body, {"Content-Type": "application/json", **(headers or {})}, head)
 
-        def _authorized(self, head: bool) -> bool:
-            if hub.token is None:
-                return True
-            given = self.headers.get("Authorization")
-            if given == f"Bearer {hub.token}":
-                return True
-            if given:
-                self._error(401, None, "Invalid credentials in Authorization header", head)
-            else:
-                # What the Hub answers for a private repo without a token.
-                self._error(401, "RepoNotFound", "Invalid username or password.", head)
-            return False
+    def _error(self, status: int, code: str | None, message: str, head: bool) -> None:
+        headers = {"X-Error-Message": message}
+        if code:
+            headers["X-Error-Code"] = code
+        self._json(status, {"error": message}, headers, head)
 
-        # -- routing
+    def _authorized(self, head: bool) -> bool:
+        if self.hub.token is None:
+            return True
+        given = self.headers.get("Authorization")
+        if given == f"Bearer {self.hub.token}":
+            return True
+        if given:
+            self._error(401, None, "Invalid credentials in Authorization header", head)
+        else:
+            # What the Hub answers for a private repo without a token.
+            self._error(401, "RepoNotFound", "Invalid username or password.", head)
+        return False
 
-        def _route(self, head: bool) -> None:
-            split = urlsplit(self.path)
-            path = split.path
-            with hub._lock:
-                hub.requests.append((self.command, path))
-            if path.startswith("/cdn-lfs/"):
-                self._cdn(path.removeprefix("/cdn-lfs/"), head)
+    # -- routing
+
+    def _route(self, head: bool) -> None:
+        split = urlsplit(self.path)
+        path = split.path
+        with self.hub._lock:
+            self.hub.requests.append((self.command, path))
+        if path.startswith("/cdn-lfs/"):
+            self._cdn(path.removeprefix("/cdn-lfs/"), head)
+            return
+        if not self._authorized(head):
+            return
+        parts = path.split("/")
+        if path.startswith("/api/models/") and len(parts) >= 7:
+            repo = f"{parts[3]}/{parts[4]}"
+            kind, rev = parts[5], unquote(parts[6])
+            if kind == "revision":
+                self._model_info(repo, rev, head)
                 return
-            if not self._authorized(head):
+            if kind == "tree":
+                self._tree(repo, rev, unquote("/".join(parts[7:])), parse_qs(split.query), head)
                 return
-            parts = path.split("/")
-            if path.startswith("/api/models/") and len(parts) >= 7:
-                repo = f"{parts[3]}/{parts[4]}"
-                kind, rev = parts[5], unquote(parts[6])
-                if kind == "revision":
-                    self._model_info(repo, rev, head)
-                    return
-                if kind == "tree":
-                    self._tree(repo, rev, unquote("/".join(parts[7:])), parse_qs(split.query), head)
-                    return
-            if len(parts) >= 6 and parts[3] == "resolve":
-                repo = f"{parts[1]}/{parts[2]}"
-                self._resolve(repo, unquote(parts[4]), unquote("/".join(parts[5:])), head)
-                return
-            self._error(404, None, "Sorry, we can't find the page you are looking for.", head)
+        if len(parts) >= 6 and parts[3] == "resolve":
+            repo = f"{parts[1]}/{parts[2]}"
+            self._resolve(repo, unquote(parts[4]), unquote("/".join(parts[5:])), head)
+            return
+        self._error(404, None, "Sorry, we can't find the page you are looking for.", head)
 
-        def _commit(self, repo: str, rev: str, head: bool) -> str | None:
-            if repo not in hub.repos:
-                self._error(404, "RepoNotFound", "Repository not found", head)
-                return None
-            commit = hub.resolve(repo, rev)
-            if commit is None:
-                self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}", head)
-            return commit
+    def _commit(self, repo: str, rev: str, head: bool) -> str | None:
+        if repo not in self.hub.repos:
+            self._error(404, "RepoNotFound", "Repository not found", head)
+            return None
+        commit = self.hub.resolve(repo, rev)
+        if commit is None:
+            self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}", head)
+        return commit
 
-        def _model_info(self, repo: str, rev: str, head: bool) -> None:
-            commit = self._commit(repo, rev, head)
-            if commit is None:
-                return
-            files = hub.repos[repo].commits[commit]
-            org = repo.split("/", maxsplit=1)[0]
-            self._json(
-                200,
-                {
-                    "_id": hashlib.sha1(repo.encode(), usedforsecurity=False).hexdigest()[:24],
-                    "id": repo,
-                    "modelId": repo,
-                    "author": org,
-                    "sha": commit,
-                    "lastModified": "2026-01-01T00:00:00.000Z",
-                    "createdAt": "2025-12-01T00:00:00.000Z",
-                    "private": hub.token is not None,
-                    "disabled": False,
-                    "gated": False,
-                    "downloads": 0,
-                    "likes": 0,
-                    "tags": ["safetensors"],
-                    "library_name": "transformers",
-                    "siblings": [{"rfilename": p} for p in sorted(files)],
-                },
-                head=head,
-            )
+    def _model_info(self, repo: str, rev: str, head: bool) -> None:
+        commit = self._commit(repo, rev, head)
+        if commit is None:
+            return
+        files = self.hub.repos[repo].commits[commit]
+        org = repo.split("/", maxsplit=1)[0]
+        self._json(
+            200,
+            {
+                "_id": hashlib.sha1(repo.encode(), usedforsecurity=False).hexdigest()[:24],
+                "id": repo,
+                "modelId": repo,
+                "author": org,
+                "sha": commit,
+                "lastModified": "2026-01-01T00:00:00.000Z",
+                "createdAt": "2025-12-01T00:00:00.000Z",
+                "private": self.hub.token is not None,
+                "disabled": False,
+                "gated": False,
+                "downloads": 0,
+                "likes": 0,
+                "tags": ["safetensors"],
+                "library_name": "transformers",
+                "siblings": [{"rfilename": p} for p in sorted(files)],
+            },
+            head=head,
+        )
 
-        def _tree(self, repo: str, rev: str, sub: str, query: dict[str, list[str]], head: bool) -> None:
-            commit = self._commit(repo, rev, head)
-            if commit is None:
-                return
-            recursive = query.get("recursive", ["false"])[0].lower() == "true"
-            entries = _listing(hub.repos[repo].commits[commit], sub, recursive)
-            start = int(query.get("cursor", ["0"])[0])
-            page = entries[start : start + hub.page_size]
-            headers = {}
-            if start + hub.page_size < len(entries):
-                base = f"{hub.url}/api/models/{repo}/tree/{quote(rev, safe='')}" + (f"/{quote(sub)}" if sub else "")
-                flag = "true" if recursive else "false"
-                nxt = f"{base}?recursive={flag}&expand=false&cursor={start + hub.page_size}"
-                headers["Link"] = f'<{nxt}>; rel="next"'
-            self._json(200, page, headers, head)
+    def _tree(self, repo: str, rev: str, sub: str, query: dict[str, list[str]], head: bool) -> None:
+        commit = self._commit(repo, rev, head)
+        if commit is None:
+            return
+        recursive = query.get("recursive", ["false"])[0].lower() == "true"
+        entries = _listing(self.hub.repos[repo].commits[commit], sub, recursive)
+        start = int(query.get("cursor", ["0"])[0])
+        page = entries[start : start + self.hub.page_size]
+        headers = {}
+        if start + self.hub.page_size < len(entries):
+            base = f"{self.hub.url}/api/models/{repo}/tree/{quote(rev, safe='')}" + (f"/{quote(sub)}" if sub else "")
+            flag = "true" if recursive else "false"
+            nxt = f"{base}?recursive={flag}&expand=false&cursor={start + self.hub.page_size}"
+            headers["Link"] = f'<{nxt}>; rel="next"'
+        self._json(200, page, headers, head)
 
-        def _resolve(self, repo: str, rev: str, path: str, head: bool) -> None:
-            commit = self._commit(repo, rev, head)
-            if commit is None:
-                return
-            f = hub.repos[repo].commits[commit].get(path)
-            if f is None:
-                self._send(404, b"Entry not found", {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": commit}, head)
-                return
-            if f.lfs_sha256 is not None:
-                self._send(
-                    302,
-                    b"",
-                    {
-                        "Location": f"http://localhost:{hub.port}/cdn-lfs/{f.lfs_sha256}",
-                        "X-Repo-Commit": commit,
-                        "ETag": f'"{f.oid}"',
-                        "X-Linked-Etag": f'"{f.lfs_sha256}"',
-                        "X-Linked-Size": str(f.size),
-                    },
-                    head,
-                )
-                return
-            body = f.data or b""
+    def _resolve(self, repo: str, rev: str, path: str, head: bool) -> None:
+        commit = self._commit(repo, rev, head)
+        if commit is None:
+            return
+        f = self.hub.repos[repo].commits[commit].get(path)
+        if f is None:
+            self._send(404, b"Entry not found", {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": commit}, head)
+            return
+        if f.lfs_sha256 is not None:
             self._send(
-                200,
-                body,
-                {"ETag": f'"{f.oid}"', "X-Repo-Commit": commit, "Content-Type": "application/octet-stream"},
+                302,
+                b"",
+                {
+                    "Location": f"http://localhost:{self.hub.port}/cdn-lfs/{f.lfs_sha256}",
+                    "X-Repo-Commit": commit,
+                    "ETag": f'"{f.oid}"',
+                    "X-Linked-Etag": f'"{f.lfs_sha256}"',
+                    "X-Linked-Size": str(f.size),
+                },
                 head,
             )
+            return
+        body = f.data or b""
+        self._send(
+            200,
+            body,
+            {"ETag": f'"{f.oid}"', "X-Repo-Commit": commit, "Content-Type": "application/octet-stream"},
+            head,
+        )
 
-        def _cdn(self, sha: str, head: bool) -> None:
-            for r in hub.repos.values():
-                for files in r.commits.values():
-                    for f in files.values():
-                        if f.lfs_sha256 == sha and f.data is not None:
-                            self._send(200, f.data, {"Content-Type": "application/octet-stream"}, head)
-                            return
-            self._send(404, b"NoSuchKey", {}, head)
+    def _cdn(self, sha: str, head: bool) -> None:
+        for r in self.hub.repos.values():
+            for files in r.commits.values():
+                for f in files.values():
+                    if f.lfs_sha256 == sha and f.data is not None:
+                        self._send(200, f.data, {"Content-Type": "application/octet-stream"}, head)
+                        return
+        self._send(404, b"NoSuchKey", {}, head)
 
-    return Handler
+
+def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
+    """A handler class bound to ``hub``."""
+    return type("Handler", (_Handler,), {"hub": hub})
 
 
 def _listing(files: dict[str, FileEntry], sub: str, recursive: bool) -> list[dict[str, object]]:

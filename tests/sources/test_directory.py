@@ -146,3 +146,26 @@ def test_pin_is_a_digest_of_every_regular_file_computed_when_asked(image: Path) 
     assert again.pin.sha256 == pin.sha256
     (image / PREFIX / "vllm" / "new.py").write_bytes(b"")
     assert DirSource(image, PREFIX).snapshot().pin.sha256 != pin.sha256
+
+
+def test_resolving_in_the_root_walks_as_a_chroot(tmp_path: Path) -> None:
+    from patchkit.sources.directory import _resolve_in_root
+
+    root = tmp_path / "root"
+    (root / "a").mkdir(parents=True)
+    (root / "a" / "f.py").write_bytes(b"x")
+    os.symlink("/a", root / "abs")
+    os.symlink("..", root / "a" / "up")
+    os.symlink("self", root / "self")
+    top = str(root.resolve())
+    found = _resolve_in_root(top, "../../a/f.py")  # ".." never climbs above the root
+    assert found is not None and found[0] == f"{top}/a/f.py"
+    found = _resolve_in_root(top, "abs/f.py")  # an absolute target restarts at the root
+    assert found is not None and found[0] == f"{top}/a/f.py"
+    found = _resolve_in_root(top, "a/up/a/up/a/f.py")  # a link to ".." goes back up one step
+    assert found is not None and found[0] == f"{top}/a/f.py"
+    found = _resolve_in_root(top, "a/..")
+    assert found is not None and found[0] == top
+    assert _resolve_in_root(top, "a/f.py/x") is None  # a file is no directory
+    assert _resolve_in_root(top, "self") is None  # too many links
+    assert _resolve_in_root(top, "a/missing.py") is None

@@ -170,7 +170,7 @@ def test_read_is_byte_exact(upstream: Upstream, cache: Path) -> None:
     assert new.read([]) == {}
 
 
-def test_reading_300_paths_runs_one_cat_file_process(
+def test_reading_300_paths_runs_one_listing_and_one_cat_file_process(
     upstream: Upstream, cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     snap = GitSource(upstream.url, cache).snapshot(upstream.c1)
@@ -183,9 +183,10 @@ def test_reading_300_paths_runs_one_cat_file_process(
     assert got["many/f279.py"] == b"N = 279\n"
     assert got["missing/3.py"] is None
     processes = _trace(trace)
-    assert len(processes) == 1, processes
-    assert "cat-file" in processes[0]
-    assert "--batch" in processes[0]
+    assert len(processes) == 2, processes  # as many for 3 paths as for 300
+    assert "ls-tree" in processes[0]
+    assert "cat-file" in processes[1]
+    assert "--batch" in processes[1]
 
 
 def test_renames_follow_gits_rename_detection(upstream: Upstream, cache: Path) -> None:

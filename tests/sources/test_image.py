@@ -26,7 +26,9 @@ from images.conftest import CountingSession, ImageBuilder, RegistryServer, run
 
 from patchkit.errors import EXIT_BAD_INPUT, EXIT_EXTERNAL, BadInput
 from patchkit.images.engine import DockerEngine
-from patchkit.images.registry import RegistryClient, RegistryError, Resolved
+from patchkit.images.errors import RegistryError
+from patchkit.images.oci import Resolved
+from patchkit.images.registry import RegistryClient
 from patchkit.sources.directory import DirSource
 from patchkit.sources.image import (
     ImageSnapshot,

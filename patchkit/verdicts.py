@@ -1,0 +1,101 @@
+"""Checks remembered between runs: the keys of pure checks that passed.
+
+Some of ``patchkit check``'s work is a pure function of bytes it has just
+hashed: a diff reversed onto its overlay gives the pinned base, the lockfile
+text is in the form patchkit writes. The same inputs pass or fail the same way
+every time. Such a check is named by a key, the sha256 of the check's kind, of
+patchkit's own code and of its inputs' digests; a key found again means the
+same code passed the same bytes before, and the check need not run again.
+
+Only passes are kept. A check that fails runs every time, so each finding is
+produced fresh, with its line and message. The key covers the source of every
+module of the package, so an upgrade (or a local edit) of patchkit never
+reads a verdict that other code reached.
+
+The file lives in the user cache (``<cache>/verdicts/``), one per repository,
+and holds the keys that passed in that repository's last check, so it never
+grows beyond one run's worth. The cache is the user's own, trusted as the
+base cache is: whoever can write it can already change what patchkit reads.
+A file that cannot be read is an empty memo; one that cannot be written only
+makes the next check slower.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+from pathlib import Path
+
+from patchkit.errors import WriteFailed
+
+_KEY = 32  # bytes of one key (a sha256)
+
+
+@functools.cache
+def code_version() -> bytes:
+    """A digest of the source of every module of the patchkit package."""
+    package = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for path in sorted(package.rglob("*.py")):
+        h.update(str(path.relative_to(package)).encode() + b"\0")
+        h.update(path.read_bytes())
+    return h.digest()
+
+
+class Verdicts:
+    """The checks that passed in a repository's last run, and those passing in this one.
+
+    ``Verdicts()`` remembers nothing and saves nowhere: what the checker uses
+    where no cache is at hand.
+    """
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path
+        self._before = _read(path) if path is not None else frozenset()
+        self._now: set[bytes] = set()
+        self._code = code_version() if path is not None else b""
+
+    def key(self, kind: str, *inputs: str) -> bytes | None:
+        """The key of one check: its kind, patchkit's code and its inputs (digests, paths); None without a memo."""
+        if self.path is None:
+            return None
+        text = "\0".join((kind, *inputs)).encode("utf-8", "surrogateescape")
+        return hashlib.sha256(self._code + text).digest()
+
+    @classmethod
+    def for_repository(cls, cache: Path, root: Path) -> Verdicts:
+        """The memo of the repository at ``root`` in the cache directory ``cache``."""
+        name = hashlib.sha256(str(root.resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:32]
+        return cls(cache / "verdicts" / name)
+
+    def passed(self, k: bytes | None) -> bool:
+        """Whether the check ``k`` passed before; asking keeps it for the next run."""
+        if k is not None and (k in self._before or k in self._now):
+            self._now.add(k)
+            return True
+        return False
+
+    def add(self, k: bytes | None) -> None:
+        """Record that the check ``k`` passed in this run."""
+        if k is not None:
+            self._now.add(k)
+
+    def save(self) -> None:
+        """Keep this run's passes for the next run; unchanged or unwritable means no write."""
+        if self.path is None or self._now == self._before:
+            return
+        from patchkit.repo import atomic_write
+
+        with contextlib.suppress(WriteFailed, OSError):
+            atomic_write(self.path, b"".join(sorted(self._now)), durable=False)
+
+
+def _read(path: Path) -> frozenset[bytes]:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return frozenset()
+    if len(data) % _KEY:
+        return frozenset()  # damaged: an empty memo, rewritten by the next save
+    return frozenset(data[i : i + _KEY] for i in range(0, len(data), _KEY))

@@ -1,0 +1,126 @@
+"""Checks remembered between runs: a pass is skipped only for the same code on the same bytes; a failure always runs."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from conftest import Invoke
+
+from patchkit import diffs as diff_code
+from patchkit import verdicts
+from patchkit.check import diffs, pins
+from patchkit.verdicts import Verdicts
+
+from .memory import OVERLAY, overlay_repo, sha, state_of
+
+
+def memo(tmp_path: Path) -> Verdicts:
+    return Verdicts(tmp_path / "verdicts" / "repo")
+
+
+def test_a_pass_is_remembered_and_only_under_the_same_key(tmp_path: Path) -> None:
+    first = memo(tmp_path)
+    k = first.key("patch-diff", "a" * 64, "b" * 64)
+    assert k is not None and not first.passed(k)
+    first.add(k)
+    first.save()
+    again = memo(tmp_path)
+    assert again.passed(k)
+    assert not again.passed(again.key("patch-diff", "a" * 64, "c" * 64))  # another input
+    assert not again.passed(again.key("canonical", "a" * 64, "b" * 64))  # another check
+    nothing = Verdicts()
+    assert nothing.key("patch-diff", "a" * 64) is None and not nothing.passed(None)
+    nothing.add(None)
+    nothing.save()  # remembers nothing, writes nowhere
+
+
+def test_the_key_covers_patchkits_own_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = memo(tmp_path).key("canonical", "a" * 64)
+    monkeypatch.setattr(verdicts, "code_version", lambda: b"other code")
+    assert memo(tmp_path).key("canonical", "a" * 64) != before
+
+
+def test_a_damaged_or_unwritable_memo_is_empty_and_never_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "verdicts" / "repo"
+    path.parent.mkdir()
+    path.write_bytes(b"x" * 33)  # not a whole number of keys
+    damaged = Verdicts(path)
+    k = damaged.key("canonical", "a" * 64)
+    assert not damaged.passed(k)
+    blocked = Verdicts(tmp_path / "file" / "repo")
+    (tmp_path / "file").write_bytes(b"")  # a file where the directory would go
+    blocked.add(blocked.key("canonical", "a" * 64))
+    blocked.save()
+    assert (tmp_path / "file").read_bytes() == b""
+
+
+def test_only_the_last_runs_passes_are_kept(tmp_path: Path) -> None:
+    first = memo(tmp_path)
+    old, kept = first.key("x", "old"), first.key("x", "kept")
+    first.add(old)
+    first.add(kept)
+    first.save()
+    second = memo(tmp_path)
+    assert second.passed(kept)
+    second.save()
+    assert memo(tmp_path).passed(kept) and not memo(tmp_path).passed(old)
+
+
+def test_a_remembered_diff_is_not_reversed_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text, files = overlay_repo()
+    state = state_of(text, files)
+    state.verdicts = memo(tmp_path)
+    assert diffs.patch_diffs(state) == ([], 1)
+    state.verdicts.save()
+    monkeypatch.setattr(diff_code, "apply", lambda *a: pytest.fail("reversed again"))
+    again = state_of(text, files)
+    again.verdicts = memo(tmp_path)
+    assert diffs.patch_diffs(again) == ([], 1)
+
+
+def test_a_changed_overlay_is_checked_again_and_a_failure_every_time(tmp_path: Path) -> None:
+    text, files = overlay_repo()
+    state = state_of(text, files)
+    state.verdicts = memo(tmp_path)
+    assert diffs.patch_diffs(state) == ([], 1)
+    state.verdicts.save()
+    text, files = overlay_repo(overlay=OVERLAY.replace(b"line 10 fixed", b"line 10 fixed again"))
+    for _ in range(2):
+        stale = state_of(text, files)
+        stale.files.sha256["patches/mod.py"] = sha(files["patches/mod.py"])
+        stale.verdicts = memo(tmp_path)
+        found, verified = diffs.patch_diffs(stale)
+        assert (verified, [f.code for f in found]) == (0, ["diff-stale"])
+        stale.verdicts.save()
+
+
+def test_canonical_form_is_remembered_and_a_hand_edit_always_reported(tmp_path: Path) -> None:
+    text, files = overlay_repo()
+    state = state_of(text, files)
+    state.verdicts = memo(tmp_path)
+    assert pins.canonical(state) == []
+    state.verdicts.save()
+    assert (tmp_path / "verdicts" / "repo").stat().st_size == 32
+    edited = text.replace('reason = "a fix"', 'reason  =  "a fix"')
+    for _ in range(2):
+        hand = state_of(edited, files)
+        hand.verdicts = memo(tmp_path)
+        assert [f.code for f in pins.canonical(hand)] == ["lockfile-format"]
+        hand.verdicts.save()
+
+
+def test_check_twice_gives_the_same_report_and_catches_a_later_edit(invoke: Invoke, deploy: Path) -> None:
+    first = invoke("check", "--format", "json", repo=deploy)
+    second = invoke("check", "--format", "json", repo=deploy)
+    assert (first.exit_code, second.exit_code) == (0, 0)
+    assert json.loads(first.stdout) == json.loads(second.stdout)
+    cache = Path(os.environ["PATCHKIT_CACHE"])
+    assert list((cache / "verdicts").iterdir())  # the memo is in the cache, not in the repository
+    overlay = deploy / "patches" / "gpu_worker.py"
+    overlay.write_bytes(overlay.read_bytes() + b"# edited\n")
+    third = invoke("check", "--format", "json", repo=deploy)
+    codes = {f["code"] for f in json.loads(third.stdout)["findings"]}
+    assert third.exit_code == 1 and {"hash-mismatch", "base-mismatch"} <= codes  # the diff ran again
