@@ -25,7 +25,6 @@ from operator import attrgetter, itemgetter
 from typing import Any
 
 from patchkit.lockfile.tomlpos import FieldPath, FieldReader, toml_type
-from patchkit.values import ContainerPath, Digest, RepoPath, Revision, Sha256, UpstreamPath
 
 # The default of a field with none: it is always written, and a record lacking it is not built.
 NO_DEFAULT: Any = object()
@@ -79,7 +78,11 @@ class Entry:
     path: FieldPath
     values: dict[str, Any]
     ctx: Context
-    complete: bool
+    record: Record
+
+    @property
+    def complete(self) -> bool:
+        return self.record.complete(self.values)
 
     def problem(self, sub: FieldPath, message: str, hint: str | None = None) -> None:
         self.ctx.r.problem((*self.path, *sub), message, hint)
@@ -154,15 +157,14 @@ class Record:
         values = self.values(t, path, ctx)
         if self.key is not None:
             values[self.key.attr] = key
-        complete = self._complete(values)
         cls = self.cls
         if self.rules or self.choose is not None:
-            entry = Entry(t, path, values, ctx, complete)
+            entry = Entry(t, path, values, ctx, self)
             for rule in self.rules:
-                rule(entry)
+                rule(entry)  # a rule may complete a value (a series' upstream defaults to its name)
             if self.choose is not None:
                 cls = self.choose(entry)
-        if not complete:
+        if not self.complete(values):
             return None
         for computed_key in self._computed:
             del values[computed_key]
@@ -172,7 +174,7 @@ class Record:
         obj.__dict__.update(values)
         return obj
 
-    def _complete(self, values: dict[str, Any]) -> bool:
+    def complete(self, values: dict[str, Any]) -> bool:
         """Whether every field the record needs has a value."""
         if self._needed_values is not None:
             return None not in self._needed_values(values)
@@ -260,17 +262,20 @@ def text(
     return Field(key, read, write, key if attr == "" else attr, default)
 
 
-def integer(key: str, valid: Callable[[int], bool], message: str) -> Field:
-    """An integer field ``valid`` accepts; absent or anything else is ``message`` (``{value!r}`` shows it)."""
+def integer(key: str, valid: Callable[[int], bool], message: str, default: Any = NO_DEFAULT) -> Field:
+    """An integer field ``valid`` accepts; anything else is ``message`` (``{value!r}`` shows it).
+
+    Absent, it is ``default``; without one, absent is wrong too.
+    """
 
     def read(t: Raw, path: FieldPath, ctx: Context) -> Any:
-        value = t.get(key)
-        if value.__class__ is not int or not valid(value):
-            ctx.r.problem((*path, key), message.format(value=value))
+        value = t.get(key, default)
+        if value is NO_DEFAULT or value.__class__ is not int or not valid(value):
+            ctx.r.problem((*path, key), message.format(value=None if value is NO_DEFAULT else value))
             return None
         return value
 
-    return Field(key, read, _identity, key, NO_DEFAULT)
+    return Field(key, read, _identity, key, default)
 
 
 def strings(
@@ -358,8 +363,12 @@ def tables(key: str, record: Record, message: str, *, order: Callable[[Any], Any
     return Field(key, read, write, key, ())
 
 
-def keyed(key: str, record: Record) -> Field:
-    """A table of tables (``[images.NAME]``) keyed by ``record.key``, written sorted by that key."""
+def keyed(key: str, record: Record, *, message: str | None = None, entry: str | None = None) -> Field:
+    """A table of tables (``[images.NAME]``) keyed by ``record.key``, written sorted by that key.
+
+    ``message`` and ``entry`` are the problems when it, or one of its entries, is not a table
+    (by default "must be a table, got …").
+    """
     if record.key is None:
         raise TypeError("a table of tables needs a record with a key")
     name_of = attrgetter(record.key.attr)
@@ -369,13 +378,13 @@ def keyed(key: str, record: Record) -> Field:
         if raw is None:
             return ()
         if raw.__class__ is not dict:
-            ctx.r.problem((*path, key), f"must be a table, got {toml_type(raw)}")
+            ctx.r.problem((*path, key), message or f"must be a table, got {toml_type(raw)}")
             return ()
         out = []
         for name, value in raw.items():
             where = (*path, key, name)
             if value.__class__ is not dict:
-                ctx.r.problem(where, f"must be a table, got {toml_type(value)}")
+                ctx.r.problem(where, entry or f"must be a table, got {toml_type(value)}")
                 continue
             found = record.read(value, where, ctx, name)
             if found is not None:
@@ -404,11 +413,3 @@ def section(
 ) -> Field:
     """A field read and written by functions of its own (a section another module keeps, ``schema``)."""
     return Field(key, read, write, key if attr == "" else attr, default, always)
-
-
-_VALUE_TYPES = (Digest, Revision, Sha256, ContainerPath, RepoPath, UpstreamPath)
-
-
-def plain_table(**values: Any) -> dict[str, Any]:
-    """A TOML table of the set values, in the order given; typed values as their text (for ``series.model.dump``)."""
-    return {k: str(v) if isinstance(v, _VALUE_TYPES) else v for k, v in values.items() if v is not None}

@@ -22,7 +22,6 @@ from patchkit.lockfile.fields import (
     computed,
     integer,
     keyed,
-    plain_table,
     section,
     strings,
     table,
@@ -30,9 +29,7 @@ from patchkit.lockfile.fields import (
     text,
 )
 from patchkit.lockfile.tomlpos import FieldPath, toml_type
-from patchkit.series.model import Series, series_files
-from patchkit.series.model import dump as dump_series
-from patchkit.series.model import read as read_series
+from patchkit.series.model import SERIES, Series, series_files
 from patchkit.values import (
     ContainerPath,
     Digest,
@@ -968,10 +965,6 @@ def _deployment(t: Raw, path: FieldPath, ctx: Context) -> str | None:
     return None if found is None else found.name
 
 
-def _series(t: Raw, path: FieldPath, ctx: Context) -> tuple[Series, ...]:
-    return read_series(t.get("series"), ctx.r, ctx.names("upstreams"))
-
-
 def _aot(key: str) -> str:
     return f"must be an array of tables ([[{key}]]), got {{got}}"
 
@@ -986,7 +979,12 @@ LOCKFILE = Record(
         table("model", MODEL),
         keyed("upstreams", UPSTREAM),
         tables("patches", PATCH, _aot("patches")),
-        section("series", _series, lambda series: dump_series(series, plain_table)),
+        keyed(
+            "series",
+            SERIES,
+            message="must be a table of series ([series.NAME])",
+            entry="must be a table ([series.NAME])",
+        ),
         tables("tuning", TUNING, _aot("tuning")),
         tables("artifacts", ARTIFACT, _aot("artifacts")),
         tables("diffs", HAND_DIFF, _aot("diffs")),

@@ -38,15 +38,17 @@ from patchkit.lockfile.model import (
 from patchkit.lockfile.reader import loads
 from patchkit.lockfile.tomlpos import FieldReader
 from patchkit.lockfile.writer import dumps
-from patchkit.series.model import Series, SeriesPatch
+from patchkit.series.model import SERIES, SERIES_PATCH, Series, SeriesPatch
 from patchkit.values import ContainerPath, Digest, Reference, RepoPath, Revision, Sha256, UpstreamPath
 
 H = Sha256("a" * 64)
 D = Digest("sha256:" + "b" * 64)
 C = Revision("1" * 40)
 
-# Every record and its table. Series keep theirs in patchkit.series.model.
+# Every record and its table.
 RECORDS: list[tuple[type, Record]] = [
+    (Series, SERIES),
+    (SeriesPatch, SERIES_PATCH),
     (Lockfile, model.LOCKFILE),
     (model.Deployment, model.DEPLOYMENT),
     (Image, model.IMAGE),
@@ -110,7 +112,13 @@ def every_field() -> Lockfile:
         refs=(RefState(Reference("o/r#1"), "merged", "2025", C, C, "pull", "title", "2025", "etag"),),
         signing=Signing(RepoPath("allowed_signers"), "me@example.org", (RepoPath("SHA256SUMS"), RepoPath("x"))),
         diffs=(HandDiff(RepoPath("hand/p2.diff"), H, ("p2",), "overlay"),),
-        series=(Series("vllm", "vllm", (SeriesPatch("s1", RepoPath("patches/vllm/1.patch"), H),), C),),
+        series=(
+            Series(
+                "vllm-queue", "vllm",
+                (SeriesPatch("s1", RepoPath("patches/vllm/1.patch"), H, ("tp1",), (Reference("o/r#1"),), "r", "w"),),
+                C, "1", ContainerPath("/usr/lib/vllm"), 0, RepoPath("patches/vllm/series"), H,
+            ),
+        ),
         derived=(Derived("single", "vllm", "registry.example/x", D, D, D, D, "2025-08-04T09:10:00Z", "t"),),
     )  # fmt: skip
 
@@ -147,6 +155,9 @@ def _tables_of(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any], Record]]:
         for key, record in (("base", model.BASE), ("diff", model.DIFF_PIN), ("origin", model.ORIGIN)):
             if key in p:
                 out.append((f"patches[{i}].{key}", p[key], record))
+    for name, t in doc["series"].items():
+        out.append((f"series.{name}", t, SERIES))
+        out += [(f"series.{name}.patches[{i}]", p, SERIES_PATCH) for i, p in enumerate(t["patches"])]
     out.append(("model", doc["model"], model.MODEL))
     out += [(f"model.files[{i}]", f, model.MODEL_FILE) for i, f in enumerate(doc["model"]["files"])]
     out.append(("signing", doc["signing"], model.SIGNING))
@@ -156,7 +167,7 @@ def _tables_of(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any], Record]]:
 def test_written_order_is_the_table_order() -> None:
     doc = tomllib.loads(dumps(every_field()))
     tables = _tables_of(doc)
-    assert len(tables) == 23
+    assert len(tables) == 25
     written: dict[int, set[str]] = {}
     for where, t, record in tables:
         assert list(t) == [k for k in record.keys if k in t], where
@@ -206,6 +217,8 @@ UNKNOWN = [
     ('[refs."o/r#1"]', "refs.o/r#1", model.REF_STATE),
     ("[signing]", "signing", model.SIGNING),
     ("[derived.single]", "derived.single", model.DERIVED),
+    ("[series.vllm-queue]", "series.vllm-queue", SERIES),
+    ("[[series.vllm-queue.patches]]", "series.vllm-queue.patches[0]", SERIES_PATCH),
 ]
 
 
