@@ -21,13 +21,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import Any
 
 from patchkit.lockfile.tomlpos import FieldPath, FieldReader, toml_type
 
 # The default of a field with none: it is always written, and a record lacking it is not built.
 NO_DEFAULT: Any = object()
+_SKIP: Any = object()  # in a record's writers: a default never to compare with
 
 Raw = dict[str, Any]
 # Reads field ``key`` of the table at ``path``: the typed value, the default when absent, None when invalid.
@@ -67,18 +68,20 @@ class Context:
         return found
 
 
-@dataclass
 class Entry:
     """One table being read, as a record's rules see it: the raw table, where it is, and its read values.
 
     ``complete`` says whether the record will be built (every field it needs has a value).
     """
 
-    t: Raw
-    path: FieldPath
-    values: dict[str, Any]
-    ctx: Context
-    record: Record
+    __slots__ = ("ctx", "path", "record", "t", "values")
+
+    def __init__(self, t: Raw, path: FieldPath, values: dict[str, Any], ctx: Context, record: Record) -> None:
+        self.t = t
+        self.path = path
+        self.values = values
+        self.ctx = ctx
+        self.record = record
 
     @property
     def complete(self) -> bool:
@@ -139,11 +142,18 @@ class Record:
         self.keys = tuple(f.key for f in self.fields)
         self.keyset = frozenset(self.keys)
         self.needed = _needed(cls)
-        self._needed_values = itemgetter(*self.needed) if len(self.needed) > 1 else None
         self._computed = tuple(f.key for f in self.fields if f.attr is None)
         self._readers = tuple((f.attr or f.key, f.read) for f in self.fields)
+        # A default is compared only when it is a value (a field at None or without one is never equal to it:
+        # skipping the comparison spares a dataclass __eq__ call per written value).
         self._writers = tuple(
-            (f.key, f.get or attrgetter(f.attr or f.key), f.write, f.default, f.always) for f in self.fields
+            (
+                f.key,
+                f.get or attrgetter(f.attr or f.key),
+                f.write,
+                _SKIP if f.always or f.default is None or f.default is NO_DEFAULT else f.default,
+            )
+            for f in self.fields
         )
 
     def field(self, key: str) -> Field:
@@ -154,7 +164,10 @@ class Record:
         if not self.keyset.issuperset(t):
             ctx.r.known(t, path, self.keys)
         key = None if self.key is None else _parse_key(self.key, name or "", path, ctx)
-        values = self.values(t, path, ctx)
+        # Written out rather than calling values() and complete(): this runs once per table of the file.
+        values = {}
+        for attr, read in self._readers:
+            values[attr] = read(t, path, ctx)
         if self.key is not None:
             values[self.key.attr] = key
         cls = self.cls
@@ -164,8 +177,9 @@ class Record:
                 rule(entry)  # a rule may complete a value (a series' upstream defaults to its name)
             if self.choose is not None:
                 cls = self.choose(entry)
-        if not self.complete(values):
-            return None
+        for attr in self.needed:
+            if values[attr] is None:
+                return None
         for computed_key in self._computed:
             del values[computed_key]
         # The values are checked and complete: fill the frozen dataclass without its __init__,
@@ -176,20 +190,25 @@ class Record:
 
     def complete(self, values: dict[str, Any]) -> bool:
         """Whether every field the record needs has a value."""
-        if self._needed_values is not None:
-            return None not in self._needed_values(values)
-        return not self.needed or values[self.needed[0]] is not None
+        # By identity, in a loop: ``None in`` would call each value's __eq__, ``all()`` make a generator per record.
+        for attr in self.needed:  # noqa: SIM110
+            if values[attr] is None:
+                return False
+        return True
 
     def values(self, t: Raw, path: FieldPath, ctx: Context) -> dict[str, Any]:
         """Every field of ``t`` read in table order, by attribute (computed fields by key)."""
-        return {name: read(t, path, ctx) for name, read in self._readers}
+        values = {}
+        for name, read in self._readers:
+            values[name] = read(t, path, ctx)
+        return values
 
     def write(self, obj: Any) -> dict[str, Any]:
         """The TOML table of ``obj``: its fields in table order, those at their default left out."""
         out: dict[str, Any] = {}
-        for key, get, write, default, always in self._writers:
+        for key, get, write, default in self._writers:
             value = get(obj)
-            if value is None or (value == default and not always):
+            if value is None or (default is not _SKIP and value == default):
                 continue
             out[key] = write(value)
         return out
