@@ -236,9 +236,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     out = Out(sys.stderr if args.json else sys.stdout)
-    for tool in ("bash", "tar", "gzip"):
-        if shutil.which(tool) is None:
-            fail(PROG, f"needs {tool} on PATH")
+    missing_tools = [tool for tool in ("bash", "tar", "gzip") if shutil.which(tool) is None]
+    if missing_tools:
+        fail(PROG, f"needs {missing_tools[0]} on PATH")
     patchkit = find_patchkit(PROG)
     workdir = args.workdir.resolve()
     base = workdir / "bundle"
@@ -316,30 +316,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     library_same = all(d == pk_data for d in in_process)
     if not identical:
         fail(PROG, f"patchkit bundle gave {len(set(pk_digests))} different outputs over {len(pk_digests)} runs")
-    notes: list[str] = []
-    if not library_same:
-        notes.append("build_bundle in process gave other bytes than the CLI")
-    if len(set(tar_digests)) != 1:
-        notes.append("tar | gzip gave different outputs across runs")
-    if set(pk_names) != set(tar_names):
-        only_pk = sorted(set(pk_names) - set(tar_names))
-        only_tar = sorted(set(tar_names) - set(pk_names))
-        notes.append(f"member names differ: only in patchkit's {only_pk[:3]}, only in tar's {only_tar[:3]}")
-    if (tree.root / "SHA256SUMS").read_bytes() != member_bytes(pk_data, "SHA256SUMS"):
-        notes.append(
-            "the bundle's SHA256SUMS (generated: it also lists compose.yaml and entrypoint.sh) "
-            "differs from the tree's, which tar packs"
-        )
+    notes = comparison_notes(
+        library_same=library_same,
+        tar_runs_same=len(set(tar_digests)) == 1,
+        pk_names=pk_names,
+        tar_names=tar_names,
+        sums_same=(tree.root / "SHA256SUMS").read_bytes() == member_bytes(pk_data, "SHA256SUMS"),
+    )
 
     pk, tg, lib = (t for t, _ in candidates)
-    tar_version = subprocess.run(["tar", "--version"], capture_output=True, text=True, check=False).stdout
-    gzip_version = subprocess.run(["gzip", "--version"], capture_output=True, text=True, check=False).stdout
     results: dict[str, Any] = {
         "machine": {
             "cores": len(os.sched_getaffinity(0)),
             "python": sys.version.split()[0],
-            "tar": tar_version.splitlines()[0] if tar_version else None,
-            "gzip": gzip_version.splitlines()[0] if gzip_version else None,
+            "tar": tool_version("tar"),
+            "gzip": tool_version("gzip"),
             "peak_rss": meter.method,
         },
         "patchkit": patchkit,
@@ -394,6 +385,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         json.dump(results, sys.stdout, indent=2)
         sys.stdout.write("\n")
     return 0
+
+
+def comparison_notes(
+    *, library_same: bool, tar_runs_same: bool, pk_names: list[str], tar_names: list[str], sums_same: bool
+) -> list[str]:
+    """Where the outputs differ in ways worth a note (not a failure): in-process bytes, tar's runs, members, sums."""
+    notes: list[str] = []
+    if not library_same:
+        notes.append("build_bundle in process gave other bytes than the CLI")
+    if not tar_runs_same:
+        notes.append("tar | gzip gave different outputs across runs")
+    if set(pk_names) != set(tar_names):
+        only_pk = sorted(set(pk_names) - set(tar_names))
+        only_tar = sorted(set(tar_names) - set(pk_names))
+        notes.append(f"member names differ: only in patchkit's {only_pk[:3]}, only in tar's {only_tar[:3]}")
+    if not sums_same:
+        notes.append(
+            "the bundle's SHA256SUMS (generated: it also lists compose.yaml and entrypoint.sh) "
+            "differs from the tree's, which tar packs"
+        )
+    return notes
+
+
+def tool_version(tool: str) -> str | None:
+    """The first line of ``tool --version``, or None when it prints nothing."""
+    text = subprocess.run([tool, "--version"], capture_output=True, text=True, check=False).stdout
+    return text.splitlines()[0] if text else None
 
 
 def report(out: Out, r: dict[str, Any]) -> None:

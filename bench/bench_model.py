@@ -44,7 +44,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -247,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def run(  # noqa: C901 (one round of every candidate, in order, reads best as one function)
+def run(
     layout: Layout,
     hub: HubServer,
     patchkit: str,
@@ -256,6 +256,63 @@ def run(  # noqa: C901 (one round of every candidate, in order, reads best as on
     args: argparse.Namespace,
     out: Out,
 ) -> dict[str, Any]:
+    """Every candidate warmed up once, then timed ``args.repeat`` rounds; the report printed and returned."""
+    env = bench_env(layout, hub)
+    meter = Meter.find(layout.work / "peak-rss.txt")
+    cores = default_jobs()
+    verify = [patchkit, "--repo", str(layout.deployment), "model", "verify", "--quiet"]
+    candidates = make_candidates(layout, verify, hf, sha256sum, env, meter, cores)
+    load_before = os.getloadavg()[0]
+    out.progress("warm-up: every candidate once (fills the page cache, the bytecode cache and the record)")
+    for _, fn in candidates:
+        fn()
+    by = {t.key: t for t, _ in candidates}
+    rounds = timed_rounds(candidates, by, args.repeat, cores, out)
+    load_after = os.getloadavg()[0]
+    known = [c for c in rounds.ceilings if c]
+    scale = Scale(layout.total, max(known) if known else None, cores, rounds.held)
+    out.line(
+        f"patchkit model verify: {scale.total / GB:.2f} GB in {len(layout.files)} files ({SHARDS} LFS shards), "
+        "warm cache"
+    )
+    out.line(f"peak RSS: {meter.method}")
+    print_rounds(out, rounds, by, cores)
+    print_table(out, candidates, scale)
+    out.line(f"load average (1 min) before/after the timed rounds: {load_before:.2f} / {load_after:.2f}")
+    pk_share, contended = scale.share(by["patchkit"])
+    results: dict[str, Any] = {
+        "load_average": [load_before, load_after],
+        "bytes": scale.total,
+        "files": len(layout.files),
+        "cores": cores,
+        "peak_rss": meter.method,
+        "rounds": [
+            {"openssl_gb_per_s": c / GB if c else None, "core_held_by_another_process": h}
+            for c, h in zip(rounds.ceilings, rounds.held, strict=True)
+        ],
+        "candidates": {
+            t.key: {
+                "best": t.best,
+                "median": t.median,
+                "gb_per_s": scale.rate(t),
+                "cpu_s": t.best_cpu,
+                "peak_rss_mib": t.peak_mib,
+            }
+            for t, _ in candidates
+        },
+        "ceiling_gb_per_s": scale.ceiling / GB if scale.ceiling else None,
+        "share_of_ceiling": pk_share,
+        "share_from_contended_rounds": contended,
+        "vs_file_digest": scale.rate(by["patchkit"]) / scale.rate(by["file_digest"]),
+    }
+    print_verdicts(out, by, scale, results)
+    if args.cold:
+        cold(layout, verify, env, out, results)
+    return results
+
+
+def bench_env(layout: Layout, hub: HubServer) -> dict[str, str]:
+    """The environment both tools run in: the stand-in Hub, the bench's caches, no token, online."""
     # Both tools run from compiled bytecode, as installed (benchlib.cached_env): with
     # PYTHONDONTWRITEBYTECODE kept, every start compiled patchkit and huggingface_hub again.
     env = cached_env(
@@ -272,14 +329,24 @@ def run(  # noqa: C901 (one round of every candidate, in order, reads best as on
     )
     env.pop("HF_TOKEN", None)
     env.pop("HF_HUB_OFFLINE", None)
-    meter = Meter.find(layout.work / "peak-rss.txt")
-    cores = default_jobs()
+    return env
+
+
+def make_candidates(
+    layout: Layout,
+    verify: list[str],
+    hf: str | None,
+    sha256sum: str | None,
+    env: dict[str, str],
+    meter: Meter,
+    cores: int,
+) -> list[tuple[Timing, Callable[[], object]]]:
+    """The rows timed: patchkit (full, then with its record), file_digest, sha256sum and hf when present, in process."""
     d = layout.deployment
 
     def child(argv: Sequence[str]) -> Callable[[], Cost]:
         return lambda: run_measured_ok(PROG, argv, d, env, meter)
 
-    verify = [patchkit, "--repo", str(d), "model", "verify", "--quiet"]
     shard_list = str(layout.work / "shards.sha256")
     candidates: list[tuple[Timing, Callable[[], object]]] = [
         (Timing("patchkit", "a", "patchkit model verify --full"), child([*verify, "--full"])),
@@ -297,127 +364,117 @@ def run(  # noqa: C901 (one round of every candidate, in order, reads best as on
         argv = [hf, "cache", "verify", REPO_ID, "--revision", layout.commit, "--cache-dir", str(layout.cache)]
         argv += ["--fail-on-missing-files", "--fail-on-extra-files"]
         candidates.append((Timing("hf", "h", "hf cache verify"), child(argv)))
-    items = {}
     snap = layout.cache / FOLDER / "snapshots" / layout.commit
-    for f in layout.files:
-        items[(snap / f.path).resolve()] = SHA256 if f.lfs_sha256 else GIT_SHA1
+    items = {(snap / f.path).resolve(): SHA256 if f.lfs_sha256 else GIT_SHA1 for f in layout.files}
     candidates += [
         (Timing("in_process", "d", f"digest_many, {cores} threads"), lambda: digest_many(items, jobs=cores)),
         (Timing("in_process_1", "d1", "digest_many, 1 thread"), lambda: digest_many(items, jobs=1)),
     ]
+    return candidates
 
-    load_before = os.getloadavg()[0]
-    out.progress("warm-up: every candidate once (fills the page cache, the bytecode cache and the record)")
-    for _, fn in candidates:
-        fn()
-    by = {t.key: t for t, _ in candidates}
-    ceilings: list[float | None] = []
-    available: list[float | None] = []  # what the cores gave openssl in wall time, per round
-    held: list[bool] = []
-    for r in range(args.repeat):
-        out.progress(f"round {r + 1}/{args.repeat}: openssl speed -multi {cores}, then every candidate")
+
+@dataclass
+class Rounds:
+    """Per timed round: openssl's ceiling (total and wall), and whether another process held a core."""
+
+    ceilings: list[float | None] = field(default_factory=list)
+    available: list[float | None] = field(default_factory=list)  # what the cores gave openssl in wall time
+    held: list[bool] = field(default_factory=list)
+
+
+def timed_rounds(
+    candidates: list[tuple[Timing, Callable[[], object]]], by: dict[str, Timing], repeat: int, cores: int, out: Out
+) -> Rounds:
+    """Each round measures the ceiling with openssl, then times every candidate once."""
+    rounds = Rounds()
+    for r in range(repeat):
+        out.progress(f"round {r + 1}/{repeat}: openssl speed -multi {cores}, then every candidate")
         ceiling = openssl_ceiling(cores)
-        ceilings.append(ceiling.total if ceiling else None)
-        available.append(ceiling.wall_total if ceiling else None)
+        rounds.ceilings.append(ceiling.total if ceiling else None)
+        rounds.available.append(ceiling.wall_total if ceiling else None)
         for t, fn in candidates:
             t.record(fn)
-        held.append(held_core(by["in_process"].seconds[-1], by["in_process_1"].seconds[-1], cores))
-    load_after = os.getloadavg()[0]
-    total = layout.total
+        rounds.held.append(held_core(by["in_process"].seconds[-1], by["in_process_1"].seconds[-1], cores))
+    return rounds
 
-    def rate(t: Timing) -> float:
-        return total / t.best / GB
 
-    known = [c for c in ceilings if c]
-    ceiling = max(known) if known else None
+@dataclass(frozen=True)
+class Scale:
+    """What a timing is measured against: the bytes verified, the best openssl ceiling, the cores, held rounds."""
 
-    def share(t: Timing) -> tuple[float | None, bool]:
+    total: int
+    ceiling: float | None
+    cores: int
+    held: list[bool]
+
+    def rate(self, t: Timing) -> float:
+        return self.total / t.best / GB
+
+    def share(self, t: Timing) -> tuple[float | None, bool]:
         """Throughput in the best round where no core was held, over the ceiling (flagged when none was quiet)."""
-        quiet = [x for x, h in zip(t.seconds, held, strict=True) if not h]
+        quiet = [x for x, h in zip(t.seconds, self.held, strict=True) if not h]
         best = min(quiet) if quiet else t.best
-        return (total / best / ceiling if ceiling else None), not quiet
+        return (self.total / best / self.ceiling if self.ceiling else None), not quiet
 
-    def cpu_share(t: Timing) -> float | None:
+    def cpu_share(self, t: Timing) -> float | None:
         """Bytes per CPU second over one core's rate: the work done, whatever else ran."""
-        return total / t.best_cpu / (ceiling / cores) if ceiling and t.best_cpu else None
+        return self.total / t.best_cpu / (self.ceiling / self.cores) if self.ceiling and t.best_cpu else None
 
-    out.line(
-        f"patchkit model verify: {total / GB:.2f} GB in {len(layout.files)} files ({SHARDS} LFS shards), warm cache"
-    )
-    out.line(f"peak RSS: {meter.method}")
-    for i, (c, w, h) in enumerate(zip(ceilings, available, held, strict=True), 1):
+
+def print_rounds(out: Out, rounds: Rounds, by: dict[str, Timing], cores: int) -> None:
+    """One line per round: the ceiling, how much faster the threads were than one, and whether it counts."""
+    for i, (c, w, h) in enumerate(zip(rounds.ceilings, rounds.available, rounds.held, strict=True), 1):
         speedup = by["in_process_1"].seconds[i - 1] / by["in_process"].seconds[i - 1]
         note = "  ANOTHER PROCESS HELD A CORE (threads no faster than one): not counted" if h else ""
         shown = f"{c / GB:.2f} GB/s (wall {(w or 0) / GB:.2f})" if c else "n/a"
         out.line(f"  round {i}: openssl -multi {cores} {shown}, d/d1 {speedup:.2f}x{note}")
+
+
+def print_table(out: Out, candidates: list[tuple[Timing, Callable[[], object]]], scale: Scale) -> None:
+    """The candidates' table (the record row hashes nothing, so it has no rates), then the ceiling's row."""
     heads = f"{'best s':>7} {'median s':>8} {'GB/s':>6} {'of c':>6} {'cpu s':>6} {'cpu/core':>8} {'peak RSS':>10}"
     out.line(f"{'':3} {'candidate':44} {heads}")
     for t, _ in candidates:
         hashes = t.key != "patchkit_record"
-        shown = f"{rate(t):6.2f}" if hashes else "    --"
-        sh = share(t)[0] if hashes else None
-        eff = cpu_share(t) if hashes else None
+        shown = f"{scale.rate(t):6.2f}" if hashes else "    --"
+        sh = scale.share(t)[0] if hashes else None
+        eff = scale.cpu_share(t) if hashes else None
         of_c = f"{sh:6.1%}" if sh is not None else f"{'':6}"
         cpu = f"{t.best_cpu:6.2f}" if t.best_cpu is not None else f"{'':6}"
         per_core = f"{eff:8.1%}" if eff is not None else f"{'':8}"
         rss = f"{t.peak_mib:6.1f} MiB" if t.peak_mib is not None else " in process"
         out.line(f"{t.tag:3} {t.label:44} {t.best:7.3f} {t.median:8.3f} {shown} {of_c} {cpu} {per_core} {rss:>10}")
-    if ceiling:
-        out.line(f"c   {'ceiling: openssl -multi ' + str(cores) + ', best round':44} {'':16} {ceiling / GB:6.2f}")
+    if scale.ceiling:
+        label = "ceiling: openssl -multi " + str(scale.cores) + ", best round"
+        out.line(f"c   {label:44} {'':16} {scale.ceiling / GB:6.2f}")
     out.line("    of c: GB/s in the best quiet round over c; cpu/core: bytes per CPU second over one core's rate")
-    out.line(f"load average (1 min) before/after the timed rounds: {load_before:.2f} / {load_after:.2f}")
-    pk = rate(by["patchkit"])
-    pk_share, contended = share(by["patchkit"])
-    results: dict[str, Any] = {
-        "load_average": [load_before, load_after],
-        "bytes": total,
-        "files": len(layout.files),
-        "cores": cores,
-        "peak_rss": meter.method,
-        "rounds": [
-            {"openssl_gb_per_s": c / GB if c else None, "core_held_by_another_process": h}
-            for c, h in zip(ceilings, held, strict=True)
-        ],
-        "candidates": {
-            t.key: {
-                "best": t.best,
-                "median": t.median,
-                "gb_per_s": rate(t),
-                "cpu_s": t.best_cpu,
-                "peak_rss_mib": t.peak_mib,
-            }
-            for t, _ in candidates
-        },
-        "ceiling_gb_per_s": ceiling / GB if ceiling else None,
-        "share_of_ceiling": pk_share,
-        "share_from_contended_rounds": contended,
-        "vs_file_digest": pk / rate(by["file_digest"]),
-    }
-    if pk_share is not None:
-        if contended:
-            out.line(
-                f"patchkit / ceiling: not measured, another process held a core in every round "
-                f"(best contended round {pk_share:.0%})"
-            )
-        else:
-            verdict = "meets" if pk_share >= TARGET_SHARE else "MISSES"
-            out.line(f"patchkit / ceiling: {pk_share:.0%} ({verdict} the {TARGET_SHARE:.0%} target)")
+
+
+def print_verdicts(out: Out, by: dict[str, Timing], scale: Scale, results: dict[str, Any]) -> None:
+    """patchkit against its targets (ceiling share, peak RSS, hf) and the other tools; ratios go into ``results``."""
+    pk = scale.rate(by["patchkit"])
+    pk_share, contended = results["share_of_ceiling"], results["share_from_contended_rounds"]
+    if pk_share is not None and contended:
+        out.line(
+            f"patchkit / ceiling: not measured, another process held a core in every round "
+            f"(best contended round {pk_share:.0%})"
+        )
+    elif pk_share is not None:
+        verdict = "meets" if pk_share >= TARGET_SHARE else "MISSES"
+        out.line(f"patchkit / ceiling: {pk_share:.0%} ({verdict} the {TARGET_SHARE:.0%} target)")
     peak = by["patchkit"].peak_mib or 0.0
     verdict = "meets" if peak < TARGET_PEAK_MIB else "MISSES"
     out.line(f"patchkit peak RSS: {peak:.1f} MiB ({verdict} the < {TARGET_PEAK_MIB} MiB target)")
     out.line(f"patchkit / hashlib.file_digest: {results['vs_file_digest']:.2f}x (file_digest hashes the shards only)")
     if "hf" in by:
-        vs = pk / rate(by["hf"])
+        vs = pk / scale.rate(by["hf"])
         verdict = "meets" if vs >= TARGET_VS_HF else "MISSES"
         out.line(f"patchkit / hf cache verify: {vs:.2f}x ({verdict} the {TARGET_VS_HF:.0f}x target)")
         results["vs_hf"] = vs
     if "sha256sum" in by:
-        out.line(f"patchkit / sha256sum -c: {pk / rate(by['sha256sum']):.2f}x")
-        results["vs_sha256sum"] = pk / rate(by["sha256sum"])
-    out.line(f"re-verify with the record: {by['patchkit_record'].best:.2f} s for {total / GB:.1f} GB")
-    if args.cold:
-        cold(layout, verify, env, out, results)
-    return results
+        out.line(f"patchkit / sha256sum -c: {pk / scale.rate(by['sha256sum']):.2f}x")
+        results["vs_sha256sum"] = pk / scale.rate(by["sha256sum"])
+    out.line(f"re-verify with the record: {by['patchkit_record'].best:.2f} s for {scale.total / GB:.1f} GB")
 
 
 def cold(layout: Layout, verify: list[str], env: dict[str, str], out: Out, results: dict[str, Any]) -> None:

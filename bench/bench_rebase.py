@@ -939,6 +939,61 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def warm_up_rebase(
+    layout: Layout, tree: Tree, patchkit: str, rebase_argv: list[str], env: dict[str, str], hint: str, out: Out
+) -> tuple[float, Outcomes]:
+    """The first rebase (cold patchkit cache: it clones the upstream), which must commit C2 and pass check.
+
+    Returns its wall time and the outcomes it reported.
+    """
+    out.progress("warm-up: patchkit rebase --format json (cold patchkit cache: clones the upstream, fills the cache)")
+    started = time.perf_counter()
+    done = run_checked(PROG, [*rebase_argv, "--format", "json"], layout.deployment, env=env, hint=hint)
+    first = time.perf_counter() - started
+    outcomes = read_outcomes(json.loads(done.stdout), tree)
+    if not outcomes.committed:
+        fail(PROG, "the warm-up rebase did not commit")
+    if pinned_commit(layout) != tree.c2:
+        fail(PROG, "after the warm-up rebase, lockfile.toml does not pin C2")
+    run_checked(PROG, [patchkit, "check"], layout.deployment, env=env, hint=hint)
+    return first, outcomes
+
+
+def warm_up_git_loop(
+    layout: Layout, tree: Tree, loop: GitLoop, notes: list[str], out: Out
+) -> tuple[LoopResult, list[str]]:
+    """The git show + git merge-file loop once, which must merge every file; the files it merges otherwise."""
+    loop.prepare()
+    out.progress("warm-up: the git show + git merge-file loop")
+    loop_first = loop.run()
+    n = len(tree.entries)
+    if loop_first.merged != n or loop_first.errors:
+        fail(PROG, f"the git loop merged {loop_first.merged}/{n} files with {loop_first.errors} errors")
+    differ = compare_merges(layout, tree)
+    if differ:
+        notes.append(
+            f"{len(differ)} rebased files differ from git merge-file's output (e.g. {differ[0]}): "
+            "the two merges align some edits differently"
+        )
+    return loop_first, differ
+
+
+def breakdowns(
+    layout: Layout, tree: Tree, cli_tree: dict[str, str], memo: Path, notes: list[str], out: Out
+) -> tuple[Breakdown, Breakdown]:
+    """One rebase in process, stage by stage: with the merges remembered, then with the memo emptied."""
+    out.progress("where the time goes: one rebase in process, stage by stage (merges remembered, then not)")
+    restore(layout)
+    parts = breakdown(layout, tree)
+    if tree_digest(layout.deployment) != cli_tree:
+        notes.append("the in-process rebase wrote a different tree than the CLI: the breakdown may not match the CLI")
+    restore(layout)
+    shutil.rmtree(memo, ignore_errors=True)
+    parts_cold = breakdown(layout, tree)
+    restore(layout)
+    return parts, parts_cold
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     out = Out(sys.stderr if args.json else sys.stdout)
@@ -962,31 +1017,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     rebase_argv = [patchkit, "rebase", "--onto", tree.c2]
     hint = f"\n(delete {layout.root} to rebuild the benchmark trees)"
 
-    out.progress("warm-up: patchkit rebase --format json (cold patchkit cache: clones the upstream, fills the cache)")
-    started = time.perf_counter()
-    done = run_checked(PROG, [*rebase_argv, "--format", "json"], layout.deployment, env=env, hint=hint)
-    first = time.perf_counter() - started
-    outcomes = read_outcomes(json.loads(done.stdout), tree)
-    if not outcomes.committed:
-        fail(PROG, "the warm-up rebase did not commit")
-    if pinned_commit(layout) != tree.c2:
-        fail(PROG, "after the warm-up rebase, lockfile.toml does not pin C2")
-    run_checked(PROG, [patchkit, "check"], layout.deployment, env=env, hint=hint)
+    first, outcomes = warm_up_rebase(layout, tree, patchkit, rebase_argv, env, hint, out)
     cli_tree = tree_digest(layout.deployment)
-
     loop = GitLoop(layout, tree)
-    loop.prepare()
-    out.progress("warm-up: the git show + git merge-file loop")
-    loop_first = loop.run()
-    if loop_first.merged != n or loop_first.errors:
-        fail(PROG, f"the git loop merged {loop_first.merged}/{n} files with {loop_first.errors} errors")
-    differ = compare_merges(layout, tree)
-    if differ:
-        notes.append(
-            f"{len(differ)} rebased files differ from git merge-file's output (e.g. {differ[0]}): "
-            "the two merges align some edits differently"
-        )
-
+    loop_first, differ = warm_up_git_loop(layout, tree, loop, notes, out)
     merge_tree = MergeTree(layout, tree)
     merge_tree.prepare()
     out.progress("warm-up: git merge-tree --write-tree")
@@ -1021,15 +1055,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if loop.run() != loop_first:
         fail(PROG, "the git loop gave another result than in the warm-up")
 
-    out.progress("where the time goes: one rebase in process, stage by stage (merges remembered, then not)")
-    restore(layout)
-    parts = breakdown(layout, tree)
-    if tree_digest(layout.deployment) != cli_tree:
-        notes.append("the in-process rebase wrote a different tree than the CLI: the breakdown may not match the CLI")
-    restore(layout)
-    shutil.rmtree(memo, ignore_errors=True)
-    parts_cold = breakdown(layout, tree)
-    restore(layout)
+    parts, parts_cold = breakdowns(layout, tree, cli_tree, memo, notes, out)
 
     out.progress("start-up times")
     python_pass = median_wall([sys.executable, "-c", "pass"], REPO_ROOT, env, 10)

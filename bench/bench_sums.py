@@ -338,27 +338,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    out = Out(sys.stderr if args.json else sys.stdout)
-    cores = len(os.sched_getaffinity(0))
-    patchkit = find_patchkit(PROG)
-    sha256sum = shutil.which("sha256sum")
-    workdir = args.workdir.resolve()
-    meter = Meter.find(workdir / "peak-rss.txt")
-
-    tree = ensure_tree(workdir / args.shape, args.size_gb, patchkit, out, args.shape)
-    expected = listed_files(tree.root)
-    paths = list(expected)
-    total = sum(p.stat().st_size for p in paths)
-
-    # Row a runs as an installed patchkit does, from compiled bytecode (see benchlib.cached_env);
-    # row a0, only where the environment disables bytecode, as the environment has it.
-    env = cached_env(workdir / "pycache")
-    hint = f"\n(was the tree modified? delete {tree.root} and {tree.root}.json to rebuild it)"
+def make_candidates(
+    root: Path,
+    patchkit: str,
+    sha256sum: str | None,
+    paths: list[Path],
+    cores: int,
+    env: dict[str, str],
+    meter: Meter,
+    hint: str,
+) -> list[tuple[Timing, Callable[[], object]]]:
+    """The rows: patchkit (also without bytecode when the environment says so), file_digest, sha256sum, library."""
 
     def child(argv: Sequence[str], child_env: dict[str, str] | None = None) -> Callable[[], Cost]:
-        return lambda: run_measured_ok(PROG, argv, tree.root, env if child_env is None else child_env, meter, hint)
+        return lambda: run_measured_ok(PROG, argv, root, env if child_env is None else child_env, meter, hint)
 
     candidates: list[tuple[Timing, Callable[[], object]]] = [
         (Timing("patchkit", "a", "patchkit sums --check (CLI)"), child([patchkit, "sums", "--check"])),
@@ -387,6 +380,51 @@ def main(argv: Sequence[str] | None = None) -> int:
         (Timing("library", "d", f"sha256_many, {cores} threads"), library_runner(paths, cores)),
         (Timing("library_1", "d1", "sha256_many, 1 thread"), library_runner(paths, 1)),
     ]
+    return candidates
+
+
+def timed_round(
+    r: int,
+    repeat: int,
+    candidates: list[tuple[Timing, Callable[[], object]]],
+    by_key: dict[str, Timing],
+    cores: int,
+    out: Out,
+) -> Round:
+    """One round: openssl's ceiling, then every candidate once; how much the threads helped, whether a core was held."""
+    out.progress(f"round {r + 1}/{repeat}: openssl speed -multi {cores}, then every candidate")
+    ceiling = openssl_ceiling(cores)
+    for timing, run in candidates:
+        timing.record(run)
+    d, d1 = by_key["library"].seconds[-1], by_key["library_1"].seconds[-1]
+    return Round(
+        ceiling.total if ceiling else None,
+        ceiling.wall_total if ceiling else None,
+        d1 / d,
+        held_core(d, d1, cores),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    out = Out(sys.stderr if args.json else sys.stdout)
+    cores = len(os.sched_getaffinity(0))
+    patchkit = find_patchkit(PROG)
+    sha256sum = shutil.which("sha256sum")
+    workdir = args.workdir.resolve()
+    meter = Meter.find(workdir / "peak-rss.txt")
+
+    tree = ensure_tree(workdir / args.shape, args.size_gb, patchkit, out, args.shape)
+    expected = listed_files(tree.root)
+    paths = list(expected)
+    total = sum(p.stat().st_size for p in paths)
+
+    # Row a runs as an installed patchkit does, from compiled bytecode (see benchlib.cached_env);
+    # row a0, only where the environment disables bytecode, as the environment has it.
+    env = cached_env(workdir / "pycache")
+    hint = f"\n(was the tree modified? delete {tree.root} and {tree.root}.json to rebuild it)"
+
+    candidates = make_candidates(tree.root, patchkit, sha256sum, paths, cores, env, meter, hint)
 
     out.progress("warm-up: one untimed pass of every candidate (also checks they all pass)")
     for timing, run in candidates:
@@ -394,22 +432,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(result, dict):  # an in-process run: its digests must match too
             verify_digests(timing.label, result, expected)
     by_key = {t.key: t for t, _ in candidates}
-    rounds: list[Round] = []
     load_before = os.getloadavg()[0]
-    for r in range(args.repeat):
-        out.progress(f"round {r + 1}/{args.repeat}: openssl speed -multi {cores}, then every candidate")
-        ceiling = openssl_ceiling(cores)
-        for timing, run in candidates:
-            timing.record(run)
-        d, d1 = by_key["library"].seconds[-1], by_key["library_1"].seconds[-1]
-        rounds.append(
-            Round(
-                ceiling.total if ceiling else None,
-                ceiling.wall_total if ceiling else None,
-                d1 / d,
-                held_core(d, d1, cores),
-            )
-        )
+    rounds = [timed_round(r, args.repeat, candidates, by_key, cores, out) for r in range(args.repeat)]
     load_after = os.getloadavg()[0]
 
     out.progress("start-up times")

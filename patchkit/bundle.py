@@ -18,7 +18,8 @@ Reproducible: the bytes depend only on the files' contents and the epoch.
 Entries are sorted by name, every parent directory has its own entry,
 owner 0:0 with empty names, modes 0644 (0755 for directories and for files
 that start with ``#!`` or whose owner-execute bit is set), mtime the
-epoch (``source_date_epoch``, else ``$SOURCE_DATE_EPOCH``, else 0), GNU tar
+epoch (``source_date_epoch``, the ``$SOURCE_DATE_EPOCH`` the command line
+reads, else 0), GNU tar
 format (integer times, no pax records), gzip at level 9 with no file name and
 mtime 0. Everything the lockfile pins is checked against its pin first.
 
@@ -76,18 +77,22 @@ def build_target(target: str) -> str:
     return f"{BUILD_DIR}/{target.lstrip('/')}"
 
 
-def epoch_from_env(value: int | None = None) -> int:
-    """The bundle's mtime: ``value``, else ``$SOURCE_DATE_EPOCH``, else ``DEFAULT_EPOCH``."""
+def parse_epoch(text: str | None) -> int | None:
+    """``$SOURCE_DATE_EPOCH`` as the command line read it, in seconds; None when unset or empty."""
+    if text is None or text == "":
+        return None
+    if not text.isdigit():
+        raise BadInput(
+            f"SOURCE_DATE_EPOCH={text!r}: not a non-negative integer of seconds",
+            "set it to integer seconds since 1970 (UTC), e.g. $(git log -1 --format=%ct)",
+        )
+    return int(text)
+
+
+def bundle_epoch(value: int | None = None) -> int:
+    """The bundle's mtime: ``value``, else ``DEFAULT_EPOCH``; ``BadInput`` if it does not fit a tar header."""
     if value is None:
-        env = os.environ.get("SOURCE_DATE_EPOCH")
-        if env is None or env == "":
-            return DEFAULT_EPOCH
-        if not env.isdigit():
-            raise BadInput(
-                f"SOURCE_DATE_EPOCH={env!r}: not a non-negative integer of seconds",
-                "set it to integer seconds since 1970 (UTC), e.g. $(git log -1 --format=%ct)",
-            )
-        value = int(env)
+        return DEFAULT_EPOCH
     if value < 0 or value >= 8**11:
         raise BadInput(f"SOURCE_DATE_EPOCH {value}: out of range for a tar header (0 .. {8**11 - 1})")
     return value
@@ -231,7 +236,7 @@ def build_bundle(
     committed patches are read from the repository, and an entry given for one
     must equal the committed file.
     """
-    epoch = epoch_from_env(source_date_epoch)
+    epoch = bundle_epoch(source_date_epoch)
     files = _bundle_files(repo, lock, lock_bytes, files_that_run)
     entries: list[tuple[str, tuple[bytes, bool] | None]] = [(d, None) for d in _parents(list(files))]
     entries += list(files.items())

@@ -7,14 +7,14 @@ limit, reads the ``X-RateLimit-*`` headers of every answer and stops before
 sending a request it knows would be refused, and bounds every request in
 time, tries and size through the bounded-HTTP helper (patchkit.transport):
 a connection failure or a 5xx is tried again, a timeout or a rate limit is
-reported at once. Tests point ``GITHUB_API_URL`` at a local server.
+reported at once. The command line reads ``GITHUB_API_URL`` and
+``GITHUB_TOKEN`` and hands them in (tests point the URL at a local server).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import re
 from dataclasses import dataclass
 from enum import Enum
@@ -114,14 +114,16 @@ def web_url(ref: Reference) -> str:
 class GitHubTracker:
     """The GitHub REST API (or GitHub Enterprise at ``api_url``) through requests.
 
-    ``token`` (default: ``GITHUB_TOKEN``) raises the rate limit from 60 to
-    5000 requests an hour and reaches private repositories. ``api_url``
-    defaults to ``GITHUB_API_URL``, as GitHub Actions sets it.
+    ``api_url`` is the API's root (``DEFAULT_API_URL``, or GitHub
+    Enterprise's). ``token`` raises the rate limit from 60 to 5000 requests
+    an hour and reaches private repositories. Both come from the caller (the
+    command line reads ``GITHUB_API_URL`` and ``GITHUB_TOKEN``, as GitHub
+    Actions sets them): nothing here reads the environment.
     """
 
     def __init__(
         self,
-        api_url: str | None = None,
+        api_url: str,
         token: str | None = None,
         *,
         timeout: float = DEFAULT_TIMEOUT,
@@ -132,8 +134,8 @@ class GitHubTracker:
     ) -> None:
         from patchkit.transport import Bounds, Http
 
-        self.api_url = (api_url or os.environ.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/")
-        self._token = token if token is not None else os.environ.get("GITHUB_TOKEN") or None
+        self.api_url = api_url.rstrip("/")
+        self._token = token or None
         self._timeout = timeout
         # A timeout is not tried again (a slow API fails the refresh instead of hanging CI), nor is a 429
         # waited out: the rate limit is the user's to see (RateLimited says until when).
@@ -227,6 +229,17 @@ class GitHubTracker:
             and self._rate.reset > self._clock()
         ):
             raise self._limited(ref, self._rate.reset)
+        url = self.api_url + path
+        self.requests_sent += 1
+        try:
+            resp, _ = self._http.request("GET", url, headers=self._headers(etag), allow_redirects=True)
+            self._read_rate(resp.headers)
+            body = self._http.read(resp, MAX_BODY_BYTES)
+        except HttpError as e:
+            raise self._failure(ref, url, e) from e
+        return self._answer(resp, body, ref, url, etag)
+
+    def _headers(self, etag: str | None) -> dict[str, str]:
         headers = {
             "Accept": "application/vnd.github+json",
             "X-GitHub-Api-Version": "2022-11-28",
@@ -236,14 +249,12 @@ class GitHubTracker:
             headers["Authorization"] = f"Bearer {self._token}"
         if etag:
             headers["If-None-Match"] = etag
-        url = self.api_url + path
-        self.requests_sent += 1
-        try:
-            resp, _ = self._http.request("GET", url, headers=headers, allow_redirects=True)
-            self._read_rate(resp.headers)
-            body = self._http.read(resp, MAX_BODY_BYTES)
-        except HttpError as e:
-            raise self._failure(ref, url, e) from e
+        return headers
+
+    def _answer(
+        self, resp: requests.Response, body: bytes, ref: Reference, url: str, etag: str | None
+    ) -> tuple[AnswerStatus, dict[str, Any], str | None]:
+        """What an answer (read whole) says: found with its document, not modified, not found; or it raises."""
         status = resp.status_code
         if status == 304:
             return AnswerStatus.NOT_MODIFIED, {}, etag

@@ -46,6 +46,7 @@ from patchkit.trust import interdiff, semantic
 from patchkit.trust.imports import Tree
 from patchkit.trust.pycheck import Problem
 from patchkit.values import ContainerPath, Digest, Sha256, UpstreamPath
+from patchkit.verdicts import Verdicts
 
 STATE_DIR = f"{WORK_DIR}/rebase"
 STATE_FILE = f"{STATE_DIR}/state.json"
@@ -309,7 +310,13 @@ def plan(
         for r in result.results
         if r.merge is not None and r.outcome is not Outcome.CONFLICT
     ]
-    mark_broken(repo, lock, result, produced, new, lambda: pinned_snapshot(old_source, up) if old_source else None)
+    verdicts = Verdicts.for_repository(store.cache, repo.root, "rebase")
+
+    def old() -> Snapshot | None:  # read only when an import needs the old tree
+        return pinned_snapshot(old_source, up) if old_source else None
+
+    mark_broken(repo, lock, result, produced, new, old, verdicts)
+    verdicts.save()
     return result
 
 
@@ -366,8 +373,12 @@ def mark_broken(
     produced: list[semantic.Produced],
     new: Snapshot | None,
     old: Callable[[], Snapshot | None],
+    verdicts: Verdicts | None = None,
 ) -> dict[str, tuple[Problem, ...]]:
-    """Run the semantic checks on the files produced; a file with a blocking problem becomes ``broken``."""
+    """Run the semantic checks on the files produced; a file with a blocking problem becomes ``broken``.
+
+    ``verdicts`` remembers the files that passed, so the same rebase made again skips them.
+    """
     targets = {r.name: r for r in result.results}
     placed = {f.name: (targets[f.name].new_target, f.path, f.merged) for f in produced}
 
@@ -382,7 +393,7 @@ def mark_broken(
         return semantic.tree(snap.read, lock, before, lambda rel: _read_or_none(repo, rel))
 
     tree = semantic.tree(new.read, lock, placed, lambda rel: _read_or_none(repo, rel)) if new is not None else None
-    found = semantic.check(produced, tree, old_tree)
+    found = semantic.check(produced, tree, old_tree, verdicts)
     for i, r in enumerate(result.results):
         if r.name in found:
             broken = semantic.blocking(found[r.name])

@@ -2,7 +2,8 @@
 
 Some of ``patchkit check``'s work is a pure function of bytes it has just
 hashed: a diff reversed onto its overlay gives the pinned base, the lockfile
-text is in the form patchkit writes. The same inputs pass or fail the same way
+text is in the form patchkit writes. So are a rebase's semantic checks of
+one produced file (``trust.semantic``). The same inputs pass or fail the same way
 every time. Such a check is named by a key, the sha256 of the check's kind, of
 patchkit's own code and of its inputs' digests; a key found again means the
 same code passed the same bytes before, and the check need not run again.
@@ -12,8 +13,8 @@ produced fresh, with its line and message. The key covers the source of every
 module of the package, so an upgrade (or a local edit) of patchkit never
 reads a verdict that other code reached.
 
-The file lives in the user cache (``<cache>/verdicts/``), one per repository,
-and holds the keys that passed in that repository's last check, so it never
+The file lives in the user cache (``<cache>/verdicts/``), one per repository
+and use, and holds the keys that passed in that repository's last run, so it never
 grows beyond one run's worth. The cache is the user's own, trusted as the
 base cache is: whoever can write it can already change what patchkit reads.
 A file that cannot be read is an empty memo; one that cannot be written only
@@ -64,10 +65,10 @@ class Verdicts:
         return hashlib.sha256(self._code + text).digest()
 
     @classmethod
-    def for_repository(cls, cache: Path, root: Path) -> Verdicts:
-        """The memo of the repository at ``root`` in the cache directory ``cache``."""
+    def for_repository(cls, cache: Path, root: Path, use: str = "check") -> Verdicts:
+        """The memo of ``use`` (``check``, ``rebase``) for the repository at ``root``, in the cache ``cache``."""
         name = hashlib.sha256(str(root.resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:32]
-        return cls(cache / "verdicts" / name)
+        return cls(cache / "verdicts" / f"{use}-{name}")
 
     def passed(self, k: bytes | None) -> bool:
         """Whether the check ``k`` passed before; asking keeps it for the next run."""

@@ -55,6 +55,7 @@ ADAPTERS = {
     "patchkit.images.errors",
     "patchkit.images.credentials",
     "patchkit.images.streams",
+    "patchkit.images.reader",
     "patchkit.images.registry",
     "patchkit.images.engine",
     "patchkit.model.hub",
@@ -113,6 +114,17 @@ def import_graph(package: Path) -> dict[str, set[str]]:
     return graph
 
 
+def _pop_component(stack: list[str], on_stack: set[str], root: str) -> list[str]:
+    """Tarjan's step at a component's root: the modules on the stack down to ``root``, taken off it."""
+    component = []
+    while True:
+        w = stack.pop()
+        on_stack.discard(w)
+        component.append(w)
+        if w == root:
+            return component
+
+
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """The strongly connected components with more than one module (Tarjan), each sorted."""
     index: dict[str, int] = {}
@@ -132,13 +144,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
             elif w in on_stack:
                 low[v] = min(low[v], index[w])
         if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
+            component = _pop_component(stack, on_stack, v)
             if len(component) > 1:
                 found.append(sorted(component))
 

@@ -17,7 +17,7 @@ import pytest
 from conftest import Invoke
 from test_rebase import FENCED, WORKER, Upstream
 
-from patchkit.bundle import build_bundle, collect_files_that_run, verify_bundle
+from patchkit.bundle import build_bundle, collect_files_that_run, parse_epoch, verify_bundle
 from patchkit.cache import BlobStore, cache_dir
 from patchkit.errors import BadInput
 from patchkit.repo import Repo
@@ -153,13 +153,16 @@ def test_bundle_unpacks_and_sha256sum_passes(deployment: Path, tmp_path: Path) -
         assert m.mode == want, m.name
 
 
-def test_source_date_epoch_and_gzip_header(deployment: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_source_date_epoch_and_gzip_header(
+    deployment: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, invoke: Invoke
+) -> None:
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
-    data = bundle_of(deployment)
+    path = tmp_path / "b.tar.gz"
+    r = invoke("bundle", "--output", str(path), repo=deployment)  # the command reads the environment
+    assert r.exit_code == 0, r.stderr
+    data = path.read_bytes()
     assert data[:4] == b"\x1f\x8b\x08\x00"  # no FNAME flag: no file name
     assert data[4:8] == b"\0\0\0\0"  # gzip mtime 0
-    path = tmp_path / "b.tar.gz"
-    path.write_bytes(data)
     listing = subprocess.run(
         ["tar", "--utc", "--numeric-owner", "-tvzf", str(path)],
         capture_output=True,
@@ -171,9 +174,14 @@ def test_source_date_epoch_and_gzip_header(deployment: Path, tmp_path: Path, mon
     assert lines and all("2023-11-14 22:13" in line and " 0/0 " in line for line in lines), listing
     assert bundle_of(deployment, source_date_epoch=1700000000) == data  # the argument, same epoch
     assert bundle_of(deployment, source_date_epoch=0) != data
+    assert bundle_of(deployment) == bundle_of(deployment, source_date_epoch=0)  # the core reads no environment
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "yesterday")
+    r = invoke("bundle", "--output", str(tmp_path / "c.tar.gz"), repo=deployment)
+    assert r.exit_code == 2
+    assert "SOURCE_DATE_EPOCH='yesterday': not a non-negative integer of seconds" in r.stderr
+    assert not (tmp_path / "c.tar.gz").exists()
     with pytest.raises(BadInput, match="SOURCE_DATE_EPOCH"):
-        bundle_of(deployment)
+        parse_epoch("yesterday")
 
 
 def test_build_refuses_a_file_that_breaks_its_pin(deployment: Path) -> None:

@@ -149,7 +149,7 @@ def _unknown_in(command: str) -> list[str]:
         elif token in ("-v", "--verbose"):
             i += 1
         elif isinstance(node, click.Group) and not token.startswith("-"):
-            sub = node.commands.get(token)
+            sub = node.get_command(click.Context(node), token)
             if sub is None:
                 return [f"no command {token!r}"]
             node, i = sub, i + 1

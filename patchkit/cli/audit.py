@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from patchkit.cli.common import FORMAT, Command, blob_store, cache_path, open_repo
+from patchkit.cli.common import FORMAT, Command, blob_store, cache_path, github_tracker, open_repo
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK
 
 
@@ -42,9 +42,7 @@ def refs_command(ctx: click.Context, refresh: bool, fmt: str) -> None:
     result = None
     written: list[str] = []
     if refresh:
-        from patchkit.github import GitHubTracker
-
-        result = refs.refresh(lock, GitHubTracker(), now)
+        result = refs.refresh(lock, github_tracker(), now)
         written = refs.record(repo, lock, result)
         lock = refs.with_states(lock, result)
     assessed = refs.assess(lock, refs.git_containment(lock, cache_path(), fetch=refresh), now)

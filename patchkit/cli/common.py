@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -240,6 +240,29 @@ def blob_store() -> Any:
     from patchkit.cache import BlobStore, cache_dir
 
     return BlobStore(cache_dir())
+
+
+def registry_client(insecure: Iterable[str] = ()) -> Any:
+    """The registry client a command hands the core: plain HTTP for ``--insecure-registry`` hosts, the Docker config."""
+    from patchkit.images.registry import RegistryClient
+
+    return RegistryClient(insecure=tuple(insecure))
+
+
+def github_tracker() -> Any:
+    """The GitHub adapter a command hands the core: ``GITHUB_API_URL`` (default api.github.com), ``GITHUB_TOKEN``."""
+    import os
+
+    from patchkit.github import DEFAULT_API_URL, GitHubTracker
+
+    return GitHubTracker(os.environ.get("GITHUB_API_URL") or DEFAULT_API_URL, os.environ.get("GITHUB_TOKEN") or None)
+
+
+def source_date_epoch() -> str | None:
+    """``$SOURCE_DATE_EPOCH`` as the user set it (None when unset or empty); the core takes it as an argument."""
+    import os
+
+    return os.environ.get("SOURCE_DATE_EPOCH") or None
 
 
 def print_changes(outcome: Any, fmt: str, nothing: str) -> None:

@@ -366,6 +366,7 @@ def _hub() -> Hub:
 
 
 def _tracker() -> IssueTracker:
-    from patchkit.github import GitHubTracker
+    from patchkit.cli.common import github_tracker
 
-    return GitHubTracker()
+    tracker: IssueTracker = github_tracker()
+    return tracker

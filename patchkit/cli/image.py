@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -18,8 +21,32 @@ from patchkit.cli.common import (
     open_repo,
     pinned_or_given,
     print_changes,
+    registry_client,
+    source_date_epoch,
 )
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK
+
+if TYPE_CHECKING:
+    from patchkit.images.reader import ImageReader
+
+
+def _via_registry(insecure: tuple[str, ...]) -> ImageReader:
+    from patchkit.images.reader import RegistryReader
+
+    return RegistryReader(registry_client(insecure))
+
+
+def _via_docker(insecure: tuple[str, ...]) -> ImageReader:
+    from patchkit.images.engine import DockerEngine
+    from patchkit.images.reader import EngineReader
+
+    del insecure  # the engine has its own registry settings
+    return EngineReader(DockerEngine())
+
+
+#: ``--via``: the ``ImageReader`` adapter each name opens (the first is the default).
+READERS: dict[str, Callable[[tuple[str, ...]], ImageReader]] = {"registry": _via_registry, "docker": _via_docker}
+VIA = click.option("--via", type=click.Choice(list(READERS)), default="registry", show_default=True)
 
 
 @click.group(cls=SubGroup)
@@ -41,7 +68,8 @@ def image_resolve(ref: str, platform: str, insecure: tuple[str, ...], fmt: str) 
     """
     from patchkit.images.operations import resolve
 
-    found = resolve(ref, platform, insecure)
+    with registry_client(insecure) as client:
+        found = resolve(client, ref, platform)
     if fmt == "json":
         click.echo(json.dumps(found, indent=2, sort_keys=True))
         return
@@ -62,13 +90,15 @@ def image_pin(ctx: click.Context, name: str, ref: str, platform: str, insecure: 
     from patchkit.images.operations import pin
 
     repo, lockf, _ = open_repo(ctx, writes=True)
-    print_changes(pin(repo, lockf, name, ref, platform, insecure), fmt, "nothing changed")
+    with registry_client(insecure) as client:
+        outcome = pin(repo, lockf, name, ref, client, platform)
+    print_changes(outcome, fmt, "nothing changed")
 
 
 @image.command("cat")
 @click.argument("image_ref", metavar="IMAGE")
 @click.argument("path")
-@click.option("--via", type=click.Choice(["registry", "docker"]), default="registry", show_default=True)
+@VIA
 @PLATFORM
 @INSECURE
 @click.pass_context
@@ -80,7 +110,7 @@ def image_cat(
     from patchkit.images.operations import image_reference, read
 
     text = pinned_or_given(ctx, image_ref, image_reference)
-    data = read(text, [path], via=via, platform=platform, insecure=insecure).get(path)
+    data = read(functools.partial(READERS[via], insecure), text, [path], platform=platform).get(path)
     if data is None:
         raise BadInput(f"{path}: no such file in {text}")
     sys.stdout.buffer.write(data)
@@ -91,7 +121,7 @@ def image_cat(
 @click.argument("image_ref", metavar="IMAGE")
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Directory to write into.")
-@click.option("--via", type=click.Choice(["registry", "docker"]), default="registry", show_default=True)
+@VIA
 @PLATFORM
 @INSECURE
 @click.pass_context
@@ -108,7 +138,7 @@ def image_files(
     from patchkit.images.operations import image_reference, read, write_files
 
     text = pinned_or_given(ctx, image_ref, image_reference)
-    found = read(text, list(paths), via=via, platform=platform, insecure=insecure)
+    found = read(functools.partial(READERS[via], insecure), text, list(paths), platform=platform)
     for path in write_files(found, out):
         click.echo(f"wrote {out / path.lstrip('/')}")
     missing = [p for p, data in found.items() if data is None]
@@ -136,12 +166,19 @@ def image_build(
     The digests are pinned as derived.PROFILE in the lockfile.
     """
     from patchkit.images.build import build_image
-    from patchkit.images.registry import RegistryClient
 
     repo, lockf, _ = open_repo(ctx, writes=True)
-    with RegistryClient(insecure=insecure) as client:
+    with registry_client(insecure) as client:
         outcome, built = build_image(
-            repo, lockf, blob_store(), cache_path(), push, profile=profile, client=client, chunk_size=chunk_size
+            repo,
+            lockf,
+            blob_store(),
+            cache_path(),
+            push,
+            client=client,
+            source_date_epoch=source_date_epoch(),
+            profile=profile,
+            chunk_size=chunk_size,
         )
     if fmt == "json":
         doc = {

@@ -15,6 +15,7 @@ from patchkit.cli.common import (
     cache_path,
     open_repo,
     print_changes,
+    source_date_epoch,
 )
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK
 
@@ -158,14 +159,15 @@ def bundle(ctx: click.Context, output: Path) -> None:
     patches are materialized and verified first. Unpacked, `sha256sum -c
     --strict SHA256SUMS` passes inside it.
     """
-    from patchkit.bundle import build_bundle, collect_files_that_run
+    from patchkit.bundle import build_bundle, collect_files_that_run, parse_epoch
     from patchkit.hashing import sha256_bytes
     from patchkit.repo import atomic_write, output_target
 
     repo, lockf, data = open_repo(ctx)
     to_stdout = str(output) == "-"
     target = None if to_stdout else output_target(output, repo, lockf)
-    archive = build_bundle(repo, lockf, data, collect_files_that_run(repo, lockf, blob_store(), cache_path()))
+    files = collect_files_that_run(repo, lockf, blob_store(), cache_path())
+    archive = build_bundle(repo, lockf, data, files, source_date_epoch=parse_epoch(source_date_epoch()))
     if target is None:
         sys.stdout.buffer.write(archive)
         sys.stdout.buffer.flush()

@@ -19,6 +19,7 @@ from patchkit.cli.common import (
     hold_lock,
     open_repo,
     print_changes,
+    registry_client,
 )
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK, BadInput
 
@@ -394,7 +395,8 @@ def bump(
         from patchkit.repo import output_target
 
         output_target(summary, repo, lockf)  # refused before anything is committed
-    upstream_found, pins = bump_plan(lockf, image_ref, upstream_name)
+    with registry_client() as client:
+        upstream_found, pins = bump_plan(lockf, image_ref, client, upstream_name)
     started = rb.start(
         repo,
         lockf,

@@ -24,7 +24,6 @@ import datetime as dt
 import gzip
 import io
 import json
-import os
 import tarfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -420,16 +419,16 @@ def series_files(
     return [LayerFile(target, data) for out in outputs for target, data in out.placed()]
 
 
-def created_time(lock: Lockfile, base_name: str, environ: Mapping[str, str] | None = None) -> str:
-    """The build's ``created`` time: ``SOURCE_DATE_EPOCH`` if set, else when the base was pinned.
+def created_time(lock: Lockfile, base_name: str, source_date_epoch: str | None = None) -> str:
+    """The build's ``created`` time: ``source_date_epoch`` if given, else when the base was pinned.
 
-    Both come from what is committed (the environment a release sets, or
-    the lockfile's ``images.<base>.resolved_at``), never from the clock, so
-    every machine builds the same digests. A base pinned without a time
-    gives the epoch itself.
+    Both come from what is committed (the ``SOURCE_DATE_EPOCH`` a release
+    sets, which the command line reads and passes in, or the lockfile's
+    ``images.<base>.resolved_at``), never from the clock, so every machine
+    builds the same digests. A base pinned without a time gives the epoch
+    itself.
     """
-    env = os.environ if environ is None else environ
-    raw = env.get("SOURCE_DATE_EPOCH")
+    raw = source_date_epoch
     if raw is not None and raw != "":
         if not raw.isdigit():
             raise BadInput(f"SOURCE_DATE_EPOCH={raw!r} is not an integer number of seconds")
@@ -467,13 +466,17 @@ def build_image(
     cache: Path,
     push: str,
     *,
+    client: RegistryClient,
+    source_date_epoch: str | None = None,
     profile: str | None = None,
-    client: RegistryClient | None = None,
     chunk_size: int | None = None,
-    environ: Mapping[str, str] | None = None,
     extra: Iterable[LayerFile] = (),
 ) -> tuple[Outcome, Built]:
     """``image build --push REF``: build the profile's derived image, push it, pin it as ``derived.<profile>``.
+
+    ``client`` talks to the registry (the base's and the target's);
+    ``source_date_epoch`` (``$SOURCE_DATE_EPOCH``, read by the command line)
+    fixes the image's ``created`` time (see :func:`created_time`).
 
     The base is deploy.toml's ``inference.image`` (pinned by digest in the
     lockfile), the entrypoint artifact is made executable. Every patch
@@ -486,7 +489,6 @@ def build_image(
 
     from patchkit.emit.config import CONFIG_NAME, DEFAULT_PROFILE, load_config
     from patchkit.images.ref import ImageRef
-    from patchkit.images.registry import RegistryClient
     from patchkit.outcome import Change, Outcome
     from patchkit.persist import finish
 
@@ -511,15 +513,8 @@ def build_image(
     ]
     files = runtime_files(repo, lock, store, cache, executables=(config.inference.entrypoint,), extra=extra)
     base = ImageRef.parse(f"{img.repository}@{img.digest}")
-    owned = client is None
-    client = client if client is not None else RegistryClient()
-    try:
-        built = build_and_push(
-            client, base, target, files, created_time(lock, base_name, environ), chunk_size=chunk_size
-        )
-    finally:
-        if owned:
-            client.close()
+    created = created_time(lock, base_name, source_date_epoch)
+    built = build_and_push(client, base, target, files, created, chunk_size=chunk_size)
     old = next((d for d in lock.derived if d.name == name), None)
     new = derived_pin(name, base_name, built)
     derived = (*(d for d in lock.derived if d.name != name), new)

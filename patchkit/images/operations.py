@@ -1,17 +1,18 @@
 """Images: resolve references to digests, pin them, and read files out of them.
 
-The registry path (patchkit.images.registry) needs no daemon; the engine path
-(patchkit.images.engine) goes through a local Docker engine. Both are imported only
-by the commands that use them.
+The command line hands in what talks to the outside: the registry client
+(patchkit.images.registry, no daemon) and, to read files, an ``ImageReader``
+(patchkit.images.reader: the registry, or a local Docker engine), as
+``--via`` chose it. Nothing here constructs a client.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from patchkit.errors import BadInput
 from patchkit.lockfile.model import Image, ImageUpstream, Lockfile
@@ -21,19 +22,17 @@ from patchkit.persist import finish
 from patchkit.repo import Repo, atomic_write
 from patchkit.values import Digest, check_name
 
-
-def _client(insecure: Iterable[str] = ()) -> Any:
+if TYPE_CHECKING:
+    from patchkit.images.reader import ImageReader
     from patchkit.images.registry import RegistryClient
 
-    return RegistryClient(insecure=tuple(insecure))
 
-
-def resolve(text: str, platform: str = "linux/amd64", insecure: Iterable[str] = ()) -> dict[str, Any]:
-    """Resolve a reference to its digests (index and platform manifest)."""
+def resolve(client: RegistryClient, text: str, platform: str = "linux/amd64") -> dict[str, Any]:
+    """Resolve a reference to its digests (index and platform manifest) with ``client``."""
     from patchkit.images.ref import ImageRef
 
     ref = ImageRef.parse(text)
-    r = _client(insecure).resolve(ref, platform=platform)
+    r = client.resolve(ref, platform=platform)
     return {
         "reference": str(ref),
         "repository": ref.display_repository,
@@ -46,14 +45,14 @@ def resolve(text: str, platform: str = "linux/amd64", insecure: Iterable[str] = 
 
 
 def pin(
-    repo: Repo, lock: Lockfile, name: str, text: str, platform: str = "linux/amd64", insecure: Iterable[str] = ()
+    repo: Repo, lock: Lockfile, name: str, text: str, client: RegistryClient, platform: str = "linux/amd64"
 ) -> WriteOutcome:
-    """Resolve ``text`` and record its digest, tag, time and platform digest under images.NAME."""
+    """Resolve ``text`` with ``client`` and record its digest, tag, time and platform digest under images.NAME."""
     try:
         check_name(name, "image name")
     except ValueError as e:
         raise BadInput(f"NAME: {e}") from e
-    found = resolve(text, platform, insecure)
+    found = resolve(client, text, platform)
     now = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
     old = next((i for i in lock.images if i.name == name), None)
     new = Image(
@@ -82,27 +81,21 @@ def image_reference(lock: Lockfile, text: str) -> str:
 
 
 def read(
-    text: str,
-    paths: list[str],
-    *,
-    via: str = "registry",
-    platform: str = "linux/amd64",
-    insecure: Iterable[str] = (),
+    open_reader: Callable[[], ImageReader], text: str, paths: list[str], *, platform: str = "linux/amd64"
 ) -> dict[str, bytes | None]:
-    """The bytes of absolute container paths in an image, through the registry or a Docker engine."""
+    """The bytes of absolute container paths in an image, through the reader ``open_reader`` opens.
+
+    The reader (the registry or a Docker engine, as ``--via`` chose) is
+    opened only once the paths are known to be absolute, and closed after.
+    """
     for p in paths:
         if not p.startswith("/"):
             raise BadInput(f"{p}: container paths are absolute (start with '/')")
-    if via == "docker":
-        from patchkit.images.engine import DockerEngine
-
-        with DockerEngine() as engine:
-            if engine.image_id(text) is None:
-                engine.pull(text, platform=platform)
-            return dict(engine.read_files(text, paths))
-    from patchkit.images.ref import ImageRef
-
-    return dict(_client(insecure).read_files(ImageRef.parse(text), paths, platform=platform))
+    reader = open_reader()
+    try:
+        return reader.read_image(text, paths, platform)
+    finally:
+        reader.close()
 
 
 def write_files(found: dict[str, bytes | None], out: Path) -> list[str]:
@@ -116,7 +109,9 @@ def write_files(found: dict[str, bytes | None], out: Path) -> list[str]:
     return written
 
 
-def bump_plan(lock: Lockfile, text: str, upstream: str | None = None) -> tuple[str, dict[str, str]]:
+def bump_plan(
+    lock: Lockfile, text: str, client: RegistryClient, upstream: str | None = None
+) -> tuple[str, dict[str, str]]:
     """For ``bump --image REF``: the image upstream to rebase and the images to re-pin (name -> digest).
 
     The upstream is the image upstream of REF's repository (or ``upstream``);
@@ -136,6 +131,6 @@ def bump_plan(lock: Lockfile, text: str, upstream: str | None = None) -> tuple[s
             f"no single image upstream for {repository} (image upstreams: {known})",
             "register one (patchkit upstream add NAME --image REF --prefix PATH) or pass --upstream NAME",
         )
-    resolved = _client().resolve(ref)
+    resolved = client.resolve(ref)
     pins = {img.name: str(resolved.digest) for img in lock.images if img.repository == repository}
     return candidates[0].name, pins

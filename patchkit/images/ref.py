@@ -23,7 +23,8 @@ _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _REPOSITORY = re.compile(rf"{_COMPONENT}(?:/{_COMPONENT})*")
 _LABEL = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
 _DOMAIN = re.compile(rf"(?:{_LABEL}(?:\.{_LABEL})*|\[[0-9a-fA-F:.]+\])(?::[0-9]+)?")
-_TAG = re.compile(r"[\w][\w.-]{0,127}")
+# Docker's tag grammar, ASCII only (``\w`` alone would take any letter of Unicode).
+_TAG = re.compile(r"[\w][\w.-]{0,127}", re.ASCII)
 REF_HINT = "write [registry/]repository[:tag][@sha256:<64 hex>], e.g. vllm/vllm-openai-rocm:nightly"
 
 
@@ -60,43 +61,18 @@ class ImageRef:
         if any(c.isspace() for c in text) or len(text) > 512:
             raise BadInput(f"{shown} is not an image reference (no whitespace, at most 512 characters)", REF_HINT)
         rest, at, digest_text = text.partition("@")
-        digest = None
-        if at:
-            try:
-                digest = Digest(digest_text)
-            except ValueError as e:
-                raise BadInput(f"{shown} is not an image reference: {e}", REF_HINT) from e
-        name, tag = rest, None
-        colon = rest.rfind(":")
-        if colon > rest.rfind("/"):
-            name, tag = rest[:colon], rest[colon + 1 :]
-            if not _TAG.fullmatch(tag):
-                raise BadInput(
-                    f"{shown} is not an image reference: bad tag {tag!r} "
-                    "(letters, digits, '_', '.', '-'; at most 128, not starting with '.' or '-')",
-                    REF_HINT,
-                )
-        first, slash, remainder = name.partition("/")
-        if slash and ("." in first or ":" in first or first == "localhost" or first.lower() != first):
-            registry, repository = first, remainder
-            if not _DOMAIN.fullmatch(registry):
-                raise BadInput(f"{shown} is not an image reference: bad registry host {registry!r}", REF_HINT)
-        else:
-            registry, repository = DOCKER_HUB, name
-        if registry in HUB_ALIASES:
-            registry = DOCKER_HUB
-            if "/" not in repository:
-                repository = f"library/{repository}"
-        if not repository or not _REPOSITORY.fullmatch(repository) or len(repository) > 255:
-            why = (
-                "repository names are lowercase"
-                if repository.lower() != repository
-                else "bad repository name (components of lowercase letters and digits, joined by '.', '_', '__' or '-')"
-            )
-            raise BadInput(f"{shown} is not an image reference: {why}", REF_HINT)
+        digest = _digest(digest_text, shown) if at else None
+        name, tag = _split_tag(rest, shown)
+        registry, repository = _split_registry(name, shown)
+        _check_repository(repository, shown)
         if tag is None and digest is None:
             tag = "latest"
         return cls(registry, repository, tag, digest, written=name)
+
+    @staticmethod
+    def is_tag(text: str) -> bool:
+        """Whether ``text`` alone is a tag (``nightly``, ``v0.26.1``): what may follow ``:`` in a reference."""
+        return isinstance(text, str) and _TAG.fullmatch(text) is not None
 
     @property
     def display_registry(self) -> str:
@@ -144,3 +120,51 @@ class ImageRef:
 
     def __str__(self) -> str:
         return self.name + self._suffix()
+
+
+def _digest(text: str, shown: str) -> Digest:
+    try:
+        return Digest(text)
+    except ValueError as e:
+        raise BadInput(f"{shown} is not an image reference: {e}", REF_HINT) from e
+
+
+def _split_tag(rest: str, shown: str) -> tuple[str, str | None]:
+    """``name[:tag]`` -> (name, tag); a colon before the last '/' is a registry's port, not a tag."""
+    colon = rest.rfind(":")
+    if colon <= rest.rfind("/"):
+        return rest, None
+    tag = rest[colon + 1 :]
+    if not _TAG.fullmatch(tag):
+        raise BadInput(
+            f"{shown} is not an image reference: bad tag {tag!r} "
+            "(letters, digits, '_', '.', '-'; at most 128, not starting with '.' or '-')",
+            REF_HINT,
+        )
+    return rest[:colon], tag
+
+
+def _split_registry(name: str, shown: str) -> tuple[str, str]:
+    """(registry, repository) as Docker tells them apart, Docker Hub's aliases and ``library/`` made explicit."""
+    first, slash, remainder = name.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost" or first.lower() != first):
+        registry, repository = first, remainder
+        if not _DOMAIN.fullmatch(registry):
+            raise BadInput(f"{shown} is not an image reference: bad registry host {registry!r}", REF_HINT)
+    else:
+        registry, repository = DOCKER_HUB, name
+    if registry in HUB_ALIASES:
+        registry = DOCKER_HUB
+        if "/" not in repository:
+            repository = f"library/{repository}"
+    return registry, repository
+
+
+def _check_repository(repository: str, shown: str) -> None:
+    if not repository or not _REPOSITORY.fullmatch(repository) or len(repository) > 255:
+        why = (
+            "repository names are lowercase"
+            if repository.lower() != repository
+            else "bad repository name (components of lowercase letters and digits, joined by '.', '_', '__' or '-')"
+        )
+        raise BadInput(f"{shown} is not an image reference: {why}", REF_HINT)

@@ -139,7 +139,7 @@ class TarStream:
             pass
 
 
-def scan_tar(  # noqa: C901 (over the ceiling already)
+def scan_tar(
     tar: tarfile.TarFile, wanted: frozenset[str], ancestors: frozenset[str], max_file: int, what: str
 ) -> LayerScan:
     """Walk one layer's tar once, keeping only what bears on the wanted paths."""
@@ -154,35 +154,47 @@ def scan_tar(  # noqa: C901 (over the ceiling already)
         path = member_path(member.name)
         parent, base = posixpath.split(path)
         if base.startswith(".wh."):
-            if base == ".wh..wh..opq":
-                if parent in ancestors:
-                    scan.opaque.add(parent)
-            elif not base.startswith(".wh..wh."):  # other .wh..wh. names are AUFS bookkeeping
-                target = posixpath.join(parent, base[len(".wh.") :])
-                if target in wanted or target in ancestors:
-                    scan.whiteouts.add(target)
+            _whiteout(scan, parent, base, wanted, ancestors)
             continue
         if path in wanted:
-            if member.isreg():
-                if member.size > max_file:
-                    raise BadInput(
-                        f"{path} in {what} is {member.size} bytes, over the {max_file >> 20} MiB limit "
-                        "for a file read from an image"
-                    )
-                f = tar.extractfile(member)
-                scan.files[path] = f.read() if f is not None else b""
-            elif member.islnk():
-                scan.hardlinks[path] = member_path(member.linkname)
-            elif member.issym():
-                scan.symlinks[path] = link_target(path, member.linkname)
-            else:
-                scan.others.add(path)
+            _wanted(scan, tar, member, path, max_file, what)
         if path in ancestors:
             if member.issym():
                 scan.symlinks[path] = link_target(path, member.linkname)
             elif not member.isdir():
                 scan.nondirs.add(path)
     return scan
+
+
+def _whiteout(scan: LayerScan, parent: str, base: str, wanted: frozenset[str], ancestors: frozenset[str]) -> None:
+    """Record a whiteout entry (``.wh.NAME`` deletes NAME, ``.wh..wh..opq`` makes ``parent`` opaque)."""
+    if base == ".wh..wh..opq":
+        if parent in ancestors:
+            scan.opaque.add(parent)
+    elif not base.startswith(".wh..wh."):  # other .wh..wh. names are AUFS bookkeeping
+        target = posixpath.join(parent, base[len(".wh.") :])
+        if target in wanted or target in ancestors:
+            scan.whiteouts.add(target)
+
+
+def _wanted(
+    scan: LayerScan, tar: tarfile.TarFile, member: tarfile.TarInfo, path: str, max_file: int, what: str
+) -> None:
+    """Record what a wanted path is in this layer: a file (with its bytes), a link, or something else."""
+    if member.isreg():
+        if member.size > max_file:
+            raise BadInput(
+                f"{path} in {what} is {member.size} bytes, over the {max_file >> 20} MiB limit "
+                "for a file read from an image"
+            )
+        f = tar.extractfile(member)
+        scan.files[path] = f.read() if f is not None else b""
+    elif member.islnk():
+        scan.hardlinks[path] = member_path(member.linkname)
+    elif member.issym():
+        scan.symlinks[path] = link_target(path, member.linkname)
+    else:
+        scan.others.add(path)
 
 
 def verified_chunks(resp: requests.Response, desc: Descriptor, size: int, what: str) -> Iterable[bytes]:

@@ -44,12 +44,13 @@ import email.parser
 import email.policy
 import posixpath
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from patchkit.errors import BadInput
 from patchkit.images.oci import Platform, Resolved
+from patchkit.images.reader import EngineReader, ImageReader, RegistryReader
 from patchkit.images.ref import ImageRef
 from patchkit.images.registry import RegistryClient
 from patchkit.sources.interface import Pin, Snapshot, UpstreamSource, check_path
@@ -63,8 +64,18 @@ VERSION_FILES = ("vllm/_version.py",)
 #: The project whose ``*.dist-info/METADATA`` may stand in for the version file.
 VERSION_PROJECT = "vllm"
 
-#: How files are read out of the image: the registry API, or a Docker engine.
-VIA = ("registry", "docker")
+
+def _via_registry(source: ImageSource) -> ImageReader:
+    return RegistryReader(source.client)
+
+
+def _via_docker(source: ImageSource) -> ImageReader:
+    return EngineReader(source.engine)
+
+
+#: How files are read out of the image (``via``): the ``ImageReader`` over the source's client or engine.
+_READERS: dict[str, Callable[[ImageSource], ImageReader]] = {"registry": _via_registry, "docker": _via_docker}
+VIA = tuple(_READERS)
 
 # A version file bigger than this is not setuptools-scm's (which is a few hundred bytes).
 _MAX_VERSION_FILE = 64 << 10
@@ -75,7 +86,6 @@ _VERSION_LINE = re.compile(
 )
 # The local version segment setuptools-scm writes for a git node: 'g' and the abbreviated commit id.
 _GIT_NODE = re.compile(r"g([0-9a-f]{7,40})")
-_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _REF_HINT = "give a tag (nightly), a digest (sha256:<64 hex>) or a full reference of the same repository"
 
 
@@ -174,7 +184,7 @@ class ImageSource(UpstreamSource):
                 return replace(self._image, tag=None, digest=Digest(ref))
             except ValueError as e:
                 raise BadInput(f"{ref!r}: {e}", _REF_HINT) from e
-        if _TAG.fullmatch(ref):
+        if ImageRef.is_tag(ref):
             return replace(self._image, tag=ref, digest=None)
         parsed = ImageRef.parse(ref)
         if (parsed.registry, parsed.repository) != (self._image.registry, self._image.repository):
@@ -199,14 +209,7 @@ class ImageSource(UpstreamSource):
     def _read(self, snapshot: ImageSnapshot, paths: list[str]) -> dict[str, bytes | None]:
         """Upstream paths -> bytes in one read of the image (the registry's layers, or one container)."""
         container = {self.container_path(p): p for p in paths}
-        if self.via == "docker":
-            engine = self.engine
-            reference = snapshot.engine_reference
-            if engine.image_id(reference) is None:
-                engine.pull(reference, platform=self.platform)
-            found = engine.read_files(reference, list(container))
-        else:
-            found = self.client.read_files(snapshot.resolved, list(container))
+        found = _READERS[self.via](self).read_image(snapshot.resolved, list(container), self.platform)
         return {container[c]: found[c] for c in container}
 
 

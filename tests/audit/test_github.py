@@ -21,7 +21,7 @@ MERGE = "124154a8843d1f8e4d4e2d5d466e2d3ebc3716da"
 
 def test_open_pull_request_gives_head_and_no_merge_commit(github: GitHubStandIn) -> None:
     github.pull("vllm-project/vllm", 47291, head=HEAD, title="[ROCm] Fence KV restores")
-    answer = GitHubTracker().fetch(PR, None)
+    answer = GitHubTracker(github.url).fetch(PR, None)
     assert answer.status is AnswerStatus.FOUND and answer.state is not None
     s = answer.state
     assert (s.state, s.kind, s.title, str(s.head_commit)) == ("open", "pull", "[ROCm] Fence KV restores", HEAD)
@@ -38,7 +38,7 @@ def test_merged_closed_and_issue_states(github: GitHubStandIn) -> None:
     github.pull("vllm-project/vllm", 47291, merged=True, merge_commit=MERGE, head=HEAD)
     github.pull("vllm-project/vllm", 5, state="closed")
     github.issue("vllm-project/vllm", 47282, state="closed", title="KV restore races compute")
-    tracker = GitHubTracker()
+    tracker = GitHubTracker(github.url)
     merged = tracker.fetch(PR, None).state
     assert merged is not None and merged.state == "merged"
     assert str(merged.merge_commit) == MERGE and merged.merged_at == "2025-08-01T10:00:00Z"
@@ -55,7 +55,7 @@ def test_merged_closed_and_issue_states(github: GitHubStandIn) -> None:
 
 def test_commit_reference(github: GitHubStandIn) -> None:
     github.commit("vllm-project/vllm", MERGE)
-    answer = GitHubTracker().fetch(Reference(f"https://github.com/vllm-project/vllm/commit/{MERGE}"), None)
+    answer = GitHubTracker(github.url).fetch(Reference(f"https://github.com/vllm-project/vllm/commit/{MERGE}"), None)
     assert answer.state is not None
     assert (answer.state.kind, answer.state.state, answer.state.title) == ("commit", "merged", "Fix the race")
     assert str(answer.state.merge_commit) == MERGE
@@ -63,7 +63,7 @@ def test_commit_reference(github: GitHubStandIn) -> None:
 
 def test_recorded_etag_gives_not_modified_without_spending_the_limit(github: GitHubStandIn) -> None:
     github.pull("vllm-project/vllm", 47291, head=HEAD)
-    tracker = GitHubTracker()
+    tracker = GitHubTracker(github.url)
     first = tracker.fetch(PR, None).state
     assert first is not None
     spent = github.remaining
@@ -76,14 +76,14 @@ def test_recorded_etag_gives_not_modified_without_spending_the_limit(github: Git
 
 
 def test_not_found(github: GitHubStandIn) -> None:
-    answer = GitHubTracker().fetch(Reference("vllm-project/vllm#99999999"), None)
+    answer = GitHubTracker(github.url).fetch(Reference("vllm-project/vllm#99999999"), None)
     assert answer.status is AnswerStatus.NOT_FOUND and answer.state is None
 
 
 def test_rate_limit_reported_and_respected(github: GitHubStandIn) -> None:
     github.pull("vllm-project/vllm", 47291)
     github.remaining = 0
-    tracker = GitHubTracker()
+    tracker = GitHubTracker(github.url)
     with pytest.raises(RateLimited) as e:
         tracker.fetch(PR, None)
     assert e.value.retry_at == dt.datetime.fromtimestamp(RESET_EPOCH, dt.UTC)
@@ -99,7 +99,7 @@ def test_rate_limit_reported_and_respected(github: GitHubStandIn) -> None:
 
 def test_token_is_sent(github: GitHubStandIn) -> None:
     github.pull("vllm-project/vllm", 47291)
-    GitHubTracker(token="ghp_test").fetch(PR, None)
+    GitHubTracker(github.url, token="ghp_test").fetch(PR, None)
     assert github.requests[0][1]["Authorization"] == "Bearer ghp_test"
 
 
@@ -108,16 +108,34 @@ def test_slow_answer_times_out(github: GitHubStandIn) -> None:
     github.delay["/repos/vllm-project/vllm/issues/47291"] = 1.5
     start = time.monotonic()
     with pytest.raises(ExternalFailure, match=r"did not answer within 0\.3 s"):
-        GitHubTracker(timeout=0.3).fetch(PR, None)
+        GitHubTracker(github.url, timeout=0.3).fetch(PR, None)
     assert time.monotonic() - start < 1.4
 
 
 def test_unreachable_api() -> None:
     with pytest.raises(ExternalFailure, match=r"cannot reach http://127\.0\.0\.1:9"):
-        GitHubTracker(api_url="http://127.0.0.1:9", timeout=2).fetch(PR, None)
+        GitHubTracker("http://127.0.0.1:9", timeout=2).fetch(PR, None)
 
 
 def test_web_url() -> None:
     assert web_url(PR) == "https://github.com/vllm-project/vllm/issues/47291"
     commit = Reference(f"https://github.com/vllm-project/vllm/commit/{MERGE}")
     assert web_url(commit) == commit.text
+
+
+def test_the_command_line_reads_the_environment_not_the_adapter(
+    github: GitHubStandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from patchkit.cli.common import github_tracker
+
+    github.pull("vllm-project/vllm", 47291)
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_from_env")
+    tracker = github_tracker()
+    assert tracker.api_url == github.url
+    tracker.fetch(PR, None)
+    assert github.requests[0][1]["Authorization"] == "Bearer ghp_from_env"
+    # The adapter itself is handed everything: no token given, none sent, whatever the environment says.
+    GitHubTracker(github.url).fetch(PR, None)
+    assert "Authorization" not in github.requests[-1][1]
+    monkeypatch.delenv("GITHUB_API_URL")
+    assert github_tracker().api_url == "https://api.github.com"

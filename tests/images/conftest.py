@@ -795,46 +795,53 @@ class FakeRegistry:
         return found.pop(0) if len(found) > 1 else found[0]
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
-        owner = self
+        """A handler class that answers from this registry's routes."""
+        return type("Handler", (_RegistryHandler,), {"owner": self})
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
 
-            def setup(self) -> None:
-                super().setup()
-                # headers and body go out in two writes: without this, Nagle and delayed ACKs cost 40 ms a request
-                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+class _RegistryHandler(BaseHTTPRequestHandler):
+    """The fake registry's answers: each request recorded, then the reply routed for it sent (maybe cut short)."""
 
-            def _serve(self, method: str) -> None:
-                path = urlsplit(self.path).path
-                owner.requests.append((method, path, dict(self.headers.items())))
-                reply = owner._reply(method, path)
-                if reply.delay:
-                    time.sleep(reply.delay)
-                with contextlib.suppress(OSError):
-                    self.send_response(reply.status)
-                    for k, v in {"Content-Type": "application/json", **reply.headers}.items():
-                        self.send_header(k, v)
-                    self.send_header("Content-Length", str(len(reply.body)))
-                    if reply.send is not None:
-                        self.send_header("Connection", "close")
-                    self.end_headers()
-                    if method != "HEAD":
-                        self.wfile.write(reply.body if reply.send is None else reply.body[: reply.send])
-                    self.wfile.flush()
-                if reply.send is not None:
-                    self.close_connection = True
+    protocol_version = "HTTP/1.1"
+    owner: FakeRegistry
 
-            def do_GET(self) -> None:
-                self._serve("GET")
+    def setup(self) -> None:
+        super().setup()
+        # headers and body go out in two writes: without this, Nagle and delayed ACKs cost 40 ms a request
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-            def do_HEAD(self) -> None:
-                self._serve("HEAD")
+    def _serve(self, method: str) -> None:
+        path = urlsplit(self.path).path
+        self.owner.requests.append((method, path, dict(self.headers.items())))
+        reply = self.owner._reply(method, path)
+        if reply.delay:
+            time.sleep(reply.delay)
+        with contextlib.suppress(OSError):
+            self._send(method, reply)
+        if reply.send is not None:
+            self.close_connection = True
 
-            def log_message(self, format: str, *args: Any) -> None:
-                del format, args
+    def _send(self, method: str, reply: Reply) -> None:
+        """The reply's status, headers and body; with ``send``, only that many bytes of it, then the close."""
+        self.send_response(reply.status)
+        for k, v in {"Content-Type": "application/json", **reply.headers}.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(reply.body)))
+        if reply.send is not None:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if method != "HEAD":
+            self.wfile.write(reply.body if reply.send is None else reply.body[: reply.send])
+        self.wfile.flush()
 
-        return Handler
+    def do_GET(self) -> None:
+        self._serve("GET")
+
+    def do_HEAD(self) -> None:
+        self._serve("HEAD")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        del format, args
 
 
 @pytest.fixture

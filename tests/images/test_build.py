@@ -327,13 +327,13 @@ def test_created_comes_from_source_date_epoch_else_from_the_base_pin(derivable: 
     lock = load_lock((derivable / "lockfile.toml").read_text())
     pinned_at = lock.images[0].resolved_at
     assert pinned_at is not None
-    assert created_time(lock, "vllm", {"SOURCE_DATE_EPOCH": "1700000000"}) == "2023-11-14T22:13:20Z"
-    assert created_time(lock, "vllm", {}) == pinned_at
-    assert created_time(lock, "vllm", {"SOURCE_DATE_EPOCH": ""}) == pinned_at
+    assert created_time(lock, "vllm", "1700000000") == "2023-11-14T22:13:20Z"
+    assert created_time(lock, "vllm", None) == pinned_at
+    assert created_time(lock, "vllm", "") == pinned_at
     unpinned_time = dataclasses.replace(lock, images=(dataclasses.replace(lock.images[0], resolved_at=None),))
-    assert created_time(unpinned_time, "vllm", {}) == "1970-01-01T00:00:00Z"
+    assert created_time(unpinned_time, "vllm", None) == "1970-01-01T00:00:00Z"
     with pytest.raises(BadInput, match=r"SOURCE_DATE_EPOCH='1\.5' is not an integer number of seconds"):
-        created_time(lock, "vllm", {"SOURCE_DATE_EPOCH": "1.5"})
+        created_time(lock, "vllm", "1.5")
 
 
 @pytest.mark.slow

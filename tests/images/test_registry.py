@@ -143,6 +143,7 @@ def test_display_repository_is_how_compose_writes_it(text: str, shown: str) -> N
         ("host:abc/app", "bad registry host"),
         ("a_b.c/app", "bad registry host"),
         ("ghcr.io/Org/app", "lowercase"),
+        ("ubuntu:caf\u00e9", "bad tag"),  # Docker's tag grammar is ASCII
     ],
 )
 def test_bad_references(text: str, why: str) -> None:
@@ -152,6 +153,18 @@ def test_bad_references(text: str, why: str) -> None:
     assert e.value.exit_code == EXIT_BAD_INPUT
     assert e.value.hint
     assert "\n" not in e.value.message
+
+
+@pytest.mark.parametrize(
+    ("text", "is_tag"),
+    [("nightly", True), ("v0.26.1", True), ("_x-1.2", True), ("x" * 128, True), ("x" * 129, False),
+     ("", False), ("-v1", False), (".v1", False), ("a:b", False), ("a/b", False), ("caf\u00e9", False),
+     ("sha256:" + "1" * 64, False)],
+)  # fmt: skip
+def test_what_is_a_tag(text: str, is_tag: bool) -> None:
+    assert ImageRef.is_tag(text) is is_tag
+    if is_tag:
+        assert ImageRef.parse(f"ghcr.io/o/r:{text}").tag == text
 
 
 # --- platforms, manifests, challenges, the overlay (pure) ------------------------------------------
