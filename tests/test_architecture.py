@@ -24,6 +24,7 @@ VOCABULARY = {
     "patchkit.outcome",
     "patchkit.lockfile",
     "patchkit.lockfile.model",
+    "patchkit.lockfile.fields",
     "patchkit.lockfile.reader",
     "patchkit.lockfile.writer",
     "patchkit.lockfile.tomlpos",

@@ -96,7 +96,7 @@ def test_the_shipped_lockfile_is_read_fast_and_right() -> None:
         'a = [\n  "x", # why\n]\n',
         'a = [\n  "x",\n  # why\n]\n',
         "[ a ]\nb = 1\n",
-        '["quoted key"]\n',
+        '["quoted\\tkey"]\n',  # a quoted key with an escape
         "a = 0x10\n",
         "a = 1_000\n",
     ],

@@ -6,11 +6,30 @@ writes it back canonically. See docs/lockfile.md for every field.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import Enum
+from operator import attrgetter
 from typing import Any, ClassVar
 
-from patchkit.series.model import Series, series_files
+from patchkit.lockfile.fields import (
+    Context,
+    Entry,
+    Invalid,
+    Key,
+    Raw,
+    Record,
+    computed,
+    integer,
+    keyed,
+    section,
+    strings,
+    table,
+    tables,
+    text,
+)
+from patchkit.lockfile.tomlpos import FieldPath, toml_type
+from patchkit.series.model import SERIES, Series, series_files
 from patchkit.values import (
     ContainerPath,
     Digest,
@@ -19,6 +38,7 @@ from patchkit.values import (
     Revision,
     Sha256,
     UpstreamPath,
+    check_name,
 )
 
 SCHEMA_VERSION = 1
@@ -30,6 +50,31 @@ HEADER = (
     "# Written by patchkit (init, add, remove, lock); hand edits are fine, then run\n"
     "# `patchkit lock` and `patchkit check`. Fields: docs/lockfile.md.\n"
 )
+# A Hugging Face repo id, ``org/name`` (also the ``owner/repo`` an imported patch's origin states).
+HF_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+_WHEEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!_-]*")
+_SHORT_COMMIT = re.compile(r"[0-9a-f]{7,40}")
+_BLOB = re.compile(r"[0-9a-f]{40}")
+
+# Each record is followed by its field table (patchkit.lockfile.fields): the fields' TOML keys
+# in written order, how each is read and checked, and the rules across them. The reader, the
+# unknown-field check and the writer follow the tables; a new field is one line in its table.
+
+
+def _named(what: str) -> Any:
+    """The check of an entry name (``check_name``), saying what kind of name it is."""
+    return lambda s: check_name(s, what)
+
+
+def _one_of(allowed: tuple[str, ...], what: str, listed: str) -> Any:
+    """The check of a string that must be one of ``allowed`` (listed in the message as ``listed``)."""
+
+    def check(s: str) -> str:
+        if s not in allowed:
+            raise ValueError(f"unknown {what} '{s}' ({listed})")
+        return s
+
+    return check
 
 
 class PatchKind(Enum):
@@ -59,6 +104,33 @@ class Image:
         return f"{self.repository}@{self.digest}"
 
 
+def _image_repository(repository: str) -> str:
+    if not repository.strip():
+        raise Invalid("is empty", "write the image repository, e.g. 'vllm/vllm-openai-rocm'")
+    if "@" in repository or repository.rsplit("/", 1)[-1].count(":"):
+        raise Invalid(
+            f"'{repository}' must be the repository alone, without a tag or digest",
+            "put the tag in 'tag' and the digest in 'digest'",
+        )
+    return repository
+
+
+IMAGE = Record(
+    Image,
+    (
+        text("repository", _image_repository, required=True),
+        text("digest", Digest, required=True, hint="pin images by digest"),
+        text("tag"),
+        text("resolved_at"),
+        text("platform"),
+        text("platform_digest", Digest),
+        text("version"),
+        text("note"),
+    ),
+    key=Key("name", _named("image name")),
+)
+
+
 @dataclass(frozen=True)
 class Derived:
     """A derived image: the base ``images.<base>`` plus one layer of every file that runs, pushed by digest.
@@ -80,6 +152,30 @@ class Derived:
     tag: str | None = None
 
 
+def _base_pinned(e: Entry) -> None:
+    base = e.values["base"]
+    if base is not None and base not in e.ctx.names("images"):
+        e.problem(("base",), f"names image '{base}', which [images] does not pin", "patchkit image pin")
+
+
+_REBUILD = "rebuild it: patchkit image build --push …"
+DERIVED = Record(
+    Derived,
+    (
+        text("base", required=True),
+        text("repository", required=True),
+        text("tag"),
+        text("digest", Digest, required=True, hint=_REBUILD),
+        text("base_digest", Digest, required=True, hint=_REBUILD),
+        text("layer_digest", Digest, required=True, hint=_REBUILD),
+        text("diff_id", Digest, required=True, hint=_REBUILD),
+        text("created", required=True),
+    ),
+    key=Key("name", _named("profile name")),
+    rules=(_base_pinned,),
+)
+
+
 @dataclass(frozen=True)
 class ModelFile:
     """One file of a model revision: its size and its hash (LFS sha256 or git blob id)."""
@@ -90,12 +186,38 @@ class ModelFile:
     blob: str | None = None
 
 
+def _blob(blob: str) -> str:
+    if not _BLOB.fullmatch(blob):
+        raise ValueError(f"'{blob}' is not a git blob id (40 lowercase hex)")
+    return blob
+
+
+def _hashed(e: Entry) -> None:
+    if e.values["sha256"] is None and e.values["blob"] is None:
+        e.problem((), "needs 'sha256' (LFS files) or 'blob' (small files)")
+
+
+MODEL_FILE = Record(
+    ModelFile,
+    (
+        text("path", UpstreamPath, required=True),
+        integer("size", lambda n: n >= 0, "must be a non-negative integer"),
+        text("sha256", Sha256),
+        text("blob", _blob, keep=True),
+    ),
+    rules=(_hashed,),
+)
+
+
 @dataclass(frozen=True)
 class FilePin:
     """A repository file pinned by its sha256 (e.g. a model manifest too large to inline)."""
 
     file: RepoPath
     sha256: Sha256
+
+
+FILE_PIN = Record(FilePin, (text("file", RepoPath, required=True), text("sha256", Sha256, required=True)))
 
 
 @dataclass(frozen=True)
@@ -113,6 +235,43 @@ class Model:
     ref: str | None = None
     resolved_at: str | None = None
     manifest: FilePin | None = None
+
+
+def _hf_repo(repo: str) -> str:
+    if not HF_REPO.fullmatch(repo):
+        raise ValueError(f"'{repo}' is not a Hugging Face repo id (write 'org/name')")
+    return repo
+
+
+def _git_ref(ref: str) -> str:
+    if not ref or ref.startswith(("/", "-")) or ".." in ref or any(c in ref for c in " \t\n\\"):
+        raise ValueError(f"'{ref}' is not a branch or tag name")
+    return ref
+
+
+def _one_manifest(e: Entry) -> None:
+    if e.values["files"] and isinstance(e.t.get("manifest"), dict):
+        e.problem(("manifest",), "a model has its file list inline (files) or in a manifest file, not both")
+
+
+MODEL = Record(
+    Model,
+    (
+        text("repo", _hf_repo, required=True),
+        text(
+            "revision",
+            Revision,
+            required=True,
+            hint="resolve the branch to its commit (the model page shows it) and pin that",
+        ),
+        text("ref", _git_ref, keep=True),
+        text("resolved_at"),
+        # Written sorted by path. (A valid model has files or manifest, never both.)
+        tables("files", MODEL_FILE, "must be an array of tables ([[model.files]])", order=lambda f: f.path.path),
+        table("manifest", FILE_PIN),
+    ),
+    rules=(_one_manifest,),
+)
 
 
 @dataclass(frozen=True)
@@ -349,6 +508,59 @@ UPSTREAM_KINDS: dict[str, type[Upstream]] = {
 }
 
 
+def _wheel(wheel: str) -> str:
+    if not _WHEEL.fullmatch(wheel):
+        raise Invalid(f"'{wheel}' is not 'project==version'", 'e.g. wheel = "vllm==0.26.0"')
+    return wheel
+
+
+def _upstream_kind(e: Entry) -> type[Upstream]:
+    """The kind ``source`` names, or the one the fields say when it is absent (see ``inferred_source``)."""
+    v = e.values
+    source = v["source"]
+    if source is None:
+        source = "wheel" if v["wheel"] is not None else "dir" if v["dir"] is not None else "git"
+    if source == "git" and v["image"] is not None and v["wheel"] is None and v["dir"] is None:
+        source = "image"
+    kind = UPSTREAM_KINDS.get(source)
+    if kind is None:
+        *others, last = UPSTREAM_KINDS
+        e.problem(("source",), f"unknown source '{source}' ({', '.join(others)} or {last})")
+        return GitUpstream
+    if any(not isinstance(e.t.get(f), str) for f in kind.required):
+        e.problem((), kind.lacking)
+    return kind
+
+
+def _written_source(u: Upstream) -> str | None:
+    """``source`` as written: left out for a plain git upstream, kept when the fields would infer another."""
+    return None if u.source == inferred_source(u) == GitUpstream.source else u.source
+
+
+UPSTREAM = Record(
+    Upstream,
+    (
+        computed(text("source"), _written_source),
+        text("git"),
+        text("commit", Revision),
+        text("wheel", _wheel, keep=True),
+        text("wheel_sha256", Sha256),
+        text("wheel_file"),
+        text("dir"),
+        text("dir_sha256", Sha256),
+        text("image"),
+        text("image_digest", Digest, hint="pin images by digest"),
+        text("image_tag"),
+        text("prefix", ContainerPath),
+        text("platform"),
+        text("version"),
+        text("note"),
+    ),
+    key=Key("name", _named("upstream name")),
+    choose=_upstream_kind,
+)
+
+
 @dataclass(frozen=True)
 class Base:
     """The upstream file a patch is based on, pinned by its sha256.
@@ -364,12 +576,34 @@ class Base:
     version: str | None = None
 
 
+def _declared(e: Entry) -> None:
+    upstream = e.values["upstream"]
+    if upstream is not None and upstream not in e.ctx.names("upstreams"):
+        e.problem(("upstream",), f"upstream '{upstream}' is not declared", f"add an [upstreams.{upstream}] table")
+
+
+BASE = Record(
+    Base,
+    (
+        text("upstream", required=True),
+        text("commit", Revision),
+        text("version"),
+        text("path", UpstreamPath, required=True),
+        text("sha256", Sha256, required=True),
+    ),
+    rules=(_declared,),
+)
+
+
 @dataclass(frozen=True)
 class DiffPin:
     """The diff of a patch against its base, committed under ``upstream/``."""
 
     file: RepoPath
     sha256: Sha256
+
+
+DIFF_PIN = Record(DiffPin, (text("file", RepoPath, required=True), text("sha256", Sha256, required=True)))
 
 
 @dataclass(frozen=True)
@@ -388,6 +622,29 @@ class Origin:
     stated_in: tuple[str, ...] = ()
 
 
+def _owner_repo(repository: str) -> str:
+    if not HF_REPO.fullmatch(repository):
+        raise ValueError(f"'{repository}' is not 'owner/repo'")
+    return repository
+
+
+def _short_commit(commit: str) -> str:
+    if not _SHORT_COMMIT.fullmatch(commit):
+        raise ValueError(f"'{commit}' is not a commit id (7 to 40 lowercase hex)")
+    return commit
+
+
+ORIGIN = Record(
+    Origin,
+    (
+        text("repository", _owner_repo, keep=True),
+        text("commit", _short_commit, keep=True),
+        text("path", UpstreamPath),
+        strings("stated_in", None, "must be an array of strings"),
+    ),
+)
+
+
 @dataclass(frozen=True)
 class HandDiff:
     """A hand-kept diff adopted by ``patchkit import``, pinned as it is.
@@ -404,6 +661,31 @@ class HandDiff:
 
 
 HAND_DIFF_AGAINST = ("upstream", "overlay", "new")
+
+
+def _against(against: str) -> str:
+    against = against or "upstream"
+    if against not in HAND_DIFF_AGAINST:
+        raise ValueError(f"unknown value '{against}' (upstream, overlay or new)")
+    return against
+
+
+def _patches_named(e: Entry) -> None:
+    for j, name in enumerate(e.values["patches"]):
+        if name not in e.ctx.names("patches"):
+            e.problem(("patches", j), f"no patch named '{name}'", "name a [[patches]] entry or remove it")
+
+
+HAND_DIFF = Record(
+    HandDiff,
+    (
+        text("file", RepoPath, required=True),
+        text("sha256", Sha256, required=True),
+        strings("patches", None, "must be an array of patch names", always=True),
+        text("against", _against, default="upstream"),
+    ),
+    rules=(_patches_named,),
+)
 
 
 @dataclass(frozen=True)
@@ -431,6 +713,67 @@ class Patch:
         return self.file is not None
 
 
+def _patch_kind(kind: str) -> PatchKind:
+    try:
+        return PatchKind(kind)
+    except ValueError:
+        raise ValueError(f"unknown kind '{kind}' (overlay, module or transformer)") from None
+
+
+def _overlay_parts(e: Entry) -> None:
+    """An overlay has a base and a diff (unless imported with an origin); a module has no base."""
+    kind, t = e.values["kind"], e.t
+    if kind is PatchKind.OVERLAY and not isinstance(t.get("origin"), dict):
+        if "base" not in t:
+            e.problem((), "an overlay needs [base]: the upstream file it replaces", "see docs/lockfile.md")
+        if "diff" not in t:
+            e.problem((), "an overlay needs [diff]: its diff against the base", "run `patchkit diff --write`")
+    elif kind is PatchKind.MODULE and "base" in t:
+        e.problem(("base",), "a module is a new file and has no upstream base", "use kind = 'overlay'")
+
+
+def _committed(e: Entry) -> None:
+    """A module or transformer is a committed file without a diff; an overlay is committed, diff-only or both."""
+    kind, t = e.values["kind"], e.t
+    if kind is not None and kind is not PatchKind.OVERLAY:
+        if "file" not in t:
+            e.problem((), f"a {kind.value} is committed: set 'file' to its path under patches/")
+        if "diff" in t:
+            e.problem(("diff",), f"a {kind.value} has no diff against upstream; remove [diff]")
+    elif "file" not in t and "diff" not in t:
+        e.problem((), "needs 'file' (committed) or [diff] (diff-only)")
+
+
+def _unique_patch_name(e: Entry) -> None:
+    """Two patches never share a name (a patch that does not load is compared once it does)."""
+    if not e.complete:
+        return
+    name, seen = e.values["name"], e.ctx.seen.setdefault("patches", {})
+    if name in seen:
+        also = f"also patches[{seen[name]}]"
+        e.problem(("name",), f"duplicate patch name '{name}' ({also})", "give each patch its own name")
+    seen[name] = e.path[-1]
+
+
+PATCH = Record(
+    Patch,
+    (
+        text("name", _named("patch name"), required=True),
+        text("kind", _patch_kind, required=True, write=attrgetter("value")),
+        text("file", RepoPath),
+        text("sha256", Sha256, required=True),
+        text("target", ContainerPath, required=True),
+        text("reason"),
+        strings("refs", Reference, "must be an array of strings, got {got}"),
+        text("drop_when"),
+        table("base", BASE),
+        table("diff", DIFF_PIN),
+        table("origin", ORIGIN),
+    ),
+    rules=(_overlay_parts, _committed, _unique_patch_name),
+)
+
+
 @dataclass(frozen=True)
 class Artifact:
     """A pinned file: a tuning table, the entrypoint, a proxy config, compose.yaml."""
@@ -441,6 +784,37 @@ class Artifact:
     target: ContainerPath | None = None
     note: str | None = None
 
+
+def _unique_in(section: str) -> Any:
+    """The rule that two entries of ``section`` never share a name."""
+
+    def rule(e: Entry) -> None:
+        name, seen = e.values["name"], e.ctx.seen.setdefault(section, {})
+        if name is not None and name in seen:
+            e.problem(("name",), f"duplicate {section} name '{name}'")
+        if name is not None:
+            seen[name] = e.path[-1]
+
+    return rule
+
+
+def _artifacts(section: str) -> Record:
+    """The table of a ``[[tuning]]`` or ``[[artifacts]]`` entry: only a tuning table must say its target."""
+    return Record(
+        Artifact,
+        (
+            text("name", _named(f"{section} name"), required=True),
+            text("file", RepoPath, required=True),
+            text("sha256", Sha256, required=True),
+            text("target", ContainerPath, required=section == "tuning"),
+            text("note"),
+        ),
+        rules=(_unique_in(section),),
+    )
+
+
+TUNING = _artifacts("tuning")
+ARTIFACT = _artifacts("artifacts")
 
 REF_STATES = ("open", "closed", "merged", "unknown")
 REF_KINDS = ("issue", "pull", "commit")
@@ -465,6 +839,22 @@ class RefState:
     etag: str | None = None
 
 
+REF_STATE = Record(
+    RefState,
+    (
+        text("state", _one_of(REF_STATES, "state", "open, closed, merged or unknown"), required=True, keep=True),
+        text("kind", _one_of(REF_KINDS, "kind", "issue, pull or commit"), keep=True),
+        text("title"),
+        text("checked_at"),
+        text("merged_at"),
+        text("merge_commit", Revision),
+        text("head_commit", Revision),
+        text("etag"),
+    ),
+    key=Key("ref", Reference),
+)
+
+
 @dataclass(frozen=True)
 class Signing:
     """How the repository's signatures are checked.
@@ -477,6 +867,28 @@ class Signing:
     allowed_signers: RepoPath
     identity: str | None = None
     files: tuple[RepoPath, ...] = (RepoPath("SHA256SUMS"),)
+
+
+SIGNING = Record(
+    Signing,
+    (
+        text("allowed_signers", RepoPath, required=True),
+        text("identity"),
+        strings(
+            "files", RepoPath, "must be a non-empty array of repository paths", default=Signing.files, nonempty=True
+        ),
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """The ``[deployment]`` table; its ``name`` is ``Lockfile.name``."""
+
+    name: str | None = None
+
+
+DEPLOYMENT = Record(Deployment, (text("name", _named("deployment name")),))
 
 
 @dataclass(frozen=True)
@@ -524,6 +936,63 @@ class Lockfile:
 
     def ref_state(self, ref: Reference) -> RefState | None:
         return next((s for s in self.refs if s.ref == ref), None)
+
+
+def _schema(t: Raw, path: FieldPath, ctx: Context) -> int | None:
+    """The schema version, or None (after a problem): the loader reads nothing else without it."""
+    schema = t.get("schema")
+    if schema is None:
+        ctx.r.problem(path, "missing 'schema'", f"add 'schema = {SCHEMA_VERSION}' at the top")
+        return None
+    if schema.__class__ is not int:
+        ctx.r.problem((*path, "schema"), f"must be an integer, got {toml_type(schema)}")
+        return None
+    if schema != SCHEMA_VERSION:
+        ctx.r.problem(
+            (*path, "schema"),
+            f"unknown schema version {schema}; this patchkit reads version {SCHEMA_VERSION}",
+            "upgrade patchkit" if schema > SCHEMA_VERSION else "set schema = 1",
+        )
+        return None
+    return int(schema)
+
+
+_DEPLOYMENT = table("deployment", DEPLOYMENT)
+
+
+def _deployment(t: Raw, path: FieldPath, ctx: Context) -> str | None:
+    found = _DEPLOYMENT.read(t, path, ctx)
+    return None if found is None else found.name
+
+
+def _aot(key: str) -> str:
+    return f"must be an array of tables ([[{key}]]), got {{got}}"
+
+
+# The document, in written order; each section is read after those its rules refer to.
+LOCKFILE = Record(
+    Lockfile,
+    (
+        section("schema", _schema, int, default=SCHEMA_VERSION, always=True),
+        section("deployment", _deployment, lambda name: DEPLOYMENT.write(Deployment(name)), attr="name", default=None),
+        keyed("images", IMAGE),
+        table("model", MODEL),
+        keyed("upstreams", UPSTREAM),
+        tables("patches", PATCH, _aot("patches")),
+        keyed(
+            "series",
+            SERIES,
+            message="must be a table of series ([series.NAME])",
+            entry="must be a table ([series.NAME])",
+        ),
+        tables("tuning", TUNING, _aot("tuning")),
+        tables("artifacts", ARTIFACT, _aot("artifacts")),
+        tables("diffs", HAND_DIFF, _aot("diffs")),
+        keyed("refs", REF_STATE),
+        table("signing", SIGNING),
+        keyed("derived", DERIVED),
+    ),
+)
 
 
 def inferred_source(u: Upstream) -> str:

@@ -78,32 +78,33 @@ class LineIndex:
             if depth > 0:
                 depth += _bracket_delta(line)
                 continue
-            m = _ARRAY_HEADER.match(line)
-            if m:
-                names = _split_key(m.group(1))
-                parent = self._resolve(names[:-1], counters)
-                key = names
-                counters[key] = counters.get(key, -1) + 1
-                current = (*parent, names[-1], counters[key])
-                self._lines.setdefault(current, lineno)
-                self._lines.setdefault(current[:-1], lineno)
-                continue
-            m = _HEADER.match(line)
-            if m:
-                names = _split_key(m.group(1))
-                current = (*self._resolve(names[:-1], counters), names[-1])
-                self._lines.setdefault(current, lineno)
+            header = self._header(line, lineno, counters)
+            if header is not None:
+                current = header
                 continue
             m = _KEYLINE.match(line)
             if m:
-                keypath = (*current, *_split_key(m.group(1)))
-                self._lines.setdefault(keypath, lineno)
-                value = m.group(2).strip()
-                for quote in ('"""', "'''"):
-                    if value.startswith(quote) and value.count(quote) == 1:
-                        pending_close = quote
-                if value.startswith("["):
-                    depth = _bracket_delta(value)
+                self._lines.setdefault((*current, *_split_key(m.group(1))), lineno)
+                pending_close, depth = _continued(m.group(2).strip())
+
+    def _header(self, line: str, lineno: int, counters: dict[tuple[str, ...], int]) -> Path | None:
+        """The path a ``[table]`` or ``[[array]]`` header line opens (recording its line), or None for another line."""
+        m = _ARRAY_HEADER.match(line)
+        if m:
+            names = _split_key(m.group(1))
+            parent = self._resolve(names[:-1], counters)
+            counters[names] = counters.get(names, -1) + 1
+            current = (*parent, names[-1], counters[names])
+            self._lines.setdefault(current, lineno)
+            self._lines.setdefault(current[:-1], lineno)
+            return current
+        m = _HEADER.match(line)
+        if m:
+            names = _split_key(m.group(1))
+            current = (*self._resolve(names[:-1], counters), names[-1])
+            self._lines.setdefault(current, lineno)
+            return current
+        return None
 
     @staticmethod
     def _resolve(names: tuple[str, ...], counters: dict[tuple[str, ...], int]) -> Path:
@@ -115,6 +116,14 @@ class LineIndex:
             if prefix in counters:
                 out.append(counters[prefix])
         return tuple(out)
+
+
+def _continued(value: str) -> tuple[str | None, int]:
+    """How a value goes on past its line: the multi-line string quote it leaves open, the brackets it leaves open."""
+    for quote in ('"""', "'''"):
+        if value.startswith(quote) and value.count(quote) == 1:
+            return quote, 0
+    return None, _bracket_delta(value) if value.startswith("[") else 0
 
 
 def _bracket_delta(text: str) -> int:

@@ -13,7 +13,7 @@ from typing import Any
 
 from patchkit.errors import BadInput, ExternalFailure, Refused
 from patchkit.hashing import require_pin
-from patchkit.lockfile.model import LOCKFILE_NAME, Model, ModelFile
+from patchkit.lockfile.model import HF_REPO, LOCKFILE_NAME, Model, ModelFile
 from patchkit.model.hub import RemoteFile
 from patchkit.repo import Escape, Repo
 from patchkit.values import Revision, Sha256, UpstreamPath
@@ -24,7 +24,6 @@ INLINE_MAX = 32
 MANIFEST_FILE = "model/manifest.json"
 MANIFEST_FORMAT = "patchkit-model-manifest/1"
 DEFAULT_REF = "main"
-_HF_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
@@ -39,7 +38,7 @@ Locate = Callable[[tuple[str | int, ...]], int | None]
 
 def check_repo_id(repo: str) -> str:
     """A Hugging Face model id, ``org/name``; BadInput otherwise."""
-    if not _HF_REPO.fullmatch(repo):
+    if not HF_REPO.fullmatch(repo):
         raise BadInput(f"REPO: '{repo}' is not a Hugging Face repo id", "write it as org/name")
     return repo
 

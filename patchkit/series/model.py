@@ -4,25 +4,21 @@ A series is one upstream's ordered list of patch files under
 ``patches/<name>/``, each pinned by sha256, with the upstream commit (or
 version) the series applies to. A profile selects patches by name; a patch
 with no ``profiles`` belongs to every profile. This module is part of the
-lockfile's vocabulary: it imports only values, and reads the TOML through
-the small :class:`Reader` protocol the lockfile loader implements, so the
-loader can call it without an import cycle.
+lockfile's vocabulary: each record is followed by its field table
+(``patchkit.lockfile.fields``), which the lockfile reader and writer follow
+as they do the other records' tables in ``lockfile/model.py``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
 
+from patchkit.lockfile.fields import Entry, Key, Record, integer, strings, tables, text
 from patchkit.values import ContainerPath, Reference, RepoPath, Revision, Sha256, check_name
 
-T = TypeVar("T")
 FieldPath = tuple[str | int, ...]
-
-#: The fields of ``[series.NAME]`` and of each ``[[series.NAME.patches]]``, in canonical order.
-SERIES_FIELDS = ("upstream", "commit", "version", "target", "strip", "series_file", "series_sha256", "patches")
-PATCH_FIELDS = ("name", "file", "sha256", "profiles", "refs", "reason", "drop_when")
 
 
 @dataclass(frozen=True)
@@ -40,6 +36,30 @@ class SeriesPatch:
     def in_profile(self, profile: str | None) -> bool:
         """Whether ``profile`` selects this patch (``None``: every patch; no ``profiles``: every profile)."""
         return profile is None or not self.profiles or profile in self.profiles
+
+
+def _unique_in_series(e: Entry) -> None:
+    """Two patches of one series never share a name."""
+    name, seen = e.values["name"], e.ctx.seen.setdefault(f"series.{e.path[1]}", {})
+    if name is not None and name in seen:
+        e.problem(("name",), f"duplicate patch name '{name}' (also patches[{seen[name]}])")
+    if e.complete:
+        seen[name] = e.path[-1]
+
+
+SERIES_PATCH = Record(
+    SeriesPatch,
+    (
+        text("name", lambda s: check_name(s, "patch name"), required=True),
+        text("file", RepoPath, required=True),
+        text("sha256", Sha256, required=True),
+        strings("profiles", lambda s: check_name(s, "profile name"), "must be an array of strings"),
+        strings("refs", Reference, "must be an array of strings"),
+        text("reason"),
+        text("drop_when"),
+    ),
+    rules=(_unique_in_series,),
+)
 
 
 @dataclass(frozen=True)
@@ -77,6 +97,40 @@ class Series:
         return next((p for p in self.patches if p.name == name), None)
 
 
+def _upstream(e: Entry) -> None:
+    """A series applies to the upstream of its own name unless ``upstream`` names another; it must be declared."""
+    upstream = e.values["upstream"] = e.values["upstream"] or e.path[-1]
+    if upstream not in e.ctx.names("upstreams"):
+        e.problem(
+            ("upstream",),
+            f"no upstream named '{upstream}'",
+            f"declare [upstreams.{upstream}] (patchkit upstream add {upstream} …) or set 'upstream'",
+        )
+
+
+def _pinned_series_file(e: Entry) -> None:
+    if (e.values["series_file"] is None) != (e.values["series_sha256"] is None):
+        e.problem((), "'series_file' and 'series_sha256' go together", "patchkit lock pins the series file")
+
+
+SERIES = Record(
+    Series,
+    (
+        # Written only when it is not the series' own name.
+        dataclasses.replace(text("upstream"), get=lambda s: None if s.upstream == s.name else s.upstream),
+        text("commit", Revision),
+        text("version"),
+        text("target", ContainerPath),
+        integer("strip", lambda n: 0 <= n <= 8, "must be an integer from 0 to 8 (the -p level), got {value!r}", 1),
+        text("series_file", RepoPath),
+        text("series_sha256", Sha256),
+        tables("patches", SERIES_PATCH, "must be an array of tables ([[series.NAME.patches]])"),
+    ),
+    key=Key("name", lambda s: check_name(s, "series name")),
+    rules=(_upstream, _pinned_series_file),
+)
+
+
 def series_pins(series: Iterable[Series]) -> list[tuple[FieldPath, RepoPath, Sha256, str]]:
     """Every repository file the series pin: (field path of its sha256, path, sha256, owner)."""
     out: list[tuple[FieldPath, RepoPath, Sha256, str]] = []
@@ -104,162 +158,6 @@ def parse_series_file(data: bytes) -> list[str]:
         if line:
             names.append(line.split()[0])
     return names
-
-
-class Reader(Protocol):
-    """What :func:`read` needs of the lockfile loader (``patchkit.lockfile.tomlpos.FieldReader``)."""
-
-    def problem(self, path: FieldPath, message: str, hint: str | None = None) -> None: ...
-
-    def string(self, data: dict[str, Any], path: FieldPath, key: str, *, required: bool = False) -> str | None: ...
-
-    def typed(
-        self,
-        data: dict[str, Any],
-        path: FieldPath,
-        key: str,
-        ctor: Callable[[str], T],
-        *,
-        required: bool = False,
-        hint: str | None = None,
-    ) -> T | None: ...
-
-    def known(self, data: dict[str, Any], path: FieldPath, allowed: Iterable[str]) -> None: ...
-
-
-def read(raw: object, r: Reader, upstreams: set[str]) -> tuple[Series, ...]:
-    """The ``[series]`` table, every problem reported through ``r`` with its field path."""
-    if raw is None:
-        return ()
-    if not isinstance(raw, dict):
-        r.problem(("series",), "must be a table of series ([series.NAME])")
-        return ()
-    out = []
-    for key, value in raw.items():
-        path: FieldPath = ("series", key)
-        if not isinstance(value, dict):
-            r.problem(path, "must be a table ([series.NAME])")
-            continue
-        found = _read_one(key, value, path, r, upstreams)
-        if found is not None:
-            out.append(found)
-    return tuple(out)
-
-
-def _read_one(key: str, t: dict[str, Any], path: FieldPath, r: Reader, upstreams: set[str]) -> Series | None:
-    r.known(t, path, SERIES_FIELDS)
-    try:
-        check_name(key, "series name")
-    except ValueError as e:
-        r.problem(path, str(e))
-        return None
-    upstream = r.string(t, path, "upstream") or key
-    if upstream not in upstreams:
-        r.problem(
-            (*path, "upstream"),
-            f"no upstream named '{upstream}'",
-            f"declare [upstreams.{upstream}] (patchkit upstream add {upstream} …) or set 'upstream'",
-        )
-    commit = r.typed(t, path, "commit", Revision)
-    version = r.string(t, path, "version")
-    target = r.typed(t, path, "target", ContainerPath)
-    strip = t.get("strip", 1)
-    if not isinstance(strip, int) or isinstance(strip, bool) or not 0 <= strip <= 8:
-        r.problem((*path, "strip"), f"must be an integer from 0 to 8 (the -p level), got {strip!r}")
-        strip = 1
-    series_file = r.typed(t, path, "series_file", RepoPath)
-    series_sha = r.typed(t, path, "series_sha256", Sha256)
-    if (series_file is None) != (series_sha is None):
-        r.problem(path, "'series_file' and 'series_sha256' go together", "patchkit lock pins the series file")
-    patches = _read_patches(t.get("patches", []), path, r)
-    return Series(
-        name=key,
-        upstream=upstream,
-        patches=patches,
-        commit=commit,
-        version=version,
-        target=target,
-        strip=strip,
-        series_file=series_file,
-        series_sha256=series_sha,
-    )
-
-
-def _read_patches(raw: object, path: FieldPath, r: Reader) -> tuple[SeriesPatch, ...]:
-    if not isinstance(raw, list) or not all(isinstance(v, dict) for v in raw):
-        r.problem((*path, "patches"), "must be an array of tables ([[series.NAME.patches]])")
-        return ()
-    out: list[SeriesPatch] = []
-    seen: dict[str, int] = {}
-    for i, t in enumerate(raw):
-        p = (*path, "patches", i)
-        r.known(t, p, PATCH_FIELDS)
-        name = r.typed(t, p, "name", lambda s: check_name(s, "patch name"), required=True)
-        file = r.typed(t, p, "file", RepoPath, required=True)
-        sha = r.typed(t, p, "sha256", Sha256, required=True)
-        profiles = _strings(t, p, "profiles", r, lambda s: check_name(s, "profile name"))
-        refs = _strings(t, p, "refs", r, Reference)
-        if name is not None and name in seen:
-            r.problem((*p, "name"), f"duplicate patch name '{name}' (also patches[{seen[name]}])")
-        if name is None or file is None or sha is None:
-            continue
-        seen[name] = i
-        out.append(
-            SeriesPatch(
-                name=name,
-                file=file,
-                sha256=sha,
-                profiles=tuple(profiles),
-                refs=tuple(refs),
-                reason=r.string(t, p, "reason"),
-                drop_when=r.string(t, p, "drop_when"),
-            )
-        )
-    return tuple(out)
-
-
-def _strings(t: dict[str, Any], path: FieldPath, key: str, r: Reader, ctor: Callable[[str], T]) -> list[T]:
-    raw = t.get(key, [])
-    if not isinstance(raw, list):
-        r.problem((*path, key), "must be an array of strings")
-        return []
-    out = []
-    for i, item in enumerate(raw):
-        try:
-            out.append(ctor(item if isinstance(item, str) else repr(item)))
-        except ValueError as e:
-            r.problem((*path, key, i), str(e))
-    return out
-
-
-def dump(series: Iterable[Series], table: Callable[..., dict[str, Any]]) -> dict[str, Any]:
-    """The ``[series]`` table in canonical form; ``table`` is the lockfile writer's field filter."""
-    out = {}
-    for s in sorted(series, key=lambda s: s.name):
-        t = table(
-            upstream=None if s.upstream == s.name else s.upstream,
-            commit=s.commit,
-            version=s.version,
-            target=s.target,
-            strip=None if s.strip == 1 else s.strip,
-            series_file=s.series_file,
-            series_sha256=s.series_sha256,
-        )
-        if s.patches:
-            t["patches"] = [
-                table(
-                    name=p.name,
-                    file=p.file,
-                    sha256=p.sha256,
-                    profiles=list(p.profiles) or None,
-                    refs=[str(x) for x in p.refs] or None,
-                    reason=p.reason,
-                    drop_when=p.drop_when,
-                )
-                for p in s.patches
-            ]
-        out[s.name] = t
-    return out
 
 
 def repin(
