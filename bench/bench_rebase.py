@@ -28,8 +28,8 @@ script measures both in one run:
   a. ``patchkit rebase --onto C2`` as a subprocess in the deployment, its
      merges and diffs remembered in the cache from the runs before (the
      same rebase made again);
-  a0. the same with the merge memo (``<cache>/merges``) emptied first: every
-     file merged and diffed again, on every core;
+  a0. the same with the memos (``<cache>/merges``, ``<cache>/verdicts``)
+     emptied first: every file merged, diffed and checked again, on every core;
   b. a bash loop in the upstream repository: for each patch,
      ``git show C1:path``, ``git show C2:path`` and
      ``git merge-file -p ours base theirs``, counting exit codes. It does
@@ -978,8 +978,14 @@ def warm_up_git_loop(
     return loop_first, differ
 
 
+def forget(layout: Layout) -> None:
+    """Empty what a rebase remembers between runs: the merges and diffs, and the files that passed the checks."""
+    for kept in ("merges", "verdicts"):
+        shutil.rmtree(layout.cache / kept, ignore_errors=True)
+
+
 def breakdowns(
-    layout: Layout, tree: Tree, cli_tree: dict[str, str], memo: Path, notes: list[str], out: Out
+    layout: Layout, tree: Tree, cli_tree: dict[str, str], notes: list[str], out: Out
 ) -> tuple[Breakdown, Breakdown]:
     """One rebase in process, stage by stage: with the merges remembered, then with the memo emptied."""
     out.progress("where the time goes: one rebase in process, stage by stage (merges remembered, then not)")
@@ -988,7 +994,7 @@ def breakdowns(
     if tree_digest(layout.deployment) != cli_tree:
         notes.append("the in-process rebase wrote a different tree than the CLI: the breakdown may not match the CLI")
     restore(layout)
-    shutil.rmtree(memo, ignore_errors=True)
+    forget(layout)
     parts_cold = breakdown(layout, tree)
     restore(layout)
     return parts, parts_cold
@@ -1029,10 +1035,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         notes.append(f"{n - same_as_merge_tree} rebased files differ from git merge-tree's merge")
 
     meter = Meter.find(layout.root / "time.out")
-    memo = layout.cache / "merges"
     timings = {
         "patchkit": Timing("patchkit", "a", f"patchkit rebase --onto C2 ({n} overlays), merges remembered"),
-        "patchkit_cold": Timing("patchkit_cold", "a0", "the same, merge memo emptied before each run"),
+        "patchkit_cold": Timing("patchkit_cold", "a0", "the same, memos emptied before each run"),
         "git_loop": Timing("git_loop", "b", "bash loop: 2x git show + git merge-file"),
         "merge_tree": Timing("merge_tree", "c", "git merge-tree --write-tree P C2 (one process, C)"),
     }
@@ -1045,7 +1050,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if pinned_commit(layout) != tree.c2:
             fail(PROG, f"round {r + 1}: after the rebase, lockfile.toml does not pin C2")
         restore(layout)
-        shutil.rmtree(memo, ignore_errors=True)
+        forget(layout)
         timings["patchkit_cold"].record(lambda: run_measured_ok(PROG, rebase_argv, layout.deployment, env, meter, hint))
         if tree_digest(layout.deployment) != cli_tree:
             fail(PROG, f"round {r + 1}: the rebase with an empty merge memo wrote another tree")
@@ -1055,7 +1060,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if loop.run() != loop_first:
         fail(PROG, "the git loop gave another result than in the warm-up")
 
-    parts, parts_cold = breakdowns(layout, tree, cli_tree, memo, notes, out)
+    parts, parts_cold = breakdowns(layout, tree, cli_tree, notes, out)
 
     out.progress("start-up times")
     python_pass = median_wall([sys.executable, "-c", "pass"], REPO_ROOT, env, 10)
@@ -1216,7 +1221,7 @@ def report(out: Out, r: dict[str, Any]) -> None:
     out.line("note: the loop and merge-tree do less than patchkit: no lockfile, diffs, SHA256SUMS, review, transaction")
     load = ", ".join(f"{x:.1f}" for x in m["load"])
     out.line(f"note: load average at the end {load} on {m['cores']} cores; CPU s counts the process and its children")
-    for key, title in (("warm", "merges remembered (a)"), ("cold", "merge memo empty (a0)")):
+    for key, title in (("warm", "merges remembered (a)"), ("cold", "memos empty (a0)")):
         part = b[key]
         total = part["in_process_total_s"]
         out.line()

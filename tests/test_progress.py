@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import pty
+import select
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
@@ -25,12 +27,20 @@ def terminal() -> Iterator[tuple[TextIO, int]]:
         os.close(master)
 
 
-def shown(master: int) -> str:
-    os.set_blocking(master, False)
-    try:
-        return os.read(master, 65536).decode()
-    except BlockingIOError:
-        return ""
+def shown(master: int, settle: float = 0.2, deadline: float = 3.0) -> str:
+    """What the terminal received: read until nothing more comes for ``settle`` seconds.
+
+    The kernel hands a pseudo-terminal's output to the master side
+    asynchronously, so on a busy machine it can lag the write by a moment.
+    """
+    out = b""
+    end = time.monotonic() + deadline
+    while (left := end - time.monotonic()) > 0:
+        ready, _, _ = select.select([master], [], [], min(settle, left))
+        if not ready:
+            break
+        out += os.read(master, 65536)
+    return out.decode()
 
 
 @pytest.fixture(autouse=True)
