@@ -15,7 +15,6 @@ reads as missing and the merge runs again.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import dataclasses
 import enum
@@ -31,7 +30,10 @@ from patchkit.errors import WriteFailed
 from patchkit.merge import MergeResult
 from patchkit.repo import atomic_write
 
-VERSION = 1
+VERSION = 2
+# A memo file: this line, the length of its JSON header (8 bytes, big-endian), the header, then
+# every byte string the entries hold, back to back (the header names each by offset and length).
+MAGIC = b"patchkit merge memo 2\n"
 
 
 @functools.cache
@@ -64,29 +66,42 @@ class MergeMemo:
 
     def _path(self, kind: str, keys: Iterable[str]) -> Path:
         name = hashlib.sha256("\n".join(sorted(set(keys))).encode()).hexdigest()
-        return self.root / f"{kind}-{name}.json"
+        return self.root / f"{kind}-{name}.memo"
 
-    def _read(self, kind: str, keys: list[str]) -> dict[str, Any] | None:
+    def _read(self, kind: str, keys: list[str]) -> tuple[dict[str, Any], bytes] | None:
+        """The entries of exactly these keys and the bytes they refer to, or None."""
         try:
-            entries = json.loads(self._path(kind, keys).read_bytes())["entries"]
-        except (OSError, ValueError, KeyError, TypeError):
+            data = self._path(kind, keys).read_bytes()
+        except OSError:
             return None
-        return entries if isinstance(entries, dict) and sorted(entries) == sorted(set(keys)) else None
+        start = len(MAGIC) + 8
+        if not data.startswith(MAGIC) or len(data) < start:
+            return None
+        end = start + int.from_bytes(data[len(MAGIC) : start], "big")
+        try:
+            entries = json.loads(data[start:end])["entries"]
+        except (ValueError, KeyError, TypeError):
+            return None
+        if not isinstance(entries, dict) or sorted(entries) != sorted(set(keys)):
+            return None
+        return entries, data[end:]
 
-    def _write(self, kind: str, entries: dict[str, Any]) -> None:
-        data = json.dumps({"entries": entries}, separators=(",", ":")).encode()
+    def _write(self, kind: str, entries: dict[str, Any], payload: bytearray) -> None:
+        header = json.dumps({"entries": entries}, separators=(",", ":")).encode()
+        data = b"".join((MAGIC, len(header).to_bytes(8, "big"), header, payload))
         with contextlib.suppress(WriteFailed):
             atomic_write(self._path(kind, entries), data, durable=False)
 
     def get(self, keys: list[str]) -> dict[str, MergeResult] | None:
         """The remembered results of exactly these merges, or None."""
-        entries = self._read("merges", keys)
-        if entries is None:
+        found = self._read("merges", keys)
+        if found is None:
             return None
+        entries, payload = found
         out: dict[str, MergeResult] = {}
         for k, record in entries.items():
             try:
-                result = _decode(record["result"])
+                result = _decode(record["result"], payload)
             except (ValueError, KeyError, TypeError, AttributeError):
                 return None
             if not isinstance(result, MergeResult) or hashlib.sha256(result.merged).hexdigest() != record.get("merged"):
@@ -96,23 +111,26 @@ class MergeMemo:
 
     def put(self, results: dict[str, MergeResult]) -> None:
         """Remember ``results``; skipped for a value this encoding does not know, or a cache that cannot be written."""
+        payload = bytearray()
         try:
             entries = {
-                k: {"merged": hashlib.sha256(r.merged).hexdigest(), "result": _encode(r)} for k, r in results.items()
+                k: {"merged": hashlib.sha256(r.merged).hexdigest(), "result": _encode(r, payload)}
+                for k, r in results.items()
             }
         except TypeError:
             return
-        self._write("merges", entries)
+        self._write("merges", entries, payload)
 
     def get_diffs(self, keys: list[str]) -> dict[str, bytes] | None:
         """Remembered diffs (``canonical_diff`` of the new upstream file and the merged file), or None."""
-        entries = self._read("diffs", keys)
-        if entries is None:
+        found = self._read("diffs", keys)
+        if found is None:
             return None
+        entries, payload = found
         out: dict[str, bytes] = {}
         for k, record in entries.items():
             try:
-                diff = base64.b64decode(record["diff"], validate=True)
+                diff = _slice(payload, record["diff"])
             except (ValueError, KeyError, TypeError):
                 return None
             if hashlib.sha256(diff).hexdigest() != record.get("sha256"):
@@ -121,10 +139,26 @@ class MergeMemo:
         return out
 
     def put_diffs(self, diffs: dict[str, bytes]) -> None:
-        entries = {
-            k: {"sha256": hashlib.sha256(d).hexdigest(), "diff": base64.b64encode(d).decode()} for k, d in diffs.items()
-        }
-        self._write("diffs", entries)
+        payload = bytearray()
+        entries = {k: {"sha256": hashlib.sha256(d).hexdigest(), "diff": _place(d, payload)} for k, d in diffs.items()}
+        self._write("diffs", entries, payload)
+
+
+def _place(data: bytes, payload: bytearray) -> list[int]:
+    """Append ``data`` to the payload; where it lies there: [offset, length]."""
+    where = [len(payload), len(data)]
+    payload += data
+    return where
+
+
+def _slice(payload: bytes, where: object) -> bytes:
+    """The bytes at [offset, length] of the payload; ValueError for a place outside it."""
+    if not (isinstance(where, list) and len(where) == 2 and all(type(n) is int and n >= 0 for n in where)):
+        raise ValueError("not a place in the payload")
+    offset, length = where
+    if offset + length > len(payload):
+        raise ValueError("past the end of the payload")
+    return payload[offset : offset + length]
 
 
 @functools.cache
@@ -139,31 +173,31 @@ def _types() -> dict[str, type]:
     }
 
 
-def _encode(value: Any) -> Any:
+def _encode(value: Any, payload: bytearray) -> Any:
     if isinstance(value, enum.Enum):
         return {"@enum": type(value).__name__, "v": value.value}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         if type(value).__module__ != merge.__name__:
             raise TypeError(type(value).__name__)
-        fields = {f.name: _encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        fields = {f.name: _encode(getattr(value, f.name), payload) for f in dataclasses.fields(value)}
         return {"@": type(value).__name__, **fields}
     if isinstance(value, bytes):
-        return {"@b": base64.b64encode(value).decode()}
+        return {"@b": _place(value, payload)}
     if isinstance(value, tuple | list):
-        return [_encode(v) for v in value]
+        return [_encode(v, payload) for v in value]
     if value is None or isinstance(value, str | int | float | bool):
         return value
     raise TypeError(type(value).__name__)
 
 
-def _decode(value: Any) -> Any:
+def _decode(value: Any, payload: bytes) -> Any:
     if isinstance(value, list):
-        return tuple(_decode(v) for v in value)
+        return tuple(_decode(v, payload) for v in value)
     if not isinstance(value, dict):
         return value
     if "@b" in value:
-        return base64.b64decode(value["@b"], validate=True)
+        return _slice(payload, value["@b"])
     if "@enum" in value:
         return _types()[value["@enum"]](value["v"])
     cls = _types()[value["@"]]
-    return cls(**{k: _decode(v) for k, v in value.items() if k != "@"})
+    return cls(**{k: _decode(v, payload) for k, v in value.items() if k != "@"})

@@ -32,38 +32,62 @@ def test_remembered_merges_are_the_merges(tmp_path: Path) -> None:
     assert memo.get(["k1", "k2"]) is None  # another set of merges
 
 
-def _entries(tmp_path: Path) -> tuple[Path, dict[str, dict[str, object]]]:
-    (path,) = (tmp_path / "merges").glob("merges-*.json")
-    return path, json.loads(path.read_bytes())
+def _load(path: Path) -> tuple[dict[str, dict[str, object]], bytes]:
+    """A memo file's JSON header and the payload after it."""
+    data = path.read_bytes()
+    assert data.startswith(mergememo.MAGIC)
+    start = len(mergememo.MAGIC) + 8
+    end = start + int.from_bytes(data[len(mergememo.MAGIC) : start], "big")
+    return json.loads(data[start:end]), data[end:]
+
+
+def _store(path: Path, record: object, payload: bytes) -> None:
+    header = json.dumps(record).encode()
+    path.write_bytes(mergememo.MAGIC + len(header).to_bytes(8, "big") + header + payload)
 
 
 def test_a_damaged_entry_reads_as_missing(tmp_path: Path) -> None:
     memo = MergeMemo(tmp_path)
     results = _results()
     memo.put(results)
-    path, record = _entries(tmp_path)
-    record["entries"]["k1"]["result"]["merged"] = {"@b": "aGVsbG8K"}  # not the bytes of the recorded sha256
-    path.write_text(json.dumps(record))
+    (path,) = (tmp_path / "merges").glob("merges-*.memo")
+    record, payload = _load(path)
+    _store(path, record, payload)
+    assert memo.get(list(results)) == results  # the helpers write what the memo reads
+    merged = record["entries"]["k1"]["result"]["merged"]  # type: ignore[index]
+    offset, length = merged["@b"]
+    _store(path, record, payload[:offset] + b"X" + payload[offset + 1 :])  # other bytes than the recorded sha256
     assert memo.get(list(results)) is None
+    merged["@b"] = [len(payload) - 1, 10]  # past the end of the payload
+    _store(path, record, payload)
+    assert memo.get(list(results)) is None
+    merged["@b"] = [offset, -length]
+    _store(path, record, payload)
+    assert memo.get(list(results)) is None
+    merged["@b"] = [offset, length]
     record["entries"]["k1"]["result"] = {"@": "NotAMergeClass"}
-    path.write_text(json.dumps(record))
+    _store(path, record, payload)
     assert memo.get(list(results)) is None
     del record["entries"]["k1"]
-    path.write_text(json.dumps(record))
+    _store(path, record, payload)
     assert memo.get(list(results)) is None
-    path.write_text("{not json")
+    path.write_bytes(b"{not a memo")
+    assert memo.get(list(results)) is None
+    path.write_bytes(mergememo.MAGIC + (10**9).to_bytes(8, "big") + b"{")  # a header longer than the file
     assert memo.get(list(results)) is None
 
 
 def test_remembered_diffs_are_checked(tmp_path: Path) -> None:
     memo = MergeMemo(tmp_path)
-    memo.put_diffs({"d": b"--- a\n+++ b\n"})
-    assert memo.get_diffs(["d"]) == {"d": b"--- a\n+++ b\n"}
-    (path,) = (tmp_path / "merges").glob("diffs-*.json")
-    record = json.loads(path.read_bytes())
-    record["entries"]["d"]["diff"] = "LS0tIGEKKysrIGMK"  # "--- a\n+++ c\n"
-    path.write_text(json.dumps(record))
-    assert memo.get_diffs(["d"]) is None
+    memo.put_diffs({"d": b"--- a\n+++ b\n", "e": b""})
+    assert memo.get_diffs(["e", "d"]) == {"d": b"--- a\n+++ b\n", "e": b""}
+    (path,) = (tmp_path / "merges").glob("diffs-*.memo")
+    record, payload = _load(path)
+    _store(path, record, payload.replace(b"+++ b", b"+++ c"))
+    assert memo.get_diffs(["d", "e"]) is None
+    record["entries"]["d"]["diff"] = "LS0tIGEKKysrIGMK"  # type: ignore[index]  # not a place
+    _store(path, record, payload)
+    assert memo.get_diffs(["d", "e"]) is None
 
 
 def test_the_key_covers_every_input_and_the_merge_code() -> None:
