@@ -7,6 +7,7 @@ the lockfile is loaded, and its drift checked, while the files hash.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,17 +17,21 @@ from patchkit import sums
 from patchkit.errors import BadInput
 from patchkit.hashing import sha256_many
 from patchkit.repo import Escape, Repo
+from patchkit.verdicts import Verdicts
 
 if TYPE_CHECKING:
     from patchkit.findings import CheckResult, Finding
 
 
-def check_sums(repo: Repo) -> CheckResult:
+def check_sums(repo: Repo, verdicts: Verdicts | None = None) -> CheckResult:
     """Verify SHA256SUMS like ``sha256sum -c --strict``, and that it is what patchkit generates.
 
     The files SHA256SUMS lists are hashed on worker threads while the
     lockfile is read and parsed, so on a large tree the parse costs no wall time.
+    When the same lockfile and SHA256SUMS bytes were found to agree before
+    (``verdicts``), the lockfile is not parsed at all; every file is still hashed.
     """
+    memo = verdicts if verdicts is not None else Verdicts()
     try:
         data: bytes | None = repo.check_inside(sums.FILENAME).read_bytes()
     except FileNotFoundError:
@@ -39,18 +44,38 @@ def check_sums(repo: Repo) -> CheckResult:
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sums") as runner:
         pending = runner.submit(sha256_many, paths.values(), sizes=sizes, cancel=cancel)
         try:
-            from patchkit.check.sums import sums_findings
             from patchkit.findings import CheckResult
 
-            lock, lock_bytes = repo.read_lockfile()
+            generated = _against_lockfile(repo, data, memo)
         except BaseException:
             cancel.set()
             raise
         hashes = pending.result()
     result = CheckResult(files_hashed=len(hashes))
     result.findings += _listing_findings(unsafe, entries, paths, hashes)
-    result.findings.extend(sums_findings(lock, lock_bytes, data))
+    result.findings.extend(generated)
+    memo.save()
     return result
+
+
+def _against_lockfile(repo: Repo, data: bytes | None, memo: Verdicts) -> list[Finding]:
+    """How SHA256SUMS differs from what the lockfile generates; skipped for bytes that agreed before."""
+    from patchkit.check.sums import sums_findings
+
+    try:
+        raw: bytes | None = repo.lockfile_path.read_bytes()
+    except OSError:
+        raw = None  # read_lockfile says why
+    known = None
+    if raw is not None and data is not None:
+        known = memo.key("sums", hashlib.sha256(raw).hexdigest(), hashlib.sha256(data).hexdigest())
+    if memo.passed(known):
+        return []
+    lock, lock_bytes = repo.read_lockfile()
+    found = sums_findings(lock, lock_bytes, data)
+    if not found and lock_bytes == raw:
+        memo.add(known)
+    return found
 
 
 def _listed_files(

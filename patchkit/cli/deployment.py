@@ -138,8 +138,10 @@ def sums(ctx: click.Context, verify: bool, fmt: str) -> None:
     """
     if verify:
         from patchkit.check.verify_sums import check_sums
+        from patchkit.verdicts import Verdicts
 
-        result = check_sums(find_repo(ctx))
+        repo = find_repo(ctx)
+        result = check_sums(repo, Verdicts.for_repository(cache_path(), repo.root, "sums"))
         from patchkit.formats.findings import render
 
         click.echo(render(result, fmt, what="sums --check"), nl=False)

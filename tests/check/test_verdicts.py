@@ -124,3 +124,26 @@ def test_check_twice_gives_the_same_report_and_catches_a_later_edit(invoke: Invo
     third = invoke("check", "--format", "json", repo=deploy)
     codes = {f["code"] for f in json.loads(third.stdout)["findings"]}
     assert third.exit_code == 1 and {"hash-mismatch", "base-mismatch"} <= codes  # the diff ran again
+
+
+def test_sums_check_skips_the_lockfile_only_for_bytes_that_agreed(
+    deploy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from patchkit.check.verify_sums import check_sums
+    from patchkit.repo import Repo
+
+    memo = tmp_path / "verdicts" / "sums"
+    first = check_sums(Repo(deploy), Verdicts(memo))
+    assert first.ok and first.files_hashed > 0
+    real = Repo.read_lockfile
+    monkeypatch.setattr(Repo, "read_lockfile", lambda self: pytest.fail("the lockfile was parsed again"))
+    again = check_sums(Repo(deploy), Verdicts(memo))
+    assert (again.ok, again.files_hashed) == (True, first.files_hashed)
+    overlay = deploy / "patches" / "gpu_worker.py"
+    overlay.write_bytes(overlay.read_bytes() + b"# edited\n")  # every file is still hashed
+    assert [f.code for f in check_sums(Repo(deploy), Verdicts(memo)).findings] == ["hash-mismatch"]
+    monkeypatch.setattr(Repo, "read_lockfile", real)
+    sums_file = deploy / "SHA256SUMS"
+    sums_file.write_bytes(sums_file.read_bytes() + b"\n")  # other bytes: compared with the lockfile again
+    codes = {f.code for f in check_sums(Repo(deploy), Verdicts(memo)).findings}
+    assert "sums-drift" in codes or "sums-format" in codes
