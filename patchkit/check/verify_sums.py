@@ -60,8 +60,6 @@ def check_sums(repo: Repo, verdicts: Verdicts | None = None) -> CheckResult:
 
 def _against_lockfile(repo: Repo, data: bytes | None, memo: Verdicts) -> list[Finding]:
     """How SHA256SUMS differs from what the lockfile generates; skipped for bytes that agreed before."""
-    from patchkit.check.sums import sums_findings
-
     try:
         raw: bytes | None = repo.lockfile_path.read_bytes()
     except OSError:
@@ -71,6 +69,8 @@ def _against_lockfile(repo: Repo, data: bytes | None, memo: Verdicts) -> list[Fi
         known = memo.key("sums", hashlib.sha256(raw).hexdigest(), hashlib.sha256(data).hexdigest())
     if memo.passed(known):
         return []
+    from patchkit.check.sums import sums_findings  # and with it the lockfile model: only when needed
+
     lock, lock_bytes = repo.read_lockfile()
     found = sums_findings(lock, lock_bytes, data)
     if not found and lock_bytes == raw:
