@@ -51,6 +51,10 @@ def module(i: int) -> tuple[bytes, bytes]:
     return base, base.replace(b"    return x + 20\n", b"    return x + 21  # fixed\n")
 
 
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
 def build(root: Path, n: int) -> None:
     """A deployment of ``n`` overlays with their diffs, canonical lockfile and SHA256SUMS."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -64,7 +68,6 @@ def build(root: Path, n: int) -> None:
         shutil.rmtree(root)
     (root / "patches").mkdir(parents=True)
     (root / "upstream").mkdir()
-    sha = lambda b: hashlib.sha256(b).hexdigest()  # noqa: E731
     parts = [
         'schema = 1\n\n[deployment]\nname = "bench"\n\n[upstreams.pkg]\n'
         f'git = "https://github.com/example/pkg"\ncommit = "{COMMIT}"\n\n'
@@ -143,9 +146,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--workdir", type=Path, default=Path(__file__).resolve().parent / "work" / "check")
     args = ap.parse_args()
-    for tool in ("patch", "sha256sum", "bash"):
-        if shutil.which(tool) is None:
-            benchlib.fail(PROG, f"needs `{tool}` on PATH")
+    benchlib.require_tools(PROG, ("patch", "sha256sum", "bash"))
     out = benchlib.Out(sys.stdout)
     patchkit = benchlib.find_patchkit(PROG)
     results = {n: measure(n, args, patchkit, out) for n in args.patches}

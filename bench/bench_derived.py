@@ -53,7 +53,7 @@ from typing import Any
 
 # bench/ is sys.path[0] when this runs as a script (isort files these as third-party)
 import bench_image as bi
-from benchlib import Out, fail, find_patchkit, run_checked
+from benchlib import Out, fail, find_patchkit, require_tools, run_checked
 
 PROG = "bench_derived"
 BASE_REPOSITORY = "bench/base"
@@ -244,9 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     if os.geteuid() != 0:
         fail(PROG, "dockerd needs root")
-    for tool in ("docker", "dockerd", "skopeo", "umoci"):
-        if shutil.which(tool) is None:
-            fail(PROG, f"{tool} is not installed")
+    require_tools(PROG, ("docker", "dockerd", "skopeo", "umoci"))
     out = Out(sys.stderr if args.json else sys.stdout)
     workdir: Path = args.workdir.resolve()
     patchkit = find_patchkit(PROG)

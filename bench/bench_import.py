@@ -80,9 +80,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--workdir", type=Path, default=Path(__file__).resolve().parent / "work" / "import")
     args = ap.parse_args()
-    for tool in ("patch", "sha256sum", "bash"):
-        if shutil.which(tool) is None:
-            benchlib.fail(PROG, f"needs `{tool}` on PATH")
+    benchlib.require_tools(PROG, ("patch", "sha256sum", "bash"))
     out = benchlib.Out(sys.stdout)
     patchkit = benchlib.find_patchkit(PROG)
     handkept, imported = args.workdir / "handkept", args.workdir / "imported"

@@ -59,6 +59,13 @@ def fail(prog: str, message: str) -> NoReturn:
 # --------------------------------------------------------------------------- commands
 
 
+def require_tools(prog: str, tools: Sequence[str]) -> None:
+    """Fail (as ``prog``) naming the first of ``tools`` that is not on PATH."""
+    for tool in tools:
+        if shutil.which(tool) is None:
+            fail(prog, f"needs `{tool}` on PATH")
+
+
 def run_checked(
     prog: str,
     argv: Sequence[str],
