@@ -21,6 +21,7 @@ import json
 import re
 import shutil
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -256,8 +257,12 @@ def plan(
     result.skipped = skipped(repo, lock, upstream)
     if not patches:
         return result
-    bases = _bases(repo, lock, patches, old_source, store)
-    theirs, renames = _theirs(up, [str(b.path) for _, b in patches], new, old_source)
+    paths = [str(b.path) for _, b in patches]
+    # git reads the new files on another core while the bases are read and verified here.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="theirs") as pool:
+        reading = pool.submit(new.read, paths)
+        bases = _bases(repo, lock, patches, old_source, store)
+        theirs, renames = _theirs(up, paths, reading.result(), new, old_source)
     inputs = _sides(repo, patches, bases, theirs, renames, store)
     merges = _merges(inputs, {p.name: pbase.sha256.hex for p, pbase in patches}, store)
     result.results += [_patch_result(p, pbase, renames, inputs, merges) for p, pbase in patches]
@@ -267,14 +272,17 @@ def plan(
 
 
 def _theirs(
-    up: Upstream, paths: list[str], new: Snapshot, old_source: UpstreamSource | None
+    up: Upstream,
+    paths: list[str],
+    theirs: dict[str, bytes | None],
+    new: Snapshot,
+    old_source: UpstreamSource | None,
 ) -> tuple[dict[str, bytes | None], dict[str, str]]:
-    """The base files as the new pin has them, and the renames (old path -> new) of those it no longer has.
+    """The base files as the new pin has them (``theirs``, read at ``paths``), and the renames (old path -> new).
 
     A file gone from its path is read again where the upstream moved it,
     so its patch follows the rename instead of being reported deleted.
     """
-    theirs = new.read(paths)
     gone = [path for path in paths if theirs.get(path) is None]
     renames = _renames(up, gone, new, old_source) if gone else {}
     if renames:
