@@ -155,7 +155,8 @@ def read_objects(git_dir: Path, names: Sequence[str]) -> list[bytes | None]:
     if not names:
         return []
     request = "".join(f"{name}\n" for name in names).encode("utf-8", "surrogateescape")
-    status, out, err = run(git_dir, ["cat-file", "--batch"], env=repo_env(git_dir), stdin=request, strip=False)
+    args = ["cat-file", "--batch", "--buffer"]  # --buffer: one output flush at the end, not one per object
+    status, out, err = run(git_dir, args, env=repo_env(git_dir), stdin=request, strip=False)
     results = _batch_answers(out, len(names))
     if results is None:
         lines = err.split("\n")

@@ -262,8 +262,9 @@ def plan(
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="theirs") as pool:
         reading = pool.submit(new.read, paths)
         bases = _bases(repo, lock, patches, old_source, store)
+        ours = _read_ours(repo, patches, bases)
         theirs, renames = _theirs(up, paths, reading.result(), new, old_source)
-    inputs = _sides(repo, patches, bases, theirs, renames, store)
+    inputs = _sides(patches, bases, ours, theirs, renames, store)
     merges = _merges(inputs, {p.name: pbase.sha256.hex for p, pbase in patches}, store)
     result.results += [_patch_result(p, pbase, renames, inputs, merges) for p, pbase in patches]
     result.ours.update({name: sides[1] for name, sides in inputs.items()})
@@ -307,10 +308,23 @@ def _renames(up: Upstream, gone: list[str], new: Snapshot, old_source: UpstreamS
         return {}
 
 
+def _read_ours(
+    repo: Repo, patches: list[tuple[Patch, Base]], bases: dict[str, bytes]
+) -> dict[str, bytes | PatchkitError]:
+    """Each patch's own file (ours), or why it cannot be read: raised only if its merge needs it (``_sides``)."""
+    ours: dict[str, bytes | PatchkitError] = {}
+    for p, _ in patches:
+        try:
+            ours[p.name] = _ours(repo, p, bases[p.name])
+        except PatchkitError as e:
+            ours[p.name] = e
+    return ours
+
+
 def _sides(
-    repo: Repo,
     patches: list[tuple[Patch, Base]],
     bases: dict[str, bytes],
+    ours: dict[str, bytes | PatchkitError],
     theirs: dict[str, bytes | None],
     renames: dict[str, str],
     store: BlobStore,
@@ -326,8 +340,11 @@ def _sides(
         new_path = renames.get(old_path, old_path)
         their_bytes = theirs.get(new_path)
         if their_bytes is not None:
+            mine = ours[p.name]
+            if isinstance(mine, PatchkitError):
+                raise mine
             store.put(their_bytes)
-            inputs[p.name] = (bases[p.name], _ours(repo, p, bases[p.name]), their_bytes, new_path)
+            inputs[p.name] = (bases[p.name], mine, their_bytes, new_path)
     return inputs
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from patchkit.errors import BadInput, PatchkitError, WriteFailed
+from patchkit.hashing import sha256_bytes
 from patchkit.values import RepoPath
 
 if TYPE_CHECKING:
@@ -463,7 +464,7 @@ def _write_journal_data(data_file: Path, in_place: list[tuple[str, bytes]]) -> l
     with os.fdopen(fd, "wb") as f:
         for rel, data in in_place:
             f.write(data)
-            writes.append([rel, offset, len(data), hashlib.sha256(data).hexdigest()])
+            writes.append([rel, offset, len(data), sha256_bytes(data)])
             offset += len(data)
         f.flush()
         os.fsync(f.fileno())
