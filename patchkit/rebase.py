@@ -496,12 +496,10 @@ def _trees(lock: Lockfile, upstream: str) -> list[str]:
     Read from the targets of the patches based on it or whose origin names
     it (target = tree + upstream path), and from the package named after it.
     """
-    from patchkit.importing.normalize import upstream_of
-
     out: set[str] = set()
     for p in lock.patches:
         path = str(p.base.path) if p.base is not None else (str(p.origin.path) if p.origin and p.origin.path else None)
-        mine = p.base.upstream == upstream if p.base is not None else upstream_of(lock, p)[0] == upstream
+        mine = _upstream_of(lock, p) == upstream
         target = str(p.target)
         if mine and path and target.endswith("/" + path):
             out.add(target[: -len(path)] + path.split("/", 1)[0] + "/")
@@ -522,8 +520,6 @@ def skipped(repo: Repo, lock: Lockfile, upstream: str) -> list[Skipped]:
     base (adopted by ``patchkit import``), an overlay of another upstream the
     package vendors (``vllm/third_party/…``), a new module.
     """
-    from patchkit.importing.normalize import maybe_upstream, upstream_of
-
     trees = _trees(lock, upstream)
     chains: handdiffs.Chains | None = None
     out: list[Skipped] = []
@@ -534,6 +530,8 @@ def skipped(repo: Repo, lock: Lockfile, upstream: str) -> list[Skipped]:
         tree = next((t for t in trees if target.startswith(t)), None)
         if tree is None:
             continue
+        from patchkit.importing.normalize import maybe_upstream, upstream_of  # only for what a rebase leaves
+
         other = p.base.upstream if p.base is not None else upstream_of(lock, p)[0]
         if chains is None and p.kind is PatchKind.MODULE:
             chains = handdiffs.chains(lock, lambda d: _read_or_none(repo, str(d.file)))
@@ -1152,6 +1150,15 @@ class Started:
     nothing_moved: str | None = None
 
 
+def _upstream_of(lock: Lockfile, p: Patch) -> str:
+    """The upstream an overlay is based on: its base's, else what its provenance names ("" when unknown)."""
+    if p.base is not None:
+        return p.base.upstream
+    from patchkit.importing.normalize import upstream_of
+
+    return upstream_of(lock, p)[0] or ""
+
+
 def _pick_upstream(lock: Lockfile, name: str | None) -> Upstream:
     if name is not None:
         up = lock.upstream(name)
@@ -1159,16 +1166,7 @@ def _pick_upstream(lock: Lockfile, name: str | None) -> Upstream:
             known = ", ".join(u.name for u in lock.upstreams) or "none"
             raise BadInput(f"--upstream: '{name}' is not in the lockfile (known: {known})")
         return up
-    from patchkit.importing.normalize import upstream_of
-
-    with_patches = sorted(
-        {
-            p.base.upstream if p.base is not None else upstream_of(lock, p)[0] or ""
-            for p in lock.patches
-            if p.kind is PatchKind.OVERLAY
-        }
-        - {""}
-    )
+    with_patches = sorted({_upstream_of(lock, p) for p in lock.patches if p.kind is PatchKind.OVERLAY} - {""})
     if len(with_patches) == 1:
         found = lock.upstream(with_patches[0])
         if found is not None:
