@@ -150,6 +150,8 @@ class Plan:
     accepted: dict[str, str] = field(default_factory=dict)
     # Each patch's own file before the rebase (ours), kept for the checks at --continue.
     ours: dict[str, bytes] = field(default_factory=dict, repr=False)
+    # Each patch's new upstream file, as this run read it (by its sha256); at --continue, read from the cache.
+    theirs: dict[str, bytes] = field(default_factory=dict, repr=False)
     # How each patch itself changed (old diff against new), for the patches whose changes may differ.
     interdiffs: dict[str, interdiff.Interdiff] = field(default_factory=dict)
 
@@ -268,6 +270,7 @@ def plan(
     merges = _merges(inputs, {p.name: pbase.sha256.hex for p, pbase in patches}, store)
     result.results += [_patch_result(p, pbase, renames, inputs, merges) for p, pbase in patches]
     result.ours.update({name: sides[1] for name, sides in inputs.items()})
+    result.theirs.update({sha256_bytes(sides[2]): sides[2] for sides in inputs.values()})
     _check_merges(repo, lock, up, result, bases, theirs, new, old_source, store)
     return result
 
@@ -686,7 +689,7 @@ def _new_files(
     for r in result.results:
         if r.name in drop or r.merge is None or r.theirs_sha256 is None:
             continue
-        theirs = store.get(r.theirs_sha256)
+        theirs = _their_file(result, store, r.theirs_sha256)
         if theirs is None:
             raise PatchkitError(
                 f"'{r.name}': the new upstream file (sha256 {r.theirs_sha256[:12]}…) is no longer in the cache",
@@ -694,6 +697,12 @@ def _new_files(
             )
         out[r.name] = (theirs, resolved.get(r.name, r.merge.merged), r.new_path)
     return out
+
+
+def _their_file(result: Plan, store: BlobStore, sha256: str) -> bytes | None:
+    """A new upstream file by its sha256: as this run read it, else from the cache (None when gone)."""
+    found = result.theirs.get(sha256)
+    return found if found is not None else store.get(sha256)
 
 
 def interdiffs(repo: Repo, lock: Lockfile, result: Plan, store: BlobStore, resolved: dict[str, bytes]) -> None:
@@ -712,7 +721,7 @@ def interdiffs(repo: Repo, lock: Lockfile, result: Plan, store: BlobStore, resol
             or r.merge.hunks_partly_upstreamed
         ):
             continue
-        old, theirs = _read_or_none(repo, str(p.diff.file)), store.get(r.theirs_sha256)
+        old, theirs = _read_or_none(repo, str(p.diff.file)), _their_file(result, store, r.theirs_sha256)
         if old is not None and theirs is not None:
             new = canonical_diff(theirs, resolved.get(r.name, r.merge.merged), UpstreamPath(r.new_path))
             found = interdiff.compare(old, new)
