@@ -282,7 +282,8 @@ def rebase_file(base: bytes, ours: bytes, theirs: bytes, *, path: str = "") -> M
     )
 
 
-_BLOCK_START = (b"def ", b"async def ", b"class ", b"@")
+_DEF_START = (b"def ", b"async def ", b"class ")
+_INSIDE = frozenset((b" ", b"\t", b"\r", b"\n", b"#", b""))  # first bytes of lines that stay in the block
 
 
 def _may_share_block(base: list[bytes], ours: list[_Change], theirs: list[_Change]) -> bool:
@@ -290,32 +291,47 @@ def _may_share_block(base: list[bytes], ours: list[_Change], theirs: list[_Chang
 
     A cheap, conservative pre-filter for the review flags: parsing and walking
     the base with ``ast`` costs milliseconds a file, and most upstream changes
-    are far from the patch. Top-level blocks start at a column-0 ``def``,
-    ``class`` or decorator; everything else stays in the current block, so
+    are far from the patch. See ``_top_level_blocks`` for where a block starts;
     two changes in one definition always share a block (the reverse need not
     hold, which only costs a full analysis).
     """
-    block: list[int] = []
-    current = 0
-    after_decorator = False
-    for line in base:
-        if line.startswith(_BLOCK_START):
-            if not (after_decorator and not line.startswith(b"@")):
-                current += 1
-            after_decorator = line.startswith(b"@")
-        elif line[:1] not in (b" ", b"\t", b"\r", b"\n", b"#", b""):
-            after_decorator = False
-        block.append(current)
+    block = _top_level_blocks(base)
 
     def ids(changes: list[_Change]) -> set[int]:
         found: set[int] = set()
         for c in changes:
             start, stop = c.base
-            for i in range(max(start - 1, 0), min(max(stop, start + 1), len(block))):
-                found.add(block[i])
+            found.update(block[max(start - 1, 0) : min(max(stop, start + 1), len(block))])
         return found
 
     return bool(ids(ours) & ids(theirs))
+
+
+def _top_level_blocks(base: list[bytes]) -> list[int]:
+    """For each base line, the number of the top-level block it lies in.
+
+    A block starts at a column-0 ``def``, ``class`` or decorator; a run of
+    decorators and the definition they decorate are one block (comments and
+    blank lines may lie between them). Everything else stays in the current
+    block: indented lines, comments, and column-0 statements alike. Lines
+    are not tokenized: a column-0 ``def`` inside a multi-line string starts
+    a block too, the one case where two changes of one definition can land
+    in two blocks.
+    """
+    block: list[int] = []
+    current = 0
+    decorating = False
+    for line in base:
+        first = line[:1]
+        if first not in _INSIDE:
+            if first == b"@" or line.startswith(_DEF_START):
+                if not decorating:
+                    current += 1
+                decorating = first == b"@"
+            else:
+                decorating = False
+        block.append(current)
+    return block
 
 
 def conflict_markers_remain(data: bytes) -> list[int]:

@@ -587,3 +587,56 @@ def test_a_large_repetitive_file_merges_exactly() -> None:
     assert result.merged == edit(theirs, b"        x = 100\n", b"        x = -100\n")
     assert result.hunks_remaining[0].definitions == ("Big.f100",)
     assert result.review_flags == ()
+
+
+def _decorated_module(rng: random.Random) -> list[bytes]:
+    """A module of top-level functions and classes, some under stacked decorators with comments between."""
+    lines = [b"import functools\n", b"\n"]
+    for i in range(rng.randint(3, 7)):
+        for d in range(rng.choice((0, 0, 1, 2, 3))):
+            lines.append(b"@functools.lru_cache(maxsize=%d)\n" % d if d else b"@functools.cache\n")
+            if rng.random() < 0.3:
+                lines.append(b"# keep this cached\n")
+        if rng.random() < 0.3:
+            lines += [b"class C%d:\n" % i, b"    size = %d\n" % i, b"\n", b"    def run(self):\n"]
+            lines += [b"        v%d = %d\n" % (k, k) for k in range(4)] + [b"        return v0\n"]
+        else:
+            lines.append(b"def f%d(x):\n" % i)
+            lines += [b"    y%d = x + %d\n" % (k, k) for k in range(5)] + [b"    return y0\n"]
+        lines += [b"\n", b"\n"]
+        if rng.random() < 0.3:
+            lines += [b"LIMIT_%d = %d\n" % (i, i), b"\n"]
+    return lines
+
+
+def test_the_review_flag_prefilter_never_hides_a_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cheap block test before the ast analysis agrees with the analysis run on every file.
+
+    One-line edits on both sides anywhere in modules with stacked decorators,
+    comments between them, classes and module-level statements: the flags
+    with the pre-filter are those without it.
+    """
+    from patchkit import merge
+
+    rng = random.Random(7)
+    exact = merge._may_share_block
+    for _ in range(300):
+        base_lines = _decorated_module(rng)
+        ours, theirs = list(base_lines), list(base_lines)
+        i, j = rng.sample(range(len(base_lines)), 2)
+        ours[i] = ours[i].rstrip(b"\n") + b"  # patched\n"
+        theirs[j] = theirs[j].rstrip(b"\n") + b"  # upstream\n"
+        base, mine, new = b"".join(base_lines), b"".join(ours), b"".join(theirs)
+        filtered = rebase_file(base, mine, new, path="m.py").review_flags
+        monkeypatch.setattr(merge, "_may_share_block", lambda *a: True)
+        assert rebase_file(base, mine, new, path="m.py").review_flags == filtered, (i, j, base.decode())
+        monkeypatch.setattr(merge, "_may_share_block", exact)
+
+
+def test_a_patched_decorator_and_an_upstream_body_edit_of_one_function_are_flagged() -> None:
+    base = b"def g():\n    return 0\n\n\n@a\n@b\ndef f():\n    x = 1\n    y = 2\n    z = 3\n    w = 4\n    return x\n"
+    ours = base.replace(b"@a\n", b"@a(1)\n")
+    theirs = base.replace(b"    return x\n", b"    return x + 1\n")
+    result = rebase_file(base, ours, theirs, path="m.py")
+    assert result.outcome is Outcome.CLEAN
+    assert [f.definition for f in result.review_flags] == ["f"]
