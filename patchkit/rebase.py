@@ -21,7 +21,7 @@ import json
 import re
 import shutil
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -265,7 +265,7 @@ def plan(
         reading = pool.submit(new.read, paths)
         bases = _bases(repo, lock, patches, old_source, store)
         ours = _read_ours(repo, patches, bases)
-        theirs, renames = _theirs(up, paths, reading.result(), new, old_source)
+        theirs, renames = _theirs(up, paths, reading, new, old_source)
     inputs = _sides(patches, bases, ours, theirs, renames, store)
     merges = _merges(inputs, {p.name: pbase.sha256.hex for p, pbase in patches}, store)
     result.results += [_patch_result(p, pbase, renames, inputs, merges) for p, pbase in patches]
@@ -278,15 +278,17 @@ def plan(
 def _theirs(
     up: Upstream,
     paths: list[str],
-    theirs: dict[str, bytes | None],
+    reading: Future[dict[str, bytes | None]],
     new: Snapshot,
     old_source: UpstreamSource | None,
 ) -> tuple[dict[str, bytes | None], dict[str, str]]:
-    """The base files as the new pin has them (``theirs``, read at ``paths``), and the renames (old path -> new).
+    """The base files as the new pin has them (``reading`` them at ``paths``), and the renames (old path -> new).
 
-    A file gone from its path is read again where the upstream moved it,
-    so its patch follows the rename instead of being reported deleted.
+    Waits for the read. A file gone from its path is read again where the
+    upstream moved it, so its patch follows the rename instead of being
+    reported deleted.
     """
+    theirs = reading.result()
     gone = [path for path in paths if theirs.get(path) is None]
     renames = _renames(up, gone, new, old_source) if gone else {}
     if renames:
