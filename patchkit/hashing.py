@@ -45,7 +45,7 @@ class _Remembered:
     id cannot be reused while it is remembered: a lookup costs no pass over
     the bytes (keying by content would hash them all again, for the dict).
     Only ``bytes`` are kept: they are immutable, so a digest never goes
-    stale. Past ``limit`` the memo starts over.
+    stale. Past ``limit`` the oldest half is forgotten.
     """
 
     def __init__(self, limit: int) -> None:
@@ -60,12 +60,18 @@ class _Remembered:
             return found[1]
         digest = hashlib.sha256(data).hexdigest()
         with self.lock:
-            if self.size + len(data) > self.limit:
-                self.digests.clear()
-                self.size = 0
             self.digests[id(data)] = (data, digest)
             self.size += len(data)
+            if self.size > self.limit:
+                self._forget_oldest()
         return digest
+
+    def _forget_oldest(self) -> None:
+        """Drop the oldest entries until half the limit is left (a dict keeps the order they came in)."""
+        for key in list(self.digests):
+            if self.size <= self.limit // 2:
+                break
+            self.size -= len(self.digests.pop(key)[0])
 
 
 REMEMBER = 128 * 1024 * 1024  # bytes whose digests are kept (they are held while a command needs them anyway)

@@ -179,10 +179,12 @@ def test_remembered_digests_are_found_again_and_never_go_stale(monkeypatch: pyte
     assert hashing.sha256_bytes(buf) == hashlib.sha256(one).hexdigest()
     buf[0] ^= 1
     assert hashing.sha256_bytes(buf) == hashlib.sha256(bytes(buf)).hexdigest()
-    # Past its limit the memo starts over, and every digest stays right.
+    # Past its limit the memo forgets its oldest entries, and every digest stays right.
     others = [os.urandom(8192) for _ in range(5)]
     assert [hashing.sha256_bytes(b) for b in others] == [hashlib.sha256(b).hexdigest() for b in others]
     assert memo.size <= memo.limit
+    assert id(others[-1]) in memo.digests and id(one) not in memo.digests
+    assert memo.size == sum(len(data) for data, _ in memo.digests.values())
     assert hashing.sha256_bytes(one) == hashlib.sha256(one).hexdigest()
     # Short strings are hashed directly, not kept.
     kept = dict(memo.digests)
