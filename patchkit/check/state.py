@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 
 from patchkit.findings import Finding
-from patchkit.hashing import sha256_many
+from patchkit.hashing import sha256_bytes, sha256_many
 from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
 from patchkit.lockfile.tomlpos import FieldPath, LineIndex
 from patchkit.repo import JOURNAL as REPO_JOURNAL
@@ -101,9 +101,11 @@ class RepoView:
         return bool(provenance.rows_naming(self.repo.root, rel))
 
 
-@dataclass(frozen=True)
-class Named:
-    """A file the lockfile pins: the field holding its sha256, its path, the pin and who owns it."""
+class Named(NamedTuple):
+    """A file the lockfile pins: the field holding its sha256, its path, the pin and who owns it.
+
+    A tuple: one is made per pinned file, thousands per check.
+    """
 
     field: FieldPath
     path: RepoPath
@@ -128,7 +130,7 @@ class PinnedFiles:
     """What hashing the pinned files found, by repository path."""
 
     sha256: dict[str, str] = field(default_factory=dict)  # readable files: their content's sha256
-    paths: dict[str, Path] = field(default_factory=dict)  # where they were found (resolved, checked inside)
+    paths: dict[str, str] = field(default_factory=dict)  # where they were found (checked inside)
     missing: set[str] = field(default_factory=set)
     unsafe: dict[str, str] = field(default_factory=dict)  # the reason (Escape) by path
     unreadable: dict[str, str] = field(default_factory=dict)  # the OS error by path
@@ -181,9 +183,13 @@ class State:
             severity=severity,
         )
 
-    def named(self) -> Iterator[Named]:
-        """Every file the lockfile pins, with the field that pins it."""
-        yield from named_files(self.lock)
+    def named(self) -> list[Named]:
+        """Every file the lockfile pins, with the field that pins it (listed once per state)."""
+        return self._named
+
+    @cached_property
+    def _named(self) -> list[Named]:
+        return list(named_files(self.lock))
 
     def readable(self, rel: str) -> bytes | None:
         """The bytes of a pinned file that hashed (it exists, is safe and readable); else None.
@@ -199,7 +205,8 @@ class State:
         path = self.files.paths.get(rel)
         if path is None:
             return self.view.read(rel)
-        return path.read_bytes()
+        with open(path, "rb") as f:
+            return f.read()
 
 
 def named_files(lock: Lockfile) -> Iterator[Named]:
@@ -236,48 +243,107 @@ def field_name(path: FieldPath, lock: Lockfile) -> str:
     return out
 
 
-def hash_pinned(repo: Repo, lock: Lockfile) -> PinnedFiles:
-    """Containment and the sha256 of every pinned file, hashed on all cores."""
+def hash_pinned(repo: Repo, lock: Lockfile, named: Iterable[Named] | None = None) -> PinnedFiles:
+    """Containment and the sha256 of every pinned file (``named``: ``named_files(lock)``).
+
+    A small regular file (one ``lstat``, then opened without following a
+    symlink) is read and hashed in this thread, as plain strings: its bytes
+    are kept for the rules that read them next (within ``KEEP_AT_MOST``). Everything else (a large file,
+    a missing, unsafe or unreadable one) takes the general way: the
+    containment check names what is wrong, and large files hash on all cores.
+    """
     out = PinnedFiles()
+    root = str(repo.root)
+    safe_dirs: set[str] = set()
+    rest: list[str] = []
+    kept = 0
+    for rel in dict.fromkeys(n.path.path for n in (named if named is not None else named_files(lock))):
+        data = _small_file(root, rel, safe_dirs)
+        if data is None:
+            rest.append(rel)
+            continue
+        out.sha256[rel] = sha256_bytes(data)
+        out.paths[rel] = f"{root}/{rel}"
+        if kept + len(data) <= KEEP_AT_MOST:
+            out.content[rel] = data
+            kept += len(data)
+    if rest:
+        _hash_checked(repo, rest, out)
+    return out
+
+
+KEEP_BELOW = 256 * 1024  # a pinned file smaller than this is read whole, hashed and kept for the rules
+KEEP_AT_MOST = 32 * 1024 * 1024  # bytes kept over all files
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # never a link, never waiting on a FIFO
+
+
+def _small_file(root: str, rel: str, safe_dirs: set[str]) -> bytes | None:
+    """The bytes of ``rel`` when it is a small regular file below real directories of the repository; else None.
+
+    None says only "not this way": the caller checks such a file the general
+    way, which tells a missing, unsafe or unreadable file apart. Each
+    directory is looked at once (``lstat``: a real directory, no symlink).
+    """
+    parent = rel.rpartition("/")[0]
+    if parent and parent not in safe_dirs and not _real_dirs(root, parent, safe_dirs):
+        return None
+    path = f"{root}/{rel}"
+    try:
+        st = os.lstat(path)  # before opening: a device or a FIFO is never opened
+        if not stat.S_ISREG(st.st_mode) or st.st_size >= KEEP_BELOW:
+            return None
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, st.st_size + 1)
+        # A regular file reads short only at its end; one that grew since the lstat is read to its end.
+        while len(data) > st.st_size and (more := os.read(fd, KEEP_BELOW)):
+            data += more
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data
+
+
+def _real_dirs(root: str, parent: str, safe_dirs: set[str]) -> bool:
+    """Whether every component of the directory ``parent`` is a real directory (not a symlink); remembered."""
+    parts = parent.split("/")
+    for i in range(1, len(parts) + 1):
+        prefix = "/".join(parts[:i])
+        if prefix in safe_dirs:
+            continue
+        try:
+            mode = os.lstat(f"{root}/{prefix}").st_mode
+        except OSError:
+            return False
+        if not stat.S_ISDIR(mode):
+            return False
+        safe_dirs.add(prefix)
+    return True
+
+
+def _hash_checked(repo: Repo, rels: list[str], out: PinnedFiles) -> None:
+    """The general way: ``Repo.check_inside_stat`` says why a file is missing or unsafe; the rest hash on all cores."""
     paths: dict[str, Path] = {}
     sizes: dict[Path, int] = {}
-    for n in named_files(lock):
-        rel = str(n.path)
+    for rel in rels:
         try:
-            paths[rel], st = repo.check_inside_stat(n.path)
+            paths[rel], st = repo.check_inside_stat(rel)
             sizes[paths[rel]] = st.st_size
         except FileNotFoundError:
             out.missing.add(rel)
         except Escape as e:
             out.unsafe[rel] = str(e)
-    keep = _kept(sizes)
-    hashes = sha256_many(paths.values(), sizes=sizes, keep=keep)
+    hashes = sha256_many(paths.values(), sizes=sizes)
     for rel, path in paths.items():
         got = hashes[path]
         if isinstance(got, OSError):
             out.unreadable[rel] = got.strerror or str(got)
         else:
             out.sha256[rel] = got
-            out.paths[rel] = path
-            if (data := keep.get(path)) is not None:
-                out.content[rel] = data
-    return out
-
-
-KEEP_BELOW = 256 * 1024  # a pinned file smaller than this is kept in memory for the rules that read it
-KEEP_AT_MOST = 32 * 1024 * 1024  # bytes kept over all files
-
-
-def _kept(sizes: dict[Path, int]) -> dict[Path, bytes | None]:
-    """The small files whose bytes hashing keeps (smallest first, within ``KEEP_AT_MOST``), to be read once."""
-    keep: dict[Path, bytes | None] = {}
-    total = 0
-    for path, size in sorted(sizes.items(), key=lambda item: item[1]):
-        if size >= KEEP_BELOW or total + size > KEEP_AT_MOST:
-            break
-        keep[path] = None
-        total += size
-    return keep
+            out.paths[rel] = str(path)
 
 
 def walk_managed(repo: Repo) -> tuple[list[TreeEntry], list[str]]:
@@ -337,12 +403,11 @@ def gather(
 ) -> State:
     """Read what every rule needs from ``repo``, once; never writes."""
     tree, symlinked = walk_managed(repo)
-    return State(
+    state = State(
         verdicts=verdicts if verdicts is not None else Verdicts(),
         lock=lock,
         lock_bytes=lock_bytes,
         view=RepoView(repo, store),
-        files=hash_pinned(repo, lock),
         tree=tree,
         symlinked_dirs=symlinked,
         journal_pending=pending_journal(repo.root),
@@ -353,6 +418,8 @@ def gather(
         series_tree=_series_tree(repo, lock),
         series_rebase_pending=(repo.root / SERIES_REBASE_STATE).exists(),
     )
+    state.files = hash_pinned(repo, lock, state.named())
+    return state
 
 
 SERIES_REBASE_STATE = f"{WORK_DIR}/series-rebase/state.json"
