@@ -11,6 +11,8 @@ a repository.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import stat
 from collections.abc import Callable, Iterable, Iterator
@@ -165,6 +167,11 @@ class State:
     verdicts: Verdicts = field(default_factory=Verdicts)
 
     @cached_property
+    def lock_sha256(self) -> str:
+        """The sha256 of the lockfile's bytes: what the remembered checks of the lockfile are keyed by."""
+        return hashlib.sha256(self.lock_bytes).hexdigest()
+
+    @cached_property
     def index(self) -> LineIndex:
         """Lines of the lockfile's keys: built for the first finding only."""
         return LineIndex(self.lock_bytes.decode("utf-8"))
@@ -207,6 +214,26 @@ class State:
             return self.view.read(rel)
         with open(path, "rb") as f:
             return f.read()
+
+
+def remembered_by_lockfile(rule: Callable[[State], list[Finding]]) -> Callable[[State], list[Finding]]:
+    """``rule``, for a rule that reads the lockfile alone: a pass is remembered for the same lockfile bytes.
+
+    The key is the rule's name, patchkit's code and the lockfile's sha256
+    (``verdicts``); a rule that finds anything, a note too, runs every time.
+    """
+
+    @functools.wraps(rule)
+    def remembered(state: State) -> list[Finding]:
+        known = state.verdicts.key(f"lockfile-rule:{rule.__module__}.{rule.__name__}", state.lock_sha256)
+        if state.verdicts.passed(known):
+            return []
+        found = rule(state)
+        if not found:
+            state.verdicts.add(known)
+        return found
+
+    return remembered
 
 
 def named_files(lock: Lockfile) -> Iterator[Named]:

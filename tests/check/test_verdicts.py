@@ -244,3 +244,51 @@ def test_check_reads_an_edited_lockfile_again(invoke: Invoke, deploy: Path) -> N
     lockfile.write_text(lockfile.read_text().replace(pinned, "0" * 64))
     found = json.loads(invoke("check", "--format", "json", repo=deploy).stdout)["findings"]
     assert any(f["code"] == "hash-mismatch" and "pinned 000000000000" in f["message"] for f in found)
+
+
+def test_a_rule_of_the_lockfile_alone_is_remembered_for_its_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text, files = overlay_repo()
+    first = state_of(text, files)
+    first.verdicts = memo(tmp_path)
+    assert (pins.targets(first), diffs.bases(first), diffs.overlays_have_diffs(first)) == ([], [], [])
+    first.verdicts.save()
+    with monkeypatch.context() as m:
+        m.setattr(pins, "parent_dirs", lambda target: pytest.fail("targets ran again"))
+        again = state_of(text, files)
+        again.verdicts = memo(tmp_path)
+        assert pins.targets(again) == []
+        again.verdicts.save()
+    # The same patch twice under another name: other bytes, so the rule runs, and finds it every time.
+    second = text[text.index("[[patches]]") :].replace('name = "fix"', 'name = "fix2"')
+    second = second.replace("patches/mod.py", "patches/mod2.py").replace("upstream/fix.diff", "upstream/fix2.diff")
+    doubled = dumps(loads(text + "\n" + second))
+    for _ in range(2):
+        state = state_of(doubled, files)
+        state.verdicts = memo(tmp_path)
+        assert [f.code for f in pins.targets(state)] == ["duplicate-target"]
+        state.verdicts.save()
+
+
+def test_sums_file_is_remembered_for_the_bytes_of_both_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from patchkit import persist
+    from patchkit.check import sums
+
+    text, files = overlay_repo()
+    first = state_of(text, files)
+    first.verdicts = memo(tmp_path)
+    assert sums.sums_file(first) == []
+    first.verdicts.save()
+    with monkeypatch.context() as m:
+        m.setattr(persist, "expected_sums", lambda *a: pytest.fail("SHA256SUMS generated again"))
+        again = state_of(text, files)
+        again.verdicts = memo(tmp_path)
+        assert sums.sums_file(again) == []
+        again.verdicts.save()
+    edited = {**files, "SHA256SUMS": files["SHA256SUMS"].replace(b"  patches/mod.py", b"  patches/mod.pyc")}
+    for _ in range(2):
+        state = state_of(text, edited)
+        state.verdicts = memo(tmp_path)
+        assert {f.code for f in sums.sums_file(state)} == {"sums-drift"}
+        state.verdicts.save()
