@@ -26,7 +26,7 @@ from patchkit.hashing import sha256_bytes, sha256_many
 from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
 from patchkit.lockfile.tomlpos import FieldPath, LineIndex
 from patchkit.repo import JOURNAL as REPO_JOURNAL
-from patchkit.repo import MANAGED_DIRS, WORK_DIR, Escape, Repo, gitignored, pending_journal, staging_pid
+from patchkit.repo import MANAGED_DIRS, TMP_PREFIX, WORK_DIR, Escape, Repo, gitignored, pending_journal, staging_pid
 from patchkit.series.model import Series, series_pins
 from patchkit.values import RepoPath
 from patchkit.verdicts import Verdicts
@@ -115,13 +115,15 @@ class Named(NamedTuple):
     owner: str
 
 
-@dataclass(frozen=True)
-class TreeEntry:
-    """One entry below a managed directory, as ``lstat`` saw it."""
+class TreeEntry(NamedTuple):
+    """One entry below a managed directory, as its directory listing (``lstat`` for a special file) saw it.
+
+    A tuple: one is made per file of the managed directories.
+    """
 
     rel: str
     kind: Kind
-    mode: int = 0
+    mode: int = 0  # a special file's st_mode; the type bits alone for the others
     link: str | None = None  # a symlink's target
     link_inside: bool = False  # whether that target resolves inside the repository
     staged: bool = False  # a file patchkit staged for a write
@@ -374,34 +376,52 @@ def _hash_checked(repo: Repo, rels: list[str], out: PinnedFiles) -> None:
 
 
 def walk_managed(repo: Repo) -> tuple[list[TreeEntry], list[str]]:
-    """Every entry below the managed directories (sorted as ``os.walk`` finds them), and those that are symlinks."""
+    """Every entry below the managed directories (each directory's names sorted, then its subdirectories), and
+    those managed directories that are symlinks.
+
+    Plain strings and ``os.scandir``: the listing says each entry's type, so a
+    file costs no ``stat`` of its own.
+    """
     entries: list[TreeEntry] = []
     symlinked: list[str] = []
+    root = str(repo.root)
     for top in MANAGED_DIRS:
         base = repo.root / top
         if base.is_symlink():
             symlinked.append(top)
-            continue
-        if not base.is_dir():
-            continue
-        root = str(repo.root)
-        for dirpath, dirnames, filenames in os.walk(base):
-            dirnames.sort()
-            # Plain strings, not Path objects: this runs once per file of the managed directories.
-            rel_dir = dirpath[len(root) + 1 :]
-            for name in sorted(dirnames + filenames):
-                entries.append(_entry(repo, f"{dirpath}/{name}", f"{rel_dir}/{name}", name))
+        elif base.is_dir():
+            _walk(root, f"{root}/{top}", top, entries)
     return entries, symlinked
 
 
-def _entry(repo: Repo, path: str, rel: str, name: str) -> TreeEntry:
-    st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode):
-        inside = Path(path).resolve().is_relative_to(repo.root)
-        return TreeEntry(rel, "symlink", st.st_mode, os.readlink(path), inside)
-    if stat.S_ISREG(st.st_mode):
-        return TreeEntry(rel, "file", st.st_mode, staged=staging_pid(name) is not None)
-    return TreeEntry(rel, "dir" if stat.S_ISDIR(st.st_mode) else "special", st.st_mode)
+def _walk(root: str, path: str, rel: str, entries: list[TreeEntry]) -> None:
+    """The entries of the directory ``path`` (``rel`` in the repository), then those of its real subdirectories."""
+    try:
+        with os.scandir(path) as listing:
+            found = sorted(listing, key=_name)
+    except OSError:
+        return  # unreadable: as os.walk, nothing below it is listed
+    entries += [_entry(root, e, f"{rel}/{e.name}") for e in found]
+    for e in found:
+        if e.is_dir(follow_symlinks=False):
+            _walk(root, e.path, f"{rel}/{e.name}", entries)
+
+
+def _name(e: os.DirEntry[str]) -> str:
+    return e.name
+
+
+def _entry(root: str, e: os.DirEntry[str], rel: str) -> TreeEntry:
+    if e.is_symlink():
+        inside = Path(e.path).resolve().is_relative_to(root)
+        return TreeEntry(rel, "symlink", stat.S_IFLNK, os.readlink(e.path), inside)
+    if e.is_file(follow_symlinks=False):
+        return TreeEntry(
+            rel, "file", stat.S_IFREG, staged=e.name.startswith(TMP_PREFIX) and staging_pid(e.name) is not None
+        )
+    if e.is_dir(follow_symlinks=False):
+        return TreeEntry(rel, "dir", stat.S_IFDIR)
+    return TreeEntry(rel, "special", e.stat(follow_symlinks=False).st_mode)
 
 
 def _sums_bytes(repo: Repo) -> bytes | str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,39 @@ def test_kept_bytes_stay_within_their_bound_and_every_file_still_hashes(
     got = hash_pinned(Repo(root), Lockfile(), pins(rels))
     assert set(got.sha256) == set(rels) and len(got.content) == 2
     assert all(got.sha256[rel] == hashlib.sha256(SMALL).hexdigest() for rel in rels)
+
+
+def test_the_managed_tree_is_listed_in_walk_order_with_each_kind(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    (root / "patches" / "b" / "deeper").mkdir(parents=True)
+    (root / "patches" / "a").mkdir()
+    (root / "upstream").mkdir()
+    (root / "elsewhere").mkdir()
+    (root / "patches" / "z.py").write_bytes(SMALL)
+    (root / "patches" / "a" / "m.py").write_bytes(SMALL)
+    (root / "patches" / "b" / "deeper" / "n.py").write_bytes(SMALL)
+    (root / "patches" / ".patchkit-tmp-12-m.py.x.tmp").write_bytes(SMALL)
+    (root / "patches" / "c").symlink_to(root / "elsewhere")  # a link to a directory is listed, not entered
+    (root / "elsewhere" / "hidden.py").write_bytes(SMALL)
+    (root / "upstream" / "out").symlink_to("/etc")
+    os.mkfifo(root / "upstream" / "pipe")
+    (root / "tuning").symlink_to(root / "elsewhere")
+    tree, symlinked = state.walk_managed(Repo(root))
+    assert [(e.rel, e.kind) for e in tree] == [
+        ("patches/.patchkit-tmp-12-m.py.x.tmp", "file"),
+        ("patches/a", "dir"),
+        ("patches/b", "dir"),
+        ("patches/c", "symlink"),
+        ("patches/z.py", "file"),
+        ("patches/a/m.py", "file"),
+        ("patches/b/deeper", "dir"),
+        ("patches/b/deeper/n.py", "file"),
+        ("upstream/out", "symlink"),
+        ("upstream/pipe", "special"),
+    ]
+    by = {e.rel: e for e in tree}
+    assert by["patches/.patchkit-tmp-12-m.py.x.tmp"].staged and not by["patches/z.py"].staged
+    assert (by["patches/c"].link, by["patches/c"].link_inside) == (str(root / "elsewhere"), True)
+    assert (by["upstream/out"].link, by["upstream/out"].link_inside) == ("/etc", False)
+    assert stat.S_ISFIFO(by["upstream/pipe"].mode)
+    assert symlinked == ["tuning"]
