@@ -17,7 +17,6 @@ from pathlib import Path
 from patchkit import diffs, gitclient, sums
 from patchkit.cache import BlobStore
 from patchkit.check.diffs import base_of_committed
-from patchkit.check.run import check_pinned_files
 from patchkit.diffs import canonical_diff
 from patchkit.errors import BadInput, Refused
 from patchkit.formats.safe import printable
@@ -66,6 +65,8 @@ def init(directory: Path, name: str | None = None) -> Outcome:
 
 def write_sums(repo: Repo, lock: Lockfile, lock_bytes: bytes) -> Outcome:
     """Regenerate SHA256SUMS from the pins, after checking every file matches its pin."""
+    from patchkit.check.run import check_pinned_files  # the whole checker: loaded only by the commands that verify
+
     problems = check_pinned_files(repo, lock, lock_bytes).findings
     if problems:
         raise Refused(f"{problems[0].message}; SHA256SUMS would not verify", problems[0].fix)

@@ -36,8 +36,47 @@ Progress = Callable[[int], None]
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux: fault the window in with one call
 
 
+class _Remembered:
+    """Digests of the byte strings hashed lately, found again by their content, up to ``limit`` bytes of them.
+
+    A rebase meets each file version several times over (its pin, its merge
+    key, its semantic-check key, its journal entry). Only ``bytes`` are kept:
+    they are immutable, so a digest never goes stale; a dict keyed by them
+    finds equal bytes by content, and Python hashes a bytes object for the
+    dict once and keeps that, so asking again for the same object costs a
+    lookup. Past ``limit`` the memo starts over.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.size = 0
+        self.digests: dict[bytes, str] = {}
+        self.lock = threading.Lock()
+
+    def sha256(self, data: bytes) -> str:
+        found = self.digests.get(data)
+        if found is not None:
+            return found
+        found = hashlib.sha256(data).hexdigest()
+        with self.lock:
+            if self.size + len(data) > self.limit:
+                self.digests.clear()
+                self.size = 0
+            self.digests[data] = found
+            self.size += len(data)
+        return found
+
+
+REMEMBER = 128 * 1024 * 1024  # bytes whose digests are kept (they are held while a command needs them anyway)
+_SMALL = 4096  # shorter strings are hashed again: cheaper than remembering them
+_remembered = _Remembered(REMEMBER)
+
+
 def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+    """The hex SHA-256 of ``data``; the same bytes asked for again are not hashed again (``_Remembered``)."""
+    if len(data) < _SMALL or type(data) is not bytes:
+        return hashlib.sha256(data).hexdigest()
+    return _remembered.sha256(data)
 
 
 _local = threading.local()

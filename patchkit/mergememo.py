@@ -25,8 +25,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import merge3
+
 from patchkit import diffs, merge
 from patchkit.errors import WriteFailed
+from patchkit.hashing import sha256_bytes
 from patchkit.merge import MergeResult
 from patchkit.repo import atomic_write
 
@@ -38,10 +41,8 @@ MAGIC = b"patchkit merge memo 2\n"
 
 @functools.cache
 def code_version() -> str:
-    """A digest of the merge code: its sources and merge3's version."""
-    from importlib.metadata import version
-
-    h = hashlib.sha256(f"{VERSION}\0{version('merge3')}\0".encode())
+    """A digest of the merge code: its sources and merge3's version (the module's own, cheaper than its metadata)."""
+    h = hashlib.sha256(f"{VERSION}\0{merge3.__version__}\0".encode())
     for module in (merge, diffs):
         h.update(Path(module.__file__ or "").read_bytes())
     return h.hexdigest()
@@ -104,7 +105,7 @@ class MergeMemo:
                 result = _decode(record["result"], payload)
             except (ValueError, KeyError, TypeError, AttributeError):
                 return None
-            if not isinstance(result, MergeResult) or hashlib.sha256(result.merged).hexdigest() != record.get("merged"):
+            if not isinstance(result, MergeResult) or sha256_bytes(result.merged) != record.get("merged"):
                 return None
             out[k] = result
         return out
@@ -113,10 +114,7 @@ class MergeMemo:
         """Remember ``results``; skipped for a value this encoding does not know, or a cache that cannot be written."""
         payload = bytearray()
         try:
-            entries = {
-                k: {"merged": hashlib.sha256(r.merged).hexdigest(), "result": _encode(r, payload)}
-                for k, r in results.items()
-            }
+            entries = {k: {"merged": sha256_bytes(r.merged), "result": _encode(r, payload)} for k, r in results.items()}
         except TypeError:
             return
         self._write("merges", entries, payload)
@@ -133,14 +131,14 @@ class MergeMemo:
                 diff = _slice(payload, record["diff"])
             except (ValueError, KeyError, TypeError):
                 return None
-            if hashlib.sha256(diff).hexdigest() != record.get("sha256"):
+            if sha256_bytes(diff) != record.get("sha256"):
                 return None
             out[k] = diff
         return out
 
     def put_diffs(self, diffs: dict[str, bytes]) -> None:
         payload = bytearray()
-        entries = {k: {"sha256": hashlib.sha256(d).hexdigest(), "diff": _place(d, payload)} for k, d in diffs.items()}
+        entries = {k: {"sha256": sha256_bytes(d), "diff": _place(d, payload)} for k, d in diffs.items()}
         self._write("diffs", entries, payload)
 
 

@@ -21,6 +21,7 @@ import json
 import re
 import shutil
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -256,9 +257,14 @@ def plan(
     result.skipped = skipped(repo, lock, upstream)
     if not patches:
         return result
-    bases = _bases(repo, lock, patches, old_source, store)
-    theirs, renames = _theirs(up, [str(b.path) for _, b in patches], new, old_source)
-    inputs = _sides(repo, patches, bases, theirs, renames, store)
+    paths = [str(b.path) for _, b in patches]
+    # git reads the new files on another core while the bases are read and verified here.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="theirs") as pool:
+        reading = pool.submit(new.read, paths)
+        bases = _bases(repo, lock, patches, old_source, store)
+        ours = _read_ours(repo, patches, bases)
+        theirs, renames = _theirs(up, paths, reading.result(), new, old_source)
+    inputs = _sides(patches, bases, ours, theirs, renames, store)
     merges = _merges(inputs, {p.name: pbase.sha256.hex for p, pbase in patches}, store)
     result.results += [_patch_result(p, pbase, renames, inputs, merges) for p, pbase in patches]
     result.ours.update({name: sides[1] for name, sides in inputs.items()})
@@ -267,14 +273,17 @@ def plan(
 
 
 def _theirs(
-    up: Upstream, paths: list[str], new: Snapshot, old_source: UpstreamSource | None
+    up: Upstream,
+    paths: list[str],
+    theirs: dict[str, bytes | None],
+    new: Snapshot,
+    old_source: UpstreamSource | None,
 ) -> tuple[dict[str, bytes | None], dict[str, str]]:
-    """The base files as the new pin has them, and the renames (old path -> new) of those it no longer has.
+    """The base files as the new pin has them (``theirs``, read at ``paths``), and the renames (old path -> new).
 
     A file gone from its path is read again where the upstream moved it,
     so its patch follows the rename instead of being reported deleted.
     """
-    theirs = new.read(paths)
     gone = [path for path in paths if theirs.get(path) is None]
     renames = _renames(up, gone, new, old_source) if gone else {}
     if renames:
@@ -299,10 +308,23 @@ def _renames(up: Upstream, gone: list[str], new: Snapshot, old_source: UpstreamS
         return {}
 
 
+def _read_ours(
+    repo: Repo, patches: list[tuple[Patch, Base]], bases: dict[str, bytes]
+) -> dict[str, bytes | PatchkitError]:
+    """Each patch's own file (ours), or why it cannot be read: raised only if its merge needs it (``_sides``)."""
+    ours: dict[str, bytes | PatchkitError] = {}
+    for p, _ in patches:
+        try:
+            ours[p.name] = _ours(repo, p, bases[p.name])
+        except PatchkitError as e:
+            ours[p.name] = e
+    return ours
+
+
 def _sides(
-    repo: Repo,
     patches: list[tuple[Patch, Base]],
     bases: dict[str, bytes],
+    ours: dict[str, bytes | PatchkitError],
     theirs: dict[str, bytes | None],
     renames: dict[str, str],
     store: BlobStore,
@@ -318,8 +340,11 @@ def _sides(
         new_path = renames.get(old_path, old_path)
         their_bytes = theirs.get(new_path)
         if their_bytes is not None:
+            mine = ours[p.name]
+            if isinstance(mine, PatchkitError):
+                raise mine
             store.put(their_bytes)
-            inputs[p.name] = (bases[p.name], _ours(repo, p, bases[p.name]), their_bytes, new_path)
+            inputs[p.name] = (bases[p.name], mine, their_bytes, new_path)
     return inputs
 
 
@@ -471,12 +496,10 @@ def _trees(lock: Lockfile, upstream: str) -> list[str]:
     Read from the targets of the patches based on it or whose origin names
     it (target = tree + upstream path), and from the package named after it.
     """
-    from patchkit.importing.normalize import upstream_of
-
     out: set[str] = set()
     for p in lock.patches:
         path = str(p.base.path) if p.base is not None else (str(p.origin.path) if p.origin and p.origin.path else None)
-        mine = p.base.upstream == upstream if p.base is not None else upstream_of(lock, p)[0] == upstream
+        mine = _upstream_of(lock, p) == upstream
         target = str(p.target)
         if mine and path and target.endswith("/" + path):
             out.add(target[: -len(path)] + path.split("/", 1)[0] + "/")
@@ -497,8 +520,6 @@ def skipped(repo: Repo, lock: Lockfile, upstream: str) -> list[Skipped]:
     base (adopted by ``patchkit import``), an overlay of another upstream the
     package vendors (``vllm/third_party/…``), a new module.
     """
-    from patchkit.importing.normalize import maybe_upstream, upstream_of
-
     trees = _trees(lock, upstream)
     chains: handdiffs.Chains | None = None
     out: list[Skipped] = []
@@ -509,6 +530,8 @@ def skipped(repo: Repo, lock: Lockfile, upstream: str) -> list[Skipped]:
         tree = next((t for t in trees if target.startswith(t)), None)
         if tree is None:
             continue
+        from patchkit.importing.normalize import maybe_upstream, upstream_of  # only for what a rebase leaves
+
         other = p.base.upstream if p.base is not None else upstream_of(lock, p)[0]
         if chains is None and p.kind is PatchKind.MODULE:
             chains = handdiffs.chains(lock, lambda d: _read_or_none(repo, str(d.file)))
@@ -1127,6 +1150,15 @@ class Started:
     nothing_moved: str | None = None
 
 
+def _upstream_of(lock: Lockfile, p: Patch) -> str:
+    """The upstream an overlay is based on: its base's, else what its provenance names ("" when unknown)."""
+    if p.base is not None:
+        return p.base.upstream
+    from patchkit.importing.normalize import upstream_of
+
+    return upstream_of(lock, p)[0] or ""
+
+
 def _pick_upstream(lock: Lockfile, name: str | None) -> Upstream:
     if name is not None:
         up = lock.upstream(name)
@@ -1134,16 +1166,7 @@ def _pick_upstream(lock: Lockfile, name: str | None) -> Upstream:
             known = ", ".join(u.name for u in lock.upstreams) or "none"
             raise BadInput(f"--upstream: '{name}' is not in the lockfile (known: {known})")
         return up
-    from patchkit.importing.normalize import upstream_of
-
-    with_patches = sorted(
-        {
-            p.base.upstream if p.base is not None else upstream_of(lock, p)[0] or ""
-            for p in lock.patches
-            if p.kind is PatchKind.OVERLAY
-        }
-        - {""}
-    )
+    with_patches = sorted({_upstream_of(lock, p) for p in lock.patches if p.kind is PatchKind.OVERLAY} - {""})
     if len(with_patches) == 1:
         found = lock.upstream(with_patches[0])
         if found is not None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from patchkit.errors import BadInput, PatchkitError, WriteFailed
+from patchkit.hashing import sha256_bytes
 from patchkit.values import RepoPath
 
 if TYPE_CHECKING:
@@ -154,31 +155,53 @@ def contained(root: Path, rel: str) -> Path:
     whatever it points at. Missing directories are fine (they are created
     below a checked parent). Raises ``BadInput`` naming the component.
     """
+    _prove(str(root), rel, set())
+    return root / rel
+
+
+def contained_all(root: Path, rels: Iterable[str]) -> None:
+    """``contained`` for many paths at once: each directory on the way is looked at once, not once per file."""
+    top = str(root)
+    proven: set[str] = set()
+    for rel in rels:
+        _prove(top, rel, proven)
+
+
+def _prove(top: str, rel: str, proven: set[str]) -> None:
+    """Raise ``BadInput`` unless ``rel`` is safe to write below ``top``; ``proven``: directories already seen."""
     parts = rel.split("/")
     if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
         raise BadInput(f"{rel}: not a plain path inside the repository; refusing to write it")
-    current = root
+    last = len(parts) - 1
+    shown = ""
     for i, part in enumerate(parts):
-        current = current / part
+        shown = f"{shown}/{part}" if shown else part
+        if i < last and shown in proven:
+            continue
         try:
-            st = os.lstat(current)
+            st = os.lstat(f"{top}/{shown}")
         except FileNotFoundError:
-            return root / rel
+            return
         except OSError as e:
-            raise BadInput(f"{rel}: cannot inspect {current.relative_to(root)} ({e.strerror})") from e
-        shown = "/".join(parts[: i + 1])
-        if stat.S_ISLNK(st.st_mode):
-            target = os.readlink(current)
-            raise BadInput(
-                f"{shown} is a symlink (to {target}); refusing to write or delete {rel} through it",
-                "replace the link with a real directory or file inside the repository",
-            )
-        if i < len(parts) - 1 and not stat.S_ISDIR(st.st_mode):
-            raise BadInput(f"{shown} is not a directory; cannot write {rel}")
-        if i == len(parts) - 1 and not stat.S_ISREG(st.st_mode):
-            what = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file (a FIFO, device or socket)"
-            raise BadInput(f"{rel} is {what}; refusing to write or delete it", "replace it with a regular file")
-    return root / rel
+            raise BadInput(f"{rel}: cannot inspect {shown} ({e.strerror})") from e
+        _refuse_kind(rel, shown, st, directory=i < last, top=top)
+        if i < last:
+            proven.add(shown)
+
+
+def _refuse_kind(rel: str, shown: str, st: os.stat_result, *, directory: bool, top: str) -> None:
+    """Raise ``BadInput`` when ``shown`` (on the way to ``rel``) is a symlink, or not the kind of file it must be."""
+    if stat.S_ISLNK(st.st_mode):
+        target = os.readlink(f"{top}/{shown}")
+        raise BadInput(
+            f"{shown} is a symlink (to {target}); refusing to write or delete {rel} through it",
+            "replace the link with a real directory or file inside the repository",
+        )
+    if directory and not stat.S_ISDIR(st.st_mode):
+        raise BadInput(f"{shown} is not a directory; cannot write {rel}")
+    if not directory and not stat.S_ISREG(st.st_mode):
+        what = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file (a FIFO, device or socket)"
+        raise BadInput(f"{rel} is {what}; refusing to write or delete it", "replace it with a regular file")
 
 
 def output_target(path: Path, repo: Repo | None = None, lock: Lockfile | None = None) -> Path:
@@ -342,8 +365,7 @@ def write_all(root: Path, files: dict[str, bytes], deletes: Iterable[str] = ()) 
     staged and renamed in, so the files every reader opens first are never
     seen half-written. Returns the paths that changed, in order.
     """
-    for rel in (*files, *deletes):
-        contained(root, rel)
+    contained_all(root, (*files, *deletes))
     changed = [(rel, data, how) for rel, data in files.items() if (how := _how(root, rel, data)) is not None]
     removals = [rel for rel in deletes if (root / rel).exists()]
     if len(changed) + len(removals) <= 1:
@@ -384,24 +406,31 @@ def _how(root: Path, rel: str, data: bytes) -> str | None:
     In place only for an existing regular file of a managed directory with a
     single link (writing through a hard link would change the other name too)
     that this process may write; staged (temporary file, rename) otherwise.
+    The file is opened only when its size says it may already hold ``data``.
     """
-    path = root / rel
+    path = f"{root}/{rel}"
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return "stage"
+    if not stat.S_ISREG(st.st_mode):
+        return "stage"
+    if st.st_size == len(data) and _holds(path, data):
+        return None
+    managed = rel.split("/", 1)[0] in MANAGED_DIRS
+    return "in-place" if managed and st.st_nlink == 1 and os.access(path, os.W_OK) else "stage"
+
+
+def _holds(path: str, data: bytes) -> bool:
+    """Whether the regular file at ``path`` (not followed when a symlink) holds exactly ``data``."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
-        return "stage"
+        return False
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return "stage"
-        if st.st_size == len(data):
-            with os.fdopen(os.dup(fd), "rb") as f:
-                if f.read() == data:
-                    return None
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, len(data) + 1) == data
     finally:
         os.close(fd)
-    managed = rel.split("/", 1)[0] in MANAGED_DIRS
-    return "in-place" if managed and st.st_nlink == 1 and os.access(path, os.W_OK) else "stage"
 
 
 def _stage_all(root: Path, items: list[tuple[str, bytes]]) -> list[tuple[str, Path]]:
@@ -442,7 +471,7 @@ def _write_journal_data(data_file: Path, in_place: list[tuple[str, bytes]]) -> l
     with os.fdopen(fd, "wb") as f:
         for rel, data in in_place:
             f.write(data)
-            writes.append([rel, offset, len(data), hashlib.sha256(data).hexdigest()])
+            writes.append([rel, offset, len(data), sha256_bytes(data)])
             offset += len(data)
         f.flush()
         os.fsync(f.fileno())
@@ -454,13 +483,8 @@ def _carry_out(root: Path, replace: list[tuple[str, str]], write: list[tuple[str
     written = []
     for rel, data in write:
         path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            # No O_TRUNC: truncating to zero first makes ext4 flush the file at close (auto_da_alloc).
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.truncate()
+            _overwrite(str(path), data)
         except OSError as e:
             raise WriteFailed(
                 f"{path}: cannot write ({e.strerror}); the write is journaled and not finished",
@@ -476,6 +500,24 @@ def _carry_out(root: Path, replace: list[tuple[str, str]], write: list[tuple[str
     _sync(written)
     for directory in {(root / rel).parent for _, rel in replace}:
         _fsync_dir(directory)
+
+
+def _overwrite(path: str, data: bytes) -> None:
+    """Write ``data`` over the file at ``path`` (creating it, and its directory, when missing)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        # No O_TRUNC: truncating to zero first makes ext4 flush the file at close (auto_da_alloc).
+        fd = os.open(path, flags, 0o644)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, flags, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
 
 
 def pending_journal(root: Path) -> bool:

@@ -24,11 +24,14 @@ def rebase_series(
     summary: Path | None,
 ) -> bool:
     """Start, continue or abort the rebase of one series (False: this rebase is not one); exit 1 on a stop."""
-    from patchkit.series import bump
-    from patchkit.series.rebase import in_progress
+    if name is None:
+        if not (cont or abort):
+            return False
+        from patchkit.series.rebase import in_progress
 
-    if name is None and not ((cont or abort) and in_progress(find_repo(ctx).root)):
-        return False
+        if not in_progress(find_repo(ctx).root):
+            return False
+    from patchkit.series import bump
 
     if abort:
         repo = find_repo(ctx)

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import ast
 import functools
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from patchkit.fanout import map_items
+from patchkit.hashing import sha256_bytes
 from patchkit.lockfile.model import Lockfile
 from patchkit.trust import screen
 from patchkit.trust.imports import Reader, Tree, Verdict, resolve
@@ -95,8 +95,8 @@ def _key(memo: Verdicts, f: Produced, packages: set[str]) -> bytes | None:
     """What one file's own checks depend on: its path, the packages patched, and the four versions' digests."""
     if memo.path is None:
         return None
-    versions = (b"" if f.base is None else hashlib.sha256(f.base).digest(), f.ours, f.theirs, f.merged)
-    digests = [hashlib.sha256(v).hexdigest() for v in versions]
+    base = b"" if f.base is None else bytes.fromhex(sha256_bytes(f.base))
+    digests = [sha256_bytes(v) for v in (base, f.ours, f.theirs, f.merged)]
     return memo.key("semantic", f.path, ",".join(sorted(packages)), "base" if f.base is not None else "-", *digests)
 
 
