@@ -72,8 +72,13 @@ class Repo:
     def rel(self, path: Path) -> str:
         return path.relative_to(self.root).as_posix()
 
-    def read_lockfile(self) -> tuple[Lockfile, bytes]:
-        """Load the lockfile; its exact bytes come along for hashing and no-op detection."""
+    def read_lockfile(
+        self, memo: Callable[[bytes, Callable[[], Lockfile]], Lockfile] | None = None
+    ) -> tuple[Lockfile, bytes]:
+        """Load the lockfile; its exact bytes come along for hashing and no-op detection.
+
+        ``memo`` (``verdicts.LockfileMemo.load``) gives the lockfile of bytes parsed before, else parses them.
+        """
         try:
             data = self.lockfile_path.read_bytes()
         except FileNotFoundError as e:
@@ -90,6 +95,8 @@ class Repo:
             ) from e
         from patchkit.lockfile.reader import loads
 
+        if memo is not None:
+            return memo(data, lambda: loads(text, LOCKFILE_NAME)), data
         return loads(text, LOCKFILE_NAME), data
 
     def check_inside(self, rel: RepoPath | str) -> Path:

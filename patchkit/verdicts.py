@@ -19,16 +19,33 @@ grows beyond one run's worth. The cache is the user's own, trusted as the
 base cache is: whoever can write it can already change what patchkit reads.
 A file that cannot be read is an empty memo; one that cannot be written only
 makes the next check slower.
+
+Beside the verdicts, ``LockfileMemo`` keeps the typed lockfile that the
+lockfile's bytes parsed to, under the same kind of key (patchkit's code and
+the bytes), so a check of an unchanged lockfile neither parses nor validates
+it again: the records are rebuilt as they were, by an unpickler that builds
+the lockfile's records and values and nothing else.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import hashlib
+import io
+import pickle
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import is_dataclass
+from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from patchkit.errors import WriteFailed
+
+if TYPE_CHECKING:
+    from patchkit.lockfile.model import Lockfile
 
 _KEY = 32  # bytes of one key (a sha256)
 
@@ -67,8 +84,7 @@ class Verdicts:
     @classmethod
     def for_repository(cls, cache: Path, root: Path, use: str = "check") -> Verdicts:
         """The memo of ``use`` (``check``, ``rebase``) for the repository at ``root``, in the cache ``cache``."""
-        name = hashlib.sha256(str(root.resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:32]
-        return cls(cache / "verdicts" / f"{use}-{name}")
+        return cls(memo_path(cache, root, use))
 
     def passed(self, k: bytes | None) -> bool:
         """Whether the check ``k`` passed before; asking keeps it for the next run."""
@@ -92,6 +108,12 @@ class Verdicts:
             atomic_write(self.path, b"".join(sorted(self._now)), durable=False)
 
 
+def memo_path(cache: Path, root: Path, use: str) -> Path:
+    """The memo file of ``use`` for the repository at ``root``: one per repository and use, in the cache."""
+    name = hashlib.sha256(str(root.resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    return cache / "verdicts" / f"{use}-{name}"
+
+
 def _read(path: Path) -> frozenset[bytes]:
     try:
         data = path.read_bytes()
@@ -100,3 +122,91 @@ def _read(path: Path) -> frozenset[bytes]:
     if len(data) % _KEY:
         return frozenset()  # damaged: an empty memo, rewritten by the next save
     return frozenset(data[i : i + _KEY] for i in range(0, len(data), _KEY))
+
+
+# --------------------------------------------------------------------------- the typed lockfile
+
+# The modules whose records and values make up a ``Lockfile``: the only classes the memo may build.
+_RECORD_MODULES = ("patchkit.lockfile.model", "patchkit.values", "patchkit.series.model")
+
+
+class _Records(pickle.Unpickler):
+    """An unpickler that builds the lockfile's frozen records, values and enums, and refuses every other global.
+
+    A pickle names the classes it builds; a name outside the lockfile's
+    modules (a function, another class) is refused before anything is
+    called, so a damaged or foreign memo is a miss, never code run.
+    """
+
+    def find_class(self, module: str, name: str) -> Any:
+        found = getattr(sys.modules[module], name, None) if module in _RECORD_MODULES else None
+        if isinstance(found, type) and (is_dataclass(found) or issubclass(found, Enum)):
+            return found
+        raise pickle.UnpicklingError(f"{module}.{name} is not a lockfile record")
+
+
+class LockfileMemo:
+    """The typed lockfile the bytes of a repository's lockfile parsed to in its last check, kept in the cache.
+
+    Its key covers patchkit's code and the lockfile's exact bytes, so an edit
+    of either parses again; only a lockfile that loaded without a problem is
+    kept (a bad one raises on every run, with its located problems).
+    ``LockfileMemo()`` remembers nothing.
+    """
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path
+
+    @classmethod
+    def for_repository(cls, cache: Path, root: Path) -> LockfileMemo:
+        return cls(memo_path(cache, root, "lockfile"))
+
+    def load(self, data: bytes, parse: Callable[[], Lockfile]) -> Lockfile:
+        """The lockfile of ``data``: remembered when the same code parsed the same bytes before, else ``parse()``."""
+        if self.path is None:
+            return parse()
+        key = hashlib.sha256(code_version() + b"lockfile\0" + data).digest()
+        lock = _remembered(self.path, key)
+        if lock is None:
+            lock = parse()
+            _keep(self.path, key, lock)
+        return lock
+
+
+def _remembered(path: Path, key: bytes) -> Lockfile | None:
+    """The lockfile kept at ``path`` under ``key``; None for another key, or a memo missing or damaged."""
+    from patchkit.lockfile.model import Lockfile
+
+    try:
+        with path.open("rb") as f:
+            if f.read(_KEY) != key:
+                return None
+            blob = f.read()
+    except OSError:
+        return None
+    with _no_collection():
+        try:
+            lock = _Records(io.BytesIO(blob)).load()
+        except Exception:  # noqa: BLE001 - a damaged memo, whatever the error, is a miss
+            return None
+    return lock if isinstance(lock, Lockfile) else None
+
+
+def _keep(path: Path, key: bytes, lock: Lockfile) -> None:
+    """Remember ``lock`` for ``key``; a cache that cannot be written only makes the next run slower."""
+    from patchkit.repo import atomic_write
+
+    with _no_collection(), contextlib.suppress(WriteFailed, OSError):
+        atomic_write(path, key + pickle.dumps(lock, pickle.HIGHEST_PROTOCOL), durable=False)
+
+
+@contextlib.contextmanager
+def _no_collection() -> Iterator[None]:
+    """The cyclic garbage collector paused: building thousands of acyclic records would run it again and again."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()

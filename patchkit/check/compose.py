@@ -94,8 +94,8 @@ def _config(state: State) -> DeployConfig:
 
 def mounts(state: State) -> list[Finding]:
     """Hand-kept compose files (no deploy.toml): every mount's source exists and is pinned at its target."""
-    if state.has_deploy_config:
-        return []
+    if state.has_deploy_config or not state.lock.artifacts:
+        return []  # (a compose file is pinned as an artifact; no artifact: no YAML parser to import)
     from patchkit.importing import compose
 
     lock = state.lock

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from patchkit import diffs
-from patchkit.check.state import State
+from patchkit.check.state import State, remembered_by_lockfile
 from patchkit.findings import Finding
 from patchkit.hashing import sha256_bytes
 from patchkit.lockfile.model import Patch, PatchKind
@@ -21,6 +21,7 @@ def base_of_committed(patch: Patch, patch_bytes: bytes, diff_bytes: bytes) -> by
     return diffs.apply(files[0].reversed(), patch_bytes)
 
 
+@remembered_by_lockfile
 def bases(state: State) -> list[Finding]:
     """A base older than the pinned upstream silently reverts what upstream fixed since."""
     out: list[Finding] = []
@@ -230,6 +231,7 @@ def _reconstruction(state: State, i: int, p: Patch, fd: diffs.FileDiff) -> tuple
     return [], 1
 
 
+@remembered_by_lockfile
 def overlays_have_diffs(state: State) -> list[Finding]:
     """Every overlay shows reviewers what it changes: a diff to upstream, from a known base."""
     out: list[Finding] = []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from patchkit.check.state import State, field_name
+from patchkit.check.state import State, field_name, remembered_by_lockfile
 from patchkit.findings import Finding
 from patchkit.lockfile.model import LOCKFILE_NAME
 from patchkit.lockfile.tomlpos import FieldPath
@@ -50,6 +50,7 @@ def pinned_files(state: State) -> list[Finding]:
     return out
 
 
+@remembered_by_lockfile
 def targets(state: State) -> list[Finding]:
     """Every container target is claimed once, and none lies below another file's target."""
     out: list[Finding] = []
@@ -96,13 +97,11 @@ def parent_dirs(target: str) -> list[str]:
 
 def canonical(state: State) -> list[Finding]:
     """The lockfile is in the form patchkit writes, so reviews see only real changes."""
-    import hashlib
-
-    from patchkit.lockfile.writer import dumps
-
-    known = state.verdicts.key("canonical", hashlib.sha256(state.lock_bytes).hexdigest())
+    known = state.verdicts.key("canonical", state.lock_sha256)
     if state.verdicts.passed(known):
         return []
+    from patchkit.lockfile.writer import dumps
+
     canonical = dumps(state.lock).encode()
     if canonical == state.lock_bytes:
         state.verdicts.add(known)

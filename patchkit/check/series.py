@@ -16,13 +16,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
 
 from patchkit.check.state import SERIES_REBASE_STATE, State
 from patchkit.findings import Finding
 from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
-from patchkit.series.apply import Item, Reader, SeriesApplyError, apply_series
 from patchkit.series.model import Series, parse_series_file
-from patchkit.series.parse import PatchParseError, parse_patch
+
+if TYPE_CHECKING:  # parsing and applying are imported by a lockfile with series only
+    from patchkit.series.apply import Item, Reader
 
 #: ``(series) -> reader of the upstream at the series' pin``, or a reason it cannot be read offline.
 TreeFor = Callable[[Series], "Reader | str"]
@@ -130,6 +132,9 @@ def _order_findings(read: Read, s: Series) -> list[Finding]:
 
 
 def _parsed(read: Read, s: Series, out: list[Finding]) -> tuple[list[Item], bool]:
+    from patchkit.series.apply import Item
+    from patchkit.series.parse import PatchParseError, parse_patch
+
     items = []
     ok = True
     for p in s.patches:
@@ -146,6 +151,8 @@ def _parsed(read: Read, s: Series, out: list[Finding]) -> tuple[list[Item], bool
 
 
 def _apply_findings(s: Series, items: list[Item], tree_for: TreeFor) -> list[Finding]:
+    from patchkit.series.apply import SeriesApplyError, apply_series
+
     tree = tree_for(s)
     if isinstance(tree, str):
         return [Finding("series-not-applied", LOCKFILE_NAME, None, f"series '{s.name}': {tree}", severity="note")]

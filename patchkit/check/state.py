@@ -11,20 +11,22 @@ a repository.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 
 from patchkit.findings import Finding
-from patchkit.hashing import sha256_many
+from patchkit.hashing import sha256_bytes, sha256_many
 from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
 from patchkit.lockfile.tomlpos import FieldPath, LineIndex
 from patchkit.repo import JOURNAL as REPO_JOURNAL
-from patchkit.repo import MANAGED_DIRS, WORK_DIR, Escape, Repo, gitignored, pending_journal, staging_pid
+from patchkit.repo import MANAGED_DIRS, TMP_PREFIX, WORK_DIR, Escape, Repo, gitignored, pending_journal, staging_pid
 from patchkit.series.model import Series, series_pins
 from patchkit.values import RepoPath
 from patchkit.verdicts import Verdicts
@@ -101,9 +103,11 @@ class RepoView:
         return bool(provenance.rows_naming(self.repo.root, rel))
 
 
-@dataclass(frozen=True)
-class Named:
-    """A file the lockfile pins: the field holding its sha256, its path, the pin and who owns it."""
+class Named(NamedTuple):
+    """A file the lockfile pins: the field holding its sha256, its path, the pin and who owns it.
+
+    A tuple: one is made per pinned file, thousands per check.
+    """
 
     field: FieldPath
     path: RepoPath
@@ -111,13 +115,15 @@ class Named:
     owner: str
 
 
-@dataclass(frozen=True)
-class TreeEntry:
-    """One entry below a managed directory, as ``lstat`` saw it."""
+class TreeEntry(NamedTuple):
+    """One entry below a managed directory, as its directory listing (``lstat`` for a special file) saw it.
+
+    A tuple: one is made per file of the managed directories.
+    """
 
     rel: str
     kind: Kind
-    mode: int = 0
+    mode: int = 0  # a special file's st_mode; the type bits alone for the others
     link: str | None = None  # a symlink's target
     link_inside: bool = False  # whether that target resolves inside the repository
     staged: bool = False  # a file patchkit staged for a write
@@ -128,7 +134,7 @@ class PinnedFiles:
     """What hashing the pinned files found, by repository path."""
 
     sha256: dict[str, str] = field(default_factory=dict)  # readable files: their content's sha256
-    paths: dict[str, Path] = field(default_factory=dict)  # where they were found (resolved, checked inside)
+    paths: dict[str, str] = field(default_factory=dict)  # where they were found (checked inside)
     missing: set[str] = field(default_factory=set)
     unsafe: dict[str, str] = field(default_factory=dict)  # the reason (Escape) by path
     unreadable: dict[str, str] = field(default_factory=dict)  # the OS error by path
@@ -163,6 +169,11 @@ class State:
     verdicts: Verdicts = field(default_factory=Verdicts)
 
     @cached_property
+    def lock_sha256(self) -> str:
+        """The sha256 of the lockfile's bytes: what the remembered checks of the lockfile are keyed by."""
+        return hashlib.sha256(self.lock_bytes).hexdigest()
+
+    @cached_property
     def index(self) -> LineIndex:
         """Lines of the lockfile's keys: built for the first finding only."""
         return LineIndex(self.lock_bytes.decode("utf-8"))
@@ -181,9 +192,13 @@ class State:
             severity=severity,
         )
 
-    def named(self) -> Iterator[Named]:
-        """Every file the lockfile pins, with the field that pins it."""
-        yield from named_files(self.lock)
+    def named(self) -> list[Named]:
+        """Every file the lockfile pins, with the field that pins it (listed once per state)."""
+        return self._named
+
+    @cached_property
+    def _named(self) -> list[Named]:
+        return list(named_files(self.lock))
 
     def readable(self, rel: str) -> bytes | None:
         """The bytes of a pinned file that hashed (it exists, is safe and readable); else None.
@@ -199,7 +214,28 @@ class State:
         path = self.files.paths.get(rel)
         if path is None:
             return self.view.read(rel)
-        return path.read_bytes()
+        with open(path, "rb") as f:
+            return f.read()
+
+
+def remembered_by_lockfile(rule: Callable[[State], list[Finding]]) -> Callable[[State], list[Finding]]:
+    """``rule``, for a rule that reads the lockfile alone: a pass is remembered for the same lockfile bytes.
+
+    The key is the rule's name, patchkit's code and the lockfile's sha256
+    (``verdicts``); a rule that finds anything, a note too, runs every time.
+    """
+
+    @functools.wraps(rule)
+    def remembered(state: State) -> list[Finding]:
+        known = state.verdicts.key(f"lockfile-rule:{rule.__module__}.{rule.__name__}", state.lock_sha256)
+        if state.verdicts.passed(known):
+            return []
+        found = rule(state)
+        if not found:
+            state.verdicts.add(known)
+        return found
+
+    return remembered
 
 
 def named_files(lock: Lockfile) -> Iterator[Named]:
@@ -236,79 +272,156 @@ def field_name(path: FieldPath, lock: Lockfile) -> str:
     return out
 
 
-def hash_pinned(repo: Repo, lock: Lockfile) -> PinnedFiles:
-    """Containment and the sha256 of every pinned file, hashed on all cores."""
+def hash_pinned(repo: Repo, lock: Lockfile, named: Iterable[Named] | None = None) -> PinnedFiles:
+    """Containment and the sha256 of every pinned file (``named``: ``named_files(lock)``).
+
+    A small regular file (one ``lstat``, then opened without following a
+    symlink) is read and hashed in this thread, as plain strings: its bytes
+    are kept for the rules that read them next (within ``KEEP_AT_MOST``). Everything else (a large file,
+    a missing, unsafe or unreadable one) takes the general way: the
+    containment check names what is wrong, and large files hash on all cores.
+    """
     out = PinnedFiles()
+    root = str(repo.root)
+    safe_dirs: set[str] = set()
+    rest: list[str] = []
+    kept = 0
+    for rel in dict.fromkeys(n.path.path for n in (named if named is not None else named_files(lock))):
+        data = _small_file(root, rel, safe_dirs)
+        if data is None:
+            rest.append(rel)
+            continue
+        out.sha256[rel] = sha256_bytes(data)
+        out.paths[rel] = f"{root}/{rel}"
+        if kept + len(data) <= KEEP_AT_MOST:
+            out.content[rel] = data
+            kept += len(data)
+    if rest:
+        _hash_checked(repo, rest, out)
+    return out
+
+
+KEEP_BELOW = 256 * 1024  # a pinned file smaller than this is read whole, hashed and kept for the rules
+KEEP_AT_MOST = 32 * 1024 * 1024  # bytes kept over all files
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # never a link, never waiting on a FIFO
+
+
+def _small_file(root: str, rel: str, safe_dirs: set[str]) -> bytes | None:
+    """The bytes of ``rel`` when it is a small regular file below real directories of the repository; else None.
+
+    None says only "not this way": the caller checks such a file the general
+    way, which tells a missing, unsafe or unreadable file apart. Each
+    directory is looked at once (``lstat``: a real directory, no symlink).
+    """
+    parent = rel.rpartition("/")[0]
+    if parent and parent not in safe_dirs and not _real_dirs(root, parent, safe_dirs):
+        return None
+    path = f"{root}/{rel}"
+    try:
+        st = os.lstat(path)  # before opening: a device or a FIFO is never opened
+        if not stat.S_ISREG(st.st_mode) or st.st_size >= KEEP_BELOW:
+            return None
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, st.st_size + 1)
+        # A regular file reads short only at its end; one that grew since the lstat is read to its end.
+        while len(data) > st.st_size and (more := os.read(fd, KEEP_BELOW)):
+            data += more
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data
+
+
+def _real_dirs(root: str, parent: str, safe_dirs: set[str]) -> bool:
+    """Whether every component of the directory ``parent`` is a real directory (not a symlink); remembered."""
+    parts = parent.split("/")
+    for i in range(1, len(parts) + 1):
+        prefix = "/".join(parts[:i])
+        if prefix in safe_dirs:
+            continue
+        try:
+            mode = os.lstat(f"{root}/{prefix}").st_mode
+        except OSError:
+            return False
+        if not stat.S_ISDIR(mode):
+            return False
+        safe_dirs.add(prefix)
+    return True
+
+
+def _hash_checked(repo: Repo, rels: list[str], out: PinnedFiles) -> None:
+    """The general way: ``Repo.check_inside_stat`` says why a file is missing or unsafe; the rest hash on all cores."""
     paths: dict[str, Path] = {}
     sizes: dict[Path, int] = {}
-    for n in named_files(lock):
-        rel = str(n.path)
+    for rel in rels:
         try:
-            paths[rel], st = repo.check_inside_stat(n.path)
+            paths[rel], st = repo.check_inside_stat(rel)
             sizes[paths[rel]] = st.st_size
         except FileNotFoundError:
             out.missing.add(rel)
         except Escape as e:
             out.unsafe[rel] = str(e)
-    keep = _kept(sizes)
-    hashes = sha256_many(paths.values(), sizes=sizes, keep=keep)
+    hashes = sha256_many(paths.values(), sizes=sizes)
     for rel, path in paths.items():
         got = hashes[path]
         if isinstance(got, OSError):
             out.unreadable[rel] = got.strerror or str(got)
         else:
             out.sha256[rel] = got
-            out.paths[rel] = path
-            if (data := keep.get(path)) is not None:
-                out.content[rel] = data
-    return out
-
-
-KEEP_BELOW = 256 * 1024  # a pinned file smaller than this is kept in memory for the rules that read it
-KEEP_AT_MOST = 32 * 1024 * 1024  # bytes kept over all files
-
-
-def _kept(sizes: dict[Path, int]) -> dict[Path, bytes | None]:
-    """The small files whose bytes hashing keeps (smallest first, within ``KEEP_AT_MOST``), to be read once."""
-    keep: dict[Path, bytes | None] = {}
-    total = 0
-    for path, size in sorted(sizes.items(), key=lambda item: item[1]):
-        if size >= KEEP_BELOW or total + size > KEEP_AT_MOST:
-            break
-        keep[path] = None
-        total += size
-    return keep
+            out.paths[rel] = str(path)
 
 
 def walk_managed(repo: Repo) -> tuple[list[TreeEntry], list[str]]:
-    """Every entry below the managed directories (sorted as ``os.walk`` finds them), and those that are symlinks."""
+    """Every entry below the managed directories (each directory's names sorted, then its subdirectories), and
+    those managed directories that are symlinks.
+
+    Plain strings and ``os.scandir``: the listing says each entry's type, so a
+    file costs no ``stat`` of its own.
+    """
     entries: list[TreeEntry] = []
     symlinked: list[str] = []
+    root = str(repo.root)
     for top in MANAGED_DIRS:
         base = repo.root / top
         if base.is_symlink():
             symlinked.append(top)
-            continue
-        if not base.is_dir():
-            continue
-        root = str(repo.root)
-        for dirpath, dirnames, filenames in os.walk(base):
-            dirnames.sort()
-            # Plain strings, not Path objects: this runs once per file of the managed directories.
-            rel_dir = dirpath[len(root) + 1 :]
-            for name in sorted(dirnames + filenames):
-                entries.append(_entry(repo, f"{dirpath}/{name}", f"{rel_dir}/{name}", name))
+        elif base.is_dir():
+            _walk(root, f"{root}/{top}", top, entries)
     return entries, symlinked
 
 
-def _entry(repo: Repo, path: str, rel: str, name: str) -> TreeEntry:
-    st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode):
-        inside = Path(path).resolve().is_relative_to(repo.root)
-        return TreeEntry(rel, "symlink", st.st_mode, os.readlink(path), inside)
-    if stat.S_ISREG(st.st_mode):
-        return TreeEntry(rel, "file", st.st_mode, staged=staging_pid(name) is not None)
-    return TreeEntry(rel, "dir" if stat.S_ISDIR(st.st_mode) else "special", st.st_mode)
+def _walk(root: str, path: str, rel: str, entries: list[TreeEntry]) -> None:
+    """The entries of the directory ``path`` (``rel`` in the repository), then those of its real subdirectories."""
+    try:
+        with os.scandir(path) as listing:
+            found = sorted(listing, key=_name)
+    except OSError:
+        return  # unreadable: as os.walk, nothing below it is listed
+    entries += [_entry(root, e, f"{rel}/{e.name}") for e in found]
+    for e in found:
+        if e.is_dir(follow_symlinks=False):
+            _walk(root, e.path, f"{rel}/{e.name}", entries)
+
+
+def _name(e: os.DirEntry[str]) -> str:
+    return e.name
+
+
+def _entry(root: str, e: os.DirEntry[str], rel: str) -> TreeEntry:
+    if e.is_symlink():
+        inside = Path(e.path).resolve().is_relative_to(root)
+        return TreeEntry(rel, "symlink", stat.S_IFLNK, os.readlink(e.path), inside)
+    if e.is_file(follow_symlinks=False):
+        return TreeEntry(
+            rel, "file", stat.S_IFREG, staged=e.name.startswith(TMP_PREFIX) and staging_pid(e.name) is not None
+        )
+    if e.is_dir(follow_symlinks=False):
+        return TreeEntry(rel, "dir", stat.S_IFDIR)
+    return TreeEntry(rel, "special", e.stat(follow_symlinks=False).st_mode)
 
 
 def _sums_bytes(repo: Repo) -> bytes | str | None:
@@ -337,12 +450,11 @@ def gather(
 ) -> State:
     """Read what every rule needs from ``repo``, once; never writes."""
     tree, symlinked = walk_managed(repo)
-    return State(
+    state = State(
         verdicts=verdicts if verdicts is not None else Verdicts(),
         lock=lock,
         lock_bytes=lock_bytes,
         view=RepoView(repo, store),
-        files=hash_pinned(repo, lock),
         tree=tree,
         symlinked_dirs=symlinked,
         journal_pending=pending_journal(repo.root),
@@ -353,6 +465,8 @@ def gather(
         series_tree=_series_tree(repo, lock),
         series_rebase_pending=(repo.root / SERIES_REBASE_STATE).exists(),
     )
+    state.files = hash_pinned(repo, lock, state.named())
+    return state
 
 
 SERIES_REBASE_STATE = f"{WORK_DIR}/series-rebase/state.json"

@@ -2,20 +2,31 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 
 from patchkit import sums
 from patchkit.check.state import State
 from patchkit.findings import Finding
 from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
-from patchkit.persist import expected_sums
 
 
 def sums_file(state: State) -> list[Finding]:
-    """SHA256SUMS is a regular file of the repository and lists what the lockfile pins, as patchkit writes it."""
+    """SHA256SUMS is a regular file of the repository and lists what the lockfile pins, as patchkit writes it.
+
+    A pure function of the two files' bytes: a pass is remembered for them (``verdicts``).
+    """
     if isinstance(state.sums, str):
         return [Finding("unsafe-path", sums.FILENAME, None, f"{sums.FILENAME} {state.sums}", "make it a regular file")]
-    return sums_findings(state.lock, state.lock_bytes, state.sums, state.view.exists)
+    known = None
+    if state.sums is not None:
+        known = state.verdicts.key("sums-file", state.lock_sha256, hashlib.sha256(state.sums).hexdigest())
+    if state.verdicts.passed(known):
+        return []
+    found = sums_findings(state.lock, state.lock_bytes, state.sums, state.view.exists)
+    if not found:
+        state.verdicts.add(known)
+    return found
 
 
 def sums_findings(
@@ -25,6 +36,8 @@ def sums_findings(
 
     With ``exists`` (whether a repository path exists), an entry for a file that does not exist says so.
     """
+    from patchkit.persist import expected_sums
+
     fix = "regenerate it: patchkit sums"
     if actual is None:
         return [Finding("sums-missing", sums.FILENAME, None, "does not exist", fix)]

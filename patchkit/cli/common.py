@@ -198,11 +198,14 @@ def find_repo(ctx: click.Context) -> Any:
     return Repo(root)
 
 
-def open_repo(ctx: click.Context, *, writes: bool = False, locks: bool = False) -> tuple[Any, Any, bytes]:
+def open_repo(
+    ctx: click.Context, *, writes: bool = False, locks: bool = False, remembered: bool = False
+) -> tuple[Any, Any, bytes]:
     """The repository and its lockfile; a writing command first takes the write lock.
 
     Under the lock it finishes an interrupted write and only then reads the
     lockfile, so its read-modify-write never loses another writer's change.
+    ``remembered``: the lockfile the same bytes parsed to before, from the cache (``verdicts.LockfileMemo``).
     """
     repo = find_repo(ctx)
     if writes or locks:
@@ -212,7 +215,12 @@ def open_repo(ctx: click.Context, *, writes: bool = False, locks: bool = False) 
 
         if recover(repo.root):
             click.echo("patchkit: finished a write that was interrupted earlier", err=True)
-    lock, data = repo.read_lockfile()
+    memo = None
+    if remembered:
+        from patchkit.verdicts import LockfileMemo
+
+        memo = LockfileMemo.for_repository(cache_path(), repo.root).load
+    lock, data = repo.read_lockfile(memo)
     return repo, lock, data
 
 

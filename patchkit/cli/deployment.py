@@ -94,7 +94,7 @@ def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, deep: b
 
     # While a write is journaled, its writer may still be renaming files in:
     # wait for it, so check sees one state, never a mix of two.
-    repo, lock, data = open_repo(ctx, locks=pending_journal(find_repo(ctx).root))
+    repo, lock, data = open_repo(ctx, locks=pending_journal(find_repo(ctx).root), remembered=True)
     result = run_check(repo, lock, data, blob_store())
     if image_bases and not online:
         from patchkit.errors import BadInput

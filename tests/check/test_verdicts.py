@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import pickle
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,10 @@ from conftest import Invoke
 from patchkit import diffs as diff_code
 from patchkit import verdicts
 from patchkit.check import diffs, pins
+from patchkit.errors import LockfileError
+from patchkit.lockfile.model import Lockfile
+from patchkit.lockfile.reader import loads
+from patchkit.lockfile.writer import dumps
 from patchkit.verdicts import Verdicts
 
 from .memory import OVERLAY, overlay_repo, sha, state_of
@@ -147,3 +154,141 @@ def test_sums_check_skips_the_lockfile_only_for_bytes_that_agreed(
     sums_file.write_bytes(sums_file.read_bytes() + b"\n")  # other bytes: compared with the lockfile again
     codes = {f.code for f in check_sums(Repo(deploy), Verdicts(memo)).findings}
     assert "sums-drift" in codes or "sums-format" in codes
+
+
+# --------------------------------------------------------------------------- the typed lockfile
+
+
+def lockfile_memo(tmp_path: Path) -> verdicts.LockfileMemo:
+    return verdicts.LockfileMemo(tmp_path / "verdicts" / "lockfile-repo")
+
+
+def parsed(text: str) -> Callable[[], Lockfile]:
+    return lambda: loads(text)
+
+
+def never() -> Lockfile:
+    pytest.fail("the lockfile was parsed again")
+
+
+def test_the_same_bytes_give_the_same_lockfile_without_parsing(tmp_path: Path) -> None:
+    text, _ = overlay_repo()
+    first = lockfile_memo(tmp_path).load(text.encode(), parsed(text))
+    again = lockfile_memo(tmp_path).load(text.encode(), never)
+    assert again == first == loads(text) and again is not first
+    assert dumps(again) == text  # the records rebuilt write back the same bytes
+
+
+def test_other_bytes_or_other_code_parse_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text, _ = overlay_repo()
+    lockfile_memo(tmp_path).load(text.encode(), parsed(text))
+    # One byte of one value: the memo never serves the lockfile the old bytes parsed to.
+    edited = text.replace('reason = "a fix"', 'reason = "a fiz"')
+    got = lockfile_memo(tmp_path).load(edited.encode(), parsed(edited))
+    assert got.patches[0].reason == "a fiz"
+    assert lockfile_memo(tmp_path).load(edited.encode(), never) == got
+    monkeypatch.setattr(verdicts, "code_version", lambda: b"other code")
+    calls: list[str] = []
+    lockfile_memo(tmp_path).load(edited.encode(), lambda: calls.append("parsed") or loads(edited))
+    assert calls == ["parsed"]
+
+
+def test_a_bad_lockfile_fails_every_time_and_is_not_remembered(tmp_path: Path) -> None:
+    text, _ = overlay_repo()
+    bad = text.replace('kind = "overlay"', 'kind = "overlai"')
+    for _ in range(2):
+        with pytest.raises(LockfileError, match="unknown kind 'overlai'"):
+            lockfile_memo(tmp_path).load(bad.encode(), parsed(bad))
+    assert not (tmp_path / "verdicts").exists()
+
+
+class _Runs:
+    """Something a pickle would call on loading: ``os.system`` with a command."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.mark.parametrize("kind", ["code", "other-record", "truncated", "empty"])
+def test_a_damaged_or_foreign_memo_is_a_miss_and_runs_nothing(tmp_path: Path, kind: str) -> None:
+    text, _ = overlay_repo()
+    memo = lockfile_memo(tmp_path)
+    memo.load(text.encode(), parsed(text))
+    assert memo.path is not None
+    held = memo.path.read_bytes()
+    key, blob = held[:32], held[32:]
+    marker = tmp_path / "ran"
+    forged = {
+        "code": pickle.dumps(_Runs(marker)),
+        "other-record": pickle.dumps(loads(text).patches[0]),  # a record, but not a lockfile
+        "truncated": blob[: len(blob) // 2],
+        "empty": b"",
+    }[kind]
+    memo.path.write_bytes(key + forged)
+    calls: list[str] = []
+    got = lockfile_memo(tmp_path).load(text.encode(), lambda: calls.append("parsed") or loads(text))
+    assert (got, calls, marker.exists()) == (loads(text), ["parsed"], False)
+    assert memo.path.read_bytes() == held  # the next run reads it again
+
+
+def test_check_reads_an_edited_lockfile_again(invoke: Invoke, deploy: Path) -> None:
+    first = invoke("check", "--format", "json", repo=deploy)
+    assert first.exit_code == 0
+    cache = Path(os.environ["PATCHKIT_CACHE"])
+    assert [p.name.split("-")[0] for p in sorted((cache / "verdicts").iterdir())] == ["check", "lockfile"]
+    lockfile = deploy / "lockfile.toml"
+    pinned = hashlib.sha256((deploy / "patches" / "fp8_fnuz.py").read_bytes()).hexdigest()
+    lockfile.write_text(lockfile.read_text().replace(pinned, "0" * 64))
+    found = json.loads(invoke("check", "--format", "json", repo=deploy).stdout)["findings"]
+    assert any(f["code"] == "hash-mismatch" and "pinned 000000000000" in f["message"] for f in found)
+
+
+def test_a_rule_of_the_lockfile_alone_is_remembered_for_its_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text, files = overlay_repo()
+    first = state_of(text, files)
+    first.verdicts = memo(tmp_path)
+    assert (pins.targets(first), diffs.bases(first), diffs.overlays_have_diffs(first)) == ([], [], [])
+    first.verdicts.save()
+    with monkeypatch.context() as m:
+        m.setattr(pins, "parent_dirs", lambda target: pytest.fail("targets ran again"))
+        again = state_of(text, files)
+        again.verdicts = memo(tmp_path)
+        assert pins.targets(again) == []
+        again.verdicts.save()
+    # The same patch twice under another name: other bytes, so the rule runs, and finds it every time.
+    second = text[text.index("[[patches]]") :].replace('name = "fix"', 'name = "fix2"')
+    second = second.replace("patches/mod.py", "patches/mod2.py").replace("upstream/fix.diff", "upstream/fix2.diff")
+    doubled = dumps(loads(text + "\n" + second))
+    for _ in range(2):
+        state = state_of(doubled, files)
+        state.verdicts = memo(tmp_path)
+        assert [f.code for f in pins.targets(state)] == ["duplicate-target"]
+        state.verdicts.save()
+
+
+def test_sums_file_is_remembered_for_the_bytes_of_both_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from patchkit import persist
+    from patchkit.check import sums
+
+    text, files = overlay_repo()
+    first = state_of(text, files)
+    first.verdicts = memo(tmp_path)
+    assert sums.sums_file(first) == []
+    first.verdicts.save()
+    with monkeypatch.context() as m:
+        m.setattr(persist, "expected_sums", lambda *a: pytest.fail("SHA256SUMS generated again"))
+        again = state_of(text, files)
+        again.verdicts = memo(tmp_path)
+        assert sums.sums_file(again) == []
+        again.verdicts.save()
+    edited = {**files, "SHA256SUMS": files["SHA256SUMS"].replace(b"  patches/mod.py", b"  patches/mod.pyc")}
+    for _ in range(2):
+        state = state_of(text, edited)
+        state.verdicts = memo(tmp_path)
+        assert {f.code for f in sums.sums_file(state)} == {"sums-drift"}
+        state.verdicts.save()
