@@ -147,10 +147,10 @@ class _Records(pickle.Unpickler):
 class LockfileMemo:
     """The typed lockfile the bytes of a repository's lockfile parsed to in its last check, kept in the cache.
 
-    Its key covers patchkit's code and the lockfile's exact bytes, so an edit
-    of either parses again; only a lockfile that loaded without a problem is
-    kept (a bad one raises on every run, with its located problems).
-    ``LockfileMemo()`` remembers nothing.
+    Its key covers patchkit's code, the interpreter's version and the
+    lockfile's exact bytes, so a change of any parses again; only a lockfile
+    that loaded without a problem is kept (a bad one raises on every run,
+    with its located problems). ``LockfileMemo()`` remembers nothing.
     """
 
     def __init__(self, path: Path | None = None) -> None:
@@ -164,7 +164,8 @@ class LockfileMemo:
         """The lockfile of ``data``: remembered when the same code parsed the same bytes before, else ``parse()``."""
         if self.path is None:
             return parse()
-        key = hashlib.sha256(code_version() + b"lockfile\0" + data).digest()
+        # The interpreter too: tomllib (for text the fast reader leaves to it) and pickle come with it.
+        key = hashlib.sha256(code_version() + sys.version.encode() + b"\0lockfile\0" + data).digest()
         lock = _remembered(self.path, key)
         if lock is None:
             lock = parse()

@@ -179,7 +179,7 @@ def test_the_same_bytes_give_the_same_lockfile_without_parsing(tmp_path: Path) -
     assert dumps(again) == text  # the records rebuilt write back the same bytes
 
 
-def test_other_bytes_or_other_code_parse_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_other_bytes_code_or_interpreter_parse_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     text, _ = overlay_repo()
     lockfile_memo(tmp_path).load(text.encode(), parsed(text))
     # One byte of one value: the memo never serves the lockfile the old bytes parsed to.
@@ -187,10 +187,12 @@ def test_other_bytes_or_other_code_parse_again(tmp_path: Path, monkeypatch: pyte
     got = lockfile_memo(tmp_path).load(edited.encode(), parsed(edited))
     assert got.patches[0].reason == "a fiz"
     assert lockfile_memo(tmp_path).load(edited.encode(), never) == got
-    monkeypatch.setattr(verdicts, "code_version", lambda: b"other code")
     calls: list[str] = []
+    monkeypatch.setattr(verdicts, "code_version", lambda: b"other code")
     lockfile_memo(tmp_path).load(edited.encode(), lambda: calls.append("parsed") or loads(edited))
-    assert calls == ["parsed"]
+    monkeypatch.setattr(verdicts.sys, "version", "another interpreter")
+    lockfile_memo(tmp_path).load(edited.encode(), lambda: calls.append("parsed") or loads(edited))
+    assert calls == ["parsed", "parsed"]
 
 
 def test_a_bad_lockfile_fails_every_time_and_is_not_remembered(tmp_path: Path) -> None:
