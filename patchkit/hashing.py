@@ -37,34 +37,41 @@ _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux: fault the window in with 
 
 
 class _Remembered:
-    """Digests of the byte strings hashed lately, found again by their content, up to ``limit`` bytes of them.
+    """Digests of the byte strings hashed lately, up to ``limit`` bytes of them, found again by identity.
 
     A rebase meets each file version several times over (its pin, its merge
-    key, its semantic-check key, its journal entry). Only ``bytes`` are kept:
-    they are immutable, so a digest never goes stale; a dict keyed by them
-    finds equal bytes by content, and Python hashes a bytes object for the
-    dict once and keeps that, so asking again for the same object costs a
-    lookup. Past ``limit`` the memo starts over.
+    key, its semantic-check key, its journal entry), mostly as the same
+    ``bytes`` object. Keyed by the object's id, and holding the object so the
+    id cannot be reused while it is remembered: a lookup costs no pass over
+    the bytes (keying by content would hash them all again, for the dict).
+    Only ``bytes`` are kept: they are immutable, so a digest never goes
+    stale. Past ``limit`` the oldest half is forgotten.
     """
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.size = 0
-        self.digests: dict[bytes, str] = {}
+        self.digests: dict[int, tuple[bytes, str]] = {}
         self.lock = threading.Lock()
 
     def sha256(self, data: bytes) -> str:
-        found = self.digests.get(data)
-        if found is not None:
-            return found
-        found = hashlib.sha256(data).hexdigest()
+        found = self.digests.get(id(data))
+        if found is not None and found[0] is data:
+            return found[1]
+        digest = hashlib.sha256(data).hexdigest()
         with self.lock:
-            if self.size + len(data) > self.limit:
-                self.digests.clear()
-                self.size = 0
-            self.digests[data] = found
+            self.digests[id(data)] = (data, digest)
             self.size += len(data)
-        return found
+            if self.size > self.limit:
+                self._forget_oldest()
+        return digest
+
+    def _forget_oldest(self) -> None:
+        """Drop the oldest entries until half the limit is left (a dict keeps the order they came in)."""
+        for key in list(self.digests):
+            if self.size <= self.limit // 2:
+                break
+            self.size -= len(self.digests.pop(key)[0])
 
 
 REMEMBER = 128 * 1024 * 1024  # bytes whose digests are kept (they are held while a command needs them anyway)

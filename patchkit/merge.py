@@ -126,8 +126,8 @@ class HunkRef:
     ``definitions`` are the qualified names (``GpuWorker.restore_blocks``) of
     the innermost Python functions or classes whose lines the hunk changes;
     empty when the file is not Python or was not analysed, which includes
-    merges where no upstream change shares a top-level definition with the
-    patch (see ``_may_share_block``): those need no review and skip parsing.
+    merges where no upstream change can share a definition with the patch
+    (see ``_may_share_block``): those need no review and skip parsing.
     """
 
     header: str
@@ -282,40 +282,109 @@ def rebase_file(base: bytes, ours: bytes, theirs: bytes, *, path: str = "") -> M
     )
 
 
-_BLOCK_START = (b"def ", b"async def ", b"class ", b"@")
+_DEF_START = (b"def ", b"async def ", b"class ")
+_INSIDE = frozenset((b" ", b"\t", b"\r", b"\n", b"#", b""))  # first bytes of lines that stay in the block
 
 
 def _may_share_block(base: list[bytes], ours: list[_Change], theirs: list[_Change]) -> bool:
-    """Whether a patch change and an upstream change can lie in the same top-level definition.
+    """Whether a patch change and an upstream change can lie in the same definition.
 
     A cheap, conservative pre-filter for the review flags: parsing and walking
     the base with ``ast`` costs milliseconds a file, and most upstream changes
-    are far from the patch. Top-level blocks start at a column-0 ``def``,
-    ``class`` or decorator; everything else stays in the current block, so
-    two changes in one definition always share a block (the reverse need not
-    hold, which only costs a full analysis).
+    are far from the patch. See ``_Blocks`` for the blocks; two changes that
+    the analysis finds in one definition always share a block (the reverse
+    need not hold, which only costs a full analysis).
     """
-    block: list[int] = []
-    current = 0
-    after_decorator = False
-    for line in base:
-        if line.startswith(_BLOCK_START):
-            if not (after_decorator and not line.startswith(b"@")):
-                current += 1
-            after_decorator = line.startswith(b"@")
-        elif line[:1] not in (b" ", b"\t", b"\r", b"\n", b"#", b""):
-            after_decorator = False
-        block.append(current)
+    blocks = _Blocks(base)
+    return bool(blocks.of(ours) & blocks.of(theirs))
 
-    def ids(changes: list[_Change]) -> set[int]:
+
+class _Blocks:
+    """The blocks of a Python file, read line by line without parsing it.
+
+    A top-level block starts at a column-0 ``def``, ``class`` or decorator; a
+    run of decorators and the definition they decorate are one block
+    (comments and blank lines may lie between them). Everything else stays in
+    the current block: indented lines, comments, column-0 statements.
+
+    Inside a top-level class each method is a block of its own, the same way
+    at the class body's indentation; the class's own lines (its header, a
+    docstring, class-level statements and what continues them) are the
+    class's block. A comment or blank line in a class may belong to the
+    method before it or to the class (the method ends at its last
+    statement), so it counts for both; so does a line inserted in a class,
+    which may extend a method or the class. Lines are not tokenized: a
+    ``def`` at a block's indentation inside a multi-line string starts a
+    block too, the one case where two changes of one definition can land in
+    two blocks.
+    """
+
+    def __init__(self, base: list[bytes]) -> None:
+        self.block: list[int] = []  # each line's block
+        self.klass: list[int | None] = []  # the top-level class block each line lies in, if any
+        self.loose: list[bool] = []  # a comment or blank line inside a class: the class's too
+        self._count = 0
+        self._current = 0
+        self._decorating = False
+        self._class: int | None = None
+        self._body: bytes | None = None  # the class body's indentation, once seen
+        for line in base:
+            self._line(line)
+
+    def _start(self, decorator: bool) -> None:
+        """A line that starts a block, unless it follows the decorators of that block."""
+        if not self._decorating:
+            self._count += 1
+            self._current = self._count
+        self._decorating = decorator
+
+    def _line(self, line: bytes) -> None:
+        first = line[:1]
+        loose = False
+        if first not in _INSIDE:
+            if first == b"@" or line.startswith(_DEF_START):
+                self._start(first == b"@")
+                if line.startswith(b"class "):
+                    self._class, self._body = self._current, None
+                elif first != b"@":
+                    self._class = None
+            else:
+                self._decorating = False
+                self._class = None
+        elif self._class is not None:
+            loose = self._in_class(line)
+        self.block.append(self._current)
+        self.klass.append(self._class)
+        self.loose.append(loose)
+
+    def _in_class(self, line: bytes) -> bool:
+        """Place an indented, blank or comment line of a class; True when it is a comment or blank line."""
+        text = line.lstrip(b" \t")
+        if text[:1] in (b"#", b"\r", b"\n", b""):
+            return True
+        indent = line[: len(line) - len(text)]
+        if self._body is None:
+            self._body = indent
+        if indent == self._body:
+            if text[:1] == b"@" or text.startswith(_DEF_START):
+                self._start(text[:1] == b"@")
+            else:
+                self._decorating = False
+                self._current = self._class if self._class is not None else self._current
+        return False
+
+    def of(self, changes: list[_Change]) -> set[int]:
+        """The blocks the changes touch: the lines they replace, or the two lines around an insertion."""
         found: set[int] = set()
         for c in changes:
             start, stop = c.base
-            for i in range(max(start - 1, 0), min(max(stop, start + 1), len(block))):
-                found.add(block[i])
+            inserted = stop == start
+            for i in range(max(start - 1, 0), min(max(stop, start + 1), len(self.block))):
+                found.add(self.block[i])
+                klass = self.klass[i]
+                if klass is not None and (inserted or self.loose[i]):
+                    found.add(klass)
         return found
-
-    return bool(ids(ours) & ids(theirs))
 
 
 def conflict_markers_remain(data: bytes) -> list[int]:

@@ -69,7 +69,7 @@ class MergeMemo:
         name = hashlib.sha256("\n".join(sorted(set(keys))).encode()).hexdigest()
         return self.root / f"{kind}-{name}.memo"
 
-    def _read(self, kind: str, keys: list[str]) -> tuple[dict[str, Any], bytes] | None:
+    def _read(self, kind: str, keys: list[str]) -> tuple[dict[str, Any], memoryview] | None:
         """The entries of exactly these keys and the bytes they refer to, or None."""
         try:
             data = self._path(kind, keys).read_bytes()
@@ -85,7 +85,7 @@ class MergeMemo:
             return None
         if not isinstance(entries, dict) or sorted(entries) != sorted(set(keys)):
             return None
-        return entries, data[end:]
+        return entries, memoryview(data)[end:]  # a view: the payload is not copied
 
     def _write(self, kind: str, entries: dict[str, Any], payload: bytearray) -> None:
         header = json.dumps({"entries": entries}, separators=(",", ":")).encode()
@@ -149,14 +149,14 @@ def _place(data: bytes, payload: bytearray) -> list[int]:
     return where
 
 
-def _slice(payload: bytes, where: object) -> bytes:
+def _slice(payload: bytes | memoryview, where: object) -> bytes:
     """The bytes at [offset, length] of the payload; ValueError for a place outside it."""
     if not (isinstance(where, list) and len(where) == 2 and all(type(n) is int and n >= 0 for n in where)):
         raise ValueError("not a place in the payload")
     offset, length = where
     if offset + length > len(payload):
         raise ValueError("past the end of the payload")
-    return payload[offset : offset + length]
+    return bytes(payload[offset : offset + length])
 
 
 @functools.cache
@@ -188,14 +188,15 @@ def _encode(value: Any, payload: bytearray) -> Any:
     raise TypeError(type(value).__name__)
 
 
-def _decode(value: Any, payload: bytes) -> Any:
-    if isinstance(value, list):
-        return tuple(_decode(v, payload) for v in value)
-    if not isinstance(value, dict):
+def _decode(value: Any, payload: memoryview) -> Any:
+    kind = type(value)
+    if kind is list:
+        return tuple([_decode(v, payload) for v in value])
+    if kind is not dict:
         return value
     if "@b" in value:
         return _slice(payload, value["@b"])
+    types = _types()
     if "@enum" in value:
-        return _types()[value["@enum"]](value["v"])
-    cls = _types()[value["@"]]
-    return cls(**{k: _decode(v, payload) for k, v in value.items() if k != "@"})
+        return types[value["@enum"]](value["v"])
+    return types[value["@"]](**{k: _decode(v, payload) for k, v in value.items() if k != "@"})

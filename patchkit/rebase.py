@@ -21,7 +21,7 @@ import json
 import re
 import shutil
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -150,6 +150,8 @@ class Plan:
     accepted: dict[str, str] = field(default_factory=dict)
     # Each patch's own file before the rebase (ours), kept for the checks at --continue.
     ours: dict[str, bytes] = field(default_factory=dict, repr=False)
+    # Each patch's new upstream file, as this run read it (by its sha256); at --continue, read from the cache.
+    theirs: dict[str, bytes] = field(default_factory=dict, repr=False)
     # How each patch itself changed (old diff against new), for the patches whose changes may differ.
     interdiffs: dict[str, interdiff.Interdiff] = field(default_factory=dict)
 
@@ -263,11 +265,12 @@ def plan(
         reading = pool.submit(new.read, paths)
         bases = _bases(repo, lock, patches, old_source, store)
         ours = _read_ours(repo, patches, bases)
-        theirs, renames = _theirs(up, paths, reading.result(), new, old_source)
+        theirs, renames = _theirs(up, paths, reading, new, old_source)
     inputs = _sides(patches, bases, ours, theirs, renames, store)
     merges = _merges(inputs, {p.name: pbase.sha256.hex for p, pbase in patches}, store)
     result.results += [_patch_result(p, pbase, renames, inputs, merges) for p, pbase in patches]
     result.ours.update({name: sides[1] for name, sides in inputs.items()})
+    result.theirs.update({sha256_bytes(sides[2]): sides[2] for sides in inputs.values()})
     _check_merges(repo, lock, up, result, bases, theirs, new, old_source, store)
     return result
 
@@ -275,15 +278,17 @@ def plan(
 def _theirs(
     up: Upstream,
     paths: list[str],
-    theirs: dict[str, bytes | None],
+    reading: Future[dict[str, bytes | None]],
     new: Snapshot,
     old_source: UpstreamSource | None,
 ) -> tuple[dict[str, bytes | None], dict[str, str]]:
-    """The base files as the new pin has them (``theirs``, read at ``paths``), and the renames (old path -> new).
+    """The base files as the new pin has them (``reading`` them at ``paths``), and the renames (old path -> new).
 
-    A file gone from its path is read again where the upstream moved it,
-    so its patch follows the rename instead of being reported deleted.
+    Waits for the read. A file gone from its path is read again where the
+    upstream moved it, so its patch follows the rename instead of being
+    reported deleted.
     """
+    theirs = reading.result()
     gone = [path for path in paths if theirs.get(path) is None]
     renames = _renames(up, gone, new, old_source) if gone else {}
     if renames:
@@ -686,7 +691,7 @@ def _new_files(
     for r in result.results:
         if r.name in drop or r.merge is None or r.theirs_sha256 is None:
             continue
-        theirs = store.get(r.theirs_sha256)
+        theirs = _their_file(result, store, r.theirs_sha256)
         if theirs is None:
             raise PatchkitError(
                 f"'{r.name}': the new upstream file (sha256 {r.theirs_sha256[:12]}…) is no longer in the cache",
@@ -694,6 +699,12 @@ def _new_files(
             )
         out[r.name] = (theirs, resolved.get(r.name, r.merge.merged), r.new_path)
     return out
+
+
+def _their_file(result: Plan, store: BlobStore, sha256: str) -> bytes | None:
+    """A new upstream file by its sha256: as this run read it, else from the cache (None when gone)."""
+    found = result.theirs.get(sha256)
+    return found if found is not None else store.get(sha256)
 
 
 def interdiffs(repo: Repo, lock: Lockfile, result: Plan, store: BlobStore, resolved: dict[str, bytes]) -> None:
@@ -712,7 +723,7 @@ def interdiffs(repo: Repo, lock: Lockfile, result: Plan, store: BlobStore, resol
             or r.merge.hunks_partly_upstreamed
         ):
             continue
-        old, theirs = _read_or_none(repo, str(p.diff.file)), store.get(r.theirs_sha256)
+        old, theirs = _read_or_none(repo, str(p.diff.file)), _their_file(result, store, r.theirs_sha256)
         if old is not None and theirs is not None:
             new = canonical_diff(theirs, resolved.get(r.name, r.merge.merged), UpstreamPath(r.new_path))
             found = interdiff.compare(old, new)

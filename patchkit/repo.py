@@ -382,7 +382,7 @@ def write_all(root: Path, files: dict[str, bytes], deletes: Iterable[str] = ()) 
         try:
             writes = _write_journal_data(data_file, in_place)
             record = {"version": 2, "replace": replace, "write": writes, "delete": removals}
-            atomic_write(journal, json.dumps(record, indent=1).encode())
+            atomic_write(journal, json.dumps(record, separators=(",", ":")).encode())
         except BaseException as e:
             for _, tmp in staged:
                 with contextlib.suppress(OSError):

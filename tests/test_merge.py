@@ -16,6 +16,7 @@ from patchkit.merge import (
     BinaryFileError,
     Conflict,
     LineRange,
+    MergeResult,
     Outcome,
     _matching_blocks,
     conflict_markers_remain,
@@ -446,12 +447,21 @@ def test_definitions_of_nested_functions_count_for_the_enclosing_function() -> N
     assert flag.definition == "build"
 
 
-def test_class_level_and_method_edits_are_different_definitions() -> None:
+def test_class_level_and_method_edits_are_different_definitions(monkeypatch: pytest.MonkeyPatch) -> None:
     ours = edit(NESTED, b"    max_batch = 8\n", b"    max_batch = 16\n")
     theirs = edit(NESTED, b"        pass\n", b"        return None\n")
+    assert rebase_file(NESTED, ours, theirs, path="nested.py").review_flags == ()
+    analysed = _analysed(monkeypatch, NESTED, ours, theirs, "nested.py")
+    assert analysed.hunks_remaining[0].definitions == ("Engine",)
+    assert analysed.review_flags == ()
+
+
+def test_a_class_level_edit_meets_a_line_inserted_between_methods() -> None:
+    # Both are the class's own lines: the inserted one could extend run or stop, or be the class's.
+    ours = edit(NESTED, b"    max_batch = 8\n", b"    max_batch = 16\n")
+    theirs = edit(NESTED, b"        return out\n\n", b"        return out\n\n    min_batch = 1\n\n")
     result = rebase_file(NESTED, ours, theirs, path="nested.py")
-    assert result.hunks_remaining[0].definitions == ("Engine",)
-    assert result.review_flags == ()
+    assert [f.definition for f in result.review_flags] == ["Engine"]
 
 
 @pytest.mark.parametrize(
@@ -573,7 +583,7 @@ def test_random_merges_agree_with_merge3() -> None:
     assert outcomes >= {Outcome.CLEAN, Outcome.CONFLICT, Outcome.UPSTREAMED, Outcome.UNCHANGED}
 
 
-def test_a_large_repetitive_file_merges_exactly() -> None:
+def test_a_large_repetitive_file_merges_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
     # 1,500 lines, two in five of them repeated hundreds of times (blank lines, "return x"):
     # the shape that makes difflib slow, kept small enough to stay fast here.
     body = b"".join(b"    def f%d(self):\n        x = %d\n\n        return x\n\n" % (i, i) for i in range(300))
@@ -585,5 +595,121 @@ def test_a_large_repetitive_file_merges_exactly() -> None:
     assert time.perf_counter() - started < 2
     assert result.outcome is Outcome.CLEAN
     assert result.merged == edit(theirs, b"        x = 100\n", b"        x = -100\n")
-    assert result.hunks_remaining[0].definitions == ("Big.f100",)
+    # Upstream changed other methods only: the pre-filter spares the analysis, so no names are given.
+    assert result.hunks_remaining[0].definitions == ()
     assert result.review_flags == ()
+    analysed = _analysed(monkeypatch, base, ours, theirs, "big.py")
+    assert analysed.hunks_remaining[0].definitions == ("Big.f100",)
+    assert analysed.review_flags == ()
+
+
+def _analysed(monkeypatch: pytest.MonkeyPatch, base: bytes, ours: bytes, theirs: bytes, path: str) -> MergeResult:
+    """The merge with the review-flag analysis run whatever the pre-filter says."""
+    from patchkit import merge
+
+    with monkeypatch.context() as m:
+        m.setattr(merge, "_may_share_block", lambda *a: True)
+        return rebase_file(base, ours, theirs, path=path)
+
+
+def _decorators(rng: random.Random, indent: bytes) -> list[bytes]:
+    """Zero to three stacked decorators, sometimes with a comment between them."""
+    lines = []
+    for d in range(rng.choice((0, 0, 1, 2, 3))):
+        lines.append(indent + (b"@functools.lru_cache(maxsize=%d)\n" % d if d else b"@functools.cache\n"))
+        if rng.random() < 0.3:
+            lines.append(indent + b"# keep this cached\n")
+    return lines
+
+
+def _method_body(rng: random.Random, indent: bytes, i: int) -> list[bytes]:
+    body = [indent + b"v%d = %d\n" % (k, k) for k in range(rng.randint(2, 4))]
+    if rng.random() < 0.3:
+        body += [indent + b"def inner():\n", indent + b"    return v0\n"]
+    if rng.random() < 0.2:
+        body += [indent + b"# trailing note %d\n" % i]
+    return [*body, indent + b"return v0\n"]
+
+
+def _class(rng: random.Random, i: int) -> list[bytes]:
+    """A class: a docstring, class-level statements (one spanning lines), methods, sometimes a nested class."""
+    lines = [b"class C%d:\n" % i, b'    """Engine %d."""\n' % i, b"    size = %d\n" % i]
+    for m in range(rng.randint(1, 4)):
+        lines.append(b"\n")
+        lines += _decorators(rng, b"    ")
+        lines.append(b"    def m%d(self, x):\n" % m)
+        lines += _method_body(rng, b"        ", m)
+        if rng.random() < 0.3:
+            lines += [b"\n", b"    # between methods\n", b"    table_%d = {\n" % m, b"        'a': 1,\n", b"    }\n"]
+        if rng.random() < 0.15:
+            lines += [b"\n", b"    class Inner%d:\n" % m, b"        def a(self):\n", b"            return 1\n"]
+            lines += [b"\n", b"        def b(self):\n", b"            return 2\n"]
+    return lines
+
+
+def _decorated_module(rng: random.Random) -> list[bytes]:
+    """A module of top-level functions and classes, decorated or not, with module-level statements between."""
+    lines = [b"import functools\n", b"\n"]
+    for i in range(rng.randint(3, 7)):
+        lines += _decorators(rng, b"")
+        if rng.random() < 0.4:
+            lines += _class(rng, i)
+        else:
+            lines.append(b"def f%d(x):\n" % i)
+            lines += _method_body(rng, b"    ", i)
+        lines += [b"\n", b"\n"]
+        if rng.random() < 0.3:
+            lines += [b"LIMIT_%d = %d\n" % (i, i), b"\n"]
+    return lines
+
+
+def _edit_one_line(rng: random.Random, lines: list[bytes], mark: bytes) -> list[bytes]:
+    """One edit anywhere: a line changed, a line deleted, or a statement inserted at its neighbour's indentation."""
+    out = list(lines)
+    i = rng.randrange(len(out))
+    what = rng.random()
+    if what < 0.5:
+        out[i] = out[i].rstrip(b"\n") + b"  # " + mark + b"\n"
+    elif what < 0.7 and out[i].strip() and not out[i].rstrip().endswith(b":"):
+        del out[i]
+    else:
+        line = out[i]
+        indent = line[: len(line) - len(line.lstrip(b" "))] if line.strip() else b""
+        out.insert(i, indent + mark + b" = 1\n")
+    return out
+
+
+def test_the_review_flag_prefilter_never_hides_a_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cheap block test before the ast analysis agrees with the analysis run on every file.
+
+    Edits on both sides anywhere (lines changed, deleted, inserted) in modules
+    of decorated functions and classes (methods, class-level statements over
+    several lines, comments and blank lines between methods, nested classes
+    and functions): the flags with the pre-filter are those without it.
+    """
+    from patchkit import merge
+
+    rng = random.Random(7)
+    exact = merge._may_share_block
+    flagged = 0
+    for _ in range(1500):
+        base_lines = _decorated_module(rng)
+        base = b"".join(base_lines)
+        mine = b"".join(_edit_one_line(rng, base_lines, b"patched"))
+        new = b"".join(_edit_one_line(rng, base_lines, b"upstream"))
+        filtered = rebase_file(base, mine, new, path="m.py").review_flags
+        monkeypatch.setattr(merge, "_may_share_block", lambda *a: True)
+        unfiltered = rebase_file(base, mine, new, path="m.py").review_flags
+        monkeypatch.setattr(merge, "_may_share_block", exact)
+        assert filtered == unfiltered, (base.decode(), mine.decode(), new.decode())
+        flagged += bool(unfiltered)
+    assert flagged > 50  # the generated edits do meet in one definition, often enough to test the filter
+
+
+def test_a_patched_decorator_and_an_upstream_body_edit_of_one_function_are_flagged() -> None:
+    base = b"def g():\n    return 0\n\n\n@a\n@b\ndef f():\n    x = 1\n    y = 2\n    z = 3\n    w = 4\n    return x\n"
+    ours = base.replace(b"@a\n", b"@a(1)\n")
+    theirs = base.replace(b"    return x\n", b"    return x + 1\n")
+    result = rebase_file(base, ours, theirs, path="m.py")
+    assert result.outcome is Outcome.CLEAN
+    assert [f.definition for f in result.review_flags] == ["f"]
