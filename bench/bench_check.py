@@ -9,10 +9,13 @@ pinned with its base and its canonical diff under ``upstream/`` (the lockfile
 written through ``patchkit.lockfile``, ``SHA256SUMS`` by ``patchkit sums``),
 and times, best and median of ``--repeat`` runs taking turns:
 
-  a.  ``patchkit check`` with its memo of passed checks (``<cache>/verdicts``)
-      from the run before: what a second run on the same tree costs;
+  a.  ``patchkit check`` with its memo (``<cache>/verdicts``) from the run
+      before: what a second run on the same tree costs. Every file is
+      hashed; the lockfile as it was read, the diffs reversed, the
+      lockfile's canonical form and the rules of the lockfile and
+      SHA256SUMS that passed are not redone;
   a0. the same with the memo emptied before each run: a fresh clone's
-      first check, every diff reversed, the lockfile re-rendered;
+      first check, the lockfile parsed and re-rendered, every diff reversed;
   b.  the shell loop: ``patch -R --dry-run`` of every diff onto its overlay,
       then ``sha256sum -c`` (it checks less: no lockfile, no base hashes).
 

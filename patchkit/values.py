@@ -20,6 +20,12 @@ _REF_COMMIT = re.compile(
 )
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Paths every check below accepts, recognised by one match (a path that fails it takes the checks, and their
+# message): '/'-separated parts, none empty, '.' or '..', without a backslash or the characters each refuses.
+_PART = r"(?!\.\.?(?:/|\Z))[^/\\{}]+"
+_PLAIN_REPO = re.compile(r"{0}(?:/{0})*".format(_PART.format(r"\x00-\x1f\x7f\ud800-\udfff")))
+_PLAIN_UPSTREAM = re.compile(r"{0}(?:/{0})*".format(_PART.format(r"\x00\n\r")))
+_PLAIN_CONTAINER = re.compile(r"(?:/{})+".format(_PART.format(r"\x00\n\r")))
 
 
 def _describe(text: str) -> str:
@@ -100,6 +106,8 @@ class ContainerPath:
 
     def __post_init__(self) -> None:
         p = self.path
+        if p.__class__ is str and _PLAIN_CONTAINER.fullmatch(p):
+            return
         if not isinstance(p, str) or not p.startswith("/"):
             raise ValueError(f"{_describe(str(p))} is not an absolute container path (must start with '/')")
         if any(c in p for c in "\x00\n\r\\"):
@@ -122,6 +130,8 @@ class RepoPath:
 
     def __post_init__(self) -> None:
         p = self.path
+        if p.__class__ is str and _PLAIN_REPO.fullmatch(p):
+            return
         if not isinstance(p, str) or not p:
             raise ValueError("empty path")
         if p.startswith("/"):
@@ -159,6 +169,8 @@ class UpstreamPath:
 
     def __post_init__(self) -> None:
         p = self.path
+        if p.__class__ is str and _PLAIN_UPSTREAM.fullmatch(p):
+            return
         if not isinstance(p, str) or not p:
             raise ValueError("empty upstream path")
         parts = p.split("/")

@@ -31,12 +31,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import gc
 import hashlib
 import io
 import pickle
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import is_dataclass
 from enum import Enum
 from pathlib import Path
@@ -148,10 +147,10 @@ class _Records(pickle.Unpickler):
 class LockfileMemo:
     """The typed lockfile the bytes of a repository's lockfile parsed to in its last check, kept in the cache.
 
-    Its key covers patchkit's code and the lockfile's exact bytes, so an edit
-    of either parses again; only a lockfile that loaded without a problem is
-    kept (a bad one raises on every run, with its located problems).
-    ``LockfileMemo()`` remembers nothing.
+    Its key covers patchkit's code, the interpreter's version and the
+    lockfile's exact bytes, so a change of any parses again; only a lockfile
+    that loaded without a problem is kept (a bad one raises on every run,
+    with its located problems). ``LockfileMemo()`` remembers nothing.
     """
 
     def __init__(self, path: Path | None = None) -> None:
@@ -165,7 +164,8 @@ class LockfileMemo:
         """The lockfile of ``data``: remembered when the same code parsed the same bytes before, else ``parse()``."""
         if self.path is None:
             return parse()
-        key = hashlib.sha256(code_version() + b"lockfile\0" + data).digest()
+        # The interpreter too: tomllib (for text the fast reader leaves to it) and pickle come with it.
+        key = hashlib.sha256(code_version() + sys.version.encode() + b"\0lockfile\0" + data).digest()
         lock = _remembered(self.path, key)
         if lock is None:
             lock = parse()
@@ -176,6 +176,7 @@ class LockfileMemo:
 def _remembered(path: Path, key: bytes) -> Lockfile | None:
     """The lockfile kept at ``path`` under ``key``; None for another key, or a memo missing or damaged."""
     from patchkit.lockfile.model import Lockfile
+    from patchkit.lockfile.reader import collection_paused
 
     try:
         with path.open("rb") as f:
@@ -184,7 +185,7 @@ def _remembered(path: Path, key: bytes) -> Lockfile | None:
             blob = f.read()
     except OSError:
         return None
-    with _no_collection():
+    with collection_paused():
         try:
             lock = _Records(io.BytesIO(blob)).load()
         except Exception:  # noqa: BLE001 - a damaged memo, whatever the error, is a miss
@@ -194,19 +195,8 @@ def _remembered(path: Path, key: bytes) -> Lockfile | None:
 
 def _keep(path: Path, key: bytes, lock: Lockfile) -> None:
     """Remember ``lock`` for ``key``; a cache that cannot be written only makes the next run slower."""
+    from patchkit.lockfile.reader import collection_paused
     from patchkit.repo import atomic_write
 
-    with _no_collection(), contextlib.suppress(WriteFailed, OSError):
+    with collection_paused(), contextlib.suppress(WriteFailed, OSError):
         atomic_write(path, key + pickle.dumps(lock, pickle.HIGHEST_PROTOCOL), durable=False)
-
-
-@contextlib.contextmanager
-def _no_collection() -> Iterator[None]:
-    """The cyclic garbage collector paused: building thousands of acyclic records would run it again and again."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()

@@ -2,7 +2,17 @@ from __future__ import annotations
 
 import pytest
 
-from patchkit.values import ContainerPath, Digest, Reference, RepoPath, Revision, Sha256, check_name, is_loopback
+from patchkit.values import (
+    ContainerPath,
+    Digest,
+    Reference,
+    RepoPath,
+    Revision,
+    Sha256,
+    UpstreamPath,
+    check_name,
+    is_loopback,
+)
 
 HEX64 = "e68d18b2ba50298661bfc49baf01158fbf036645c2362cccf3e8a7a79fe6c69a"
 
@@ -93,3 +103,32 @@ def test_names() -> None:
 )
 def test_one_loopback_rule_for_registries_and_published_ports(address: str, loopback: bool) -> None:
     assert is_loopback(address) is loopback
+
+
+def _outcome(cls: type, text: str) -> str:
+    try:
+        cls(text)
+    except ValueError as e:
+        return f"refused: {e}"
+    return "accepted"
+
+
+@pytest.mark.parametrize(
+    ("cls", "plain"),
+    [(RepoPath, "_PLAIN_REPO"), (UpstreamPath, "_PLAIN_UPSTREAM"), (ContainerPath, "_PLAIN_CONTAINER")],
+)
+def test_the_one_match_for_plain_paths_accepts_only_what_every_check_accepts(
+    cls: type, plain: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import itertools
+    import re
+
+    from patchkit import values
+
+    alphabet = ["a", ".", "/", "\\", "\x00", "\n", "\r", "\t", "\x7f", "\ud800", "é", " "]
+    texts = ["".join(t) for n in range(6) for t in itertools.product(alphabet, repeat=n) if n < 5 or t[0] in "/a."]
+    texts += ["patches/m1.py", "/usr/lib/python3/dist-packages/pkg/mod.py", "a/../b", "a/./b", "..a/b..", "a//b"]
+    fast = [_outcome(cls, t) for t in texts]
+    monkeypatch.setattr(values, plain, re.compile(r"(?!)"))  # every path takes the checks one by one
+    assert fast == [_outcome(cls, t) for t in texts]
+    assert fast.count("accepted") > 100

@@ -55,7 +55,7 @@ def patch_diffs(state: State) -> tuple[list[Finding], int]:
     for i, p in enumerate(state.lock.patches):
         if p.diff is None:
             continue
-        drel = str(p.diff.file)
+        drel = p.diff.file.path
         known = _verdict_key(state, p, drel)
         if state.verdicts.passed(known):
             verified += 1
@@ -106,10 +106,10 @@ def patch_diffs(state: State) -> tuple[list[Finding], int]:
 def _verdict_key(state: State, p: Patch, drel: str) -> bytes | None:
     """What a clean diff of ``p`` depends on: the hashed bytes of its diff and overlay, its pins and base path."""
     diff_sha = state.files.sha256.get(drel)
-    file_sha = state.files.sha256.get(str(p.file)) if p.file is not None else "diff-only"
+    file_sha = state.files.sha256.get(p.file.path) if p.file is not None else "diff-only"
     if diff_sha is None or file_sha is None or p.base is None:
         return None
-    base = (str(p.base.path), p.base.sha256.hex, p.sha256.hex)
+    base = (p.base.path.path, p.base.sha256.hex, p.sha256.hex)
     return state.verdicts.key("patch-diff", p.kind.value, diff_sha, file_sha, *base)
 
 

@@ -8,6 +8,7 @@ chains it verified.
 
 from __future__ import annotations
 
+import hashlib
 from typing import TYPE_CHECKING
 
 from patchkit.check.state import State
@@ -19,12 +20,52 @@ if TYPE_CHECKING:
 
 
 def hand_diffs(state: State) -> tuple[list[Finding], int]:
-    """Diffs adopted by ``patchkit import``: they parse, reproduce their files, and are against upstream."""
+    """Diffs adopted by ``patchkit import``: they parse, reproduce their files, and are against upstream.
+
+    A pure function of the lockfile and the bytes of the diffs and overlays
+    it names, unless a module's note asks the provenance tables: a pass is
+    remembered (``verdicts``) with the number of chains it verified.
+    """
     lock = state.lock
     if not lock.diffs:
         return [], 0
+    inputs = _inputs(state)
+    remembered = _remembered(state, inputs)
+    if remembered is not None:
+        return [], remembered
+    out, verified, asked = _checked(state)
+    if not out and not asked:
+        state.verdicts.add(state.verdicts.key("hand-diffs", inputs, str(verified)))
+    return out, verified
+
+
+def _inputs(state: State) -> str:
+    """A digest of what the rule reads: the lockfile and the hashed bytes of every hand-kept diff and overlay."""
+    lock = state.lock
+    named = {n for d in lock.diffs for n in d.patches}
+    rels = [d.file.path for d in lock.diffs] + [p.file.path for p in lock.patches if p.name in named and p.file]
+    sha = state.files.sha256
+    text = "\0".join([state.lock_sha256, *(f"{rel}={sha.get(rel, '-')}" for rel in rels)])
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _remembered(state: State, inputs: str) -> int | None:
+    """The number of chains a remembered pass on ``inputs`` verified (at most one per overlay), or None."""
+    if state.verdicts.key("hand-diffs", inputs) is None:
+        return None
+    named = {n for d in state.lock.diffs for n in d.patches}
+    most = sum(1 for p in state.lock.patches if p.name in named and p.kind is PatchKind.OVERLAY)
+    for verified in range(most, -1, -1):  # the likely count first: every overlay verified
+        if state.verdicts.passed(state.verdicts.key("hand-diffs", inputs, str(verified))):
+            return verified
+    return None
+
+
+def _checked(state: State) -> tuple[list[Finding], int, bool]:
+    """Every finding, the chains verified, and whether a note asked the provenance tables (not in the inputs)."""
     from patchkit.importing import handdiffs
 
+    lock = state.lock
     out: list[Finding] = []
     found = handdiffs.chains(lock, lambda d: state.readable(str(d.file)))
     for d in lock.diffs:
@@ -51,6 +92,7 @@ def hand_diffs(state: State) -> tuple[list[Finding], int]:
                 )
             )
     by_name = {p.name: p for p in lock.patches}
+    asked = False
     for name in sorted(found.adds_whole_file):
         p = by_name[name]
         if p.kind is PatchKind.OVERLAY:
@@ -65,6 +107,7 @@ def hand_diffs(state: State) -> tuple[list[Finding], int]:
                 )
             )
         else:
+            asked = True
             out += _module_maybe_upstream(state, p, found)
     verified = 0
     for name, chain in found.parts.items():
@@ -86,7 +129,7 @@ def hand_diffs(state: State) -> tuple[list[Finding], int]:
         ]
         if not undone.stale:
             verified += 1
-    return out, verified
+    return out, verified, asked
 
 
 def _module_maybe_upstream(state: State, p: Patch, found: handdiffs.Chains) -> list[Finding]:

@@ -12,9 +12,9 @@ def pinned_files(state: State) -> list[Finding]:
     """Existence, containment and hashes of every pinned file."""
     out: list[Finding] = []
     files = state.files
-    named = list(state.named())
+    named = state.named() if files.missing or files.unsafe else []
     for n in named:
-        rel = str(n.path)
+        rel = n.path.path
         if rel in files.missing:
             out.append(
                 state.lock_finding(
@@ -31,8 +31,8 @@ def pinned_files(state: State) -> list[Finding]:
                 )
             )
     told: set[str] = set()
-    for n in named:
-        rel = str(n.path)
+    for n in state.named():
+        rel = n.path.path
         if rel in files.unreadable and rel not in told:
             told.add(rel)
             out.append(Finding("unreadable", rel, None, f"cannot read: {files.unreadable[rel]}"))

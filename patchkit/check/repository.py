@@ -54,7 +54,7 @@ def lockfile_itself(state: State) -> list[Finding]:
 
 def orphans(state: State) -> list[Finding]:
     """Below the managed directories, every file is pinned: no symlink, stray file or special file."""
-    named = {str(n.path) for n in state.named()}
+    named = {n.path.path for n in state.named()}
     out = [
         Finding("unsafe-path", top, None, f"{top}/ is a symlink", "make it a real directory")
         for top in state.symlinked_dirs

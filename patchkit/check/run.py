@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from patchkit.check import compose, diffs, guard, hand_diffs, pins, repository, series, sums
 from patchkit.check.state import RepoView, State, gather, hash_pinned
 from patchkit.findings import CheckResult, Finding
+from patchkit.lockfile.reader import collection_paused
 from patchkit.verdicts import Verdicts
 
 if TYPE_CHECKING:
@@ -69,8 +70,9 @@ def run_rules(state: State, rules: tuple[Rule | VerifyingRule, ...] = RULES) -> 
 def check(repo: Repo, lock: Lockfile, lock_bytes: bytes, store: BlobStore | None = None) -> CheckResult:
     """Run every offline invariant over ``repo``; writes nothing but its memo in the cache (``patchkit.verdicts``)."""
     verdicts = Verdicts.for_repository(store.cache, repo.root) if store is not None else None
-    state = gather(repo, lock, lock_bytes, store, verdicts)
-    result = run_rules(state)
+    with collection_paused():  # thousands of findings-to-be, tuples and byte strings, no cycles
+        state = gather(repo, lock, lock_bytes, store, verdicts)
+        result = run_rules(state)
     state.verdicts.save()
     if lock.model is not None:
         from patchkit.model.findings import format_findings

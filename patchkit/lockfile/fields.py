@@ -142,6 +142,7 @@ class Record:
         self.keys = tuple(f.key for f in self.fields)
         self.keyset = frozenset(self.keys)
         self.needed = _needed(cls)
+        self._build = _builder(cls)
         self._computed = tuple(f.key for f in self.fields if f.attr is None)
         self._readers = tuple((f.attr or f.key, f.read) for f in self.fields)
         # A default is compared only when it is a value (a field at None or without one is never equal to it:
@@ -182,7 +183,7 @@ class Record:
                 return None
         for computed_key in self._computed:
             del values[computed_key]
-        return cls(**values)
+        return self._build(values) if cls is self.cls else cls(**values)
 
     def complete(self, values: dict[str, Any]) -> bool:
         """Whether every field the record needs has a value."""
@@ -208,6 +209,31 @@ class Record:
                 continue
             out[key] = write(value)
         return out
+
+
+def _builder(cls: type) -> Callable[[dict[str, Any]], Any]:
+    """How a record of ``cls`` is made of its read values: ``cls(**values)``, the same object made faster.
+
+    A frozen dataclass's ``__init__`` stores each field through
+    ``object.__setattr__``: a dozen calls per patch. For a dataclass whose
+    ``__init__`` does nothing else (no ``__post_init__``, every field an init
+    field, no slots), the values, already read and checked, are stored at once.
+    """
+    if (
+        not dataclasses.is_dataclass(cls)
+        or hasattr(cls, "__post_init__")
+        or hasattr(cls, "__slots__")
+        or not all(f.init for f in dataclasses.fields(cls))
+    ):
+        return lambda values: cls(**values)
+    new = object.__new__
+
+    def build(values: dict[str, Any]) -> Any:
+        obj = new(cls)
+        obj.__dict__.update(values)
+        return obj
+
+    return build
 
 
 def _needed(cls: type) -> tuple[str, ...]:

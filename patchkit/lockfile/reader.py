@@ -9,7 +9,10 @@ this module reads the document in that order and adds the rules across sections.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from patchkit.errors import LockfileError, Problem
@@ -21,14 +24,34 @@ from patchkit.lockfile.tomlpos import FieldPath, FieldReader, render_path
 
 def loads(text: str, filename: str = LOCKFILE_NAME) -> Lockfile:
     """Parse and validate lockfile text; raise ``LockfileError`` listing every problem."""
-    raw = tomlfast.loads(text)
-    if raw is None:
-        raw = _toml(text, filename)
-    reader = FieldReader(filename, text)
-    lock = _read(raw, reader)
+    with collection_paused():
+        raw = tomlfast.loads(text)
+        if raw is None:
+            raw = _toml(text, filename)
+        reader = FieldReader(filename, text)
+        lock = _read(raw, reader)
     if reader.problems or lock is None:
         raise LockfileError(reader.problems or [Problem(filename, None, None, "cannot be read")])
     return lock
+
+
+@contextlib.contextmanager
+def collection_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused for a block that builds many objects and drops few.
+
+    Reading a lockfile of 5,000 patches makes about 100,000 dicts, strings and
+    records, none of them garbage yet; the collector, started once per 700
+    new objects, would walk them all again and again (a third of the parse).
+    Nothing in such a block makes reference cycles worth collecting; the
+    collector runs again after it.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _toml(text: str, filename: str) -> dict[str, Any]:

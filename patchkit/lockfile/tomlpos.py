@@ -31,9 +31,14 @@ _HEADER = re.compile(rf"^\s*\[\s*({_DOTTED})\s*\]\s*(?:#.*)?$")
 _ARRAY_HEADER = re.compile(rf"^\s*\[\[\s*({_DOTTED})\s*\]\]\s*(?:#.*)?$")
 _KEYLINE = re.compile(rf"^\s*({_DOTTED})\s*=\s*(.*)$")
 _PART = re.compile(_KEYPART)
+_BARE_DOTTED = re.compile(rf"{_BARE}(?:\.{_BARE})*")
+# The line most of a written lockfile is: a bare key and a one-line string without escapes or quotes inside.
+_PLAIN_KEYLINE = re.compile(rf'({_BARE}) = "[^"\\]*"\Z')
 
 
 def _split_key(dotted: str) -> tuple[str, ...]:
+    if _BARE_DOTTED.fullmatch(dotted):  # bare parts, no space around the dots: nothing to unquote
+        return tuple(dotted.split("."))
     parts = []
     for m in _PART.finditer(dotted):
         raw = m.group(0)
@@ -77,6 +82,12 @@ class LineIndex:
                 continue
             if depth > 0:
                 depth += _bracket_delta(line)
+                continue
+            if not line:
+                continue
+            plain = _PLAIN_KEYLINE.match(line)
+            if plain:  # (no header, no key to unquote, nothing left open: what the general way finds, in one match)
+                self._lines.setdefault((*current, plain.group(1)), lineno)
                 continue
             header = self._header(line, lineno, counters)
             if header is not None:

@@ -33,7 +33,9 @@ def _table(table: Mapping[str, Any], name: str, inside_aot: bool, out: list[str]
     literals: list[tuple[str, Any]] = []
     tables: list[tuple[str, Mapping[str, Any], bool]] = []
     for k, v in table.items():
-        if isinstance(v, Mapping):
+        if v.__class__ is str:  # most values: spare the Mapping check (an ABC's, slow) and the array checks
+            literals.append((k, v))
+        elif _is_table(v):
             tables.append((k, v, False))
         elif _is_aot(v) and not all(_fits_inline(t) for t in v):
             tables.extend((k, t, True) for t in v)
@@ -54,8 +56,12 @@ def _table(table: Mapping[str, Any], name: str, inside_aot: bool, out: list[str]
         _table(v, f"{name}.{key}" if name else key, in_aot, out)
 
 
+def _is_table(value: Any) -> bool:
+    return value.__class__ is dict or isinstance(value, Mapping)
+
+
 def _is_aot(value: Any) -> bool:
-    return isinstance(value, list | tuple) and bool(value) and all(isinstance(v, Mapping) for v in value)
+    return isinstance(value, list | tuple) and bool(value) and all(_is_table(v) for v in value)
 
 
 def _fits_inline(table: Mapping[str, Any]) -> bool:
@@ -75,7 +81,7 @@ def _literal(value: Any, level: int) -> str:
             return "[]"
         inner = INDENT * (level + 1)
         return "[\n" + ",\n".join(inner + _literal(v, level + 1) for v in value) + f",\n{INDENT * level}]"
-    if isinstance(value, Mapping):
+    if _is_table(value):
         return _inline_table(value)
     raise TypeError(f"{type(value).__qualname__} is left to tomli_w")
 
@@ -87,9 +93,17 @@ def _inline_table(table: Mapping[str, Any]) -> str:
 
 
 def _key(part: str) -> str:
+    if part.__class__ is str and (known := _KEYS.get(part)) is not None:
+        return known
     if not isinstance(part, str):
         raise TypeError("a key that is not a string is left to tomli_w")
-    return part if _BARE.match(part) else _string(part)
+    written = part if _BARE.match(part) else _string(part)
+    if len(_KEYS) < 4096:  # the field names, written thousands of times (a table's own keys may be anything)
+        _KEYS[part] = written
+    return written
+
+
+_KEYS: dict[str, str] = {}
 
 
 def _string(s: str) -> str:

@@ -8,13 +8,15 @@ import os
 import pickle
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import Invoke
 
 from patchkit import diffs as diff_code
 from patchkit import verdicts
-from patchkit.check import diffs, pins
+from patchkit.check import diffs, hand_diffs, pins
+from patchkit.check.state import State
 from patchkit.errors import LockfileError
 from patchkit.lockfile.model import Lockfile
 from patchkit.lockfile.reader import loads
@@ -179,7 +181,7 @@ def test_the_same_bytes_give_the_same_lockfile_without_parsing(tmp_path: Path) -
     assert dumps(again) == text  # the records rebuilt write back the same bytes
 
 
-def test_other_bytes_or_other_code_parse_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_other_bytes_code_or_interpreter_parse_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     text, _ = overlay_repo()
     lockfile_memo(tmp_path).load(text.encode(), parsed(text))
     # One byte of one value: the memo never serves the lockfile the old bytes parsed to.
@@ -187,10 +189,12 @@ def test_other_bytes_or_other_code_parse_again(tmp_path: Path, monkeypatch: pyte
     got = lockfile_memo(tmp_path).load(edited.encode(), parsed(edited))
     assert got.patches[0].reason == "a fiz"
     assert lockfile_memo(tmp_path).load(edited.encode(), never) == got
-    monkeypatch.setattr(verdicts, "code_version", lambda: b"other code")
     calls: list[str] = []
+    monkeypatch.setattr(verdicts, "code_version", lambda: b"other code")
     lockfile_memo(tmp_path).load(edited.encode(), lambda: calls.append("parsed") or loads(edited))
-    assert calls == ["parsed"]
+    monkeypatch.setattr(verdicts.sys, "version", "another interpreter")
+    lockfile_memo(tmp_path).load(edited.encode(), lambda: calls.append("parsed") or loads(edited))
+    assert calls == ["parsed", "parsed"]
 
 
 def test_a_bad_lockfile_fails_every_time_and_is_not_remembered(tmp_path: Path) -> None:
@@ -292,3 +296,85 @@ def test_sums_file_is_remembered_for_the_bytes_of_both_files(tmp_path: Path, mon
         state.verdicts = memo(tmp_path)
         assert {f.code for f in sums.sums_file(state)} == {"sums-drift"}
         state.verdicts.save()
+
+
+# --------------------------------------------------------------------------- hand-kept diffs
+
+HAND_BASE = b"".join(b"def step_%d():\n    return %d\n\n" % (i, i) for i in range(30))
+SITE = "/usr/local/lib/python3.12/dist-packages"
+
+
+def handkept(overlays: dict[str, bytes], module: bool = False) -> tuple[str, dict[str, bytes]]:
+    """An imported deployment: each overlay with its hand-kept diff (as people write them), optionally a module."""
+    parts = [f'schema = 1\n\n[upstreams.vllm]\ngit = "https://github.com/vllm-project/vllm"\ncommit = "{"a" * 40}"\n\n']
+    files: dict[str, bytes] = {}
+    for name, overlay in overlays.items():
+        up = f"vllm/{name}.py"
+        files[f"patches/{name}_fixed.py"] = overlay
+        files[f"patches/diffs/{name}.patch"] = diff_code.make(HAND_BASE, overlay, f"a/{up}", f"b/{name}_fixed.py")
+    for name in overlays:
+        parts.append(
+            f'[[patches]]\nname = "{name}"\nkind = "overlay"\nfile = "patches/{name}_fixed.py"\n'
+            f'sha256 = "{sha(files[f"patches/{name}_fixed.py"])}"\ntarget = "{SITE}/vllm/{name}.py"\n\n'
+            f'[patches.origin]\npath = "vllm/{name}.py"\n\n'
+        )
+    if module:
+        helper = files["patches/helper.py"] = b"def helper():\n    return 1\n"
+        files["patches/diffs/helper.patch"] = diff_code.make(b"", helper, "/dev/null", "b/helper.py")
+        parts.append(
+            f'[[patches]]\nname = "helper"\nkind = "module"\nfile = "patches/helper.py"\n'
+            f'sha256 = "{sha(files["patches/helper.py"])}"\ntarget = "{SITE}/vllm/helper.py"\n\n'
+        )
+    names = [*overlays, *(["helper"] if module else [])]
+    for name in names:
+        rel = f"patches/diffs/{name}.patch"
+        parts.append(f'[[diffs]]\nfile = "{rel}"\nsha256 = "{sha(files[rel])}"\npatches = ["{name}"]\n\n')
+    return dumps(loads("".join(parts))), files
+
+
+def hand_state(tmp_path: Path, text: str, files: dict[str, bytes], **view: Any) -> State:
+    state = state_of(text, files, **view)
+    state.verdicts = memo(tmp_path)
+    return state
+
+
+def test_hand_kept_diffs_that_passed_are_not_undone_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from patchkit.importing import handdiffs
+
+    overlays = {
+        "worker": HAND_BASE.replace(b"    return 5\n", b"    return 5  # fixed\n"),
+        "sampler": HAND_BASE.replace(b"    return 20\n", b"    return 21\n"),
+    }
+    text, files = handkept(overlays)
+    first = hand_state(tmp_path, text, files)
+    assert hand_diffs.hand_diffs(first) == ([], 2)
+    first.verdicts.save()
+    with monkeypatch.context() as m:
+        m.setattr(handdiffs, "chains", lambda *a: pytest.fail("the diffs were read again"))
+        again = hand_state(tmp_path, text, files)
+        assert hand_diffs.hand_diffs(again) == ([], 2)
+        again.verdicts.save()
+    # One overlay edited after its diff was made (its pin too): checked again, and the failure every time.
+    later = overlays["worker"].replace(b"# fixed\n", b"# fixed again\n")
+    edited = {**files, "patches/worker_fixed.py": later}
+    text2 = text.replace(sha(files["patches/worker_fixed.py"]), sha(edited["patches/worker_fixed.py"]))
+    for _ in range(2):
+        stale = hand_state(tmp_path, text2, edited)
+        found, verified = hand_diffs.hand_diffs(stale)
+        assert ([f.code for f in found], verified) == (["diff-stale"], 1)
+        stale.verdicts.save()
+    # A diff's own bytes changed (not its pin): read again.
+    diff = files["patches/diffs/sampler.patch"]
+    damaged = {**files, "patches/diffs/sampler.patch": diff.replace(b"+    return 21", b"+    return 22")}
+    found, verified = hand_diffs.hand_diffs(hand_state(tmp_path, text, damaged))
+    assert ([f.code for f in found], verified) == (["diff-stale"], 1)
+
+
+def test_a_pass_that_asked_the_provenance_tables_is_not_remembered(tmp_path: Path) -> None:
+    text, files = handkept({"worker": HAND_BASE.replace(b"    return 5\n", b"    return 6\n")}, module=True)
+    named = hand_state(tmp_path, text, files, provenance={"patches/helper.py"})
+    assert hand_diffs.hand_diffs(named) == ([], 1)  # a provenance row says where the module comes from
+    named.verdicts.save()
+    # The same bytes, but no provenance row any more: the module's note is due, not the remembered pass.
+    found, verified = hand_diffs.hand_diffs(hand_state(tmp_path, text, files))
+    assert ([f.code for f in found], verified) == (["module-maybe-upstream"], 1)

@@ -285,3 +285,23 @@ def test_a_new_record_is_its_table_alone() -> None:
         "gadget.toml:2: gadget.size: must be a positive integer, got 0",
         "gadget.toml:3: gadget.colour: must be a string, got an integer",
     ]
+
+
+def test_every_record_read_is_the_object_its_constructor_makes() -> None:
+    """The reader stores checked values at once where ``__init__`` would only store them: nothing else differs."""
+    seen = 0
+    pending: list[object] = [loads(dumps(every_field()))]
+    while pending:
+        obj = pending.pop()
+        if isinstance(obj, tuple):
+            pending += obj
+            continue
+        if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
+            continue
+        made = type(obj)(**{f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)})
+        assert (made, vars(made), hash(made), repr(made)) == (obj, vars(obj), hash(obj), repr(obj))
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            obj.name = "x"  # type: ignore[attr-defined]
+        pending += [getattr(obj, f.name) for f in dataclasses.fields(obj)]
+        seen += 1
+    assert seen > 60

@@ -257,3 +257,20 @@ def test_field_rules(old: str, new: str, expect: str) -> None:
     assert old in GOOD
     msgs = problems_of(GOOD.replace(old, new))
     assert any(expect in m for m in msgs), msgs
+
+
+@pytest.mark.parametrize("text", [GOOD, "schema = [\n", GOOD.replace("schema = 1", "schema = 2")])
+def test_the_garbage_collector_runs_again_after_a_load_good_or_bad(text: str) -> None:
+    import contextlib
+    import gc
+
+    assert gc.isenabled()
+    with contextlib.suppress(LockfileError):
+        loads(text)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        loads(GOOD)
+        assert not gc.isenabled()  # a caller's pause is the caller's
+    finally:
+        gc.enable()
