@@ -284,6 +284,7 @@ def rebase_file(base: bytes, ours: bytes, theirs: bytes, *, path: str = "") -> M
 
 _DEF_START = (b"def ", b"async def ", b"class ")
 _INSIDE = frozenset((b" ", b"\t", b"\r", b"\n", b"#", b""))  # first bytes of lines that stay in the block
+_LOOSE = frozenset((b"#", b"\r", b"\n", b""))  # first bytes (after the indentation) of comment and blank lines
 
 
 def _may_share_block(base: list[bytes], ours: list[_Change], theirs: list[_Change]) -> bool:
@@ -320,58 +321,37 @@ class _Blocks:
     """
 
     def __init__(self, base: list[bytes]) -> None:
-        self.block: list[int] = []  # each line's block
-        self.klass: list[int | None] = []  # the top-level class block each line lies in, if any
-        self.loose: list[bool] = []  # a comment or blank line inside a class: the class's too
-        self._count = 0
-        self._current = 0
-        self._decorating = False
-        self._class: int | None = None
-        self._body: bytes | None = None  # the class body's indentation, once seen
+        # One pass, all in locals: this runs on every line of every merged Python file.
+        block: list[int] = []  # each line's block
+        klass: list[int | None] = []  # the top-level class block each line lies in, if any
+        loose: list[bool] = []  # a comment or blank line inside a class: the class's too
+        count = current = 0
+        decorating = False
+        in_class: int | None = None
+        body = b""  # the class body's indentation, once seen (b"": not yet)
         for line in base:
-            self._line(line)
-
-    def _start(self, decorator: bool) -> None:
-        """A line that starts a block, unless it follows the decorators of that block."""
-        if not self._decorating:
-            self._count += 1
-            self._current = self._count
-        self._decorating = decorator
-
-    def _line(self, line: bytes) -> None:
-        first = line[:1]
-        loose = False
-        if first not in _INSIDE:
-            if first == b"@" or line.startswith(_DEF_START):
-                self._start(first == b"@")
-                if line.startswith(b"class "):
-                    self._class, self._body = self._current, None
-                elif first != b"@":
-                    self._class = None
-            else:
-                self._decorating = False
-                self._class = None
-        elif self._class is not None:
-            loose = self._in_class(line)
-        self.block.append(self._current)
-        self.klass.append(self._class)
-        self.loose.append(loose)
-
-    def _in_class(self, line: bytes) -> bool:
-        """Place an indented, blank or comment line of a class; True when it is a comment or blank line."""
-        text = line.lstrip(b" \t")
-        if text[:1] in (b"#", b"\r", b"\n", b""):
-            return True
-        indent = line[: len(line) - len(text)]
-        if self._body is None:
-            self._body = indent
-        if indent == self._body:
-            if text[:1] == b"@" or text.startswith(_DEF_START):
-                self._start(text[:1] == b"@")
-            else:
-                self._decorating = False
-                self._current = self._class if self._class is not None else self._current
-        return False
+            text = line  # the line at the level that opens blocks: column 0, or the class body's
+            top = line[:1] not in _INSIDE
+            is_loose = False
+            if not top and in_class is not None:
+                text = line.lstrip(b" \t")
+                is_loose = text[:1] in _LOOSE
+                indent = line[: len(line) - len(text)]
+                body = body or (b"" if is_loose else indent)
+            if top or (not is_loose and in_class is not None and indent == body):
+                opens = text[:1] == b"@" or text.startswith(_DEF_START)
+                if opens and not decorating:
+                    count += 1
+                    current = count
+                decorating = opens and text[:1] == b"@"
+                if top:
+                    in_class, body = _class_after(line, current, in_class, body)
+                elif not opens:
+                    current = in_class if in_class is not None else current
+            block.append(current)
+            klass.append(in_class)
+            loose.append(is_loose)
+        self.block, self.klass, self.loose = block, klass, loose
 
     def of(self, changes: list[_Change]) -> set[int]:
         """The blocks the changes touch: the lines they replace, or the two lines around an insertion."""
@@ -385,6 +365,15 @@ class _Blocks:
                 if klass is not None and (inserted or self.loose[i]):
                     found.add(klass)
         return found
+
+
+def _class_after(line: bytes, current: int, in_class: int | None, body: bytes) -> tuple[int | None, bytes]:
+    """The top-level class (block) and its body's indentation after the column-0 line ``line``."""
+    if line.startswith(b"class "):
+        return current, b""
+    if line[:1] == b"@":
+        return in_class, body  # a decorator: of whatever comes next
+    return None, b""
 
 
 def conflict_markers_remain(data: bytes) -> list[int]:

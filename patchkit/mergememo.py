@@ -172,20 +172,30 @@ def _types() -> dict[str, type]:
 
 
 def _encode(value: Any, payload: bytearray) -> Any:
-    if isinstance(value, enum.Enum):
-        return {"@enum": type(value).__name__, "v": value.value}
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        if type(value).__module__ != merge.__name__:
-            raise TypeError(type(value).__name__)
-        fields = {f.name: _encode(getattr(value, f.name), payload) for f in dataclasses.fields(value)}
-        return {"@": type(value).__name__, **fields}
-    if isinstance(value, bytes):
+    kind: type[object] = type(value)
+    if kind is bytes:
         return {"@b": _place(value, payload)}
-    if isinstance(value, tuple | list):
+    if kind is tuple or kind is list:
         return [_encode(v, payload) for v in value]
-    if value is None or isinstance(value, str | int | float | bool):
+    if value is None or kind in (str, int, float, bool):
         return value
-    raise TypeError(type(value).__name__)
+    if isinstance(value, enum.Enum):
+        return {"@enum": kind.__name__, "v": value.value}
+    fields = {name: _encode(getattr(value, name), payload) for name in _fields_of(kind)}
+    return {"@": kind.__name__, **fields}
+
+
+_FIELDS: dict[type[object], tuple[str, ...]] = {}
+
+
+def _fields_of(kind: type[object]) -> tuple[str, ...]:
+    """The field names of one of ``patchkit.merge``'s dataclasses; TypeError for any other type."""
+    found = _FIELDS.get(kind)
+    if found is None:
+        if not dataclasses.is_dataclass(kind) or kind.__module__ != merge.__name__:
+            raise TypeError(kind.__name__)
+        found = _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(kind))
+    return found
 
 
 def _decode(value: Any, payload: memoryview) -> Any:

@@ -97,3 +97,17 @@ def test_the_key_covers_every_input_and_the_merge_code() -> None:
         keys.add(mergememo.key(*parts[:i], parts[i] + "x", *parts[i + 1 :]))
     assert len(keys) == len(parts)
     assert len(mergememo.code_version()) == 64
+
+
+def test_a_value_the_encoding_does_not_know_is_not_remembered(tmp_path: Path) -> None:
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Foreign:
+        x: int
+
+    memo = MergeMemo(tmp_path)
+    odd = MergeResult(Outcome.CLEAN, b"x\n", conflicts=(Foreign(1),))  # type: ignore[arg-type]
+    memo.put({"k": odd})
+    assert memo.get(["k"]) is None
+    assert list(tmp_path.rglob("*.memo")) == []
