@@ -51,8 +51,8 @@ def _inputs(state: State) -> str:
 
 def _remembered(state: State, inputs: str) -> int | None:
     """The number of chains a remembered pass on ``inputs`` verified (at most one per overlay), or None."""
-    if state.verdicts.key("hand-diffs", inputs) is None:
-        return None
+    if state.verdicts.path is None:
+        return None  # no memo
     named = {n for d in state.lock.diffs for n in d.patches}
     most = sum(1 for p in state.lock.patches if p.name in named and p.kind is PatchKind.OVERLAY)
     for verified in range(most, -1, -1):  # the likely count first: every overlay verified

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 
 from patchkit.findings import Finding
-from patchkit.hashing import sha256_bytes, sha256_many
+from patchkit.hashing import sha256_many
 from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
 from patchkit.lockfile.tomlpos import FieldPath, LineIndex
 from patchkit.repo import JOURNAL as REPO_JOURNAL
@@ -277,9 +277,10 @@ def hash_pinned(repo: Repo, lock: Lockfile, named: Iterable[Named] | None = None
 
     A small regular file (one ``lstat``, then opened without following a
     symlink) is read and hashed in this thread, as plain strings: its bytes
-    are kept for the rules that read them next (within ``KEEP_AT_MOST``). Everything else (a large file,
-    a missing, unsafe or unreadable one) takes the general way: the
-    containment check names what is wrong, and large files hash on all cores.
+    are kept for the rules that read them next (within ``KEEP_AT_MOST``).
+    Everything else (a large file, a missing, unsafe or unreadable one)
+    takes the general way: the containment check names what is wrong, and
+    large files hash on all cores.
     """
     out = PinnedFiles()
     root = str(repo.root)
@@ -291,7 +292,8 @@ def hash_pinned(repo: Repo, lock: Lockfile, named: Iterable[Named] | None = None
         if data is None:
             rest.append(rel)
             continue
-        out.sha256[rel] = sha256_bytes(data)
+        # hashlib itself: each file is hashed once, and sha256_bytes's memo would hold every file's bytes.
+        out.sha256[rel] = hashlib.sha256(data).hexdigest()
         out.paths[rel] = f"{root}/{rel}"
         if kept + len(data) <= KEEP_AT_MOST:
             out.content[rel] = data
