@@ -152,17 +152,26 @@ def read_objects(git_dir: Path, names: Sequence[str]) -> list[bytes | None]:
     when git dies or stops answering part-way, ``GitMissing`` when it cannot
     be started.
     """
-    if not names:
-        return []
-    request = "".join(f"{name}\n" for name in names).encode("utf-8", "surrogateescape")
+    # git reads one name a line, drops a final CR and stops a name at NUL: a name with any of them
+    # would be read as another name (or two, shifting every answer after it), so it names nothing.
+    asked = [name for name in names if _sendable(name)]
+    if not asked:
+        return [None] * len(names)
+    request = "".join(f"{name}\n" for name in asked).encode("utf-8", "surrogateescape")
     args = ["cat-file", "--batch", "--buffer"]  # --buffer: one output flush at the end, not one per object
     status, out, err = run(git_dir, args, env=repo_env(git_dir), stdin=request, strip=False)
-    results = _batch_answers(out, len(names))
+    results = _batch_answers(out, len(asked))
     if results is None:
         lines = err.split("\n")
         reason = next((line.strip() for line in reversed(lines) if line.strip()), "") or f"exit status {status}"
         raise GitFailed(f"git cat-file in {git_dir} failed: {_strip_prefix(reason)}")
-    return results
+    answers = iter(results)
+    return [next(answers) if _sendable(name) else None for name in names]
+
+
+def _sendable(name: str) -> bool:
+    """Whether ``git cat-file --batch`` reads ``name`` as written: no line break, CR or NUL in it."""
+    return not ("\n" in name or "\r" in name or "\0" in name)
 
 
 def _batch_answers(out: bytes, count: int) -> list[bytes | None] | None:
