@@ -794,6 +794,7 @@ TIMED = (
     ("patchkit.rebase", "_bases", 0, "bases (blob cache, sha256 checked)"),
     ("patchkit.rebase", "_read_ours", 0, "read patches"),
     ("patchkit.rebase", "_theirs", 0, "wait for the new files (and follow renames)"),
+    ("patchkit.rebase", "_sides", 0, "new files into the blob cache (sha256 each)"),
     ("patchkit.rebase", "_merges", 0, "merges: memo, then three-way on every core"),
     ("patchkit.rebase", "mark_broken", 0, "semantic checks: parse, pyflakes, imports (trust.semantic)"),
     ("patchkit.rebase", "interdiffs", 0, "interdiffs (committed diff against the new one)"),
