@@ -275,6 +275,41 @@ def test_a_rule_of_the_lockfile_alone_is_remembered_for_its_bytes(
         state.verdicts.save()
 
 
+def _upstream_moved(text: str) -> str:
+    """The upstream pinned at a newer commit than the one the base was taken at."""
+    return text.replace('commit = "' + "a" * 40 + '"\n\n[[patches]]', 'commit = "' + "c" * 40 + '"\n\n[[patches]]')
+
+
+def _diff_dropped(text: str) -> str:
+    """The overlay as an import leaves it: an origin stated, no base or diff pinned."""
+    head, _, _ = text.partition("[patches.base]")
+    return head + '[patches.origin]\npath = "pkg/mod.py"\n'
+
+
+@pytest.mark.parametrize(
+    ("rule", "edit", "codes"),
+    [
+        (diffs.bases, _upstream_moved, ["base-outdated"]),
+        (diffs.overlays_have_diffs, _diff_dropped, ["no-diff", "base-unknown"]),
+    ],
+)
+def test_each_rule_of_the_lockfile_runs_again_on_other_bytes(
+    tmp_path: Path, rule: Callable[[State], list[Any]], edit: Callable[[str], str], codes: list[str]
+) -> None:
+    text, files = overlay_repo()
+    first = state_of(text, files)
+    first.verdicts = memo(tmp_path)
+    assert rule(first) == []
+    first.verdicts.save()
+    edited = dumps(loads(edit(text)))
+    assert edited != text
+    for _ in range(2):
+        state = state_of(edited, files)
+        state.verdicts = memo(tmp_path)
+        assert [f.code for f in rule(state)] == codes
+        state.verdicts.save()
+
+
 def test_sums_file_is_remembered_for_the_bytes_of_both_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from patchkit import persist
     from patchkit.check import sums
