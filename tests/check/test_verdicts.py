@@ -243,11 +243,16 @@ def test_check_reads_an_edited_lockfile_again(invoke: Invoke, deploy: Path) -> N
     assert first.exit_code == 0
     cache = Path(os.environ["PATCHKIT_CACHE"])
     assert [p.name.split("-")[0] for p in sorted((cache / "verdicts").iterdir())] == ["check", "lockfile"]
+    (kept,) = (cache / "verdicts").glob("lockfile-*")
+    written = kept.stat().st_ino
+    assert invoke("check", "--format", "json", repo=deploy).stdout == first.stdout
+    assert kept.stat().st_ino == written  # found again: not parsed, so not written again
     lockfile = deploy / "lockfile.toml"
     pinned = hashlib.sha256((deploy / "patches" / "fp8_fnuz.py").read_bytes()).hexdigest()
     lockfile.write_text(lockfile.read_text().replace(pinned, "0" * 64))
     found = json.loads(invoke("check", "--format", "json", repo=deploy).stdout)["findings"]
     assert any(f["code"] == "hash-mismatch" and "pinned 000000000000" in f["message"] for f in found)
+    assert kept.stat().st_ino != written  # the edited bytes were parsed, and are the ones kept now
 
 
 def test_a_rule_of_the_lockfile_alone_is_remembered_for_its_bytes(
