@@ -841,6 +841,7 @@ def breakdown(layout: Layout, tree: Tree) -> Breakdown:
     from patchkit.cache import BlobStore
     from patchkit.repo import Repo
     from patchkit.sources import git as git_source  # imported here so that no stage pays for gitpython
+    from patchkit.verdicts import LockfileMemo
 
     del git_source
     t = Stages()
@@ -850,7 +851,7 @@ def breakdown(layout: Layout, tree: Tree) -> Breakdown:
     before = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     started = time.perf_counter()
     with t("load lockfile.toml"):
-        lock, data = repo.read_lockfile()
+        lock, data = repo.read_lockfile(LockfileMemo.for_repository(layout.cache, repo.root).load)  # as the CLI
     depth["load lockfile.toml"] = 0
     with timers(t, depth), counting_fsync(fsyncs):
         done = rb.start(

@@ -113,28 +113,36 @@ class Repo:
                 rel = RepoPath(rel)
             except ValueError as e:
                 raise Escape(str(e)) from e
-        parts = rel.path.split("/")
         root = str(self.root)
-        # Plain strings and os.lstat: this runs once per pinned file.
-        for i in range(len(parts)):
-            prefix = "/".join(parts[: i + 1])
-            is_last = i == len(parts) - 1
-            if not is_last and prefix in self._safe_dirs:
-                continue
-            current = f"{root}/{prefix}"
-            st = os.lstat(current)  # FileNotFoundError propagates: the caller reports "missing"
-            if stat.S_ISLNK(st.st_mode):
-                target = os.readlink(current)
-                if not Path(current).resolve().is_relative_to(self.root):
-                    raise Escape(f"is a symlink to {target}, outside the repository")
-                raise Escape(f"is a symlink (to {target}); store the file itself, not a link")
-            if not is_last:
+        parent = rel.path.rpartition("/")[0]
+        if parent and parent not in self._safe_dirs:
+            # Plain strings and os.lstat: this runs once per pinned file. A directory is kept as
+            # proven only after its parents, so one whose parent is proven needs no look.
+            parts = parent.split("/")
+            for i in range(len(parts)):
+                prefix = "/".join(parts[: i + 1])
+                if prefix in self._safe_dirs:
+                    continue
+                current = f"{root}/{prefix}"
+                st = os.lstat(current)  # FileNotFoundError propagates: the caller reports "missing"
+                self._refuse_link(current, st)
                 if not stat.S_ISDIR(st.st_mode):
                     raise FileNotFoundError(current)
                 self._safe_dirs.add(prefix)
+        current = f"{root}/{rel.path}"
+        st = os.lstat(current)
+        self._refuse_link(current, st)
         if not stat.S_ISREG(st.st_mode):
             raise Escape("is not a regular file")
         return Path(current), st
+
+    def _refuse_link(self, current: str, st: os.stat_result) -> None:
+        """Raise ``Escape`` when ``current`` is a symlink, saying whether it points outside the repository."""
+        if stat.S_ISLNK(st.st_mode):
+            target = os.readlink(current)
+            if not Path(current).resolve().is_relative_to(self.root):
+                raise Escape(f"is a symlink to {target}, outside the repository")
+            raise Escape(f"is a symlink (to {target}); store the file itself, not a link")
 
     def write(self, rel: RepoPath | str, data: bytes) -> bool:
         """Write a repository file atomically; False (and no write) when it already holds ``data``."""

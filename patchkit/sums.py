@@ -88,6 +88,8 @@ class Sums:
 
 _WHITE = b" \t"
 _BSD_TAG = b"SHA256"
+# A line as patchkit writes it: lower-case hex, two spaces, a name that needs no escape.
+_CANONICAL = re.compile(rb"[0-9a-f]{64}  [^\\\r]+")
 
 
 def read(data: bytes, filename: str = FILENAME) -> Sums:
@@ -105,7 +107,13 @@ def read(data: bytes, filename: str = FILENAME) -> Sums:
     last_open = bool(lines and lines[-1])
     if not last_open:
         lines = lines[:-1]
+    last = len(lines) if last_open else 0  # the line without a newline, if any
     for lineno, raw in enumerate(lines, start=1):
+        if reversed_form is not True and lineno != last and _CANONICAL.fullmatch(raw):
+            # The line patchkit writes (most lines): nothing to split, nothing to report.
+            out.entries.append(SumLine(lineno, raw[:64].decode(), raw[66:].decode("utf-8", "surrogateescape")))
+            reversed_form = False
+            continue
         if raw.startswith(b"#"):
             out.noncanonical.append(Problem(filename, lineno, None, "a comment line (patchkit writes none)"))
             continue

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import random
+import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from patchkit import sums
+from patchkit.errors import Problem
 from patchkit.hashing import sha256_bytes
 
 
@@ -123,3 +126,32 @@ def test_what_follows_the_hex_of_a_gnu_line(sep: bytes, reasons: list[str]) -> N
     from patchkit.sums import _separator
 
     assert _separator(sep) == reasons
+
+
+def test_the_fast_path_for_canonical_lines_reads_as_the_line_by_line_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files mixing every line form (canonical, hand-edited, rejected, reversed, no final newline):
+    the same entries, problems and notes with the canonical-line fast path as without it."""
+    h, hb = "ab" * 32, "cd" * 32
+    forms = [t.encode() for t in _lines(h, hb)]
+    forms += [f"{h}  name with spaces.py\n".encode(), f"{h}  *star.py\n".encode(), b"\xff" * 3 + b"\n"]
+    forms += [f"{h}  \u00fcn\u00efcode.py\n".encode(), f"{h}  latin1-\xe9.py\n".encode("latin-1")]
+    forms += [f"{h}  dir/sub/file-{i}.py\n".encode() for i in range(8)]
+    rng = random.Random(5)
+    for _ in range(2000):
+        data = b"".join(rng.choice(forms) for _ in range(rng.randint(1, 6)))
+        if rng.random() < 0.3:
+            data = data.rstrip(b"\n")
+        fast = _seen(sums.read(data))
+        with monkeypatch.context() as m:
+            m.setattr(sums, "_CANONICAL", re.compile(rb"(?!)"))  # never matches: every line split
+            slow = _seen(sums.read(data))
+        assert fast == slow, data
+
+
+def _seen(got: sums.Sums) -> tuple[object, ...]:
+    """What a reader of ``Sums`` sees: the entries, and every problem's place, text and hint."""
+
+    def problems(found: list[Problem]) -> list[tuple[object, ...]]:
+        return [(p.file, p.line, p.field, p.message, p.hint) for p in found]
+
+    return got.entries, problems(got.malformed), problems(got.noncanonical)

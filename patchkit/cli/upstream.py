@@ -276,7 +276,7 @@ def rebase(
         hold_lock(ctx, repo.root)
         click.echo("rebase aborted; the repository is as it was" if rb.abort(repo) else "no rebase in progress")
         return
-    repo, lockf, data = open_repo(ctx, writes=True)
+    repo, lockf, data = open_repo(ctx, writes=True, remembered=True)
     if summary is not None:
         from patchkit.repo import output_target
 
