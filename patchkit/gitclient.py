@@ -7,8 +7,8 @@ the user owns, read with ``git -C ROOT`` for what only git knows: a file as
 committed at a revision (``show``), what ``.gitignore`` says (``run`` with
 ``stdin``).
 
-Objects are read by one ``git cat-file --batch`` per call (``read_objects``):
-every name is written to it at once and its whole answer parsed in one pass.
+Objects are read through GitPython's persistent ``git cat-file --batch``
+(``read_objects``): one process for any number of names, read as they come.
 gitpython itself is imported on first use, so commands that never run git do
 not pay for it at start-up.
 """
@@ -146,49 +146,69 @@ def read_objects(git_dir: Path, names: Sequence[str]) -> list[bytes | None]:
     """The blob each object name (``COMMIT:PATH``, a blob id) names in ``git_dir``, in order.
 
     A name that resolves to nothing, or to a tree or a commit (a directory,
-    a submodule), reads as None. One ``git cat-file --batch`` serves them
-    all: every name goes in at once and its whole answer is read in one go,
-    which costs a fraction of asking object by object. Raises ``GitFailed``
-    when git dies or stops answering part-way, ``GitMissing`` when it cannot
-    be started.
+    a submodule), reads as None, and so does a name git would read as
+    another (``_sendable``). One ``git cat-file --batch`` serves them all,
+    GitPython's persistent one, read as the answers come (which lets a
+    caller on another thread work while git inflates the objects). Raises
+    ``GitFailed`` when git dies or stops answering part-way, ``GitMissing``
+    when it cannot be started.
     """
     if not names:
         return []
-    request = "".join(f"{name}\n" for name in names).encode("utf-8", "surrogateescape")
-    args = ["cat-file", "--batch", "--buffer"]  # --buffer: one output flush at the end, not one per object
-    status, out, err = run(git_dir, args, env=repo_env(git_dir), stdin=request, strip=False)
-    results = _batch_answers(out, len(names))
-    if results is None:
-        lines = err.split("\n")
-        reason = next((line.strip() for line in reversed(lines) if line.strip()), "") or f"exit status {status}"
-        raise GitFailed(f"git cat-file in {git_dir} failed: {_strip_prefix(reason)}")
-    return results
+    import git
 
-
-def _batch_answers(out: bytes, count: int) -> list[bytes | None] | None:
-    """The ``count`` answers of ``git cat-file --batch`` in ``out``; None when it stopped short.
-
-    Each answer is ``<id> <type> <size>`` then the object's bytes and a
-    newline, or ``<name> missing`` (``ambiguous``) alone on its line.
-    """
+    client = _client(git_dir, repo_env(git_dir))
     results: list[bytes | None] = []
-    pos = 0
-    for _ in range(count):
-        eol = out.find(b"\n", pos)
-        if eol < 0:
-            return None
-        header = out[pos:eol].rsplit(b" ", 2)
-        if len(header) != 3 or not header[2].isdigit():  # "<name> missing", "<name> ambiguous"
-            results.append(None)
-            pos = eol + 1
-            continue
-        start = eol + 1
-        end = start + int(header[2])
-        if out[end : end + 1] != b"\n":
-            return None
-        results.append(out[start:end] if header[1] == b"blob" else None)
-        pos = end + 1
+    try:
+        for name in names:
+            if not _sendable(name):
+                results.append(None)
+                continue
+            try:
+                _, kind, size, data = client.get_object_data(name)
+            except ValueError as e:  # "<name> missing" (or ambiguous), or no answer at all
+                if str(e).startswith(_NO_ANSWER):
+                    raise _died(client, git_dir) from None
+                results.append(None)
+                continue
+            if len(data) != size:
+                raise _died(client, git_dir)
+            results.append(data if kind in (b"blob", "blob") else None)
+    except git.GitCommandNotFound as e:
+        raise GitMissing("git is not installed (or not on PATH)", "install git") from e
+    except BrokenPipeError:  # git exited before it read the names: its own reason says why
+        raise _died(client, git_dir) from None
+    except (OSError, git.GitError) as e:
+        raise GitFailed(f"git cat-file in {git_dir} failed: {e}") from e
+    finally:
+        client.clear_cache()
     return results
+
+
+# How gitpython words an empty answer line: git closed its output (it died, or refused the repository).
+_NO_ANSWER = "SHA is empty"
+
+
+def _died(client: git.Git, git_dir: Path) -> GitFailed:
+    """The error for a batch process that stopped answering: its last stderr line, else its exit status."""
+    auto = client.cat_file_all
+    proc = auto.proc if auto is not None else None
+    if proc is None:
+        return GitFailed(f"git cat-file in {git_dir} failed")
+    status = proc.wait()
+    lines = proc.stderr.read().decode("utf-8", "replace").split("\n") if proc.stderr is not None else []
+    reason = next((line.strip() for line in reversed(lines) if line.strip()), "") or f"exit status {status}"
+    return GitFailed(f"git cat-file in {git_dir} failed: {_strip_prefix(reason)}")
+
+
+def _sendable(name: str) -> bool:
+    """Whether ``git cat-file --batch`` reads ``name`` as written.
+
+    git reads one name a line, drops a final CR and ends a name at NUL: a
+    name with any of them would be read as another name (or as two, putting
+    every later answer against the wrong name).
+    """
+    return not ("\n" in name or "\r" in name or "\0" in name)
 
 
 def _strip_prefix(line: str) -> str:

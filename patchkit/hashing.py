@@ -17,14 +17,16 @@ would kill the process with SIGBUS), and it hashes to what was read, as
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import mmap
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
 WINDOW = 4 * 1024 * 1024  # bytes mapped at a time, per thread
 BUFFER = 1024 * 1024  # the per-thread read buffer, for files below WINDOW
@@ -32,6 +34,8 @@ BUDGET = 32 * 1024 * 1024  # mapped and buffered bytes over all threads, at most
 BATCH = 32 * 1024 * 1024
 
 Progress = Callable[[int], None]
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux: fault the window in with one call
 
@@ -74,16 +78,42 @@ class _Remembered:
             self.size -= len(self.digests.pop(key)[0])
 
 
-REMEMBER = 128 * 1024 * 1024  # bytes whose digests are kept (they are held while a command needs them anyway)
+REMEMBER = 128 * 1024 * 1024  # bytes whose digests a rebase keeps (it holds them all while it runs anyway)
 _SMALL = 4096  # shorter strings are hashed again: cheaper than remembering them
-_remembered = _Remembered(REMEMBER)
+_memos: list[_Remembered] = []  # the memo of the innermost ``remembering`` block, if any
+
+
+@contextlib.contextmanager
+def remembering(limit: int = REMEMBER) -> Iterator[None]:
+    """Within the block, ``sha256_bytes`` remembers the digests it computes (see ``_Remembered``).
+
+    Scoped to the commands that ask for the same digests many times over (a
+    rebase): elsewhere nothing is kept, so no command holds bytes longer than
+    it would.
+    """
+    _memos.append(_Remembered(limit))
+    try:
+        yield
+    finally:
+        _memos.pop()
+
+
+def remembers_digests(fn: Callable[P, R]) -> Callable[P, R]:
+    """Run ``fn`` inside ``remembering()``."""
+
+    @functools.wraps(fn)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        with remembering():
+            return fn(*args, **kwargs)
+
+    return run
 
 
 def sha256_bytes(data: bytes) -> str:
-    """The hex SHA-256 of ``data``; the same bytes asked for again are not hashed again (``_Remembered``)."""
-    if len(data) < _SMALL or type(data) is not bytes:
+    """The hex SHA-256 of ``data``; inside ``remembering``, the same bytes are not hashed twice."""
+    if not _memos or len(data) < _SMALL or type(data) is not bytes:
         return hashlib.sha256(data).hexdigest()
-    return _remembered.sha256(data)
+    return _memos[-1].sha256(data)
 
 
 _local = threading.local()

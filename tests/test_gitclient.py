@@ -54,6 +54,12 @@ def test_read_objects_answers_every_name_in_order(work: tuple[Path, str]) -> Non
         None,  # a commit, not a blob
     ]
     assert gitclient.read_objects(root / ".git", []) == []
+    # A name with a line break names nothing, and the answers after it stay in place.
+    split = [f"{head}:pkg/a.py\n{head}:pkg/m001.py", f"{head}:pkg/m002.py"]
+    assert gitclient.read_objects(root / ".git", split) == [None, b"N = 2\n"]
+    assert gitclient.read_objects(root / ".git", ["x\ny"]) == [None]
+    # Nor does one git would read as another: a final CR dropped, a NUL ending the name.
+    assert gitclient.read_objects(root / ".git", [f"{head}:pkg/a.py\r", f"{head}:pkg/a.py\0x"]) == [None, None]
 
 
 def test_read_objects_in_what_is_no_repository_fails_with_gits_reason(tmp_path: Path) -> None:

@@ -166,27 +166,30 @@ def test_kept_files_are_read_once_and_hash_to_the_bytes_kept(tmp_path: Path) -> 
     assert isinstance(hashing.sha256_many([tmp_path / "link"], keep=keep)[tmp_path / "link"], OSError)  # never followed
 
 
-def test_remembered_digests_are_found_again_and_never_go_stale(monkeypatch: pytest.MonkeyPatch) -> None:
-    memo = hashing._Remembered(limit=3 * 8192)
-    monkeypatch.setattr(hashing, "_remembered", memo)
+def test_remembered_digests_are_found_again_and_never_go_stale() -> None:
     one = os.urandom(8192)
-    assert hashing.sha256_bytes(one) == hashing.sha256_bytes(one) == hashlib.sha256(one).hexdigest()
-    assert memo.digests == {id(one): (one, hashlib.sha256(one).hexdigest())}
-    same = bytes(bytearray(one))  # equal content, another object: its own entry, the same digest
-    assert hashing.sha256_bytes(same) == hashlib.sha256(one).hexdigest()
-    # A mutable buffer is hashed each time: a remembered digest of it could go stale.
-    buf = bytearray(one)
-    assert hashing.sha256_bytes(buf) == hashlib.sha256(one).hexdigest()
-    buf[0] ^= 1
-    assert hashing.sha256_bytes(buf) == hashlib.sha256(bytes(buf)).hexdigest()
-    # Past its limit the memo forgets its oldest entries, and every digest stays right.
-    others = [os.urandom(8192) for _ in range(5)]
-    assert [hashing.sha256_bytes(b) for b in others] == [hashlib.sha256(b).hexdigest() for b in others]
-    assert memo.size <= memo.limit
-    assert id(others[-1]) in memo.digests and id(one) not in memo.digests
-    assert memo.size == sum(len(data) for data, _ in memo.digests.values())
     assert hashing.sha256_bytes(one) == hashlib.sha256(one).hexdigest()
-    # Short strings are hashed directly, not kept.
-    kept = dict(memo.digests)
-    assert hashing.sha256_bytes(b"short") == hashlib.sha256(b"short").hexdigest()
-    assert memo.digests == kept
+    assert hashing._memos == []  # outside a remembering block nothing is kept
+    with hashing.remembering(limit=3 * 8192):
+        (memo,) = hashing._memos
+        assert hashing.sha256_bytes(one) == hashing.sha256_bytes(one) == hashlib.sha256(one).hexdigest()
+        assert memo.digests == {id(one): (one, hashlib.sha256(one).hexdigest())}
+        same = bytes(bytearray(one))  # equal content, another object: its own entry, the same digest
+        assert hashing.sha256_bytes(same) == hashlib.sha256(one).hexdigest()
+        # A mutable buffer is hashed each time: a remembered digest of it could go stale.
+        buf = bytearray(one)
+        assert hashing.sha256_bytes(buf) == hashlib.sha256(one).hexdigest()
+        buf[0] ^= 1
+        assert hashing.sha256_bytes(buf) == hashlib.sha256(bytes(buf)).hexdigest()
+        # Past its limit the memo forgets its oldest entries, and every digest stays right.
+        others = [os.urandom(8192) for _ in range(5)]
+        assert [hashing.sha256_bytes(b) for b in others] == [hashlib.sha256(b).hexdigest() for b in others]
+        assert memo.size <= memo.limit
+        assert id(others[-1]) in memo.digests and id(one) not in memo.digests
+        assert memo.size == sum(len(data) for data, _ in memo.digests.values())
+        assert hashing.sha256_bytes(one) == hashlib.sha256(one).hexdigest()
+        # Short strings are hashed directly, not kept.
+        kept = dict(memo.digests)
+        assert hashing.sha256_bytes(b"short") == hashlib.sha256(b"short").hexdigest()
+        assert memo.digests == kept
+    assert hashing._memos == []  # and the block's memo is gone with it

@@ -343,11 +343,12 @@ def _print_started(started: Any) -> None:
         for fix in dict.fromkeys(sk.fix for sk in started.plan.skipped if sk.fix):
             click.echo(f"  fix: {fix}")
     elif started.outcome is not None:
-        for c in started.outcome.changes:
-            if c.what.startswith("SHA256SUMS "):
-                click.echo(f"{c.what}: {c.old} -> {c.new}")
-        for rel in started.outcome.written:
-            click.echo(f"wrote {rel}")
+        from patchkit.formats.safe import printable
+
+        lines = [f"{c.what}: {c.old} -> {c.new}" for c in started.outcome.changes if c.what.startswith("SHA256SUMS ")]
+        lines += [f"wrote {printable(rel)}" for rel in started.outcome.written]
+        if lines:
+            click.echo("\n".join(lines))  # one write: click flushes after every echo, 2,000 files for 1,000 patches
     else:
         click.echo("nothing in the repository changed; resolve, then: patchkit rebase --continue")
         for rel in started.conflict_files:
