@@ -45,6 +45,7 @@ from patchkit.errors import WriteFailed
 
 if TYPE_CHECKING:
     from patchkit.lockfile.model import Lockfile
+    from patchkit.lockfile.tomlpos import LineIndex
 
 _KEY = 32  # bytes of one key (a sha256)
 
@@ -144,13 +145,21 @@ class _Records(pickle.Unpickler):
         raise pickle.UnpicklingError(f"{module}.{name} is not a lockfile record")
 
 
+class _Plain(pickle.Unpickler):
+    """An unpickler of plain data (dicts, tuples, strings, numbers): every global is refused."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"{module}.{name} is not plain data")
+
+
 class LockfileMemo:
     """The typed lockfile the bytes of a repository's lockfile parsed to in its last check, kept in the cache.
 
     Its key covers patchkit's code, the interpreter's version and the
     lockfile's exact bytes, so a change of any parses again; only a lockfile
     that loaded without a problem is kept (a bad one raises on every run,
-    with its located problems). ``LockfileMemo()`` remembers nothing.
+    with its located problems). Beside it, in a file of its own, the index of
+    its lines (``line_index``). ``LockfileMemo()`` remembers nothing.
     """
 
     def __init__(self, path: Path | None = None) -> None:
@@ -162,20 +171,44 @@ class LockfileMemo:
 
     def load(self, data: bytes, parse: Callable[[], Lockfile]) -> Lockfile:
         """The lockfile of ``data``: remembered when the same code parsed the same bytes before, else ``parse()``."""
+        from patchkit.lockfile.model import Lockfile
+
         if self.path is None:
             return parse()
-        # The interpreter too: tomllib (for text the fast reader leaves to it) and pickle come with it.
-        key = hashlib.sha256(code_version() + sys.version.encode() + b"\0lockfile\0" + data).digest()
-        lock = _remembered(self.path, key)
-        if lock is None:
+        key = _key(b"lockfile", data)
+        lock = _remembered(self.path, key, _Records)
+        if not isinstance(lock, Lockfile):
             lock = parse()
             _keep(self.path, key, lock)
         return lock
 
+    def line_index(self, data: bytes) -> LineIndex:
+        """The lines of the keys of the lockfile ``data`` (what findings point at), remembered beside it.
 
-def _remembered(path: Path, key: bytes) -> Lockfile | None:
-    """The lockfile kept at ``path`` under ``key``; None for another key, or a memo missing or damaged."""
-    from patchkit.lockfile.model import Lockfile
+        A deployment with findings or notes on every run (an imported one has
+        a note per overlay) would otherwise scan the whole lockfile each time.
+        """
+        from patchkit.lockfile.tomlpos import LineIndex
+
+        if self.path is None:
+            return LineIndex(data.decode("utf-8"))
+        path = self.path.with_name(self.path.name.replace("lockfile-", "lines-", 1))
+        key = _key(b"lines", data)
+        lines = _remembered(path, key, _Plain)
+        if isinstance(lines, dict):
+            return LineIndex.of(lines)
+        index = LineIndex(data.decode("utf-8"))
+        _keep(path, key, index.lines)
+        return index
+
+
+def _key(kind: bytes, data: bytes) -> bytes:
+    """The key of what ``data`` gave: patchkit's code, the interpreter (tomllib and pickle come with it), the bytes."""
+    return hashlib.sha256(code_version() + sys.version.encode() + b"\0" + kind + b"\0" + data).digest()
+
+
+def _remembered(path: Path, key: bytes, unpickler: type[pickle.Unpickler]) -> object:
+    """What is kept at ``path`` under ``key``; None for another key, or a memo missing or damaged."""
     from patchkit.lockfile.reader import collection_paused
 
     try:
@@ -187,16 +220,15 @@ def _remembered(path: Path, key: bytes) -> Lockfile | None:
         return None
     with collection_paused():
         try:
-            lock = _Records(io.BytesIO(blob)).load()
+            return unpickler(io.BytesIO(blob)).load()
         except Exception:  # noqa: BLE001 - a damaged memo, whatever the error, is a miss
             return None
-    return lock if isinstance(lock, Lockfile) else None
 
 
-def _keep(path: Path, key: bytes, lock: Lockfile) -> None:
-    """Remember ``lock`` for ``key``; a cache that cannot be written only makes the next run slower."""
+def _keep(path: Path, key: bytes, value: object) -> None:
+    """Remember ``value`` for ``key``; a cache that cannot be written only makes the next run slower."""
     from patchkit.lockfile.reader import collection_paused
     from patchkit.repo import atomic_write
 
     with collection_paused(), contextlib.suppress(WriteFailed, OSError):
-        atomic_write(path, key + pickle.dumps(lock, pickle.HIGHEST_PROTOCOL), durable=False)
+        atomic_write(path, key + pickle.dumps(value, pickle.HIGHEST_PROTOCOL), durable=False)

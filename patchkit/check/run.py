@@ -20,7 +20,7 @@ from patchkit.check import compose, diffs, guard, hand_diffs, pins, repository, 
 from patchkit.check.state import RepoView, State, gather, hash_pinned
 from patchkit.findings import CheckResult, Finding
 from patchkit.lockfile.reader import collection_paused
-from patchkit.verdicts import Verdicts
+from patchkit.verdicts import LockfileMemo, Verdicts
 
 if TYPE_CHECKING:
     from patchkit.cache import BlobStore
@@ -69,9 +69,12 @@ def run_rules(state: State, rules: tuple[Rule | VerifyingRule, ...] = RULES) -> 
 
 def check(repo: Repo, lock: Lockfile, lock_bytes: bytes, store: BlobStore | None = None) -> CheckResult:
     """Run every offline invariant over ``repo``; writes nothing but its memo in the cache (``patchkit.verdicts``)."""
-    verdicts = Verdicts.for_repository(store.cache, repo.root) if store is not None else None
+    verdicts = lines = None
+    if store is not None:
+        verdicts = Verdicts.for_repository(store.cache, repo.root)
+        lines = LockfileMemo.for_repository(store.cache, repo.root).line_index
     with collection_paused():  # thousands of findings-to-be, tuples and byte strings, no cycles
-        state = gather(repo, lock, lock_bytes, store, verdicts)
+        state = gather(repo, lock, lock_bytes, store, verdicts, lines)
         result = run_rules(state)
     state.verdicts.save()
     if lock.model is not None:

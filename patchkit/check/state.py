@@ -167,6 +167,8 @@ class State:
     series_rebase_pending: bool = False
     # Pure checks that passed on the same bytes before (patchkit.verdicts): a rule may skip them.
     verdicts: Verdicts = field(default_factory=Verdicts)
+    # Where the index of the lockfile's lines comes from (``verdicts.LockfileMemo.line_index``); None: scanned.
+    line_index: Callable[[bytes], LineIndex] | None = None
 
     @cached_property
     def lock_sha256(self) -> str:
@@ -175,7 +177,9 @@ class State:
 
     @cached_property
     def index(self) -> LineIndex:
-        """Lines of the lockfile's keys: built for the first finding only."""
+        """Lines of the lockfile's keys: built (or found remembered) for the first finding only."""
+        if self.line_index is not None:
+            return self.line_index(self.lock_bytes)
         return LineIndex(self.lock_bytes.decode("utf-8"))
 
     def lock_finding(
@@ -448,12 +452,18 @@ def _lockfile_unsafe(repo: Repo) -> str | None:
 
 
 def gather(
-    repo: Repo, lock: Lockfile, lock_bytes: bytes, store: BlobStore | None = None, verdicts: Verdicts | None = None
+    repo: Repo,
+    lock: Lockfile,
+    lock_bytes: bytes,
+    store: BlobStore | None = None,
+    verdicts: Verdicts | None = None,
+    line_index: Callable[[bytes], LineIndex] | None = None,
 ) -> State:
     """Read what every rule needs from ``repo``, once; never writes."""
     tree, symlinked = walk_managed(repo)
     state = State(
         verdicts=verdicts if verdicts is not None else Verdicts(),
+        line_index=line_index,
         lock=lock,
         lock_bytes=lock_bytes,
         view=RepoView(repo, store),

@@ -58,6 +58,18 @@ class LineIndex:
         self._lines: dict[Path, int] = {}
         self._scan(text)
 
+    @classmethod
+    def of(cls, lines: dict[Path, int]) -> LineIndex:
+        """The index of a document whose ``lines`` (as ``lines`` gave them) are known already."""
+        index = cls.__new__(cls)
+        index._lines = lines
+        return index
+
+    @property
+    def lines(self) -> dict[Path, int]:
+        """Every key path found and its line."""
+        return self._lines
+
     def line_of(self, path: Path) -> int | None:
         """The line of ``path``, or of its nearest enclosing table that has one."""
         p = tuple(path)

@@ -243,11 +243,16 @@ def test_check_reads_an_edited_lockfile_again(invoke: Invoke, deploy: Path) -> N
     assert first.exit_code == 0
     cache = Path(os.environ["PATCHKIT_CACHE"])
     assert [p.name.split("-")[0] for p in sorted((cache / "verdicts").iterdir())] == ["check", "lockfile"]
+    (kept,) = (cache / "verdicts").glob("lockfile-*")
+    written = kept.stat().st_ino
+    assert invoke("check", "--format", "json", repo=deploy).stdout == first.stdout
+    assert kept.stat().st_ino == written  # found again: not parsed, so not written again
     lockfile = deploy / "lockfile.toml"
     pinned = hashlib.sha256((deploy / "patches" / "fp8_fnuz.py").read_bytes()).hexdigest()
     lockfile.write_text(lockfile.read_text().replace(pinned, "0" * 64))
     found = json.loads(invoke("check", "--format", "json", repo=deploy).stdout)["findings"]
     assert any(f["code"] == "hash-mismatch" and "pinned 000000000000" in f["message"] for f in found)
+    assert kept.stat().st_ino != written  # the edited bytes were parsed, and are the ones kept now
 
 
 def test_a_rule_of_the_lockfile_alone_is_remembered_for_its_bytes(
@@ -272,6 +277,41 @@ def test_a_rule_of_the_lockfile_alone_is_remembered_for_its_bytes(
         state = state_of(doubled, files)
         state.verdicts = memo(tmp_path)
         assert [f.code for f in pins.targets(state)] == ["duplicate-target"]
+        state.verdicts.save()
+
+
+def _upstream_moved(text: str) -> str:
+    """The upstream pinned at a newer commit than the one the base was taken at."""
+    return text.replace('commit = "' + "a" * 40 + '"\n\n[[patches]]', 'commit = "' + "c" * 40 + '"\n\n[[patches]]')
+
+
+def _diff_dropped(text: str) -> str:
+    """The overlay as an import leaves it: an origin stated, no base or diff pinned."""
+    head, _, _ = text.partition("[patches.base]")
+    return head + '[patches.origin]\npath = "pkg/mod.py"\n'
+
+
+@pytest.mark.parametrize(
+    ("rule", "edit", "codes"),
+    [
+        (diffs.bases, _upstream_moved, ["base-outdated"]),
+        (diffs.overlays_have_diffs, _diff_dropped, ["no-diff", "base-unknown"]),
+    ],
+)
+def test_each_rule_of_the_lockfile_runs_again_on_other_bytes(
+    tmp_path: Path, rule: Callable[[State], list[Any]], edit: Callable[[str], str], codes: list[str]
+) -> None:
+    text, files = overlay_repo()
+    first = state_of(text, files)
+    first.verdicts = memo(tmp_path)
+    assert rule(first) == []
+    first.verdicts.save()
+    edited = dumps(loads(edit(text)))
+    assert edited != text
+    for _ in range(2):
+        state = state_of(edited, files)
+        state.verdicts = memo(tmp_path)
+        assert [f.code for f in rule(state)] == codes
         state.verdicts.save()
 
 
@@ -378,3 +418,50 @@ def test_a_pass_that_asked_the_provenance_tables_is_not_remembered(tmp_path: Pat
     # The same bytes, but no provenance row any more: the module's note is due, not the remembered pass.
     found, verified = hand_diffs.hand_diffs(hand_state(tmp_path, text, files))
     assert ([f.code for f in found], verified) == (["module-maybe-upstream"], 1)
+
+
+# --------------------------------------------------------------------------- the lines of the lockfile
+
+
+def test_the_lines_of_the_same_bytes_are_not_scanned_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from patchkit.lockfile.tomlpos import LineIndex
+
+    text, _ = overlay_repo()
+    data = text.encode()
+    first = lockfile_memo(tmp_path).line_index(data)
+    assert first.lines == LineIndex(text).lines and first.line_of(("patches", 0, "sha256")) is not None
+    with monkeypatch.context() as m:
+        m.setattr(LineIndex, "_scan", lambda self, text: pytest.fail("scanned again"))
+        assert lockfile_memo(tmp_path).line_index(data).lines == first.lines
+    moved = ("# one more line\n" + text).encode()  # every key one line further down
+    again = lockfile_memo(tmp_path).line_index(moved)
+    line = first.line_of(("patches", 0, "sha256"))
+    assert line is not None and again.line_of(("patches", 0, "sha256")) == line + 1
+    assert verdicts.LockfileMemo().line_index(data).lines == first.lines  # no memo: scanned
+
+
+def test_a_forged_index_of_lines_runs_nothing(tmp_path: Path) -> None:
+    text, _ = overlay_repo()
+    memo_ = lockfile_memo(tmp_path)
+    memo_.line_index(text.encode())
+    (kept,) = (tmp_path / "verdicts").glob("lines-*")
+    marker = tmp_path / "ran"
+    kept.write_bytes(kept.read_bytes()[:32] + pickle.dumps(_Runs(marker)))
+    index = lockfile_memo(tmp_path).line_index(text.encode())
+    assert not marker.exists() and index.line_of(("patches", 0, "sha256")) is not None
+
+
+def test_findings_point_at_the_lines_of_the_lockfile_as_it_is_now(invoke: Invoke, deploy: Path) -> None:
+    lockfile = deploy / "lockfile.toml"
+    pinned = hashlib.sha256((deploy / "patches" / "fp8_fnuz.py").read_bytes()).hexdigest()
+    lockfile.write_text(lockfile.read_text().replace(pinned, "0" * 64))
+
+    def mismatch_line() -> int:
+        found = json.loads(invoke("check", "--format", "json", repo=deploy).stdout)["findings"]
+        (line,) = [f["line"] for f in found if f["code"] == "hash-mismatch"]
+        return int(line)
+
+    first = mismatch_line()
+    assert mismatch_line() == first  # the remembered lines
+    lockfile.write_text("# a comment above everything\n" + lockfile.read_text())
+    assert mismatch_line() == first + 1
