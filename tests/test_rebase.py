@@ -248,6 +248,26 @@ def test_deleted_upstream_needs_a_decision(invoke: Invoke, tmp_path: Path, upstr
     assert invoke("check", repo=root).exit_code == 0
 
 
+def test_a_missing_overlay_stops_the_rebase_only_when_its_merge_needs_it(
+    invoke: Invoke, tmp_path: Path, upstream: Upstream
+) -> None:
+    c1 = upstream.commit({"vllm/worker.py": WORKER, "vllm/other.py": b"x = 1\n"})
+    root = make_deploy(invoke, tmp_path, upstream, c1, {"vllm/worker.py": FENCED, "vllm/other.py": b"x = 2\n"})
+    (root / "patches" / "other.py").unlink()
+    # Upstream deleted the file: nothing to merge, the patch is reported deleted as before.
+    c2 = upstream.commit({"vllm/other.py": None})
+    code, doc = rebase_json(invoke, root, "--onto", c2)
+    assert code == 1 and outcomes(doc) == {"worker": "unchanged", "other": "deleted"}
+    assert invoke("rebase", "--abort", repo=root).exit_code == 0
+    # Upstream kept it: its merge needs the overlay, and the rebase stops on it, writing nothing.
+    c3 = upstream.commit({"vllm/other.py": b"x = 1\ny = 0\n"})
+    lock = (root / "lockfile.toml").read_bytes()
+    r = invoke("rebase", "--onto", c3, repo=root)
+    assert r.exit_code == 2
+    assert "patches/other.py (patch 'other') is pinned but missing" in r.stderr
+    assert (root / "lockfile.toml").read_bytes() == lock
+
+
 def test_crlf_patch_file_survives(invoke: Invoke, tmp_path: Path, upstream: Upstream) -> None:
     crlf = WORKER.replace(b"\n", b"\r\n")
     c1 = upstream.commit({"vllm/worker.py": crlf})
