@@ -18,6 +18,7 @@ would kill the process with SIGBUS), and it hashes to what was read, as
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import hashlib
 import mmap
@@ -80,7 +81,8 @@ class _Remembered:
 
 REMEMBER = 128 * 1024 * 1024  # bytes whose digests a rebase keeps (it holds them all while it runs anyway)
 _SMALL = 4096  # shorter strings are hashed again: cheaper than remembering them
-_memos: list[_Remembered] = []  # the memo of the innermost ``remembering`` block, if any
+# The memo of the innermost ``remembering`` block of this thread (or task), if any.
+_memo: contextvars.ContextVar[_Remembered | None] = contextvars.ContextVar("patchkit_digests", default=None)
 
 
 @contextlib.contextmanager
@@ -91,11 +93,11 @@ def remembering(limit: int = REMEMBER) -> Iterator[None]:
     rebase): elsewhere nothing is kept, so no command holds bytes longer than
     it would.
     """
-    _memos.append(_Remembered(limit))
+    token = _memo.set(_Remembered(limit))
     try:
         yield
     finally:
-        _memos.pop()
+        _memo.reset(token)
 
 
 def remembers_digests(fn: Callable[P, R]) -> Callable[P, R]:
@@ -111,9 +113,10 @@ def remembers_digests(fn: Callable[P, R]) -> Callable[P, R]:
 
 def sha256_bytes(data: bytes) -> str:
     """The hex SHA-256 of ``data``; inside ``remembering``, the same bytes are not hashed twice."""
-    if not _memos or len(data) < _SMALL or type(data) is not bytes:
+    memo = _memo.get()
+    if memo is None or len(data) < _SMALL or type(data) is not bytes:
         return hashlib.sha256(data).hexdigest()
-    return _memos[-1].sha256(data)
+    return memo.sha256(data)
 
 
 _local = threading.local()

@@ -169,9 +169,10 @@ def test_kept_files_are_read_once_and_hash_to_the_bytes_kept(tmp_path: Path) -> 
 def test_remembered_digests_are_found_again_and_never_go_stale() -> None:
     one = os.urandom(8192)
     assert hashing.sha256_bytes(one) == hashlib.sha256(one).hexdigest()
-    assert hashing._memos == []  # outside a remembering block nothing is kept
+    assert hashing._memo.get() is None  # outside a remembering block nothing is kept
     with hashing.remembering(limit=3 * 8192):
-        (memo,) = hashing._memos
+        memo = hashing._memo.get()
+        assert memo is not None
         assert hashing.sha256_bytes(one) == hashing.sha256_bytes(one) == hashlib.sha256(one).hexdigest()
         assert memo.digests == {id(one): (one, hashlib.sha256(one).hexdigest())}
         same = bytes(bytearray(one))  # equal content, another object: its own entry, the same digest
@@ -192,4 +193,4 @@ def test_remembered_digests_are_found_again_and_never_go_stale() -> None:
         kept = dict(memo.digests)
         assert hashing.sha256_bytes(b"short") == hashlib.sha256(b"short").hexdigest()
         assert memo.digests == kept
-    assert hashing._memos == []  # and the block's memo is gone with it
+    assert hashing._memo.get() is None  # and the block's memo is gone with it
