@@ -285,6 +285,7 @@ def rebase_file(base: bytes, ours: bytes, theirs: bytes, *, path: str = "") -> M
 _DEF_START = (b"def ", b"async def ", b"class ")
 _INSIDE = frozenset((b" ", b"\t", b"\r", b"\n", b"#", b""))  # first bytes of lines that stay in the block
 _LOOSE = frozenset((b"#", b"\r", b"\n", b""))  # first bytes (after the indentation) of comment and blank lines
+_CLOSING = frozenset((b")", b"]", b"}"))  # first bytes of a line that closes a bracket: it stays in the block
 
 
 def _may_share_block(base: list[bytes], ours: list[_Change], theirs: list[_Change]) -> bool:
@@ -305,8 +306,9 @@ class _Blocks:
 
     A top-level block starts at a column-0 ``def``, ``class`` or decorator; a
     run of decorators and the definition they decorate are one block
-    (comments and blank lines may lie between them). Everything else stays in
-    the current block: indented lines, comments, column-0 statements.
+    (comments, blank lines and the lines of a decorator's arguments, their
+    closing bracket included, may lie between them). Everything else stays
+    in the current block: indented lines, comments, column-0 statements.
 
     Inside a top-level class each method is a block of its own, the same way
     at the class body's indentation; the class's own lines (its header, a
@@ -338,14 +340,16 @@ class _Blocks:
                 is_loose = text[:1] in _LOOSE
                 indent = line[: len(line) - len(text)]
                 body = body or (b"" if is_loose else indent)
-            if top or (not is_loose and in_class is not None and indent == body):
+            if text[:1] in _CLOSING:
+                pass  # the end of a bracket opened above (a decorator's arguments): of the block it is in
+            elif top or (not is_loose and in_class is not None and indent == body):
                 opens = text[:1] == b"@" or text.startswith(_DEF_START)
                 if opens and not decorating:
                     count += 1
                     current = count
                 decorating = opens and text[:1] == b"@"
                 if top:
-                    in_class, body = _class_after(line, current, in_class, body)
+                    in_class, body = _class_after(line, current)
                 elif not opens:
                     current = in_class if in_class is not None else current
             block.append(current)
@@ -367,13 +371,14 @@ class _Blocks:
         return found
 
 
-def _class_after(line: bytes, current: int, in_class: int | None, body: bytes) -> tuple[int | None, bytes]:
-    """The top-level class (block) and its body's indentation after the column-0 line ``line``."""
-    if line.startswith(b"class "):
-        return current, b""
-    if line[:1] == b"@":
-        return in_class, body  # a decorator: of whatever comes next
-    return None, b""
+def _class_after(line: bytes, current: int) -> tuple[int | None, bytes]:
+    """The top-level class (block) and its body's indentation after the column-0 line ``line``.
+
+    Any other column-0 line ends the class before it: a decorator starts the
+    next block, whatever it decorates (its indented arguments are not the
+    class's lines).
+    """
+    return (current, b"") if line.startswith(b"class ") else (None, b"")
 
 
 def conflict_markers_remain(data: bytes) -> list[int]:

@@ -613,10 +613,13 @@ def _analysed(monkeypatch: pytest.MonkeyPatch, base: bytes, ours: bytes, theirs:
 
 
 def _decorators(rng: random.Random, indent: bytes) -> list[bytes]:
-    """Zero to three stacked decorators, sometimes with a comment between them."""
+    """Zero to three stacked decorators, sometimes with a comment between them or arguments over lines."""
     lines = []
     for d in range(rng.choice((0, 0, 1, 2, 3))):
-        lines.append(indent + (b"@functools.lru_cache(maxsize=%d)\n" % d if d else b"@functools.cache\n"))
+        if rng.random() < 0.25:
+            lines += [indent + b"@dataclass(\n", indent + b"    frozen=True,\n", indent + b")\n"]
+        else:
+            lines.append(indent + (b"@functools.lru_cache(maxsize=%d)\n" % d if d else b"@functools.cache\n"))
         if rng.random() < 0.3:
             lines.append(indent + b"# keep this cached\n")
     return lines
@@ -704,6 +707,14 @@ def test_the_review_flag_prefilter_never_hides_a_flag(monkeypatch: pytest.Monkey
         assert filtered == unfiltered, (base.decode(), mine.decode(), new.decode())
         flagged += bool(unfiltered)
     assert flagged > 50  # the generated edits do meet in one definition, often enough to test the filter
+
+
+def test_a_class_decorator_over_lines_after_another_class_belongs_to_its_class() -> None:
+    base = b"class A:\n    x = 1\n\n    def m(self):\n        return 1\n\n\n"
+    base += b"@dataclass(\n    frozen=True,\n)\nclass B:\n    y = 2\n\n    def n(self):\n        return 2\n"
+    ours = base.replace(b"    frozen=True,\n", b"    frozen=False,\n")
+    theirs = base.replace(b"    y = 2\n", b"    y = 3\n")
+    assert [f.definition for f in rebase_file(base, ours, theirs, path="m.py").review_flags] == ["B"]
 
 
 def test_a_patched_decorator_and_an_upstream_body_edit_of_one_function_are_flagged() -> None:
