@@ -21,22 +21,23 @@ import contextlib
 import contextvars
 import functools
 import hashlib
+import heapq
 import mmap
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import ParamSpec, TypeVar
+from typing import Generic, ParamSpec, TypeVar
 
 WINDOW = 4 * 1024 * 1024  # bytes mapped at a time, per thread
 BUFFER = 1024 * 1024  # the per-thread read buffer, for files below WINDOW
 BUDGET = 32 * 1024 * 1024  # mapped and buffered bytes over all threads, at most
-BATCH = 32 * 1024 * 1024
+SERVING = 8 * 1024 * 1024  # small files a worker takes at once, in bytes: a few ms of work
 
 Progress = Callable[[int], None]
 P = ParamSpec("P")
 R = TypeVar("R")
+F = TypeVar("F", Path, str)  # how a caller names its files: its results are keyed the same way
 
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux: fault the window in with one call
 
@@ -149,31 +150,6 @@ def default_jobs() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
         return max(1, os.cpu_count() or 1)
-
-
-def _batches(items: list[Path], sizes: dict[Path, int]) -> list[list[Path]]:
-    """Large files alone, small files grouped, largest work first.
-
-    One pool task per small file makes the threads trade the interpreter lock
-    thousands of times; groups of about BATCH bytes keep each thread in its
-    own loop while still sharing the work evenly.
-    """
-    batches: list[list[Path]] = []
-    group: list[Path] = []
-    group_bytes = 0
-    for p in sorted(items, key=lambda p: -sizes.get(p, 0)):
-        size = sizes.get(p, 0)
-        if size >= BATCH:
-            batches.append([p])
-            continue
-        group.append(p)
-        group_bytes += size
-        if group_bytes >= BATCH or len(group) >= 512:
-            batches.append(group)
-            group, group_bytes = [], 0
-    if group:
-        batches.append(group)
-    return batches
 
 
 def sha256_many(
@@ -304,12 +280,8 @@ def _hash_read(
             raise Cancelled(str(path))
 
 
-_Result = tuple[Path, str | OSError]
-_Batch = Callable[[list[Path]], list[_Result]]
-
-
 def _sizes_of(items: Iterable[Path], sizes: dict[Path, int] | None) -> dict[Path, int]:
-    """Each file's size, to batch by: from ``sizes`` when given, else its ``lstat`` (0 when that fails)."""
+    """Each file's size, to order the work by: from ``sizes`` when given, else its ``lstat`` (0 when that fails)."""
     known = dict(sizes or {})
     for p in items:
         if p not in known:
@@ -321,9 +293,9 @@ def _sizes_of(items: Iterable[Path], sizes: dict[Path, int] | None) -> dict[Path
 
 
 def _digest_one(
-    p: Path,
+    p: F,
     algorithm: str,
-    keep: dict[Path, bytes | None] | None,
+    keep: dict[F, bytes | None] | None,
     progress: Progress | None,
     stop: threading.Event,
     window: int,
@@ -335,58 +307,143 @@ def _digest_one(
     return digest_file(p, algorithm, progress, stop, window)
 
 
-def _digest_batch(
-    batch: list[Path],
-    items: dict[Path, str],
-    keep: dict[Path, bytes | None] | None,
-    progress: Progress | None,
-    stop: threading.Event,
-    window: int,
-) -> list[_Result]:
-    """Hash one batch in order, a digest or the OSError per file; stops early once ``stop`` is set.
+class _Queue(Generic[F]):
+    """Files waiting to be hashed, the largest first; filled while the workers take from it."""
 
-    A file cut short by ``stop`` has no entry: the caller is being
-    interrupted and reports nothing.
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, F]] = []
+        self._added = 0
+        self._open = True
+        self._ready = threading.Condition(threading.Lock())
+
+    def put(self, path: F, size: int) -> None:
+        with self._ready:
+            heapq.heappush(self._heap, (-size, self._added, path))
+            self._added += 1
+            self._ready.notify()
+
+    def close(self) -> None:
+        """No more files will come: a worker that finds the queue empty then ends."""
+        with self._ready:
+            self._open = False
+            self._ready.notify_all()
+
+    def take(self) -> list[F]:
+        """The largest files waiting, up to ``SERVING`` bytes (at least one file); none when it is all done.
+
+        Waits for a file while the queue is open. Small files come several
+        at a time, so a thread hashes them in a loop of its own instead of
+        trading the interpreter lock with the others at every file.
+        """
+        with self._ready:
+            while not self._heap and self._open:
+                self._ready.wait()
+            taken: list[F] = []
+            load = 0
+            while self._heap and load < SERVING and len(taken) < 128:
+                minus_size, _, path = heapq.heappop(self._heap)
+                taken.append(path)
+                load -= minus_size
+            return taken
+
+
+class Hasher(Generic[F]):
+    """Files hashed on ``jobs`` threads as they are handed in, the largest waiting first.
+
+    ``add`` hands in a file with its size (from an lstat the caller made
+    while proving the path), so hashing starts with the first file instead
+    of after the last one is proven; ``finish`` (or leaving the ``with``
+    block) waits for the rest. ``results`` then holds each file's hex
+    digest or the OSError that stopped it. Taking the largest file waiting
+    keeps every core busy to the end, as sorting the whole list would.
+
+    Setting ``cancel`` stops the work within one window of each file in
+    progress; the results then lack the files not hashed. An interrupt (or
+    any exception in the calling thread) inside the ``with`` block sets it,
+    so the workers end before it propagates. A sha256 file named in ``keep``
+    is read whole and its bytes stored there. With one job there is no
+    thread: the calling thread hashes everything in ``finish``.
     """
-    out: list[_Result] = []
-    for p in batch:
-        if stop.is_set():
-            break
+
+    def __init__(
+        self,
+        jobs: int | None = None,
+        progress: Progress | None = None,
+        cancel: threading.Event | None = None,
+        keep: dict[F, bytes | None] | None = None,
+    ) -> None:
+        self.jobs = jobs or default_jobs()
+        self.stop = cancel if cancel is not None else threading.Event()
+        self.results: dict[F, str | OSError] = {}
+        self._progress = progress
+        self._keep: dict[F, bytes | None] | None = keep
+        self._window = window_for(self.jobs)
+        self._algorithms: dict[F, str] = {}
+        self._queue: _Queue[F] = _Queue()
+        self._threads: list[threading.Thread] = []
+        self._failure: BaseException | None = None
+
+    def __enter__(self) -> Hasher[F]:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is None:
+            self.finish()
+        else:
+            self._abandon()
+
+    def add(self, path: F, size: int, algorithm: str = SHA256) -> None:
+        """Hash ``path`` (``size`` bytes, to order the work by) with ``algorithm``, on the next free worker."""
+        self._algorithms[path] = algorithm
+        self._queue.put(path, size)
+        if self.jobs > 1 and len(self._threads) < self.jobs:
+            worker = threading.Thread(target=self._work, name=f"digest-{len(self._threads)}", daemon=True)
+            self._threads.append(worker)
+            worker.start()
+
+    def finish(self) -> dict[F, str | OSError]:
+        """Wait for every file handed in; re-raise what stopped a worker (an interrupt in a progress callback)."""
+        self._queue.close()
         try:
-            out.append((p, _digest_one(p, items[p], keep, progress, stop, window)))
-        except Cancelled:
-            break
-        except OSError as e:
-            out.append((p, e))
-    return out
+            if not self._threads:
+                self._work()
+            for worker in self._threads:
+                worker.join()
+        except BaseException:
+            self._abandon()
+            raise
+        if self._failure is not None:
+            raise self._failure
+        return self.results
 
+    def _abandon(self) -> None:
+        """Stop the workers within one window and wait for them; what they had not hashed is not reported."""
+        self.stop.set()
+        self._queue.close()
+        for worker in self._threads:
+            worker.join()
 
-def _run_here(run: _Batch, batches: list[list[Path]], stop: threading.Event) -> dict[Path, str | OSError]:
-    """Every batch in the calling thread (one worker: no pool to start); an interrupt sets ``stop``."""
-    results: dict[Path, str | OSError] = {}
-    try:
-        for batch in batches:
-            results.update(run(batch))
-    except BaseException:
-        stop.set()
-        raise
-    return results
-
-
-def _run_pool(run: _Batch, batches: list[list[Path]], workers: int, stop: threading.Event) -> dict[Path, str | OSError]:
-    """Every batch on ``workers`` threads; an interrupt sets ``stop`` so they end within one window."""
-    results: dict[Path, str | OSError] = {}
-    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="digest")
-    try:
-        for done in pool.map(run, batches):
-            results.update(done)
-    except BaseException:
-        # Stop the workers before waiting for them (a `with` block would wait first).
-        stop.set()
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
-    return results
+    def _work(self) -> None:
+        """Hash files from the queue until it is empty and closed, or ``stop`` is set."""
+        try:
+            while not self.stop.is_set() and (taken := self._queue.take()):
+                for p in taken:
+                    if self.stop.is_set():
+                        return
+                    try:
+                        self.results[p] = _digest_one(
+                            p, self._algorithms[p], self._keep, self._progress, self.stop, self._window
+                        )
+                    except Cancelled:
+                        return
+                    except OSError as e:
+                        self.results[p] = e
+        except BaseException as e:
+            if not self._threads:  # the calling thread itself: let it propagate
+                raise
+            self._failure = self._failure or e
+            self.stop.set()
+            self._queue.close()
 
 
 def digest_many(
@@ -399,27 +456,16 @@ def digest_many(
 ) -> dict[Path, str | OSError]:
     """Hash many files on ``jobs`` threads, each with its own algorithm (``items``: path -> algorithm).
 
-    The sha256 files named in ``keep`` are read whole instead, and their
-    bytes stored there (see ``sha256_many``).
-
-    Batches small files together and gives large ones a batch each, so both
-    cores stay busy; each result is a hex digest or the OSError.
-
-    An interrupt (KeyboardInterrupt in the calling thread) sets ``cancel`` so
-    the worker threads stop within one window, then propagates; the caller
-    has written nothing yet, so nothing is left behind.
+    The files whose paths are all known beforehand, handed to a ``Hasher``
+    (see there for ``cancel``, ``keep`` and interrupts); each result is a
+    hex digest or the OSError. ``sizes`` (from an lstat the caller already
+    made) saves a second one.
     """
-    stop = cancel if cancel is not None else threading.Event()
     known = _sizes_of(items, sizes)
-    paths = list(items)
-    workers = min(jobs or default_jobs(), max(1, len(paths)))
-    run = functools.partial(
-        _digest_batch, items=items, keep=keep, progress=progress, stop=stop, window=window_for(workers)
-    )
-    batches = _batches(paths, known)
-    if workers == 1:
-        return _run_here(run, batches, stop)
-    return _run_pool(run, batches, workers, stop)
+    with Hasher[Path](min(jobs or default_jobs(), max(1, len(items))), progress, cancel, keep) as hasher:
+        for path, algorithm in items.items():
+            hasher.add(path, known[path], algorithm)
+    return hasher.results
 
 
 def pin_mismatch(data: bytes, pinned: str) -> str | None:

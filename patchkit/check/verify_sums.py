@@ -8,14 +8,11 @@ the lockfile is loaded, and its drift checked, while the files hash.
 from __future__ import annotations
 
 import hashlib
-import threading
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from patchkit import sums
 from patchkit.errors import BadInput
-from patchkit.hashing import sha256_many
+from patchkit.hashing import Hasher
 from patchkit.repo import Escape, Repo
 from patchkit.verdicts import Verdicts
 
@@ -26,8 +23,9 @@ if TYPE_CHECKING:
 def check_sums(repo: Repo, verdicts: Verdicts | None = None) -> CheckResult:
     """Verify SHA256SUMS like ``sha256sum -c --strict``, and that it is what patchkit generates.
 
-    The files SHA256SUMS lists are hashed on worker threads while the
-    lockfile is read and parsed, so on a large tree the parse costs no wall time.
+    The files SHA256SUMS lists are hashed on worker threads from the first
+    one proven inside the repository on, while the rest are proven and the
+    lockfile is read and parsed: on a large tree neither costs wall time.
     When the same lockfile and SHA256SUMS bytes were found to agree before
     (``verdicts``), the lockfile is not parsed at all; every file is still hashed.
     """
@@ -39,18 +37,12 @@ def check_sums(repo: Repo, verdicts: Verdicts | None = None) -> CheckResult:
     except Escape as err:
         raise BadInput(f"{sums.FILENAME} {err}") from err
     entries, _ = sums.parse(data or b"")
-    paths, sizes, unsafe = _listed_files(repo, entries)
-    cancel = threading.Event()
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sums") as runner:
-        pending = runner.submit(sha256_many, paths.values(), sizes=sizes, cancel=cancel)
-        try:
-            from patchkit.findings import CheckResult
+    with Hasher[str]() as hasher:
+        paths, unsafe = _listed_files(repo, entries, hasher)
+        from patchkit.findings import CheckResult
 
-            generated = _against_lockfile(repo, data, memo)
-        except BaseException:
-            cancel.set()
-            raise
-        hashes = pending.result()
+        generated = _against_lockfile(repo, data, memo)
+    hashes = hasher.results
     result = CheckResult(files_hashed=len(hashes))
     result.findings += _listing_findings(unsafe, entries, paths, hashes)
     result.findings.extend(generated)
@@ -79,28 +71,30 @@ def _against_lockfile(repo: Repo, data: bytes | None, memo: Verdicts) -> list[Fi
 
 
 def _listed_files(
-    repo: Repo, entries: list[sums.SumLine]
-) -> tuple[dict[str, Path], dict[Path, int], list[tuple[sums.SumLine, str]]]:
-    """The listed files that can be hashed, with their sizes, and the entries that cannot (missing, unsafe)."""
-    paths: dict[str, Path] = {}
-    sizes: dict[Path, int] = {}
+    repo: Repo, entries: list[sums.SumLine], hasher: Hasher[str]
+) -> tuple[dict[str, str], list[tuple[sums.SumLine, str]]]:
+    """The listed files that can be hashed, each handed to ``hasher`` once proven; the entries that cannot be."""
+    paths: dict[str, str] = {}
     unsafe: list[tuple[sums.SumLine, str]] = []
     for entry in entries:
         try:
-            paths[entry.name], st = repo.check_inside_stat(entry.name)
-            sizes[paths[entry.name]] = st.st_size
+            path, st = repo.inside_stat(entry.name)
         except FileNotFoundError:
             unsafe.append((entry, "listed but missing"))
         except Escape as ex:
             unsafe.append((entry, str(ex)))
-    return paths, sizes, unsafe
+        else:
+            if entry.name not in paths:
+                paths[entry.name] = path
+                hasher.add(path, st.st_size)
+    return paths, unsafe
 
 
 def _listing_findings(
     unsafe: list[tuple[sums.SumLine, str]],
     entries: list[sums.SumLine],
-    paths: dict[str, Path],
-    hashes: dict[Path, str | OSError],
+    paths: dict[str, str],
+    hashes: dict[str, str | OSError],
 ) -> list[Finding]:
     """What ``sha256sum -c --strict`` would fail on: files missing, unsafe, unreadable or not matching."""
     from patchkit.findings import Finding
