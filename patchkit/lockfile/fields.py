@@ -22,7 +22,7 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from patchkit.lockfile.tomlpos import FieldPath, FieldReader, toml_type
 
@@ -115,6 +115,26 @@ class Key:
 
     attr: str
     parse: Callable[[str], Any]
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+N = TypeVar("N", bound=_Named)
+
+
+def by_name(records: Iterable[N]) -> dict[str, N]:
+    """``records`` by their ``name``, the first of a name kept (as a scan would find it).
+
+    For the lookups by name of a lockfile or a series: a scan for each of
+    thousands of patches made a rebase quadratic in them.
+    """
+    found: dict[str, N] = {}
+    for r in records:
+        found.setdefault(r.name, r)
+    return found
 
 
 class Record:

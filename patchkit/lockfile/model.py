@@ -6,6 +6,7 @@ writes it back canonically. See docs/lockfile.md for every field.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from enum import Enum
@@ -19,6 +20,7 @@ from patchkit.lockfile.fields import (
     Key,
     Raw,
     Record,
+    by_name,
     computed,
     integer,
     keyed,
@@ -913,7 +915,12 @@ class Lockfile:
         return next((u for u in self.upstreams if u.name == name), None)
 
     def patch(self, name: str) -> Patch | None:
-        return next((p for p in self.patches if p.name == name), None)
+        """The patch named ``name`` (the first, were there two), found in a table built at the first call."""
+        return self._patches_by_name.get(name)
+
+    @functools.cached_property
+    def _patches_by_name(self) -> dict[str, Patch]:
+        return by_name(self.patches)
 
     def files(self) -> list[tuple[str, RepoPath, Sha256]]:
         """Every repository file the lockfile pins, as (field, path, sha256)."""

@@ -12,10 +12,11 @@ as they do the other records' tables in ``lockfile/model.py``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from patchkit.lockfile.fields import Entry, Key, Record, integer, strings, tables, text
+from patchkit.lockfile.fields import Entry, Key, Record, by_name, integer, strings, tables, text
 from patchkit.values import ContainerPath, Reference, RepoPath, Revision, Sha256, check_name
 
 FieldPath = tuple[str | int, ...]
@@ -94,7 +95,12 @@ class Series:
         return tuple(sorted({name for p in self.patches for name in p.profiles}))
 
     def patch(self, name: str) -> SeriesPatch | None:
-        return next((p for p in self.patches if p.name == name), None)
+        """The patch named ``name`` (the first, were there two), found in a table built at the first call."""
+        return self._patches_by_name.get(name)
+
+    @functools.cached_property
+    def _patches_by_name(self) -> dict[str, SeriesPatch]:
+        return by_name(self.patches)
 
 
 def _upstream(e: Entry) -> None:

@@ -305,3 +305,20 @@ def test_every_record_read_is_the_object_its_constructor_makes() -> None:
         pending += [getattr(obj, f.name) for f in dataclasses.fields(obj)]
         seen += 1
     assert seen > 60
+
+
+def test_patches_are_found_by_name_as_a_scan_finds_them() -> None:
+    """``Lockfile.patch`` and ``Series.patch`` answer from a table, with the answers a scan gives."""
+    lock = every_field()
+    doubled = dataclasses.replace(lock, patches=(*lock.patches, dataclasses.replace(lock.patches[0], target=None)))
+    for each in (lock, doubled):
+        for p in each.patches:
+            assert each.patch(p.name) is next(q for q in each.patches if q.name == p.name)  # the first of a name
+        assert each.patch("nope") is None
+    assert doubled.patch("p1") is lock.patches[0]
+    fewer = dataclasses.replace(doubled, patches=doubled.patches[1:])  # a changed copy has its own table
+    assert fewer.patch("p1") is doubled.patches[-1]
+    assert doubled == dataclasses.replace(doubled)  # the table is not a field: equality is unchanged
+    series = lock.series[0]
+    assert series.patch("s1") is series.patches[0]
+    assert series.patch("p1") is None
