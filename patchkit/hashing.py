@@ -24,6 +24,7 @@ import hashlib
 import heapq
 import mmap
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -43,7 +44,7 @@ _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux: fault the window in with 
 
 
 class _Remembered:
-    """Digests of the byte strings hashed lately, up to ``limit`` bytes of them, found again by identity.
+    """Digests of the byte strings hashed lately, found again by identity; what only it keeps alive is bounded.
 
     A rebase meets each file version several times over (its pin, its merge
     key, its semantic-check key, its journal entry), mostly as the same
@@ -51,12 +52,24 @@ class _Remembered:
     id cannot be reused while it is remembered: a lookup costs no pass over
     the bytes (keying by content would hash them all again, for the dict).
     Only ``bytes`` are kept: they are immutable, so a digest never goes
-    stale. Past ``limit`` the oldest half is forgotten.
+    stale.
+
+    When the remembered bytes pass ``sweep_at`` (at first ``limit``), the
+    oldest strings that only this memo keeps alive are forgotten until half
+    the limit is left. A string something else still holds costs no memory
+    here, and its digest is likely to be asked for again (a rebase holds
+    every file version until it writes): it stays, where forgetting it made
+    a rebase of 5,000 patches hash the same strings again and again. The
+    next sweep then waits until the remembered bytes have doubled, so
+    sweeping stays linear in what is remembered, and what the memo alone
+    keeps alive stays under ``limit`` or twice what others held at the last
+    sweep.
     """
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.size = 0
+        self.sweep_at = limit
         self.digests: dict[int, tuple[bytes, str]] = {}
         self.lock = threading.Lock()
 
@@ -68,19 +81,25 @@ class _Remembered:
         with self.lock:
             self.digests[id(data)] = (data, digest)
             self.size += len(data)
-            if self.size > self.limit:
-                self._forget_oldest()
+            if self.size > self.sweep_at:
+                self._forget_unheld()
         return digest
 
-    def _forget_oldest(self) -> None:
-        """Drop the oldest entries until half the limit is left (a dict keeps the order they came in)."""
-        for key in list(self.digests):
+    def _forget_unheld(self) -> None:
+        """Forget the oldest strings only this memo holds until half the limit is left (a dict keeps their order)."""
+        for key, entry in list(self.digests.items()):
             if self.size <= self.limit // 2:
                 break
-            self.size -= len(self.digests.pop(key)[0])
+            if sys.getrefcount(entry[0]) <= _HELD_HERE_ONLY:
+                del self.digests[key]
+                self.size -= len(entry[0])
+        self.sweep_at = max(self.limit, 2 * self.size)
 
 
-REMEMBER = 128 * 1024 * 1024  # bytes whose digests a rebase keeps (it holds them all while it runs anyway)
+# References to a remembered string when only the memo holds it: its entry's tuple and getrefcount's argument.
+_HELD_HERE_ONLY = 2
+
+REMEMBER = 128 * 1024 * 1024  # bytes a rebase's memo may keep alive on its own (see _Remembered)
 _SMALL = 4096  # shorter strings are hashed again: cheaper than remembering them
 # The memo of the innermost ``remembering`` block of this thread (or task), if any.
 _memo: contextvars.ContextVar[_Remembered | None] = contextvars.ContextVar("patchkit_digests", default=None)

@@ -182,13 +182,21 @@ def test_remembered_digests_are_found_again_and_never_go_stale() -> None:
         assert hashing.sha256_bytes(buf) == hashlib.sha256(one).hexdigest()
         buf[0] ^= 1
         assert hashing.sha256_bytes(buf) == hashlib.sha256(bytes(buf)).hexdigest()
-        # Past its limit the memo forgets its oldest entries, and every digest stays right.
-        others = [os.urandom(8192) for _ in range(5)]
-        assert [hashing.sha256_bytes(b) for b in others] == [hashlib.sha256(b).hexdigest() for b in others]
-        assert memo.size <= memo.limit
-        assert id(others[-1]) in memo.digests and id(one) not in memo.digests
+        # Past its limit the memo forgets the oldest strings only it keeps alive, and every digest stays right.
+        held = [os.urandom(8192) for _ in range(5)]  # held here: they cost the memo nothing and stay
+        assert [hashing.sha256_bytes(b) for b in held] == [hashlib.sha256(b).hexdigest() for b in held]
+        assert all(id(b) in memo.digests for b in (one, *held))
+        for _ in range(40):  # held by nothing but the memo once hashed
+            dropped = os.urandom(8192)
+            assert hashing.sha256_bytes(dropped) == hashlib.sha256(dropped).hexdigest()
+        del dropped
+        assert all(id(b) in memo.digests for b in (one, *held))
+        only_memo = [d for d, _ in memo.digests.values() if not any(d is b for b in (one, same, *held))]
+        assert 8192 * len(only_memo) <= max(memo.limit, memo.sweep_at)  # the sweeps forgot the rest
+        assert len(only_memo) < 40
         assert memo.size == sum(len(data) for data, _ in memo.digests.values())
-        assert hashing.sha256_bytes(one) == hashlib.sha256(one).hexdigest()
+        for b in (one, *held):
+            assert hashing.sha256_bytes(b) == hashlib.sha256(b).hexdigest()
         # Short strings are hashed directly, not kept.
         kept = dict(memo.digests)
         assert hashing.sha256_bytes(b"short") == hashlib.sha256(b"short").hexdigest()
