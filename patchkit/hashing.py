@@ -34,6 +34,7 @@ WINDOW = 4 * 1024 * 1024  # bytes mapped at a time, per thread
 BUFFER = 1024 * 1024  # the per-thread read buffer, for files below WINDOW
 BUDGET = 32 * 1024 * 1024  # mapped and buffered bytes over all threads, at most
 SERVING = 8 * 1024 * 1024  # small files a worker takes at once, in bytes: a few ms of work
+SERVING_FILES = 128  # and at most this many of them, however small
 
 Progress = Callable[[int], None]
 P = ParamSpec("P")
@@ -348,7 +349,7 @@ class _Queue(Generic[F]):
             self._ready.notify_all()
 
     def take(self) -> list[F]:
-        """The largest files waiting, up to ``SERVING`` bytes (at least one file); none when it is all done.
+        """The largest files waiting, up to ``SERVING`` bytes or ``SERVING_FILES`` files (at least one); none: done.
 
         Waits for a file while the queue is open. Small files come several
         at a time, so a thread hashes them in a loop of its own instead of
@@ -359,7 +360,7 @@ class _Queue(Generic[F]):
                 self._ready.wait()
             taken: list[F] = []
             load = 0
-            while self._heap and load < SERVING and len(taken) < 128:
+            while self._heap and load < SERVING and len(taken) < SERVING_FILES:
                 minus_size, _, path = heapq.heappop(self._heap)
                 taken.append(path)
                 load -= minus_size
