@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import re
 import warnings
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -296,9 +297,58 @@ def _may_share_block(base: list[bytes], ours: list[_Change], theirs: list[_Chang
     are far from the patch. See ``_Blocks`` for the blocks; two changes that
     the analysis finds in one definition always share a block (the reverse
     need not hold, which only costs a full analysis).
+
+    Blocks never reach across a *segment* boundary (``_segment_starts``), so
+    only the segments both sides touch are scanned line by line: in most
+    merged files there is none, and the file is not scanned at all.
     """
-    blocks = _Blocks(base)
+    starts = _segment_starts(base)
+    shared = _segments(starts, ours, len(base)) & _segments(starts, theirs, len(base))
+    if not shared:
+        return False
+    bounds = [0, *starts, len(base)]
+    blocks = _Blocks(base, bounds[min(shared)], bounds[max(shared) + 1])
     return bool(blocks.of(ours) & blocks.of(theirs))
+
+
+_NOT_TOP = _INSIDE | _CLOSING  # first bytes of lines that are not a statement at column 0
+
+
+def _segment_starts(base: list[bytes]) -> list[int]:
+    """The lines (0-based) that start a new top-level block: ``_Blocks`` starts afresh at each.
+
+    That is a column-0 ``def``, ``class`` or decorator that does not follow a
+    decorator. Nothing before such a line is in the block it starts or in
+    any later one, so the blocks of one segment (the lines from one start to
+    the next) are never those of another. (A dangling decorator at the end
+    of a class body, which ``_Blocks`` would let run on, is a syntax error:
+    the analysis it filters for parses the file, so it never runs there.)
+    """
+    starts = []
+    decorating = False
+    for i in [i for i, line in enumerate(base) if line[:1] not in _NOT_TOP]:
+        line = base[i]
+        opens = line[:1] == b"@" or line.startswith(_DEF_START)
+        if opens and not decorating:
+            starts.append(i)
+        decorating = opens and line[:1] == b"@"
+    return starts
+
+
+def _segments(starts: list[int], changes: list[_Change], size: int) -> set[int]:
+    """The segments (0: before the first start) holding the lines ``_Blocks.of`` looks at for ``changes``."""
+    found: set[int] = set()
+    for c in changes:
+        first, stop = _looked_at(c, 0, size)
+        if first < stop:
+            found.update(range(bisect_right(starts, first), bisect_right(starts, stop - 1) + 1))
+    return found
+
+
+def _looked_at(change: _Change, lo: int, hi: int) -> tuple[int, int]:
+    """The lines ``lo <= i < hi`` whose blocks a change touches: those it replaces, or the two around an insertion."""
+    start, stop = change.base
+    return max(start - 1, lo), min(max(stop, start + 1), hi)
 
 
 class _Blocks:
@@ -322,8 +372,9 @@ class _Blocks:
     two blocks.
     """
 
-    def __init__(self, base: list[bytes]) -> None:
-        # One pass, all in locals: this runs on every line of every merged Python file.
+    def __init__(self, base: list[bytes], lo: int = 0, hi: int | None = None) -> None:
+        # One pass over lines lo..hi (a run of whole segments), all in locals.
+        self.lo = lo
         block: list[int] = []  # each line's block
         klass: list[int | None] = []  # the top-level class block each line lies in, if any
         loose: list[bool] = []  # a comment or blank line inside a class: the class's too
@@ -331,7 +382,7 @@ class _Blocks:
         decorating = False
         in_class: int | None = None
         body = b""  # the class body's indentation, once seen (b"": not yet)
-        for line in base:
+        for line in base[lo:hi]:
             text = line  # the line at the level that opens blocks: column 0, or the class body's
             top = line[:1] not in _INSIDE
             is_loose = False
@@ -358,15 +409,15 @@ class _Blocks:
         self.block, self.klass, self.loose = block, klass, loose
 
     def of(self, changes: list[_Change]) -> set[int]:
-        """The blocks the changes touch: the lines they replace, or the two lines around an insertion."""
+        """The blocks the changes touch in the lines scanned: those they replace, or the two around an insertion."""
         found: set[int] = set()
+        lo = self.lo
         for c in changes:
-            start, stop = c.base
-            inserted = stop == start
-            for i in range(max(start - 1, 0), min(max(stop, start + 1), len(self.block))):
-                found.add(self.block[i])
-                klass = self.klass[i]
-                if klass is not None and (inserted or self.loose[i]):
+            inserted = c.base[1] == c.base[0]
+            for i in range(*_looked_at(c, lo, lo + len(self.block))):
+                found.add(self.block[i - lo])
+                klass = self.klass[i - lo]
+                if klass is not None and (inserted or self.loose[i - lo]):
                     found.add(klass)
         return found
 

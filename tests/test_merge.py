@@ -2,11 +2,13 @@ from __future__ import annotations
 
 import random
 import time
+from typing import Any
 
 import merge3
 import pytest
 
 from patchkit import diffs
+from patchkit.diffs import split_lines
 from patchkit.errors import EXIT_BAD_INPUT, BadInput
 from patchkit.merge import (
     BASE_MARKER,
@@ -707,6 +709,51 @@ def test_the_review_flag_prefilter_never_hides_a_flag(monkeypatch: pytest.Monkey
         assert filtered == unfiltered, (base.decode(), mine.decode(), new.decode())
         flagged += bool(unfiltered)
     assert flagged > 50  # the generated edits do meet in one definition, often enough to test the filter
+
+
+def test_scanning_only_the_segments_both_sides_touch_gives_the_whole_scans_answer() -> None:
+    """The pre-filter scans only the top-level segments both diffs touch; the whole file's scan agrees.
+
+    Modules of decorated functions and classes with statements between them, edited anywhere on
+    both sides (a decorator, a column-0 statement after a function, a class line): the answer of
+    ``_may_share_block`` equals that of ``_Blocks`` over every line, and both answers occur.
+    """
+    from patchkit import merge
+
+    rng = random.Random(11)
+    answers = set()
+    for _ in range(1500):
+        base_lines = _decorated_module(rng)
+        base = b"".join(base_lines)
+        mine = _changes(base, b"".join(_edit_one_line(rng, base_lines, b"p")))
+        new = _changes(base, b"".join(_edit_one_line(rng, base_lines, b"u")))
+        whole = merge._Blocks(split_lines(base))
+        expected = bool(whole.of(mine) & whole.of(new))
+        assert merge._may_share_block(split_lines(base), mine, new) is expected, base.decode()
+        answers.add(expected)
+    assert answers == {True, False}
+
+
+def _changes(base: bytes, new: bytes) -> list[Any]:
+    """The changes of diff(base, new), as the merge finds them."""
+    from patchkit import merge
+
+    return merge._changes(merge._matching_blocks(split_lines(base), split_lines(new)))
+
+
+def test_a_column_0_statement_after_a_function_is_in_the_functions_segment() -> None:
+    base = b"def f(x):\n    return x\n\n\nLIMIT = f(1)\n\n\ndef g():\n    return 2\n"
+    ours = base.replace(b"LIMIT = f(1)\n", b"LIMIT = f(2)\n")
+    theirs = base.replace(b"    return x\n", b"    return x + 1\n")
+    assert [f.definition for f in rebase_file(base, ours, theirs, path="m.py").review_flags] == []
+    from patchkit import merge
+
+    lines = split_lines(base)
+    assert merge._segment_starts(lines) == [0, 7]
+    mine, new = _changes(base, ours), _changes(base, theirs)
+    assert merge._may_share_block(lines, mine, new)  # one segment: scanned, the analysis then decides
+    other = _changes(base, base.replace(b"return 2", b"return 3"))
+    assert not merge._may_share_block(lines, mine, other)  # g is another segment: nothing is scanned
 
 
 def test_a_class_decorator_over_lines_after_another_class_belongs_to_its_class() -> None:
