@@ -25,7 +25,7 @@ from __future__ import annotations
 import ast
 import re
 import warnings
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -270,7 +270,10 @@ def rebase_file(base: bytes, ours: bytes, theirs: bytes, *, path: str = "") -> M
             theirs=their_lines,
             base_len=len(base_lines),
         )
-        if flags and not (_parses(ours) and _parses(theirs)):
+        if flags and not (
+            _edit_parses(defs, len(base_lines), our_lines, our_changes)
+            and _edit_parses(defs, len(base_lines), their_lines, their_changes)
+        ):
             flags = ()
     return MergeResult(
         outcome,
@@ -677,10 +680,16 @@ class _Def:
 
 @dataclass(frozen=True)
 class _Defs:
-    """The definitions of a Python file in source order, and the innermost one owning each line."""
+    """The definitions of a Python file in source order, the innermost one owning each line, its statements.
+
+    ``statements`` are the lines (0-based) where its top-level statements
+    start, decorators included: the places where the file can be cut into
+    pieces that parse on their own (``_edit_parses``).
+    """
 
     defs: list[_Def]
     owner: list[int | None]  # owner[line], 1-based; owner[0] is unused
+    statements: list[int]
 
 
 _LONE_CR = re.compile(rb"\r(?!\n)")
@@ -713,7 +722,76 @@ def _python_defs(source: bytes) -> _Defs | None:
         return None
     defs: list[_Def] = []
     _collect_defs(tree.body, None, "", defs)
-    return _Defs(defs, _owners(defs, source.count(b"\n") + 2))
+    statements = [
+        min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))]) - 1 for node in tree.body
+    ]
+    return _Defs(defs, _owners(defs, source.count(b"\n") + 2), statements)
+
+
+# PEP 263's coding declaration, and the one future import that changes how Python reads a file.
+_CODING = re.compile(rb"^[ \t\f]*#.*?coding[:=]", re.MULTILINE)
+_BARRY = b"barry_as_FLUFL"
+
+
+def _edit_parses(base: _Defs, size: int, side: list[bytes], changes: list[_Change]) -> bool:
+    """Whether ``side``, the base file of ``size`` lines (which parses) with ``changes`` made, parses.
+
+    The base's top-level statements are pieces that parse on their own, one
+    after the other. The side has the same pieces but where the changes
+    are, so only the runs of whole statements that hold a change (and the
+    lines around it) are parsed on their own: each starts, as in the file,
+    at column 0 outside any bracket or string, and ends where the next
+    unchanged statement starts. When every run parses, so does the file.
+    A run that does not, a coding declaration (pieces would be decoded
+    apart from it) or Barry's future import sends the whole file to the
+    parser.
+    """
+    pieces = [side[start:stop] for start, stop in _side_spans(_runs(base.statements, changes, size), changes, size)]
+    whole = b"".join(side)
+    if _BARRY in whole or any(_CODING.search(b"".join(lines[:2])) for lines in (side, *pieces)):
+        return _parses(whole)
+    return all(_parses(b"".join(lines)) for lines in pieces) or _parses(whole)
+
+
+def _runs(statements: list[int], changes: list[_Change], size: int) -> list[tuple[int, int]]:
+    """The base lines ``[start, stop)`` of each run of top-level statements holding a change and its neighbours.
+
+    A run starts at the last statement start at or above the line before
+    the change (the file's start for a change at the top) and stops at the
+    first one below the line after it (the file's end), so every line
+    outside the runs, and the lines on either side of each cut, are the
+    base's own; runs that overlap are one.
+    """
+    cuts = [0, *statements, size]
+    runs: list[tuple[int, int]] = []
+    for c in changes:
+        lo, hi = c.base
+        start = cuts[bisect_right(cuts, max(lo - 1, 0)) - 1]
+        stop = cuts[min(bisect_left(cuts, hi + 1), len(cuts) - 1)]
+        if runs and start < runs[-1][1]:
+            runs[-1] = (runs[-1][0], max(stop, runs[-1][1]))
+        else:
+            runs.append((start, stop))
+    return runs
+
+
+def _side_spans(runs: list[tuple[int, int]], changes: list[_Change], size: int) -> list[tuple[int, int]]:
+    """Each run of base lines as the lines of the side: shifted by what the changes before it added or removed.
+
+    A run that ends the file holds what was added after the base's last line.
+    """
+    spans = []
+    k = shift = 0
+    for start, stop in runs:
+        while k < len(changes) and changes[k].base[0] < start:
+            shift = changes[k].side[1] - changes[k].base[1]
+            k += 1
+        first = start + shift
+        while k < len(changes) and (changes[k].base[0] < stop or stop == size):
+            shift = changes[k].side[1] - changes[k].base[1]
+            k += 1
+        spans.append((first, stop + shift))
+    return spans
 
 
 def _collect_defs(body: list[ast.stmt], parent: int | None, prefix: str, defs: list[_Def]) -> None:

@@ -756,6 +756,101 @@ def test_a_column_0_statement_after_a_function_is_in_the_functions_segment() -> 
     assert not merge._may_share_block(lines, mine, other)  # g is another segment: nothing is scanned
 
 
+#: Lines an edit puts in: most break the syntax somewhere (a bracket or a string left open, an
+#: indentation, a clause with no statement before it, a continuation), some do not.
+_EDIT_LINES = (
+    b"    x = (\n",
+    b"'''\n",
+    b'"""\n',
+    b"else:\n",
+    b"  y = 1\n",
+    b"\tz = 2\n",
+    b"def (\n",
+    b"]\n",
+    b"x = 1 \\\n",
+    b"@dec\n",
+    b"class A:\n",
+    b"    return\n",
+    b"s = '''a\n",
+    b"pass\n",
+    b"\n",
+    b"if x:\n",
+    b"except E:\n",
+    b"patched = 1\n",
+    b"    # patched\n",
+)
+
+
+def _side(rng: random.Random, lines: list[bytes]) -> list[bytes]:
+    """One to three edits: a line from ``_EDIT_LINES`` inserted or put instead of another, or a line deleted."""
+    out = list(lines)
+    for _ in range(rng.randint(1, 3)):
+        i = rng.randrange(len(out) + 1)
+        what = rng.random()
+        if what < 0.5:
+            out.insert(i, rng.choice(_EDIT_LINES))
+        elif what < 0.7 and i < len(out):
+            del out[i]
+        elif i < len(out):
+            out[i] = rng.choice(_EDIT_LINES)
+    return out
+
+
+def _module_with_strings(rng: random.Random) -> bytes:
+    """A generated module with a multi-line string holding code at column 0, an if/else and a try at the top."""
+    lines = _decorated_module(rng)
+    at = rng.choice((2, len(lines)))  # after the import, or at the end
+    lines[at:at] = [b'EXAMPLE = """\n', b"def shown():\n", b"    return 1\n", b'"""\n']
+    lines += [b"if LIMIT:\n", b"    pass\n", b"else:\n", b"    pass\n", b"try:\n", b"    pass\n", b"except E:\n"]
+    return b"".join([*lines, b"    pass\n"])
+
+
+def test_whether_an_edited_file_parses_is_told_from_the_pieces_it_changed() -> None:
+    """Parsing only the runs of top-level statements an edit touches says what parsing the whole file says.
+
+    Generated modules (decorated functions and classes, a multi-line string holding a column-0
+    ``def``, if/else and try/except at the top) edited one to three times, the edits breaking
+    the syntax in every way a piece could hide (an open bracket or string, a clause with nothing
+    before it, an indentation, a continuation), or not.
+    """
+    from patchkit import merge
+
+    rng = random.Random(13)
+    seen = set()
+    for _ in range(800):
+        base = _module_with_strings(rng)
+        defs = merge._python_defs(base)
+        assert defs is not None
+        lines = split_lines(base)
+        side = _side(rng, lines)
+        changes = merge._changes(merge._matching_blocks(lines, side))
+        expected = merge._parses(b"".join(side))
+        assert merge._edit_parses(defs, len(lines), side, changes) is expected, (base, b"".join(side))
+        seen.add(expected)
+    assert seen == {True, False}
+
+
+@pytest.mark.parametrize(
+    ("first", "piece"),
+    [
+        # A coding declaration on a piece's first line would decode it apart from the file (UTF-8 here).
+        (b"x = 1\n", b"# -*- coding: latin-1 -*-\ns = '\xe9'\n"),
+        # Barry's future import makes '<>' an operator for the whole file, not for a piece.
+        (b"from __future__ import barry_as_FLUFL\n", b"y = 1 <> 2\n"),
+    ],
+)
+def test_what_reads_a_file_as_a_whole_sends_it_to_the_parser_whole(first: bytes, piece: bytes) -> None:
+    from patchkit import merge
+
+    base = first + b"\n\ndef f():\n    return 1\n"
+    side = first + b"\n\ndef f():\n    return 1\n" + piece
+    defs = merge._python_defs(base)
+    assert defs is not None
+    lines = split_lines(base)
+    changes = merge._changes(merge._matching_blocks(lines, split_lines(side)))
+    assert merge._edit_parses(defs, len(lines), split_lines(side), changes) is merge._parses(side)
+
+
 def test_a_class_decorator_over_lines_after_another_class_belongs_to_its_class() -> None:
     base = b"class A:\n    x = 1\n\n    def m(self):\n        return 1\n\n\n"
     base += b"@dataclass(\n    frozen=True,\n)\nclass B:\n    y = 2\n\n    def n(self):\n        return 2\n"
