@@ -19,6 +19,11 @@ In one run, this script:
       CI runner does);
   c.  the same again with the base cached (``--no-cache``, a new tag);
 
+* measures each row's CPU time and peak RSS (GNU ``time``, else ``wait4``:
+  ``benchlib.Meter``) and, for the docker rows, the daemon's own peak RSS
+  over the row (its high-water mark reset before it through
+  ``/proc/PID/clear_refs`` and read from ``VmHWM`` after), since the engine,
+  not the client, does docker's work;
 * and reads from the registry's access log what each one sent and fetched:
   blobs uploaded (a ``PUT …/blobs/uploads/…?digest=`` answered 201; their
   sizes from the registry's storage), blobs mounted from the base's
@@ -53,7 +58,7 @@ from typing import Any
 
 # bench/ is sys.path[0] when this runs as a script (isort files these as third-party)
 import bench_image as bi
-from benchlib import Out, fail, find_patchkit, require_tools, run_checked
+from benchlib import Meter, Out, fail, find_patchkit, require_tools, run_checked, run_measured_ok
 
 PROG = "bench_derived"
 BASE_REPOSITORY = "bench/base"
@@ -195,6 +200,20 @@ class Dockerd:
         except OSError:
             return False
 
+    def reset_peak(self) -> None:
+        """Start the daemon's peak RSS afresh (Linux: writing 5 to clear_refs resets VmHWM)."""
+        if self.proc is not None:
+            Path(f"/proc/{self.proc.pid}/clear_refs").write_text("5")
+
+    def peak_kib(self) -> int | None:
+        """The daemon's peak RSS since ``reset_peak``, in KiB."""
+        if self.proc is None:
+            return None
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+        return None
+
     def stop(self) -> None:
         proc, self.proc = self.proc, None
         if proc is not None and proc.poll() is None:
@@ -208,12 +227,6 @@ class Dockerd:
 
 
 # --------------------------------------------------------------------------- run
-
-
-def timed_run(argv: Sequence[str], cwd: Path, env: dict[str, str]) -> tuple[float, bytes]:
-    started = time.perf_counter()
-    done = run_checked(PROG, argv, cwd, env=env)
-    return time.perf_counter() - started, done.stdout
 
 
 def check_derived(host: str, ref: str, base_layers: list[str], env: dict[str, str]) -> str:
@@ -278,7 +291,6 @@ def run(
     patchkit: str,
     env: dict[str, str],
 ) -> int:
-    del dockerd
     host = registry.host
     out.progress(f"registry on {host}; pushing the {args.size_gb:g} GB base with skopeo")
     run_checked(
@@ -297,16 +309,27 @@ def run(
     storage = registry.storage
 
     rows: list[dict[str, Any]] = []
+    meter = Meter.find(workdir / "peak-rss.txt")
 
     def measure(key: str, label: str, steps: list[list[str]], cwd: Path) -> None:
         out.progress(label)
         offset = registry.log_offset()
-        seconds = 0.0
-        for step in steps:
-            s, _ = timed_run(step, cwd, env)
-            seconds += s
+        engine = steps[0][0] == "docker"
+        if engine:
+            dockerd.reset_peak()
+        costs = [run_measured_ok(PROG, step, cwd, env, meter) for step in steps]
         t = traffic(registry, offset, storage)
-        rows.append({"key": key, "label": label, "seconds": seconds, **t.__dict__})
+        rows.append(
+            {
+                "key": key,
+                "label": label,
+                "seconds": sum(c.seconds for c in costs),
+                "cpu": sum(c.cpu for c in costs),
+                "peak_mib": max(c.peak_kib for c in costs) / 1024,
+                "engine_peak_mib": (dockerd.peak_kib() or 0) / 1024 if engine else None,
+                **t.__dict__,
+            }
+        )
 
     pk_ref = f"{host}/bench/derived-patchkit:v1"
     measure("patchkit", "a  patchkit image build --push", [[patchkit, "image", "build", "--push", pk_ref]], root)
@@ -338,6 +361,7 @@ def run(
         "patchkit_layer_bytes": blob_path(storage, pk_layer).stat().st_size,
         "docker_layer_bytes": blob_path(storage, docker_layer).stat().st_size,
         "rows": rows,
+        "peak_rss": meter.method,
     }
     report(out, result)
     if args.json:
@@ -349,11 +373,17 @@ def report(out: Out, r: dict[str, Any]) -> None:
     mb = 1e6
     out.line(f"derived image: {r['files']} files on a {r['base_bytes'] / 1e9:.2f} GB base (compressed layers)")
     out.line(f"  new layer: patchkit {r['patchkit_layer_bytes']} bytes, docker {r['docker_layer_bytes']} bytes")
-    out.line(f"  {'candidate':<58} {'wall s':>8} {'uploaded':>10} {'MB up':>9} {'mounted':>8} {'MB down':>9}")
+    out.line(f"  (CPU: user + system of the client; peak RSS: {r['peak_rss']}; engine: dockerd's VmHWM over the row)")
+    out.line(
+        f"  {'candidate':<58} {'wall s':>8} {'CPU s':>7} {'peak MiB':>9} {'engine MiB':>11}"
+        f" {'uploaded':>9} {'MB up':>9} {'mounted':>8} {'MB down':>9}"
+    )
     for row in r["rows"]:
+        engine = f"{row['engine_peak_mib']:>11.1f}" if row["engine_peak_mib"] is not None else f"{'':>11}"
         out.line(
-            f"  {row['label']:<58} {row['seconds']:>8.2f} {row['uploaded']:>10} {row['uploaded_bytes'] / mb:>9.3f}"
-            f" {row['mounted']:>8} {row['downloaded_bytes'] / mb:>9.1f}"
+            f"  {row['label']:<58} {row['seconds']:>8.2f} {row['cpu']:>7.2f} {row['peak_mib']:>9.1f} {engine}"
+            f" {row['uploaded']:>9} {row['uploaded_bytes'] / mb:>9.3f} {row['mounted']:>8}"
+            f" {row['downloaded_bytes'] / mb:>9.1f}"
         )
     pk = r["rows"][0]
     for other in r["rows"][1:]:

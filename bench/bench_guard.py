@@ -14,8 +14,9 @@ b. ``python3 -c pass``: the interpreter's start alone, the floor of (a);
 c. ``sha256sum -c`` over the same files: the obvious alternative, which checks
    the bytes only (no version, no model).
 
-Reports the median and best wall time of each, and (a) - (b): what the guard
-itself costs.
+Reports the median and best wall time of each, its least CPU time and its peak
+RSS (GNU ``time``, else ``wait4``; see ``benchlib.Meter``), and (a) - (b): what
+the guard itself costs.
 """
 
 from __future__ import annotations
@@ -25,12 +26,11 @@ import hashlib
 import json
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from benchlib import Out, Timing, fail, timed
+from benchlib import Meter, Out, Timing, run_measured_ok
 
 PROG = "bench_guard"
 GUARD = Path(__file__).resolve().parent.parent / "patchkit" / "guard" / "runtime.py"
@@ -98,21 +98,24 @@ def main() -> None:
                 [sha256sum, "-c", "--quiet", "--strict", str(sums)],
             )
         rows = {k: Timing(k, k, label) for k, (label, _) in candidates.items()}
+        meter = Meter.find(Path(tmp) / "peak-rss.txt")
 
-        def run(argv: list[str]) -> None:
-            r = subprocess.run(argv, env=env, capture_output=True, check=False)
-            if r.returncode != 0:
-                fail(PROG, f"{argv[0]} failed ({r.returncode}): {r.stderr.decode(errors='replace').strip()}")
+        def run(argv: list[str]) -> object:
+            return run_measured_ok(PROG, argv, Path(tmp), env, meter)
 
         for _, argv in candidates.values():
             run(argv)  # warm and must pass
         out.progress(f"{args.repeat} rounds of {', '.join(candidates)}")
         for _ in range(args.repeat):
             for key, (_, argv) in candidates.items():
-                rows[key].seconds.append(timed(lambda argv=argv: run(argv)))
+                rows[key].record(lambda argv=argv: run(argv))
     out.line(f"runtime guard start-up, {args.files} files, {args.repeat} rounds, Python {sys.version.split()[0]}")
+    out.line(f"  (CPU: user + system, least of the rounds; peak RSS: {meter.method})")
     for key, row in rows.items():
-        out.line(f"  {key}. {row.label:<32} median {row.median * 1000:7.1f} ms   best {row.best * 1000:7.1f} ms")
+        out.line(
+            f"  {key}. {row.label:<32} median {row.median * 1000:7.1f} ms   best {row.best * 1000:7.1f} ms"
+            f"   CPU {(row.best_cpu or 0) * 1000:6.1f} ms   peak {row.peak_mib or 0:5.1f} MiB"
+        )
     own = rows["a"].median - rows["b"].median
     out.line(f"  the guard's own cost (a - b): {own * 1000:.1f} ms")
     if "c" in rows:

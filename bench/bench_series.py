@@ -13,7 +13,8 @@ conflicts. Then, in each of ``--repeat`` rounds, taking turns:
   once per patch, in order, as a shell loop runs it.
 
 Both must succeed on every patch; the report gives the best and median wall
-times and the ratio b/a.
+times, the least CPU time and the peak RSS of each (the loop's: its largest
+process), and the ratio b/a.
 
     python bench/bench_series.py [--patches 200] [--repeat 3] [--workdir DIR] [--json]
 """
@@ -23,14 +24,12 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import fail, find_patchkit
+from benchlib import Cost, Meter, Timing, fail, find_patchkit, run_measured, run_measured_ok
 
 from patchkit.hashing import sha256_bytes
 
@@ -101,6 +100,16 @@ def build(work: Path, files: int, patches: int) -> tuple[Path, Path, str, str]:
     return up, deploy, old, new
 
 
+def rebase(pk: str, deploy: Path, new: str, env: dict[str, str], meter: Meter, patches: int) -> Cost:
+    """``patchkit rebase --series up --onto NEW``, measured; every patch must merge."""
+    argv = [pk, "-C", str(deploy), "rebase", "--series", "up", "--onto", new]
+    run = run_measured(PROG, argv, deploy, env, meter)
+    said = run.stdout.decode(errors="replace")
+    if run.returncode != 0 or said.count(" clean") + said.count("partially-upstreamed") < patches:
+        fail(PROG, f"patchkit rebase failed: {said[-2000:]} {run.stderr.decode(errors='replace')[-2000:]}")
+    return run.cost
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--patches", type=int, default=200)
@@ -112,49 +121,52 @@ def main() -> None:
     pk = find_patchkit(PROG)
     shutil.rmtree(args.workdir, ignore_errors=True)
     up, deploy, _, new = build(args.workdir, args.files, args.patches)
-    env = {**ENV, "PATCHKIT_CACHE": str(args.workdir / "cache")}
+    env = {**ENV, "PATCHKIT_CACHE": str(args.workdir / "cache"), "PYTHONPYCACHEPREFIX": str(args.workdir / "pycache")}
     subprocess.run([pk, "-C", str(deploy), "lock"], env=env, check=True, capture_output=True)
     pristine = args.workdir / "deploy.orig"
     shutil.copytree(deploy, pristine)
     patches = sorted((pristine / "patches/up").iterdir())
-    times: dict[str, list[float]] = {"a": [], "b": []}
+    meter = Meter.find(args.workdir / "peak-rss.txt")
+    rows = {"a": Timing("a", "a", "patchkit rebase --series"), "b": Timing("b", "b", "git am -3 loop")}
+    loop = 'for p in "$@"; do git am -3 -q "$p" || exit 1; done'
     for _ in range(args.repeat):
         shutil.rmtree(deploy)
         shutil.copytree(pristine, deploy)
-        started = time.perf_counter()
-        argv = [pk, "-C", str(deploy), "rebase", "--series", "up", "--onto", new]
-        run = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
-        times["a"].append(time.perf_counter() - started)
-        if run.returncode != 0 or run.stdout.count(" clean") + run.stdout.count("partially-upstreamed") < args.patches:
-            fail(PROG, f"patchkit rebase failed: {run.stdout[-2000:]} {run.stderr[-2000:]}")
+        rows["a"].record(lambda: rebase(pk, deploy, new, env, meter, args.patches))
         clone = args.workdir / "am"
         shutil.rmtree(clone, ignore_errors=True)
         git(args.workdir, "clone", "-q", str(up), str(clone))
         git(clone, "checkout", "-q", "--detach", new)
-        started = time.perf_counter()
-        for p in patches:
-            r = subprocess.run(
-                ["git", "am", "-3", "-q", str(p)], cwd=clone, env=ENV, capture_output=True, text=True, check=False
-            )
-            if r.returncode != 0:
-                fail(PROG, f"git am -3 {p.name} failed: {r.stderr[-1000:]}")
-        times["b"].append(time.perf_counter() - started)
-    best = {k: min(v) for k, v in times.items()}
+        argv = ["bash", "-c", loop, "loop", *map(str, patches)]
+        rows["b"].record(lambda argv=argv, clone=clone: run_measured_ok(PROG, argv, clone, ENV, meter))
+    a, b = rows["a"], rows["b"]
     result = {
         "patches": args.patches,
         "files": args.files,
         "rounds": args.repeat,
-        "patchkit_rebase_s": {"best": round(best["a"], 3), "median": round(statistics.median(times["a"]), 3)},
-        "git_am_3_loop_s": {"best": round(best["b"], 3), "median": round(statistics.median(times["b"]), 3)},
-        "ratio_git_am_over_patchkit": round(best["b"] / best["a"], 2),
+        "peak_rss": meter.method,
+        **{
+            key: {
+                "best_s": round(row.best, 3),
+                "median_s": round(row.median, 3),
+                "cpu_s": round(row.best_cpu or 0, 3),
+                "peak_mib": round(row.peak_mib or 0, 1),
+            }
+            for key, row in (("patchkit_rebase", a), ("git_am_3_loop", b))
+        },
+        "ratio_git_am_over_patchkit": round(b.best / a.best, 2),
     }
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         print(f"{args.patches} patches over {args.files} modules (+ tests), best of {args.repeat} rounds:")
-        print(f"  a  patchkit rebase --series   {best['a']:.2f} s (median {statistics.median(times['a']):.2f} s)")
-        print(f"  b  git am -3 loop             {best['b']:.2f} s (median {statistics.median(times['b']):.2f} s)")
-        print(f"  b/a = {best['b'] / best['a']:.2f}")
+        print(f"  (CPU: user + system, least of the rounds; peak RSS: {meter.method}, the loop's largest process)")
+        for row in (a, b):
+            print(
+                f"  {row.tag}  {row.label:26s} {row.best:.2f} s (median {row.median:.2f} s)"
+                f"  CPU {row.best_cpu or 0:.2f} s  peak {row.peak_mib or 0:.1f} MiB"
+            )
+        print(f"  b/a = {b.best / a.best:.2f}")
 
 
 if __name__ == "__main__":
