@@ -37,8 +37,11 @@ _IMPORT = re.compile(
     rb"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+import[ \t]*(?:\([^)]*\)|(?:[^\n\\]|\\\n)*)|import[ \t]+(?:[^\n\\]|\\\n)*)",
     re.MULTILINE,
 )
-# A line that may be part of an import statement: one with ``import``, or a name list's continuation.
-_IMPORTISH = re.compile(rb"\bimport\b|^[ \t]*[\w., \t]*\)?[ \t]*(?:#.*)?$")
+# A line that may be part of an import statement: one with ``import``, or a name list's continuation
+# (names, dots, commas and blanks, then perhaps the closing bracket and a comment). Possessive: a
+# line of blanks and words that is not one is refused in one pass, however long.
+_IMPORT_WORD = re.compile(rb"\bimport\b")
+_NAME_LIST = re.compile(rb"[\w., \t]*+(?:\)[ \t]*+)?(?:#.*)?")
 _INDENT = 4
 _FOUR = b" " * _INDENT
 _BLANK = (b"", b" ", b"\t")
@@ -141,16 +144,27 @@ def _bindings(word: bytes, data: bytes) -> int:
     """How many statements may bind ``word``: assignments, ``for`` targets, imports, ``as``, ``def``, name lists.
 
     Generous (a keyword argument counts too) but the same for both files compared; a comprehension's
-    ``for`` binds only inside it and does not count.
+    ``for`` binds only inside it and does not count. Every match lies on one line holding the word,
+    so only those lines are searched: the pattern's keyword alternatives would otherwise be tried
+    at every byte of the file.
     """
     w = re.escape(word)
-    pattern = (
+    pattern = re.compile(
         rb"^[ \t]*(?:async[ \t]+)?for\b[^\n]*?\b" + w + rb"\b[^\n]*?\bin\b"
         rb"|\b" + w + rb"\b[ \t]*(?::=|(?:[-+*/%&|^@]|//|\*\*|>>|<<)?=(?!=)|:(?!=))"
         rb"|\b(?:as|import|def|class|global|nonlocal|del|lambda)\b[^\n=:]*?\b" + w + rb"\b"
-        rb"|^[ \t]*" + w + rb"[ \t]*,?[ \t]*\)?[ \t]*$"
+        rb"|^[ \t]*" + w + rb"[ \t]*,?[ \t]*\)?[ \t]*$",
+        re.MULTILINE,
     )
-    return len(re.findall(pattern, data, re.MULTILINE))
+    count = 0
+    start = data.find(word)
+    while start >= 0:
+        first = data.rfind(b"\n", 0, start) + 1
+        end = data.find(b"\n", start)
+        end = len(data) if end < 0 else end
+        count += len(pattern.findall(data, first, end))
+        start = data.find(word, end + 1)
+    return count
 
 
 def names_at_risk(s: Sides, base: bytes, ours: bytes, theirs: bytes) -> bool:
@@ -167,13 +181,18 @@ def names_at_risk(s: Sides, base: bytes, ours: bytes, theirs: bytes) -> bool:
     return False
 
 
+def _importish(line: bytes) -> bool:
+    """Whether a line (without its end) may be part of an import statement."""
+    return _IMPORT_WORD.search(line) is not None or _NAME_LIST.fullmatch(line) is not None
+
+
 def _statements(data: bytes) -> set[bytes]:
     return {b" ".join(m.group(0).split()) for m in _IMPORT.finditer(data)}
 
 
 def new_imports(s: Sides, merged: bytes, theirs: bytes, packages: set[str]) -> bool:
     """Whether the merge has an import statement of ``packages`` (or a relative one) that theirs has not."""
-    if not any(_IMPORTISH.search(line) for line in s.merged_only if line.strip()):
+    if not any(_importish(line) for line in s.merged_only if line.strip()):
         return False
     wanted = {p.encode() for p in packages}
     for stmt in _statements(merged) - _statements(theirs):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from patchkit.merge import rebase_file
 from patchkit.trust import screen, semantic
 from tests.trust.test_broken import NO_LOGGING, PATCHED, WORKER
@@ -86,3 +88,40 @@ def test_a_new_import_inside_a_parenthesised_list_is_seen() -> None:
     merged = rebase_file(base, ours, theirs, path="w.py").merged
     assert screen.new_imports(sides(base, ours, theirs, merged), merged, theirs, {"vllm"})
     assert not screen.new_imports(sides(base, ours, theirs, merged), merged, theirs, {"torch"})
+
+
+def test_a_long_line_of_blanks_and_words_is_screened_in_one_pass() -> None:
+    """A patched line of thousands of blanks before a call: the import screen must not backtrack over it.
+
+    The name-list pattern had three overlapping runs of blanks, cubic in their length: 0.25 s on
+    300 blanks, about 9 s on the 1,000 here, minutes on 3,000, a rebase that hangs on one odd line
+    of a patch. Its verdicts, import or continuation or neither, stay those of the lines it was
+    written for.
+    """
+    base = b"from vllm.utils import (\n    cdiv,\n)\n\nX = 1\n"
+    ours = base.replace(b"X = 1\n", b"X = 1\n" + b" " * 1_000 + b"x(\n)\n")
+    theirs = base.replace(b"    cdiv,\n", b"    cdiv,\n    round_up,\n")
+    merged = rebase_file(base, ours, theirs, path="w.py").merged
+    started = time.perf_counter()
+    assert not screen.new_imports(sides(base, ours, theirs, merged), merged, theirs, {"vllm"})
+    assert time.perf_counter() - started < 2
+    for line in (b"from a import (", b"import os", b"    cdiv, round_up,", b"    a.b  # note", b"  )  # done", b"\t"):
+        assert screen._importish(line), line
+    for line in (b"    x = f(1)", b"    return f(x)", b"a)b", b"importer = 1", b"    ) + 1"):
+        assert not screen._importish(line), line
+
+
+def test_bindings_are_counted_on_the_lines_that_hold_the_word() -> None:
+    data = (
+        b"import total\n"
+        b"totals = 1\n"  # another name holding the word: not a binding of it
+        b"for total in xs:\n"
+        b"    total += 1\n"
+        b"print(total)\n"
+        b"total: int\n"
+        b"def f(total):\n"
+        b"    total"  # a last line without its newline: a bare name, as in a name list
+    )
+    assert screen._bindings(b"total", data) == 6
+    assert screen._bindings(b"absent", data) == 0
+    assert screen._bindings(b"print", data) == 0
