@@ -9,8 +9,9 @@ patches. The key also covers the merge code itself (the sources of
 patchkit upgrade never reads a result an older merge computed.
 
 The cache is the user's own, trusted as their clone cache is; an entry that
-does not decode, or whose merged bytes do not match the sha256 it recorded,
-reads as missing and the merge runs again.
+does not decode (a pickle naming anything but ``patchkit.merge``'s records
+is refused before it is built), or whose merged bytes do not match the
+sha256 it recorded, reads as missing and the merge runs again.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import dataclasses
 import enum
 import functools
 import hashlib
-import json
+import io
+import pickle
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -30,13 +32,14 @@ import merge3
 from patchkit import diffs, merge
 from patchkit.errors import WriteFailed
 from patchkit.hashing import sha256_bytes
+from patchkit.lockfile.reader import collection_paused
 from patchkit.merge import MergeResult
 from patchkit.repo import atomic_write
 
-VERSION = 2
-# A memo file: this line, the length of its JSON header (8 bytes, big-endian), the header, then
-# every byte string the entries hold, back to back (the header names each by offset and length).
-MAGIC = b"patchkit merge memo 2\n"
+VERSION = 3
+# A memo file: this line, then a pickle of {"entries": {key: (sha256 of the bytes, value)}}, read back
+# by an unpickler that builds patchkit.merge's records and nothing else (``_MergeRecords``).
+MAGIC = b"patchkit merge memo 3\n"
 
 
 @functools.cache
@@ -69,99 +72,74 @@ class MergeMemo:
         name = hashlib.sha256("\n".join(sorted(set(keys))).encode()).hexdigest()
         return self.root / f"{kind}-{name}.memo"
 
-    def _read(self, kind: str, keys: list[str]) -> tuple[dict[str, Any], memoryview] | None:
-        """The entries of exactly these keys and the bytes they refer to, or None."""
+    def _read(self, kind: str, keys: list[str]) -> dict[str, tuple[str, Any]] | None:
+        """The entries of exactly these keys, each (sha256 of its bytes, value), or None."""
         try:
             data = self._path(kind, keys).read_bytes()
         except OSError:
             return None
-        start = len(MAGIC) + 8
-        if not data.startswith(MAGIC) or len(data) < start:
+        if not data.startswith(MAGIC):
             return None
-        end = start + int.from_bytes(data[len(MAGIC) : start], "big")
-        try:
-            entries = json.loads(data[start:end])["entries"]
-        except (ValueError, KeyError, TypeError):
-            return None
+        with collection_paused():
+            try:
+                entries = _MergeRecords(io.BytesIO(memoryview(data)[len(MAGIC) :])).load()["entries"]
+            except Exception:  # noqa: BLE001 - a damaged memo, whatever the error, is a miss
+                return None
         if not isinstance(entries, dict) or sorted(entries) != sorted(set(keys)):
             return None
-        return entries, memoryview(data)[end:]  # a view: the payload is not copied
+        if not all(isinstance(e, tuple) and len(e) == 2 and isinstance(e[0], str) for e in entries.values()):
+            return None
+        return entries
 
-    def _write(self, kind: str, entries: dict[str, Any], payload: bytearray) -> None:
-        header = json.dumps({"entries": entries}, separators=(",", ":")).encode()
-        data = b"".join((MAGIC, len(header).to_bytes(8, "big"), header, payload))
+    def _write(self, kind: str, entries: dict[str, tuple[str, Any]]) -> None:
+        """Keep ``entries``; skipped when a value does not pickle or the cache cannot be written: only slower."""
+        try:
+            data = MAGIC + pickle.dumps({"entries": entries}, pickle.HIGHEST_PROTOCOL)
+        except (pickle.PicklingError, AttributeError, TypeError):
+            return
         with contextlib.suppress(WriteFailed):
             atomic_write(self._path(kind, entries), data, durable=False)
 
     def get(self, keys: list[str]) -> dict[str, MergeResult] | None:
         """The remembered results of exactly these merges, or None."""
-        found = self._read("merges", keys)
-        if found is None:
+        entries = self._read("merges", keys)
+        if entries is None:
             return None
-        entries, payload = found
         out: dict[str, MergeResult] = {}
-        for k, record in entries.items():
-            try:
-                result = _decode(record["result"], payload)
-            except (ValueError, KeyError, TypeError, AttributeError):
-                return None
-            if not isinstance(result, MergeResult) or sha256_bytes(result.merged) != record.get("merged"):
+        for k, (digest, result) in entries.items():
+            if not (isinstance(result, MergeResult) and _is_bytes(result.merged, digest)):
                 return None
             out[k] = result
         return out
 
     def put(self, results: dict[str, MergeResult]) -> None:
-        """Remember ``results``; skipped for a value this encoding does not know, or a cache that cannot be written."""
-        payload = bytearray()
-        try:
-            entries = {k: {"merged": sha256_bytes(r.merged), "result": _encode(r, payload)} for k, r in results.items()}
-        except TypeError:
-            return
-        self._write("merges", entries, payload)
+        """Remember ``results``; what ``get`` could not build again reads as a miss there."""
+        self._write("merges", {k: (sha256_bytes(r.merged), r) for k, r in results.items()})
 
     def get_diffs(self, keys: list[str]) -> dict[str, bytes] | None:
         """Remembered diffs (``canonical_diff`` of the new upstream file and the merged file), or None."""
-        found = self._read("diffs", keys)
-        if found is None:
+        entries = self._read("diffs", keys)
+        if entries is None:
             return None
-        entries, payload = found
         out: dict[str, bytes] = {}
-        for k, record in entries.items():
-            try:
-                diff = _slice(payload, record["diff"])
-            except (ValueError, KeyError, TypeError):
-                return None
-            if sha256_bytes(diff) != record.get("sha256"):
+        for k, (digest, diff) in entries.items():
+            if not _is_bytes(diff, digest):
                 return None
             out[k] = diff
         return out
 
     def put_diffs(self, diffs: dict[str, bytes]) -> None:
-        payload = bytearray()
-        entries = {k: {"sha256": sha256_bytes(d), "diff": _place(d, payload)} for k, d in diffs.items()}
-        self._write("diffs", entries, payload)
+        self._write("diffs", {k: (sha256_bytes(d), d) for k, d in diffs.items()})
 
 
-def _place(data: bytes, payload: bytearray) -> list[int]:
-    """Append ``data`` to the payload; where it lies there: [offset, length]."""
-    where = [len(payload), len(data)]
-    payload += data
-    return where
-
-
-def _slice(payload: bytes | memoryview, where: object) -> bytes:
-    """The bytes at [offset, length] of the payload; ValueError for a place outside it."""
-    if not (isinstance(where, list) and len(where) == 2 and all(type(n) is int and n >= 0 for n in where)):
-        raise ValueError("not a place in the payload")
-    offset, length = where
-    if offset + length > len(payload):
-        raise ValueError("past the end of the payload")
-    return bytes(payload[offset : offset + length])
+def _is_bytes(value: object, digest: str) -> bool:
+    """Whether ``value`` is bytes with the sha256 recorded beside it."""
+    return type(value) is bytes and sha256_bytes(value) == digest
 
 
 @functools.cache
 def _types() -> dict[str, type]:
-    """The classes an entry may name: the dataclasses and enums of ``patchkit.merge``, nothing else."""
+    """The classes an entry may hold: the dataclasses and enums of ``patchkit.merge``, nothing else."""
     return {
         name: value
         for name, value in vars(merge).items()
@@ -171,42 +149,16 @@ def _types() -> dict[str, type]:
     }
 
 
-def _encode(value: Any, payload: bytearray) -> Any:
-    kind: type[object] = type(value)
-    if kind is bytes:
-        return {"@b": _place(value, payload)}
-    if kind is tuple or kind is list:
-        return [_encode(v, payload) for v in value]
-    if value is None or kind in (str, int, float, bool):
-        return value
-    if isinstance(value, enum.Enum):
-        return {"@enum": kind.__name__, "v": value.value}
-    fields = {name: _encode(getattr(value, name), payload) for name in _fields_of(kind)}
-    return {"@": kind.__name__, **fields}
+class _MergeRecords(pickle.Unpickler):
+    """An unpickler that builds ``patchkit.merge``'s records and enums, and refuses every other global.
 
+    A pickle names the classes it builds; any other name (a function, a
+    class of another module) is refused before anything is called, so a
+    damaged or foreign memo is a miss, never code run.
+    """
 
-_FIELDS: dict[type[object], tuple[str, ...]] = {}
-
-
-def _fields_of(kind: type[object]) -> tuple[str, ...]:
-    """The field names of one of ``patchkit.merge``'s dataclasses; TypeError for any other type."""
-    found = _FIELDS.get(kind)
-    if found is None:
-        if not dataclasses.is_dataclass(kind) or kind.__module__ != merge.__name__:
-            raise TypeError(kind.__name__)
-        found = _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(kind))
-    return found
-
-
-def _decode(value: Any, payload: memoryview) -> Any:
-    kind = type(value)
-    if kind is list:
-        return tuple([_decode(v, payload) for v in value])
-    if kind is not dict:
-        return value
-    if "@b" in value:
-        return _slice(payload, value["@b"])
-    types = _types()
-    if "@enum" in value:
-        return types[value["@enum"]](value["v"])
-    return types[value["@"]](**{k: _decode(v, payload) for k, v in value.items() if k != "@"})
+    def find_class(self, module: str, name: str) -> Any:
+        found = _types().get(name) if module == merge.__name__ else None
+        if found is None:
+            raise pickle.UnpicklingError(f"{module}.{name} is not a merge record")
+        return found

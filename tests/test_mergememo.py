@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-import json
+import dataclasses
+import pickle
 from pathlib import Path
+from typing import ClassVar
 
 from patchkit import mergememo
 from patchkit.merge import MergeResult, Outcome, rebase_file
@@ -32,18 +34,25 @@ def test_remembered_merges_are_the_merges(tmp_path: Path) -> None:
     assert memo.get(["k1", "k2"]) is None  # another set of merges
 
 
-def _load(path: Path) -> tuple[dict[str, dict[str, object]], bytes]:
-    """A memo file's JSON header and the payload after it."""
+def _load(path: Path) -> dict[str, tuple[str, object]]:
+    """A memo file's entries: key -> (sha256 of its bytes, value)."""
     data = path.read_bytes()
     assert data.startswith(mergememo.MAGIC)
-    start = len(mergememo.MAGIC) + 8
-    end = start + int.from_bytes(data[len(mergememo.MAGIC) : start], "big")
-    return json.loads(data[start:end]), data[end:]
+    entries: dict[str, tuple[str, object]] = pickle.loads(data[len(mergememo.MAGIC) :])["entries"]  # noqa: S301 - the memo the test just wrote
+    return entries
 
 
-def _store(path: Path, record: object, payload: bytes) -> None:
-    header = json.dumps(record).encode()
-    path.write_bytes(mergememo.MAGIC + len(header).to_bytes(8, "big") + header + payload)
+def _store(path: Path, entries: object) -> None:
+    path.write_bytes(mergememo.MAGIC + pickle.dumps({"entries": entries}))
+
+
+class _Boom:
+    """What a foreign pickle could make the reader call: recorded instead of run."""
+
+    called: ClassVar[list[str]] = []
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (_Boom.called.append, ("ran",))
 
 
 def test_a_damaged_entry_reads_as_missing(tmp_path: Path) -> None:
@@ -51,29 +60,23 @@ def test_a_damaged_entry_reads_as_missing(tmp_path: Path) -> None:
     results = _results()
     memo.put(results)
     (path,) = (tmp_path / "merges").glob("merges-*.memo")
-    record, payload = _load(path)
-    _store(path, record, payload)
+    entries = _load(path)
+    _store(path, entries)
     assert memo.get(list(results)) == results  # the helpers write what the memo reads
-    merged = record["entries"]["k1"]["result"]["merged"]  # type: ignore[index]
-    offset, length = merged["@b"]
-    _store(path, record, payload[:offset] + b"X" + payload[offset + 1 :])  # other bytes than the recorded sha256
+    digest, k1 = entries["k1"]
+    assert isinstance(k1, MergeResult)
+    _store(path, {**entries, "k1": (digest, dataclasses.replace(k1, merged=b"X" + k1.merged[1:]))})
+    assert memo.get(list(results)) is None  # other bytes than the recorded sha256
+    _store(path, {**entries, "k1": (digest, "not a merge")})
     assert memo.get(list(results)) is None
-    merged["@b"] = [len(payload) - 1, 10]  # past the end of the payload
-    _store(path, record, payload)
+    _store(path, {**entries, "k1": (digest, _Boom())})  # a pickle naming a global outside patchkit.merge
     assert memo.get(list(results)) is None
-    merged["@b"] = [offset, -length]
-    _store(path, record, payload)
+    assert _Boom.called == []
+    _store(path, {k: v for k, v in entries.items() if k != "k1"})
     assert memo.get(list(results)) is None
-    merged["@b"] = [offset, length]
-    record["entries"]["k1"]["result"] = {"@": "NotAMergeClass"}
-    _store(path, record, payload)
-    assert memo.get(list(results)) is None
-    del record["entries"]["k1"]
-    _store(path, record, payload)
+    path.write_bytes(mergememo.MAGIC + pickle.dumps({"entries": entries})[:-40])  # cut short
     assert memo.get(list(results)) is None
     path.write_bytes(b"{not a memo")
-    assert memo.get(list(results)) is None
-    path.write_bytes(mergememo.MAGIC + (10**9).to_bytes(8, "big") + b"{")  # a header longer than the file
     assert memo.get(list(results)) is None
 
 
@@ -82,11 +85,11 @@ def test_remembered_diffs_are_checked(tmp_path: Path) -> None:
     memo.put_diffs({"d": b"--- a\n+++ b\n", "e": b""})
     assert memo.get_diffs(["e", "d"]) == {"d": b"--- a\n+++ b\n", "e": b""}
     (path,) = (tmp_path / "merges").glob("diffs-*.memo")
-    record, payload = _load(path)
-    _store(path, record, payload.replace(b"+++ b", b"+++ c"))
+    entries = _load(path)
+    digest, _ = entries["d"]
+    _store(path, {**entries, "d": (digest, b"--- a\n+++ c\n")})
     assert memo.get_diffs(["d", "e"]) is None
-    record["entries"]["d"]["diff"] = "LS0tIGEKKysrIGMK"  # type: ignore[index]  # not a place
-    _store(path, record, payload)
+    _store(path, {**entries, "d": (digest, "--- a\n+++ b\n")})  # text, not bytes
     assert memo.get_diffs(["d", "e"]) is None
 
 
@@ -99,15 +102,15 @@ def test_the_key_covers_every_input_and_the_merge_code() -> None:
     assert len(mergememo.code_version()) == 64
 
 
-def test_a_value_the_encoding_does_not_know_is_not_remembered(tmp_path: Path) -> None:
-    import dataclasses
-
+def test_a_value_the_memo_cannot_build_again_reads_as_a_miss(tmp_path: Path) -> None:
     @dataclasses.dataclass(frozen=True)
     class Foreign:
         x: int
 
     memo = MergeMemo(tmp_path)
     odd = MergeResult(Outcome.CLEAN, b"x\n", conflicts=(Foreign(1),))  # type: ignore[arg-type]
-    memo.put({"k": odd})
+    memo.put({"k": odd})  # a class pickle cannot name: nothing is written
     assert memo.get(["k"]) is None
     assert list(tmp_path.rglob("*.memo")) == []
+    memo.put({"k": MergeResult(Outcome.CLEAN, b"x\n", conflicts=(Path("x"),))})  # type: ignore[arg-type]
+    assert memo.get(["k"]) is None  # written, but a class outside patchkit.merge is refused when read
