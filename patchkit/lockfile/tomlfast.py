@@ -248,15 +248,15 @@ class _Layout:
             if m is None:
                 raise _Unsure
             array, name, lines, blank = m.groups()
-            if array is None and name is None:
-                if pos or (blank and not lines):  # a table without its header, or a blank line first
-                    raise _Unsure
-                table = self.root
+            table = _table_of(lines)
+            if array is not None or name is not None:
+                self.open(self.parts(array or name), array is not None, table)
+                if name is not None and not lines:
+                    self.keyless.add(id(table))
+            elif pos or (blank and not lines):  # a table without its header, or a blank line first
+                raise _Unsure
             else:
-                table = self.open(self.parts(array or name), array is not None)
-            _fill(table, lines)
-            if name is not None and not lines:
-                self.keyless.add(id(table))
+                self.root.update(table)
             if not blank:
                 break
             pos = m.end()
@@ -274,8 +274,8 @@ class _Layout:
             parts = self.names[name] = tuple(bare or quoted for bare, quoted in found)
         return parts
 
-    def open(self, parts: tuple[str, ...], array: bool) -> dict[str, Any]:
-        """The new table of a header: its parents on the open path (or new), itself new or a new array entry."""
+    def open(self, parts: tuple[str, ...], array: bool, fresh: dict[str, Any]) -> None:
+        """``fresh`` as the table of a header: its parents on the open path (or new), itself new or a new entry."""
         *parents, last = parts
         chain = [self.root]
         node = self.root
@@ -290,7 +290,6 @@ class _Layout:
                     raise _Unsure
             chain.append(child)
             node = child
-        fresh: dict[str, Any] = {}
         if array:
             self.entry(node, last, fresh, len(chain))
         else:
@@ -299,7 +298,6 @@ class _Layout:
             self.add(node, last, fresh)
         chain.append(fresh)
         self.path = chain
-        return fresh
 
     def add(self, parent: dict[str, Any], key: str, table: Any) -> Any:
         """``table`` as the new last key of ``parent`` (never of a table whose header the writer would leave out)."""
@@ -320,18 +318,20 @@ class _Layout:
         entries.append(fresh)
 
 
-def _fill(table: dict[str, Any], lines: str) -> None:
-    """The keys of one table's lines (already matched as the writer writes them) into ``table``, which is new."""
+def _table_of(lines: str) -> dict[str, Any]:
+    """The table of one table's lines (already matched as the writer writes them)."""
     pairs = _STRING_LINE.findall(lines)
     if len(pairs) == lines.count("\n"):  # only strings, the most of any lockfile: read in one go
-        table.update(pairs)
+        table = dict(pairs)
         if len(table) != len(pairs):
             raise _Unsure  # a key twice
-        return
+        return table
+    table = {}
     for key, value in _VALUE_LINE.findall(lines):
         if key in table:
             raise _Unsure
         table[key] = _written_value(value)
+    return table
 
 
 def _written_value(text: str) -> Any:
