@@ -21,7 +21,7 @@ def base_of_committed(patch: Patch, patch_bytes: bytes, diff_bytes: bytes) -> by
     files = diffs.parse(diff_bytes)
     if len(files) != 1:
         raise diffs.DiffError(1, f"holds {len(files)} file diffs; a patch's diff covers one file")
-    return diffs.apply(files[0].reversed(), patch_bytes)
+    return diffs.apply(files[0], patch_bytes, reverse=True)
 
 
 @remembered_by_lockfile
@@ -188,7 +188,7 @@ def _reconstruction(state: State, i: int, p: Patch, fd: diffs.FileDiff) -> tuple
         if patch_bytes is None:
             return [], 0
         try:
-            base = diffs.apply(fd.reversed(), patch_bytes)
+            base = diffs.apply(fd, patch_bytes, reverse=True)
         except diffs.ApplyError as e:
             return [
                 Finding(
