@@ -192,7 +192,7 @@ class LockfileMemo:
     def layout(self, data: bytes) -> Layout | None:
         """The document the text ``data`` read as, when this memo parsed it and found the writer's layout.
 
-        ``lockfile.writer.is_canonical`` tells the canonical form from it
+        ``lockfile.writer.writes_layout`` tells the canonical form from it
         without rendering the lockfile; None when the lockfile was not parsed
         (it was remembered) or has another layout.
         """

@@ -31,7 +31,7 @@ def loads(text: str, filename: str = LOCKFILE_NAME) -> Lockfile:
 def read(text: str, filename: str = LOCKFILE_NAME) -> tuple[Lockfile, Layout | None]:
     """``loads``, and the document the text read as when it is laid out as ``writer.dumps`` writes.
 
-    That document (``tomlfast.written``) is what ``writer.is_canonical`` needs
+    That document (``tomlfast.written``) is what ``writer.writes_layout`` needs
     to tell the canonical form without rendering the lockfile again; None
     when the text has another layout (it is then read line by line, or by
     ``tomllib``).
