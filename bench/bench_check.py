@@ -15,7 +15,9 @@ and times, best and median of ``--repeat`` runs taking turns:
       lockfile's canonical form and the rules of the lockfile and
       SHA256SUMS that passed are not redone;
   a0. the same with the memo emptied before each run: a fresh clone's
-      first check, the lockfile parsed and re-rendered, every diff reversed;
+      first check, the lockfile parsed and validated (its canonical form
+      told from that read), every diff reversed on every core, the
+      lockfile remembered;
   b.  the shell loop: ``patch -R --dry-run`` of every diff onto its overlay,
       then ``sha256sum -c`` (it checks less: no lockfile, no base hashes).
 

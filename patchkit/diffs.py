@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from patchkit.values import UpstreamPath
@@ -379,9 +379,13 @@ def _strip_newline(body: list[tuple[bytes, bytes]]) -> None:
         body[-1] = (tag, content[:-1])
 
 
-def apply(diff: FileDiff, old: bytes) -> bytes:
-    """Apply ``diff`` to ``old`` exactly: every hunk at its stated line, no fuzz, no offset."""
-    return _apply(diff, old, shift=False)[0]
+def apply(diff: FileDiff, old: bytes, *, reverse: bool = False) -> bytes:
+    """Apply ``diff`` to ``old`` exactly: every hunk at its stated line, no fuzz, no offset.
+
+    ``reverse`` undoes it (its new side back to its old one): what applying
+    ``diff.reversed()`` does, without building the reversed diff.
+    """
+    return _apply(diff, old, shift=False, reverse=reverse)[0]
 
 
 def apply_shifted(diff: FileDiff, old: bytes) -> tuple[bytes, int]:
@@ -398,13 +402,14 @@ def apply_shifted(diff: FileDiff, old: bytes) -> tuple[bytes, int]:
     return _apply(diff, old, shift=True)
 
 
-def _apply(diff: FileDiff, old: bytes, *, shift: bool) -> tuple[bytes, int]:
+def _apply(diff: FileDiff, old: bytes, *, shift: bool, reverse: bool = False) -> tuple[bytes, int]:
     src = split_lines(old)
     out: list[bytes] = []
     pos = 0  # index in src of the next line not yet copied
     delta = largest = 0
-    for h in diff.hunks:
-        expected = h.old_lines()
+    for hunk in diff.hunks:
+        h = _Sides.of(hunk, reverse)
+        expected = h.old_lines
         # For a pure insertion (old_len 0) the header names the line after which to insert.
         stated = h.old_start if h.old_len == 0 else h.old_start - 1
         start = stated + delta
@@ -441,10 +446,28 @@ def _apply(diff: FileDiff, old: bytes, *, shift: bool) -> tuple[bytes, int]:
                 f"hunk header says the new side starts at line {h.new_start}, but it starts at line "
                 f"{len(out) + (h.new_len != 0)}",
             )
-        out.extend(h.new_lines())
+        out.extend(h.new_lines)
         pos = start + len(expected)
     out.extend(src[pos:])
     return b"".join(out), largest
+
+
+class _Sides(NamedTuple):
+    """A hunk as applied: the side it expects and the side it leaves, swapped when it is undone."""
+
+    old_start: int
+    old_len: int
+    new_start: int
+    new_len: int
+    old_lines: list[bytes]
+    new_lines: list[bytes]
+    line: int
+
+    @classmethod
+    def of(cls, h: Hunk, reverse: bool) -> _Sides:
+        if reverse:
+            return cls(h.new_start, h.new_len, h.old_start, h.old_len, h.new_lines(), h.old_lines(), h.line)
+        return cls(h.old_start, h.old_len, h.new_start, h.new_len, h.old_lines(), h.new_lines(), h.line)
 
 
 def _nearest(src: list[bytes], expected: list[bytes], start: int, floor: int) -> int | None:

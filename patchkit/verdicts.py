@@ -45,6 +45,7 @@ from patchkit.errors import WriteFailed
 
 if TYPE_CHECKING:
     from patchkit.lockfile.model import Lockfile
+    from patchkit.lockfile.tomlfast import Layout
     from patchkit.lockfile.tomlpos import LineIndex
 
 _KEY = 32  # bytes of one key (a sha256)
@@ -164,23 +165,40 @@ class LockfileMemo:
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path
+        self._layout: tuple[bytes, Layout] | None = None
 
     @classmethod
     def for_repository(cls, cache: Path, root: Path) -> LockfileMemo:
         return cls(memo_path(cache, root, "lockfile"))
 
-    def load(self, data: bytes, parse: Callable[[], Lockfile]) -> Lockfile:
-        """The lockfile of ``data``: remembered when the same code parsed the same bytes before, else ``parse()``."""
+    def load(self, data: bytes, parse: Callable[[], tuple[Lockfile, Layout | None]]) -> Lockfile:
+        """The lockfile of ``data``: remembered when the same code parsed the same bytes before, else ``parse()``.
+
+        ``parse`` is ``lockfile.reader.read`` of the text: what it found the
+        text laid out as is kept for ``layout``.
+        """
         from patchkit.lockfile.model import Lockfile
 
-        if self.path is None:
-            return parse()
-        key = _key(b"lockfile", data)
-        lock = _remembered(self.path, key, _Records)
+        key = _key(b"lockfile", data) if self.path is not None else b""
+        lock = _remembered(self.path, key, _Records) if self.path is not None else None
         if not isinstance(lock, Lockfile):
-            lock = parse()
-            _keep(self.path, key, lock)
+            lock, layout = parse()
+            if layout is not None:
+                self._layout = (data, layout)
+            if self.path is not None:
+                _keep(self.path, key, lock)
         return lock
+
+    def layout(self, data: bytes) -> Layout | None:
+        """The document the text ``data`` read as, when this memo parsed it and found the writer's layout.
+
+        ``lockfile.writer.writes_layout`` tells the canonical form from it
+        without rendering the lockfile; None when the lockfile was not parsed
+        (it was remembered) or has another layout.
+        """
+        if self._layout is not None and self._layout[0] == data:
+            return self._layout[1]
+        return None
 
     def line_index(self, data: bytes) -> LineIndex:
         """The lines of the keys of the lockfile ``data`` (what findings point at), remembered beside it.

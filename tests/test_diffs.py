@@ -165,3 +165,30 @@ def test_a_hunk_header_with_lengths_left_out_means_one_line() -> None:
     assert _body_line(b"\n") == (b" ", b"\n")  # a context line whose space an editor stripped
     assert _body_line(b"-x\n") == (b"-", b"x\n")
     assert _body_line(b"\\ No newline at end of file\n") is None
+
+
+def _undone(fd: diffs.FileDiff, target: bytes, *, by_reverse: bool) -> bytes | tuple[int, str]:
+    """``fd`` undone onto ``target``, one way or the other: the bytes, or the error's line and message."""
+    try:
+        return diffs.apply(fd.reversed(), target) if by_reverse else diffs.apply(fd, target, reverse=True)
+    except diffs.ApplyError as e:
+        return e.line, e.message
+
+
+def test_undoing_a_diff_is_applying_its_reverse() -> None:
+    """``apply(reverse=True)`` gives what ``apply`` of ``reversed()`` gives, the same bytes or the same error."""
+    rng = random.Random(18)
+    alphabet = [b"x\n", b"y\r\n", b"\xff\n", b"def f():\n", b"    pass\n", b"\n", b"z"]
+    for _ in range(500):
+        old = b"".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+        new = b"".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+        d = diffs.make(old, new, "a/f", "b/f")
+        if not d:
+            continue
+        (fd,) = diffs.parse(d)
+        # The new side itself, and others the diff may or may not undo onto (a line dropped, or one added).
+        lines = diffs.split_lines(new)
+        at = rng.randrange(len(lines) + 1)
+        for target in (new, b"".join(lines[:at] + lines[at + 1 :]), b"".join([*lines[:at], b"w\n", *lines[at:]])):
+            assert _undone(fd, target, by_reverse=False) == _undone(fd, target, by_reverse=True)
+        assert diffs.apply(fd, new, reverse=True) == old

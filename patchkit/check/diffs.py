@@ -6,8 +6,11 @@
 
 from __future__ import annotations
 
+import functools
+
 from patchkit import diffs
 from patchkit.check.state import State, remembered_by_lockfile
+from patchkit.fanout import map_items
 from patchkit.findings import Finding
 from patchkit.hashing import sha256_bytes
 from patchkit.lockfile.model import Patch, PatchKind
@@ -18,7 +21,7 @@ def base_of_committed(patch: Patch, patch_bytes: bytes, diff_bytes: bytes) -> by
     files = diffs.parse(diff_bytes)
     if len(files) != 1:
         raise diffs.DiffError(1, f"holds {len(files)} file diffs; a patch's diff covers one file")
-    return diffs.apply(files[0].reversed(), patch_bytes)
+    return diffs.apply(files[0], patch_bytes, reverse=True)
 
 
 @remembered_by_lockfile
@@ -49,58 +52,72 @@ def bases(state: State) -> list[Finding]:
 
 
 def patch_diffs(state: State) -> tuple[list[Finding], int]:
-    """Each patch's own diff: it parses, covers one file, names its base, and reproduces the patch."""
+    """Each patch's own diff: it parses, covers one file, names its base, and reproduces the patch.
+
+    The diffs not remembered as passing are verified on every core
+    (``fanout.map_items``) when there are enough of them to pay for the
+    fork: each is a pure function of bytes gathered already, and reversing
+    5,000 diffs is a fifth of a first check's work.
+    """
     out: list[Finding] = []
     verified = 0
+    todo: list[tuple[int, bytes | None]] = []  # the patches to verify, with their verdict key
     for i, p in enumerate(state.lock.patches):
         if p.diff is None:
             continue
-        drel = p.diff.file.path
-        known = _verdict_key(state, p, drel)
+        known = _verdict_key(state, p, p.diff.file.path)
         if state.verdicts.passed(known):
             verified += 1
-            continue
-        data = state.readable(drel)
-        if data is None:
-            continue
-        if not data:
-            found, ok = _identical(state, i, p)
-            out += found
-            verified += ok
-            continue
-        try:
-            files = diffs.parse(data)
-        except diffs.DiffError as e:
-            out += [
-                Finding(
-                    "diff-invalid",
-                    drel,
-                    bad.line,
-                    f"diff of '{p.name}' does not parse: {bad.message}",
-                    f"regenerate it: patchkit diff --write {p.name}",
-                )
-                for bad in every_bad_hunk(data, e)
-            ]
-            continue
-        if len(files) != 1:
-            out.append(
-                Finding(
-                    "diff-invalid",
-                    drel,
-                    files[1].line,
-                    f"diff of '{p.name}' covers {len(files)} files; a patch's diff covers its one base file",
-                    f"split it, then patchkit diff --write {p.name}",
-                )
-            )
-            continue
-        fd = files[0]
-        found = _headers(p, fd, drel)
-        rebuilt, ok = _reconstruction(state, i, p, fd)
-        out += found + rebuilt
+        else:
+            todo.append((i, known))
+    results = map_items(functools.partial(_patch_diff, state), [i for i, _ in todo], min_items=SPREAD_FROM)
+    for (_, known), (found, ok) in zip(todo, results, strict=True):
+        out += found
         verified += ok
-        if ok and not found and not rebuilt:
+        if ok and not found:
             state.verdicts.add(known)
     return out, verified
+
+
+# Diffs to verify before they go to every core: starting the workers and gathering their findings costs
+# about 30 ms, what a second core saves on some 1,300 diffs (about 50 us each on the 2-core development machine).
+SPREAD_FROM = 2000
+
+
+def _patch_diff(state: State, i: int) -> tuple[list[Finding], int]:
+    """The findings of patch ``i``'s diff and whether it was verified (1) or not (0)."""
+    p = state.lock.patches[i]
+    drel = p.diff.file.path if p.diff is not None else ""
+    data = state.readable(drel)
+    if data is None:
+        return [], 0
+    if not data:
+        return _identical(state, i, p)
+    try:
+        files = diffs.parse(data)
+    except diffs.DiffError as e:
+        return [
+            Finding(
+                "diff-invalid",
+                drel,
+                bad.line,
+                f"diff of '{p.name}' does not parse: {bad.message}",
+                f"regenerate it: patchkit diff --write {p.name}",
+            )
+            for bad in every_bad_hunk(data, e)
+        ], 0
+    if len(files) != 1:
+        return [
+            Finding(
+                "diff-invalid",
+                drel,
+                files[1].line,
+                f"diff of '{p.name}' covers {len(files)} files; a patch's diff covers its one base file",
+                f"split it, then patchkit diff --write {p.name}",
+            )
+        ], 0
+    rebuilt, ok = _reconstruction(state, i, p, files[0])
+    return _headers(p, files[0], drel) + rebuilt, ok
 
 
 def _verdict_key(state: State, p: Patch, drel: str) -> bytes | None:
@@ -177,7 +194,7 @@ def _reconstruction(state: State, i: int, p: Patch, fd: diffs.FileDiff) -> tuple
         if patch_bytes is None:
             return [], 0
         try:
-            base = diffs.apply(fd.reversed(), patch_bytes)
+            base = diffs.apply(fd, patch_bytes, reverse=True)
         except diffs.ApplyError as e:
             return [
                 Finding(

@@ -67,14 +67,20 @@ def run_rules(state: State, rules: tuple[Rule | VerifyingRule, ...] = RULES) -> 
     return result
 
 
-def check(repo: Repo, lock: Lockfile, lock_bytes: bytes, store: BlobStore | None = None) -> CheckResult:
-    """Run every offline invariant over ``repo``; writes nothing but its memo in the cache (``patchkit.verdicts``)."""
-    verdicts = lines = None
+def check(
+    repo: Repo, lock: Lockfile, lock_bytes: bytes, store: BlobStore | None = None, memo: LockfileMemo | None = None
+) -> CheckResult:
+    """Run every offline invariant over ``repo``; writes nothing but its memo in the cache (``patchkit.verdicts``).
+
+    ``memo`` is the one that read the lockfile (``Repo.read_lockfile``), if
+    any: it knows the layout the text was read in, and keeps its lines.
+    """
+    verdicts = None
     if store is not None:
         verdicts = Verdicts.for_repository(store.cache, repo.root)
-        lines = LockfileMemo.for_repository(store.cache, repo.root).line_index
+        memo = memo or LockfileMemo.for_repository(store.cache, repo.root)
     with collection_paused():  # thousands of findings-to-be, tuples and byte strings, no cycles
-        state = gather(repo, lock, lock_bytes, store, verdicts, lines)
+        state = gather(repo, lock, lock_bytes, store, verdicts, memo)
         result = run_rules(state)
     state.verdicts.save()
     if lock.model is not None:

@@ -29,10 +29,11 @@ from patchkit.repo import JOURNAL as REPO_JOURNAL
 from patchkit.repo import MANAGED_DIRS, TMP_PREFIX, WORK_DIR, Escape, Repo, gitignored, pending_journal, staging_pid
 from patchkit.series.model import Series, series_pins
 from patchkit.values import RepoPath
-from patchkit.verdicts import Verdicts
+from patchkit.verdicts import LockfileMemo, Verdicts
 
 if TYPE_CHECKING:
     from patchkit.cache import BlobStore
+    from patchkit.lockfile.tomlfast import Layout
     from patchkit.series.apply import Reader
 
 REBASE_STATE = f"{WORK_DIR}/rebase/state.json"
@@ -169,6 +170,8 @@ class State:
     verdicts: Verdicts = field(default_factory=Verdicts)
     # Where the index of the lockfile's lines comes from (``verdicts.LockfileMemo.line_index``); None: scanned.
     line_index: Callable[[bytes], LineIndex] | None = None
+    # The document the lockfile's text read as, in the writer's layout (``lockfile.reader.read``); None: unknown.
+    lock_layout: Layout | None = None
 
     @cached_property
     def lock_sha256(self) -> str:
@@ -457,13 +460,17 @@ def gather(
     lock_bytes: bytes,
     store: BlobStore | None = None,
     verdicts: Verdicts | None = None,
-    line_index: Callable[[bytes], LineIndex] | None = None,
+    memo: LockfileMemo | None = None,
 ) -> State:
-    """Read what every rule needs from ``repo``, once; never writes."""
+    """Read what every rule needs from ``repo``, once; never writes.
+
+    ``memo``, the one that read the lockfile, gives its lines and the layout its text was read in.
+    """
     tree, symlinked = walk_managed(repo)
     state = State(
         verdicts=verdicts if verdicts is not None else Verdicts(),
-        line_index=line_index,
+        line_index=memo.line_index if memo is not None else None,
+        lock_layout=memo.layout(lock_bytes) if memo is not None else None,
         lock=lock,
         lock_bytes=lock_bytes,
         view=RepoView(repo, store),

@@ -199,13 +199,13 @@ def find_repo(ctx: click.Context) -> Any:
 
 
 def open_repo(
-    ctx: click.Context, *, writes: bool = False, locks: bool = False, remembered: bool = False
+    ctx: click.Context, *, writes: bool = False, locks: bool = False, memo: Any = None
 ) -> tuple[Any, Any, bytes]:
     """The repository and its lockfile; a writing command first takes the write lock.
 
     Under the lock it finishes an interrupted write and only then reads the
     lockfile, so its read-modify-write never loses another writer's change.
-    ``remembered``: the lockfile the same bytes parsed to before, from the cache (``verdicts.LockfileMemo``).
+    ``memo`` (``lockfile_memo``): the lockfile the same bytes parsed to before, from the cache.
     """
     repo = find_repo(ctx)
     if writes or locks:
@@ -215,13 +215,15 @@ def open_repo(
 
         if recover(repo.root):
             click.echo("patchkit: finished a write that was interrupted earlier", err=True)
-    memo = None
-    if remembered:
-        from patchkit.verdicts import LockfileMemo
-
-        memo = LockfileMemo.for_repository(cache_path(), repo.root).load
-    lock, data = repo.read_lockfile(memo)
+    lock, data = repo.read_lockfile(memo.load if memo is not None else None)
     return repo, lock, data
+
+
+def lockfile_memo(ctx: click.Context) -> Any:
+    """The cache's memo of what the repository's lockfile bytes parsed to (``verdicts.LockfileMemo``)."""
+    from patchkit.verdicts import LockfileMemo
+
+    return LockfileMemo.for_repository(cache_path(), find_repo(ctx).root)
 
 
 def hold_lock(ctx: click.Context, root: Path) -> None:

@@ -17,6 +17,7 @@ from patchkit.cli.common import (
     cache_path,
     find_repo,
     hold_lock,
+    lockfile_memo,
     open_repo,
     print_changes,
 )
@@ -94,8 +95,9 @@ def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, deep: b
 
     # While a write is journaled, its writer may still be renaming files in:
     # wait for it, so check sees one state, never a mix of two.
-    repo, lock, data = open_repo(ctx, locks=pending_journal(find_repo(ctx).root), remembered=True)
-    result = run_check(repo, lock, data, blob_store())
+    memo = lockfile_memo(ctx)
+    repo, lock, data = open_repo(ctx, locks=pending_journal(find_repo(ctx).root), memo=memo)
+    result = run_check(repo, lock, data, blob_store(), memo)
     if image_bases and not online:
         from patchkit.errors import BadInput
 

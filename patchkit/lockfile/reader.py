@@ -18,21 +18,37 @@ from typing import Any
 from patchkit.errors import LockfileError, Problem
 from patchkit.lockfile import tomlfast
 from patchkit.lockfile.fields import Context
-from patchkit.lockfile.model import GENERATED, LOCKFILE, LOCKFILE_NAME, Artifact, HandDiff, Lockfile, Patch
+from patchkit.lockfile.model import GENERATED, HEADER, LOCKFILE, LOCKFILE_NAME, Artifact, HandDiff, Lockfile, Patch
+from patchkit.lockfile.tomlfast import Layout
 from patchkit.lockfile.tomlpos import FieldPath, FieldReader, render_path
 
 
 def loads(text: str, filename: str = LOCKFILE_NAME) -> Lockfile:
     """Parse and validate lockfile text; raise ``LockfileError`` listing every problem."""
+    return read(text, filename)[0]
+
+
+def read(text: str, filename: str = LOCKFILE_NAME) -> tuple[Lockfile, Layout | None]:
+    """``loads``, and the document the text read as when it is laid out as ``writer.dumps`` writes.
+
+    That document (``tomlfast.written``) is what ``writer.writes_layout`` needs
+    to tell the canonical form without rendering the lockfile again; None
+    when the text has another layout (it is then read line by line, or by
+    ``tomllib``).
+    """
     with collection_paused():
-        raw = tomlfast.loads(text)
+        layout = tomlfast.written(text[len(_FIRST) :]) if text.startswith(_FIRST) else None
+        raw = layout if layout is not None else tomlfast.loads(text)
         if raw is None:
             raw = _toml(text, filename)
         reader = FieldReader(filename, text)
         lock = _read(raw, reader)
     if reader.problems or lock is None:
         raise LockfileError(reader.problems or [Problem(filename, None, None, "cannot be read")])
-    return lock
+    return lock, layout
+
+
+_FIRST = HEADER + "\n"  # what the writer writes before the document
 
 
 @contextlib.contextmanager

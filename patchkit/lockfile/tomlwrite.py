@@ -12,6 +12,7 @@ it. Values other than strings, integers, booleans, arrays and tables raise
 
 from __future__ import annotations
 
+import marshal
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -37,7 +38,7 @@ def _table(table: Mapping[str, Any], name: str, inside_aot: bool, out: list[str]
             literals.append((k, v))
         elif _is_table(v):
             tables.append((k, v, False))
-        elif _is_aot(v) and not all(_fits_inline(t) for t in v):
+        elif _is_aot(v) and not all(fits_inline(t) for t in v):
             tables.extend((k, t, True) for t in v)
         else:
             literals.append((k, v))
@@ -64,7 +65,8 @@ def _is_aot(value: Any) -> bool:
     return isinstance(value, list | tuple) and bool(value) and all(_is_table(v) for v in value)
 
 
-def _fits_inline(table: Mapping[str, Any]) -> bool:
+def fits_inline(table: Mapping[str, Any]) -> bool:
+    """Whether ``table``, an entry of an array of tables, fits on one line; written inline when every entry does."""
     rendered = f"{INDENT}{_inline_table(table)},"
     return len(rendered) <= MAX_LINE_LENGTH and "\n" not in rendered
 
@@ -115,3 +117,18 @@ def _string(s: str) -> str:
 def _escape(m: re.Match[str]) -> str:
     char = m.group()
     return _ESCAPES.get(char) or "\\u" + f"{ord(char):04x}"
+
+
+def same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether ``a`` and ``b`` are one document, which :func:`dumps` then writes alike; told in C.
+
+    ``marshal`` at version 0 (no shared references, no interned strings)
+    writes each built-in value with its exact type (so ``True`` is not
+    ``1``), the keys of each table in their order (which ``==`` ignores and
+    the text shows), and refuses every other type: equal serialisations are
+    the same tree of the same values.
+    """
+    try:
+        return marshal.dumps(a, 0) == marshal.dumps(b, 0)
+    except ValueError:  # a value marshal does not write (not a plain document)
+        return False

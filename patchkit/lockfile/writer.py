@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from patchkit.lockfile import tomlwrite
 from patchkit.lockfile.model import HEADER, LOCKFILE, Lockfile
+from patchkit.lockfile.tomlfast import Layout
 
 
 def dumps(lock: Lockfile) -> str:
@@ -26,3 +27,15 @@ def dumps(lock: Lockfile) -> str:
 
         body = tomli_w.dumps(doc)
     return HEADER + "\n" + body
+
+
+def writes_layout(lock: Lockfile, layout: Layout | None) -> bool:
+    """Whether ``dumps(lock)`` is, byte for byte, the text ``layout`` was read from; told without rendering.
+
+    ``layout`` is the document ``reader.read`` found a text laid out in
+    exactly as this writer writes it: the text is ``HEADER``, a blank line
+    and ``tomlwrite.dumps(layout)``. When the document ``dumps`` writes for
+    ``lock`` is that same document (``tomlwrite.same``), so is its text.
+    False says only "not known so": render and compare.
+    """
+    return layout is not None and tomlwrite.same(LOCKFILE.write(lock), layout)

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
+from patchkit import diffs as diff_code
 from patchkit.check import diffs
+from patchkit.values import UpstreamPath
+from patchkit.verdicts import Verdicts
 
 from .memory import BASE, BASE_PATH, OVERLAY, overlay_repo, sha, state_of
 
@@ -60,3 +67,42 @@ def test_an_overlay_without_a_diff_is_reported() -> None:
     head += '[patches.origin]\nrepository = "example/pkg"\ncommit = "abc1234"\n'
     found = diffs.overlays_have_diffs(state_of(head, files))
     assert [(f.code, f.field) for f in found] == [("no-diff", "patches[fix].name")]
+
+
+def _many(n: int) -> tuple[str, dict[str, bytes]]:
+    """A lockfile of ``n`` overlays with their diffs, every fourth file broken a way of its own."""
+    upstream = '[upstreams.pkg]\ngit = "https://github.com/example/pkg"\ncommit = "' + "a" * 40 + '"\n\n'
+    text = 'schema = 1\n\n[deployment]\nname = "t"\n\n' + upstream
+    files: dict[str, bytes] = {}
+    for i in range(n):
+        base = BASE.replace(b"line 1\n", b"line 1 of %d\n" % i)
+        overlay = base.replace(b"line 10\n", b"line 10 fixed\n")
+        diff = diff_code.canonical_diff(base, overlay, UpstreamPath(BASE_PATH))
+        files[f"patches/m{i}.py"], files[f"upstream/m{i}.diff"] = overlay, diff
+        text += (
+            f'[[patches]]\nname = "p{i}"\nkind = "overlay"\nfile = "patches/m{i}.py"\nsha256 = "{sha(overlay)}"\n'
+            f'target = "/usr/lib/pkg/m{i}.py"\n\n[patches.base]\nupstream = "pkg"\npath = "{BASE_PATH}"\n'
+            f'sha256 = "{sha(base)}"\n\n[patches.diff]\nfile = "upstream/m{i}.diff"\nsha256 = "{sha(diff)}"\n\n'
+        )
+        broken = {1: overlay.replace(b"line 8", b"line eight"), 2: overlay + b"tail\n", 3: b""}.get(i % 4)
+        if broken is not None:
+            files[f"{'upstream' if i % 4 == 3 else 'patches'}/m{i}.{'diff' if i % 4 == 3 else 'py'}"] = broken
+    return text, files
+
+
+def test_diffs_verified_on_every_core_find_what_one_finds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same findings in the same order, the same count and the same passes remembered, spread or not."""
+    text, files = _many(40)
+    runs = []
+    for spread_from in (10**9, 1):
+        monkeypatch.setattr(diffs, "SPREAD_FROM", spread_from)
+        state = state_of(text, files)
+        for rel, data in files.items():  # the bytes as they hashed, broken ones too
+            state.files.sha256[rel] = sha(data)
+        state.verdicts = Verdicts(tmp_path / f"memo-{spread_from}")
+        found, verified = diffs.patch_diffs(state)
+        runs.append(([(f.code, f.file, f.line, f.field, f.message) for f in found], verified, state.verdicts._now))
+    assert runs[0] == runs[1]
+    codes = [code for code, *_ in runs[0][0]]
+    # Stale (a line in the hunk edited), a base that is not the pinned one (a line added, an empty diff), verified.
+    assert (codes.count("diff-stale"), codes.count("base-mismatch"), runs[0][1]) == (10, 20, 10)

@@ -19,7 +19,8 @@ from patchkit.check import diffs, hand_diffs, pins
 from patchkit.check.state import State
 from patchkit.errors import LockfileError
 from patchkit.lockfile.model import Lockfile
-from patchkit.lockfile.reader import loads
+from patchkit.lockfile.reader import loads, read
+from patchkit.lockfile.tomlfast import Layout
 from patchkit.lockfile.writer import dumps
 from patchkit.verdicts import Verdicts
 
@@ -165,11 +166,11 @@ def lockfile_memo(tmp_path: Path) -> verdicts.LockfileMemo:
     return verdicts.LockfileMemo(tmp_path / "verdicts" / "lockfile-repo")
 
 
-def parsed(text: str) -> Callable[[], Lockfile]:
-    return lambda: loads(text)
+def parsed(text: str) -> Callable[[], tuple[Lockfile, Layout | None]]:
+    return lambda: read(text)
 
 
-def never() -> Lockfile:
+def never() -> tuple[Lockfile, Layout | None]:
     pytest.fail("the lockfile was parsed again")
 
 
@@ -191,9 +192,9 @@ def test_other_bytes_code_or_interpreter_parse_again(tmp_path: Path, monkeypatch
     assert lockfile_memo(tmp_path).load(edited.encode(), never) == got
     calls: list[str] = []
     monkeypatch.setattr(verdicts, "code_version", lambda: b"other code")
-    lockfile_memo(tmp_path).load(edited.encode(), lambda: calls.append("parsed") or loads(edited))
+    lockfile_memo(tmp_path).load(edited.encode(), lambda: calls.append("parsed") or read(edited))
     monkeypatch.setattr(verdicts.sys, "version", "another interpreter")
-    lockfile_memo(tmp_path).load(edited.encode(), lambda: calls.append("parsed") or loads(edited))
+    lockfile_memo(tmp_path).load(edited.encode(), lambda: calls.append("parsed") or read(edited))
     assert calls == ["parsed", "parsed"]
 
 
@@ -233,7 +234,7 @@ def test_a_damaged_or_foreign_memo_is_a_miss_and_runs_nothing(tmp_path: Path, ki
     }[kind]
     memo.path.write_bytes(key + forged)
     calls: list[str] = []
-    got = lockfile_memo(tmp_path).load(text.encode(), lambda: calls.append("parsed") or loads(text))
+    got = lockfile_memo(tmp_path).load(text.encode(), lambda: calls.append("parsed") or read(text))
     assert (got, calls, marker.exists()) == (loads(text), ["parsed"], False)
     assert memo.path.read_bytes() == held  # the next run reads it again
 
