@@ -17,8 +17,6 @@ sha256 it recorded, reads as missing and the merge runs again.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import enum
 import functools
 import hashlib
 import io
@@ -35,10 +33,11 @@ from patchkit.hashing import sha256_bytes
 from patchkit.lockfile.reader import collection_paused
 from patchkit.merge import MergeResult
 from patchkit.repo import atomic_write
+from patchkit.verdicts import Records
 
 VERSION = 3
 # A memo file: this line, then a pickle of {"entries": {key: (sha256 of the bytes, value)}}, read back
-# by an unpickler that builds patchkit.merge's records and nothing else (``_MergeRecords``).
+# by an unpickler that builds patchkit.merge's records and nothing else (``verdicts.Records``).
 MAGIC = b"patchkit merge memo 3\n"
 
 
@@ -137,28 +136,7 @@ def _is_bytes(value: object, digest: str) -> bool:
     return type(value) is bytes and sha256_bytes(value) == digest
 
 
-@functools.cache
-def _types() -> dict[str, type]:
-    """The classes an entry may hold: the dataclasses and enums of ``patchkit.merge``, nothing else."""
-    return {
-        name: value
-        for name, value in vars(merge).items()
-        if isinstance(value, type)
-        and (dataclasses.is_dataclass(value) or issubclass(value, enum.Enum))
-        and value.__module__ == merge.__name__
-    }
+class _MergeRecords(Records):
+    """``patchkit.merge``'s records and enums: what make up a ``MergeResult``."""
 
-
-class _MergeRecords(pickle.Unpickler):
-    """An unpickler that builds ``patchkit.merge``'s records and enums, and refuses every other global.
-
-    A pickle names the classes it builds; any other name (a function, a
-    class of another module) is refused before anything is called, so a
-    damaged or foreign memo is a miss, never code run.
-    """
-
-    def find_class(self, module: str, name: str) -> Any:
-        found = _types().get(name) if module == merge.__name__ else None
-        if found is None:
-            raise pickle.UnpicklingError(f"{module}.{name} is not a merge record")
-        return found
+    modules = (merge.__name__,)

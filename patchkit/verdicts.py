@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import is_dataclass
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from patchkit.errors import WriteFailed
 
@@ -127,23 +127,29 @@ def _read(path: Path) -> frozenset[bytes]:
 
 # --------------------------------------------------------------------------- the typed lockfile
 
-# The modules whose records and values make up a ``Lockfile``: the only classes the memo may build.
-_RECORD_MODULES = ("patchkit.lockfile.model", "patchkit.values", "patchkit.series.model")
 
+class Records(pickle.Unpickler):
+    """An unpickler that builds the frozen records and enums of ``modules``, and refuses every other global.
 
-class _Records(pickle.Unpickler):
-    """An unpickler that builds the lockfile's frozen records, values and enums, and refuses every other global.
-
-    A pickle names the classes it builds; a name outside the lockfile's
-    modules (a function, another class) is refused before anything is
-    called, so a damaged or foreign memo is a miss, never code run.
+    A pickle names the classes it builds; a name outside those modules (a
+    function, another class, a class merely imported into one of them) is
+    refused before anything is called, so a damaged or foreign memo is a
+    miss, never code run. A memo of its own subclasses it with its modules.
     """
 
+    modules: ClassVar[tuple[str, ...]] = ()
+
     def find_class(self, module: str, name: str) -> Any:
-        found = getattr(sys.modules[module], name, None) if module in _RECORD_MODULES else None
-        if isinstance(found, type) and (is_dataclass(found) or issubclass(found, Enum)):
+        found = getattr(sys.modules.get(module), name, None) if module in self.modules else None
+        if isinstance(found, type) and found.__module__ == module and (is_dataclass(found) or issubclass(found, Enum)):
             return found
-        raise pickle.UnpicklingError(f"{module}.{name} is not a lockfile record")
+        raise pickle.UnpicklingError(f"{module}.{name} is not a record this memo keeps")
+
+
+class _Records(Records):
+    """The lockfile's records, values and enums: what make up a ``Lockfile``."""
+
+    modules = ("patchkit.lockfile.model", "patchkit.values", "patchkit.series.model")
 
 
 class _Plain(pickle.Unpickler):
