@@ -299,7 +299,7 @@ class RegistryClient:
         what = f"blob {desc.digest} of {ref.name}"
         if desc.size > limit:
             raise RegistryError(f"{what} is {desc.size} bytes, over the {limit >> 20} MiB limit")
-        resp = self._request("GET", ref, f"blobs/{desc.digest}", what=what, blob=True)
+        resp = self._request("GET", ref, f"blobs/{desc.digest}", what=what, blob=self._blob_allowance)
         body = self._read_blob(resp, desc.size, what)
         got = digest_of(body)
         if got != desc.digest or len(body) != desc.size:
@@ -382,7 +382,7 @@ class RegistryClient:
         if self.mount_blob(ref, desc.digest, source):
             return "mounted"
         what = f"blob {desc.digest} of {source.name}"
-        resp = self._request("GET", source, f"blobs/{desc.digest}", what=what, blob=True)
+        resp = self._request("GET", source, f"blobs/{desc.digest}", what=what, blob=self._blob_allowance)
         try:
             chunks = verified_chunks(resp, desc, chunk_size, what, lambda n: self._http.received(resp, n))
             self._push_chunks(ref, desc.digest, chunks)
@@ -553,10 +553,13 @@ class RegistryClient:
         if desc.media_type not in GZIP_LAYERS and desc.media_type not in TAR_LAYERS:
             raise RegistryError(f"{what} has media type {desc.media_type!r}, which is not a layer patchkit can read")
         # A body that breaks off after its headers arrived is past urllib3's Retry (it has handed the answer
-        # over): the layer is fetched again here, each time under a deadline of its own.
+        # over): the layer is fetched again here, each time under a deadline of its own, whose cap is what
+        # is left of the first one's (a retry still gets the first deadline, the retries are few).
         attempt = 0
+        ends = time.monotonic() + self._blob_allowance.cap
         while True:
-            resp = self._request("GET", ref, f"blobs/{desc.digest}", what=what, blob=True)
+            allowance = Allowance(self._blob_allowance.rate, ends - time.monotonic())
+            resp = self._request("GET", ref, f"blobs/{desc.digest}", what=what, blob=allowance)
             try:
                 return self._scan_stream(resp, layer, wanted, ancestors, what)
             except Interrupted as e:
@@ -717,22 +720,21 @@ class RegistryClient:
         headers: dict[str, str],
         what: str,
         auth: tuple[str, str] | None = None,
-        blob: bool = False,
+        blob: Allowance | None = None,
         data: bytes | None = None,
     ) -> tuple[requests.Response, int]:
         """One request, retried by the bounded-HTTP helper (connect errors; 5xx and timeouts of GET and HEAD).
 
         Every attempt and the body read after it share one total deadline;
-        a ``blob``'s grows with the bytes that arrive, up to its cap (the
-        reader reports them). Returns the last response and how many times
-        the request was sent.
+        a ``blob``'s grows with the bytes that arrive by that allowance, up
+        to its cap (the reader reports them). Returns the last response and
+        how many times the request was sent.
         """
-        allowance = self._blob_allowance if blob else None
         try:
-            return self._http.request(method, url, headers=headers, auth=auth, data=data, allowance=allowance)
+            return self._http.request(method, url, headers=headers, auth=auth, data=data, allowance=blob)
         except HttpError as e:
             if e.late is not None:
-                raise _late(what, e.late, allowance) from e
+                raise _late(what, e.late, self._blob_allowance if blob else None) from e
             tries = f" (tried {e.attempts} times)" if e.attempts > 1 else ""
             hint = network_hint(e.cause, url, service="the registry", plain_http="--insecure-registry")
             raise RegistryError(f"{what}: {e.reason}{tries}", hint) from e
@@ -745,7 +747,7 @@ class RegistryClient:
         *,
         what: str,
         accept: str | None = None,
-        blob: bool = False,
+        blob: Allowance | None = None,
         data: bytes | None = None,
         headers: Mapping[str, str] | None = None,
         push: bool = False,
@@ -757,8 +759,8 @@ class RegistryClient:
         ``push`` asks for a token that may also write (and, with
         ``mount_from``, read that repository, so a blob can be mounted from
         it); ``url`` (an upload location the registry gave) replaces
-        ``path``; ``data`` is the body; ``blob``: the answer is a blob (its
-        deadline grows as it arrives).
+        ``path``; ``data`` is the body; ``blob``: the answer is a blob, whose
+        deadline grows as it arrives by this allowance.
 
         Credentials are sent only when ``url`` is on the registry's own
         origin, and a 401's challenge is taken only from that origin: an

@@ -261,6 +261,22 @@ def test_a_huge_declared_layer_that_streams_fast_ends_at_the_cap(fakes: Callable
     assert "not complete within 3 s" in caught.value.message and "3 s at most" in caught.value.message
 
 
+def test_a_layer_that_breaks_off_and_is_fetched_again_stays_within_the_cap(
+    fakes: Callable[[str], Fake], tmp_path: Path
+) -> None:
+    registry = fakes("127.0.0.1")
+    # Fast for 2.5 s, then the connection drops: each try would get a cap of its own, four tries 10 s.
+    ref = huge_layer_image(registry, streaming(0.01, b"\0" * (64 << 10), stop_after=2.5))
+    client = client_for(tmp_path, deadline=1, max_blob_seconds=3, retries=3)
+    started = time.monotonic()
+    with pytest.raises(RegistryError) as caught:
+        client.read_files(ref, ["/etc/os-release"])
+    elapsed = time.monotonic() - started
+    # The second try has what is left of the cap, and at least the first deadline (1 s).
+    assert elapsed < 5, f"took {elapsed:.1f} s"
+    assert "not complete within" in caught.value.message, caught.value.message
+
+
 def test_image_cat_of_a_dripping_huge_layer_exits_3_naming_the_blob(
     fakes: Callable[[str], Fake], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, invoke: Invoke
 ) -> None:
