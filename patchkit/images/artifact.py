@@ -248,18 +248,28 @@ def pull(
             f"{ref}: pull takes REF@sha256:<digest>", "a tag can move; give the digest patchkit push printed"
         )
     allowed = signing.load_signers(allowed_signers)
+    out = out.resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".patchkit-pull-", dir=out.parent))
     try:
-        files = _fetch(client, ref, ref.digest)
+        files = _fetch(client, ref, ref.digest, staging)
         referrers = _Referrers(client, ref, ref.digest)
-        return _verify_and_write(files, referrers, out, allowed, identity, now)
+        return _verify_and_write(staging, files, referrers, out, allowed, identity, now)
     except RegistryError as e:
         if e.status is None and "refusing it" in e.message:
             raise Refused(f"{ref}: {e.message}", "nothing was written; the registry serves corrupt content") from e
         raise
+    finally:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(staging)
 
 
-def _fetch(client: RegistryClient, ref: ImageRef, digest: Digest) -> dict[str, bytes]:
-    """The artifact's files by name (bundle, SHA256SUMS), each read no further than its descriptor's size."""
+def _fetch(client: RegistryClient, ref: ImageRef, digest: Digest, staging: Path) -> tuple[str, ...]:
+    """The artifact's files (bundle, SHA256SUMS) written into ``staging``; their names.
+
+    Each is read no further than its descriptor's size and verified by its
+    digest; the bundle streams to disk (it may be large), never held whole.
+    """
     what = f"{ref.name}@{digest}"
     doc = _manifest_doc(client, ref, digest, what)
     if doc.get("artifactType") != BUNDLE_ARTIFACT:
@@ -267,13 +277,13 @@ def _fetch(client: RegistryClient, ref: ImageRef, digest: Digest) -> dict[str, b
     bundle_desc, bundle_title = _layer(doc, BUNDLE_LAYER, what)
     name = _safe_name(bundle_title, what, (".tar.gz", ".tgz"))
     sums_desc, _ = _layer(doc, SUMS_LAYER, what)
-    files = {
-        name: client.blob(ref, bundle_desc, limit=MAX_BUNDLE_BYTES),
-        "SHA256SUMS": client.blob(ref, sums_desc, limit=MAX_SMALL_BYTES),
-    }
-    if sums_of(files[name]) != files["SHA256SUMS"]:
+    with (staging / name).open("xb") as f:
+        client.blob_into(ref, bundle_desc, f, limit=MAX_BUNDLE_BYTES)
+    sums = client.blob(ref, sums_desc, limit=MAX_SMALL_BYTES)
+    if sums_of((staging / name).read_bytes()) != sums:
         raise Refused(f"{what}: its SHA256SUMS layer is not the bundle's own SHA256SUMS; refusing it")
-    return files
+    (staging / "SHA256SUMS").write_bytes(sums)
+    return name, "SHA256SUMS"
 
 
 @dataclass(frozen=True)
@@ -359,14 +369,15 @@ class _Referrers:
 
 
 def _verify_and_write(
-    files: dict[str, bytes],
+    staging: Path,
+    files: tuple[str, ...],
     referrers: _Referrers,
     out: Path,
     allowed: Any,
     identity: str | None,
     now: datetime | None,
 ) -> Pulled:
-    """Stage the files beside ``out``, verify the bundle there, and move them in only if everything holds.
+    """Verify the bundle staged beside ``out`` with its referrers there, and move the files in only if all holds.
 
     Several signatures (or attestations) may be attached, by anyone who may
     push: the first, in digest order, that verifies with its companions is
@@ -375,30 +386,21 @@ def _verify_and_write(
     """
     from patchkit.signing.signatures import Outcome
 
-    out = out.resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".patchkit-pull-", dir=out.parent))
-    try:
-        for rel, data in files.items():
-            (staging / rel).write_bytes(data)
-        bundle = next(staging / rel for rel in files if rel.endswith((".tar.gz", ".tgz")))
-        attestations: list[_Referrer | None] = [*referrers.of(".intoto.jsonl")] or [None]
-        first: FileResult | None = None
-        for sig in referrers.of(".sig"):
-            signature = referrers.data(sig)
-            for att in attestations:
-                chosen = {bundle.name + ".sig": signature}
-                if att is not None:
-                    chosen[bundle.name + ".intoto.jsonl"] = referrers.data(att)
-                result = _try(staging, bundle, chosen, allowed, identity, now)
-                if result.outcome is Outcome.VERIFIED:
-                    return _move_in(staging, out, {**files, **chosen}, result)
-                first = first or result
-        problems = "; ".join(first.problems) if first is not None else "no signature"
-        raise Refused(f"{bundle.name}: {problems}{referrers.beyond()}", "nothing was written")
-    finally:
-        with contextlib.suppress(OSError):
-            shutil.rmtree(staging)
+    bundle = next(staging / rel for rel in files if rel.endswith((".tar.gz", ".tgz")))
+    attestations: list[_Referrer | None] = [*referrers.of(".intoto.jsonl")] or [None]
+    first: FileResult | None = None
+    for sig in referrers.of(".sig"):
+        signature = referrers.data(sig)
+        for att in attestations:
+            chosen = {bundle.name + ".sig": signature}
+            if att is not None:
+                chosen[bundle.name + ".intoto.jsonl"] = referrers.data(att)
+            result = _try(staging, bundle, chosen, allowed, identity, now)
+            if result.outcome is Outcome.VERIFIED:
+                return _move_in(staging, out, (*files, *chosen), result)
+            first = first or result
+    problems = "; ".join(first.problems) if first is not None else "no signature"
+    raise Refused(f"{bundle.name}: {problems}{referrers.beyond()}", "nothing was written")
 
 
 def _try(
@@ -413,7 +415,7 @@ def _try(
     return result
 
 
-def _move_in(staging: Path, out: Path, written: dict[str, bytes], result: FileResult) -> Pulled:
+def _move_in(staging: Path, out: Path, written: tuple[str, ...], result: FileResult) -> Pulled:
     """Move the verified files from ``staging`` into ``out``."""
     out.mkdir(exist_ok=True)
     for rel in written:

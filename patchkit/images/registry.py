@@ -309,6 +309,33 @@ class RegistryClient:
             )
         return body
 
+    def blob_into(self, ref: ImageRef, desc: Descriptor, dest: IO[bytes], limit: int) -> None:
+        """Write blob ``desc`` to ``dest`` as it streams; refused unless it hashes to its descriptor.
+
+        For a blob too large to hold in memory (a bundle): one chunk is held
+        at a time, never more than the descriptor's size is read, and that
+        size must be within ``limit``. ``dest`` holds unverified bytes until
+        this returns.
+        """
+        what = f"blob {desc.digest} of {ref.name}"
+        if desc.size > limit:
+            raise RegistryError(f"{what} is {desc.size} bytes, over the {limit >> 20} MiB limit")
+        resp = self._request("GET", ref, f"blobs/{desc.digest}", what=what, blob=self._blob_allowance)
+        reader = BlobReader(resp.raw, desc.size, what, progress=lambda n: self._http.received(resp, n))
+        try:
+            while chunk := reader.read(CHUNK):
+                dest.write(chunk)
+        except Interrupted as e:
+            self._raise_if_late(resp, what, blob=True)
+            raise RegistryError(f"{what}: {e}") from e
+        finally:
+            resp.close()
+        if reader.hash.hexdigest() != desc.digest.hex:
+            raise RegistryError(
+                f"{what}: the content hashes to sha256:{reader.hash.hexdigest()}, not to its descriptor; refusing it",
+                "the registry or something between it and you corrupted the blob; try again or report it",
+            )
+
     # -- writing ----------------------------------------------------------------------------------
 
     def has_blob(self, ref: ImageRef, digest: Digest) -> bool:
