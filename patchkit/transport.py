@@ -9,7 +9,16 @@ The registry client (patchkit.images.registry) and the GitHub adapter
   one byte every two seconds never lets a read time out. So every
   connection hands its socket to the deadline of the request using it, and
   when the deadline passes a watchdog shuts those sockets down, which ends
-  any blocked read at once.
+  any blocked read at once. A large body may earn more time (an
+  ``Allowance``): each byte that arrives moves the deadline later, at a
+  minimum rate, never past a cap. The time is earned by what arrives, never
+  by what the server says it will send, so a server that declares a huge
+  body and drips it ends at the first deadline, and one that streams
+  forever ends at the cap.
+- **Redirects** are followed by ``Http`` itself (a few, within the same
+  deadline), and a hop to another origin (scheme, host and port) carries no
+  ``Authorization`` and no ``auth``: credentials go only to the host they
+  were given for.
 - **Retries** by urllib3's ``Retry``, mounted on the session's adapters:
   a connection that could not be made is tried again whatever the method
   (the server never saw the request); a timeout, a dropped connection before
@@ -36,7 +45,7 @@ import weakref
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 import requests
 import urllib3
@@ -52,6 +61,11 @@ if TYPE_CHECKING:
 RETRY_STATUSES = frozenset(range(500, 600))
 #: Methods sent again after the server may have seen them (a timeout, a dropped answer, a 5xx).
 IDEMPOTENT = frozenset({"GET", "HEAD"})
+#: Answers whose ``Location`` ``Http`` follows (itself, so that it decides what each hop carries).
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
+#: Redirects followed per request; one more is an error.
+MAX_REDIRECTS = 10
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 @dataclass(frozen=True)
@@ -76,6 +90,22 @@ class Bounds:
     wait_on_429: bool = True
 
 
+@dataclass(frozen=True)
+class Allowance:
+    """More time for a long body, earned by the bytes that arrive.
+
+    Every ``rate`` bytes received move the request's deadline one second
+    later, never past ``cap`` seconds after the request began. A body that
+    arrives at ``rate`` or faster never meets the deadline until the cap; a
+    slower one meets it once the time spent exceeds the first deadline plus
+    what its bytes earned (an average-throughput rule), whatever size the
+    server declared.
+    """
+
+    rate: float
+    cap: float
+
+
 class HttpError(Exception):
     """A request that failed: ``reason`` in words, how many times it was sent, and whether the deadline ended it.
 
@@ -94,22 +124,40 @@ class HttpError(Exception):
         self.late = late
 
 
+class TooLong(HttpError):
+    """A body longer than the caller's limit (its ``Content-Length`` said so, or the count while reading)."""
+
+
 # --- the total deadline ----------------------------------------------------------------------------
 
 
 class Deadline:
-    """The total time one request may take (connect, headers and body, retries included)."""
+    """The total time one request may take (connect, headers and body, retries included).
 
-    def __init__(self, seconds: float) -> None:
+    ``seconds`` is the time allowed so far: ``base``, plus what the bytes
+    received earned under ``allowance`` (see ``credit``). The watchdog
+    fires at the deadline as it was when armed, and arms itself again if
+    bytes moved it later since.
+    """
+
+    def __init__(self, seconds: float, allowance: Allowance | None = None) -> None:
+        self.base = seconds
         self.seconds = seconds
-        self.at = time.monotonic() + seconds
+        self.allowance = allowance
+        self.received = 0
+        self.started = time.monotonic()
+        self.at = self.started + seconds
         self.expired = False
         self._ended: float | None = None
         self._sockets: weakref.WeakSet[socket.socket] = weakref.WeakSet()
         self._lock = threading.Lock()
-        self._timer = threading.Timer(seconds, self._fire)
-        self._timer.daemon = True
-        self._timer.start()
+        self._timer = self._arm(seconds)
+
+    def _arm(self, seconds: float) -> threading.Timer:
+        timer = threading.Timer(seconds, self._fire)
+        timer.daemon = True
+        timer.start()
+        return timer
 
     def left(self) -> float:
         """Seconds until the deadline (negative once past)."""
@@ -123,6 +171,16 @@ class Deadline:
     def remaining(self) -> float:
         """Seconds left, at least a little (a timeout of 0 would mean 'no timeout' to some callers)."""
         return max(0.05, self.left())
+
+    def credit(self, nbytes: int) -> None:
+        """``nbytes`` more of the body arrived: with an allowance, the deadline moves later by what they earn."""
+        with self._lock:
+            self.received += nbytes
+            if self.allowance is None or self.expired:
+                return
+            cap = max(self.base, self.allowance.cap)
+            self.seconds = min(self.base + self.received / self.allowance.rate, cap)
+            self.at = self.started + self.seconds
 
     def watch(self, sock: socket.socket | None) -> None:
         """Shut ``sock`` down when the deadline passes (at once if it has)."""
@@ -141,13 +199,20 @@ class Deadline:
 
     def cancel(self) -> None:
         """The request is over: stop the watchdog."""
-        if self._ended is None:
-            self._ended = time.monotonic()
-        self._timer.cancel()
+        with self._lock:
+            if self._ended is None:
+                self._ended = time.monotonic()
+            self._timer.cancel()
         self.forget()
 
     def _fire(self) -> None:
         with self._lock:
+            if self._ended is not None:
+                return
+            left = self.at - time.monotonic()
+            if left > 0:  # bytes arrived and earned more time since the watchdog was armed
+                self._timer = self._arm(left)
+                return
             self.expired = True
             for sock in list(self._sockets):
                 _shut(sock)
@@ -320,30 +385,56 @@ class Http:
         if self._own_session:
             self.session.close()
 
-    def request(self, method: str, url: str, *, extra: float = 0.0, **kwargs: Any) -> tuple[requests.Response, int]:
+    def request(
+        self, method: str, url: str, *, allowance: Allowance | None = None, **kwargs: Any
+    ) -> tuple[requests.Response, int]:
         """Send one request (streamed), retried as the bounds say; the answer and how many times it was sent.
 
-        ``extra`` seconds are added to the deadline (a large blob may take
-        longer). The deadline stays armed until the response is closed, so a
-        body read after this returns is bounded by it too. Any answer, 2xx or
+        ``allowance``: how a long body earns more time (the caller reports
+        the bytes it reads with ``received``). The deadline stays armed until
+        the response is closed, so a body read after this returns is bounded
+        by it too. Redirects are followed (``allow_redirects=False`` says
+        not), without credentials to another origin. Any answer, 2xx or
         not, is returned; a request that got none raises ``HttpError``.
         """
-        deadline = Deadline(self.bounds.deadline + extra)
+        deadline = Deadline(self.bounds.deadline, allowance)
         call = _Call(deadline)
         _active.call = call
         try:
-            resp = self.session.request(
-                method, url, timeout=min(self.bounds.timeout, deadline.remaining()), stream=True, **kwargs
-            )
+            resp = self._follow(method, url, deadline, kwargs)
         except requests.RequestException as e:
             deadline.cancel()
             late = deadline.seconds if deadline.passed() else None
             raise HttpError(describe(e), cause=e, attempts=call.attempts, late=late) from e
+        except HttpError:
+            deadline.cancel()
+            raise
         finally:
             _active.call = None
         self._deadlines[resp] = deadline
         _cancel_on_close(resp, deadline)
         return resp, call.attempts
+
+    def _follow(self, method: str, url: str, deadline: Deadline, kwargs: dict[str, Any]) -> requests.Response:
+        """Send ``method url``, then follow its redirects; a hop to another origin carries no credentials."""
+        follow = kwargs.pop("allow_redirects", True)
+        home = origin(url)
+        for _ in range(MAX_REDIRECTS + 1):
+            timeout = min(self.bounds.timeout, deadline.remaining())
+            resp = self.session.request(method, url, timeout=timeout, stream=True, allow_redirects=False, **kwargs)
+            location = resp.headers.get("Location")
+            if not follow or resp.status_code not in REDIRECTS or not location:
+                return resp
+            resp.close()
+            url = urljoin(resp.url, location)
+            method, kwargs = _redirected(method, resp.status_code, kwargs, keep_credentials=origin(url) == home)
+        raise HttpError(f"more than {MAX_REDIRECTS} redirects")
+
+    def received(self, resp: requests.Response, nbytes: int) -> None:
+        """``nbytes`` more of ``resp``'s body were read (they earn time under the request's allowance)."""
+        deadline = self._deadlines.get(resp)
+        if deadline is not None:
+            deadline.credit(nbytes)
 
     def late(self, resp: requests.Response) -> float | None:
         """The deadline in seconds if it ended ``resp`` (its body may be cut short), else None."""
@@ -356,8 +447,9 @@ class Http:
         ``Content-Length`` is checked before a byte is read, the count while
         reading, so an over-cap body costs at most ``limit`` bytes of memory.
         """
+        deadline = self._deadlines.get(resp)
         try:
-            body = _read_capped(resp, limit, within)
+            body = _read_capped(resp, limit, within, deadline)
         except requests.RequestException as e:
             resp.close()
             raise HttpError(f"the response broke off ({describe(e)})", cause=e, late=self.late(resp)) from e
@@ -372,24 +464,58 @@ class Http:
         return body
 
 
-def _read_capped(resp: requests.Response, limit: int, within: float | None) -> bytes:
+def _read_capped(resp: requests.Response, limit: int, within: float | None, deadline: Deadline | None) -> bytes:
     try:
         declared = int(resp.headers.get("Content-Length", "0"))
     except ValueError:
         declared = 0
     if declared > limit:
-        raise HttpError(f"{declared} bytes is over the {_size(limit)} limit; refusing it")
+        raise TooLong(f"{declared} bytes is over the {_size(limit)} limit; refusing it")
     until = time.monotonic() + within if within is not None else None
     chunks: list[bytes] = []
     total = 0
     for chunk in resp.iter_content(64 << 10):
         total += len(chunk)
         if total > limit:
-            raise HttpError(f"over the {_size(limit)} limit; refusing it")
+            raise TooLong(f"over the {_size(limit)} limit; refusing it")
+        if deadline is not None:
+            deadline.credit(len(chunk))
         if until is not None and time.monotonic() > until:
             raise HttpError(f"the body took longer than {within:g} s")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def origin(url: str) -> tuple[str, str, int]:
+    """``url``'s origin: scheme and host in lower case, and the port (the scheme's default when none is given)."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:  # not a port: no origin matches it
+        port = -1
+    return scheme, (parts.hostname or "").lower(), port if port is not None else _DEFAULT_PORTS.get(scheme, -1)
+
+
+def _redirected(
+    method: str, status: int, kwargs: dict[str, Any], *, keep_credentials: bool
+) -> tuple[str, dict[str, Any]]:
+    """The method and arguments of the hop a redirect asks for (as browsers and requests do), credentials removed
+    unless the hop stays on the origin they were given for."""
+    kwargs = dict(kwargs)
+    if (status == 303 and method != "HEAD") or (status in (301, 302) and method == "POST"):
+        method = "GET"
+        for body in ("data", "json", "files"):
+            kwargs.pop(body, None)
+        kwargs["headers"] = _without(kwargs.get("headers"), {"content-type", "content-length", "content-range"})
+    if not keep_credentials:
+        kwargs["headers"] = _without(kwargs.get("headers"), {"authorization"})
+        kwargs["auth"] = None
+    return method, kwargs
+
+
+def _without(headers: Any, names: set[str]) -> dict[str, str]:
+    return {k: v for k, v in (headers or {}).items() if k.lower() not in names}
 
 
 def _size(limit: int) -> str:

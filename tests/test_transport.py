@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import requests
 
-from patchkit.transport import Bounds, Http, HttpError
+from patchkit.transport import MAX_REDIRECTS, Allowance, Bounds, Http, HttpError, origin
 
 
 @dataclass
@@ -39,6 +39,7 @@ class Scripted:
     def __init__(self, *answers: Answer) -> None:
         self.answers = list(answers)
         self.seen: list[str] = []
+        self.authorization: list[str | None] = []  # the Authorization header of each request
         self._server = _QuietServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
@@ -61,6 +62,7 @@ class Scripted:
                 length = int(self.headers.get("Content-Length") or 0)
                 if length:
                     self.rfile.read(length)
+                owner.authorization.append(self.headers.get("Authorization"))
                 answer = owner._next(self.command)
                 time.sleep(answer.delay)
                 with contextlib.suppress(OSError):
@@ -266,3 +268,94 @@ def test_a_handed_in_session_is_adopted_and_left_open(serve: Any) -> None:
     assert (resp.status_code, attempts) == (200, 2)
     helper.close()
     assert session.get(server.url + "/x", timeout=5).status_code == 200  # still usable: the caller owns it
+
+
+class Steady:
+    """A server sending a ``total``-byte body (declared) in ``piece``-byte pieces every ``interval`` seconds."""
+
+    def __init__(self, total: int, piece: int, interval: float) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.total, self.piece, self.interval = total, piece, interval
+        self.stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = self.sock.accept()
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % self.total)
+                sent = 0
+                while sent < self.total and not self.stop.wait(self.interval):
+                    conn.sendall(b"x" * self.piece)
+                    sent += self.piece
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()
+
+
+@pytest.mark.parametrize(
+    ("rate", "cap", "ends"),
+    [(64 << 10, 60.0, None), (1 << 30, 60.0, 1.0), (1024.0, 2.0, 2.0)],
+    ids=["earns-its-time", "too-slow", "capped"],
+)
+def test_a_body_earns_time_by_what_arrives_up_to_the_cap(rate: float, cap: float, ends: float | None) -> None:
+    # 16 pieces of 64 KiB, one every 0.2 s: 3.2 s, well past the 1 s deadline. At one second per 64 KiB
+    # received it earns its time; at one second per GiB it does not; at one per KiB the cap ends it.
+    server = Steady(16 * (64 << 10), 64 << 10, 0.2)
+    try:
+        client = http(timeout=30.0, deadline=1.0, retries=0)
+        started = time.monotonic()
+        resp, _ = client.request("GET", server.url + "/blob", allowance=Allowance(rate, cap))
+        if ends is None:
+            assert len(client.read(resp, 1 << 20)) == 1 << 20
+            return
+        with pytest.raises(HttpError) as e:
+            client.read(resp, 1 << 20)
+        assert ends - 0.1 < time.monotonic() - started < ends + 1.0
+        assert e.value.late is not None and round(e.value.late) == ends
+    finally:
+        server.close()
+
+
+def test_a_redirect_to_another_origin_carries_no_credentials(serve: Any) -> None:
+    elsewhere = serve(Answer(200, b"blob"))
+    home = serve(
+        Answer(307, b"", {"Location": "/same-origin"}),
+        Answer(307, b"", {"Location": elsewhere.url + "/storage"}),
+    )
+    client = http()
+    resp, _ = client.request("GET", home.url + "/blob", headers={"Authorization": "Bearer secret"})
+    assert client.read(resp, 100) == b"blob"
+    assert home.authorization == ["Bearer secret", "Bearer secret"]  # the same origin keeps them
+    assert elsewhere.authorization == [None]
+    resp, _ = client.request("GET", home.url + "/blob", auth=("alice", "password"))  # requests' auth= too
+    assert client.read(resp, 100) == b"blob" and elsewhere.authorization == [None, None]
+
+
+def test_redirects_are_bounded_and_may_be_declined(serve: Any) -> None:
+    loop = serve(Answer(302, b"", {"Location": "/again"}))
+    client = http()
+    with pytest.raises(HttpError) as e:
+        client.request("GET", loop.url + "/x")
+    assert e.value.reason == f"more than {MAX_REDIRECTS} redirects"
+    resp, _ = client.request("GET", loop.url + "/x", allow_redirects=False)
+    assert resp.status_code == 302
+    resp.close()
+
+
+def test_an_origin_is_scheme_host_and_port_with_the_default_port_made_explicit() -> None:
+    assert (
+        origin("https://Registry.Example/v2/")
+        == origin("https://registry.example:443/x")
+        == (
+            "https",
+            "registry.example",
+            443,
+        )
+    )
+    assert origin("http://registry.example/") != origin("https://registry.example/")
+    assert origin("http://127.0.0.1:5000/") != origin("http://127.0.0.1:5001/")
+    assert origin("http://127.0.0.1:notaport/") != origin("http://127.0.0.1/")

@@ -14,11 +14,15 @@ Layout (image-spec 1.1 artifacts, as ORAS writes them, so ``oras`` and
   for one without it, the referrers tag ``sha256-<hex>`` is kept as the
   specification's fallback says.
 
-``pull`` takes a digest only (a tag could move), verifies every manifest
-and blob by its digest as it arrives, refuses a referrer that is corrupt or
-does not name the bundle as its subject, then checks the bundle, the
-signature against the allowed signers and the attestation in a staging
-directory; only when everything holds are the files moved into place.
+``pull`` takes a digest only (a tag could move), reads every manifest
+and blob no further than its descriptor's size and verifies it by its
+digest as it arrives, refuses a referrer that is corrupt or does not name
+the bundle as its subject, then checks the bundle, the signature against
+the allowed signers and the attestation in a staging directory; only when
+everything holds are the files moved into place. At most
+``MAX_REFERRERS`` signature and attestation referrers are considered (in
+digest order): their manifests are checked one by one, and their blobs
+fetched one at a time, each signature tried before the next is fetched.
 """
 
 from __future__ import annotations
@@ -39,8 +43,10 @@ from patchkit.errors import BadInput, Refused
 from patchkit.values import Digest
 
 if TYPE_CHECKING:
+    from patchkit.images.oci import Descriptor
     from patchkit.images.ref import ImageRef
     from patchkit.images.registry import RegistryClient
+    from patchkit.signing.signatures import FileResult
 
 BUNDLE_ARTIFACT = "application/vnd.patchkit.bundle.v1"
 BUNDLE_LAYER = "application/vnd.patchkit.bundle.v1.tar+gzip"
@@ -54,6 +60,8 @@ TITLE = "org.opencontainers.image.title"
 # A bundle holds patches and tables, never a model; anything larger is refused before it is read.
 MAX_BUNDLE_BYTES = 2 << 30
 MAX_SMALL_BYTES = 4 << 20
+#: Signature and attestation referrers considered per pull (in digest order); any more are not fetched.
+MAX_REFERRERS = 16
 
 
 def _json(doc: Any) -> bytes:
@@ -213,8 +221,10 @@ def _safe_name(title: object, what: str, suffixes: tuple[str, ...]) -> str:
     return title
 
 
-def _manifest_doc(client: RegistryClient, ref: ImageRef, digest: Digest, what: str) -> dict[str, Any]:
-    body, _ = client.manifest(ref, digest)
+def _manifest_doc(
+    client: RegistryClient, ref: ImageRef, digest: Digest, what: str, size: int | None = None
+) -> dict[str, Any]:
+    body, _ = client.manifest(ref, digest, size)
     doc = json.loads(body)
     if not isinstance(doc, dict):
         raise Refused(f"{what} is not a JSON object")
@@ -238,23 +248,28 @@ def pull(
             f"{ref}: pull takes REF@sha256:<digest>", "a tag can move; give the digest patchkit push printed"
         )
     allowed = signing.load_signers(allowed_signers)
+    out = out.resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".patchkit-pull-", dir=out.parent))
     try:
-        files, referrers = _fetch(client, ref, ref.digest)
+        files = _fetch(client, ref, ref.digest, staging)
+        referrers = _Referrers(client, ref, ref.digest)
+        return _verify_and_write(staging, files, referrers, out, allowed, identity, now)
     except RegistryError as e:
         if e.status is None and "refusing it" in e.message:
             raise Refused(f"{ref}: {e.message}", "nothing was written; the registry serves corrupt content") from e
         raise
-    return _verify_and_write(files, referrers, out, allowed, identity, now)
+    finally:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(staging)
 
 
-def _fetch(client: RegistryClient, ref: ImageRef, digest: Digest) -> tuple[dict[str, bytes], dict[str, list[bytes]]]:
-    """The artifact's files by name (bundle, SHA256SUMS) and its referrers' by suffix (``.sig``, ``.intoto.jsonl``).
+def _fetch(client: RegistryClient, ref: ImageRef, digest: Digest, staging: Path) -> tuple[str, ...]:
+    """The artifact's files (bundle, SHA256SUMS) written into ``staging``; their names.
 
-    Every blob is verified by digest, every referrer of a known type
-    fetched: one that is corrupt or names another subject refuses the pull.
+    Each is read no further than its descriptor's size and verified by its
+    digest; the bundle streams to disk (it may be large), never held whole.
     """
-    from patchkit.images.oci import OCI_MANIFEST
-
     what = f"{ref.name}@{digest}"
     doc = _manifest_doc(client, ref, digest, what)
     if doc.get("artifactType") != BUNDLE_ARTIFACT:
@@ -262,76 +277,147 @@ def _fetch(client: RegistryClient, ref: ImageRef, digest: Digest) -> tuple[dict[
     bundle_desc, bundle_title = _layer(doc, BUNDLE_LAYER, what)
     name = _safe_name(bundle_title, what, (".tar.gz", ".tgz"))
     sums_desc, _ = _layer(doc, SUMS_LAYER, what)
-    files = {
-        name: client.blob(ref, bundle_desc, limit=MAX_BUNDLE_BYTES),
-        "SHA256SUMS": client.blob(ref, sums_desc, limit=MAX_SMALL_BYTES),
-    }
-    if sums_of(files[name]) != files["SHA256SUMS"]:
+    with (staging / name).open("xb") as f:
+        client.blob_into(ref, bundle_desc, f, limit=MAX_BUNDLE_BYTES)
+    sums = client.blob(ref, sums_desc, limit=MAX_SMALL_BYTES)
+    if sums_of((staging / name).read_bytes()) != sums:
         raise Refused(f"{what}: its SHA256SUMS layer is not the bundle's own SHA256SUMS; refusing it")
-    entries, _ = client.referrers(ref, digest)
-    referrers: dict[str, list[bytes]] = {}
-    wanted = {SIGNATURE_ARTIFACT: (SIGNATURE_ARTIFACT, ".sig"), ATTESTATION_ARTIFACT: (DSSE_LAYER, ".intoto.jsonl")}
-    for entry in sorted(entries, key=lambda e: str(e.get("digest"))):
-        kind = entry.get("artifactType")
-        if kind not in wanted or entry.get("mediaType") != OCI_MANIFEST:
-            continue
-        layer_type, suffix = wanted[kind]
+    (staging / "SHA256SUMS").write_bytes(sums)
+    return name, "SHA256SUMS"
+
+
+@dataclass(frozen=True)
+class _Referrer:
+    """A signature (``.sig``) or attestation (``.intoto.jsonl``) referrer whose manifest was checked."""
+
+    suffix: str
+    desc: Descriptor  # of its one layer
+    what: str
+
+
+_WANTED = {SIGNATURE_ARTIFACT: (SIGNATURE_ARTIFACT, ".sig"), ATTESTATION_ARTIFACT: (DSSE_LAYER, ".intoto.jsonl")}
+
+
+class _Referrers:
+    """The bundle's signature and attestation referrers: at most ``MAX_REFERRERS``, in digest order.
+
+    Their manifests are read (each bounded by its index entry's size) and
+    checked one by one here: one that is corrupt or names another subject
+    refuses the pull. Their blobs are fetched only when ``data`` asks, so
+    a signature is tried before the next one is downloaded.
+    """
+
+    def __init__(self, client: RegistryClient, ref: ImageRef, digest: Digest) -> None:
+        from patchkit.images.oci import OCI_MANIFEST
+
+        self._client = client
+        self._ref = ref
+        what = f"{ref.name}@{digest}"
+        entries, _ = client.referrers(ref, digest)
+        relevant = [e for e in entries if e.get("artifactType") in _WANTED and e.get("mediaType") == OCI_MANIFEST]
+        relevant.sort(key=lambda e: str(e.get("digest")))
+        #: How many there are in all (only the first ``MAX_REFERRERS`` are considered).
+        self.listed = len(relevant)
+        self.considered = [self._check(entry, digest, what) for entry in relevant[:MAX_REFERRERS]]
+        self._kept: dict[str, bytes] = {}
+        if not self.of(".sig"):
+            more = (
+                f" among the first {MAX_REFERRERS} of its {self.listed} referrers"
+                if self.listed > MAX_REFERRERS
+                else ""
+            )
+            raise Refused(f"{what} has no signature referrer{more}", "sign the bundle and push it again: patchkit push")
+
+    def _check(self, entry: dict[str, Any], digest: Digest, what: str) -> _Referrer:
+        """One index entry's manifest, read and checked: it names the bundle, has its type and one layer of it."""
+        kind = entry["artifactType"]
+        layer_type, suffix = _WANTED[kind]
         rdigest = Digest(entry["digest"])
         rwhat = f"referrer {rdigest} of {what}"
-        rdoc = _manifest_doc(client, ref, rdigest, rwhat)
+        size = entry.get("size")
+        rdoc = _manifest_doc(self._client, self._ref, rdigest, rwhat, size if isinstance(size, int) else None)
         subject = rdoc.get("subject")
         if not isinstance(subject, dict) or subject.get("digest") != digest.text:
             raise Refused(f"{rwhat}: its subject is not the bundle; refusing it")
         if rdoc.get("artifactType") != kind:
             raise Refused(f"{rwhat}: it says artifactType {rdoc.get('artifactType')!r}, its index entry {kind!r}")
         desc, _ = _layer(rdoc, layer_type, rwhat)
-        data = client.blob(ref, desc, limit=MAX_SMALL_BYTES)
-        referrers.setdefault(suffix, []).append(data)
-    if not referrers.get(".sig"):
-        raise Refused(f"{what} has no signature referrer", "sign the bundle and push it again: patchkit push")
-    return files, referrers
+        return _Referrer(suffix, desc, rwhat)
+
+    def of(self, suffix: str) -> list[_Referrer]:
+        """The considered referrers of one kind (``.sig``, ``.intoto.jsonl``), in digest order."""
+        return [r for r in self.considered if r.suffix == suffix]
+
+    def data(self, referrer: _Referrer) -> bytes:
+        """The referrer's blob, fetched now (bounded by its descriptor, verified); attestations are kept for reuse."""
+        kept = self._kept.get(referrer.what)
+        if kept is not None:
+            return kept
+        data = self._client.blob(self._ref, referrer.desc, limit=MAX_SMALL_BYTES)
+        if referrer.suffix != ".sig":
+            self._kept[referrer.what] = data
+        return data
+
+    def beyond(self) -> str:
+        """A note that referrers past the limit were not considered ('' when none were left out)."""
+        if self.listed <= MAX_REFERRERS:
+            return ""
+        return (
+            f"; only the first {MAX_REFERRERS} of its {self.listed} signature and attestation referrers "
+            "(in digest order) were checked"
+        )
 
 
 def _verify_and_write(
-    files: dict[str, bytes],
-    referrers: dict[str, list[bytes]],
+    staging: Path,
+    files: tuple[str, ...],
+    referrers: _Referrers,
     out: Path,
     allowed: Any,
     identity: str | None,
     now: datetime | None,
 ) -> Pulled:
-    """Stage the files beside ``out``, verify the bundle there, and move them in only if everything holds.
+    """Verify the bundle staged beside ``out`` with its referrers there, and move the files in only if all holds.
 
     Several signatures (or attestations) may be attached, by anyone who may
     push: the first, in digest order, that verifies with its companions is
-    kept. None verifying refuses the pull with the first one's problems.
+    kept, and the ones after it are never downloaded. None verifying
+    refuses the pull with the first one's problems.
     """
+    from patchkit.signing.signatures import Outcome
+
+    bundle = next(staging / rel for rel in files if rel.endswith((".tar.gz", ".tgz")))
+    attestations: list[_Referrer | None] = [*referrers.of(".intoto.jsonl")] or [None]
+    first: FileResult | None = None
+    for sig in referrers.of(".sig"):
+        signature = referrers.data(sig)
+        for att in attestations:
+            chosen = {bundle.name + ".sig": signature}
+            if att is not None:
+                chosen[bundle.name + ".intoto.jsonl"] = referrers.data(att)
+            result = _try(staging, bundle, chosen, allowed, identity, now)
+            if result.outcome is Outcome.VERIFIED:
+                return _move_in(staging, out, (*files, *chosen), result)
+            first = first or result
+    problems = "; ".join(first.problems) if first is not None else "no signature"
+    raise Refused(f"{bundle.name}: {problems}{referrers.beyond()}", "nothing was written")
+
+
+def _try(
+    staging: Path, bundle: Path, chosen: dict[str, bytes], allowed: Any, identity: str | None, now: datetime | None
+) -> FileResult:
+    """Verify the staged bundle with one signature (and attestation) beside it; the ``FileResult``."""
     from patchkit.signing import signatures as signing
 
-    out = out.resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".patchkit-pull-", dir=out.parent))
-    try:
-        for rel, data in files.items():
-            (staging / rel).write_bytes(data)
-        bundle = next(staging / rel for rel in files if rel.endswith((".tar.gz", ".tgz")))
-        attestations: list[bytes | None] = [*referrers.get(".intoto.jsonl", [])] or [None]
-        first: signing.FileResult | None = None
-        for sig in referrers[".sig"]:
-            for att in attestations:
-                chosen = {bundle.name + ".sig": sig, **({bundle.name + ".intoto.jsonl": att} if att else {})}
-                for rel, data in chosen.items():
-                    (staging / rel).write_bytes(data)
-                (result,) = signing.verify_files([bundle], allowed, identity, now)
-                if result.outcome is signing.Outcome.VERIFIED:
-                    out.mkdir(exist_ok=True)
-                    written = {**files, **chosen}
-                    for rel in written:
-                        os.replace(staging / rel, out / rel)
-                    return Pulled(tuple(sorted(written)), result.signer, result.details)
-                first = first or result
-        problems = "; ".join(first.problems) if first is not None else "no signature"
-        raise Refused(f"{bundle.name}: {problems}", "nothing was written")
-    finally:
-        with contextlib.suppress(OSError):
-            shutil.rmtree(staging)
+    for rel, data in chosen.items():
+        (staging / rel).write_bytes(data)
+    (result,) = signing.verify_files([bundle], allowed, identity, now)
+    return result
+
+
+def _move_in(staging: Path, out: Path, written: tuple[str, ...], result: FileResult) -> Pulled:
+    """Move the verified files from ``staging`` into ``out``."""
+    out.mkdir(exist_ok=True)
+    for rel in written:
+        os.replace(staging / rel, out / rel)
+    return Pulled(tuple(sorted(written)), result.signer, result.details)

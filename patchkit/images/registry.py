@@ -75,7 +75,7 @@ from patchkit.images.oci import (
 from patchkit.images.ref import ImageRef
 from patchkit.images.streams import CHUNK, BadLayer, BlobReader, Interrupted, TarStream, scan_tar, verified_chunks
 from patchkit.progress import Meter
-from patchkit.transport import Bounds, Http, HttpError, network_hint, one_line
+from patchkit.transport import Allowance, Bounds, Http, HttpError, TooLong, network_hint, one_line, origin
 from patchkit.values import Digest, host_only, is_loopback
 
 _ACCEPT = ", ".join(MANIFEST_MEDIA_TYPES)
@@ -89,8 +89,13 @@ MAX_DOCUMENT_BYTES = 4 << 20
 MAX_FILE_BYTES = 256 << 20
 
 
-# A blob's total deadline grows with its size at this rate (on top of the timeout).
+#: A blob's total deadline grows by a second for every this many bytes that arrive (not that the registry
+#: declares): the slowest average rate a blob may come at once the first deadline has passed.
 MIN_BLOB_RATE = 1 << 20
+
+
+#: However fast it comes, one request for a blob ends after this many seconds (whatever its declared size).
+MAX_BLOB_SECONDS = 3600.0
 
 
 _ERROR_BODY_BYTES = 64 << 10
@@ -122,9 +127,10 @@ class RegistryClient:
     ``insecure`` names registries (``host[:port]`` or ``host``) that may be
     spoken to over plain HTTP; loopback registries always may. ``timeout``
     bounds every connect and read; ``deadline`` bounds each request as a
-    whole (connect, headers and body together, retries included; a blob gets
-    one more second per MiB of its size), so a server that drips bytes
-    cannot hold a command forever;
+    whole (connect, headers and body together, retries included; a blob earns
+    one more second per MiB that arrives, up to ``max_blob_seconds`` in all),
+    so a server that drips bytes, or declares a huge blob, cannot hold a
+    command forever;
     ``retries`` is how many times a request is repeated (through
     ``patchkit.transport``: urllib3's ``Retry``) after a connection failure,
     and for GET and HEAD after a 5xx, a timeout or a dropped connection, with
@@ -134,6 +140,9 @@ class RegistryClient:
     or ``~/.docker/config.json``). ``session`` lets a caller hand in its own
     requests session (adapters, proxies, counting in tests). A file read out of
     an image larger than ``max_file_size`` bytes is refused.
+    Credentials (a Bearer token, Basic) go only to the registry's own origin
+    (scheme, host and port): never to an upload location or a redirect
+    elsewhere, and a challenge is taken only from the registry itself.
 
     Manifests and configs are kept by digest for the client's lifetime (they
     are verified and immutable), tokens until they expire.
@@ -150,12 +159,14 @@ class RegistryClient:
         session: requests.Session | None = None,
         backoff: float = 0.5,
         max_file_size: int = MAX_FILE_BYTES,
+        max_blob_seconds: float = MAX_BLOB_SECONDS,
     ) -> None:
         self._insecure = frozenset(auth_host(h) for h in insecure)
         self._timeout = timeout
         self._retries = max(0, retries)
         self._backoff = backoff
         self._max_file = max_file_size
+        self._blob_allowance = Allowance(MIN_BLOB_RATE, max(deadline, max_blob_seconds))
         self._creds = DockerCredentials(docker_config if docker_config is not None else default_docker_config())
         self._http = Http(Bounds(timeout, deadline, self._retries, backoff), session)
         self._challenges: dict[str, Challenge] = {}
@@ -260,13 +271,16 @@ class RegistryClient:
         found = self._read_paths(ref, layers, set(wanted.values()))
         return {given: found[norm] for given, norm in wanted.items()}
 
-    def manifest(self, ref: ImageRef, digest: Digest) -> tuple[bytes, str]:
-        """The bytes and media type of the manifest or index ``digest`` in ``ref``'s repository, verified."""
+    def manifest(self, ref: ImageRef, digest: Digest, size: int | None = None) -> tuple[bytes, str]:
+        """The bytes and media type of the manifest or index ``digest`` in ``ref``'s repository, verified.
+
+        ``size`` (its descriptor's) bounds the read: a longer answer is refused.
+        """
         image = ref.with_digest(digest)
         key = (image.registry, image.repository, digest)
         body = self._manifests.get(key)
         if body is None:
-            body, _ = self._get_manifest(image, digest.text)
+            body, _ = self._get_manifest(image, digest.text, size)
             got = digest_of(body)
             if got != digest:
                 raise RegistryError(
@@ -277,12 +291,16 @@ class RegistryClient:
         return body, parsed.media_type
 
     def blob(self, ref: ImageRef, desc: Descriptor, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
-        """A small blob (a config, a signature) read whole and refused unless it hashes to its descriptor."""
+        """A small blob (a config, a signature) read whole and refused unless it hashes to its descriptor.
+
+        Never more than the descriptor's size is read (a registry that sends
+        more is refused at that point), and that size must be within ``limit``.
+        """
         what = f"blob {desc.digest} of {ref.name}"
         if desc.size > limit:
             raise RegistryError(f"{what} is {desc.size} bytes, over the {limit >> 20} MiB limit")
-        resp = self._request("GET", ref, f"blobs/{desc.digest}", what=what, size=desc.size)
-        body = self._read_small(resp, limit, what)
+        resp = self._request("GET", ref, f"blobs/{desc.digest}", what=what, blob=self._blob_allowance)
+        body = self._read_blob(resp, desc.size, what)
         got = digest_of(body)
         if got != desc.digest or len(body) != desc.size:
             raise RegistryError(
@@ -290,6 +308,33 @@ class RegistryClient:
                 "the registry or something between it and you corrupted the blob; try again or report it",
             )
         return body
+
+    def blob_into(self, ref: ImageRef, desc: Descriptor, dest: IO[bytes], limit: int) -> None:
+        """Write blob ``desc`` to ``dest`` as it streams; refused unless it hashes to its descriptor.
+
+        For a blob too large to hold in memory (a bundle): one chunk is held
+        at a time, never more than the descriptor's size is read, and that
+        size must be within ``limit``. ``dest`` holds unverified bytes until
+        this returns.
+        """
+        what = f"blob {desc.digest} of {ref.name}"
+        if desc.size > limit:
+            raise RegistryError(f"{what} is {desc.size} bytes, over the {limit >> 20} MiB limit")
+        resp = self._request("GET", ref, f"blobs/{desc.digest}", what=what, blob=self._blob_allowance)
+        reader = BlobReader(resp.raw, desc.size, what, progress=lambda n: self._http.received(resp, n))
+        try:
+            while chunk := reader.read(CHUNK):
+                dest.write(chunk)
+        except Interrupted as e:
+            self._raise_if_late(resp, what, blob=True)
+            raise RegistryError(f"{what}: {e}") from e
+        finally:
+            resp.close()
+        if reader.hash.hexdigest() != desc.digest.hex:
+            raise RegistryError(
+                f"{what}: the content hashes to sha256:{reader.hash.hexdigest()}, not to its descriptor; refusing it",
+                "the registry or something between it and you corrupted the blob; try again or report it",
+            )
 
     # -- writing ----------------------------------------------------------------------------------
 
@@ -364,9 +409,10 @@ class RegistryClient:
         if self.mount_blob(ref, desc.digest, source):
             return "mounted"
         what = f"blob {desc.digest} of {source.name}"
-        resp = self._request("GET", source, f"blobs/{desc.digest}", what=what, size=desc.size)
+        resp = self._request("GET", source, f"blobs/{desc.digest}", what=what, blob=self._blob_allowance)
         try:
-            self._push_chunks(ref, desc.digest, verified_chunks(resp, desc, chunk_size, what))
+            chunks = verified_chunks(resp, desc, chunk_size, what, lambda n: self._http.received(resp, n))
+            self._push_chunks(ref, desc.digest, chunks)
         finally:
             resp.close()
         return "copied"
@@ -534,14 +580,17 @@ class RegistryClient:
         if desc.media_type not in GZIP_LAYERS and desc.media_type not in TAR_LAYERS:
             raise RegistryError(f"{what} has media type {desc.media_type!r}, which is not a layer patchkit can read")
         # A body that breaks off after its headers arrived is past urllib3's Retry (it has handed the answer
-        # over): the layer is fetched again here, each time under a deadline of its own.
+        # over): the layer is fetched again here, each time under a deadline of its own, whose cap is what
+        # is left of the first one's (a retry still gets the first deadline, the retries are few).
         attempt = 0
+        ends = time.monotonic() + self._blob_allowance.cap
         while True:
-            resp = self._request("GET", ref, f"blobs/{desc.digest}", what=what, size=desc.size)
+            allowance = Allowance(self._blob_allowance.rate, ends - time.monotonic())
+            resp = self._request("GET", ref, f"blobs/{desc.digest}", what=what, blob=allowance)
             try:
                 return self._scan_stream(resp, layer, wanted, ancestors, what)
             except Interrupted as e:
-                self._raise_if_late(resp, what)
+                self._raise_if_late(resp, what, blob=True)
                 if attempt >= self._retries:
                     raise RegistryError(f"{what}: {e}" + (f" (tried {attempt + 1} times)" if attempt else "")) from e
                 self._sleep(attempt)
@@ -559,7 +608,7 @@ class RegistryClient:
     ) -> LayerScan:
         desc = layer.descriptor
         meter = Meter(f"streaming {what.replace(desc.digest.text, desc.digest.text[:19] + '…')}", desc.size)
-        blob = BlobReader(resp.raw, desc.size, what, meter)
+        blob = BlobReader(resp.raw, desc.size, what, meter, lambda n: self._http.received(resp, n))
         stream = TarStream(blob, gzip=desc.media_type in GZIP_LAYERS)
         bad: str | None = None
         scan = LayerScan()
@@ -602,13 +651,13 @@ class RegistryClient:
         body = self._manifests.get(key)
         content_type = None
         if body is None:
-            body, content_type = self._get_manifest(image, digest.text)
+            body, content_type = self._get_manifest(image, digest.text, size)
             got = digest_of(body)
             if got != digest:
                 raise RegistryError(
                     f"{image.name}@{digest}: the manifest served hashes to {got}, not to its digest; refusing it"
                 )
-            if size is not None and len(body) != size:
+            if size is not None and len(body) != size:  # shorter (a longer one was refused while read)
                 raise RegistryError(
                     f"{image.name}@{digest}: the manifest is {len(body)} bytes, its descriptor says {size}"
                 )
@@ -627,9 +676,9 @@ class RegistryClient:
         if desc.size > MAX_DOCUMENT_BYTES:
             raise RegistryError(f"{what} is {desc.size} bytes, over the {MAX_DOCUMENT_BYTES >> 20} MiB limit")
         resp = self._request("GET", image, f"blobs/{desc.digest}", what=what)
-        body = self._read_small(resp, MAX_DOCUMENT_BYTES, what)
+        body = self._read_blob(resp, desc.size, what, within=self._timeout)
         got = digest_of(body)
-        if got != desc.digest:
+        if got != desc.digest or len(body) != desc.size:
             raise RegistryError(f"{what}: the blob's content hashes to {got}, not to its digest; refusing it")
         try:
             config = parse_config(body)
@@ -638,9 +687,12 @@ class RegistryClient:
         self._configs[(image.registry, desc.digest)] = config
         return config
 
-    def _get_manifest(self, image: ImageRef, reference: str) -> tuple[bytes, str | None]:
+    def _get_manifest(self, image: ImageRef, reference: str, size: int | None = None) -> tuple[bytes, str | None]:
+        """A manifest's body and content type, refused past ``size`` bytes (its descriptor's) or the document cap."""
         what = f"{image.name}:{reference}" if not reference.startswith("sha256:") else f"{image.name}@{reference}"
         resp = self._request("GET", image, f"manifests/{reference}", accept=_ACCEPT, what=what)
+        if size is not None and size <= MAX_DOCUMENT_BYTES:
+            return self._read_blob(resp, size, what, within=self._timeout), resp.headers.get("Content-Type")
         return self._read_small(resp, MAX_DOCUMENT_BYTES, what), resp.headers.get("Content-Type")
 
     def _read_small(self, resp: requests.Response, limit: int, what: str) -> bytes:
@@ -652,10 +704,28 @@ class RegistryClient:
                 raise _late(what, e.late) from e
             raise RegistryError(f"{what}: {e.reason}") from e
 
-    def _raise_if_late(self, resp: requests.Response, what: str) -> None:
+    def _read_blob(self, resp: requests.Response, size: int, what: str, within: float | None = None) -> bytes:
+        """A body that its descriptor says is ``size`` bytes: read no further than that, refused if longer.
+
+        A blob's time is bounded by its request's deadline and allowance
+        (``within`` adds a bound of its own, for documents).
+        """
+        try:
+            return self._http.read(resp, size, within=within)
+        except TooLong as e:
+            raise RegistryError(
+                f"{what}: the registry sends more than its descriptor's {size} bytes; refusing it",
+                "the registry or something between it and you serves other content than the digest names",
+            ) from e
+        except HttpError as e:
+            if e.late is not None:
+                raise _late(what, e.late, self._blob_allowance if within is None else None) from e
+            raise RegistryError(f"{what}: {e.reason}") from e
+
+    def _raise_if_late(self, resp: requests.Response, what: str, *, blob: bool = False) -> None:
         late = self._http.late(resp)
         if late is not None:
-            raise _late(what, late)
+            raise _late(what, late, self._blob_allowance if blob else None)
 
     # -- HTTP ------------------------------------------------------------------------------------
 
@@ -677,22 +747,21 @@ class RegistryClient:
         headers: dict[str, str],
         what: str,
         auth: tuple[str, str] | None = None,
-        size: int | None = None,
+        blob: Allowance | None = None,
         data: bytes | None = None,
     ) -> tuple[requests.Response, int]:
         """One request, retried by the bounded-HTTP helper (connect errors; 5xx and timeouts of GET and HEAD).
 
-        Every attempt and the body read after it share one total deadline
-        (``size``: a blob's declared size, which extends it). Returns the last
-        response and how many times the request was sent.
+        Every attempt and the body read after it share one total deadline;
+        a ``blob``'s grows with the bytes that arrive by that allowance, up
+        to its cap (the reader reports them). Returns the last response and
+        how many times the request was sent.
         """
         try:
-            return self._http.request(
-                method, url, headers=headers, auth=auth, data=data, extra=(size or 0) / MIN_BLOB_RATE
-            )
+            return self._http.request(method, url, headers=headers, auth=auth, data=data, allowance=blob)
         except HttpError as e:
             if e.late is not None:
-                raise _late(what, e.late) from e
+                raise _late(what, e.late, self._blob_allowance if blob else None) from e
             tries = f" (tried {e.attempts} times)" if e.attempts > 1 else ""
             hint = network_hint(e.cause, url, service="the registry", plain_http="--insecure-registry")
             raise RegistryError(f"{what}: {e.reason}{tries}", hint) from e
@@ -705,7 +774,7 @@ class RegistryClient:
         *,
         what: str,
         accept: str | None = None,
-        size: int | None = None,
+        blob: Allowance | None = None,
         data: bytes | None = None,
         headers: Mapping[str, str] | None = None,
         push: bool = False,
@@ -717,22 +786,30 @@ class RegistryClient:
         ``push`` asks for a token that may also write (and, with
         ``mount_from``, read that repository, so a blob can be mounted from
         it); ``url`` (an upload location the registry gave) replaces
-        ``path``; ``data`` is the body.
+        ``path``; ``data`` is the body; ``blob``: the answer is a blob, whose
+        deadline grows as it arrives by this allowance.
+
+        Credentials are sent only when ``url`` is on the registry's own
+        origin, and a 401's challenge is taken only from that origin: an
+        upload location or a redirect elsewhere never sees them.
         """
         scope = _scope(image, push, mount_from)
+        home = origin(self._base(image.registry))
         url = url or f"{self._base(image.registry)}/v2/{image.repository}/{path}"
         retried_auth = False
         while True:
             sent = {"User-Agent": _USER_AGENT, **(headers or {})}
             if accept:
                 sent["Accept"] = accept
-            authorization = self._authorization(image, scope)
+            authorization = self._authorization(image, scope) if origin(url) == home else None
             if authorization:
                 sent["Authorization"] = authorization
-            resp, attempts = self._send(method, url, sent, what, size=size, data=data)
+            resp, attempts = self._send(method, url, sent, what, blob=blob, data=data)
             if 200 <= resp.status_code < 300:
                 return resp
             challenge = parse_challenge(resp.headers.get("WWW-Authenticate", ""))
+            if origin(resp.url or url) != home:
+                challenge = None  # only the registry says how to authenticate to it
             if resp.status_code == 401 and not retried_auth and challenge is not None:
                 self._challenges[image.registry] = challenge
                 self._tokens.pop((image.registry, scope), None)
@@ -858,11 +935,19 @@ def _follow(path: str, links: Mapping[str, str], ref: ImageRef) -> str:
         raise RegistryError(str(e)) from e
 
 
-def _late(what: str, seconds: float) -> RegistryError:
+def _late(what: str, seconds: float, allowance: Allowance | None = None) -> RegistryError:
+    hint = "try again later; the registry or the network between you is not answering in time"
+    if allowance is None:
+        return RegistryError(
+            f"{what}: no complete answer within {seconds:g} s (connect, headers and body together); "
+            "the registry is too slow or stalled",
+            hint,
+        )
     return RegistryError(
-        f"{what}: no complete answer within {seconds:g} s (connect, headers and body together); "
+        f"{what}: not complete within {round(seconds, 1):g} s (a blob has the first deadline plus 1 s for every "
+        f"{allowance.rate / (1 << 20):g} MiB that arrives, {allowance.cap:g} s at most, whatever size it declares); "
         "the registry is too slow or stalled",
-        "try again later; the registry or the network between you is not answering in time",
+        hint,
     )
 
 

@@ -1,7 +1,9 @@
 """Reading a layer as it streams: a blob hashed and counted, its tar decompressed and walked once.
 
 ``BlobReader`` reads a blob's bytes off the wire, never more than its
-descriptor's size, hashing them (the blob digest); ``TarStream`` gunzips them
+descriptor's size (plus one byte, to tell a longer one), hashing them
+(the blob digest) and reporting each chunk to the request's deadline,
+which grows with what arrives; ``TarStream`` gunzips them
 on demand, hashing the tar (the ``diff_id``); ``scan_tar`` walks the tar once
 and keeps only what bears on the wanted paths (a ``LayerScan``); memory stays
 bounded by the files asked for, whatever the layer's size.
@@ -16,7 +18,7 @@ import http.client
 import posixpath
 import tarfile
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import requests
@@ -43,13 +45,25 @@ class BadLayer(Exception):
 
 
 class BlobReader:
-    """A blob's bytes as they arrive, hashed and counted; never more than its descriptor's size."""
+    """A blob's bytes as they arrive, hashed and counted; never more than its descriptor's size.
 
-    def __init__(self, raw: Any, size: int, what: str, meter: Meter | None = None) -> None:
+    ``progress`` is told the size of every chunk read (the HTTP helper's
+    ``received``: the bytes that arrived earn the request more time).
+    """
+
+    def __init__(
+        self,
+        raw: Any,
+        size: int,
+        what: str,
+        meter: Meter | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
         self._raw = raw
         self._size = size
         self._what = what
         self._meter = meter
+        self._progress = progress
         self.count = 0
         self.hash = hashlib.sha256()
         self.eof = False
@@ -75,6 +89,8 @@ class BlobReader:
         self.hash.update(data)
         if self._meter is not None:
             self._meter.update(len(data))
+        if self._progress is not None:
+            self._progress(len(data))
         return data
 
     def drain(self) -> None:
@@ -197,9 +213,15 @@ def _wanted(
         scan.others.add(path)
 
 
-def verified_chunks(resp: requests.Response, desc: Descriptor, size: int, what: str) -> Iterable[bytes]:
+def verified_chunks(
+    resp: requests.Response,
+    desc: Descriptor,
+    size: int,
+    what: str,
+    progress: Callable[[int], None] | None = None,
+) -> Iterable[bytes]:
     """``resp``'s body in chunks of ``size``; the last one is held back until the whole body hashes to ``desc``,
-    so a corrupt blob never completes an upload."""
+    so a corrupt blob never completes an upload. ``progress`` is told each piece's size as it arrives."""
     h = hashlib.sha256()
     total = 0
     pending = b""
@@ -210,6 +232,8 @@ def verified_chunks(resp: requests.Response, desc: Descriptor, size: int, what: 
             total += len(piece)
             if total > desc.size:
                 raise RegistryError(f"{what}: more bytes than its descriptor's {desc.size}; refusing it")
+            if progress is not None:
+                progress(len(piece))
             pending += piece
             while len(pending) >= size:
                 if held is not None:

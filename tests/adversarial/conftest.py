@@ -3,7 +3,9 @@
 One module per attack surface: ``test_bundle_attacks`` (what GNU tar would
 extract, ``bundle -o``), ``test_paths`` (symlinks and traversal),
 ``test_lock`` (concurrent writers, the soak), ``test_registry_deadline`` (a
-dripping registry), ``test_yaml`` (alias bombs, recursion), ``test_diffs``
+dripping registry), ``test_registry_bounds`` (declared sizes, credentials
+on redirects and upload locations, oversized blobs, many referrers),
+``test_yaml`` (alias bombs, recursion), ``test_diffs``
 (hostile headers and hunks, nested lockfiles), ``test_rebase_attacks``
 (links, markers, state), ``test_output`` (names in text and JSON),
 ``test_check_findings`` (special files, nested targets, staged leftovers),
