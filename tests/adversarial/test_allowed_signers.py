@@ -34,7 +34,7 @@ from tests.signing.conftest import SSH_KEYGEN, KeyPair, keygen_sign, make_key
 
 CASES = int(os.environ.get("PATCHKIT_SIGNERS_CASES", "300"))
 CLI_SAMPLE = 25
-SEED = 2029
+SEED = int(os.environ.get("PATCHKIT_SIGNERS_SEED", "2029"))
 TZ = "EST5EDT,M3.2.0,M11.1.0"  # a zone with summer time, without needing tzdata
 NOW = datetime(2026, 6, 15, 12, 0, 0, tzinfo=UTC)
 IDENTITIES = ["rel", "alice", "Alice", "bob@example.com", "release-bot", "ré", "a,b", "*", "!rel", "al ice", "x" * 1030]
