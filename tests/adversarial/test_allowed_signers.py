@@ -94,6 +94,9 @@ def _principals(r: random.Random) -> str:
         return f'{text[:2]}"{text[2:]}"'  # quotes in the middle are removed
     if form < 0.28:
         return f'"{text}'  # never closed
+    if form < 0.33 and "," in text:
+        first, rest = text.split(",", 1)
+        return f'"{first}",{rest}'  # the field ends at the closing quote: the rest is read as options
     return text
 
 
@@ -239,6 +242,9 @@ def test_cli_decides_as_ssh_keygen(keys: Keys, tmp_path: Path, local_zone: None,
         ("alice,", "alice", True),
         ('"!rel, *"', "alice", False),  # the blank belongs to the pattern " *"
         ("ALICE", "alice", False),
+        ('"!rel",*', "alice", False),  # the field is !rel; ",*" is read as options, which are invalid
+        ('!rel,"*"', "alice", True),
+        ("!rel\xa0,*", "rel", True),  # a no-break space is not a blank: the negation is "rel\xa0"
     ],
 )
 def test_named_patterns(keys: Keys, tmp_path: Path, principals: str, identity: str, accepted: bool) -> None:
