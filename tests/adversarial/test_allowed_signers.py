@@ -262,3 +262,15 @@ def test_a_malformed_line_is_skipped_as_ssh_keygen_skips_it(keys: Keys, tmp_path
     allowed.write_text(f'alice colour="red" {keys.signer.public_line}\n')
     r = invoke("verify", "--allowed-signers", str(allowed), "-I", "alice", str(keys.message))
     assert r.exit_code == 2 and "allowed_signers:1: unknown option 'colour'" in r.stderr
+
+
+def test_verify_shows_a_listed_name_with_a_newline_on_one_line(keys: Keys, tmp_path: Path, invoke: Invoke) -> None:
+    listed = tmp_path / "SHA256SUMS"
+    listed.write_bytes(b"\\" + b"0" * 64 + b"  x\\ny\n")  # the escaped name "x<newline>y"
+    keygen_sign(keys.signer.private, listed)
+    allowed = tmp_path / "allowed_signers"
+    allowed.write_text(f"alice {keys.signer.public_line}\n")
+    r = invoke("verify", "--allowed-signers", str(allowed), "-I", "alice", str(listed))
+    assert r.exit_code == 1
+    assert "       x\\ny: 'x\\ny' contains a control character" in r.stdout
+    assert not any(line.startswith("y:") for line in r.stdout.splitlines())
