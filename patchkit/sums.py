@@ -30,28 +30,6 @@ def _escape(name: str) -> tuple[bool, str]:
     return True, name.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
 
 
-def _unescape(text: str) -> str | None:
-    out = []
-    i = 0
-    while i < len(text):
-        c = text[i]
-        if c == "\\":
-            nxt = text[i + 1 : i + 2]
-            if nxt == "\\":
-                out.append("\\")
-            elif nxt == "n":
-                out.append("\n")
-            elif nxt == "r":
-                out.append("\r")
-            else:
-                return None
-            i += 2
-            continue
-        out.append(c)
-        i += 1
-    return "".join(out)
-
-
 def render(entries: Iterable[tuple[str, str]]) -> bytes:
     """SHA256SUMS bytes for (name, hex) pairs, sorted by the name's bytes."""
     lines = []
@@ -89,20 +67,26 @@ class Sums:
 _WHITE = b" \t"
 _BSD_TAG = b"SHA256"
 # A line as patchkit writes it: lower-case hex, two spaces, a name that needs no escape.
-_CANONICAL = re.compile(rb"[0-9a-f]{64}  [^\\\r]+")
+_CANONICAL = re.compile(rb"[0-9a-f]{64}  [^\\\r\0]+")
 
 
 def read(data: bytes, filename: str = FILENAME) -> Sums:
-    """Read SHA256SUMS line by line exactly as coreutils ``digest.c`` does (9.x).
+    """Read SHA256SUMS line by line exactly as ``sha256sum -c`` of coreutils 9.1 (``digest.c``) does.
 
     Accepted: leading blanks, a ``\\`` before an escaped name, upper-case hex,
     the ``*`` binary marker, a tab after the hex, the BSD form ``SHA256 (name) =
-    hex``, the single-space "BSD reversed" form (not mixed with the standard
-    one), ``#`` comments in column 1, blank lines, a trailing CR and a last line
-    without newline.
+    hex`` (``SHA256 () = hex`` names the empty name, which no file has), the
+    single-space "BSD reversed" form, ``#`` comments in column 1, blank lines,
+    a trailing CR and a last line without newline. The form is sticky, as
+    ``split_3`` keeps it: the first line read as two-space (or ``*``) fixes
+    it, and a later single-space line is rejected; the first single-space line
+    fixes the reversed form, and a later two-space line's name then starts
+    with its blank. A line rejected for a bad escape has fixed the form all the
+    same. A NUL ends an unescaped name (C strings) and makes an escaped one
+    invalid.
     """
     out = Sums([], [], [])
-    reversed_form: bool | None = None  # coreutils' bsd_reversed: None unknown, then fixed by the first line
+    reversed_form: bool | None = None  # coreutils' bsd_reversed: None unknown, then fixed by a line
     lines = data.split(b"\n")
     last_open = bool(lines and lines[-1])
     if not last_open:
@@ -121,78 +105,88 @@ def read(data: bytes, filename: str = FILENAME) -> Sums:
         if not line:
             out.noncanonical.append(Problem(filename, lineno, None, "a blank line (patchkit writes none)"))
             continue
-        parsed = _split(line, reversed_form)
-        if isinstance(parsed, str):
+        got = _split(line, reversed_form)
+        reversed_form = got.form
+        if got.problem:
             out.malformed.append(
                 Problem(
-                    filename, lineno, None, f"malformed line ({parsed}), sha256sum -c --strict rejects it: {raw[:80]!r}"
+                    filename,
+                    lineno,
+                    None,
+                    f"malformed line ({got.problem}), sha256sum -c --strict rejects it: {raw[:80]!r}",
                 )
             )
             continue
-        hexdigest, name, form = parsed
-        if form == "reversed":
-            reversed_form = True
-        elif form == "standard":
-            reversed_form = False
-        entry = SumLine(lineno, hexdigest.lower(), name)
+        entry = SumLine(lineno, got.hexdigest.lower(), got.name)
         out.entries.append(entry)
         why = _noncanonical(raw, entry, last_line=last_open and lineno == len(lines))
         if why:
             out.noncanonical.append(
-                Problem(filename, lineno, None, f"lists {name} in a form patchkit does not write ({why})")
+                Problem(filename, lineno, None, f"lists {got.name} in a form patchkit does not write ({why})")
             )
     return out
 
 
-def _split(line: bytes, reversed_form: bool | None) -> tuple[str, str, str] | str:
-    """(hex, name, form) of one line as coreutils ``split_3`` reads it, or why it rejects it."""
-    i = 0
-    while i < len(line) and line[i] in _WHITE:
-        i += 1
+@dataclass(frozen=True)
+class _Split:
+    """One line as coreutils ``split_3`` leaves it: the form it fixed, and its entry or why it is rejected."""
+
+    form: bool | None
+    hexdigest: str = ""
+    name: str = ""
+    problem: str = ""
+
+
+_NOT_GNU = "not '<64 hex>  <name>'"
+
+
+def _split(line: bytes, reversed_form: bool | None) -> _Split:
+    """coreutils 9.1 ``split_3`` on one line (newline and one CR removed)."""
+    i = len(line) - len(line.lstrip(_WHITE))
     escaped = line[i : i + 1] == b"\\"
     i += escaped
     if line.startswith(_BSD_TAG, i):
-        i += len(_BSD_TAG)
-        i += line[i : i + 1] == b" "
-        if line[i : i + 1] != b"(":
-            return "'SHA256' not followed by ' (name) = <hex>'"
-        return _split_bsd(line[i + 1 :], escaped)
+        return _split_bsd(line, i + len(_BSD_TAG), escaped, reversed_form)
+    if len(line) - i < 66 + (line[i : i + 1] == b"\\"):
+        return _Split(reversed_form, problem=_NOT_GNU)
     hexdigest = line[i : i + 64]
     i += 64
-    if len(hexdigest) < 64 or not _is_hex(hexdigest) or line[i : i + 1] == b"" or line[i] not in _WHITE:
-        return "not '<64 hex>  <name>'"
+    if line[i] not in _WHITE or not _is_hex(hexdigest):
+        return _Split(reversed_form, problem=_NOT_GNU)
     i += 1
-    form = "standard"
-    if len(line) - i == 1 or line[i : i + 1] not in (b" ", b"*"):
+    form = reversed_form
+    if len(line) - i == 1 or line[i] not in b" *":
         if reversed_form is False:
-            return "a single space after the hex, mixed with '<hex>  <name>' lines"
-        form = "reversed"
+            return _Split(False, problem="a single space after the hex, mixed with '<hex>  <name>' lines")
+        form = True
     elif reversed_form is not True:
+        form = False
         i += 1
     name = _name(line[i:], escaped)
     if name is None:
-        return "bad backslash escape in the file name"
-    if not name:
-        return "no file name"
-    return hexdigest.decode(), name, form
+        return _Split(form, problem="bad backslash escape in the file name")
+    return _Split(form, hexdigest.decode(), name)
 
 
-def _split_bsd(rest: bytes, escaped: bool) -> tuple[str, str, str] | str:
+def _split_bsd(line: bytes, i: int, escaped: bool, form: bool | None) -> _Split:
+    """coreutils ``bsd_split_3``: ``SHA256 (name) = hex``, the name up to the last ')'. Leaves the form as it is."""
+    i += line[i : i + 1] == b" "
+    if line[i : i + 1] != b"(":
+        return _Split(form, problem="'SHA256' not followed by ' (name) = <hex>'")
+    rest = line[i + 1 :]
     close = rest.rfind(b")")
     if close < 0:
-        return "BSD form without ')'"
+        return _Split(form, problem="BSD form without ')'")
     name = _name(rest[:close], escaped)
     if name is None:
-        return "bad backslash escape in the file name"
-    tail = rest[close + 1 :].lstrip(_WHITE)
+        return _Split(form, problem="bad backslash escape in the file name")
+    tail = rest[close + 1 :].split(b"\0")[0].lstrip(_WHITE)
     if not tail.startswith(b"="):
-        return "BSD form without '= <hex>'"
+        return _Split(form, problem="BSD form without '= <hex>'")
     hexdigest = tail[1:].lstrip(_WHITE)
     if len(hexdigest) != 64 or not _is_hex(hexdigest):
-        return "BSD form whose digest is not 64 hex digits"
-    if not name:
-        return "no file name"
-    return hexdigest.decode(), name, "bsd"
+        return _Split(form, problem="BSD form whose digest is not 64 hex digits")
+    return _Split(form, hexdigest.decode(), name)
 
 
 def _is_hex(b: bytes) -> bool:
@@ -200,11 +194,33 @@ def _is_hex(b: bytes) -> bool:
 
 
 _HEX = re.compile(rb"[0-9a-fA-F]*")
+_ESCAPES = {b"\\": b"\\", b"n": b"\n", b"r": b"\r"}
+
+
+def _unescape(raw: bytes) -> bytes | None:
+    """coreutils ``filename_unescape``: ``\\\\``, ``\\n``, ``\\r``; None for another escape, a final ``\\`` or a NUL."""
+    out = bytearray()
+    i = 0
+    while i < len(raw):
+        c = raw[i : i + 1]
+        if c == b"\0":
+            return None
+        if c == b"\\":
+            mapped = _ESCAPES.get(raw[i + 1 : i + 2])
+            if mapped is None:
+                return None
+            out += mapped
+            i += 2
+            continue
+        out += c
+        i += 1
+    return bytes(out)
 
 
 def _name(raw: bytes, escaped: bool) -> str | None:
-    name = raw.decode("utf-8", "surrogateescape")
-    return _unescape(name) if escaped else name
+    """The file name as coreutils opens it: unescaped, or up to the first NUL (a C string)."""
+    name = _unescape(raw) if escaped else raw.split(b"\0")[0]
+    return None if name is None else name.decode("utf-8", "surrogateescape")
 
 
 def _separator(sep: bytes) -> list[str]:
@@ -234,6 +250,8 @@ def _noncanonical(raw: bytes, entry: SumLine, *, last_line: bool) -> str:
         reasons.append("upper-case hex")
     if not bsd:
         reasons += _separator(body.lstrip(_WHITE).lstrip(b"\\")[64:66])
+    if b"\0" in body:
+        reasons.append("a NUL byte, where the name ends")
     if raw.endswith(b"\r"):
         reasons.append("CRLF line ending")
     if last_line:

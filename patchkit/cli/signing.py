@@ -179,11 +179,13 @@ def verify(
     if fmt == "json":
         click.echo(json.dumps({"ok": not failed, "files": [r.as_dict() for r in results]}, indent=2, sort_keys=True))
     else:
+        from patchkit.formats.safe import printable  # names and principals come from files: no raw controls
+
         for r in results:
-            by = f"  signed by {r.signer} ({r.key})" if r.signer else ""
-            click.echo(f"{'ok  ' if r.outcome is Outcome.VERIFIED else 'FAIL'} {r.file}{by}")
+            by = f"  signed by {printable(r.signer)} ({r.key})" if r.signer else ""
+            click.echo(f"{'ok  ' if r.outcome is Outcome.VERIFIED else 'FAIL'} {printable(r.file)}{by}")
             for line in (*r.problems, *r.details):
-                click.echo(f"       {line}")
+                click.echo(f"       {printable(line)}")
         click.echo(f"verify: {len(results) - len(failed)} ok, {len(failed)} failed")
     ctx.exit(EXIT_FINDINGS if failed else EXIT_OK)
 

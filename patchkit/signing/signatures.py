@@ -102,8 +102,12 @@ def attest_bundle(bundle: Path, key: Ed25519PrivateKey) -> Path:
     return out
 
 
-def load_signers(path: Path, shown: str | None = None) -> tuple[AllowedSigner, ...]:
-    """Parse an allowed-signers file; BadInput when it is missing, unreadable or malformed."""
+def load_signers(path: Path, shown: str | None = None, *, strict: bool = False) -> tuple[AllowedSigner, ...]:
+    """Parse an allowed-signers file; BadInput when it is missing, unreadable or has no line ssh-keygen can use.
+
+    A malformed line is skipped, as ``ssh-keygen -Y verify`` skips it (a
+    refusal it might explain names it); ``strict`` (``check``) refuses it.
+    """
     from patchkit.signing import signers
 
     name = shown or str(path)
@@ -116,8 +120,10 @@ def load_signers(path: Path, shown: str | None = None) -> tuple[AllowedSigner, .
         ) from e
     except OSError as e:
         raise BadInput(f"{name}: cannot read: {e.strerror}") from e
-    found = signers.parse(data, name)
-    if not found:
+    found = signers.parse(data, name) if strict else signers.read(data)
+    if not any(s.problem is None for s in found):
+        if found:
+            signers.parse(data, name)  # raises, naming the first line ssh-keygen cannot read
         raise BadInput(f"{name}: no allowed signers in it", "add a line: patchkit keygen prints it")
     return found
 
@@ -261,7 +267,7 @@ def signature_findings(repo: Repo, lock: Lockfile, now: datetime | None = None) 
     cfg = lock.signing
     fix_key = "patchkit sign --key KEY"
     try:
-        allowed = load_signers(repo.check_inside(cfg.allowed_signers), str(cfg.allowed_signers))
+        allowed = load_signers(repo.check_inside(cfg.allowed_signers), str(cfg.allowed_signers), strict=True)
     except FileNotFoundError:
         return [
             Finding(

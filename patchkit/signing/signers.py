@@ -4,12 +4,25 @@ One line per trusted key, as ssh-keygen(1) "ALLOWED SIGNERS" describes::
 
     principals [options] keytype base64-key [comment]
 
-``principals`` is a comma-separated pattern list (``*``, ``?``, ``!negation``);
-options are ``namespaces="pattern,list"``, ``valid-after="…"``/``valid-before="…"``
-(double-quoted, as ssh-keygen requires; ``YYYYMMDD[HHMM[SS]]``, local time, or UTC with a trailing ``Z``) and
-``cert-authority``. Matching follows ``ssh-keygen -Y verify``: a line applies
-when its key is the signature's key, its principals match the identity, the
-namespace is allowed and the time is inside the validity window.
+Read byte for byte as OpenSSH 9 reads it (``sshsig.c``
+``parse_principals_key_and_options``, ``misc.c`` ``strdelimw`` and
+``parse_absolute_time``, ``match.c`` ``match_pattern_list``):
+
+- ``principals`` is one field, quotes removed where they stand (``"a b",c``
+  and ``al"ice"`` are fields); it is a comma-separated pattern list matched
+  case-sensitively on bytes: ``*`` and ``?`` (one byte) are the wildcards, a
+  matching ``!pattern`` refuses the identity whatever else matches, and a
+  subpattern of 1023 bytes or more makes the whole list match nothing.
+- options (case-insensitive names): ``cert-authority``, ``namespaces="list"``
+  (matched like the principals), ``valid-after="…"``/``valid-before="…"``
+  (``YYYYMMDD``, ``YYYYMMDDHHMM`` or ``YYYYMMDDHHMMSS``; a ``Z`` or ``UTC``
+  suffix for UTC, else local *standard* time as ``mktime`` with ``tm_isdst=0``
+  reads it; a day past the month's end rolls over, as ``mktime`` does).
+- the key: an exact type name, then strict base64 of a key of that type.
+
+A line ssh-keygen cannot read is skipped, not fatal: it keeps reading the
+next lines, and so does ``find``. Such a line is kept with its ``problem``
+(``check`` reports it; a refusal it might explain names it).
 
 patchkit verifies plain Ed25519 keys only: a ``cert-authority`` line trusts
 certificates, which patchkit does not verify, so such lines never match (and
@@ -20,21 +33,58 @@ from __future__ import annotations
 
 import base64
 import binascii
+import calendar
 import re
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from patchkit.errors import BadInput
 from patchkit.signing.sshsig import BadSignature, fingerprint
 
-_KEY_TYPE = re.compile(r"(ssh-|ecdsa-sha2-|sk-ssh-|sk-ecdsa-sha2-|rsa-sha2-)[A-Za-z0-9@.-]+")
-_TIME = re.compile(r"(\d{8})(\d{4})?(\d{2})?(Z)?")
-_OPTIONS = ("cert-authority", "namespaces", "valid-after", "valid-before")
+_BLANKS = b" \t\n\r"  # what a line may start with (strspn in sshsig.c)
+_DELIMS = b" \t\r\n"  # misc.c WHITESPACE: what ends the principals field
+_SUBPATTERN_MAX = 1023  # match.c: a longer subpattern makes the list match nothing
+ED25519 = b"ssh-ed25519"
+# Names sshkey_read takes for a key (sshkey.c keyimpls); patchkit compares only ssh-ed25519 keys.
+_KEY_TYPES = frozenset(
+    t.encode()
+    for t in (
+        "ssh-ed25519",
+        "ssh-ed25519-cert-v01@openssh.com",
+        "sk-ssh-ed25519@openssh.com",
+        "sk-ssh-ed25519-cert-v01@openssh.com",
+        "ssh-rsa",
+        "rsa-sha2-256",
+        "rsa-sha2-512",
+        "ssh-rsa-cert-v01@openssh.com",
+        "rsa-sha2-256-cert-v01@openssh.com",
+        "rsa-sha2-512-cert-v01@openssh.com",
+        "ssh-dss",
+        "ssh-dss-cert-v01@openssh.com",
+        "ecdsa-sha2-nistp256",
+        "ecdsa-sha2-nistp384",
+        "ecdsa-sha2-nistp521",
+        "ecdsa-sha2-nistp256-cert-v01@openssh.com",
+        "ecdsa-sha2-nistp384-cert-v01@openssh.com",
+        "ecdsa-sha2-nistp521-cert-v01@openssh.com",
+        "sk-ecdsa-sha2-nistp256@openssh.com",
+        "sk-ecdsa-sha2-nistp256-cert-v01@openssh.com",
+    )
+)
+_B64 = re.compile(rb"[A-Za-z0-9+/]*={0,2}")
+_SPACE = b" \t\n\v\f\r"  # isspace(), what strptime skips before a number
+_OPTION_NAMES = "cert-authority, namespaces, valid-after, valid-before"
 
 
 @dataclass(frozen=True)
 class AllowedSigner:
-    """One line of an allowed-signers file."""
+    """One line of an allowed-signers file.
+
+    ``principals`` and ``namespaces`` are the line's bytes (decoded with
+    surrogateescape, so they encode back exactly). ``problem`` is set on a
+    line ssh-keygen skips as malformed; such a line never matches.
+    """
 
     line: int
     principals: str
@@ -44,6 +94,7 @@ class AllowedSigner:
     valid_after: datetime | None = None
     valid_before: datetime | None = None
     cert_authority: bool = False
+    problem: str | None = None
 
     @property
     def fingerprint(self) -> str:
@@ -58,133 +109,353 @@ class Match:
     principal: str
 
 
-def match_pattern_list(name: str, patterns: str) -> bool:
-    """OpenSSH's ``match_pattern_list``: comma-separated ``*``/``?`` globs, a ``!`` match vetoes."""
+def _raw(text: str | bytes) -> bytes:
+    return text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape")
+
+
+def _text(raw: bytes) -> str:
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def match_pattern(name: bytes, pattern: bytes) -> bool:
+    """OpenSSH's ``match_pattern``: ``*`` any bytes, ``?`` one byte, everything else itself (case-sensitive).
+
+    The usual two-pointer glob match, linear in practice: a hostile pattern
+    cannot make it backtrack exponentially (a regex could).
+    """
+    n = p = 0
+    star, mark = -1, 0
+    while n < len(name):
+        if p < len(pattern) and (pattern[p] == 63 or pattern[p] == name[n]) and pattern[p] != 42:
+            n, p = n + 1, p + 1
+        elif p < len(pattern) and pattern[p] == 42:
+            star, mark, p = p, n, p + 1
+        elif star >= 0:
+            mark += 1
+            n, p = mark, star + 1
+        else:
+            return False
+    return all(c == 42 for c in pattern[p:])
+
+
+def match_pattern_list(name: str | bytes, patterns: str | bytes) -> bool:
+    """OpenSSH's ``match_pattern_list(name, patterns, 0) == 1``.
+
+    Comma-separated subpatterns; a matching ``!subpattern`` refuses at once;
+    a subpattern of 1023 bytes or more ends the list with no match; a
+    trailing comma adds no empty subpattern. Bytes are compared: ``?`` is one
+    byte, not one character.
+    """
+    s, pat = _raw(name).split(b"\0")[0], _raw(patterns)
     found = False
-    for raw in patterns.split(","):
-        negated = raw.startswith("!")
-        pattern = raw[1:] if negated else raw
-        regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
-        if re.fullmatch(regex, name, re.DOTALL):
+    i = 0
+    while i < len(pat):
+        negated = pat[i : i + 1] == b"!"
+        i += negated
+        end = pat.find(b",", i)
+        end = len(pat) if end < 0 else end
+        if end - i >= _SUBPATTERN_MAX:
+            return False
+        if match_pattern(s, pat[i:end]):
             if negated:
                 return False
             found = True
+        i = end + 1
     return found
 
 
-def _parse_time(text: str, where: str, name: str) -> datetime:
-    m = _TIME.fullmatch(text)
-    if m is None:
-        raise BadInput(f"{where}: {name}={text!r} is not YYYYMMDD[HHMM[SS]][Z]", "e.g. valid-before=20270101")
-    digits = m.group(1) + (m.group(2) or "0000") + (m.group(3) or "00")
-    try:
-        naive = datetime.strptime(digits, "%Y%m%d%H%M%S")
-    except ValueError as e:
-        raise BadInput(f"{where}: {name}={text!r} is not a valid date ({e})") from e
-    # Without Z the time is local, as ssh-keygen reads it.
-    return naive.replace(tzinfo=UTC) if m.group(4) else naive.astimezone()
+class _Malformed(Exception):
+    """Why ssh-keygen skips a line."""
 
 
-def _parse_options(text: str, where: str) -> dict[str, str | None]:
-    # Comma-separated; a double-quoted value may hold commas.
-    parts = re.findall(r'(?:[^,"]|"[^"]*")+', text)
-    if ",".join(parts) != text:
-        raise BadInput(f"{where}: cannot read the options {text!r}", 'e.g. namespaces="patchkit",valid-before=20270101')
-    out: dict[str, str | None] = {}
-    for part in parts:
-        name, eq, value = part.partition("=")
-        name = name.lower()
-        if name not in _OPTIONS:
-            raise BadInput(f"{where}: unknown option {name!r}", f"allowed: {', '.join(_OPTIONS)}")
-        if eq and not (len(value) >= 2 and value[0] == value[-1] == '"'):
-            # ssh-keygen refuses unquoted values ("missing start quote"); so do we.
-            raise BadInput(f"{where}: {name}= needs a double-quoted value", f'write {name}="{value}"')
-        if not eq and name != "cert-authority":
-            raise BadInput(f"{where}: {name} needs a value", f'write {name}="…"')
-        out[name] = value[1:-1] if eq else None
-    return out
+def _principals_field(rest: bytes) -> tuple[bytes, bytes]:
+    """misc.c ``strdelimw``: the first field (quotes removed where they stand) and what follows it."""
+    at = next((i for i, c in enumerate(rest) if c in _DELIMS or c == 34), None)
+    if at is None:
+        raise _Malformed("expected 'principals [options] keytype base64-key'")
+    if rest[at] != 34:  # a blank ends the field
+        return rest[:at], rest[at + 1 :].lstrip(_DELIMS)
+    unquoted = rest[:at] + rest[at + 1 :]
+    close = unquoted.find(b'"', at)
+    if close < 0:
+        raise _Malformed("unbalanced double quote in the principals")
+    return unquoted[:close], unquoted[close + 1 :].lstrip(_DELIMS)
 
 
-def parse_line(text: str, lineno: int, filename: str) -> AllowedSigner | None:
-    """One allowed-signers line; None for a blank line or a comment."""
-    where = f"{filename}:{lineno}"
-    stripped = text.strip()
-    if not stripped or stripped.startswith("#"):
+def _b64decode(text: bytes) -> bytes | None:
+    """OpenBSD ``b64_pton``: blanks skipped, padding and unused bits exact; None if not."""
+    packed = bytes(c for c in text if c not in _SPACE)
+    if len(packed) % 4 or not _B64.fullmatch(packed):
         return None
-    if stripped.count('"') % 2:
-        raise BadInput(f"{where}: unbalanced double quote", "close every quoted value")
-    # Whitespace separates fields, except inside double quotes (kept, for the options).
-    fields = re.findall(r'(?:[^\s"]|"[^"]*")+', stripped)
-    if len(fields) < 3:
-        raise BadInput(f"{where}: expected 'principals [options] keytype base64-key'", "see docs/signing.md")
-    principals, rest = fields[0].replace('"', ""), fields[1:]
-    options: dict[str, str | None] = {}
-    if not _KEY_TYPE.fullmatch(rest[0]):
-        options = _parse_options(rest[0], where)
-        rest = rest[1:]
-    if len(rest) < 2 or not _KEY_TYPE.fullmatch(rest[0]):
-        raise BadInput(f"{where}: no key (expected 'keytype base64-key' after the principals and options)")
-    key_type, key_text = rest[0], rest[1]
     try:
-        key = base64.b64decode(key_text, validate=True)
-    except binascii.Error as e:
-        raise BadInput(f"{where}: the key is not valid base64") from e
-    if key[4 : 4 + len(key_type)] != key_type.encode() or int.from_bytes(key[:4], "big") != len(key_type):
-        raise BadInput(f"{where}: the key's encoded type does not match {key_type!r}")
-    if "namespaces" in options and not options["namespaces"]:
-        raise BadInput(f"{where}: namespaces= is empty", 'write namespaces="patchkit"')
-    after = options.get("valid-after")
-    before = options.get("valid-before")
+        out = base64.b64decode(packed, validate=True)
+    except binascii.Error:
+        return None
+    return out if base64.b64encode(out) == packed else None
+
+
+def _ed25519_blob(blob: bytes) -> bool:
+    """Whether ``blob`` is exactly string("ssh-ed25519") ‖ string(32 bytes), nothing after."""
+    want = len(ED25519).to_bytes(4, "big") + ED25519 + (32).to_bytes(4, "big")
+    return len(blob) == len(want) + 32 and blob.startswith(want)
+
+
+def _read_key(text: bytes) -> tuple[bytes, bytes] | str:
+    """sshkey.c ``sshkey_read``: (type, blob) of ``keytype base64 …``, or why it is not a key."""
+    space = next((i for i, c in enumerate(text) if c in b" \t"), len(text))
+    name = text[:space]
+    if name not in _KEY_TYPES:
+        return f"expected a key type such as ssh-ed25519, found {_text(name)!r}"
+    rest = text[space:].lstrip(b" \t")
+    end = next((i for i, c in enumerate(rest) if c in b" \t"), len(rest))
+    blob = _b64decode(rest[:end])
+    if not rest or blob is None:
+        return "the key is not valid base64"
+    name_len = int.from_bytes(blob[:4], "big")
+    if len(blob) < 4 + name_len or blob[4 : 4 + name_len] != name:
+        return f"the key's encoded type does not match {_text(name)!r}"
+    if name == ED25519 and not _ed25519_blob(blob):
+        return "the key is not a well-formed ssh-ed25519 key"
+    return name, blob
+
+
+def _options_end(text: bytes) -> int:
+    """sshkey.c ``sshkey_advance_past_options``: where the options field ends (blanks inside quotes kept)."""
+    quoted = False
+    i = 0
+    while i < len(text) and (quoted or text[i] not in b" \t"):
+        if text[i] == 92 and text[i + 1 : i + 2] == b'"':
+            i += 1
+        elif text[i] == 34:
+            quoted = not quoted
+        i += 1
+    if i == len(text) and quoted:
+        raise _Malformed("unbalanced double quote in the options")
+    return i
+
+
+def _dequote(opts: bytes, i: int, name: str) -> tuple[bytes, int]:
+    """misc.c ``opt_dequote``: the double-quoted value at ``i`` (``\\"`` is a quote) and where it ends."""
+    if opts[i : i + 1] != b'"':
+        raise _Malformed(f'{name}= needs a double-quoted value ({name}="…")')
+    out = bytearray()
+    i += 1
+    while i < len(opts) and opts[i] != 34:
+        if opts[i] == 92 and opts[i + 1 : i + 2] == b'"':
+            i += 1
+        out.append(opts[i])
+        i += 1
+    if i == len(opts):
+        raise _Malformed("unbalanced double quote in the options")
+    return bytes(out), i + 1
+
+
+# parse_absolute_time: the lengths it takes, each field's (offset, size, lowest, highest) for strptime.
+_FIELDS = {
+    8: ((0, 4, 0, 9999), (4, 2, 1, 12), (6, 2, 1, 31)),
+    12: ((0, 4, 0, 9999), (4, 2, 1, 12), (6, 2, 1, 31), (8, 2, 0, 23), (10, 2, 0, 59)),
+    14: ((0, 4, 0, 9999), (4, 2, 1, 12), (6, 2, 1, 31), (8, 2, 0, 23), (10, 2, 0, 59), (12, 2, 0, 61)),
+}
+
+
+def _strptime_number(chunk: bytes, low: int, high: int) -> int | None:
+    """glibc strptime's ``get_number`` on one field: blanks, then digits while the value can grow."""
+    text = chunk.lstrip(_SPACE)
+    if not text[:1].isdigit():
+        return None
+    value, used = 0, 0
+    for c in text:
+        if not (48 <= c <= 57) or used == len(chunk) or (used and value * 10 > high):
+            break
+        value, used = value * 10 + c - 48, used + 1
+    if used != len(text) or not low <= value <= high:
+        return None  # the rest of the field would have to match the '-', 'T' or ':' after it
+    return value
+
+
+def parse_time(value: bytes) -> tuple[int, bool] | None:
+    """misc.c ``parse_absolute_time``: (seconds since the epoch, is UTC), or None where ssh-keygen refuses.
+
+    ``Z`` or ``UTC`` (any case) at the end means UTC; otherwise local time
+    through ``mktime`` with ``tm_isdst = 0`` (standard time, even in summer).
+    A time at or before the epoch is refused (OpenSSH takes 0 as "not set").
+    """
+    utc = False
+    length = len(value)
+    if length > 1 and value[-1:].lower() == b"z":
+        utc, length = True, length - 1
+    elif length > 3 and value[-3:].lower() == b"utc":
+        utc, length = True, length - 3
+    fields = _FIELDS.get(length)
+    if fields is None:
+        return None
+    parts = [_strptime_number(value[at : at + size], low, high) for at, size, low, high in fields]
+    numbers = [p for p in parts if p is not None]
+    if len(numbers) != len(parts):
+        return None
+    year, month, day, hour, minute, second = [*numbers, 0, 0, 0][:6]
+    try:
+        if utc:
+            seconds = calendar.timegm((year, month, day, hour, minute, second, 0, 0, 0))
+        else:
+            seconds = int(time.mktime((year, month, day, hour, minute, second, 0, 0, 0)))
+    except (OverflowError, ValueError):
+        return None
+    return (seconds, utc) if seconds > 0 else None
+
+
+def _when(seconds: int, utc: bool) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC) if utc else datetime.fromtimestamp(seconds).astimezone()
+
+
+@dataclass
+class _Options:
+    cert_authority: bool = False
+    namespaces: bytes | None = None
+    valid_after: tuple[int, bool] | None = None
+    valid_before: tuple[int, bool] | None = None
+
+
+def _option(opts: bytes, i: int, got: _Options) -> int:
+    """One option at ``i`` (names case-insensitive, as ``opt_flag``/``opt_match``); where it ends."""
+    head = opts[i:].lower()
+    if head.startswith(b"cert-authority"):
+        got.cert_authority = True
+        return i + len(b"cert-authority")
+    for name in (b"namespaces", b"valid-after", b"valid-before"):
+        if not head.startswith(name + b"="):
+            continue
+        attr = name.decode().replace("-", "_")
+        if getattr(got, attr) is not None:
+            raise _Malformed(f"{name.decode()}= is given twice")
+        value, end = _dequote(opts, i + len(name) + 1, name.decode())
+        if name == b"namespaces":
+            got.namespaces = value
+        else:
+            when = parse_time(value)
+            if when is None:
+                raise _Malformed(f"{name.decode()}={_text(value)!r} is not a YYYYMMDD[HHMM[SS]][Z] time after 1970")
+            setattr(got, attr, when)
+        return end
+    return i  # not an option: the caller finds no comma here and says so
+
+
+def _parse_options(opts: bytes) -> _Options:
+    """sshsig.c ``sshsigopt_parse``: a leading or doubled comma is skipped, anything unknown refused."""
+    got = _Options()
+    i = 0
+    while i < len(opts) and opts[i] not in b" \t":
+        i = _option(opts, i, got)
+        if i == len(opts) or opts[i] in b" \t":
+            break
+        if opts[i] != 44:
+            raise _Malformed(f"unknown option {_text(re.split(rb'[=,]', opts[i:])[0])!r} (allowed: {_OPTION_NAMES})")
+        i += 1
+        if i == len(opts):
+            raise _Malformed("the options end with a comma")
+    if got.namespaces == b"":
+        raise _Malformed('namespaces="" allows no namespace (write namespaces="patchkit")')
+    if got.valid_after and got.valid_before and got.valid_before[0] <= got.valid_after[0]:
+        raise _Malformed("valid-before is not after valid-after")
+    return got
+
+
+def _key_and_options(rest: bytes) -> tuple[bytes, bytes, _Options]:
+    """The key (type, blob) and the options of what follows the principals, as ssh-keygen reads them."""
+    key = _read_key(rest)
+    if not isinstance(key, str):
+        return *key, _Options()
+    if re.split(rb"[ \t]", rest, maxsplit=1)[0] in _KEY_TYPES:
+        raise _Malformed(key)  # read as options, then its blob as a key type: never a key either way
+    end = _options_end(rest)
+    if end == len(rest):
+        raise _Malformed(f"no key ({key}); expected 'principals [options] keytype base64-key'")
+    key = _read_key(rest[end + 1 :].lstrip(b" \t"))
+    if isinstance(key, str):
+        raise _Malformed(key)
+    return *key, _parse_options(rest[:end])
+
+
+def parse_line(raw: bytes, lineno: int) -> AllowedSigner | None:
+    """One allowed-signers line (bytes, newline included or not); None for a blank line or a comment."""
+    text = raw.split(b"\0")[0].lstrip(_BLANKS)  # a C string: a NUL ends the line
+    if not text or text.startswith(b"#"):
+        return None
+    principals = b""
+    try:
+        principals, rest = _principals_field(text)
+        key_type, key, opts = _key_and_options(rest)
+    except _Malformed as e:
+        return AllowedSigner(lineno, _text(principals), "", b"", problem=str(e))
     return AllowedSigner(
         line=lineno,
-        principals=principals,
-        key_type=key_type,
+        principals=_text(principals),
+        key_type=key_type.decode(),
         key=key,
-        namespaces=options.get("namespaces"),
-        valid_after=_parse_time(after, where, "valid-after") if after else None,
-        valid_before=_parse_time(before, where, "valid-before") if before else None,
-        cert_authority="cert-authority" in options,
+        namespaces=None if opts.namespaces is None else _text(opts.namespaces),
+        valid_after=None if opts.valid_after is None else _when(*opts.valid_after),
+        valid_before=None if opts.valid_before is None else _when(*opts.valid_before),
+        cert_authority=opts.cert_authority,
     )
 
 
-def parse(data: bytes, filename: str) -> tuple[AllowedSigner, ...]:
-    """Every line of an allowed-signers file; BadInput names the first bad line."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise BadInput(f"{filename}: not UTF-8 text") from e
-    lines = (parse_line(line, i, filename) for i, line in enumerate(text.splitlines(), start=1))
+def read(data: bytes) -> tuple[AllowedSigner, ...]:
+    """Every line that is not blank or a comment, malformed ones with their ``problem`` (ssh-keygen skips them)."""
+    lines = (parse_line(line, i) for i, line in enumerate(data.split(b"\n"), start=1))
     return tuple(s for s in lines if s is not None)
+
+
+def parse(data: bytes, filename: str) -> tuple[AllowedSigner, ...]:
+    """Every line of an allowed-signers file; BadInput names the first line ssh-keygen would skip."""
+    found = read(data)
+    for s in found:
+        if s.problem is not None:
+            raise BadInput(
+                f"{filename}:{s.line}: {s.problem}; ssh-keygen -Y verify never uses this line",
+                "see ALLOWED SIGNERS in ssh-keygen(1), or docs/signing.md",
+            )
+    return found
+
+
+def _refusal(s: AllowedSigner, namespace: str, identity: str | None, now: int) -> str | None:
+    """Why line ``s`` (holding the signature's key) does not let it sign, or None when it does."""
+    where = f"allowed signers line {s.line}"
+    if identity is not None and not match_pattern_list(identity, s.principals):
+        return f"{where} allows this key for {s.principals!r}, not for {identity!r}"
+    if s.cert_authority:
+        return f"{where} is a cert-authority; patchkit verifies plain keys, not certificates"
+    if s.namespaces is not None and not match_pattern_list(namespace, s.namespaces):
+        return f"{where} allows this key for namespaces {s.namespaces!r}, not {namespace!r}"
+    if s.valid_after is not None and now < int(s.valid_after.timestamp()):
+        return f"{where}: key not valid before {s.valid_after.isoformat()}"
+    if s.valid_before is not None and now > int(s.valid_before.timestamp()):
+        return f"{where}: key expired at {s.valid_before.isoformat()} (valid-before)"
+    return None
 
 
 def find(signers: tuple[AllowedSigner, ...], key: bytes, namespace: str, identity: str | None, now: datetime) -> Match:
     """The line that lets ``key`` sign as ``identity`` (any principal when None) in ``namespace`` at ``now``.
 
-    Raises BadSignature with the reason the closest line refused it: the key
-    is unknown, allowed for other principals, another namespace, or outside
-    its validity window.
+    As ``ssh-keygen -Y verify`` decides: the first line whose principals
+    match, whose key is this key (not a cert-authority), whose namespaces
+    allow ``namespace`` and whose validity window holds ``now`` (whole
+    seconds). Malformed lines are skipped. Raises BadSignature with the
+    reason each line holding this key (or a malformed line naming the
+    identity) refused it.
     """
+    seconds = int(now.timestamp())
     reasons: list[str] = []
     for s in signers:
+        if s.problem is not None:
+            if identity is None or match_pattern_list(identity, s.principals):
+                reasons.append(f"allowed signers line {s.line} is skipped: {s.problem}")
+            continue
         if s.key != key:
             continue
-        where = f"allowed signers line {s.line}"
-        if s.cert_authority:
-            reasons.append(f"{where} is a cert-authority; patchkit verifies plain keys, not certificates")
-            continue
-        if identity is not None and not match_pattern_list(identity, s.principals):
-            reasons.append(f"{where} allows this key for {s.principals!r}, not for {identity!r}")
-            continue
-        if s.namespaces is not None and not match_pattern_list(namespace, s.namespaces):
-            reasons.append(f"{where} allows this key for namespaces {s.namespaces!r}, not {namespace!r}")
-            continue
-        if s.valid_after is not None and now < s.valid_after:
-            reasons.append(f"{where}: key not valid before {s.valid_after.isoformat()}")
-            continue
-        if s.valid_before is not None and now > s.valid_before:
-            reasons.append(f"{where}: key expired at {s.valid_before.isoformat()} (valid-before)")
-            continue
-        return Match(s, identity if identity is not None else s.principals)
-    if not reasons:
-        raise BadSignature(f"signing key {fingerprint(key)} is not in the allowed signers")
+        why = _refusal(s, namespace, identity, seconds)
+        if why is None:
+            return Match(s, identity if identity is not None else s.principals)
+        reasons.append(why)
+    if not any(s.key == key for s in signers):
+        reasons.insert(0, f"signing key {fingerprint(key)} is not in the allowed signers")
     raise BadSignature("; ".join(reasons))

@@ -9,7 +9,10 @@ on redirects and upload locations, oversized blobs, many referrers),
 (hostile headers and hunks, nested lockfiles), ``test_rebase_attacks``
 (links, markers, state), ``test_output`` (names in text and JSON),
 ``test_check_findings`` (special files, nested targets, staged leftovers),
-``test_signature_armor`` (parity with ssh-keygen). ``corpus.py`` holds the
+``test_signature_armor`` (parity with ssh-keygen), ``test_allowed_signers``
+(generated allowed-signers files against ``ssh-keygen -Y verify``),
+``test_sums_reader`` (generated SHA256SUMS against ``sha256sum -c --strict``).
+``corpus.py`` holds the
 corrupted deployments ``test_no_internal_error`` runs every command on: add
 an attack there, or a module here.
 """

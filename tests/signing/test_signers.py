@@ -43,11 +43,11 @@ def test_parses_comments_quotes_options_and_comments_after_the_key(ed_key: KeyPa
     [
         ("alice valid-before=20270101 KEY", "valid-before= needs a double-quoted value"),
         ('alice colour="red" KEY', "unknown option 'colour'"),
-        ('alice valid-after="2027" KEY', "valid-after='2027' is not YYYYMMDD[HHMM[SS]][Z]"),
-        ('alice valid-after="20271341" KEY', "is not a valid date"),
-        ('alice namespaces="" KEY', "namespaces= is empty"),
+        ('alice valid-after="2027" KEY', "valid-after='2027' is not a YYYYMMDD[HHMM[SS]][Z] time"),
+        ('alice valid-after="20271341" KEY', "valid-after='20271341' is not a YYYYMMDD"),
+        ('alice namespaces="" KEY', 'namespaces="" allows no namespace'),
         ("alice", "expected 'principals [options] keytype base64-key'"),
-        ('alice namespaces="x KEY', "unbalanced double quote"),
+        ('alice namespaces="x KEY', "unbalanced double quote in the options"),
         ("alice ssh-ed25519 !!!notbase64", "the key is not valid base64"),
         (
             "alice ssh-rsa AAAAC3NzaC1lZDI1NTE5AAAAIBP1H0Gfj2oNBJZgJgtzgEAWc+M7QWcDweBkDdemeD0x",
