@@ -261,9 +261,7 @@ def read_bundle(
     # Sums and pins are checked only over a bundle read to its end: a
     # bundle cut short would add a "missing" problem for every unread file.
     with f:
-        return bundletar.read(
-            f, str(path), (SUMS_NAME, LOCKFILE_NAME), limits, lambda c: _check_contents(c.files, c.kept)
-        )
+        return bundletar.read(f, str(path), (SUMS_NAME, LOCKFILE_NAME), limits, check_contents)
 
 
 def verify_bundle(
@@ -325,8 +323,9 @@ def _pin_problems(digests: dict[str, str], lock_data: bytes) -> list[str]:
     return problems
 
 
-def _check_contents(digests: dict[str, str], contents: dict[str, bytes]) -> list[str]:
+def check_contents(read: bundletar.Contents) -> list[str]:
     """The members against the bundled SHA256SUMS (exactly its files) and the bundled lockfile's pins."""
+    digests, contents = read.files, read.kept
     problems: list[str] = []
     sums_data = contents.get(SUMS_NAME)
     if sums_data is None:

@@ -28,7 +28,6 @@ import io
 import json
 import os
 import shutil
-import tarfile
 import tempfile
 from dataclasses import dataclass
 from datetime import datetime
@@ -88,15 +87,23 @@ def artifact_manifest(artifact_type: str, layers: list[dict[str, Any]], subject:
 
 
 def sums_of(bundle: bytes) -> bytes:
-    """The ``SHA256SUMS`` member of a bundle (.tar.gz)."""
-    try:
-        with tarfile.open(fileobj=io.BytesIO(bundle), mode="r:gz") as tar:
-            f = tar.extractfile("SHA256SUMS")
-            if f is not None:
-                return f.read()
-    except (KeyError, OSError, EOFError, tarfile.TarError):
-        pass
-    raise BadInput("the bundle has no readable SHA256SUMS", "build it with: patchkit bundle -o PATH")
+    """The ``SHA256SUMS`` member of a bundle (.tar.gz), read by the one bundle reader.
+
+    ``BadInput`` unless the bundle verifies as ``verify-bundle`` checks it
+    (the bytes ``patchkit bundle`` writes, its sums and pins holding): what
+    is pushed or pulled is only ever such a bundle.
+    """
+    from patchkit.bundle import check_contents
+    from patchkit.bundletar import read
+
+    contents = read(io.BytesIO(bundle), "the bundle", ("SHA256SUMS", "lockfile.toml"), check=check_contents)
+    if contents.problems:
+        more = f" (and {len(contents.problems) - 1} more)" if len(contents.problems) > 1 else ""
+        raise BadInput(
+            f"the bundle is not one patchkit bundle writes or it does not verify: {contents.problems[0]}{more}",
+            "build it with: patchkit bundle -o PATH; check it with: patchkit verify-bundle PATH",
+        )
+    return contents.kept["SHA256SUMS"]
 
 
 @dataclass(frozen=True)
@@ -247,6 +254,14 @@ def pull(
     return _verify_and_write(files, referrers, out, allowed, identity, now)
 
 
+def _bundle_sums(bundle: bytes, what: str) -> bytes:
+    """The pulled bundle's SHA256SUMS; a bundle that does not verify refuses the pull."""
+    try:
+        return sums_of(bundle)
+    except BadInput as e:
+        raise Refused(f"{what}: {e.message}; refusing it", "nothing was written") from e
+
+
 def _fetch(client: RegistryClient, ref: ImageRef, digest: Digest) -> tuple[dict[str, bytes], dict[str, list[bytes]]]:
     """The artifact's files by name (bundle, SHA256SUMS) and its referrers' by suffix (``.sig``, ``.intoto.jsonl``).
 
@@ -266,7 +281,7 @@ def _fetch(client: RegistryClient, ref: ImageRef, digest: Digest) -> tuple[dict[
         name: client.blob(ref, bundle_desc, limit=MAX_BUNDLE_BYTES),
         "SHA256SUMS": client.blob(ref, sums_desc, limit=MAX_SMALL_BYTES),
     }
-    if sums_of(files[name]) != files["SHA256SUMS"]:
+    if _bundle_sums(files[name], what) != files["SHA256SUMS"]:
         raise Refused(f"{what}: its SHA256SUMS layer is not the bundle's own SHA256SUMS; refusing it")
     entries, _ = client.referrers(ref, digest)
     referrers: dict[str, list[bytes]] = {}
