@@ -210,7 +210,7 @@ class _Gunzip:
         self.out = 0
         self.crc = 0
         self.z = zlib.decompressobj(-zlib.MAX_WBITS)
-        self.buffer = b""
+        self.buffer = bytearray()
         self.done = False
         self._header()
 
@@ -248,7 +248,8 @@ class _Gunzip:
         """Up to ``n`` tar bytes; empty only at the end, once the gzip trailer was checked."""
         while len(self.buffer) < n and not self.done:
             self._inflate()
-        out, self.buffer = self.buffer[:n], self.buffer[n:]
+        out = bytes(self.buffer[:n])
+        del self.buffer[:n]  # O(1) at a bytearray's front
         return out
 
     def _inflate(self) -> None:

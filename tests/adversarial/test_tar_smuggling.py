@@ -563,3 +563,25 @@ def test_the_command_line_refuses_with_clear_lines_and_never_exit_4(bundle: Bund
 def _write(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
+
+
+def test_attest_push_and_pull_refuse_what_verify_bundle_refuses(bundle: Bundle, tmp_path: Path) -> None:
+    """One reader for every command that reads a bundle: none of them takes a smuggled one."""
+    from patchkit.errors import BadInput, Refused
+    from patchkit.images import artifact
+    from patchkit.signing import attest
+
+    good = _write(tmp_path / "good.tar.gz", _gz(bundle.raw))
+    files = {name for name, head, _ in bundle.members if head[-512:][156:157] == b"0"}
+    assert set(attest.read_bundle(good).members) == files
+    assert b"  lockfile.toml\n" in artifact.sums_of(good.read_bytes())
+    generated = dict(attacks(bundle))
+    for label in _REPORTED:
+        path = _write(tmp_path / "hostile.tar.gz", generated[label])
+        with pytest.raises(BadInput) as refused:
+            attest.read_bundle(path)
+        assert _clear(str(refused.value)) and str(refused.value).startswith(f"{path}: "), label
+        with pytest.raises(BadInput):
+            artifact.sums_of(generated[label])
+        with pytest.raises(Refused):
+            artifact._bundle_sums(generated[label], "registry.example/deploy@sha256:…")
