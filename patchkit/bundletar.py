@@ -496,7 +496,10 @@ class _Reader:
             differ.insert(0, "GNU long name record")
         owner = [f for f in differ if f in _OWNER_FIELDS]
         if owner:
-            self.problems.append(f"{shown(name)}: {_owner_problem(got, kind)}; refused")
+            try:
+                self.problems.append(f"{shown(name)}: {_owner_problem(got, kind)}; refused")
+            except NotBundle as e:
+                self.refuse(f"byte {at}: {shown(name)}: {e}; refused")
         rest = [f for f in differ if f not in _OWNER_FIELDS] or ([] if owner else ["checksum"])
         if rest:
             self.refuse(
