@@ -181,10 +181,11 @@ def bundle(ctx: click.Context, output: Path) -> None:
 @click.argument("path", type=click.Path(dir_okay=False, exists=True, path_type=Path))
 @FORMAT
 def verify_bundle(path: Path, fmt: str) -> None:
-    """Unpack a bundle safely and verify its SHA256SUMS and lockfile pins; exit 1 on any problem.
+    """Verify a bundle: exactly the bytes `patchkit bundle` writes, its SHA256SUMS and lockfile pins; exit 1 if not.
 
-    Refuses absolute paths, '..', links, devices, oversized members and
-    duplicates before anything is written.
+    Any other archive (pax records, links, devices, sparse files, another
+    spelling of a header field, '..' or absolute names, oversized members,
+    duplicates) is refused; nothing is written to disk.
     """
     from patchkit.bundle import verify_bundle as run
     from patchkit.formats.safe import json_safe

@@ -32,7 +32,6 @@ import io
 import json
 import os
 import shutil
-import tarfile
 import tempfile
 from dataclasses import dataclass
 from datetime import datetime
@@ -96,15 +95,23 @@ def artifact_manifest(artifact_type: str, layers: list[dict[str, Any]], subject:
 
 
 def sums_of(bundle: bytes) -> bytes:
-    """The ``SHA256SUMS`` member of a bundle (.tar.gz)."""
-    try:
-        with tarfile.open(fileobj=io.BytesIO(bundle), mode="r:gz") as tar:
-            f = tar.extractfile("SHA256SUMS")
-            if f is not None:
-                return f.read()
-    except (KeyError, OSError, EOFError, tarfile.TarError):
-        pass
-    raise BadInput("the bundle has no readable SHA256SUMS", "build it with: patchkit bundle -o PATH")
+    """The ``SHA256SUMS`` member of a bundle (.tar.gz), read by the one bundle reader.
+
+    ``BadInput`` unless the bundle verifies as ``verify-bundle`` checks it
+    (the bytes ``patchkit bundle`` writes, its sums and pins holding): what
+    is pushed or pulled is only ever such a bundle.
+    """
+    from patchkit.bundle import check_contents
+    from patchkit.bundletar import read
+
+    contents = read(io.BytesIO(bundle), "the bundle", ("SHA256SUMS", "lockfile.toml"), check=check_contents)
+    if contents.problems:
+        more = f" (and {len(contents.problems) - 1} more)" if len(contents.problems) > 1 else ""
+        raise BadInput(
+            f"the bundle is not one patchkit bundle writes or it does not verify: {contents.problems[0]}{more}",
+            "build it with: patchkit bundle -o PATH; check it with: patchkit verify-bundle PATH",
+        )
+    return contents.kept["SHA256SUMS"]
 
 
 @dataclass(frozen=True)
@@ -264,6 +271,14 @@ def pull(
             shutil.rmtree(staging)
 
 
+def _bundle_sums(bundle: bytes, what: str) -> bytes:
+    """The pulled bundle's SHA256SUMS; a bundle that does not verify refuses the pull."""
+    try:
+        return sums_of(bundle)
+    except BadInput as e:
+        raise Refused(f"{what}: {e.message}; refusing it", "nothing was written") from e
+
+
 def _fetch(client: RegistryClient, ref: ImageRef, digest: Digest, staging: Path) -> tuple[str, ...]:
     """The artifact's files (bundle, SHA256SUMS) written into ``staging``; their names.
 
@@ -280,7 +295,7 @@ def _fetch(client: RegistryClient, ref: ImageRef, digest: Digest, staging: Path)
     with (staging / name).open("xb") as f:
         client.blob_into(ref, bundle_desc, f, limit=MAX_BUNDLE_BYTES)
     sums = client.blob(ref, sums_desc, limit=MAX_SMALL_BYTES)
-    if sums_of((staging / name).read_bytes()) != sums:
+    if _bundle_sums((staging / name).read_bytes(), what) != sums:
         raise Refused(f"{what}: its SHA256SUMS layer is not the bundle's own SHA256SUMS; refusing it")
     (staging / "SHA256SUMS").write_bytes(sums)
     return name, "SHA256SUMS"

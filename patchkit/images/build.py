@@ -129,6 +129,36 @@ def layer_tar(files: Iterable[LayerFile], mtime: int) -> bytes:
     return buf.getvalue()
 
 
+def read_layer(tar: bytes) -> list[LayerFile] | None:
+    """The files of an uncompressed layer this module wrote (pure); None when it is not such a layer.
+
+    The layer is read, then written again with ``layer_tar`` from what was
+    read, and must come out byte for byte the same: a pax record, a link, a
+    sparse map or any other spelling that another tar reader (an engine's)
+    could unpack differently makes it not patchkit's layer, whatever Python's
+    tarfile made of it.
+    """
+    try:
+        with tarfile.open(fileobj=io.BytesIO(tar), mode="r:") as t:
+            members = t.getmembers()
+            files = [_layer_file(t, m) for m in members]
+            mtime = members[0].mtime if members else 0
+        if any(f is None for f in files) or not isinstance(mtime, int):
+            return None
+        ok = [f for f in files if f is not None]
+        return ok if layer_tar(ok, mtime) == tar else None
+    except (tarfile.TarError, BadInput, ValueError, UnicodeError, EOFError, OverflowError):
+        return None
+
+
+def _layer_file(tar: tarfile.TarFile, member: tarfile.TarInfo) -> LayerFile | None:
+    """A regular member as the file ``layer_tar`` would have written it from (None for any other member)."""
+    f = tar.extractfile(member) if member.isreg() else None
+    if f is None:
+        return None
+    return LayerFile("/" + member.name, f.read(), member.mode == 0o755)
+
+
 def gzip_bytes(data: bytes) -> bytes:
     """``data`` gzip-compressed with a fixed header: no file name, mtime 0 (pure)."""
     buf = io.BytesIO()

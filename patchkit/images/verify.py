@@ -5,7 +5,9 @@ be its base's image plus the one pinned layer: the same base layers in the
 same order (and the same ``diff_ids``), the config the base's plus the
 layer, and a top layer whose blob and tar hash to the pinned digests and
 hold exactly the pinned files (regular files at their targets with their
-pinned sha256, nothing else: no extra file, no whiteout, no link). Every
+pinned sha256, nothing else: no extra file, no whiteout, no link), in
+exactly the bytes ``image build`` writes for them (``build.read_layer``), so
+that an engine's tar reader cannot unpack anything else. Every
 byte read is hashed; a blob the registry serves that does not hash to its
 digest (a tampered layer) is a finding, not an accident.
 
@@ -36,6 +38,10 @@ if TYPE_CHECKING:
 Locate = Callable[[tuple[str | int, ...]], int | None]
 # The largest top layer read whole to verify it (it holds patches and tables, not a model).
 MAX_LAYER_BYTES = 1 << 30
+NOT_OUR_LAYER = (
+    "the top layer is not the tar patchkit image build writes (regular files only, sorted, fixed metadata, "
+    "no other pax record or header spelling); refused"
+)
 
 
 def pinned_targets(lock: Lockfile, series: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -301,6 +307,10 @@ def _compare(
         return [("derived-files", "layer_digest", f"{ref}{where}: the top layer does not decompress ({e})")]
     if sha256_bytes(tar) != d.diff_id.hex:
         return [("derived-files", "diff_id", f"{ref}{where}: the top layer's tar does not hash to the pinned diff_id")]
+    from patchkit.images.build import read_layer
+
+    if read_layer(tar) is None:
+        return [("derived-files", "layer_digest", f"{ref}{where}: {NOT_OUR_LAYER}")]
     series, stale = series_targets(lock, d.name, tar)
     return [
         ("derived-files", "layer_digest", f"{ref}{where}: top layer: {problem}")

@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import gzip
 import hashlib
 import json
-import tarfile
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any
 
 from patchkit import __version__
 from patchkit.errors import BadInput
@@ -37,15 +35,14 @@ from patchkit.signing.sshsig import NAMESPACE, BadSignature, fingerprint
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+    from patchkit.bundletar import Contents
+
 SUFFIX = ".intoto.jsonl"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
 BUILD_TYPE = "urn:patchkit:buildtype:bundle:v1"
 BUILDER_ID = "urn:patchkit:builder:bundle"
-MAX_MEMBER = 256 * 1024 * 1024
-MAX_TOTAL = 1024 * 1024 * 1024
-_READ = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -70,61 +67,28 @@ def attestation_path(bundle: Path) -> Path:
     return bundle.with_name(bundle.name + SUFFIX)
 
 
-def _hash_member(tar: tarfile.TarFile, ti: tarfile.TarInfo) -> tuple[str, bytes]:
-    """A member's sha256, streamed; its bytes too when it is the lockfile (else empty)."""
-    src = tar.extractfile(ti)
-    h = hashlib.sha256()
-    data = b""
-    while src is not None and (chunk := src.read(_READ)):
-        h.update(chunk)
-        if ti.name == LOCKFILE_NAME:
-            data += chunk
-    return h.hexdigest(), data
-
-
-def _hash_members(path: Path, raw: BinaryIO) -> tuple[dict[str, str], bytes | None]:
-    """Every regular file of the archive with its sha256 (bounded, no duplicates), and the lockfile's bytes."""
-    members: dict[str, str] = {}
-    lock_data: bytes | None = None
-    total = 0
-    with gzip.GzipFile(fileobj=raw, mode="rb") as gz, tarfile.open(fileobj=gz, mode="r|") as tar:
-        for ti in tar:
-            if not ti.isreg():
-                continue
-            total += ti.size
-            if ti.size > MAX_MEMBER or total > MAX_TOTAL:
-                raise BadInput(f"{path}: {ti.name}: the bundle is larger than patchkit attests; refused")
-            digest, data = _hash_member(tar, ti)
-            if ti.name in members:
-                raise BadInput(f"{path}: {ti.name}: duplicate member; refused")
-            members[ti.name] = digest
-            if ti.name == LOCKFILE_NAME:
-                lock_data = data
-    return members, lock_data
-
-
 def read_bundle(path: Path) -> BundleContents:
-    """Hash the bundle and each regular file in it (streamed, bounded); load its lockfile.
+    """The bundle read by the one bundle reader (``bundle.read_bundle``); ``BadInput`` unless it verifies.
 
-    Only regular files are subjects; ``verify_bundle`` is what refuses links
-    and unsafe names, so this reader never writes anything to disk.
+    Provenance is written only for a bundle ``verify-bundle`` accepts: the
+    archive ``patchkit bundle`` writes, its SHA256SUMS and pins holding. Its
+    subjects are then exactly the files ``tar -xzf`` unpacks.
     """
-    whole = hashlib.sha256()
-    try:
-        with path.open("rb") as raw:
-            while chunk := raw.read(_READ):
-                whole.update(chunk)
-            raw.seek(0)
-            members, lock_data = _hash_members(path, raw)
-    except (OSError, EOFError, tarfile.TarError) as e:
-        raise BadInput(f"{path}: not a readable .tar.gz ({e})", "build it with: patchkit bundle -o PATH") from e
-    if lock_data is None:
-        raise BadInput(f"{path}: no {LOCKFILE_NAME} in the bundle", "build it with: patchkit bundle -o PATH")
-    try:
-        lock = loads(lock_data.decode("utf-8"), f"{path.name}:{LOCKFILE_NAME}")
-    except UnicodeDecodeError as e:
-        raise BadInput(f"{path}: its {LOCKFILE_NAME} is not UTF-8") from e
-    return BundleContents(whole.hexdigest(), members, lock, hashlib.sha256(lock_data).hexdigest())
+    from patchkit.bundle import read_bundle as read
+
+    return contents_of(path, read(path))
+
+
+def contents_of(path: Path, read: Contents) -> BundleContents:
+    """What a statement names of a bundle already read: ``BadInput`` naming the first problem, if any."""
+    if read.problems:
+        first = read.problems[0]
+        more = f" (and {len(read.problems) - 1} more)" if len(read.problems) > 1 else ""
+        shown = first if first.startswith(f"{path}:") else f"{path}: {first}"
+        raise BadInput(f"{shown}{more}", f"see every problem: patchkit verify-bundle {path}")
+    lock_data = read.kept[LOCKFILE_NAME]  # a bundle that verifies holds its lockfile
+    lock = loads(lock_data.decode("utf-8"), f"{path.name}:{LOCKFILE_NAME}")
+    return BundleContents(read.sha256, dict(read.files), lock, hashlib.sha256(lock_data).hexdigest())
 
 
 def dependencies(lock: Lockfile) -> list[dict[str, Any]]:

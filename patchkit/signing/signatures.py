@@ -203,16 +203,19 @@ def _check_lockfile(path: Path) -> tuple[list[str], list[str]]:
 def _check_bundle(
     path: Path, allowed: tuple[AllowedSigner, ...], identity: str | None, now: datetime
 ) -> tuple[list[str], list[str]]:
-    from patchkit.bundle import verify_bundle
+    from patchkit.bundle import read_bundle
     from patchkit.signing import attest
 
-    problems = list(verify_bundle(path))
+    read = read_bundle(path)  # the one reading of the bundle: format, sums, pins
+    problems = list(read.problems)
     details = ["bundle sums and pins checked"]
     att = attest.attestation_path(path)
     if not att.exists():
         return problems, [*details, f"no attestation ({att.name}); make one: patchkit attest {path}"]
+    if problems:
+        return problems, [*details, f"{att.name}: not checked, the bundle itself is refused"]
     try:
-        contents = attest.read_bundle(path)
+        contents = attest.contents_of(path, read)
         stmt, match = attest.open_envelope(att.read_bytes(), allowed, identity, now)
     except (BadSignature, BadInput) as e:
         return [*problems, f"{att.name}: {e}"], details

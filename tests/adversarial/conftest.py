@@ -1,7 +1,8 @@
 """Shared helpers of the adversarial tests: patchkit run as a real process, as an attacker drives it.
 
 One module per attack surface: ``test_bundle_attacks`` (what GNU tar would
-extract, ``bundle -o``), ``test_paths`` (symlinks and traversal),
+extract, ``bundle -o``), ``test_tar_smuggling`` (generated pax keys, digit
+forms, member types and sparse maps against the real GNU tar), ``test_paths`` (symlinks and traversal),
 ``test_lock`` (concurrent writers, the soak), ``test_registry_deadline`` (a
 dripping registry), ``test_registry_bounds`` (declared sizes, credentials
 on redirects and upload locations, oversized blobs, many referrers),

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import Invoke, copy_shipped
 
+from patchkit.bundletar import Writer, compress, entry_order
+
 
 @pytest.fixture
 def shipped(tmp_path: Path) -> Path:
@@ -65,8 +67,19 @@ def test_bundle_is_reproducible_and_verifies(
     # A bundle whose file was changed after packing is refused, naming the member.
     (out / "tuning" / "moe.csv").write_text("tampered\n")
     bad = tmp_path / "bad.tar.gz"
+    writer = Writer(0)  # packed again exactly as patchkit bundle packs, only the content changed
+    for p in sorted(out.rglob("*"), key=lambda p: entry_order(p.relative_to(out).as_posix())):
+        name = p.relative_to(out).as_posix()
+        if p.is_dir():
+            writer.directory(name)
+        else:
+            writer.file(name, p.read_bytes(), bool(p.stat().st_mode & 0o100))
+    bad.write_bytes(compress(writer.close()))
+    r = invoke("verify-bundle", str(bad))
+    assert r.exit_code == 1 and "tuning/moe.csv" in r.stdout
+    # Packed by another tar writer, it is refused before its contents: only patchkit's bytes are read.
     with tarfile.open(bad, "w:gz") as tar:
         for p in sorted(out.rglob("*")):
             tar.add(p, arcname=p.relative_to(out).as_posix(), recursive=False)
     r = invoke("verify-bundle", str(bad))
-    assert r.exit_code == 1 and "tuning/moe.csv" in r.stdout
+    assert r.exit_code == 1 and "is not the one patchkit bundle writes" in r.stdout
