@@ -114,6 +114,7 @@ def layer_tar(files: Iterable[LayerFile], mtime: int) -> bytes:
         if name in seen:
             raise BadInput(f"two files of the layer claim {f.target}", "give each pinned file its own target")
         seen[name] = f
+    _refuse_nesting(seen)
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT, encoding="utf-8") as tar:
         for name in sorted(seen):
@@ -127,6 +128,26 @@ def layer_tar(files: Iterable[LayerFile], mtime: int) -> bytes:
             info.type = tarfile.REGTYPE
             tar.addfile(info, io.BytesIO(f.data))
     return buf.getvalue()
+
+
+def _refuse_nesting(names: Mapping[str, LayerFile]) -> None:
+    """``BadInput`` for a target below another file's target, or into a ``.git`` directory (any spelling).
+
+    ``/opt/x.sh`` and ``/opt/x.sh/y`` cannot both be files: an engine unpacks
+    one over the other, so the image would not hold what the lockfile pins.
+    """
+    from patchkit.series.parse import into_git_dir
+
+    for name, f in names.items():
+        parts = name.split("/")
+        if into_git_dir(parts):
+            raise BadInput(f"{f.target}: a target inside a .git directory; refusing to build", "pin it elsewhere")
+        outer = next(("/".join(parts[:i]) for i in range(1, len(parts)) if "/".join(parts[:i]) in names), None)
+        if outer is not None:
+            raise BadInput(
+                f"{f.target}: a target below /{outer}, which is another file of the layer; refusing to build",
+                "give each file a target that is not inside another file's",
+            )
 
 
 def gzip_bytes(data: bytes) -> bytes:
