@@ -7,7 +7,12 @@ dripping registry), ``test_yaml`` (alias bombs, recursion), ``test_diffs``
 (hostile headers and hunks, nested lockfiles), ``test_rebase_attacks``
 (links, markers, state), ``test_output`` (names in text and JSON),
 ``test_check_findings`` (special files, nested targets, staged leftovers),
-``test_signature_armor`` (parity with ssh-keygen). ``corpus.py`` holds the
+``test_signature_armor`` (parity with ssh-keygen), ``test_host_files``
+(pinned files that are symlinks to host files, through ``image build``,
+``bundle``, ``materialize``, ``emit`` and ``import``),
+``test_git_dir_writes`` (patches into a tree's ``.git`` in every spelling,
+files nested inside files, through ``apply --to`` a git checkout, ``rebase
+--series`` and a derived layer). ``corpus.py`` holds the
 corrupted deployments ``test_no_internal_error`` runs every command on: add
 an attack there, or a module here.
 """
