@@ -843,8 +843,8 @@ def import_repository(root: Path, *, dry_run: bool = False, where: str = ".") ->
         raise
     text = dumps(lock).encode()
     result = ImportResult(lock, text, importer.issues, where=where)
-    if existing.exists():
-        if existing.read_bytes() != text:
+    if os.path.lexists(existing):
+        if read_inside(root, LOCKFILE_NAME, "the lockfile") != text:
             raise refuse
         result.unchanged = True
         return result

@@ -284,3 +284,14 @@ def test_import_of_a_patch_queue_refuses_a_linked_file(rel: str, tmp_path: Path,
     first = done.stderr.strip().splitlines()[0]
     assert first.startswith(f"patchkit: error: {rel}: is a symlink to {secret}, outside the repository"), first
     assert not (repo / "lockfile.toml").exists()
+
+
+def test_import_never_reads_or_replaces_a_linked_lockfile(tmp_path: Path, outside: Path) -> None:
+    repo = _hand_repo(tmp_path)
+    kept = outside / "lockfile.toml"
+    kept.write_bytes(b"# not this repository's\n")
+    os.symlink(kept, repo / "lockfile.toml")
+    done = patchkit("import", str(repo), cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.startswith(f"patchkit: error: lockfile.toml: is a symlink to {kept}, outside the repository")
+    assert (repo / "lockfile.toml").is_symlink() and kept.read_bytes() == b"# not this repository's\n"
