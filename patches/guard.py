@@ -344,6 +344,7 @@ class ServerArgs:
     options: list[str] = field(default_factory=list)
     unsure: list[tuple[str, str]] = field(default_factory=list)
     leading: bool = False
+    config: bool = False
 
 
 def _is_option(arg: str) -> bool:
@@ -412,6 +413,7 @@ def read_server_args(args: list[str]) -> ServerArgs:
             i += 1
             continue
         name, inline = _option_name(arg)
+        out.config = out.config or name == "--config"
         if name == "--model":
             if inline:
                 out.options.append(arg.partition("=")[2])
@@ -438,7 +440,8 @@ def model_problems(args: list[str], path: str) -> list[str]:
     Every model the arguments name must be the pinned snapshot, and there must
     be one (without, vLLM serves its default or refuses). An argument that is
     the model or an unknown option's value depending on that option is refused
-    unless it is the snapshot, when no model leads the arguments.
+    unless it is the snapshot, when no model leads the arguments; so is
+    ``--config``, whose file can add any option, ``--model`` among them.
     """
     read = read_server_args(args)
     pinned = path.rstrip("/")
@@ -456,6 +459,11 @@ def model_problems(args: list[str], path: str) -> list[str]:
     ]
     if not named and not unsure:
         out.append(f"MODEL the server's arguments name no model (vLLM would serve its default); give it {path}")
+    if read.config:
+        out.append(
+            "MODEL --config: vLLM adds a YAML file's options to the arguments (before the model, in some versions), "
+            "which the guard cannot read; give the options on the command line"
+        )
     return out
 
 

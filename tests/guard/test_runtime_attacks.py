@@ -158,6 +158,8 @@ def test_the_pinned_model_in_any_form_vllm_takes_is_accepted(args: list[str]) ->
         ([], "no model: vLLM's default"),
         (["--model"], "no model"),
         (["--served-model-name", "x", PIN], "nargs=+ takes the path as a name"),
+        ([PIN, "--config", "serve.yaml"], "older vLLM puts the file's options before the model"),
+        (["--config=serve.yaml", "--model", PIN], "the file may name the model"),
     ],
 )
 def test_any_other_model_the_server_could_serve_is_refused(args: list[str], served: str) -> None:
