@@ -296,12 +296,14 @@ def into_git_dir(parts: list[str]) -> bool:
     """Whether a path (its components) names git's own directory, in any spelling a file system takes for it.
 
     As git's ``verify_path`` refuses them: ``.git`` in any case, with the trailing dots and blanks
-    or the ``:stream`` NTFS drops, the 8.3 short name ``git~1``, and with the code points HFS+ ignores.
+    or the ``:stream`` NTFS drops, the 8.3 short name ``git~1``, with the code points HFS+ ignores,
+    and behind a backslash (a separator on Windows).
     """
     for part in parts:
-        name = part.translate(_HFS_IGNORED).split(":", 1)[0].rstrip(". ").casefold()
-        if name in (".git", "git~1"):
-            return True
+        for piece in part.split("\\"):
+            name = piece.translate(_HFS_IGNORED).split(":", 1)[0].rstrip(". ").casefold()
+            if name in (".git", "git~1"):
+                return True
     return False
 
 

@@ -117,6 +117,7 @@ SPELLINGS = [
     "\ufeff.git/hooks/post-checkout",
     ".gi\u200et/config",
     "vendor/.git/hooks/post-checkout",
+    "vendor\\.git\\hooks/post-checkout",
     ".git",
 ]
 
