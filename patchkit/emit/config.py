@@ -48,6 +48,7 @@ about the deployment is human-written and reviewed in ``deploy.toml``:
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from collections.abc import Callable, Mapping
@@ -174,6 +175,11 @@ class DeployConfig:
 def load_config(path: Path | str) -> DeployConfig:
     """Read ``deploy.toml``; raise ``ConfigError`` listing every problem with file, line and field."""
     path = Path(path)
+    if path.is_symlink():
+        raise BadInput(
+            f"{path}: is a symlink (to {os.readlink(path)}); refusing to read it",
+            f"commit {path.name} itself in place of the link",
+        )
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:

@@ -58,9 +58,13 @@ def emit_files(
 
 
 def _current(repo: Repo, rel: str) -> bytes | None:
+    """The file emit would replace, as it is; None when absent or a link (never read through: emit refuses to
+    write over it)."""
+    from patchkit.repo import Escape
+
     try:
-        return (repo.root / rel).read_bytes()
-    except FileNotFoundError:
+        return repo.check_inside(rel).read_bytes()
+    except (FileNotFoundError, Escape):
         return None
 
 

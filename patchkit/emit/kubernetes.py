@@ -462,9 +462,11 @@ def emit_files(
     files = manifest_texts(lock, config, profiles, validate_output=validate_output, notes=notes)
 
     def current(rel: str) -> bytes | None:
+        from patchkit.repo import Escape
+
         try:
-            return (repo.root / rel).read_bytes()
-        except FileNotFoundError:
+            return repo.check_inside(rel).read_bytes()
+        except (FileNotFoundError, Escape):  # a link is never read through; the write refuses it
             return None
 
     drift = drifted(files, current)

@@ -116,6 +116,19 @@ def _run_tool(argv: list[str], cwd: Path, env: Mapping[str, str] | None, rel: st
     return _first_error_line(proc.stderr + "\n" + proc.stdout)
 
 
+def _present(repo_root: Path, rel: str) -> bool:
+    """Whether the pinned file ``rel`` is there to validate; a symlink is refused, not followed by the tool."""
+    from patchkit.repo import Escape, Repo
+
+    try:
+        Repo(repo_root).check_inside(rel)
+    except FileNotFoundError:
+        return False
+    except Escape as e:
+        raise BadInput(f"{rel}: {e}; refusing to validate it", "commit the file itself in place of the link") from e
+    return True
+
+
 def validate_bundle_files(repo_root: Path, lock: Lockfile, config: DeployConfig) -> list[str]:
     """Validate the other files of the bundle; return notes about skipped checks.
 
@@ -129,7 +142,7 @@ def validate_bundle_files(repo_root: Path, lock: Lockfile, config: DeployConfig)
     entry = next((a for a in lock.artifacts if a.name == config.inference.entrypoint), None)
     if entry is not None:
         rel = str(entry.file)
-        if not (repo_root / rel).is_file():
+        if not _present(repo_root, rel):
             raise BadInput(
                 f"{rel}: the entrypoint artifact '{entry.name}' is missing", "restore it; nothing was written"
             )
@@ -146,7 +159,7 @@ def validate_bundle_files(repo_root: Path, lock: Lockfile, config: DeployConfig)
     with tempfile.TemporaryDirectory(prefix="patchkit-caddy-") as home:
         env = {**os.environ, "HOME": home, "XDG_DATA_HOME": home, "XDG_CONFIG_HOME": home}
         for rel in caddyfiles:
-            if not (repo_root / rel).is_file():
+            if not _present(repo_root, rel):
                 raise BadInput(f"{rel}: the pinned Caddyfile is missing", "restore it; nothing was written")
             error = _run_tool([caddy, "validate", "--adapter", "caddyfile", "--config", rel], repo_root, env, rel)
             if error is not None:

@@ -13,9 +13,11 @@ the model the server is asked to serve, and exits:
 
 - 0 when everything matches (one ``guard: ok: …`` line on stderr);
 - 1 when anything differs: one line per mismatch on stderr (``guard: MISSING``,
-  ``STALE``, ``NOT-A-FILE``, ``VERSION``, ``MODEL``), then ``guard: refusing to
-  start: …`` — a missing mount, an overlay from an older checkout, a re-tagged
-  nightly, a model cache at another revision;
+  ``STALE``, ``NOT-A-FILE``, ``UNPINNED``, ``VERSION``, ``MODEL``), then ``guard:
+  refusing to start: …`` — a missing mount, an overlay from an older checkout, a
+  file in the transformers directory the lockfile does not pin, a re-tagged
+  nightly, a model cache at another revision, a model argument that is not the
+  pinned snapshot;
 - 2 when the manifest is missing or malformed, or ``PATCHKIT_GUARD`` has a value
   other than ``on`` or ``off`` (it fails closed).
 
@@ -34,10 +36,13 @@ import os
 import stat
 import sys
 import time
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 MANIFEST_SCHEMA = 1
 DEFAULT_MANIFEST = "/opt/patchkit/guard.json"
+TRANSFORMERS_ENV = "PATCHKIT_TRANSFORMERS_DIR"
+DEFAULT_TRANSFORMERS = "/opt/patchkit/transformers"
 SWITCH = "PATCHKIT_GUARD"
 CHUNK = 1 << 20
 _MAX_MANIFEST = 16 << 20
@@ -180,6 +185,36 @@ def check_files(files: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def check_transformers(files: list[dict[str, Any]]) -> list[str]:
+    """One line per entry of a transformers directory that the manifest does not pin.
+
+    The entrypoint runs every ``*.py`` there (``$PATCHKIT_TRANSFORMERS_DIR``,
+    else /opt/patchkit/transformers), and a transformer imports its
+    neighbours, so anything unpinned in the directory, or in the directory of
+    a pinned transformer, is refused: hashing the pinned files alone would let
+    an added ``00-extra.py`` run.
+    """
+    pinned = {entry["target"] for entry in files}
+    dirs = {os.path.normpath(os.environ.get(TRANSFORMERS_ENV) or DEFAULT_TRANSFORMERS)}
+    dirs |= {os.path.dirname(entry["target"]) for entry in files if entry.get("kind") == "transformer"}
+    out = []
+    for directory in sorted(dirs):
+        try:
+            names = sorted(os.listdir(directory))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as e:
+            out.append(f"UNPINNED {directory}: the transformers directory cannot be listed: {e.strerror}")
+            continue
+        out += [
+            f"UNPINNED {directory}/{name}: in the transformers directory but not pinned by the lockfile "
+            "(the entrypoint would run it; remove it, or pin it with patchkit add)"
+            for name in names
+            if f"{directory}/{name}" not in pinned
+        ]
+    return out
+
+
 def _version_from_file(path: str) -> str | None:
     """The version a setuptools-scm ``_version.py`` assigns, parsed (never executed); None if none."""
     try:
@@ -253,27 +288,183 @@ def check_runtime(runtime: dict[str, Any] | None) -> list[str]:
     return []
 
 
+# What vllm serve's options take (vLLM's FlexibleArgumentParser over argparse). Options that take
+# no value: store_true flags, and both forms of the BooleanOptionalAction ones (any --no-X).
+_FLAGS = frozenset(
+    [
+        "--trust-remote-code", "--enforce-eager", "--disable-log-requests", "--disable-log-stats",
+        "--enable-log-requests", "--enable-prefix-caching", "--enable-chunked-prefill", "--headless",
+        "--enable-auto-tool-choice", "--disable-custom-all-reduce", "--enable-lora", "--enable-expert-parallel",
+        "--disable-frontend-multiprocessing", "--enable-request-id-headers", "--disable-fastapi-docs",
+        "--enable-prompt-tokens-details", "--enable-server-load-tracking", "--enable-force-include-usage",
+        "--allow-credentials", "--return-tokens-as-token-ids", "--skip-tokenizer-init", "--enable-sleep-mode",
+        "--async-scheduling", "--enable-eplb", "--enable-dbo", "--data-parallel-hybrid-lb",
+        "--data-parallel-external-lb",
+        "--data-parallel-multi-port-external-lb", "--enable-tokenizer-info-endpoint", "--enable-log-outputs",
+        "--disable-uvicorn-access-log", "--disable-sliding-window", "--disable-cascade-attn", "--fully-sharded-loras",
+        "--calculate-kv-scales", "--enable-elastic-ep", "--grpc", "--disable-async-output-proc", "--use-tqdm-on-load",
+        "--enable-multimodal-encoder-data-parallel", "--ray-workers-use-nsight", "--disable-mm-preprocessor-cache",
+        "--enable-ssl-refresh", "--help", "-h", "--version",
+    ]
+)  # fmt: skip
+# Options that take every value up to the next option (nargs="+").
+_MANY = frozenset({"--served-model-name", "--lora-modules", "--prompt-adapters"})
+# Options known to take exactly one value.
+_ONE = frozenset(
+    [
+        "--host", "--port", "--uds", "--uvicorn-log-level", "--api-key", "--ssl-keyfile", "--ssl-certfile",
+        "--ssl-ca-certs", "--root-path", "--middleware", "--allowed-origins", "--allowed-methods", "--allowed-headers",
+        "--chat-template", "--response-role", "--tokenizer", "--tokenizer-mode", "--revision", "--code-revision",
+        "--tokenizer-revision", "--download-dir", "--load-format", "--dtype", "--kv-cache-dtype", "--max-model-len",
+        "--seed", "--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp", "--data-parallel-size", "-dp",
+        "--data-parallel-size-local", "-dpl", "--data-parallel-address", "-dpa", "--data-parallel-rpc-port", "-dpp",
+        "--data-parallel-start-rank", "-dpr", "--data-parallel-rank", "-dpn", "--api-server-count", "-asc",
+        "--gpu-memory-utilization", "--block-size", "--swap-space", "--cpu-offload-gb", "--max-num-seqs",
+        "--max-num-batched-tokens", "--max-logprobs", "--quantization", "-q", "--max-loras", "--max-lora-rank",
+        "--max-cpu-loras", "--lora-dtype", "--tool-call-parser", "--tool-parser-plugin", "--reasoning-parser",
+        "--distributed-executor-backend", "--compilation-config", "-O", "--optimization-level", "--speculative-config",
+        "--hf-overrides", "--generation-config", "--override-generation-config", "--limit-mm-per-prompt", "--config",
+        "--attention-backend", "--kv-transfer-config", "--model-impl", "--hf-config-path", "--device", "--worker-cls",
+        "--worker-extension-cls", "--log-config-file", "--max-log-len", "--chat-template-content-format",
+    ]
+)  # fmt: skip
+
+
+@dataclass
+class ServerArgs:
+    """The models a ``vllm serve`` command line names, read as vLLM's parser reads it.
+
+    ``positional``: the bare arguments (the first is vLLM's ``model_tag``; any
+    other makes vLLM exit); ``options``: every ``--model`` value; ``unsure``:
+    (option, argument) where the argument is the model if the option, unknown
+    here, takes no value.
+    """
+
+    positional: list[str] = field(default_factory=list)
+    options: list[str] = field(default_factory=list)
+    unsure: list[tuple[str, str]] = field(default_factory=list)
+    leading: bool = False
+    config: bool = False
+
+
+def _is_option(arg: str) -> bool:
+    if not arg.startswith("-") or arg == "-":
+        return False
+    try:
+        float(arg)  # argparse reads "-1" as a value when no option looks like a number
+    except ValueError:
+        return True
+    return False
+
+
+def _option_name(arg: str) -> tuple[str, bool]:
+    """An option's name as vLLM's parser normalises it (``_`` to ``-``, ``--x.y`` dicts), and whether ``=VALUE``."""
+    key, eq, _ = arg.partition("=")
+    if key.startswith("--"):
+        key = "--" + key[2:].split(".", 1)[0].replace("_", "-")
+    elif key.startswith("-O") and len(key) > 2:
+        return "-O", True  # -O3, as vLLM rewrites it
+    return key, bool(eq)
+
+
+def _looks_like_a_value(arg: str) -> bool:
+    """A number or a JSON object or list: an option's value, never a model to serve."""
+    try:
+        float(arg)
+    except ValueError:
+        return arg[:1] in ("{", "[")
+    return True
+
+
+def _values(args: list[str], i: int, name: str, out: ServerArgs) -> int:
+    """Skip the values option ``args[i]`` (called ``name``) takes; the index after them."""
+    if name in _FLAGS or name.startswith("--no-"):
+        return i + 1
+    if name in _MANY:
+        i += 1
+        while i < len(args) and not _is_option(args[i]):
+            i += 1
+        return i
+    if i + 1 < len(args) and (name in _ONE or not _is_option(args[i + 1])):
+        if name not in _ONE and not _looks_like_a_value(args[i + 1]):
+            out.unsure.append((name, args[i + 1]))
+        return i + 2
+    return i + 1
+
+
+def read_server_args(args: list[str]) -> ServerArgs:
+    """Every model ``vllm serve ARGS`` could be asked to serve (see :class:`ServerArgs`).
+
+    vLLM's own rules, which the guard does not have to choose between: the
+    positional ``model_tag`` wins over ``--model`` (``vllm serve``'s command);
+    of several ``--model``, argparse keeps the last, and newer vLLM moves the
+    first one into the positional's place (``FlexibleArgumentParser``), so
+    every one of them counts.
+    """
+    out = ServerArgs(leading=bool(args) and not _is_option(args[0]))
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            out.positional.extend(args[i + 1 :])
+            break
+        if not _is_option(arg):
+            out.positional.append(arg)
+            i += 1
+            continue
+        name, inline = _option_name(arg)
+        out.config = out.config or name == "--config"
+        if name == "--model":
+            if inline:
+                out.options.append(arg.partition("=")[2])
+            elif i + 1 < len(args):
+                out.options.append(args[i + 1])
+                i += 1
+            i += 1
+        else:
+            i = i + 1 if inline else _values(args, i, name, out)
+    return out
+
+
 def served_model(args: list[str]) -> str | None:
-    """The model the server is asked to serve: ``--model X``/``--model=X``, else the first positional."""
-    for i, arg in enumerate(args):
-        if arg == "--model" and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith("--model="):
-            return arg.split("=", 1)[1]
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-            continue
-        if arg.startswith("-"):
-            skip = "=" not in arg and arg not in _FLAGS
-            continue
-        return arg
-    return None
+    """The model vLLM serves for ``args``: the positional, else a ``--model`` (the last, as argparse keeps)."""
+    read = read_server_args(args)
+    if read.positional:
+        return read.positional[0]
+    return read.options[-1] if read.options else None
 
 
-# vllm serve options that take no value (every other option before the model is assumed to take one).
-_FLAGS = frozenset({"--trust-remote-code", "--enforce-eager", "--disable-log-requests", "--disable-log-stats"})
+def model_problems(args: list[str], path: str) -> list[str]:
+    """MODEL lines for a command line that could serve anything but the snapshot at ``path``.
+
+    Every model the arguments name must be the pinned snapshot, and there must
+    be one (without, vLLM serves its default or refuses). An argument that is
+    the model or an unknown option's value depending on that option is refused
+    unless it is the snapshot, when no model leads the arguments; so is
+    ``--config``, whose file can add any option, ``--model`` among them.
+    """
+    read = read_server_args(args)
+    pinned = path.rstrip("/")
+    out = [
+        f"MODEL the server is asked to serve {asked}, not the pinned snapshot {path}"
+        for asked in dict.fromkeys([*read.positional, *read.options])
+        if asked.rstrip("/") != pinned
+    ]
+    named = bool(read.positional or read.options)
+    unsure = [] if read.leading else [(n, v) for n, v in read.unsure if v.rstrip("/") != pinned or not named]
+    out += [
+        f"MODEL cannot tell whether {value} is the value of {name} or the model the server is to serve; "
+        f"write {name}={value}, or give the model first"
+        for name, value in unsure
+    ]
+    if not named and not unsure:
+        out.append(f"MODEL the server's arguments name no model (vLLM would serve its default); give it {path}")
+    if read.config:
+        out.append(
+            "MODEL --config: vLLM adds a YAML file's options to the arguments (before the model, in some versions), "
+            "which the guard cannot read; give the options on the command line"
+        )
+    return out
 
 
 def check_model(model: dict[str, Any] | None, server_args: list[str] | None) -> list[str]:
@@ -281,11 +472,7 @@ def check_model(model: dict[str, Any] | None, server_args: list[str] | None) -> 
     if model is None:
         return []
     path, revision = model["path"], model["revision"]
-    out = []
-    if server_args is not None:
-        asked = served_model(server_args)
-        if asked is not None and asked.rstrip("/") != path.rstrip("/"):
-            out.append(f"MODEL the server is asked to serve {asked}, not the pinned snapshot {path}")
+    out = model_problems(server_args, path) if server_args is not None else []
     if not os.path.isdir(path):
         out.append(
             f"MODEL {path} is missing: the model at the pinned revision {revision} is not in the mounted cache "
@@ -355,6 +542,7 @@ def run(argv: list[str]) -> int:
     files = manifest["files"]
     problems = [
         *check_files(files),
+        *check_transformers(files),
         *check_runtime(manifest.get("runtime")),
         *check_model(manifest.get("model"), server_args),
     ]

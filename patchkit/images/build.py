@@ -114,6 +114,7 @@ def layer_tar(files: Iterable[LayerFile], mtime: int) -> bytes:
         if name in seen:
             raise BadInput(f"two files of the layer claim {f.target}", "give each pinned file its own target")
         seen[name] = f
+    _refuse_nesting(seen)
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT, encoding="utf-8") as tar:
         for name in sorted(seen):
@@ -157,6 +158,26 @@ def _layer_file(tar: tarfile.TarFile, member: tarfile.TarInfo) -> LayerFile | No
     if f is None:
         return None
     return LayerFile("/" + member.name, f.read(), member.mode == 0o755)
+
+
+def _refuse_nesting(names: Mapping[str, LayerFile]) -> None:
+    """``BadInput`` for a target below another file's target, or into a ``.git`` directory (any spelling).
+
+    ``/opt/x.sh`` and ``/opt/x.sh/y`` cannot both be files: an engine unpacks
+    one over the other, so the image would not hold what the lockfile pins.
+    """
+    from patchkit.series.parse import into_git_dir
+
+    for name, f in names.items():
+        parts = name.split("/")
+        if into_git_dir(parts):
+            raise BadInput(f"{f.target}: a target inside a .git directory; refusing to build", "pin it elsewhere")
+        outer = next(("/".join(parts[:i]) for i in range(1, len(parts)) if "/".join(parts[:i]) in names), None)
+        if outer is not None:
+            raise BadInput(
+                f"{f.target}: a target below /{outer}, which is another file of the layer; refusing to build",
+                "give each file a target that is not inside another file's",
+            )
 
 
 def gzip_bytes(data: bytes) -> bytes:
@@ -420,7 +441,7 @@ def runtime_files(
         for a in items:
             if a.target is None:
                 continue
-            data = repo.path(a.file).read_bytes()
+            data = _pinned_bytes(repo, str(a.file), f"{kind} '{a.name}'")
             if sha256_bytes(data) != a.sha256.hex:
                 raise BadInput(
                     f"{a.file} ({kind} '{a.name}') does not match its pin",
@@ -429,6 +450,18 @@ def runtime_files(
             out.append(LayerFile(str(a.target), data, a.name in names))
     out.extend(extra)
     return sorted(out, key=lambda f: f.target)
+
+
+def _pinned_bytes(repo: Repo, rel: str, what: str) -> bytes:
+    """A pinned file's bytes for the layer, never through a symlink (a link to ``/etc/passwd`` stays on the host)."""
+    from patchkit.repo import Escape
+
+    try:
+        return repo.check_inside(rel).read_bytes()
+    except Escape as e:
+        raise BadInput(f"{rel} ({what}): {e}; refusing to build", "commit the file itself in place of the link") from e
+    except OSError as e:
+        raise BadInput(f"{rel} ({what}): cannot read ({e.strerror}); refusing to build") from e
 
 
 def series_files(

@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 from patchkit import diffs, sums
 from patchkit.errors import BadInput
 from patchkit.hashing import sha256_bytes
-from patchkit.importing import compose, handdiffs, provenance, queue
+from patchkit.importing import compose, handdiffs, provenance, queue, read_inside
 from patchkit.lockfile.model import (
     LOCKFILE_NAME,
     Artifact,
@@ -184,11 +184,11 @@ class _Importer:
 
     # -- reading
 
-    def read_text(self, rel: str) -> str:
-        try:
-            return (self.root / rel).read_text(encoding="utf-8")
-        except UnicodeDecodeError as e:
-            raise BadInput(f"{rel}: not UTF-8 text ({e.reason} at byte {e.start})") from e
+    def read(self, rel: str, what: str) -> bytes:
+        return read_inside(self.root, rel, what)
+
+    def read_text(self, rel: str, what: str) -> str:
+        return _utf8(rel, read_inside(self.root, rel, what))
 
     def build(self) -> Lockfile:
         names = sorted(os.listdir(self.root))
@@ -200,7 +200,7 @@ class _Importer:
                 f"{self.root}: no compose file (compose.yaml, compose.*.yaml, docker-compose.yml)",
                 "run patchkit import in the repository that holds the deployment's compose files",
             )
-        composes = [compose.read(f, self.read_text(f)) for f in files]
+        composes = [compose.read(f, self.read_text(f, "compose file")) for f in files]
         entries = self.entries(composes)
         # Provenance first: whether a file exists upstream is the table's to say, not a diff's /dev/null.
         self.provenance(entries)
@@ -239,7 +239,7 @@ class _Importer:
         for f in files:
             stem = f.rsplit(".", 1)[0].replace("docker-", "")
             artifacts.append(
-                Artifact(_name(stem), RepoPath(f), Sha256(sha256_bytes((self.root / f).read_bytes())), note="compose")
+                Artifact(_name(stem), RepoPath(f), Sha256(sha256_bytes(self.read(f, "compose file"))), note="compose")
             )
         # Names are unique across patches, tuning tables and artifacts.
         used = {p.name for p in patches} | {t.name for t in tuning}
@@ -274,7 +274,7 @@ class _Importer:
             if rel in known:
                 continue
             if rel.endswith((".md", ".txt", ".rst")):
-                data = (self.root / rel).read_bytes()
+                data = self.read(rel, "a note pinned as an artifact")
                 out.append(Artifact(_name(rel.replace("/", "-")), RepoPath(rel), Sha256(sha256_bytes(data))))
             else:
                 self.issue(
@@ -320,7 +320,7 @@ class _Importer:
                             "give each profile the same file, or separate targets",
                         )
                         continue
-                    data = (self.root / rel).read_bytes()
+                    data = self.read(rel, f"mounted by {m.where}")
                     entry = _Entry(rel, target, m, data, _kind(rel, target))
                     _add_refs(entry, m.comment, None)
                     by_source[rel] = by_target[target] = entry
@@ -398,7 +398,7 @@ class _Importer:
         out: list[HandDiff] = []
         sections_of: dict[str, list[_Section]] = {}
         for rel in self.diff_files():
-            data = (self.root / rel).read_bytes()
+            data = self.read(rel, "a diff")
             try:
                 fds, repairs = diffs.parse_lenient(data)
             except diffs.DiffError as err:
@@ -530,9 +530,10 @@ class _Importer:
 
     def provenance(self, entries: list[_Entry]) -> None:
         for doc in provenance.DOCUMENTS:
-            if not (self.root / doc).is_file():
-                continue
-            for row in provenance.tables(doc, self.read_text(doc)):
+            path = self.root / doc
+            if not path.is_file() or not path.resolve().is_relative_to(self.root):
+                continue  # as provenance.rows reads them for check: a document outside names nothing
+            for row in provenance.tables(doc, _utf8(doc, path.read_bytes())):
                 entry = next((e for e in entries if provenance.names(row, e.rel)), None)
                 if entry is None:
                     file, line = row.source.rsplit(":", 1)
@@ -660,36 +661,15 @@ class _Importer:
         if not path.is_file():
             self.issue("sums-missing", rel, None, "there is no SHA256SUMS", "patchkit sums writes it")
             return
-        got = sums.read(path.read_bytes(), rel)
+        got = sums.read(self.read(rel, "the checksum list"), rel)
         for pr in got.malformed:
             self.issue("sums-malformed", rel, pr.line, pr.message, "patchkit sums")
         for pr in got.noncanonical:
             self.issue("sums-format", rel, pr.line, pr.message, "patchkit sums")
         listed: dict[str, str] = {}
         for entry in got.entries:
-            name = entry.name
-            listed[name] = entry.sha256
-            target = self.root / name
-            if not target.resolve().is_relative_to(self.root):
-                self.issue(
-                    "sums-not-present",
-                    rel,
-                    entry.line,
-                    f"lists {name}, which is outside the repository",
-                    "patchkit sums drops it",
-                )
-            elif not target.is_file():
-                self.issue(
-                    "sums-not-present", rel, entry.line, f"lists {name}, which does not exist", "patchkit sums drops it"
-                )
-            elif sha256_bytes(target.read_bytes()) != entry.sha256:
-                self.issue(
-                    "sums-mismatch",
-                    rel,
-                    entry.line,
-                    f"lists {name} with a sha256 the file no longer has",
-                    "patchkit sums (after checking the change is intended)",
-                )
+            listed[entry.name] = entry.sha256
+            self.sums_entry(rel, entry.name, entry.line, entry.sha256)
         for e in entries:
             if e.rel not in listed:
                 self.issue(
@@ -699,6 +679,32 @@ class _Importer:
                     f"{e.rel} is mounted but not in SHA256SUMS",
                     "patchkit sums adds every pinned file",
                 )
+
+    def sums_entry(self, rel: str, name: str, line: int, digest: str) -> None:
+        """One SHA256SUMS line: the file it lists read (never through a symlink) and compared."""
+        from patchkit.repo import Escape, Repo
+
+        why = None
+        data = b""
+        try:
+            if not (self.root / name).resolve().is_relative_to(self.root):
+                why = "which is outside the repository"
+            else:
+                data = Repo(self.root).check_inside(name).read_bytes()
+        except FileNotFoundError:
+            why = "which does not exist"
+        except (Escape, OSError) as e:
+            why = f"which {e}" if isinstance(e, Escape) else f"which cannot be read ({e.strerror})"
+        if why is not None:
+            self.issue("sums-not-present", rel, line, f"lists {name}, {why}", "patchkit sums drops it")
+        elif sha256_bytes(data) != digest:
+            self.issue(
+                "sums-mismatch",
+                rel,
+                line,
+                f"lists {name} with a sha256 the file no longer has",
+                "patchkit sums (after checking the change is intended)",
+            )
 
     # -- images and the model
 
@@ -748,6 +754,13 @@ class _Importer:
                         "is used first; only that one is pinned",
                     )
         return chosen
+
+
+def _utf8(rel: str, data: bytes) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadInput(f"{rel}: not UTF-8 text ({e.reason} at byte {e.start})") from e
 
 
 def _link_on_the_way(root: Path, rel: str) -> str | None:
@@ -830,8 +843,8 @@ def import_repository(root: Path, *, dry_run: bool = False, where: str = ".") ->
         raise
     text = dumps(lock).encode()
     result = ImportResult(lock, text, importer.issues, where=where)
-    if existing.exists():
-        if existing.read_bytes() != text:
+    if os.path.lexists(existing):
+        if read_inside(root, LOCKFILE_NAME, "the lockfile") != text:
             raise refuse
         result.unchanged = True
         return result

@@ -33,6 +33,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from patchkit.hashing import sha256_bytes
+from patchkit.importing import read_inside
 from patchkit.lockfile.model import GitUpstream, Image, Lockfile, Upstream
 from patchkit.series.model import Series, SeriesPatch, parse_series_file
 from patchkit.series.parse import PatchParseError, parse_patch, pr_numbers
@@ -75,7 +76,7 @@ def recognise(root: Path) -> Found:
     """Read the patch queue of the repository at ``root``."""
     found = Found()
     builds = _build_files(root)
-    texts = {rel: (root / rel).read_text(encoding="utf-8", errors="replace") for rel in builds}
+    texts = {rel: read_inside(root, rel, "a build file").decode("utf-8", "replace") for rel in builds}
     locks = _locks(root, found)
     groups = _groups(root)
     for name, files in sorted(groups.items()):
@@ -168,7 +169,7 @@ def _one(
     profiles = _profiles(root, files, found)
     patches = []
     for rel in order:
-        data = (root / rel).read_bytes()
+        data = read_inside(root, rel, f"a patch of {here}")
         stem = PurePosixPath(rel).name.rsplit(".", 1)[0]
         refs: tuple[Reference, ...] = ()
         subject = None
@@ -201,7 +202,9 @@ def _one(
             patches=tuple(patches),
             commit=Revision(commit) if commit else None,
             series_file=RepoPath(series_file) if series_file else None,
-            series_sha256=Sha256(sha256_bytes((root / series_file).read_bytes())) if series_file else None,
+            series_sha256=Sha256(sha256_bytes(read_inside(root, series_file, "a series file")))
+            if series_file
+            else None,
         )
     )
 
@@ -211,7 +214,7 @@ def _order(
 ) -> tuple[list[str], str | None]:
     series = root / here / "series"
     if series.is_file():
-        listed = [f"{here}/{n}" for n in parse_series_file(series.read_bytes())]
+        listed = [f"{here}/{n}" for n in parse_series_file(read_inside(root, f"{here}/series", "a series file"))]
         missing = [x for x in listed if x not in files]
         for x in missing:
             found.issues.append(
@@ -265,7 +268,7 @@ def _profiles(root: Path, files: list[str], found: Found) -> dict[str, set[str]]
         if p.suffix not in (".txt", ".list", ".series") or not p.is_file():
             continue
         rel = p.relative_to(root).as_posix()
-        names = parse_series_file(p.read_bytes())
+        names = parse_series_file(read_inside(root, rel, "a profile"))
         chosen = set()
         for n in names:
             hit = next(
@@ -295,7 +298,8 @@ def _locks(root: Path, found: Found) -> dict[str, dict[str, Any]]:
             continue
         rel = p.name
         try:
-            doc = json.loads(p.read_bytes()) if p.suffix == ".json" else tomllib.loads(p.read_text())
+            data = read_inside(root, rel, "a lock of upstream pins")
+            doc = json.loads(data) if p.suffix == ".json" else tomllib.loads(data.decode())
         except (ValueError, UnicodeDecodeError) as e:
             found.issues.append(
                 ("queue-lock", rel, None, f"does not parse ({e})", "fix it; its pins are not carried over")
@@ -368,7 +372,7 @@ def to_lockfile(root: Path, found: Found) -> Lockfile:
     from patchkit.lockfile.model import Artifact
 
     artifacts = tuple(
-        Artifact(name=n, file=RepoPath(rel), sha256=Sha256(sha256_bytes((root / rel).read_bytes())))
+        Artifact(name=n, file=RepoPath(rel), sha256=Sha256(sha256_bytes(read_inside(root, rel, "a build file"))))
         for n, rel in {rel: (n, rel) for n, rel in found.artifacts}.values()
     )
     return Lockfile(

@@ -123,9 +123,38 @@ def apply_series(items: Sequence[Item], read: Reader, *, carried: Callable[[str]
                 out.absent.append(Absent(it.name, change.paths[-1], change.kind, change.line))
                 continue
             touched.extend(_apply_change(it, change, state, out))
+        refuse_nested(it, state, touched)
         out.steps.append(Step(it.name, tuple(dict.fromkeys(touched))))
     out.files = {p: state[p] for p in wanted}
     return out
+
+
+def nested(state: dict[str, bytes | None], touched: Iterable[str]) -> tuple[str, str] | None:
+    """A file of ``state`` below another of its files, one of them in ``touched``: (inner, outer), or None.
+
+    ``a/b`` and ``a`` cannot both be files: writing one would fail halfway or
+    replace the other's directory.
+    """
+    live = {p for p, data in state.items() if data is not None}
+    for path in dict.fromkeys(touched):
+        if path not in live:
+            continue
+        parts = path.split("/")
+        outer = next(("/".join(parts[:i]) for i in range(1, len(parts)) if "/".join(parts[:i]) in live), None)
+        if outer is not None:
+            return path, outer
+        inner = next((p for p in live if p.startswith(f"{path}/")), None)
+        if inner is not None:
+            return inner, path
+    return None
+
+
+def refuse_nested(it: Item, state: dict[str, bytes | None], touched: Iterable[str]) -> None:
+    """Raise :class:`SeriesApplyError` when patch ``it`` leaves a file below another file (see :func:`nested`)."""
+    found = nested(state, touched)
+    if found is not None:
+        inner, outer = found
+        raise SeriesApplyError(it.name, it.file, None, inner, f"it would be a file inside {outer}, which is a file too")
 
 
 def _exists(change: FileChange, state: dict[str, bytes | None]) -> bool:

@@ -277,7 +277,34 @@ def _strip(path: str | None, strip: int, file: str, line: int) -> str | None:
     rest = parts[strip:]
     if any(p in ("", ".", "..") for p in rest) or path.startswith("/"):
         raise PatchParseError(file, line, f"the path {path!r} is not inside the tree")
+    if into_git_dir(rest):
+        raise PatchParseError(
+            file,
+            line,
+            f"the path {path!r} goes into the tree's .git directory; patchkit never writes there "
+            "(a hook or a config there runs at the next git command)",
+            "drop that file from the patch",
+        )
     return "/".join(rest)
+
+
+# Code points HFS+ ignores in names (git's is_hfs_dotgit): ".g\u200cit" is ".git" on macOS.
+_HFS_IGNORED = dict.fromkeys([*range(0x200C, 0x2010), *range(0x202A, 0x202F), *range(0x206A, 0x2070), 0xFEFF])
+
+
+def into_git_dir(parts: list[str]) -> bool:
+    """Whether a path (its components) names git's own directory, in any spelling a file system takes for it.
+
+    As git's ``verify_path`` refuses them: ``.git`` in any case, with the trailing dots and blanks
+    or the ``:stream`` NTFS drops, the 8.3 short name ``git~1``, with the code points HFS+ ignores,
+    and behind a backslash (a separator on Windows).
+    """
+    for part in parts:
+        for piece in part.split("\\"):
+            name = piece.translate(_HFS_IGNORED).split(":", 1)[0].rstrip(". ").casefold()
+            if name in (".git", "git~1"):
+                return True
+    return False
 
 
 def pr_numbers(name: str, subject: str | None) -> tuple[int, ...]:

@@ -45,7 +45,7 @@ from patchkit import diffs
 from patchkit.errors import BadInput, Refused
 from patchkit.merge import Outcome as FileOutcome
 from patchkit.merge import conflict_markers_remain, rebase_file
-from patchkit.series.apply import Item, Reader
+from patchkit.series.apply import Item, Reader, refuse_nested
 from patchkit.series.checks import ProducedFile, interdiffs, semantic_checks
 from patchkit.series.parse import FileChange, ParsedPatch
 from patchkit.trust.interdiff import Interdiff
@@ -135,6 +135,7 @@ def rebase_series(
     out = SeriesRebase()
     for it in items:
         result = _rebase_patch(it, old_state, new_state, resolved.get(it.name, {}))
+        refuse_nested(it, new_state, it.patch.paths)
         out.patches.append(result)
         if result.outcome is PatchOutcome.CONFLICT:
             out.stopped = result

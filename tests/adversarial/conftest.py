@@ -12,8 +12,12 @@ on redirects and upload locations, oversized blobs, many referrers),
 ``test_check_findings`` (special files, nested targets, staged leftovers),
 ``test_signature_armor`` (parity with ssh-keygen), ``test_allowed_signers``
 (generated allowed-signers files against ``ssh-keygen -Y verify``),
-``test_sums_reader`` (generated SHA256SUMS against ``sha256sum -c --strict``).
-``corpus.py`` holds the
+``test_sums_reader`` (generated SHA256SUMS against ``sha256sum -c --strict``),
+``test_host_files`` (pinned files that are symlinks to host files, through
+``image build``, ``bundle``, ``materialize``, ``emit`` and ``import``),
+``test_git_dir_writes`` (patches into a tree's ``.git`` in every spelling,
+files nested inside files, through ``apply --to`` a git checkout, ``rebase
+--series`` and a derived layer). ``corpus.py`` holds the
 corrupted deployments ``test_no_internal_error`` runs every command on: add
 an attack there, or a module here.
 """

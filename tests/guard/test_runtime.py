@@ -198,7 +198,7 @@ def test_the_manifest_path_comes_from_the_environment(layout: dict[str, Any]) ->
     ("args", "model"),
     [
         (["/m", "--port=8000"], "/m"),
-        (["--served-model-name", "x", "/m"], "/m"),
+        (["--served-model-name", "x", "/m"], None),  # nargs="+": /m is a second served name
         (["--trust-remote-code", "/m"], "/m"),
         (["--model", "/m", "--port=1"], "/m"),
         (["--port=1", "--model=/m"], "/m"),
