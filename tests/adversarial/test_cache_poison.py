@@ -19,6 +19,7 @@ import os
 import pickle
 import random
 import shutil
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +29,7 @@ import pytest
 import patchkit as patchkit_package
 from patchkit.lockfile.reader import loads
 from tests.adversarial.conftest import patchkit
-from tests.conftest import Invoke, snapshot
+from tests.conftest import Invoke, git, snapshot
 from tests.test_rebase import WORKER, Upstream, make_deploy
 
 MARKER = "planted-code-ran"
@@ -201,3 +202,57 @@ def test_a_rebase_writes_the_same_repository_whatever_the_cache_holds(invoke: In
 @pytest.mark.parametrize("state", ["truncated", "flipped", "directories"])
 def test_a_rebase_from_a_damaged_clone_writes_the_same_repository(state: str, invoke: Invoke, tmp_path: Path) -> None:
     _rebase_answers(invoke, tmp_path, [state], clones=True)
+
+
+def _plant_in_clone(clone: Path, marker: Path, evil: Path, blob: str) -> None:
+    """A clone made hostile: a replace ref, alternates, hooks, and programs and another origin in its config."""
+    env = {**os.environ, "GIT_DIR": str(clone)}
+    planted = (
+        subprocess.run(
+            ["git", "hash-object", "-w", "--stdin"], input=b"planted\n", env=env, capture_output=True, check=True
+        )
+        .stdout.decode()
+        .strip()
+    )
+    subprocess.run(["git", "update-ref", f"refs/replace/{blob}", planted], env=env, check=True)
+    hooks = clone / "hooks"
+    hooks.mkdir(exist_ok=True)
+    for name in ("reference-transaction", "post-update", "pre-auto-gc", "post-checkout", "fsmonitor-watchman"):
+        hook = hooks / name
+        hook.write_text(f"#!/bin/sh\ntouch {marker}-hook-{name}\n")
+        hook.chmod(0o755)
+    with (clone / "config").open("a") as f:
+        f.write(
+            f"[core]\n\thooksPath = {hooks}\n\tfsmonitor = touch {marker}-fsmon\n\tsshCommand = touch {marker}-ssh\n"
+            f'[remote "origin"]\n\tuploadpack = touch {marker}-up; git-upload-pack\n'
+            f'[url "{evil.as_uri()}"]\n\tinsteadOf = {evil.parent.joinpath("vllm").as_uri()}\n'
+            f'[credential]\n\thelper = !touch {marker}-cred\n[protocol "ext"]\n\tallow = always\n'
+        )
+    (clone / "objects" / "info").mkdir(parents=True, exist_ok=True)
+    (clone / "objects" / "info" / "alternates").write_text(f"{evil / '.git' / 'objects'}\n")
+
+
+def test_a_planted_clone_runs_nothing_and_reads_only_its_upstream(invoke: Invoke, tmp_path: Path) -> None:
+    upstream = Upstream(tmp_path / "vllm")
+    c1 = upstream.commit({"vllm/worker.py": WORKER})
+    template = make_deploy(invoke, tmp_path, upstream, c1, {"vllm/worker.py": FENCED})
+    c2 = upstream.commit({"vllm/worker.py": NEWER})
+    blob = git(upstream.path, "rev-parse", f"{c2}:vllm/worker.py").strip()
+    evil = Upstream(tmp_path / "evil")
+    evil.commit({"vllm/worker.py": b"import os\nos.system('id')\n"})
+    warm = Path(os.environ["PATCHKIT_CACHE"])  # what building the deployment left: the clone at C1, the bases
+    (clone,) = [p for p in (warm / "git").iterdir() if p.is_dir()]
+
+    def rebase(name: str, cache: Path) -> tuple[int, str, dict[str, bytes]]:
+        root = tmp_path / f"run-{name}"
+        shutil.copytree(template, root, symlinks=True)
+        code, out = _answer(root, cache, ("rebase", "--onto", c2))
+        return code, out, snapshot(root)
+
+    first = rebase("empty", tmp_path / "empty")
+    assert first[0] == 0 and b"import logging" in first[2]["patches/worker.py"]
+    marker = tmp_path / MARKER
+    _plant_in_clone(clone, marker, evil.path, blob)
+    assert rebase("planted", warm) == first  # C2 fetched into the planted clone, from the upstream
+    assert rebase("again", warm) == first  # and read back from it
+    assert not list(tmp_path.glob(f"{MARKER}*"))
