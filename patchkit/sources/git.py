@@ -78,9 +78,19 @@ class GitSource(UpstreamSource):
         Otherwise the ref is fetched from ``url``: a commit id by itself first
         (servers may refuse that), then every branch and tag; a name by itself.
         Raises ``BadInput`` when ``url`` has no such ref or commit and
-        ``SourceError`` when ``url`` cannot be fetched from.
+        ``SourceError`` when ``url`` cannot be fetched from. A clone that git
+        finds damaged (``_damaged``) is removed and cloned again, once.
         """
         _check_ref(ref)
+        try:
+            return self._snapshot(ref)
+        except (SourceError, WriteFailed, gitclient.GitFailed):
+            if not self._damaged():
+                raise
+            self._discard()
+            return self._snapshot(ref)
+
+    def _snapshot(self, ref: str) -> GitSnapshot:
         full = ref.lower() if _FULL_SHA.fullmatch(ref) else None
         if full is not None and self.path.is_dir() and (commit := self._resolve(full)):
             return GitSnapshot(self, commit)
@@ -102,7 +112,9 @@ class GitSource(UpstreamSource):
         """Hold the clone's lock file: one creator or fetcher at a time across processes."""
         try:
             self._lock_path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            if self._lock_path.is_symlink() or not (self._lock_path.is_file() or not self._lock_path.exists()):
+                _remove(self._lock_path)  # a link or a directory where the lock file goes: not patchkit's
+            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666)
         except OSError as e:
             raise WriteFailed(
                 f"{self._lock_path}: cannot create the git cache ({e.strerror})",
@@ -133,6 +145,26 @@ class GitSource(UpstreamSource):
             raise WriteFailed(f"{self.path}: cannot create the git cache ({_one_line(str(e))})") from e
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+    def _damaged(self) -> bool:
+        """Whether the clone exists and git finds it damaged (``git fsck``): asked only after a command failed."""
+        if not self.path.exists() and not self.path.is_symlink():
+            return False
+        if not self.path.is_dir() or self.path.is_symlink() or not (self.path / "config").is_file():
+            return True
+        status, _, _ = _run_git(self.path, "fsck", "--no-dangling", "--no-progress")
+        return status != 0
+
+    def _discard(self) -> None:
+        """Remove a damaged clone, so the next snapshot clones the upstream again."""
+        with self._locked():
+            try:
+                _remove(self.path)
+            except OSError as e:
+                raise WriteFailed(
+                    f"{self.path}: the cached clone is damaged and cannot be removed ({e.strerror})"
+                ) from e
+        self._owned = False
 
     def _own(self) -> None:
         """Make an existing clone's configuration patchkit's own, once per process, before git reads it.
@@ -322,9 +354,24 @@ class GitSnapshot(Snapshot):
             check_path(p)
         if not wanted:
             return {}
+        try:
+            return self._read(wanted)
+        except SourceError:
+            if not self.source._damaged():
+                raise
+            self.source._discard()
+            self.source.snapshot(self.commit)  # fetched again into a new clone
+            return self._read(wanted)
+
+    def _read(self, wanted: list[str]) -> dict[str, bytes | None]:
+        """``read``, each blob checked against its object id: a blob the listing names and git cannot give is damage."""
         ids = self.blob_ids()
         found = [p for p in wanted if p in ids]
         blobs = dict(zip(found, _cat_file_batch(self.source.path, [ids[p] for p in found]), strict=True))
+        for p in found:
+            data = blobs[p]
+            if data is None or _object_id(b"blob", data, len(ids[p])) != ids[p]:
+                raise SourceError(f"{self.source.path}: the blob of {p} at {self.commit[:12]} is damaged in the cache")
         return {p: blobs.get(p) for p in wanted}
 
     def blob_ids(self) -> dict[str, str]:
@@ -369,6 +416,22 @@ class GitSnapshot(Snapshot):
             else:
                 i += 1
         return found
+
+
+def _remove(path: Path) -> None:
+    """Remove ``path``, whatever it is: a directory and what it holds, a file, a link (never what it points to)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _object_id(kind: bytes, data: bytes, width: int) -> str:
+    """Git's id of an object: the sha1 (40 hex digits) or sha256 (64) of its header and bytes."""
+    h = hashlib.sha256() if width == 64 else hashlib.sha1(usedforsecurity=False)
+    h.update(kind + b" %d\0" % len(data))
+    h.update(data)
+    return h.hexdigest()
 
 
 def _config(url: str) -> dict[tuple[str, str], str]:

@@ -198,7 +198,6 @@ def test_a_rebase_writes_the_same_repository_whatever_the_cache_holds(invoke: In
     _rebase_answers(invoke, tmp_path, list(STATES), clones=False)
 
 
-@pytest.mark.xfail(strict=True, reason="a damaged clone of the upstream is read as it is, not cloned again")
 @pytest.mark.parametrize("state", ["truncated", "flipped", "directories"])
 def test_a_rebase_from_a_damaged_clone_writes_the_same_repository(state: str, invoke: Invoke, tmp_path: Path) -> None:
     _rebase_answers(invoke, tmp_path, [state], clones=True)
