@@ -211,13 +211,17 @@ _NESTED = 100  # opening brackets or braces a lockfile never needs on one line
 
 def _deepest_line(text: str) -> int:
     """The first line where brackets and braces open ``_NESTED`` deep, else the deepest: where a nesting bomb is."""
-    depth, deepest, at = 0, -1, 1
+    depth, deepest, at = 0, 0, 1
     for number, line in enumerate(text.split("\n"), start=1):
-        depth += line.count("[") + line.count("{") - line.count("]") - line.count("}")
-        if depth >= _NESTED:
-            return number
-        if depth > deepest:
-            deepest, at = depth, number
+        for c in line:
+            if c in "[{":
+                depth += 1
+                if depth >= _NESTED:
+                    return number
+                if depth > deepest:
+                    deepest, at = depth, number
+            elif c in "]}":
+                depth -= 1
     return at
 
 
