@@ -9,21 +9,16 @@ pinned with its base and its canonical diff under ``upstream/`` (the lockfile
 written through ``patchkit.lockfile``, ``SHA256SUMS`` by ``patchkit sums``),
 and times, best and median of ``--repeat`` runs taking turns:
 
-  a.  ``patchkit check`` with its memo (``<cache>/verdicts``) from the run
-      before: what a second run on the same tree costs. Every file is
-      hashed; the lockfile as it was read, the diffs reversed, the
-      lockfile's canonical form and the rules of the lockfile and
-      SHA256SUMS that passed are not redone;
-  a0. the same with the memo emptied before each run: a fresh clone's
-      first check, the lockfile parsed and validated (its canonical form
-      told from that read), every diff reversed on every core, the
-      lockfile remembered;
+  a.  ``patchkit check``: every file hashed, the lockfile parsed
+      (``tomllib``) and validated, its canonical form rendered
+      (``tomli_w``) and compared, every diff reversed on every core. Nothing
+      is remembered between runs, so every run is a fresh clone's first;
   b.  the shell loop: ``patch -R --dry-run`` of every diff onto its overlay,
       then ``sha256sum -c`` (it checks less: no lockfile, no base hashes).
 
 Every row shows wall time, CPU time (user + system) and peak RSS; on a busy
 machine the CPU figures are the steady ones. patchkit runs from compiled
-bytecode, with a cache directory of the benchmark's own.
+bytecode, with a cache directory of the benchmark's own (check only reads it).
 
 Run: ``python bench/bench_check.py [--patches 1000 5000] [--repeat 3] [--workdir DIR]``.
 """
@@ -106,17 +101,12 @@ def measure(n: int, args: argparse.Namespace, patchkit: str, out: benchlib.Out) 
     def check() -> benchlib.Cost:
         return benchlib.run_measured_ok(PROG, [patchkit, "check"], root, env, meter)
 
-    def fresh() -> benchlib.Cost:
-        shutil.rmtree(cache / "verdicts", ignore_errors=True)
-        return check()
-
     def loop() -> benchlib.Cost:
         return benchlib.run_measured_ok(PROG, ["bash", "-c", LOOP], root, None, meter)
 
-    runs = {"a": check, "a0": fresh, "b": loop}
+    runs = {"a": check, "b": loop}
     rows = {
-        "a": benchlib.Timing("a", "a", "patchkit check, memo from the run before"),
-        "a0": benchlib.Timing("a0", "a0", "patchkit check, memo emptied (first run)"),
+        "a": benchlib.Timing("a", "a", "patchkit check"),
         "b": benchlib.Timing("b", "b", "patch -R --dry-run loop + sha256sum -c"),
     }
     for fn in runs.values():
@@ -140,9 +130,8 @@ def report(n: int, rows: dict[str, benchlib.Timing], out: benchlib.Out) -> None:
             f"  {1000 * row.best / n:5.3f} ms/patch  {peak}  {ratio}"
         )
     if n == 5000:
-        for key in ("a", "a0"):
-            met = "met" if rows[key].best < TARGET_S else "MISSED"
-            out.line(f"  target: {key} under {TARGET_S} s at 5,000 patches: {rows[key].best:.3f} s ({met})")
+        met = "met" if rows["a"].best < TARGET_S else "MISSED"
+        out.line(f"  target: a under {TARGET_S} s at 5,000 patches: {rows['a'].best:.3f} s ({met})")
 
 
 def main() -> None:
@@ -159,9 +148,8 @@ def main() -> None:
         report(n, rows, out)
     if len(results) > 1:
         (small, a), (large, b) = sorted(results.items())[0], sorted(results.items())[-1]
-        for key in ("a", "a0"):
-            per = (b[key].best - a[key].best) / (large - small)
-            out.line(f"linear fit {key}: {1000 * (a[key].best - per * small):.0f} ms + {1000 * per:.3f} ms/patch")
+        per = (b["a"].best - a["a"].best) / (large - small)
+        out.line(f"linear fit a: {1000 * (a['a'].best - per * small):.0f} ms + {1000 * per:.3f} ms/patch")
 
 
 if __name__ == "__main__":

@@ -25,11 +25,9 @@ script measures both in one run:
   cold-cache figure), and checks the outcomes. Then, best and median of
   ``--repeat`` runs, taking turns round by round:
 
-  a. ``patchkit rebase --onto C2`` as a subprocess in the deployment, its
-     merges and diffs remembered in the cache from the runs before (the
-     same rebase made again);
-  a0. the same with the memos (``<cache>/merges``, ``<cache>/verdicts``)
-     emptied first: every file merged, diffed and checked again, on every core;
+  a. ``patchkit rebase --onto C2`` as a subprocess in the deployment: every
+     file merged, diffed and checked, on every core (nothing of a run is
+     kept for the next one);
   b. a bash loop in the upstream repository: for each patch,
      ``git show C1:path``, ``git show C2:path`` and
      ``git merge-file -p ours base theirs``, counting exit codes. It does
@@ -44,8 +42,8 @@ script measures both in one run:
   RSS; on a busy machine the CPU ratios are the steadier ones.
 
 * Where patchkit's time goes: one ``rebase.start`` in this process (the call
-  the command makes), with timers wrapped around the functions it calls, warm
-  and with the merge memo emptied. Nested rows lie inside the row above them;
+  the command makes), with timers wrapped around the functions it calls.
+  Nested rows lie inside the row above them;
   the first-level rows and "other" add up to the total. A row marked
   "beside" ran on a thread of its own while the rows after it ran (git
   reading the new files while the bases and patches are read): it is not
@@ -795,11 +793,11 @@ TIMED = (
     ("patchkit.rebase", "_read_ours", 0, "read patches"),
     ("patchkit.rebase", "_theirs", 0, "wait for the new files (and follow renames)"),
     ("patchkit.rebase", "_sides", 0, "new files into the blob cache (sha256 each)"),
-    ("patchkit.rebase", "_merges", 0, "merges: memo, then three-way on every core"),
+    ("patchkit.rebase", "_merges", 0, "merges: three-way on every core"),
     ("patchkit.rebase", "mark_broken", 0, "semantic checks: parse, pyflakes, imports (trust.semantic)"),
     ("patchkit.rebase", "interdiffs", 0, "interdiffs (committed diff against the new one)"),
     ("patchkit.rebase", "prepare", 0, "prepare: new pins and diffs"),
-    ("patchkit.rebase", "_diffs", 1, "diffs: memo, then canonical_diff on every core"),
+    ("patchkit.rebase", "_diffs", 1, "diffs: canonical_diff on every core"),
     ("patchkit.rebase", "sums_dropped", 0, "SHA256SUMS entries dropped (read the old one)"),
     ("patchkit.rebase", "finish", 0, "persist.finish: render and write"),
     ("patchkit.persist", "dumps", 1, "render lockfile.toml"),
@@ -839,7 +837,7 @@ def breakdown(layout: Layout, tree: Tree) -> Breakdown:
     """One ``rebase.start``, the call ``patchkit rebase`` makes, with a timer around the functions it calls.
 
     The timers wrap the real functions (TIMED), so this is the CLI's code path,
-    memo and worker processes included; what no timer covers is the "other"
+    worker processes included; what no timer covers is the "other"
     row, so the rows add up to the total. The result must equal the CLI's (the
     caller compares the trees).
     """
@@ -849,7 +847,6 @@ def breakdown(layout: Layout, tree: Tree) -> Breakdown:
     from patchkit.cache import BlobStore
     from patchkit.repo import Repo
     from patchkit.sources import git as git_source  # imported here so that no stage pays for gitpython
-    from patchkit.verdicts import LockfileMemo
 
     del git_source
     t = Stages()
@@ -859,7 +856,7 @@ def breakdown(layout: Layout, tree: Tree) -> Breakdown:
     before = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     started = time.perf_counter()
     with t("load lockfile.toml"):
-        lock, data = repo.read_lockfile(LockfileMemo.for_repository(layout.cache, repo.root).load)  # as the CLI
+        lock, data = repo.read_lockfile()  # as the CLI
     depth["load lockfile.toml"] = 0
     with timers(t, depth), counting_fsync(fsyncs):
         done = rb.start(
@@ -995,17 +992,9 @@ def warm_up_git_loop(
     return loop_first, differ
 
 
-def forget(layout: Layout) -> None:
-    """Empty what a rebase remembers between runs: the merges and diffs, and the files that passed the checks."""
-    for kept in ("merges", "verdicts"):
-        shutil.rmtree(layout.cache / kept, ignore_errors=True)
-
-
-def breakdowns(
-    layout: Layout, tree: Tree, cli_tree: dict[str, str], notes: list[str], out: Out
-) -> tuple[Breakdown, Breakdown]:
-    """One rebase in process, stage by stage: with the merges remembered, then with the memo emptied."""
-    out.progress("where the time goes: one rebase in process, stage by stage (merges remembered, then not)")
+def breakdowns(layout: Layout, tree: Tree, cli_tree: dict[str, str], notes: list[str], out: Out) -> Breakdown:
+    """One rebase in process, stage by stage."""
+    out.progress("where the time goes: one rebase in process, stage by stage")
     # An untimed run first: the modules a rebase imports on first use would otherwise land in the
     # first breakdown's "other" row. The CLI pays them at start-up, in the CLI - in-process line.
     restore(layout)
@@ -1015,10 +1004,7 @@ def breakdowns(
     if tree_digest(layout.deployment) != cli_tree:
         notes.append("the in-process rebase wrote a different tree than the CLI: the breakdown may not match the CLI")
     restore(layout)
-    forget(layout)
-    parts_cold = breakdown(layout, tree)
-    restore(layout)
-    return parts, parts_cold
+    return parts
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1057,8 +1043,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     meter = Meter.find(layout.root / "time.out")
     timings = {
-        "patchkit": Timing("patchkit", "a", f"patchkit rebase --onto C2 ({n} overlays), merges remembered"),
-        "patchkit_cold": Timing("patchkit_cold", "a0", "the same, memos emptied before each run"),
+        "patchkit": Timing("patchkit", "a", f"patchkit rebase --onto C2 ({n} overlays)"),
         "git_loop": Timing("git_loop", "b", "bash loop: 2x git show + git merge-file"),
         "merge_tree": Timing("merge_tree", "c", "git merge-tree --write-tree P C2 (one process, C)"),
     }
@@ -1070,18 +1055,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         timings["patchkit"].record(lambda: run_measured_ok(PROG, rebase_argv, layout.deployment, env, meter, hint))
         if pinned_commit(layout) != tree.c2:
             fail(PROG, f"round {r + 1}: after the rebase, lockfile.toml does not pin C2")
-        restore(layout)
-        forget(layout)
-        timings["patchkit_cold"].record(lambda: run_measured_ok(PROG, rebase_argv, layout.deployment, env, meter, hint))
         if tree_digest(layout.deployment) != cli_tree:
-            fail(PROG, f"round {r + 1}: the rebase with an empty merge memo wrote another tree")
+            fail(PROG, f"round {r + 1}: the rebase wrote another tree than the warm-up's")
         loop.prepare()
         timings["git_loop"].record(lambda: run_measured_ok(PROG, loop_argv, layout.upstream, None, meter))
         timings["merge_tree"].record(lambda: run_measured_ok(PROG, merge_tree_argv, layout.upstream, None, meter))
     if loop.run() != loop_first:
         fail(PROG, "the git loop gave another result than in the warm-up")
 
-    parts, parts_cold = breakdowns(layout, tree, cli_tree, notes, out)
+    parts = breakdowns(layout, tree, cli_tree, notes, out)
 
     out.progress("start-up times")
     python_pass = median_wall([sys.executable, "-c", "pass"], REPO_ROOT, env, 10)
@@ -1093,7 +1075,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     git_version = git(REPO_ROOT, "--version")
 
-    pk, cold, lp, mt = (timings[k] for k in ("patchkit", "patchkit_cold", "git_loop", "merge_tree"))
+    pk, lp, mt = (timings[k] for k in ("patchkit", "git_loop", "merge_tree"))
     results: dict[str, Any] = {
         "machine": {"cores": cores, "python": sys.version.split()[0], "git": git_version, "load": os.getloadavg()},
         "patchkit": patchkit,
@@ -1136,21 +1118,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
         "ratios": {
             "git_loop_over_patchkit": round(lp.best / pk.best, 2),
-            "git_loop_over_patchkit_cold": round(lp.best / cold.best, 2),
             "git_loop_over_patchkit_cpu": round((lp.best_cpu or 0.0) / (pk.best_cpu or 1.0), 2),
-            "git_loop_over_patchkit_cold_cpu": round((lp.best_cpu or 0.0) / (cold.best_cpu or 1.0), 2),
             "patchkit_over_merge_tree": round(pk.best / mt.best, 2),
-            "patchkit_cold_over_merge_tree": round(cold.best / mt.best, 2),
             "target": TARGET_RATIO,
             "target_met": lp.best / pk.best >= TARGET_RATIO,
-            "target_met_cold": lp.best / cold.best >= TARGET_RATIO,
             "merge_tree_target": MERGE_TREE_RATIO,
             "merge_tree_target_met": pk.best / mt.best <= MERGE_TREE_RATIO,
-            "merge_tree_target_met_cold": cold.best / mt.best <= MERGE_TREE_RATIO,
         },
         "breakdown": {
-            "warm": _breakdown_json(parts),
-            "cold": _breakdown_json(parts_cold),
+            "run": _breakdown_json(parts),
             "python_pass_s": round(python_pass, 4),
             "python_imports_s": round(imports, 4),
             "cli_best_minus_in_process_s": round(pk.best - parts.total, 4),
@@ -1162,7 +1138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"review flags differ from the designed ones for {len(outcomes.review_mismatch)} patches "
             f"(e.g. {outcomes.review_mismatch[0]})"
         )
-    if parts.outcomes != outcomes.counts or parts_cold.outcomes != outcomes.counts:
+    if parts.outcomes != outcomes.counts:
         notes.append(f"the in-process rebase found {parts.outcomes}, the CLI {outcomes.counts}")
     report(out, results)
     if args.json:
@@ -1236,23 +1212,14 @@ def report(out: Out, r: dict[str, Any]) -> None:
         f"  (target >= {ratios['target']:.0f}x: {verdict(ratios['target_met'])})"
     )
     out.line(
-        f"ratio b / a0 (best wall): {ratios['git_loop_over_patchkit_cold']:5.1f}x, "
-        f"CPU {ratios['git_loop_over_patchkit_cold_cpu']:.1f}x  (target >= {ratios['target']:.0f}x: "
-        f"{verdict(ratios['target_met_cold'])})"
-    )
-    out.line(
         f"ratio a / c  (best wall): {ratios['patchkit_over_merge_tree']:5.1f}x  (target <= "
         f"{ratios['merge_tree_target']:.0f}x: {verdict(ratios['merge_tree_target_met'])})"
-    )
-    out.line(
-        f"ratio a0 / c (best wall): {ratios['patchkit_cold_over_merge_tree']:5.1f}x  (target <= "
-        f"{ratios['merge_tree_target']:.0f}x: {verdict(ratios['merge_tree_target_met_cold'])})"
     )
     out.line(f"git merge-tree: {r['merges_same_as_merge_tree']}/{n} merged files byte-identical to patchkit's")
     out.line("note: the loop and merge-tree do less than patchkit: no lockfile, diffs, SHA256SUMS, review, transaction")
     load = ", ".join(f"{x:.1f}" for x in m["load"])
     out.line(f"note: load average at the end {load} on {m['cores']} cores; CPU s counts the process and its children")
-    for key, title in (("warm", "merges remembered (a)"), ("cold", "memos empty (a0)")):
+    for key, title in (("run", "(a)"),):
         part = b[key]
         total = part["in_process_total_s"]
         out.line()

@@ -52,6 +52,7 @@ def repo_env(git_dir: Path) -> dict[str, str]:
         "GIT_OBJECT_DIRECTORY": str(git_dir / "objects"),
         "GIT_ALTERNATE_OBJECT_DIRECTORIES": "",
         "GIT_NAMESPACE": "",
+        "GIT_NO_REPLACE_OBJECTS": "1",  # an object is what its id names, never a replace ref's stand-in
     }
 
 

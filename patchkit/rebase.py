@@ -36,8 +36,6 @@ from patchkit.importing import handdiffs
 from patchkit.lockfile.model import Base, DiffPin, Lockfile, Patch, PatchKind, Upstream
 from patchkit.lockfile.writer import dumps
 from patchkit.merge import MergeResult, Outcome, conflict_markers_remain, rebase_file
-from patchkit.mergememo import MergeMemo
-from patchkit.mergememo import key as memo_key
 from patchkit.outcome import Outcome as WriteOutcome
 from patchkit.persist import finish, sums_dropped
 from patchkit.repo import WORK_DIR, Escape, Repo, atomic_write
@@ -47,7 +45,6 @@ from patchkit.trust import interdiff, semantic
 from patchkit.trust.imports import Tree
 from patchkit.trust.pycheck import Problem
 from patchkit.values import ContainerPath, Digest, Sha256, UpstreamPath
-from patchkit.verdicts import Verdicts
 
 STATE_DIR = f"{WORK_DIR}/rebase"
 STATE_FILE = f"{STATE_DIR}/state.json"
@@ -267,11 +264,11 @@ def plan(
         ours = _read_ours(repo, patches, bases)
         theirs, renames = _theirs(up, paths, reading, new, old_source)
     inputs = _sides(patches, bases, ours, theirs, renames, store)
-    merges = _merges(inputs, {p.name: pbase.sha256.hex for p, pbase in patches}, store)
+    merges = _merges(inputs)
     result.results += [_patch_result(p, pbase, renames, inputs, merges) for p, pbase in patches]
     result.ours.update({name: sides[1] for name, sides in inputs.items()})
     result.theirs.update({sha256_bytes(sides[2]): sides[2] for sides in inputs.values()})
-    _check_merges(repo, lock, up, result, bases, theirs, new, old_source, store)
+    _check_merges(repo, lock, up, result, bases, theirs, new, old_source)
     return result
 
 
@@ -387,13 +384,8 @@ def _check_merges(
     theirs: dict[str, bytes | None],
     new: Snapshot,
     old_source: UpstreamSource | None,
-    store: BlobStore,
 ) -> None:
-    """Run the semantic checks on every merged file (conflicts aside), marking the ones that break ``broken``.
-
-    The files that pass are remembered for this repository, so the same
-    rebase made again does not check them twice.
-    """
+    """Run the semantic checks on every merged file (conflicts aside), marking the ones that break ``broken``."""
     from patchkit.sources.factory import pinned_snapshot
 
     produced = [
@@ -403,48 +395,21 @@ def _check_merges(
         for r in result.results
         if r.merge is not None and r.outcome is not Outcome.CONFLICT
     ]
-    verdicts = Verdicts.for_repository(store.cache, repo.root, "rebase")
 
     def old() -> Snapshot | None:  # read only when an import needs the old tree
         return pinned_snapshot(old_source, up) if old_source else None
 
-    mark_broken(repo, lock, result, produced, new, old, verdicts)
-    verdicts.save()
+    mark_broken(repo, lock, result, produced, new, old)
 
 
-def _merges(
-    inputs: dict[str, tuple[bytes, bytes, bytes, str]], base_sha256: dict[str, str], store: BlobStore
-) -> dict[str, MergeResult]:
-    """Every patch's merge: remembered from an earlier run when the same merge was made, else on every core.
-
-    ``base_sha256`` holds each patch's pinned base sha256, which its bytes
-    were checked against when they were read (``_bases``).
-    """
-    memo = MergeMemo(store.cache)
-    keys = {
-        name: memo_key("merge", base_sha256[name], sha256_bytes(ours), sha256_bytes(theirs), path)
-        for name, (_, ours, theirs, path) in inputs.items()
-    }
-    found = memo.get(list(keys.values())) if keys else None
-    if found is not None:
-        return {name: found[k] for name, k in keys.items()}
-    out = dict(zip(inputs, map_items(_merge, list(inputs.values())), strict=True))
-    if out:
-        memo.put({keys[name]: result for name, result in out.items()})
-    return out
+def _merges(inputs: dict[str, tuple[bytes, bytes, bytes, str]]) -> dict[str, MergeResult]:
+    """Every patch's merge, on every core."""
+    return dict(zip(inputs, map_items(_merge, list(inputs.values())), strict=True))
 
 
-def _diffs(files: dict[str, tuple[bytes, bytes, str]], store: BlobStore) -> dict[str, bytes]:
-    """Each patch's new diff from (new upstream file, new patched file, path): remembered, or made on every core."""
-    memo = MergeMemo(store.cache)
-    keys = {name: memo_key("diff", sha256_bytes(a), sha256_bytes(b), path) for name, (a, b, path) in files.items()}
-    found = memo.get_diffs(list(keys.values())) if keys else None
-    if found is not None:
-        return {name: found[k] for name, k in keys.items()}
-    out = dict(zip(files, map_items(_diff, list(files.values())), strict=True))
-    if out:
-        memo.put_diffs({keys[name]: diff for name, diff in out.items()})
-    return out
+def _diffs(files: dict[str, tuple[bytes, bytes, str]]) -> dict[str, bytes]:
+    """Each patch's new diff from (new upstream file, new patched file, path), on every core."""
+    return dict(zip(files, map_items(_diff, list(files.values())), strict=True))
 
 
 def _diff(item: tuple[bytes, bytes, str]) -> bytes:
@@ -465,12 +430,8 @@ def mark_broken(
     produced: list[semantic.Produced],
     new: Snapshot | None,
     old: Callable[[], Snapshot | None],
-    verdicts: Verdicts | None = None,
 ) -> dict[str, tuple[Problem, ...]]:
-    """Run the semantic checks on the files produced; a file with a blocking problem becomes ``broken``.
-
-    ``verdicts`` remembers the files that passed, so the same rebase made again skips them.
-    """
+    """Run the semantic checks on the files produced; a file with a blocking problem becomes ``broken``."""
     targets = {r.name: r for r in result.results}
     placed = {f.name: (targets[f.name].new_target, f.path, f.merged) for f in produced}
 
@@ -485,7 +446,7 @@ def mark_broken(
         return semantic.tree(snap.read, lock, before, lambda rel: _read_or_none(repo, rel))
 
     tree = semantic.tree(new.read, lock, placed, lambda rel: _read_or_none(repo, rel)) if new is not None else None
-    found = semantic.check(produced, tree, old_tree, verdicts)
+    found = semantic.check(produced, tree, old_tree)
     for i, r in enumerate(result.results):
         if r.name in found:
             broken = semantic.blocking(found[r.name])
@@ -624,7 +585,7 @@ def prepare(
     patches: list[Patch] = []
     outcome = WriteOutcome()
     new_files = _new_files(result, store, resolved, drop)
-    new_diffs = _diffs(new_files, store)
+    new_diffs = _diffs(new_files)
     base_commit, base_version = KINDS[pin.kind].base_fields(pin)
     for p in lock.patches:
         r = by_name.get(p.name)

@@ -23,7 +23,6 @@ from patchkit.values import RepoPath
 
 if TYPE_CHECKING:
     from patchkit.lockfile.model import Lockfile
-    from patchkit.lockfile.tomlfast import Layout
 
 # The lockfile module is imported only when a lockfile is read, so that
 # `sums --check` can start hashing before paying for it.
@@ -73,14 +72,8 @@ class Repo:
     def rel(self, path: Path) -> str:
         return path.relative_to(self.root).as_posix()
 
-    def read_lockfile(
-        self, memo: Callable[[bytes, Callable[[], tuple[Lockfile, Layout | None]]], Lockfile] | None = None
-    ) -> tuple[Lockfile, bytes]:
-        """Load the lockfile; its exact bytes come along for hashing and no-op detection.
-
-        ``memo`` (``verdicts.LockfileMemo.load``) gives the lockfile of bytes parsed before, else parses them
-        (``lockfile.reader.read``).
-        """
+    def read_lockfile(self) -> tuple[Lockfile, bytes]:
+        """Load the lockfile; its exact bytes come along for hashing and no-op detection."""
         try:
             data = self.lockfile_path.read_bytes()
         except FileNotFoundError as e:
@@ -95,10 +88,8 @@ class Repo:
                 f"{LOCKFILE_NAME}:{line}: not UTF-8 (byte {data[e.start]:#04x})",
                 "TOML files must be UTF-8",
             ) from e
-        from patchkit.lockfile.reader import loads, read
+        from patchkit.lockfile.reader import loads
 
-        if memo is not None:
-            return memo(data, lambda: read(text, LOCKFILE_NAME)), data
         return loads(text, LOCKFILE_NAME), data
 
     def check_inside(self, rel: RepoPath | str) -> Path:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 
 from patchkit import diffs
-from patchkit.check.state import State, remembered_by_lockfile
+from patchkit.check.state import State
 from patchkit.fanout import map_items
 from patchkit.findings import Finding
 from patchkit.hashing import sha256_bytes
@@ -24,7 +24,6 @@ def base_of_committed(patch: Patch, patch_bytes: bytes, diff_bytes: bytes) -> by
     return diffs.apply(files[0], patch_bytes, reverse=True)
 
 
-@remembered_by_lockfile
 def bases(state: State) -> list[Finding]:
     """A base older than the pinned upstream silently reverts what upstream fixed since."""
     out: list[Finding] = []
@@ -54,28 +53,16 @@ def bases(state: State) -> list[Finding]:
 def patch_diffs(state: State) -> tuple[list[Finding], int]:
     """Each patch's own diff: it parses, covers one file, names its base, and reproduces the patch.
 
-    The diffs not remembered as passing are verified on every core
-    (``fanout.map_items``) when there are enough of them to pay for the
-    fork: each is a pure function of bytes gathered already, and reversing
-    5,000 diffs is a fifth of a first check's work.
+    The diffs are verified on every core (``fanout.map_items``) when there
+    are enough of them to pay for the fork: each is a pure function of bytes
+    gathered already, and reversing 5,000 diffs is a fifth of a check's work.
     """
     out: list[Finding] = []
     verified = 0
-    todo: list[tuple[int, bytes | None]] = []  # the patches to verify, with their verdict key
-    for i, p in enumerate(state.lock.patches):
-        if p.diff is None:
-            continue
-        known = _verdict_key(state, p, p.diff.file.path)
-        if state.verdicts.passed(known):
-            verified += 1
-        else:
-            todo.append((i, known))
-    results = map_items(functools.partial(_patch_diff, state), [i for i, _ in todo], min_items=SPREAD_FROM)
-    for (_, known), (found, ok) in zip(todo, results, strict=True):
+    todo = [i for i, p in enumerate(state.lock.patches) if p.diff is not None]
+    for found, ok in map_items(functools.partial(_patch_diff, state), todo, min_items=SPREAD_FROM):
         out += found
         verified += ok
-        if ok and not found:
-            state.verdicts.add(known)
     return out, verified
 
 
@@ -118,16 +105,6 @@ def _patch_diff(state: State, i: int) -> tuple[list[Finding], int]:
         ], 0
     rebuilt, ok = _reconstruction(state, i, p, files[0])
     return _headers(p, files[0], drel) + rebuilt, ok
-
-
-def _verdict_key(state: State, p: Patch, drel: str) -> bytes | None:
-    """What a clean diff of ``p`` depends on: the hashed bytes of its diff and overlay, its pins and base path."""
-    diff_sha = state.files.sha256.get(drel)
-    file_sha = state.files.sha256.get(p.file.path) if p.file is not None else "diff-only"
-    if diff_sha is None or file_sha is None or p.base is None:
-        return None
-    base = (p.base.path.path, p.base.sha256.hex, p.sha256.hex)
-    return state.verdicts.key("patch-diff", p.kind.value, diff_sha, file_sha, *base)
 
 
 def _headers(p: Patch, fd: diffs.FileDiff, drel: str) -> list[Finding]:
@@ -248,7 +225,6 @@ def _reconstruction(state: State, i: int, p: Patch, fd: diffs.FileDiff) -> tuple
     return [], 1
 
 
-@remembered_by_lockfile
 def overlays_have_diffs(state: State) -> list[Finding]:
     """Every overlay shows reviewers what it changes: a diff to upstream, from a known base."""
     out: list[Finding] = []

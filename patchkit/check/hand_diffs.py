@@ -8,7 +8,6 @@ chains it verified.
 
 from __future__ import annotations
 
-import hashlib
 from typing import TYPE_CHECKING
 
 from patchkit.check.state import State
@@ -20,49 +19,14 @@ if TYPE_CHECKING:
 
 
 def hand_diffs(state: State) -> tuple[list[Finding], int]:
-    """Diffs adopted by ``patchkit import``: they parse, reproduce their files, and are against upstream.
-
-    A pure function of the lockfile and the bytes of the diffs and overlays
-    it names, unless a module's note asks the provenance tables: a pass is
-    remembered (``verdicts``) with the number of chains it verified.
-    """
-    lock = state.lock
-    if not lock.diffs:
+    """Diffs adopted by ``patchkit import``: they parse, reproduce their files, and are against upstream."""
+    if not state.lock.diffs:
         return [], 0
-    inputs = _inputs(state)
-    remembered = _remembered(state, inputs)
-    if remembered is not None:
-        return [], remembered
-    out, verified, asked = _checked(state)
-    if not out and not asked:
-        state.verdicts.add(state.verdicts.key("hand-diffs", inputs, str(verified)))
-    return out, verified
+    return _checked(state)
 
 
-def _inputs(state: State) -> str:
-    """A digest of what the rule reads: the lockfile and the hashed bytes of every hand-kept diff and overlay."""
-    lock = state.lock
-    named = {n for d in lock.diffs for n in d.patches}
-    rels = [d.file.path for d in lock.diffs] + [p.file.path for p in lock.patches if p.name in named and p.file]
-    sha = state.files.sha256
-    text = "\0".join([state.lock_sha256, *(f"{rel}={sha.get(rel, '-')}" for rel in rels)])
-    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
-
-
-def _remembered(state: State, inputs: str) -> int | None:
-    """The number of chains a remembered pass on ``inputs`` verified (at most one per overlay), or None."""
-    if state.verdicts.path is None:
-        return None  # no memo
-    named = {n for d in state.lock.diffs for n in d.patches}
-    most = sum(1 for p in state.lock.patches if p.name in named and p.kind is PatchKind.OVERLAY)
-    for verified in range(most, -1, -1):  # the likely count first: every overlay verified
-        if state.verdicts.passed(state.verdicts.key("hand-diffs", inputs, str(verified))):
-            return verified
-    return None
-
-
-def _checked(state: State) -> tuple[list[Finding], int, bool]:
-    """Every finding, the chains verified, and whether a note asked the provenance tables (not in the inputs)."""
+def _checked(state: State) -> tuple[list[Finding], int]:
+    """Every finding, and the chains verified."""
     from patchkit.importing import handdiffs
 
     lock = state.lock
@@ -92,7 +56,6 @@ def _checked(state: State) -> tuple[list[Finding], int, bool]:
                 )
             )
     by_name = {p.name: p for p in lock.patches}
-    asked = False
     for name in sorted(found.adds_whole_file):
         p = by_name[name]
         if p.kind is PatchKind.OVERLAY:
@@ -107,7 +70,6 @@ def _checked(state: State) -> tuple[list[Finding], int, bool]:
                 )
             )
         else:
-            asked = True
             out += _module_maybe_upstream(state, p, found)
     verified = 0
     for name, chain in found.parts.items():
@@ -129,7 +91,7 @@ def _checked(state: State) -> tuple[list[Finding], int, bool]:
         ]
         if not undone.stale:
             verified += 1
-    return out, verified, asked
+    return out, verified
 
 
 def _module_maybe_upstream(state: State, p: Patch, found: handdiffs.Chains) -> list[Finding]:

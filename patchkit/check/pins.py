@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from patchkit.check.state import State, field_name, remembered_by_lockfile
+from patchkit.check.state import State, field_name
 from patchkit.findings import Finding
 from patchkit.lockfile.model import LOCKFILE_NAME
 from patchkit.lockfile.tomlpos import FieldPath
@@ -50,7 +50,6 @@ def pinned_files(state: State) -> list[Finding]:
     return out
 
 
-@remembered_by_lockfile
 def targets(state: State) -> list[Finding]:
     """Every container target is claimed once, and none lies below another file's target."""
     out: list[Finding] = []
@@ -97,14 +96,10 @@ def parent_dirs(target: str) -> list[str]:
 
 def canonical(state: State) -> list[Finding]:
     """The lockfile is in the form patchkit writes, so reviews see only real changes."""
-    known = state.verdicts.key("canonical", state.lock_sha256)
-    if state.verdicts.passed(known):
-        return []
-    from patchkit.lockfile.writer import dumps, writes_layout
+    from patchkit.lockfile.writer import dumps
 
-    # Read in the writer's layout, and the document the writer writes for it: canonical, without a render.
-    if writes_layout(state.lock, state.lock_layout) or (canonical := dumps(state.lock).encode()) == state.lock_bytes:
-        state.verdicts.add(known)
+    canonical = dumps(state.lock).encode()
+    if canonical == state.lock_bytes:
         return []
     have, want = state.lock_bytes.split(b"\n"), canonical.split(b"\n")
     line = next((i + 1 for i, (a, b) in enumerate(zip(have, want, strict=False)) if a != b), None)

@@ -8,7 +8,8 @@ pinned files, targets, canonical form), ``diffs`` (each patch's diff and base),
 findings are reported; a rule that verifies diffs returns their count beside
 its findings. Two checks read through modules of their own: the model pin's
 manifest (``model.findings``) and the signatures (``signing.signatures``).
-The checker writes nothing but its memo of checks that passed, in the cache.
+The checker writes nothing, and remembers nothing between runs: every rule runs
+on every check.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from patchkit.check import compose, diffs, guard, hand_diffs, pins, repository, 
 from patchkit.check.state import RepoView, State, gather, hash_pinned
 from patchkit.findings import CheckResult, Finding
 from patchkit.lockfile.reader import collection_paused
-from patchkit.verdicts import LockfileMemo, Verdicts
 
 if TYPE_CHECKING:
     from patchkit.cache import BlobStore
@@ -67,22 +67,15 @@ def run_rules(state: State, rules: tuple[Rule | VerifyingRule, ...] = RULES) -> 
     return result
 
 
-def check(
-    repo: Repo, lock: Lockfile, lock_bytes: bytes, store: BlobStore | None = None, memo: LockfileMemo | None = None
-) -> CheckResult:
-    """Run every offline invariant over ``repo``; writes nothing but its memo in the cache (``patchkit.verdicts``).
+def check(repo: Repo, lock: Lockfile, lock_bytes: bytes, store: BlobStore | None = None) -> CheckResult:
+    """Run every offline invariant over ``repo``; writes nothing.
 
-    ``memo`` is the one that read the lockfile (``Repo.read_lockfile``), if
-    any: it knows the layout the text was read in, and keeps its lines.
+    ``store`` (the base cache) is read only for bases, each checked against
+    its pin when read; no verdict comes from it.
     """
-    verdicts = None
-    if store is not None:
-        verdicts = Verdicts.for_repository(store.cache, repo.root)
-        memo = memo or LockfileMemo.for_repository(store.cache, repo.root)
     with collection_paused():  # thousands of findings-to-be, tuples and byte strings, no cycles
-        state = gather(repo, lock, lock_bytes, store, verdicts, memo)
+        state = gather(repo, lock, lock_bytes, store)
         result = run_rules(state)
-    state.verdicts.save()
     if lock.model is not None:
         from patchkit.model.findings import format_findings
 

@@ -11,7 +11,6 @@ a repository.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import stat
@@ -29,11 +28,9 @@ from patchkit.repo import JOURNAL as REPO_JOURNAL
 from patchkit.repo import MANAGED_DIRS, TMP_PREFIX, WORK_DIR, Escape, Repo, gitignored, pending_journal, staging_pid
 from patchkit.series.model import Series, series_pins
 from patchkit.values import RepoPath
-from patchkit.verdicts import LockfileMemo, Verdicts
 
 if TYPE_CHECKING:
     from patchkit.cache import BlobStore
-    from patchkit.lockfile.tomlfast import Layout
     from patchkit.series.apply import Reader
 
 REBASE_STATE = f"{WORK_DIR}/rebase/state.json"
@@ -166,23 +163,10 @@ class State:
     # Each patch series' upstream tree at its pin, read offline, or why it cannot be (patchkit.series.source).
     series_tree: Callable[[Series], Reader | str] | None = None
     series_rebase_pending: bool = False
-    # Pure checks that passed on the same bytes before (patchkit.verdicts): a rule may skip them.
-    verdicts: Verdicts = field(default_factory=Verdicts)
-    # Where the index of the lockfile's lines comes from (``verdicts.LockfileMemo.line_index``); None: scanned.
-    line_index: Callable[[bytes], LineIndex] | None = None
-    # The document the lockfile's text read as, in the writer's layout (``lockfile.reader.read``); None: unknown.
-    lock_layout: Layout | None = None
-
-    @cached_property
-    def lock_sha256(self) -> str:
-        """The sha256 of the lockfile's bytes: what the remembered checks of the lockfile are keyed by."""
-        return hashlib.sha256(self.lock_bytes).hexdigest()
 
     @cached_property
     def index(self) -> LineIndex:
-        """Lines of the lockfile's keys: built (or found remembered) for the first finding only."""
-        if self.line_index is not None:
-            return self.line_index(self.lock_bytes)
+        """Lines of the lockfile's keys: scanned for the first finding only."""
         return LineIndex(self.lock_bytes.decode("utf-8"))
 
     def lock_finding(
@@ -223,26 +207,6 @@ class State:
             return self.view.read(rel)
         with open(path, "rb") as f:
             return f.read()
-
-
-def remembered_by_lockfile(rule: Callable[[State], list[Finding]]) -> Callable[[State], list[Finding]]:
-    """``rule``, for a rule that reads the lockfile alone: a pass is remembered for the same lockfile bytes.
-
-    The key is the rule's name, patchkit's code and the lockfile's sha256
-    (``verdicts``); a rule that finds anything, a note too, runs every time.
-    """
-
-    @functools.wraps(rule)
-    def remembered(state: State) -> list[Finding]:
-        known = state.verdicts.key(f"lockfile-rule:{rule.__module__}.{rule.__name__}", state.lock_sha256)
-        if state.verdicts.passed(known):
-            return []
-        found = rule(state)
-        if not found:
-            state.verdicts.add(known)
-        return found
-
-    return remembered
 
 
 def named_files(lock: Lockfile) -> Iterator[Named]:
@@ -459,18 +423,10 @@ def gather(
     lock: Lockfile,
     lock_bytes: bytes,
     store: BlobStore | None = None,
-    verdicts: Verdicts | None = None,
-    memo: LockfileMemo | None = None,
 ) -> State:
-    """Read what every rule needs from ``repo``, once; never writes.
-
-    ``memo``, the one that read the lockfile, gives its lines and the layout its text was read in.
-    """
+    """Read what every rule needs from ``repo``, once; never writes."""
     tree, symlinked = walk_managed(repo)
     state = State(
-        verdicts=verdicts if verdicts is not None else Verdicts(),
-        line_index=memo.line_index if memo is not None else None,
-        lock_layout=memo.layout(lock_bytes) if memo is not None else None,
         lock=lock,
         lock_bytes=lock_bytes,
         view=RepoView(repo, store),

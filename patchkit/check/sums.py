@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 
 from patchkit import sums
@@ -12,21 +11,10 @@ from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
 
 
 def sums_file(state: State) -> list[Finding]:
-    """SHA256SUMS is a regular file of the repository and lists what the lockfile pins, as patchkit writes it.
-
-    A pure function of the two files' bytes: a pass is remembered for them (``verdicts``).
-    """
+    """SHA256SUMS is a regular file of the repository and lists what the lockfile pins, as patchkit writes it."""
     if isinstance(state.sums, str):
         return [Finding("unsafe-path", sums.FILENAME, None, f"{sums.FILENAME} {state.sums}", "make it a regular file")]
-    known = None
-    if state.sums is not None:
-        known = state.verdicts.key("sums-file", state.lock_sha256, hashlib.sha256(state.sums).hexdigest())
-    if state.verdicts.passed(known):
-        return []
-    found = sums_findings(state.lock, state.lock_bytes, state.sums, state.view.exists)
-    if not found:
-        state.verdicts.add(known)
-    return found
+    return sums_findings(state.lock, state.lock_bytes, state.sums, state.view.exists)
 
 
 def sums_findings(

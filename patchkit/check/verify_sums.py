@@ -7,29 +7,24 @@ the lockfile is loaded, and its drift checked, while the files hash.
 
 from __future__ import annotations
 
-import hashlib
 from typing import TYPE_CHECKING
 
 from patchkit import sums
 from patchkit.errors import BadInput
 from patchkit.hashing import Hasher
 from patchkit.repo import Escape, Repo
-from patchkit.verdicts import Verdicts
 
 if TYPE_CHECKING:
     from patchkit.findings import CheckResult, Finding
 
 
-def check_sums(repo: Repo, verdicts: Verdicts | None = None) -> CheckResult:
+def check_sums(repo: Repo) -> CheckResult:
     """Verify SHA256SUMS like ``sha256sum -c --strict``, and that it is what patchkit generates.
 
     The files SHA256SUMS lists are hashed on worker threads from the first
     one proven inside the repository on, while the rest are proven and the
     lockfile is read and parsed: on a large tree neither costs wall time.
-    When the same lockfile and SHA256SUMS bytes were found to agree before
-    (``verdicts``), the lockfile is not parsed at all; every file is still hashed.
     """
-    memo = verdicts if verdicts is not None else Verdicts()
     try:
         data: bytes | None = repo.check_inside(sums.FILENAME).read_bytes()
     except FileNotFoundError:
@@ -41,33 +36,20 @@ def check_sums(repo: Repo, verdicts: Verdicts | None = None) -> CheckResult:
         paths, unsafe = _listed_files(repo, entries, hasher)
         from patchkit.findings import CheckResult
 
-        generated = _against_lockfile(repo, data, memo)
+        generated = _against_lockfile(repo, data)
     hashes = hasher.results
     result = CheckResult(files_hashed=len(hashes))
     result.findings += _listing_findings(unsafe, entries, paths, hashes)
     result.findings.extend(generated)
-    memo.save()
     return result
 
 
-def _against_lockfile(repo: Repo, data: bytes | None, memo: Verdicts) -> list[Finding]:
-    """How SHA256SUMS differs from what the lockfile generates; skipped for bytes that agreed before."""
-    try:
-        raw: bytes | None = repo.lockfile_path.read_bytes()
-    except OSError:
-        raw = None  # read_lockfile says why
-    known = None
-    if raw is not None and data is not None:
-        known = memo.key("sums", hashlib.sha256(raw).hexdigest(), hashlib.sha256(data).hexdigest())
-    if memo.passed(known):
-        return []
-    from patchkit.check.sums import sums_findings  # and with it the lockfile model: only when needed
+def _against_lockfile(repo: Repo, data: bytes | None) -> list[Finding]:
+    """How SHA256SUMS differs from what the lockfile generates."""
+    from patchkit.check.sums import sums_findings  # and with it the lockfile model
 
     lock, lock_bytes = repo.read_lockfile()
-    found = sums_findings(lock, lock_bytes, data)
-    if not found and lock_bytes == raw:
-        memo.add(known)
-    return found
+    return sums_findings(lock, lock_bytes, data)
 
 
 def _listed_files(

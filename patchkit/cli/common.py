@@ -198,14 +198,11 @@ def find_repo(ctx: click.Context) -> Any:
     return Repo(root)
 
 
-def open_repo(
-    ctx: click.Context, *, writes: bool = False, locks: bool = False, memo: Any = None
-) -> tuple[Any, Any, bytes]:
+def open_repo(ctx: click.Context, *, writes: bool = False, locks: bool = False) -> tuple[Any, Any, bytes]:
     """The repository and its lockfile; a writing command first takes the write lock.
 
     Under the lock it finishes an interrupted write and only then reads the
     lockfile, so its read-modify-write never loses another writer's change.
-    ``memo`` (``lockfile_memo``): the lockfile the same bytes parsed to before, from the cache.
     """
     repo = find_repo(ctx)
     if writes or locks:
@@ -215,15 +212,8 @@ def open_repo(
 
         if recover(repo.root):
             click.echo("patchkit: finished a write that was interrupted earlier", err=True)
-    lock, data = repo.read_lockfile(memo.load if memo is not None else None)
+    lock, data = repo.read_lockfile()
     return repo, lock, data
-
-
-def lockfile_memo(ctx: click.Context) -> Any:
-    """The cache's memo of what the repository's lockfile bytes parsed to (``verdicts.LockfileMemo``)."""
-    from patchkit.verdicts import LockfileMemo
-
-    return LockfileMemo.for_repository(cache_path(), find_repo(ctx).root)
 
 
 def hold_lock(ctx: click.Context, root: Path) -> None:

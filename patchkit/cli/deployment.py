@@ -17,7 +17,6 @@ from patchkit.cli.common import (
     cache_path,
     find_repo,
     hold_lock,
-    lockfile_memo,
     open_repo,
     print_changes,
 )
@@ -95,9 +94,8 @@ def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, deep: b
 
     # While a write is journaled, its writer may still be renaming files in:
     # wait for it, so check sees one state, never a mix of two.
-    memo = lockfile_memo(ctx)
-    repo, lock, data = open_repo(ctx, locks=pending_journal(find_repo(ctx).root), memo=memo)
-    result = run_check(repo, lock, data, blob_store(), memo)
+    repo, lock, data = open_repo(ctx, locks=pending_journal(find_repo(ctx).root))
+    result = run_check(repo, lock, data, blob_store())
     if image_bases and not online:
         from patchkit.errors import BadInput
 
@@ -140,10 +138,8 @@ def sums(ctx: click.Context, verify: bool, fmt: str) -> None:
     """
     if verify:
         from patchkit.check.verify_sums import check_sums
-        from patchkit.verdicts import Verdicts
 
-        repo = find_repo(ctx)
-        result = check_sums(repo, Verdicts.for_repository(cache_path(), repo.root, "sums"))
+        result = check_sums(find_repo(ctx))
         from patchkit.formats.findings import render
 
         click.echo(render(result, fmt, what="sums --check"), nl=False)

@@ -17,7 +17,6 @@ from patchkit.cli.common import (
     cache_path,
     find_repo,
     hold_lock,
-    lockfile_memo,
     open_repo,
     print_changes,
     registry_client,
@@ -277,7 +276,7 @@ def rebase(
         hold_lock(ctx, repo.root)
         click.echo("rebase aborted; the repository is as it was" if rb.abort(repo) else "no rebase in progress")
         return
-    repo, lockf, data = open_repo(ctx, writes=True, memo=lockfile_memo(ctx))
+    repo, lockf, data = open_repo(ctx, writes=True)
     if summary is not None:
         from patchkit.repo import output_target
 

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,7 +57,7 @@ from typing import Any
 
 from patchkit.errors import BadInput, LockfileError, Problem
 from patchkit.guard.config import GuardConfig, read_config
-from patchkit.lockfile.tomlpos import FieldReader, render_path, toml_type
+from patchkit.lockfile.tomlpos import FieldReader, parse, render_path, toml_type
 from patchkit.values import ContainerPath, check_name
 
 CONFIG_NAME = "deploy.toml"
@@ -188,13 +187,9 @@ def load_config(path: Path | str) -> DeployConfig:
 
 
 def loads_config(text: str, filename: str = CONFIG_NAME) -> DeployConfig:
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        m = re.search(r"line (\d+)", str(e))
-        raise ConfigError(
-            [Problem(filename, int(m.group(1)) if m else None, None, f"not valid TOML: {e}", "fix the syntax")]
-        ) from e
+    raw = parse(text, filename)
+    if isinstance(raw, Problem):
+        raise ConfigError([raw])
     r = _ConfigReader(filename, text)
     config = r.read(raw)
     if r.problems or config is None:

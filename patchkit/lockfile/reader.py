@@ -11,44 +11,30 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import re
 from collections.abc import Iterator
 from typing import Any
 
 from patchkit.errors import LockfileError, Problem
-from patchkit.lockfile import tomlfast
 from patchkit.lockfile.fields import Context
-from patchkit.lockfile.model import GENERATED, HEADER, LOCKFILE, LOCKFILE_NAME, Artifact, HandDiff, Lockfile, Patch
-from patchkit.lockfile.tomlfast import Layout
-from patchkit.lockfile.tomlpos import FieldPath, FieldReader, render_path
+from patchkit.lockfile.model import GENERATED, LOCKFILE, LOCKFILE_NAME, Artifact, HandDiff, Lockfile, Patch
+from patchkit.lockfile.tomlpos import FieldPath, FieldReader, parse, render_path
 
 
 def loads(text: str, filename: str = LOCKFILE_NAME) -> Lockfile:
-    """Parse and validate lockfile text; raise ``LockfileError`` listing every problem."""
-    return read(text, filename)[0]
+    """Parse and validate lockfile text; raise ``LockfileError`` listing every problem.
 
-
-def read(text: str, filename: str = LOCKFILE_NAME) -> tuple[Lockfile, Layout | None]:
-    """``loads``, and the document the text read as when it is laid out as ``writer.dumps`` writes.
-
-    That document (``tomlfast.written``) is what ``writer.writes_layout`` needs
-    to tell the canonical form without rendering the lockfile again; None
-    when the text has another layout (it is then read line by line, or by
-    ``tomllib``).
+    ``tomllib`` reads the TOML (``tomlpos.parse``): what it refuses, any way
+    it fails, is one problem at its line.
     """
     with collection_paused():
-        layout = tomlfast.written(text[len(_FIRST) :]) if text.startswith(_FIRST) else None
-        raw = layout if layout is not None else tomlfast.loads(text)
-        if raw is None:
-            raw = _toml(text, filename)
+        raw = parse(text, filename)
+        if isinstance(raw, Problem):
+            raise LockfileError([raw])
         reader = FieldReader(filename, text)
         lock = _read(raw, reader)
     if reader.problems or lock is None:
         raise LockfileError(reader.problems or [Problem(filename, None, None, "cannot be read")])
-    return lock, layout
-
-
-_FIRST = HEADER + "\n"  # what the writer writes before the document
+    return lock
 
 
 @contextlib.contextmanager
@@ -68,37 +54,6 @@ def collection_paused() -> Iterator[None]:
     finally:
         if was:
             gc.enable()
-
-
-def _toml(text: str, filename: str) -> dict[str, Any]:
-    """The document, read by tomllib (imported only for text tomlfast leaves to it)."""
-    import tomllib
-
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        line = _toml_error_line(str(e))
-        raise LockfileError(
-            [Problem(filename, line, None, f"not valid TOML: {e}", "fix the syntax at that line")]
-        ) from e
-    except RecursionError as e:  # tomllib recurses once per nested array or inline table
-        line = _deepest_line(text)
-        raise LockfileError(
-            [Problem(filename, line, None, "nested too deeply to be a lockfile", "remove the nested arrays or tables")]
-        ) from e
-
-
-def _deepest_line(text: str) -> int | None:
-    """The first line holding a run of 100 opening brackets or braces (where a nesting bomb is)."""
-    for number, line in enumerate(text.splitlines(), start=1):
-        if "[" * 100 in line.replace(" ", "") or "{" * 100 in line.replace(" ", ""):
-            return number
-    return None
-
-
-def _toml_error_line(message: str) -> int | None:
-    m = re.search(r"line (\d+)", message)
-    return int(m.group(1)) if m else None
 
 
 def _read(raw: dict[str, Any], r: FieldReader) -> Lockfile | None:

@@ -15,6 +15,7 @@ which is all it needs to point at the right line of a valid document.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -57,13 +58,6 @@ class LineIndex:
     def __init__(self, text: str) -> None:
         self._lines: dict[Path, int] = {}
         self._scan(text)
-
-    @classmethod
-    def of(cls, lines: dict[Path, int]) -> LineIndex:
-        """The index of a document whose ``lines`` (as ``lines`` gave them) are known already."""
-        index = cls.__new__(cls)
-        index._lines = lines
-        return index
 
     @property
     def lines(self) -> dict[Path, int]:
@@ -172,6 +166,76 @@ def _bracket_delta(text: str) -> int:
             delta -= 1
         i += 1
     return delta
+
+
+def parse(text: str, filename: str) -> dict[str, Any] | Problem:
+    """The document of the TOML ``text``, read by ``tomllib``; else the one problem that stops it, at its line.
+
+    ``tomllib`` decides what is TOML. Besides its own errors (which name
+    their line) it can fail on a valid-looking text in two ways that name
+    none: an integer longer than Python converts (``ValueError``, over
+    ``sys.get_int_max_str_digits()`` digits) and nesting deeper than the
+    interpreter's stack (``RecursionError``). Each is reported at the line
+    that holds it, so no TOML text ends in an internal error.
+    """
+    import tomllib
+
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        line = _error_line(str(e), text)
+        return Problem(filename, line, None, f"not valid TOML: {e}", "fix the syntax at that line")
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        return Problem(
+            filename, _deepest_line(text), None, "nested too deeply to be read", "remove the nested arrays or tables"
+        )
+    except ValueError:  # int() of a literal longer than the interpreter converts
+        limit = sys.get_int_max_str_digits()
+        return Problem(
+            filename,
+            _long_integer_line(text, limit),
+            None,
+            f"holds an integer of more than {limit} digits, longer than TOML readers convert",
+            "write a shorter number",
+        )
+
+
+def _error_line(message: str, text: str) -> int:
+    """The line ``tomllib`` names in its message; the last line for an error "at end of document"."""
+    m = re.search(r"at line (\d+)", message)
+    return int(m.group(1)) if m else text.count("\n") + 1
+
+
+_NESTED = 100  # opening brackets or braces a lockfile never needs on one line
+
+
+def _deepest_line(text: str) -> int:
+    """The first line where brackets and braces open ``_NESTED`` deep, else the deepest: where a nesting bomb is."""
+    depth, deepest, at = 0, 0, 1
+    for number, line in enumerate(text.split("\n"), start=1):
+        for c in line:
+            if c in "[{":
+                depth += 1
+                if depth >= _NESTED:
+                    return number
+                if depth > deepest:
+                    deepest, at = depth, number
+            elif c in "]}":
+                depth -= 1
+    return at
+
+
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"|\'[^\']*\'')
+_DIGITS = re.compile(r"[0-9][0-9_]*")
+
+
+def _long_integer_line(text: str, limit: int) -> int | None:
+    """The first line with a run of more than ``limit`` digits outside quoted strings."""
+    for number, line in enumerate(text.split("\n"), start=1):
+        bare = _STRINGS.sub("", line)
+        if any(len(m.group().replace("_", "")) > limit for m in _DIGITS.finditer(bare)):
+            return number
+    return None
 
 
 T = TypeVar("T")

@@ -66,6 +66,7 @@ class GitSource(UpstreamSource):
         #: The bare clone of ``url`` (exists once a snapshot has been taken).
         self.path = base / name
         self._lock_path = base / f"{name}.lock"
+        self._owned = False  # whether this process has made the clone's configuration its own (``_own``)
 
     def __repr__(self) -> str:
         return f"GitSource({self.url!r}, cache={self.path})"
@@ -77,9 +78,19 @@ class GitSource(UpstreamSource):
         Otherwise the ref is fetched from ``url``: a commit id by itself first
         (servers may refuse that), then every branch and tag; a name by itself.
         Raises ``BadInput`` when ``url`` has no such ref or commit and
-        ``SourceError`` when ``url`` cannot be fetched from.
+        ``SourceError`` when ``url`` cannot be fetched from. A clone that git
+        finds damaged (``_damaged``) is removed and cloned again, once.
         """
         _check_ref(ref)
+        try:
+            return self._snapshot(ref)
+        except (SourceError, WriteFailed, gitclient.GitFailed):
+            if not self._damaged():
+                raise
+            self._discard()
+            return self._snapshot(ref)
+
+    def _snapshot(self, ref: str) -> GitSnapshot:
         full = ref.lower() if _FULL_SHA.fullmatch(ref) else None
         if full is not None and self.path.is_dir() and (commit := self._resolve(full)):
             return GitSnapshot(self, commit)
@@ -101,7 +112,9 @@ class GitSource(UpstreamSource):
         """Hold the clone's lock file: one creator or fetcher at a time across processes."""
         try:
             self._lock_path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            if self._lock_path.is_symlink() or not (self._lock_path.is_file() or not self._lock_path.exists()):
+                _remove(self._lock_path)  # a link or a directory where the lock file goes: not patchkit's
+            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666)
         except OSError as e:
             raise WriteFailed(
                 f"{self._lock_path}: cannot create the git cache ({e.strerror})",
@@ -125,16 +138,63 @@ class GitSource(UpstreamSource):
             status, _, err = _run_git(tmp, "init", "--bare", "--quiet")
             if status != 0:
                 raise WriteFailed(f"{self.path}: cannot create the git cache ({_reason(err)})")
-            remote = {('remote "origin"', "url"): self.url, ('remote "origin"', "fetch"): _HEADS_AND_TAGS[0]}
-            gitclient.write_config(tmp / "config", {**_CONFIG, **remote})
+            _write_config(tmp, self.url)
             tmp.rename(self.path)
+            self._owned = True
         except (gitclient.GitFailed, OSError) as e:
             raise WriteFailed(f"{self.path}: cannot create the git cache ({_one_line(str(e))})") from e
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
+    def _damaged(self) -> bool:
+        """Whether the clone exists and git finds it damaged (``git fsck``): asked only after a command failed."""
+        if not self.path.exists() and not self.path.is_symlink():
+            return False
+        if not self.path.is_dir() or self.path.is_symlink() or not (self.path / "config").is_file():
+            return True
+        status, _, _ = _run_git(self.path, "fsck", "--no-dangling", "--no-progress")
+        return status != 0
+
+    def _discard(self) -> None:
+        """Remove a damaged clone, so the next snapshot clones the upstream again."""
+        with self._locked():
+            try:
+                _remove(self.path)
+            except OSError as e:
+                raise WriteFailed(
+                    f"{self.path}: the cached clone is damaged and cannot be removed ({e.strerror})"
+                ) from e
+        self._owned = False
+
+    def _own(self) -> None:
+        """Make an existing clone's configuration patchkit's own, once per process, before git reads it.
+
+        A cache restored from another branch or a fork may hold a clone whose
+        ``config`` points ``origin`` elsewhere or names a program git runs
+        (``uploadpack``, ``sshCommand``, a credential helper), or whose
+        ``objects/info/alternates`` lends it another store's objects. The
+        configuration is written anew, as ``_ensure_repo`` writes it, and the
+        alternates removed; hooks and replace refs are off for every command
+        (``_run_git``, ``gitclient.repo_env``).
+        """
+        if self._owned or not self.path.is_dir():
+            return
+        try:
+            _write_config(self.path, self.url)
+            (self.path / "objects" / "info" / "alternates").unlink(missing_ok=True)
+        except (gitclient.GitFailed, OSError) as e:
+            if _config_is(self.path, self.url) and not (self.path / "objects" / "info" / "alternates").exists():
+                self._owned = True  # a read-only cache that holds patchkit's own clone
+                return
+            raise WriteFailed(
+                f"{self.path}: cannot reset the configuration of the cached clone ({_one_line(str(e))})",
+                "make the cache writable, or delete the clone: it is fetched again",
+            ) from e
+        self._owned = True
+
     def _git(self, *args: str, check: bool = False) -> tuple[int, bytes, str]:
         """Run git on the cache repository: (status, stdout bytes, stderr text)."""
+        self._own()
         status, out, err = _run_git(self.path, *args)
         if check and status != 0:
             raise SourceError(f"git {args[0]} in the cache {self.path} failed: {_reason(err)}")
@@ -210,6 +270,7 @@ class GitSource(UpstreamSource):
         for _, path in wanted:
             check_path(path)
         names = [f"{commit}:{path}" for commit, path in wanted]
+        self._own()
         return _cat_file_batch(self.path, names) if names else []
 
     def _fetch_failed(self, err: str) -> SourceError:
@@ -293,9 +354,24 @@ class GitSnapshot(Snapshot):
             check_path(p)
         if not wanted:
             return {}
+        try:
+            return self._read(wanted)
+        except SourceError:
+            if not self.source._damaged():
+                raise
+            self.source._discard()
+            self.source.snapshot(self.commit)  # fetched again into a new clone
+            return self._read(wanted)
+
+    def _read(self, wanted: list[str]) -> dict[str, bytes | None]:
+        """``read``, each blob checked against its object id: a blob the listing names and git cannot give is damage."""
         ids = self.blob_ids()
         found = [p for p in wanted if p in ids]
         blobs = dict(zip(found, _cat_file_batch(self.source.path, [ids[p] for p in found]), strict=True))
+        for p in found:
+            data = blobs[p]
+            if data is None or _object_id(b"blob", data, len(ids[p])) != ids[p]:
+                raise SourceError(f"{self.source.path}: the blob of {p} at {self.commit[:12]} is damaged in the cache")
         return {p: blobs.get(p) for p in wanted}
 
     def blob_ids(self) -> dict[str, str]:
@@ -342,10 +418,64 @@ class GitSnapshot(Snapshot):
         return found
 
 
-def _run_git(git_dir: Path, *args: str) -> tuple[int, bytes, str]:
-    """Run git on the repository ``git_dir``; never raises on a non-zero status."""
+def _remove(path: Path) -> None:
+    """Remove ``path``, whatever it is: a directory and what it holds, a file, a link (never what it points to)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _object_id(kind: bytes, data: bytes, width: int) -> str:
+    """Git's id of an object: the sha1 (40 hex digits) or sha256 (64) of its header and bytes."""
+    h = hashlib.sha256() if width == 64 else hashlib.sha1(usedforsecurity=False)
+    h.update(kind + b" %d\0" % len(data))
+    h.update(data)
+    return h.hexdigest()
+
+
+def _config(url: str) -> dict[tuple[str, str], str]:
+    """Every value of a clone's ``config``: what ``git init --bare`` writes, ``_CONFIG`` and ``origin`` at ``url``."""
+    core = {("core", "repositoryformatversion"): "0", ("core", "filemode"): "true", ("core", "bare"): "true"}
+    remote = {('remote "origin"', "url"): url, ('remote "origin"', "fetch"): _HEADS_AND_TAGS[0]}
+    return {**core, **_CONFIG, **remote}
+
+
+def _config_is(git_dir: Path, url: str) -> bool:
+    """Whether the clone's ``config`` holds exactly ``_config(url)``, as ``git config --list`` reads it."""
+    status, out, _ = gitclient.run(git_dir, ["config", "--file", str(git_dir / "config"), "--list"])
+    want = sorted(_listed(section, option, value) for (section, option), value in _config(url).items())
+    return status == 0 and sorted(out.decode("utf-8", "replace").splitlines()) == want
+
+
+def _listed(section: str, option: str, value: str) -> str:
+    """One value as ``git config --list`` prints it: ``remote.origin.url=…`` (section and key in lower case)."""
+    name, _, sub = section.partition(" ")
+    prefix = f"{name.lower()}.{sub.strip(chr(34))}." if sub else f"{name.lower()}."
+    return f"{prefix}{option.lower()}={value}"
+
+
+def _write_config(git_dir: Path, url: str) -> None:
+    """The clone's ``config``, whole: what ``git init --bare`` writes, ``_CONFIG`` and ``origin`` at ``url``.
+
+    Written beside it and renamed over it, so a reader sees the old file or
+    this one, and nothing of the old survives.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=".config-", dir=git_dir)
+    os.close(fd)
     try:
-        return gitclient.run(git_dir.parent, [f"--git-dir={git_dir}", *args], env=gitclient.repo_env(git_dir))
+        gitclient.write_config(Path(tmp), _config(url))
+        os.replace(tmp, git_dir / "config")
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def _run_git(git_dir: Path, *args: str) -> tuple[int, bytes, str]:
+    """Run git on the repository ``git_dir``, its hooks off; never raises on a non-zero status."""
+    try:
+        argv = ["-c", f"core.hooksPath={os.devnull}", f"--git-dir={git_dir}", *args]
+        return gitclient.run(git_dir.parent, argv, env=gitclient.repo_env(git_dir))
     except gitclient.GitMissing as e:
         raise SourceError(str(e), e.hint) from e
 

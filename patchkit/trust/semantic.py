@@ -25,7 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from patchkit.fanout import map_items
-from patchkit.hashing import sha256_bytes
 from patchkit.lockfile.model import Lockfile
 from patchkit.trust import screen
 from patchkit.trust.imports import Reader, Tree, Verdict, resolve
@@ -43,7 +42,6 @@ from patchkit.trust.pycheck import (
     syntax_problem,
     undefined_names,
 )
-from patchkit.verdicts import Verdicts
 
 
 @dataclass(frozen=True)
@@ -62,42 +60,26 @@ def check(
     files: list[Produced],
     new_tree: Tree | None,
     old_tree: Callable[[], Tree | None] | None = None,
-    verdicts: Verdicts | None = None,
 ) -> dict[str, tuple[Problem, ...]]:
     """The problems of each produced file, by patch name (files without any are left out).
 
     Without ``new_tree`` (the new upstream could not be read) imports are not checked.
-    A file that passed every check before, on the same bytes (``verdicts``),
-    is not checked again; one with a problem, or an import left to resolve, always is.
     """
     problems: dict[str, list[Problem]] = {}
     pending: list[tuple[Produced, Import]] = []
     packages = {pkg for f in files if is_python(f.path) and (pkg := package_of(f.path)) is not None}
-    memo = verdicts if verdicts is not None else Verdicts()
-    keys = {f.name: _key(memo, f, packages) for f in files if is_python(f.path)}
-    todo = [f for f in files if f.name in keys and not memo.passed(keys[f.name])]
+    todo = [f for f in files if is_python(f.path)]
     # Each file's checks are pure and independent: spread over every core when there are many.
     for f, (found, unvouched) in zip(
         todo, map_items(functools.partial(_check_one, packages=packages), todo), strict=True
     ):
         if found:
             problems[f.name] = found
-        elif not unvouched:
-            memo.add(keys[f.name])
         pending += [(f, imp) for imp in unvouched]
     if pending and new_tree is not None:
         for f, problem in _imports(pending, new_tree, old_tree):
             problems.setdefault(f.name, []).append(problem)
     return {name: tuple(sorted(found, key=lambda p: (p.line, p.kind, p.name))) for name, found in problems.items()}
-
-
-def _key(memo: Verdicts, f: Produced, packages: set[str]) -> bytes | None:
-    """What one file's own checks depend on: its path, the packages patched, and the four versions' digests."""
-    if memo.path is None:
-        return None
-    base = b"" if f.base is None else bytes.fromhex(sha256_bytes(f.base))
-    digests = [sha256_bytes(v) for v in (base, f.ours, f.theirs, f.merged)]
-    return memo.key("semantic", f.path, ",".join(sorted(packages)), "base" if f.base is not None else "-", *digests)
 
 
 def blocking(problems: tuple[Problem, ...]) -> bool:

@@ -17,7 +17,10 @@ on redirects and upload locations, oversized blobs, many referrers),
 ``image build``, ``bundle``, ``materialize``, ``emit`` and ``import``),
 ``test_git_dir_writes`` (patches into a tree's ``.git`` in every spelling,
 files nested inside files, through ``apply --to`` a git checkout, ``rebase
---series`` and a derived layer). ``corpus.py`` holds the
+--series`` and a derived layer),
+``test_cache_poison``
+(planted, truncated and flipped cache content), ``test_lockfile_toml`` (the
+lockfile reader against tomllib on generated mutations). ``corpus.py`` holds the
 corrupted deployments ``test_no_internal_error`` runs every command on: add
 an attack there, or a module here.
 """

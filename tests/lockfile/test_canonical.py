@@ -1,11 +1,9 @@
-"""The canonical form told without a render: the writer's own layout read back, and its verdict.
+"""The canonical form: what the writer writes reads back to the same lockfile and is told canonical; an edit is not.
 
-``tomlfast.written`` reads a text laid out exactly as ``tomlwrite.dumps``
-writes it; ``writer.writes_layout`` then tells from the document read whether
-``dumps`` of the lockfile gives that text. Over many generated lockfiles and
-thousands of edits of them (canonical or not, valid or not), the verdict is
-always what rendering and comparing says, and the fast way decides whenever
-the text is canonical and plain.
+Over many generated lockfiles and thousands of edits of them (canonical or
+not, valid or not), ``pins.canonical`` says what rendering and comparing
+says, a text ``tomllib`` refuses is refused with its line, and the shipped
+lockfile is written back byte for byte.
 """
 
 from __future__ import annotations
@@ -18,9 +16,7 @@ from typing import Any
 from patchkit.check import pins
 from patchkit.check.state import State
 from patchkit.errors import LockfileError
-from patchkit.lockfile import tomlfast, tomlwrite
 from patchkit.lockfile.model import (
-    HEADER,
     Artifact,
     Base,
     Derived,
@@ -39,8 +35,8 @@ from patchkit.lockfile.model import (
     Signing,
     WheelUpstream,
 )
-from patchkit.lockfile.reader import read
-from patchkit.lockfile.writer import dumps, writes_layout
+from patchkit.lockfile.reader import loads
+from patchkit.lockfile.writer import dumps
 from patchkit.series.model import Series, SeriesPatch
 from patchkit.values import ContainerPath, Digest, Reference, RepoPath, Revision, Sha256, UpstreamPath
 from tests.check.memory import MemoryView
@@ -255,56 +251,49 @@ def edited(rng: random.Random, text: str) -> str:
 # --------------------------------------------------------------------------- the properties
 
 
-def verdict(text: str) -> tuple[bool, bool] | None:
-    """(what ``pins.canonical`` says, whether the fast way decided) for a lockfile text; None when it does not load."""
+def verdict(text: str) -> bool | None:
+    """What ``pins.canonical`` says of a lockfile text; None when it does not load (and tomllib then agrees)."""
     try:
-        lock, layout = read(text)
-    except LockfileError:
+        lock = loads(text)
+    except LockfileError as e:
+        try:
+            tomllib.loads(text)
+        except tomllib.TOMLDecodeError:
+            assert e.problems[0].line is not None, text  # refused where tomllib refuses, at a line
         return None
-    fast = writes_layout(lock, layout)
-    truth = dumps(lock) == text
-    assert truth or not fast, f"called canonical without being so:\n{text}"
-    said = not pins.canonical(State(lock, text.encode(), MemoryView({}), lock_layout=layout))
-    assert said == truth, text
-    return said, fast
+    said = not pins.canonical(State(lock, text.encode(), MemoryView({})))
+    assert said == (dumps(lock) == text), text
+    return said
 
 
-def test_generated_lockfiles_are_canonical_by_their_layout() -> None:
+def test_generated_lockfiles_are_canonical() -> None:
     rng = random.Random(18)
-    decided = 0
     for _ in range(400):
         text = dumps(lockfile(rng))
-        found = verdict(text)
-        assert found is not None and found[0], text
-        plain = not any(c in text for c in ODD) and "files = [" not in text
-        assert found[1] or not plain, f"a plain canonical text was rendered to be told canonical:\n{text}"
-        decided += found[1]
-    assert decided > 200  # most are plain: the fast way decides them
+        assert verdict(text), text
+        assert dumps(loads(text)) == text
 
 
 def test_edited_lockfiles_get_the_verdict_a_render_gives() -> None:
     rng = random.Random(1818)
-    seen = {True: 0, False: 0}
+    seen = {True: 0, False: 0, None: 0}
     for _ in range(3000):
-        found = verdict(edited(rng, dumps(lockfile(rng))))
-        if found is not None:
-            seen[found[0]] += 1
-    # Both kinds met many times: edits that keep the form (a line swapped with itself) and edits that do not.
-    assert seen[True] > 100 and seen[False] > 1000
+        seen[verdict(edited(rng, dumps(lockfile(rng))))] += 1
+    # All three met many times: edits that keep the form, edits that do not, and edits that break it.
+    assert seen[True] > 100 and seen[False] > 1000 and seen[None] > 100
 
 
-def test_every_field_and_the_shipped_lockfile_are_told_canonical_without_a_render() -> None:
+def test_every_field_and_the_shipped_lockfile_are_written_back_byte_for_byte() -> None:
     from pathlib import Path
 
     shipped = (Path(__file__).resolve().parents[2] / "lockfile.toml").read_text(encoding="utf-8")
     for text in (dumps(every_field()), shipped):
-        lock, layout = read(text)
-        assert writes_layout(lock, layout)
+        assert dumps(loads(text)) == text
+        assert verdict(text)
 
 
 def _state(text: str) -> State:
-    lock, layout = read(text)
-    return State(lock, text.encode(), MemoryView({}), lock_layout=layout)
+    return State(loads(text), text.encode(), MemoryView({}))
 
 
 def test_a_hand_edited_lockfile_is_reported_at_its_first_changed_line() -> None:
@@ -312,50 +301,8 @@ def test_a_hand_edited_lockfile_is_reported_at_its_first_changed_line() -> None:
     spaced = text.replace('reason = "r"', 'reason =  "r"', 1)
     [f] = pins.canonical(_state(spaced))
     assert (f.code, f.line) == ("lockfile-format", spaced.split("\n").index('reason =  "r"') + 1)
-    # Two keys in another order: the writer's layout of another document, reported where the two differ.
+    # Two keys in another order: reported where the two texts differ.
     swapped = text.replace('name = "p1"\nkind = "overlay"', 'kind = "overlay"\nname = "p1"')
-    assert not writes_layout(*read(swapped))
     [f] = pins.canonical(_state(swapped))
     assert (f.code, f.line) == ("lockfile-format", swapped.split("\n").index('kind = "overlay"') + 1)
     assert pins.canonical(_state(text)) == []
-
-
-def test_what_the_layout_reader_reads_the_writer_writes_back() -> None:
-    """The lemma the fast verdict stands on: ``written`` reads only what ``tomlwrite.dumps`` gives back."""
-    rng = random.Random(7)
-    read_back = 0
-    for _ in range(3000):
-        text = dumps(lockfile(rng))
-        body = edited(rng, text)[len(HEADER) + 1 :] if rng.random() < 0.9 else text[len(HEADER) + 1 :]
-        doc = tomlfast.written(body)
-        if doc is not None:
-            read_back += 1
-            assert tomlwrite.dumps(doc) == body, body
-            assert tomllib.loads(body) == doc, body
-    assert read_back > 300
-
-
-def test_documents_of_every_shape_are_read_back_as_written() -> None:
-    """Tables nested in arrays of tables, keys that need quotes, empty tables: read back or left to the others."""
-    from tests.test_tomlwrite import _table
-
-    rng = random.Random(18)
-    read_back = 0
-    for _ in range(3000):
-        doc = _table(rng, 0)
-        text = tomlwrite.dumps(doc)
-        got = tomlfast.written(text)
-        if got is not None:
-            read_back += 1
-            assert got == doc, text
-            assert tomlwrite.dumps(got) == text
-    assert read_back > 300
-
-
-def test_same_tells_types_and_order() -> None:
-    assert tomlwrite.same({"a": 1, "b": [{"c": "d"}]}, {"a": 1, "b": [{"c": "d"}]})
-    assert not tomlwrite.same({"a": 1}, {"a": True})  # equal in Python, written differently
-    assert not tomlwrite.same({"a": 1, "b": 2}, {"b": 2, "a": 1})  # equal in Python, written differently
-    assert not tomlwrite.same({"a": {"x": 1, "y": 2}}, {"a": {"y": 2, "x": 1}})
-    assert not tomlwrite.same({"a": [1]}, {"a": (1,)})
-    assert not tomlwrite.same({"a": object()}, {"a": object()})
