@@ -190,12 +190,19 @@ def find_repo(ctx: click.Context) -> Any:
     from patchkit.repo import Repo, find_root
 
     given = (ctx.find_root().obj or {}).get("repo_dir")
-    root = find_root(given if given is not None else Path.cwd())
-    if given is not None and root != Path(given).resolve():
-        from patchkit.errors import BadInput
+    return Repo(find_root(Path.cwd()) if given is None else _given_root(Path(given)))
 
-        raise BadInput(f"{given}: no lockfile.toml there", "run `patchkit init` in it first")
-    return Repo(root)
+
+def _given_root(given: Path) -> Path:
+    """``-C DIR``: that very directory (no search upward, the user named it), which must hold the lockfile."""
+    from patchkit.errors import BadInput
+    from patchkit.repo import LOCKFILE_NAME
+
+    if not given.is_dir():
+        raise BadInput(f"-C {given}: no such directory", "name the deployment's directory, the one with lockfile.toml")
+    if not (given / LOCKFILE_NAME).is_file():
+        raise BadInput(f"-C {given}: no {LOCKFILE_NAME} there", "run `patchkit init` in it first")
+    return given.resolve()
 
 
 def open_repo(
