@@ -7,8 +7,9 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, NoReturn
 
 import pytest
 from click.testing import CliRunner, Result
@@ -98,6 +99,31 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     if "session" in USER_CACHE:
         shutil.rmtree(str(USER_CACHE["session"]), ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _no_internal_error(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Fail any test in which patchkit ended in its internal-error path (exit 4), unless marked ``internal_error``.
+
+    In-process through the one place that produces it (``cli.common.internal_error``), in a
+    subprocess through the shared helpers (``tests.internal_errors.check_process``).
+    """
+    from patchkit.cli import common
+    from tests import internal_errors
+
+    start = len(internal_errors.SEEN)
+    original = common.internal_error
+
+    def recording(ctx: Any, e: Exception) -> NoReturn:
+        internal_errors.record(f"in-process: {type(e).__name__}: {e}")
+        original(ctx, e)
+
+    monkeypatch.setattr(common, "internal_error", recording)
+    yield
+    seen = internal_errors.SEEN[start:]
+    del internal_errors.SEEN[start:]
+    if seen and request.node.get_closest_marker("internal_error") is None:
+        pytest.fail(f"patchkit ended in its internal-error path (exit 4): {'; '.join(seen)}", pytrace=False)
 
 
 @pytest.fixture

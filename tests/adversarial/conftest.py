@@ -23,12 +23,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.internal_errors import check_process
+
 
 def patchkit(
     *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m patchkit ARGS`` in ``cwd`` as a user would, capturing its output."""
-    return subprocess.run(
+    """Run ``python -m patchkit ARGS`` in ``cwd`` as a user would, capturing its output (an exit 4 is recorded)."""
+    done = subprocess.run(
         [sys.executable, "-m", "patchkit", *args],
         cwd=cwd,
         env={**os.environ, **(env or {})},
@@ -37,6 +39,8 @@ def patchkit(
         timeout=timeout,
         check=False,
     )
+    check_process(["patchkit", *args], done)
+    return done
 
 
 @pytest.fixture
