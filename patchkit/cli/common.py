@@ -119,7 +119,7 @@ def global_options() -> list[click.Option]:
     return [
         click.Option(
             ["-C", "--repo", "repo_dir"],
-            type=click.Path(file_okay=False, path_type=Path),
+            type=click.Path(path_type=Path),  # find_repo names what is wrong with it in one line
             expose_value=False,
             callback=_remember("repo_dir"),
             help="Deployment repository (default: the nearest directory upward holding lockfile.toml).",
@@ -206,6 +206,8 @@ def _given_root(given: Path) -> Path:
     from patchkit.errors import BadInput
     from patchkit.repo import LOCKFILE_NAME
 
+    if given.exists() and not given.is_dir():
+        raise BadInput(f"-C {given}: not a directory", "name the deployment's directory, the one with lockfile.toml")
     if not given.is_dir():
         raise BadInput(f"-C {given}: no such directory", "name the deployment's directory, the one with lockfile.toml")
     if not (given / LOCKFILE_NAME).is_file():

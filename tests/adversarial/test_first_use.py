@@ -85,6 +85,14 @@ def test_repo_option_naming_no_directory_says_so(where: str, tmp_path: Path) -> 
     assert run.stdout == "" and "parent directory" not in run.stderr
 
 
+def test_repo_option_naming_a_file_says_so(tmp_path: Path) -> None:
+    root = copy_shipped(tmp_path / "deploy")
+    run = patchkit("-C", str(root / "lockfile.toml"), "check", cwd=tmp_path)
+    assert run.returncode == 2
+    assert run.stderr.splitlines()[0] == f"patchkit: error: -C {root / 'lockfile.toml'}: not a directory"
+    assert "Usage:" not in run.stderr
+
+
 def test_repo_option_naming_a_directory_without_a_lockfile_says_so(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     copy_shipped(tmp_path / "shipped")
