@@ -83,4 +83,5 @@ def test_any_other_test_that_reaches_it_fails(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 1, done.stdout + done.stderr
     assert "3 passed, 1 error" in done.stdout, done.stdout
-    assert "ERROR test_inner.py::test_in_process - Failed: patchkit ended in its internal-error path" in done.stdout
+    assert "ERROR test_inner.py::test_in_process" in done.stdout  # the summary line, cut to the terminal's width
+    assert "patchkit ended in its internal-error path (exit 4): in-process: RuntimeError: boom" in done.stdout
