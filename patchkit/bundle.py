@@ -7,6 +7,9 @@ Layout (flat: no top-level directory; unpack with ``tar -xzf B -C DIR``)::
     compose.yaml               and every compose.*.yaml profile beside it
     entrypoint.sh              when present at the repository root
     Caddyfile.example          when present at the repository root
+    Caddyfile                  a template NAME.example again under NAME, when a
+                               compose file mounts ./NAME and the repository
+                               keeps only the template (the site's Caddyfile)
     guard.json                 the runtime guard's manifest, when present (patchkit emit)
     <repo path>                every file the lockfile pins, at its repository
                                path: committed patches (patches/...), diffs
@@ -173,6 +176,29 @@ class _Files:
                 continue
             data, executable = _read_repo_file(repo, name, "deployment file")
             self.add(name, data, executable)
+        self.templates(names)
+
+    def templates(self, composes: list[str]) -> None:
+        """A file the compose files mount that the repository keeps only as ``NAME.example`` ships under NAME too.
+
+        The Caddyfile holds a site's domain and allowlist, so the repository
+        pins the template (``Caddyfile.example``) and each host keeps its own
+        ``./Caddyfile``, which compose mounts. Shipped under the mounted name,
+        the bundle deploys as it is: the template's allowlist admits no real
+        client, so the proxy refuses every request until the site's Caddyfile
+        takes its place.
+        """
+        from patchkit.importing import compose
+
+        for name in composes:
+            try:
+                text = self.files[name][0].decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise BadInput(f"{name}: not UTF-8 ({e.reason} at byte {e.start}); refusing to bundle") from e
+            for mount in compose.read(name, text).mounts:
+                rel = mount.repo_source
+                if rel is not None and rel not in self.files and f"{rel}.example" in self.files:
+                    self.add(rel, *self.files[f"{rel}.example"])
 
 
 def _bundle_files(

@@ -23,7 +23,7 @@ from patchkit.formats.safe import printable
 from patchkit.hashing import sha256_bytes
 from patchkit.lockfile.model import LOCKFILE_NAME, Artifact, Base, DiffPin, Lockfile, Patch, PatchKind, Upstream
 from patchkit.outcome import Change, Outcome
-from patchkit.persist import expected_sums, finish, sums_dropped
+from patchkit.persist import expected_sums, finish, ignore_work_area, sums_dropped
 from patchkit.repo import MANAGED_DIRS, Escape, Repo, write_all
 from patchkit.series.model import repin as repin_series
 from patchkit.values import ContainerPath, Reference, RepoPath, Revision, Sha256, UpstreamPath, check_name
@@ -51,12 +51,7 @@ def init(directory: Path, name: str | None = None) -> Outcome:
             (root / d).mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise BadInput(f"{root / d}: cannot create ({e.strerror})") from e
-    extra = (
-        {}
-        if (root / ".gitignore").exists()
-        else {".gitignore": b"# patchkit's work area (rebase in progress, journal)\n.patchkit/\n"}
-    )
-    written = finish(Repo(root), lock, extra)
+    written = finish(Repo(root), lock, ignore_work_area(root))
     return Outcome(written=[*[f"{d}/" for d in MANAGED_DIRS], *written])
 
 

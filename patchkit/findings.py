@@ -6,7 +6,11 @@ every report format share these types without importing one another.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+
+from patchkit.errors import LockfileError, PatchkitError
+from patchkit.lockfile.model import LOCKFILE_NAME
 
 
 @dataclass(frozen=True)
@@ -51,3 +55,21 @@ class CheckResult:
     @property
     def ok(self) -> bool:
         return not self.errors
+
+
+def unloadable(error: PatchkitError) -> CheckResult:
+    """A check that could not start (the lockfile cannot be loaded), as findings a machine reads like any other.
+
+    Each problem of a ``LockfileError`` is one finding with its file and line;
+    any other error is one finding on the lockfile, its ``file:line:`` prefix
+    (when the message has one) taken as the place.
+    """
+    if isinstance(error, LockfileError):
+        return CheckResult(
+            [Finding("lockfile-unloadable", p.file, p.line, p.message, p.hint, p.field) for p in error.problems]
+        )
+    where = re.match(r"([^\s:]+):(\d+): (.*)", error.message, re.DOTALL)
+    if where is not None:
+        file, line, message = where[1], int(where[2]), where[3]
+        return CheckResult([Finding("lockfile-unloadable", file, line, message, error.hint)])
+    return CheckResult([Finding("lockfile-unloadable", LOCKFILE_NAME, None, error.message, error.hint)])

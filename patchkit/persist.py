@@ -7,7 +7,10 @@ so a failure leaves the repository as it was.
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterable
+from pathlib import Path
 
 from patchkit import sums
 from patchkit.hashing import sha256_bytes
@@ -15,6 +18,36 @@ from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
 from patchkit.lockfile.writer import dumps
 from patchkit.outcome import Change
 from patchkit.repo import Escape, Repo, write_all
+
+# patchkit's work area (write lock, journal, rebase state), as .gitignore names it: never committed.
+WORK_AREA = b"# patchkit's work area (rebase in progress, journal)\n.patchkit/\n"
+_IGNORES_WORK_AREA = {".patchkit", ".patchkit/", "/.patchkit", "/.patchkit/", ".patchkit/*", "/.patchkit/*"}
+
+
+def ignore_work_area(root: Path) -> dict[str, bytes]:
+    """``{".gitignore": bytes}`` with a ``.patchkit/`` line appended (or a new file), or ``{}`` when it has one.
+
+    The work area must never be committed: a clone would carry one run's
+    write lock, journal and rebase state into another. A top-level
+    ``.gitignore`` that is not a regular file (a symlink, a directory) is left
+    alone, as every write refuses to go through such a file.
+    """
+    path = root / ".gitignore"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        old = b""
+    except OSError:
+        return {}
+    else:
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return {}
+            old = f.read()
+    if any(line.rstrip(b" \r").decode("utf-8", "replace") in _IGNORES_WORK_AREA for line in old.split(b"\n")):
+        return {}
+    sep = b"" if not old or old.endswith(b"\n") else b"\n"
+    return {".gitignore": old + sep + WORK_AREA}
 
 
 def expected_sums(lock: Lockfile, lock_bytes: bytes) -> bytes:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import subprocess
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, NoReturn
 
 import pytest
 from click.testing import CliRunner, Result
@@ -35,6 +38,98 @@ class Run:
 
 
 Invoke = Callable[..., Run]
+
+
+# The user's own patchkit cache (as their environment names it) and what it held when the session began.
+USER_CACHE: dict[str, object] = {}
+
+
+def listing(path: Path) -> dict[str, tuple[int, int, int]] | None:
+    """Every entry under ``path`` with its inode, size and mtime (None: ``path`` does not exist)."""
+    if not os.path.lexists(path):
+        return None
+    out = {}
+    for top, dirs, files in os.walk(path):
+        for name in (*dirs, *files):
+            try:
+                st = os.lstat(os.path.join(top, name))
+            except FileNotFoundError:
+                continue
+            out[os.path.relpath(os.path.join(top, name), path)] = (st.st_ino, st.st_size, st.st_mtime_ns)
+    return out
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One temporary cache for the whole session, subprocesses included: the suite never writes the user's.
+
+    ``PATCHKIT_CACHE`` and ``XDG_CACHE_HOME`` (the fallback patchkit, the Hub
+    and pip read) point into it before any fixture or test runs; each test
+    still gets its own empty patchkit cache (``_isolated_cache``).
+    """
+    from patchkit.cache import cache_dir
+
+    user = cache_dir()
+    session = Path(tempfile.mkdtemp(prefix="patchkit-tests-cache-"))
+    USER_CACHE.update(path=user, before=listing(user), session=session)
+    os.environ["XDG_CACHE_HOME"] = str(session)
+    os.environ["PATCHKIT_CACHE"] = str(session / "patchkit")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when the user's own cache changed during it (a test or a fixture wrote there)."""
+    if "path" not in USER_CACHE:
+        return
+    user = Path(str(USER_CACHE["path"]))
+    before, after = USER_CACHE["before"], listing(user)
+    if before != after:
+        old = before if isinstance(before, dict) else {}
+        new = after or {}
+        changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+        shown = ", ".join(changed[:10]) + (f" and {len(changed) - 10} more" if len(changed) > 10 else "")
+        session.config.get_terminal_writer().line(
+            f"FAILED: the user's patchkit cache {user} changed during the run ({shown or 'created'}); "
+            "every test must use the session's temporary cache (another patchkit on this machine may also have "
+            "written it)",
+            red=True,
+        )
+        if session.exitstatus == 0:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if "session" in USER_CACHE:
+        shutil.rmtree(str(USER_CACHE["session"]), ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _no_internal_error(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Fail any test in which patchkit ended in its internal-error path (exit 4), unless marked ``internal_error``.
+
+    In-process through the one place that produces it (``cli.common.internal_error``), in a
+    subprocess through the shared helpers (``tests.internal_errors.check_process``).
+    """
+    from patchkit.cli import common
+    from tests import internal_errors
+
+    start = len(internal_errors.SEEN)
+    original = common.internal_error
+
+    def recording(ctx: Any, e: Exception) -> NoReturn:
+        internal_errors.record(f"in-process: {type(e).__name__}: {e}")
+        original(ctx, e)
+
+    monkeypatch.setattr(common, "internal_error", recording)
+    yield
+    seen = internal_errors.SEEN[start:]
+    del internal_errors.SEEN[start:]
+    if seen and request.node.get_closest_marker("internal_error") is None:
+        pytest.fail(f"patchkit ended in its internal-error path (exit 4): {'; '.join(seen)}", pytrace=False)
+
+
+@pytest.fixture
+def user_cache() -> Path:
+    """The user's own patchkit cache, as their environment named it before the session began."""
+    return Path(str(USER_CACHE["path"]))
 
 
 @pytest.fixture(autouse=True)

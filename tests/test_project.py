@@ -38,8 +38,21 @@ def test_ci_runs_the_readme_commands() -> None:
     lines = ci.splitlines()
     assert tests in lines
     assert lines[lines.index(tests) + 1] == "status=$?"
-    assert '"$status" -eq 5' in ci  # no tests collected is a failure
+    assert '"$1" -eq 5' in ci  # no tests collected is a failure
     assert main_job in ci
+
+
+def test_ci_runs_the_whole_suite_on_debians_python_too() -> None:
+    """After the first run, the same suite from the same lock in a new venv of /usr/bin/python3, checked alike."""
+    ci = (REPO_ROOT / ".ci" / "run").read_text()
+    second = ci[ci.index("/usr/bin/python3 -m venv") :]
+    for step in (
+        '/bin/pip" install -q --require-hashes -r requirements.lock',
+        '/bin/pip" install -q --no-deps --no-build-isolation -e .',
+        '/bin/python" -m pytest\nstatus=$?\nset -e\npytest_status "$status"',
+    ):
+        assert step in second, step
+    assert ci.count('pytest_status "$status"') == 2  # both runs fail CI on a failure or on no tests
 
 
 def _canonical(name: str) -> str:

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO_ROOT, Invoke, copy_shipped
 
+from tests.test_bundle_deploys import assert_unpacked_bundle_deploys
+
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 
 
@@ -59,6 +61,14 @@ def test_shipped_patches_materialize_from_the_pinned_wheel(invoke: Invoke, shipp
     assert "tl.float8e4b8 if USE_FNUZ else tl.float8e4nv" in fnuz
     r = invoke("check", repo=shipped)
     assert r.exit_code == 0 and "3 diffs verified" in r.stdout, r.stdout
+
+
+def test_the_shipped_bundle_deploys_as_it_is(invoke: Invoke, shipped: Path, tmp_path: Path) -> None:
+    """Unpacked, the bundle holds every file its compose files mount: the materialized patches, the Caddyfile."""
+    r = invoke("bundle", "-o", str(tmp_path / "deploy.tar.gz"), repo=shipped)
+    assert r.exit_code == 0, r.stderr
+    out = assert_unpacked_bundle_deploys(tmp_path / "deploy.tar.gz", tmp_path)
+    assert (out / "Caddyfile").read_bytes() == (REPO_ROOT / "Caddyfile.example").read_bytes()
 
 
 def test_worked_example_rebase_onto_0_27_0(invoke: Invoke, shipped: Path, tmp_path: Path) -> None:

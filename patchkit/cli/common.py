@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -51,13 +51,21 @@ class ErrorGroup(click.Group):
             click.echo("patchkit: interrupted; nothing was half-written", err=True)
             ctx.exit(130)
         except Exception as e:  # noqa: BLE001 - the one place a bug becomes exit 4 instead of a traceback
-            if _verbose(ctx):
-                import traceback
+            internal_error(ctx, e)
 
-                traceback.print_exc(file=sys.stderr)
-            click.echo(f"patchkit: internal error: {type(e).__name__}: {e}", err=True)
-            click.echo("  rerun with --verbose for the traceback, and please report it", err=True)
-            ctx.exit(EXIT_INTERNAL)
+
+def internal_error(ctx: click.Context, e: Exception) -> NoReturn:
+    """A bug in patchkit: one line naming it and exit 4, the traceback only with --verbose.
+
+    The only way to exit 4, so the test suite hooks it to fail any test that ends here.
+    """
+    if _verbose(ctx):
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
+    click.echo(f"patchkit: internal error: {type(e).__name__}: {e}", err=True)
+    click.echo("  rerun with --verbose for the traceback, and please report it", err=True)
+    ctx.exit(EXIT_INTERNAL)
 
 
 def _verbose(ctx: click.Context) -> bool:
@@ -111,7 +119,7 @@ def global_options() -> list[click.Option]:
     return [
         click.Option(
             ["-C", "--repo", "repo_dir"],
-            type=click.Path(file_okay=False, path_type=Path),
+            type=click.Path(path_type=Path),  # find_repo names what is wrong with it in one line
             expose_value=False,
             callback=_remember("repo_dir"),
             help="Deployment repository (default: the nearest directory upward holding lockfile.toml).",
@@ -190,12 +198,21 @@ def find_repo(ctx: click.Context) -> Any:
     from patchkit.repo import Repo, find_root
 
     given = (ctx.find_root().obj or {}).get("repo_dir")
-    root = find_root(given if given is not None else Path.cwd())
-    if given is not None and root != Path(given).resolve():
-        from patchkit.errors import BadInput
+    return Repo(find_root(Path.cwd()) if given is None else _given_root(Path(given)))
 
-        raise BadInput(f"{given}: no lockfile.toml there", "run `patchkit init` in it first")
-    return Repo(root)
+
+def _given_root(given: Path) -> Path:
+    """``-C DIR``: that very directory (no search upward, the user named it), which must hold the lockfile."""
+    from patchkit.errors import BadInput
+    from patchkit.repo import LOCKFILE_NAME
+
+    if given.exists() and not given.is_dir():
+        raise BadInput(f"-C {given}: not a directory", "name the deployment's directory, the one with lockfile.toml")
+    if not given.is_dir():
+        raise BadInput(f"-C {given}: no such directory", "name the deployment's directory, the one with lockfile.toml")
+    if not (given / LOCKFILE_NAME).is_file():
+        raise BadInput(f"-C {given}: no {LOCKFILE_NAME} there", "run `patchkit init` in it first")
+    return given.resolve()
 
 
 def open_repo(ctx: click.Context, *, writes: bool = False, locks: bool = False) -> tuple[Any, Any, bytes]:

@@ -20,7 +20,7 @@ from patchkit.cli.common import (
     open_repo,
     print_changes,
 )
-from patchkit.errors import EXIT_BAD_INPUT, EXIT_EXTERNAL, EXIT_FINDINGS, EXIT_OK
+from patchkit.errors import EXIT_BAD_INPUT, EXIT_EXTERNAL, EXIT_FINDINGS, EXIT_OK, PatchkitError
 
 if TYPE_CHECKING:
     from patchkit.github import IssueTracker
@@ -94,7 +94,14 @@ def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, deep: b
 
     # While a write is journaled, its writer may still be renaming files in:
     # wait for it, so check sees one state, never a mix of two.
-    repo, lock, data = open_repo(ctx, locks=pending_journal(find_repo(ctx).root))
+    try:
+        repo, lock, data = open_repo(ctx, locks=pending_journal(find_repo(ctx).root))
+    except PatchkitError as e:
+        if fmt != "text":  # a machine reading stdout gets its document all the same; the exit code stands
+            from patchkit.findings import unloadable
+
+            click.echo(render(unloadable(e), fmt), nl=False)
+        raise
     result = run_check(repo, lock, data, blob_store())
     if image_bases and not online:
         from patchkit.errors import BadInput

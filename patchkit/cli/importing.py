@@ -86,6 +86,8 @@ def _print_import(result: Any, dry_run: bool) -> None:
     found = result.summary
     head = "would write" if dry_run else "wrote" if result.written else "unchanged:"
     click.echo(f"import: {head} lockfile.toml")
+    if result.ignored:
+        click.echo(f"import: {'would add' if dry_run else 'added'} .patchkit/ to .gitignore (patchkit's work area)")
     click.echo(
         "found: {images} image(s), {model} model, {upstreams} upstream(s), {overlays} overlay(s), "
         "{modules} module(s), {transformers} transformer(s), {tuning} tuning table(s), {artifacts} other "

@@ -9,7 +9,22 @@ from typing import Any
 import click
 
 from patchkit.cli.common import cache_path, find_repo, hold_lock, open_repo
-from patchkit.errors import EXIT_FINDINGS, EXIT_OK
+from patchkit.errors import EXIT_FINDINGS, EXIT_OK, Refused
+
+
+def _nothing_in_progress() -> Refused:
+    """--continue or --abort with nothing to go on with: a state the command cannot build on (exit 1), as in git."""
+    return Refused("no series rebase in progress", "start one with patchkit rebase --series NAME --onto REV")
+
+
+def _abort(ctx: click.Context) -> None:
+    from patchkit.series import bump
+
+    repo = find_repo(ctx)
+    hold_lock(ctx, repo.root)
+    if not bump.abort(repo):
+        raise _nothing_in_progress()
+    click.echo("series rebase aborted; the repository is as it was")
 
 
 def rebase_series(
@@ -24,23 +39,21 @@ def rebase_series(
     summary: Path | None,
 ) -> bool:
     """Start, continue or abort the rebase of one series (False: this rebase is not one); exit 1 on a stop."""
+    from patchkit.series.rebase import in_progress
+
     if name is None:
         if not (cont or abort):
             return False
-        from patchkit.series.rebase import in_progress
-
         if not in_progress(find_repo(ctx).root):
             return False
     from patchkit.series import bump
 
     if abort:
-        repo = find_repo(ctx)
-        hold_lock(ctx, repo.root)
-        click.echo(
-            "series rebase aborted; the repository is as it was" if bump.abort(repo) else "no rebase in progress"
-        )
+        _abort(ctx)
         return True
     repo, lockf, data = open_repo(ctx, writes=True)
+    if cont and not in_progress(repo.root):
+        raise _nothing_in_progress()
     if summary is not None:
         from patchkit.repo import output_target
 

@@ -21,7 +21,7 @@ from patchkit.cli.common import (
     print_changes,
     registry_client,
 )
-from patchkit.errors import EXIT_FINDINGS, EXIT_OK, BadInput
+from patchkit.errors import EXIT_FINDINGS, EXIT_OK, BadInput, Refused
 
 
 @click.group(cls=SubGroup)
@@ -204,6 +204,11 @@ def _only_upstream(lockf: Any, name: str | None) -> Any:
     return lockf.upstreams[0]
 
 
+def _nothing_in_progress() -> Refused:
+    """--continue or --abort with nothing to go on with: a state the command cannot build on (exit 1), as in git."""
+    return Refused("no rebase in progress", "start one with patchkit rebase --onto REV")
+
+
 @click.command(cls=Command)
 @click.option("--onto", metavar="REV", help="The new upstream pin: a commit, branch or tag (git), a version (wheel).")
 @click.option(
@@ -274,9 +279,13 @@ def rebase(
     if abort:
         repo = find_repo(ctx)
         hold_lock(ctx, repo.root)
-        click.echo("rebase aborted; the repository is as it was" if rb.abort(repo) else "no rebase in progress")
+        if not rb.abort(repo):
+            raise _nothing_in_progress()
+        click.echo("rebase aborted; the repository is as it was")
         return
     repo, lockf, data = open_repo(ctx, writes=True)
+    if cont and not rb.in_progress(repo):
+        raise _nothing_in_progress()
     if summary is not None:
         from patchkit.repo import output_target
 

@@ -84,6 +84,7 @@ class ImportResult:
     issues: list[Issue] = field(default_factory=list)
     written: bool = False
     unchanged: bool = False
+    ignored: bool = False  # .patchkit/ was added to .gitignore (or would be, in a dry run)
     where: str = "."  # the repository as the user named it, for the next commands
 
     @property
@@ -132,6 +133,7 @@ class ImportResult:
         return {
             "written": self.written,
             "unchanged": self.unchanged,
+            "gitignore": self.ignored,
             "found": self.summary,
             "issues": [i.as_dict() for i in self.issues],
             "next": self.next_commands,
@@ -824,7 +826,8 @@ def import_repository(root: Path, *, dry_run: bool = False, where: str = ".") ->
     Refuses a repository that already is a patchkit deployment, unless its
     lockfile is exactly what this import produces (importing twice is a no-op).
     """
-    from patchkit.repo import atomic_write
+    from patchkit.persist import ignore_work_area
+    from patchkit.repo import write_all
 
     root = root.resolve()
     if not root.is_dir():
@@ -843,12 +846,15 @@ def import_repository(root: Path, *, dry_run: bool = False, where: str = ".") ->
         raise
     text = dumps(lock).encode()
     result = ImportResult(lock, text, importer.issues, where=where)
+    files = ignore_work_area(root)  # .patchkit/ in .gitignore, with the lockfile, in one transaction
+    result.ignored = bool(files)
     if os.path.lexists(existing):
         if read_inside(root, LOCKFILE_NAME, "the lockfile") != text:
             raise refuse
         result.unchanged = True
-        return result
+    else:
+        files[LOCKFILE_NAME] = text
+        result.written = not dry_run
     if not dry_run:
-        atomic_write(existing, text)
-        result.written = True
+        write_all(root, files)
     return result

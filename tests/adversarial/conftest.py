@@ -20,7 +20,10 @@ files nested inside files, through ``apply --to`` a git checkout, ``rebase
 --series`` and a derived layer),
 ``test_cache_poison``
 (planted, truncated and flipped cache content), ``test_lockfile_toml`` (the
-lockfile reader against tomllib on generated mutations). ``corpus.py`` holds the
+lockfile reader against tomllib on generated mutations),
+``test_first_use`` (what
+a new user meets: unloadable lockfiles under CI formats, a wrong ``-C``, a
+stray ``--continue``, the work area kept out of git). ``corpus.py`` holds the
 corrupted deployments ``test_no_internal_error`` runs every command on: add
 an attack there, or a module here.
 """
@@ -34,12 +37,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.internal_errors import check_process
+
 
 def patchkit(
     *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m patchkit ARGS`` in ``cwd`` as a user would, capturing its output."""
-    return subprocess.run(
+    """Run ``python -m patchkit ARGS`` in ``cwd`` as a user would, capturing its output (an exit 4 is recorded)."""
+    done = subprocess.run(
         [sys.executable, "-m", "patchkit", *args],
         cwd=cwd,
         env={**os.environ, **(env or {})},
@@ -48,6 +53,8 @@ def patchkit(
         timeout=timeout,
         check=False,
     )
+    check_process(["patchkit", *args], done)
+    return done
 
 
 @pytest.fixture
