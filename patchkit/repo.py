@@ -636,10 +636,17 @@ class JournalPlace:
             raise BadInput(f"{directory}: not a directory; patchkit keeps its journal there")
 
     def clear(self) -> None:
-        """Remove the journal (first: it is what makes the transaction pending), then its data file."""
+        """Remove the journal (first: it is what makes the transaction pending), then its data file.
+
+        In a git directory, its ``patchkit/`` directory goes too when empty:
+        between transactions the git directory is as git left it.
+        """
         for path in (self.journal, self.data):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
+        if self.foreign is not None:
+            with contextlib.suppress(OSError):
+                self.journal.parent.rmdir()
 
 
 def journal_place(root: Path, *, tree: bool = False) -> JournalPlace:
@@ -751,10 +758,11 @@ def _read_journal(place: JournalPlace) -> dict[str, Any] | None:
         return None
     except OSError as e:
         raise JournalRefused(f"{place.journal}: cannot read ({e.strerror}); nothing was changed") from e
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise JournalRefused(f"{place.journal}: not a regular file; nothing was changed")
     try:
         with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                raise JournalRefused(f"{place.journal}: not a regular file; nothing was changed")
             raw = f.read(JOURNAL_MAX_BYTES + 1)
         record = json.loads(raw) if len(raw) <= JOURNAL_MAX_BYTES else None
     except (ValueError, RecursionError) as e:
@@ -812,7 +820,7 @@ def _undo_staging(root: Path, pid: int, rels: list[str]) -> None:
         by_dir.setdefault(parent, set()).add(f"{TMP_PREFIX}{pid}-{name}.")
     for parent, prefixes in by_dir.items():
         if parent:
-            contained(root, parent)
+            contained(root, f"{parent}/x")  # every directory on the way a real directory
         try:
             entries = list(os.scandir(root / parent if parent else root))
         except (FileNotFoundError, NotADirectoryError):
@@ -881,9 +889,10 @@ def _journal_entries(
 def _read_data(path: Path) -> bytes:
     """The journal's data file, read without following a link."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError(f"{path.name} is not a regular file")
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise ValueError(f"{path.name} is not a regular file")
         return f.read()
 
 
