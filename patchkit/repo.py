@@ -655,8 +655,8 @@ def journal_place(root: Path, *, tree: bool = False) -> JournalPlace:
     The git directory is found as git finds it, without running git (whose
     configuration is the repository's): ``.git`` in ``root`` or, for a
     deployment, in a directory above it; a ``.git`` file's ``gitdir:`` line
-    (a linked worktree, a submodule) when it names a directory with a
-    ``HEAD``. ``tree`` (an ``apply --to`` target): ``root`` itself only.
+    (a linked worktree, a submodule) or a ``.git`` symlink when it names a
+    directory with a ``HEAD``. ``tree`` (an ``apply --to`` target): ``root`` itself only.
     """
     found = _git_dir(root, walk=not tree)
     if found is None:
@@ -682,9 +682,15 @@ def _git_dir(root: Path, *, walk: bool) -> tuple[Path, Path] | None:
             return None
         if stat.S_ISDIR(st.st_mode):
             return dot, top
-        git_dir = _gitfile(dot) if stat.S_ISREG(st.st_mode) else None
+        git_dir = _gitfile(dot) if stat.S_ISREG(st.st_mode) else _linked(dot) if stat.S_ISLNK(st.st_mode) else None
         return (git_dir, top) if git_dir is not None else None
     return None
+
+
+def _linked(dot: Path) -> Path | None:
+    """The git directory a ``.git`` symlink points at (a user's own setup: git refuses to check one out)."""
+    git_dir = dot.resolve()
+    return git_dir if git_dir.is_dir() and (git_dir / "HEAD").is_file() else None
 
 
 def _gitfile(dot: Path) -> Path | None:

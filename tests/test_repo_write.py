@@ -205,6 +205,10 @@ def test_a_linked_worktree_keeps_its_journal_in_its_own_git_directory(tmp_path: 
     (git_dir / "HEAD").write_text("ref: refs/heads/x\n")
     (root / ".git").write_text(f"gitdir: {git_dir}\n")
     assert journal_place(root).journal == git_dir / "patchkit" / "journal.json"
+    (root / ".git").unlink()
+    (root / ".git").symlink_to(git_dir)
+    assert journal_place(root).journal == git_dir / "patchkit" / "journal.json"
+    (root / ".git").unlink()
     (root / ".git").write_text("gitdir: /nonexistent\n")  # not a git directory: the work area, bound
     assert journal_place(root).journal == root / ".patchkit" / "journal.json"
 
