@@ -2,8 +2,8 @@
 
 A series of one patch changing 200 files of a real git upstream is applied
 to a tree by a real ``patchkit apply`` subprocess, killed with SIGKILL at
-varying moments: when its journal appears plus a delay (inside the staging
-and the renames), and at plain delays. Whatever the moment, the tree is
+varying moments: when its journal shows it staging or renaming in, plus a
+delay, and at plain delays. Whatever the moment, the tree is
 either untouched or the next ``apply`` says it finished or undid the killed
 one; an undo is claimed only when no file had changed, and afterwards the
 tree is fully patched, with its record, no staged file and no journal left.
@@ -105,23 +105,35 @@ def _apply(root: Path, tree: Path) -> list[str]:
     return [sys.executable, "-m", "patchkit", "--repo", str(root), "apply", "--series", "big", "--to", str(tree)]
 
 
-def _kill_at(root: Path, tree: Path, after_journal: float | None, delay: float) -> int:
-    """Start an apply; SIGKILL it ``after_journal`` seconds after its journal appears, else after ``delay``."""
+def _kill_at(root: Path, tree: Path, wait_for: str | None, delay: float) -> int:
+    """Start an apply; SIGKILL it ``delay`` seconds after its journal shows ``wait_for``, else after ``delay``.
+
+    ``wait_for``: "staging" (the journal has appeared: files are being
+    staged) or "commit" (the files are being renamed in).
+    """
     journal = journal_place(tree, tree=True).journal
+    marker = b'"state":"%s"' % (wait_for or "").encode()
     proc = subprocess.Popen(_apply(root, tree), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     start = time.monotonic()
     try:
         while proc.poll() is None and time.monotonic() - start < 30:
-            if after_journal is not None and journal.exists():
-                time.sleep(after_journal)
+            if wait_for is None and time.monotonic() - start >= delay:
                 break
-            if after_journal is None and time.monotonic() - start >= delay:
+            if wait_for is not None and marker in _peek(journal):
+                time.sleep(delay)
                 break
-            time.sleep(0.0005)
+            time.sleep(0.0002)
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait(timeout=30)
     return proc.returncode
+
+
+def _peek(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
 
 
 @pytest.mark.parametrize("with_git", [False, True], ids=["plain-tree", "git-checkout"])
@@ -129,16 +141,22 @@ def test_a_killed_apply_is_finished_or_undone_by_the_next(
     setup: tuple[Path, Path], tmp_path: Path, with_git: bool
 ) -> None:
     root, pristine = setup
-    moments: list[tuple[float | None, float]] = [
-        *((d, 0.0) for d in (0.0, 0.002, 0.005, 0.01, 0.02, 0.04)),
-        *((None, d) for d in (0.3, 0.6, 0.9, 1.2)),
+    moments: list[tuple[str | None, float]] = [
+        ("commit", 0.0),
+        ("staging", 0.0),
+        ("commit", 0.001),
+        ("staging", 0.005),
+        ("commit", 0.003),
+        ("staging", 0.02),
+        ("commit", 0.0005),
+        *((None, d) for d in (0.4, 0.8, 1.2)),
     ]
     seen: dict[str, int] = {}
     for run in range(RUNS):
-        after_journal, delay = moments[run % len(moments)]
+        wait_for, delay = moments[run % len(moments)]
         tree = _tree(pristine, tmp_path / f"t{run}", with_git=with_git)
         git_before = _snapshot(tree / ".git") if with_git else {}
-        code = _kill_at(root, tree, after_journal, delay)
+        code = _kill_at(root, tree, wait_for, delay)
         old, new = _state(tree)
         r = patchkit("--repo", str(root), "apply", "--series", "big", "--to", str(tree), "--format", "json", cwd=root)
         assert r.returncode == 0, (run, code, old, new, r.stderr)
@@ -185,7 +203,7 @@ def test_a_journal_bound_to_another_tree_is_refused(setup: tuple[Path, Path], tm
     """Outside git the journal lies in the tree; one copied from another tree (another inode) is never carried out."""
     root, pristine = setup
     first = _tree(pristine, tmp_path / "a", with_git=False)
-    code = _kill_at(root, first, 0.0, 0.0)
+    code = _kill_at(root, first, "commit", 0.0)
     if not journal_place(first, tree=True).journal.exists():
         pytest.skip(f"the apply ended before its journal could be seen (exit {code})")
     second = _tree(first, tmp_path / "b", with_git=False)  # the half-applied tree and its journal, copied
