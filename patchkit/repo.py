@@ -716,6 +716,12 @@ def pending_journal(root: Path, *, tree: bool = False) -> bool:
     return os.path.lexists(place.journal) or (place.foreign is not None and os.path.lexists(place.foreign))
 
 
+def foreign_journal(root: Path) -> bool:
+    """Whether a journal lies in the work tree of a git repository, where patchkit never writes one."""
+    place = journal_place(root)
+    return place.foreign is not None and os.path.lexists(place.foreign)
+
+
 class JournalRefused(Refused):
     """A journal patchkit will not carry out: not its own, bound elsewhere, or naming a file it never writes."""
 

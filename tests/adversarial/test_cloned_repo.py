@@ -187,10 +187,12 @@ def test_a_clone_with_committed_patchkit_state_changes_nothing_in_git(
         assert r.returncode in (0, 1, 2), (args, r.returncode, r.stderr)
         assert "Traceback" not in r.stderr and "internal error" not in r.stderr, (args, r.stderr)
         assert git_tree_digest(clone / ".git") == before, args
-        if attack.startswith("journal") and args == ("status",):
+        if attack != "rebase-state" and args == ("status",):
             # The journal in the work tree is refused, one line, exit 1: it is never carried out.
             assert r.returncode == 1, r.stderr
             assert ".patchkit/journal.json: a journal in the work tree" in r.stderr
+        if attack != "rebase-state" and args == ("check",):
+            assert r.returncode == 1 and "where patchkit never writes one" in r.stdout, r.stdout
     git(clone, "status")  # would run a planted core.fsmonitor
     git(clone, "checkout", "-q", "HEAD~0")  # would run a planted post-checkout hook
     assert not mark.exists(), "a program the clone carried was run"
