@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
-import shutil
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -730,7 +730,7 @@ def _state_path(repo: Repo) -> Path:
 
 
 def in_progress(repo: Repo) -> bool:
-    return _state_path(repo).exists()
+    return os.path.lexists(_state_path(repo))
 
 
 def conflict_file(r: PatchResult) -> str:
@@ -811,16 +811,9 @@ def _read_state(repo: Repo, lock_bytes: bytes) -> dict[str, Any]:
     lockfile changed since (the plan no longer applies); ``RebaseFinished``
     when the lockfile is the one the rebase committed.
     """
-    try:
-        state = json.loads(_state_path(repo).read_bytes())
-    except FileNotFoundError as e:
-        raise BadInput("no rebase in progress", "start one with patchkit rebase --onto REV") from e
-    except ValueError as e:
-        raise BadInput(f"{STATE_FILE}: unreadable ({e})", "patchkit rebase --abort, then start again") from e
-    if not isinstance(state, dict):
-        raise TypeError("the top level is not an object")
-    if state.get("version") != STATE_VERSION:
-        raise BadInput(f"{STATE_FILE}: written by another patchkit version", "patchkit rebase --abort")
+    state = _checked_state(repo)
+    if state is None:
+        raise BadInput("no rebase in progress", "start one with patchkit rebase --onto REV")
     if state.get("committed_lockfile_sha256") == sha256_bytes(lock_bytes):
         raise RebaseFinished()
     if state["lockfile_sha256"] != sha256_bytes(lock_bytes):
@@ -828,6 +821,20 @@ def _read_state(repo: Repo, lock_bytes: bytes) -> dict[str, Any]:
             "lockfile.toml changed since the rebase started; the saved plan no longer applies",
             "patchkit rebase --abort, then run the rebase again",
         )
+    return state
+
+
+def _checked_state(repo: Repo) -> dict[str, Any] | None:
+    """The state file, every field it names checked (``rebasestate``); None when there is none."""
+    from patchkit import rebasestate
+
+    hint = "patchkit rebase --abort, then run the rebase again"
+    state = rebasestate.read(repo.root, STATE_FILE, hint)
+    if state is None:
+        return None
+    if state.get("version") != STATE_VERSION:
+        raise BadInput(f"{STATE_FILE}: written by another patchkit version", "patchkit rebase --abort")
+    rebasestate.check_rebase(state, STATE_FILE, hint, {o.value for o in Outcome})
     return state
 
 
@@ -915,15 +922,14 @@ class RebaseBlocked(PatchkitError):
 
 def abort(repo: Repo) -> bool:
     """Forget the rebase in progress; the repository itself was never changed."""
-    work = repo.root / STATE_DIR
-    if not work.exists():
-        return False
-    shutil.rmtree(work)
-    return True
+    return clear(repo)
 
 
-def clear(repo: Repo) -> None:
-    shutil.rmtree(repo.root / STATE_DIR, ignore_errors=True)
+def clear(repo: Repo) -> bool:
+    """Remove the work area (never what a link in its place points at); whether there was one."""
+    from patchkit.rebasestate import remove_work_area
+
+    return remove_work_area(repo.root, STATE_DIR)
 
 
 # --------------------------------------------------------------------------- reporting
@@ -1102,10 +1108,11 @@ class RebaseFinished(Exception):
 
 
 def _mark_committing(repo: Repo, new_lock_sha256: str) -> None:
-    path = _state_path(repo)
-    state = json.loads(path.read_bytes())
+    state = _checked_state(repo)
+    if state is None:
+        return
     state["committed_lockfile_sha256"] = new_lock_sha256
-    atomic_write(path, json.dumps(state, indent=2, sort_keys=True).encode())
+    atomic_write(_state_path(repo), json.dumps(state, indent=2, sort_keys=True).encode())
 
 
 # --------------------------------------------------------------------------- the commands
@@ -1322,19 +1329,14 @@ def status(repo: Repo) -> dict[str, Any]:
     """Where the repository stands: an interrupted write, a rebase waiting, or nothing."""
     try:
         return _status(repo)
-    except (KeyError, TypeError, AttributeError, ValueError) as e:
-        return {"rebase": {"error": f"{STATE_FILE} is malformed ({type(e).__name__}): patchkit rebase --abort"}}
+    except BadInput as e:
+        return {"rebase": {"error": f"{e.message} (fix: {e.hint})" if e.hint else e.message}}
 
 
 def _status(repo: Repo) -> dict[str, Any]:
     state: dict[str, Any] = {"rebase": None}
-    path = _state_path(repo)
-    if not path.exists():
-        return state
-    try:
-        saved = json.loads(path.read_bytes())
-    except ValueError:
-        state["rebase"] = {"error": f"{STATE_FILE} is unreadable: patchkit rebase --abort"}
+    saved = _checked_state(repo)
+    if saved is None:
         return state
     files = []
     for entry in saved.get("patches", []):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from patchkit.errors import BadInput, PatchkitError, WriteFailed
+from patchkit.errors import BadInput, PatchkitError, Refused, WriteFailed
 from patchkit.hashing import sha256_bytes
 from patchkit.values import RepoPath
 
@@ -32,9 +32,14 @@ MANAGED_DIRS = ("patches", "upstream", "tuning")
 
 WORK_DIR = ".patchkit"
 TMP_PREFIX = ".patchkit-tmp-"
+# Where the journal lives outside a git work tree. In one, it lives in the git directory
+# (``journal_place``), where a clone cannot put a file; a journal here is then never carried out.
 JOURNAL = f"{WORK_DIR}/journal.json"
 # The new contents of the files a journaled write changes in place, for recovery to write again.
 JOURNAL_DATA = f"{WORK_DIR}/journal.data"
+JOURNAL_VERSION = 3
+# A journal lists every file of one transaction; a bump of thousands of files stays far below this.
+JOURNAL_MAX_BYTES = 64 << 20
 
 
 def find_root(start: Path) -> Path:
@@ -355,68 +360,132 @@ def _write_failed(path: Path, e: OSError) -> WriteFailed:
     return WriteFailed(f"{path}: cannot write ({e.strerror}); nothing was changed")
 
 
-def write_all(root: Path, files: dict[str, bytes], deletes: Iterable[str] = ()) -> list[str]:
+def write_all(
+    root: Path,
+    files: dict[str, bytes],
+    deletes: Iterable[str] = (),
+    *,
+    tree: bool = False,
+    executable: Iterable[str] = (),
+) -> list[str]:
     """Write (and delete) several repository files as one transaction.
 
     Every path is first proven to stay inside the repository (``contained``:
-    no symlinked directory on the way, no link at the end), and files that
+    no symlinked directory on the way, no link at the end) and to be one
+    patchkit may write (``_unwritable``: never into ``.git``), and files that
     already hold their new bytes are left alone. When more than one file
-    changes, a journal makes the change one transaction: the new contents of
-    the files written in place go first into one data file beside it, then
-    the journal lists every in-place write, rename and deletion, and only then
-    is the repository touched. A failure before the journal (read-only
-    directory, full disk) changes nothing; a crash after it leaves the
-    journal, and ``recover`` finishes the transaction.
+    changes, a journal makes the change one transaction: the journal first
+    names the files about to be staged, then the new contents of the files
+    written in place go into one data file beside it, then the journal lists
+    every in-place write, rename and deletion, and only then is the
+    repository touched. A crash while staging leaves the first journal, and
+    ``recover`` undoes it (removes what was staged); a crash after the second
+    leaves it, and ``recover`` finishes the transaction. The journal lives
+    where a clone cannot put one (``journal_place``) and is bound to this
+    directory and this run.
 
     Files in the managed directories (``patches/``, ``upstream/``,
     ``tuning/``) that exist are overwritten in place: replacing thousands of
     files through temporary files and renames costs several times more on
     common file systems. The lockfile, SHA256SUMS and every new file are still
     staged and renamed in, so the files every reader opens first are never
-    seen half-written. Returns the paths that changed, in order.
+    seen half-written. ``tree``: ``root`` is a tree patchkit applies to
+    (``apply --to``), not a deployment: any file inside it but ``.git`` may be
+    written, always staged. ``executable``: paths whose new file gets the
+    execute bits. Returns the paths that changed, in order.
     """
     contained_all(root, (*files, *deletes))
-    changed = [(rel, data, how) for rel, data in files.items() if (how := _how(root, rel, data)) is not None]
+    for rel in (*files, *deletes):
+        why = _unwritable(rel, tree=tree)
+        if why is not None:
+            raise BadInput(f"{rel}: {why}; refusing to write it", "patchkit writes only its own files")
+    changed = [(rel, data, how) for rel, data in files.items() if (how := _how(root, rel, data, tree)) is not None]
     removals = [rel for rel in deletes if (root / rel).exists()]
+    if not changed and not removals:
+        return []
     if len(changed) + len(removals) <= 1:
         # One file: a rename is atomic on its own, no journal needed.
-        changed = [(rel, data, "stage") for rel, data, _ in changed]
-    staged = _stage_all(root, [(rel, data) for rel, data, how in changed if how == "stage"])
-    in_place = [(rel, data) for rel, data, how in changed if how == "in-place"]
-    if not staged and not in_place and not removals:
-        return []
-    replace = [(str(tmp.relative_to(root)), rel) for rel, tmp in staged]
-    journal = root / JOURNAL
-    data_file = root / JOURNAL_DATA
-    if len(changed) + len(removals) > 1:
-        try:
-            writes = _write_journal_data(data_file, in_place)
-            record = {"version": 2, "replace": replace, "write": writes, "delete": removals}
-            atomic_write(journal, json.dumps(record, separators=(",", ":")).encode())
-        except BaseException as e:
-            for _, tmp in staged:
-                with contextlib.suppress(OSError):
-                    tmp.unlink()
-            with contextlib.suppress(OSError):
-                data_file.unlink()
-            if isinstance(e, OSError):
-                raise _write_failed(data_file, e) from e
-            raise
-    _carry_out(root, replace, in_place, removals)
-    with contextlib.suppress(FileNotFoundError):
-        journal.unlink()
-    with contextlib.suppress(FileNotFoundError):
-        data_file.unlink()
+        staged = _stage_all(root, [(rel, data) for rel, data, _ in changed])
+        _make_executable(staged, executable)
+        _carry_out(root, [(str(tmp.relative_to(root)), rel) for rel, tmp in staged], [], removals)
+        return [rel for rel, _, _ in changed] + removals
+    _journaled(root, changed, removals, tree=tree, executable=executable)
     return [rel for rel, _, _ in changed] + removals
 
 
-def _how(root: Path, rel: str, data: bytes) -> str | None:
+def _journaled(
+    root: Path, changed: list[tuple[str, bytes, str]], removals: list[str], *, tree: bool, executable: Iterable[str]
+) -> None:
+    """The transaction of ``write_all`` under its journal: staging announced, staged, committed, carried out."""
+    place = journal_place(root, tree=tree)
+    place.prepare()
+    bound = _binding(root, tree)
+    to_stage = [(rel, data) for rel, data, how in changed if how == "stage"]
+    in_place = [(rel, data) for rel, data, how in changed if how == "in-place"]
+    staged: list[tuple[str, Path]] = []
+    try:
+        _write_record(place, {**bound, "state": "staging", "stage": [rel for rel, _ in to_stage]})
+        staged = _stage_all(root, to_stage)
+        _make_executable(staged, executable)
+        writes = _write_journal_data(place.data, in_place)
+        replace = [(str(tmp.relative_to(root)), rel) for rel, tmp in staged]
+        record = {**bound, "state": "commit", "replace": replace, "write": writes, "delete": removals}
+        _write_record(place, record)
+    except BaseException as e:
+        for _, tmp in staged:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        for leftover in (place.data, place.journal):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+        if isinstance(e, OSError):
+            raise _write_failed(place.data, e) from e
+        raise
+    _carry_out(root, replace, in_place, removals)
+    place.clear()
+
+
+def _write_record(place: JournalPlace, record: dict[str, Any]) -> None:
+    atomic_write(place.journal, json.dumps(record, separators=(",", ":")).encode())
+
+
+def _make_executable(staged: list[tuple[str, Path]], executable: Iterable[str]) -> None:
+    """Give the staged files of ``executable`` the execute bits (a patch's new mode 100755), before they go in."""
+    wanted = set(executable)
+    for rel, tmp in staged:
+        if rel in wanted:
+            os.chmod(tmp, stat.S_IMODE(os.lstat(tmp).st_mode) | 0o111)  # noqa: S103
+
+
+def _unwritable(rel: str, *, tree: bool) -> str | None:
+    """Why patchkit never writes (nor, recovering, renames over or deletes) ``rel``; None when it may.
+
+    Nothing into a ``.git`` directory, in any case (``.GIT`` is the same
+    directory on a case-insensitive file system). In a deployment, only the
+    files patchkit generates: the lockfile, SHA256SUMS, ``.gitignore``, files
+    under the managed directories and its work area, and visible files (the
+    compose, guard and Kubernetes files, a Containerfile); never another
+    hidden file (``.github/``, ``.envrc``, ``.gitattributes``).
+    """
+    parts = rel.split("/")
+    if any(p.rstrip(". ").casefold() == ".git" for p in parts):
+        return "is inside .git, which patchkit never writes"
+    if tree or parts[0] in MANAGED_DIRS or rel in (LOCKFILE_NAME, "SHA256SUMS", ".gitignore"):
+        return None
+    if parts[0] == WORK_DIR:
+        return "is patchkit's journal" if parts[-1].startswith("journal") and len(parts) == 2 else None
+    if any(p.startswith(".") for p in parts):
+        return "is a hidden file, not one patchkit generates"
+    return None
+
+
+def _how(root: Path, rel: str, data: bytes, tree: bool = False) -> str | None:
     """How ``rel`` gets its new bytes: None when it holds them already, else "in-place" or "stage".
 
     In place only for an existing regular file of a managed directory with a
     single link (writing through a hard link would change the other name too)
-    that this process may write; staged (temporary file, rename) otherwise.
-    The file is opened only when its size says it may already hold ``data``.
+    that this process may write; staged (temporary file, rename) otherwise,
+    and always in a ``tree``. The file is opened only when its size says it may already hold ``data``.
     """
     path = f"{root}/{rel}"
     try:
@@ -427,7 +496,7 @@ def _how(root: Path, rel: str, data: bytes) -> str | None:
         return "stage"
     if st.st_size == len(data) and _holds(path, data):
         return None
-    managed = rel.split("/", 1)[0] in MANAGED_DIRS
+    managed = not tree and rel.split("/", 1)[0] in MANAGED_DIRS
     return "in-place" if managed and st.st_nlink == 1 and os.access(path, os.W_OK) else "stage"
 
 
@@ -530,81 +599,304 @@ def _overwrite(path: str, data: bytes) -> None:
         os.close(fd)
 
 
-def pending_journal(root: Path) -> bool:
-    """Whether an interrupted transaction waits to be finished."""
-    return (root / JOURNAL).exists()
+@dataclass(frozen=True)
+class JournalPlace:
+    """Where the journal of the writes under one directory lives, and where an old one may wait.
 
-
-def recover(root: Path) -> bool:
-    """Finish a transaction a crash interrupted; True when there was one.
-
-    Without a journal, a crash came before the repository was touched: the
-    staged temporary files and the journal's data file are all that is left
-    of it, and they are removed.
+    In a git work tree the journal is in the git directory (``.git/patchkit/``):
+    git never checks a file out there, so a clone cannot plant a journal for
+    recovery to carry out. Outside one it is ``.patchkit/journal.json``, and
+    it is carried out only when bound to this very directory (its device and
+    inode). ``foreign``: a journal in the work tree of a git repository, which
+    patchkit never writes and never carries out.
     """
-    journal = root / JOURNAL
-    data_file = root / JOURNAL_DATA
+
+    journal: Path
+    data: Path
+    foreign: Path | None
+
+    def prepare(self) -> None:
+        """Create the journal's directory; refused when it is a link or not a directory."""
+        directory = self.journal.parent
+        try:
+            directory.mkdir(exist_ok=True)
+            st = os.lstat(directory)
+        except OSError as e:
+            raise _write_failed(self.journal, e) from e
+        if not stat.S_ISDIR(st.st_mode):
+            raise BadInput(f"{directory}: not a directory; patchkit keeps its journal there")
+
+    def clear(self) -> None:
+        """Remove the journal (first: it is what makes the transaction pending), then its data file.
+
+        In a git directory, its ``patchkit/`` directory goes too when empty:
+        between transactions the git directory is as git left it.
+        """
+        for path in (self.journal, self.data):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        if self.foreign is not None:
+            with contextlib.suppress(OSError):
+                self.journal.parent.rmdir()
+
+
+def journal_place(root: Path, *, tree: bool = False) -> JournalPlace:
+    """Where the journal of writes under ``root`` lives (see ``JournalPlace``).
+
+    The git directory is found as git finds it, without running git (whose
+    configuration is the repository's): ``.git`` in ``root`` or, for a
+    deployment, in a directory above it; a ``.git`` file's ``gitdir:`` line
+    (a linked worktree, a submodule) or a ``.git`` symlink when it names a
+    directory with a ``HEAD``. ``tree`` (an ``apply --to`` target): ``root`` itself only.
+    """
+    found = _git_dir(root, walk=not tree)
+    if found is None:
+        return JournalPlace(root / JOURNAL, root / JOURNAL_DATA, None)
+    git_dir, top = found
+    key = root.relative_to(top).as_posix() if root != top else ""
+    name = (
+        "journal" if not key else f"journal-{hashlib.sha256(key.encode('utf-8', 'surrogateescape')).hexdigest()[:16]}"
+    )
+    directory = git_dir / "patchkit"
+    return JournalPlace(directory / f"{name}.json", directory / f"{name}.data", root / JOURNAL)
+
+
+def _git_dir(root: Path, *, walk: bool) -> tuple[Path, Path] | None:
+    """The git directory of the work tree ``root`` is in, and that work tree's top; None outside one."""
+    for top in (root, *root.parents) if walk else (root,):
+        dot = top / ".git"
+        try:
+            st = os.lstat(dot)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return None
+        if stat.S_ISDIR(st.st_mode):
+            return dot, top
+        git_dir = _gitfile(dot) if stat.S_ISREG(st.st_mode) else _linked(dot) if stat.S_ISLNK(st.st_mode) else None
+        return (git_dir, top) if git_dir is not None else None
+    return None
+
+
+def _linked(dot: Path) -> Path | None:
+    """The git directory a ``.git`` symlink points at (a user's own setup: git refuses to check one out)."""
+    git_dir = dot.resolve()
+    return git_dir if git_dir.is_dir() and (git_dir / "HEAD").is_file() else None
+
+
+def _gitfile(dot: Path) -> Path | None:
+    """The directory a ``.git`` file names (``gitdir: PATH``), when it is a git directory."""
     try:
-        record = json.loads(journal.read_bytes())
-    except FileNotFoundError:
-        _remove_stale(root)
-        return False
-    except ValueError:
-        journal.unlink()
-        _remove_stale(root)
-        return False
+        fd = os.open(dot, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            text = os.read(fd, 4096).decode("utf-8", "surrogateescape")
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    line = text.split("\n", 1)[0].rstrip("\r")
+    if not line.startswith("gitdir: ") or "\0" in line:
+        return None
+    git_dir = (dot.parent / line[len("gitdir: ") :]).resolve()
+    return git_dir if (git_dir / "HEAD").is_file() else None
+
+
+def pending_journal(root: Path, *, tree: bool = False) -> bool:
+    """Whether an interrupted transaction waits, or a journal patchkit refuses to carry out lies in the work tree."""
+    place = journal_place(root, tree=tree)
+    return os.path.lexists(place.journal) or (place.foreign is not None and os.path.lexists(place.foreign))
+
+
+def foreign_journal(root: Path) -> bool:
+    """Whether a journal lies in the work tree of a git repository, where patchkit never writes one."""
+    place = journal_place(root)
+    return place.foreign is not None and os.path.lexists(place.foreign)
+
+
+class JournalRefused(Refused):
+    """A journal patchkit will not carry out: not its own, bound elsewhere, or naming a file it never writes."""
+
+
+def recover(root: Path, *, tree: bool = False) -> str | None:
+    """Finish or undo a transaction a crash interrupted: "finished", "undone", or None when there was none.
+
+    A journal still announcing its staging is undone: the repository was not
+    touched yet, and the files staged are removed. A committed one is
+    finished. Without a journal, a crash came before anything was staged:
+    the staged temporary files and the journal's data file left are
+    removed. A journal that is not patchkit's own (in the work tree of a git
+    repository, bound to another directory, naming a file patchkit never
+    writes, or unreadable) is refused with ``JournalRefused`` (exit 1) and
+    nothing is changed.
+    """
+    place = journal_place(root, tree=tree)
+    if place.foreign is not None and os.path.lexists(place.foreign):
+        raise JournalRefused(
+            f"{JOURNAL}: a journal in the work tree, where a clone can carry one; patchkit keeps its own in "
+            f"{place.journal.parent} and never carries this one out; nothing was changed",
+            f"check the repository (patchkit check, git status), then delete {JOURNAL}",
+        )
+    record = _read_journal(place)
+    if record is None:
+        _remove_stale(root, place)
+        return None
     try:
-        replace, write, delete = _journal_entries(root, record)
+        how = _recover_bound(root, place, record, tree=tree)
     except (KeyError, TypeError, ValueError, OSError, BadInput) as e:
-        # Not a journal patchkit wrote: carrying it out could rename, write or delete anything.
-        raise BadInput(
-            f"{JOURNAL}: not a journal patchkit wrote ({e}); nothing was changed",
-            f"inspect it, then delete {JOURNAL} and check the repository (patchkit check)",
+        # Not a journal patchkit wrote for this directory: carrying it out could rename, write or delete anything.
+        raise JournalRefused(
+            f"{place.journal}: not a journal patchkit wrote here ({e}); nothing was changed",
+            f"inspect it, then delete {place.journal} and check the repository (patchkit check)",
         ) from e
+    place.clear()
+    _remove_stale_temporaries(root)
+    return how
+
+
+def _read_journal(place: JournalPlace) -> dict[str, Any] | None:
+    """The journal as an object (None when there is none): read without following a link, size-capped."""
+    try:
+        fd = os.open(place.journal, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise JournalRefused(f"{place.journal}: cannot read ({e.strerror}); nothing was changed") from e
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise JournalRefused(f"{place.journal}: not a regular file; nothing was changed")
+    try:
+        with os.fdopen(fd, "rb") as f:
+            raw = f.read(JOURNAL_MAX_BYTES + 1)
+        record = json.loads(raw) if len(raw) <= JOURNAL_MAX_BYTES else None
+    except (ValueError, RecursionError) as e:
+        raise JournalRefused(
+            f"{place.journal}: not a journal patchkit wrote ({str(e)[:120]}); nothing was changed",
+            f"inspect it, then delete {place.journal} and check the repository (patchkit check)",
+        ) from e
+    if not isinstance(record, dict):
+        raise JournalRefused(f"{place.journal}: not a journal patchkit wrote (not an object); nothing was changed")
+    return record
+
+
+def _binding(root: Path, tree: bool) -> dict[str, Any]:
+    """What binds a journal to this directory and this run: its device and inode, the writer and a nonce."""
+    st = os.stat(root)
+    return {
+        "version": JOURNAL_VERSION,
+        "kind": "tree" if tree else "repository",
+        "root": str(root),
+        "dev": st.st_dev,
+        "ino": st.st_ino,
+        "pid": os.getpid(),
+        "run": secrets.token_hex(16),
+    }
+
+
+def _recover_bound(root: Path, place: JournalPlace, record: dict[str, Any], *, tree: bool) -> str:
+    """Check the journal is bound to ``root``, then undo its staging or finish its commit."""
+    st = os.stat(root)
+    if record.get("version") != JOURNAL_VERSION or record.get("kind") != ("tree" if tree else "repository"):
+        raise ValueError("another version or kind of journal")
+    if record.get("dev") != st.st_dev or record.get("ino") != st.st_ino:
+        raise ValueError(f"written for another directory ({str(record.get('root'))[:200]!r})")
+    pid, run = record.get("pid"), record.get("run")
+    if type(pid) is not int or not isinstance(run, str) or len(run) != 32:
+        raise ValueError("no writer recorded")
+    if tree and pid != os.getpid() and _alive(pid):
+        # A tree has no write lock: its writer may still be at work.
+        raise Refused(f"{root}: another patchkit (pid {pid}) is writing this tree", "retry when it has finished")
+    if record.get("state") == "staging":
+        _undo_staging(root, pid, [_entry(rel, tree) for rel in record["stage"]])
+        return "undone"
+    if record.get("state") != "commit":
+        raise ValueError("neither staging nor committed")
+    replace, write, delete = _journal_entries(root, place, record, pid, tree=tree)
     _carry_out(root, replace, write, delete)
-    journal.unlink()
-    with contextlib.suppress(FileNotFoundError):
-        data_file.unlink()
+    return "finished"
+
+
+def _undo_staging(root: Path, pid: int, rels: list[str]) -> None:
+    """Remove the files the writer ``pid`` staged for ``rels`` (``.patchkit-tmp-<pid>-<name>.<random>.tmp``)."""
+    by_dir: dict[str, set[str]] = {}
+    for rel in rels:
+        parent, _, name = rel.rpartition("/")
+        by_dir.setdefault(parent, set()).add(f"{TMP_PREFIX}{pid}-{name}.")
+    for parent, prefixes in by_dir.items():
+        if parent:
+            contained(root, f"{parent}/x")  # every directory on the way a real directory
+        try:
+            entries = list(os.scandir(root / parent if parent else root))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            ours = entry.name.endswith(".tmp") and any(entry.name.startswith(p) for p in prefixes)
+            if ours and entry.is_file(follow_symlinks=False):
+                os.unlink(entry.path)
+
+
+def _path(rel: Any) -> str:
+    """A path a journal names, as a string; ``ValueError`` when it is not one."""
+    if not isinstance(rel, str) or "\0" in rel:
+        raise ValueError(f"{str(rel)[:200]!r} is not a path")
+    return str(rel)
+
+
+def _entry(rel: Any, tree: bool) -> str:
+    """A repository path of a journal, as a string patchkit may write; ``ValueError`` otherwise."""
+    path = _path(rel)
+    why = _unwritable(path, tree=tree)
+    if why is not None:
+        raise ValueError(f"{path} {why}")
+    return path
+
+
+def _remove_stale(root: Path, place: JournalPlace) -> None:
+    with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+        place.data.unlink()
     _remove_stale_temporaries(root)
-    return True
 
 
-def _remove_stale(root: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        (root / JOURNAL_DATA).unlink()
-    _remove_stale_temporaries(root)
-
-
-def _journal_entries(root: Path, record: Any) -> tuple[list[tuple[str, str]], list[tuple[str, bytes]], list[str]]:
+def _journal_entries(
+    root: Path, place: JournalPlace, record: dict[str, Any], pid: int, *, tree: bool
+) -> tuple[list[tuple[str, str]], list[tuple[str, bytes]], list[str]]:
     """The renames, in-place writes and deletions of a journal, each proven to stay inside the repository.
 
-    An in-place write's bytes come from the journal's data file and must
-    match the sha256 the journal recorded for them.
+    Each names a file patchkit may write (never into ``.git``); a rename's
+    source is a file the journal's writer staged beside its target. An
+    in-place write's bytes come from the journal's data file and must match
+    the sha256 the journal recorded for them.
     """
-    replace = [(str(pair[0]), str(pair[1])) for pair in record["replace"] if len(pair) == 2 or _bad(pair)]
-    delete = [str(d) for d in record["delete"]]
+    replace = [(_path(p[0]), _entry(p[1], tree)) for p in record["replace"] if len(p) == 2 or _bad(p)]
+    delete = [_entry(d, tree) for d in record["delete"]]
     for tmp, rel in replace:
-        if not Path(tmp).name.startswith(TMP_PREFIX):
-            raise ValueError(f"{tmp} is not a file patchkit staged")
-        contained(root, tmp)
-        contained(root, rel)
-    for rel in delete:
-        contained(root, rel)
+        parent, _, name = rel.rpartition("/")
+        if tmp.rpartition("/")[0] != parent or not tmp.rpartition("/")[2].startswith(f"{TMP_PREFIX}{pid}-{name}."):
+            raise ValueError(f"{tmp} is not a file this journal's writer staged for {rel}")
+    contained_all(root, [*(t for pair in replace for t in pair), *delete])
     entries = record.get("write", [])
     write: list[tuple[str, bytes]] = []
     if entries:
-        contained(root, JOURNAL_DATA)
-        blob = (root / JOURNAL_DATA).read_bytes()
+        blob = _read_data(place.data)
         for rel, offset, length, digest in entries:
-            rel = str(rel)
-            if rel.split("/", 1)[0] not in MANAGED_DIRS:
+            rel = _entry(rel, tree)
+            if tree or rel.split("/", 1)[0] not in MANAGED_DIRS:
                 raise ValueError(f"{rel} is not in a directory patchkit writes in place")
             contained(root, rel)
             data = blob[int(offset) : int(offset) + int(length)]
             if len(data) != int(length) or hashlib.sha256(data).hexdigest() != digest:
-                raise ValueError(f"the new bytes of {rel} in {JOURNAL_DATA} are not the ones recorded")
+                raise ValueError(f"the new bytes of {rel} in {place.data.name} are not the ones recorded")
             write.append((rel, data))
     return replace, write, delete
+
+
+def _read_data(path: Path) -> bytes:
+    """The journal's data file, read without following a link."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError(f"{path.name} is not a regular file")
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
 
 
 def _bad(pair: object) -> bool:

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import Invoke, git, snapshot
 
+from patchkit.repo import journal_place
+
 WORKER = b"""import torch
 
 
@@ -361,7 +363,7 @@ def test_killed_mid_transaction_is_finished_by_the_next_command(
         [sys.executable, "-c", CRASH_AFTER_FIRST_RENAME, str(root), c2], capture_output=True, check=False
     )
     assert r.returncode == -signal.SIGKILL
-    assert (root / ".patchkit" / "journal.json").exists()
+    assert journal_place(root).journal.exists()
     check = invoke("check", repo=root)
     assert check.exit_code == 1 and "interrupted" in check.stdout
     st = invoke("status", repo=root)

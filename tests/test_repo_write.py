@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from patchkit.errors import BadInput, WriteFailed
-from patchkit.repo import JOURNAL, JOURNAL_DATA, recover, write_all
+from patchkit.errors import BadInput, Refused, WriteFailed
+from patchkit.repo import JournalRefused, journal_place, recover, write_all
 
 OLD = {
     "patches/a.py": b"a = 1\n" * 50,
@@ -42,7 +42,7 @@ def _contents(root: Path) -> dict[str, bytes]:
     return {
         p.relative_to(root).as_posix(): p.read_bytes()
         for p in sorted(root.rglob("*"))
-        if p.is_file() and not p.relative_to(root).as_posix().startswith(".patchkit/")
+        if p.is_file() and not p.relative_to(root).as_posix().startswith((".patchkit/", ".git/"))
     }
 
 
@@ -53,7 +53,7 @@ def test_write_all_writes_every_file_and_leaves_no_journal(tmp_path: Path) -> No
     assert written == list(NEW)
     assert _contents(root) == NEW
     assert (root / "patches/a.py").stat().st_ino == inode  # written in place, not replaced
-    assert not (root / JOURNAL).exists() and not (root / JOURNAL_DATA).exists()
+    assert not journal_place(root).journal.exists() and not journal_place(root).data.exists()
     assert sorted(p.name for p in (root / ".patchkit").iterdir()) == []
 
 
@@ -108,51 +108,213 @@ def _killed_writer(root: Path) -> None:
 
 def test_a_crash_mid_write_is_finished_by_recover(tmp_path: Path) -> None:
     root = _repo(tmp_path)
+    place = journal_place(root)
     _killed_writer(root)
-    assert (root / JOURNAL).exists() and (root / JOURNAL_DATA).exists()
+    assert place.journal.exists() and place.data.exists()
     assert _contents(root)["patches/b.py"] not in (OLD["patches/b.py"], NEW["patches/b.py"])  # half-written
-    assert recover(root) is True
+    assert recover(root) == "finished"
     assert _contents(root) == NEW
-    assert not (root / JOURNAL).exists() and not (root / JOURNAL_DATA).exists()
+    assert not place.journal.exists() and not place.data.exists()
     assert not list(root.rglob(".patchkit-tmp-*"))
 
 
 def test_a_journal_whose_data_does_not_match_is_refused(tmp_path: Path) -> None:
     root = _repo(tmp_path)
+    place = journal_place(root)
     _killed_writer(root)
-    data = bytearray((root / JOURNAL_DATA).read_bytes())
+    data = bytearray(place.data.read_bytes())
     data[3] ^= 0xFF
-    (root / JOURNAL_DATA).write_bytes(bytes(data))
+    place.data.write_bytes(bytes(data))
     before = _contents(root)
-    with pytest.raises(BadInput, match=r"journal.json: not a journal patchkit wrote .*patches/"):
+    with pytest.raises(JournalRefused, match=r"journal.json: not a journal patchkit wrote here .*patches/"):
         recover(root)
     assert _contents(root) == before
-    assert (root / JOURNAL).exists()
+    assert place.journal.exists()
 
 
 def test_a_journal_writing_outside_the_managed_directories_is_refused(tmp_path: Path) -> None:
     root = _repo(tmp_path)
-    (root / JOURNAL_DATA).write_bytes(b"x")
-    record = {"version": 2, "replace": [], "delete": [], "write": [["compose.yaml", 0, 1, "0" * 64]]}
-    (root / JOURNAL).write_text(json.dumps(record))
-    with pytest.raises(BadInput, match=r"compose\.yaml is not in a directory patchkit writes in place"):
+    place = journal_place(root)
+    place.data.write_bytes(b"x")
+    st = root.stat()
+    record = {
+        "version": 3,
+        "kind": "repository",
+        "state": "commit",
+        "pid": 1,
+        "run": "0" * 32,
+        "dev": st.st_dev,
+        "ino": st.st_ino,
+        "replace": [],
+        "delete": [],
+        "write": [["compose.yaml", 0, 1, "0" * 64]],
+    }
+    place.journal.write_text(json.dumps(record))
+    with pytest.raises(JournalRefused, match=r"compose\.yaml is not in a directory patchkit writes in place"):
         recover(root)
     assert not (root / "compose.yaml").exists()
 
 
 def test_a_crash_before_the_journal_leaves_nothing_changed(tmp_path: Path) -> None:
     root = _repo(tmp_path)
-    (root / JOURNAL_DATA).write_bytes(b"half of the new contents")
-    assert recover(root) is False
+    place = journal_place(root)
+    place.data.write_bytes(b"half of the new contents")
+    assert recover(root) is None
     assert _contents(root) == OLD
-    assert not (root / JOURNAL_DATA).exists()
+    assert not place.data.exists()
 
 
 def test_a_failure_before_the_journal_changes_nothing(tmp_path: Path) -> None:
     root = _repo(tmp_path)
-    (root / JOURNAL_DATA).mkdir()  # the data file cannot be written
+    place = journal_place(root)
+    place.data.mkdir()  # the data file cannot be written
     with pytest.raises(WriteFailed, match=r"journal\.data: cannot write"):
         write_all(root, NEW)
     assert _contents(root) == OLD
-    assert not (root / JOURNAL).exists()
+    assert not place.journal.exists()
     assert not list(root.rglob(".patchkit-tmp-*"))
+
+
+# --------------------------------------------------------------------------- where the journal lives, what it may name
+
+
+def _bound(root: Path, **entries: object) -> dict[str, object]:
+    st = root.stat()
+    base = {"version": 3, "kind": "repository", "state": "commit", "pid": 1, "run": "0" * 32}
+    return {**base, "dev": st.st_dev, "ino": st.st_ino, "replace": [], "delete": [], "write": [], **entries}
+
+
+def test_in_a_git_work_tree_the_journal_lives_in_the_git_directory(tmp_path: Path) -> None:
+    root = _repo(tmp_path)
+    (root / ".git").mkdir()
+    (root / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    assert journal_place(root).journal == root / ".git" / "patchkit" / "journal.json"
+    sub = root / "deploy2"
+    sub.mkdir()
+    assert journal_place(sub).journal.parent == root / ".git" / "patchkit"  # one per deployment of the work tree
+    assert journal_place(sub).journal != journal_place(root).journal
+    _killed_writer(root)
+    assert (root / ".git" / "patchkit" / "journal.json").exists() and not (root / ".patchkit" / "journal.json").exists()
+    assert recover(root) == "finished" and _contents(root) == NEW
+
+
+def test_a_linked_worktree_keeps_its_journal_in_its_own_git_directory(tmp_path: Path) -> None:
+    root = _repo(tmp_path)
+    git_dir = tmp_path / "main.git" / "worktrees" / "deploy"
+    git_dir.mkdir(parents=True)
+    (git_dir / "HEAD").write_text("ref: refs/heads/x\n")
+    (root / ".git").write_text(f"gitdir: {git_dir}\n")
+    assert journal_place(root).journal == git_dir / "patchkit" / "journal.json"
+    (root / ".git").unlink()
+    (root / ".git").symlink_to(git_dir)
+    assert journal_place(root).journal == git_dir / "patchkit" / "journal.json"
+    (root / ".git").unlink()
+    (root / ".git").write_text("gitdir: /nonexistent\n")  # not a git directory: the work area, bound
+    assert journal_place(root).journal == root / ".patchkit" / "journal.json"
+
+
+def test_a_journal_in_the_work_tree_of_a_git_repository_is_never_carried_out(tmp_path: Path) -> None:
+    root = _repo(tmp_path)
+    (root / ".git").mkdir()
+    (root / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (root / ".git" / "config").write_text("[core]\n")
+    tmp = root / "patches" / ".patchkit-tmp-1-a.py.0000.tmp"
+    tmp.write_bytes(b"evil\n")
+    (root / ".patchkit" / "journal.json").write_text(
+        json.dumps(_bound(root, replace=[[str(tmp.relative_to(root)), "patches/a.py"]]))
+    )
+    before = _contents(root)
+    with pytest.raises(JournalRefused, match=r"^\.patchkit/journal\.json: a journal in the work tree") as e:
+        recover(root)
+    assert e.value.exit_code == 1
+    assert _contents(root) == before and tmp.exists()
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        {"delete": [".git/HEAD"]},
+        {"delete": [".GIT/config"]},
+        {"delete": ["patches/.Git/x"]},
+        {"delete": [".github/workflows/ci.yml"]},
+        {"delete": [".envrc"]},
+        {"replace": [[".git/hooks/.patchkit-tmp-1-post-checkout.0.tmp", ".git/hooks/post-checkout"]]},
+        {"replace": [["patches/.patchkit-tmp-1-a.py.0.tmp", ".gitattributes"]]},
+        {"replace": [["patches/.patchkit-tmp-2-a.py.0.tmp", "patches/a.py"]]},  # staged by another writer
+        {"replace": [["tuning/.patchkit-tmp-1-a.py.0.tmp", "patches/a.py"]]},  # not beside its target
+        {"delete": ["../outside"]},
+        {"delete": ["patches/a\0.py"]},
+        {"state": "staging", "stage": [".git/config"]},
+        {"dev": 0},
+        {"ino": 0},
+        {"version": 2},
+        {"kind": "tree"},
+        {"state": "other"},
+        {"run": None},
+    ],
+)
+def test_a_journal_naming_what_patchkit_never_writes_is_refused_and_changes_nothing(
+    tmp_path: Path, entries: dict[str, object]
+) -> None:
+    root = _repo(tmp_path)
+    (root / ".git").mkdir()
+    (root / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (root / ".git" / "config").write_text("[core]\n")
+    (root / ".github" / "workflows").mkdir(parents=True)
+    (root / ".github" / "workflows" / "ci.yml").write_text("on: push\n")
+    (root / ".envrc").write_text("export X=1\n")
+    (root / "tuning").mkdir()
+    for tmp in (
+        "patches/.patchkit-tmp-1-a.py.0.tmp",
+        "patches/.patchkit-tmp-2-a.py.0.tmp",
+        "tuning/.patchkit-tmp-1-a.py.0.tmp",
+    ):
+        (root / tmp).write_bytes(b"staged\n")
+    (root / ".git" / "hooks").mkdir()
+    (root / ".git" / "hooks" / ".patchkit-tmp-1-post-checkout.0.tmp").write_bytes(b"#!/bin/sh\n")
+    place = journal_place(root)
+    place.prepare()
+    place.journal.write_text(json.dumps(_bound(root, **entries)))
+    every = {p: p.read_bytes() for p in root.rglob("*") if p.is_file() and p != place.journal}
+    with pytest.raises(Refused, match=r"journal\.json: not a journal patchkit wrote here"):
+        recover(root)
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file() and p != place.journal} == every
+
+
+def test_write_all_refuses_a_path_into_git_in_any_case(tmp_path: Path) -> None:
+    root = _repo(tmp_path)
+    for rel in (".git/config", ".GIT/hooks/post-checkout", "patches/.Git/x", ".github/workflows/x.yml"):
+        with pytest.raises(BadInput, match="refusing to write it"):
+            write_all(root, {rel: b"x", "lockfile.toml": b"y"})
+    assert _contents(root) == OLD
+
+
+CRASH_WHILE_STAGING = """
+import os, signal, sys
+from pathlib import Path
+import patchkit.repo as repo
+real = repo._stage
+count = 0
+def stage(path, data, sync=True):
+    global count
+    count += 1
+    if count == 6:  # the journal, lockfile.toml, tuning/new.csv, two files in directories of their own
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(path, data, sync)
+repo._stage = stage
+new = {k: bytes.fromhex(v) for k, v in __import__("json").loads(sys.argv[2]).items()}
+repo.write_all(Path(sys.argv[1]), new)
+"""
+
+
+def test_a_crash_while_staging_is_undone_and_leaves_no_staged_file(tmp_path: Path) -> None:
+    root = _repo(tmp_path)
+    deep = {f"patches/deep/{n}/x.py": b"%d\n" % n for n in range(6)}
+    arg = json.dumps({k: v.hex() for k, v in {**NEW, **deep}.items()})
+    done = subprocess.run([sys.executable, "-c", CRASH_WHILE_STAGING, str(root), arg], capture_output=True, check=False)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    assert len(list(root.rglob(".patchkit-tmp-*"))) == 4  # four files were staged, two in new directories
+    assert recover(root) == "undone"
+    assert _contents(root) == OLD
+    assert not list(root.rglob(".patchkit-tmp-*"))
+    assert not journal_place(root).journal.exists()

@@ -12,7 +12,18 @@ from patchkit.lockfile.model import LOCKFILE_NAME
 def pending(state: State) -> list[Finding]:
     """An interrupted write of several files, or a rebase waiting for its conflicts."""
     out = []
-    if state.journal_pending:
+    if state.journal_foreign:
+        out.append(
+            Finding(
+                "interrupted-write",
+                JOURNAL,
+                None,
+                "a journal in the work tree of a git repository, where patchkit never writes one"
+                " (a clone can carry one); it is never carried out",
+                f"check the repository (git status), then delete {JOURNAL}",
+            )
+        )
+    elif state.journal_pending:
         out.append(
             Finding(
                 "interrupted-write",

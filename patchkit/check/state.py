@@ -25,7 +25,17 @@ from patchkit.hashing import sha256_many
 from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
 from patchkit.lockfile.tomlpos import FieldPath, LineIndex
 from patchkit.repo import JOURNAL as REPO_JOURNAL
-from patchkit.repo import MANAGED_DIRS, TMP_PREFIX, WORK_DIR, Escape, Repo, gitignored, pending_journal, staging_pid
+from patchkit.repo import (
+    MANAGED_DIRS,
+    TMP_PREFIX,
+    WORK_DIR,
+    Escape,
+    Repo,
+    foreign_journal,
+    gitignored,
+    pending_journal,
+    staging_pid,
+)
 from patchkit.series.model import Series, series_pins
 from patchkit.values import RepoPath
 
@@ -156,6 +166,8 @@ class State:
     tree: list[TreeEntry] = field(default_factory=list)
     symlinked_dirs: list[str] = field(default_factory=list)
     journal_pending: bool = False
+    # The pending journal lies in a git work tree, where patchkit never writes one (a clone can carry one).
+    journal_foreign: bool = False
     rebase_pending: bool = False
     lockfile_unsafe: str | None = None
     sums: bytes | str | None = None
@@ -433,6 +445,7 @@ def gather(
         tree=tree,
         symlinked_dirs=symlinked,
         journal_pending=pending_journal(repo.root),
+        journal_foreign=foreign_journal(repo.root),
         rebase_pending=(repo.root / REBASE_STATE).exists(),
         lockfile_unsafe=_lockfile_unsafe(repo),
         sums=_sums_bytes(repo),

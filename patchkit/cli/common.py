@@ -227,8 +227,10 @@ def open_repo(ctx: click.Context, *, writes: bool = False, locks: bool = False) 
     if writes:
         from patchkit.repo import recover
 
-        if recover(repo.root):
-            click.echo("patchkit: finished a write that was interrupted earlier", err=True)
+        how = recover(repo.root)
+        if how is not None:
+            what = "finished" if how == "finished" else "undid (nothing had been written yet)"
+            click.echo(f"patchkit: {what} a write that was interrupted earlier", err=True)
     lock, data = repo.read_lockfile()
     return repo, lock, data
 

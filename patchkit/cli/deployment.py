@@ -293,9 +293,10 @@ def status(ctx: click.Context, fmt: str) -> None:
 
     repo = find_repo(ctx)
     hold_lock(ctx, repo.root)
-    finished = recover(repo.root)
+    how = recover(repo.root)
     state = rb.status(repo)
-    state["finished_interrupted_write"] = finished
+    state["finished_interrupted_write"] = how == "finished"
+    state["undid_interrupted_write"] = how == "undone"
     series = series_status(repo.root)
     if series is not None:
         state["series_rebase"] = series
@@ -303,8 +304,10 @@ def status(ctx: click.Context, fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps(state, indent=2, sort_keys=True))
         ctx.exit(EXIT_BAD_INPUT if broken else EXIT_OK)
-    if finished:
+    if how == "finished":
         click.echo("finished a write of several files that was interrupted")
+    elif how == "undone":
+        click.echo("undid a write of several files that was interrupted before it changed anything")
     if series is not None:
         _print_series_status(series)
     r = state["rebase"]

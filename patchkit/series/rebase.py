@@ -35,6 +35,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -442,7 +443,7 @@ def state_file(root: Path) -> Path:
 
 
 def in_progress(root: Path) -> bool:
-    return state_file(root).exists()
+    return os.path.lexists(state_file(root))
 
 
 def work_file(patch: str, path: str) -> str:
@@ -460,14 +461,14 @@ def save_state(root: Path, doc: dict[str, Any], conflicted: dict[str, bytes], pa
 
 
 def load_state(root: Path) -> dict[str, Any]:
-    try:
-        doc = json.loads(state_file(root).read_bytes())
-    except FileNotFoundError as e:
-        raise BadInput("no series rebase in progress", "start one: patchkit rebase --series NAME --onto REV") from e
-    except ValueError as e:
-        raise BadInput(f"{state_file(root)}: not a state patchkit wrote ({e})", "patchkit rebase --abort") from e
-    if not isinstance(doc, dict):
-        raise BadInput(f"{state_file(root)}: not a state patchkit wrote", "patchkit rebase --abort")
+    """The series rebase's state, every field checked (``rebasestate``): bad input naming the field, else the doc."""
+    from patchkit import rebasestate
+
+    rel, hint = f"{STATE_DIR}/state.json", "patchkit rebase --abort, then run the rebase again"
+    doc = rebasestate.read(root, rel, hint)
+    if doc is None:
+        raise BadInput("no series rebase in progress", "start one: patchkit rebase --series NAME --onto REV")
+    rebasestate.check_series(doc, rel, hint)
     return doc
 
 
@@ -498,11 +499,10 @@ def encode_resolved(resolved: dict[str, dict[str, bytes]]) -> dict[str, dict[str
 
 
 def clear(root: Path) -> bool:
-    import shutil
+    """Remove the series rebase's work area (a link in its place, not its target); whether there was one."""
+    from patchkit.rebasestate import remove_work_area
 
-    there = (root / STATE_DIR).exists()
-    shutil.rmtree(root / STATE_DIR, ignore_errors=True)
-    return there
+    return remove_work_area(root, STATE_DIR)
 
 
 def status(root: Path) -> dict[str, Any] | None:
@@ -512,7 +512,7 @@ def status(root: Path) -> dict[str, Any] | None:
     try:
         doc = load_state(root)
     except BadInput as e:
-        return {"error": e.message}
+        return {"error": f"{e.message} (fix: {e.hint})" if e.hint else e.message}
     stopped = str(doc.get("stopped", ""))
     files = []
     for path in doc.get("conflicts", []):

@@ -4,13 +4,15 @@
 and parsed. ``apply_to_dir`` applies them to a directory (an upstream
 checkout, or an installed package's ``site-packages``) as one transaction
 (:func:`patchkit.repo.write_all`: every file staged beside its target, then
-renamed in under a journal), together with the record of what was applied,
+renamed in under a journal that the next apply finishes or undoes after a
+crash), together with the record of what was applied,
 ``.patchkit/series/<name>.json`` in that directory. Nothing is written
 unless every patch applies.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Iterable
@@ -20,7 +22,7 @@ from typing import Any
 
 from patchkit.errors import BadInput, Refused
 from patchkit.hashing import sha256_bytes
-from patchkit.repo import Repo, contained, write_all
+from patchkit.repo import Repo, contained, recover, write_all
 from patchkit.series.apply import Applied, Item, apply_series
 from patchkit.series.model import Series
 from patchkit.series.parse import parse_patch
@@ -95,13 +97,25 @@ class DirApplied:
     written: tuple[str, ...]
     record: str
     already: bool = False
+    # An apply a crash interrupted, before this one: "finished" or "undone" (None: there was none).
+    recovered: str | None = None
 
 
 def apply_to_dir(repo: Repo, series: Series, profile: str | None, dest: Path) -> DirApplied:
-    """Apply the profile's patches to the tree ``dest``, all or nothing, and record what was applied."""
+    """Apply the profile's patches to the tree ``dest``, all or nothing, and record what was applied.
+
+    All or nothing across a crash too: an apply a crash interrupted is first
+    finished (its files were being renamed in) or undone (they were still
+    being staged), and ``recovered`` says which.
+    """
     if not dest.is_dir():
         raise BadInput(f"{dest}: not a directory", "give the upstream checkout or the site-packages directory")
     root = dest.resolve()
+    recovered = recover(root, tree=True)
+    return dataclasses.replace(_apply(repo, series, profile, root), recovered=recovered)
+
+
+def _apply(repo: Repo, series: Series, profile: str | None, root: Path) -> DirApplied:
     items = load(repo, series, profile)
     record_rel = record_path(series.name)
     previous = _read_record(root, record_rel)
@@ -118,11 +132,9 @@ def apply_to_dir(repo: Repo, series: Series, profile: str | None, dest: Path) ->
     deletes = [p for p, data in result.changed.items() if data is None]
     record = record_bytes(series, profile, wanted, result)
     files[record_rel] = record
-    written = write_all(root, files, deletes)
-    for path, mode in result.modes.items():
-        if path in files and mode.endswith("755"):
-            # The mode the patch gives the file (git's new mode 100755), as git apply sets it.
-            os.chmod(root / path, (root / path).stat().st_mode | 0o111)  # noqa: S103
+    # The mode the patch gives a file (git's new mode 100755), as git apply sets it.
+    executable = [path for path, mode in result.modes.items() if path in files and mode.endswith("755")]
+    written = write_all(root, files, deletes, tree=True, executable=executable)
     return DirApplied(series, profile, result, tuple(w for w in written if w != record_rel), record_rel)
 
 
@@ -164,9 +176,16 @@ def report(done: DirApplied) -> tuple[list[str], dict[str, Any]]:
 
     s, r = done.series, done.result
     head = f"apply {s.name}" + (f" (profile {done.profile})" if done.profile else "")
+    before = {
+        "finished": ["finished an apply to this tree that was interrupted (its files were being renamed in)"],
+        "undone": ["undid an apply to this tree that was interrupted before it changed any file"],
+    }.get(done.recovered or "", [])
     if done.already:
-        return [f"{head}: already applied (record {done.record}); nothing to do"], {"already": True}
-    lines = [f"{head}: {len(r.steps)} patches"]
+        return [*before, f"{head}: already applied (record {done.record}); nothing to do"], {
+            "already": True,
+            "recovered": done.recovered,
+        }
+    lines = [*before, f"{head}: {len(r.steps)} patches"]
     lines += [f"  {printable(step.name)}  {len(step.paths)} files" for step in r.steps]
     lines += [
         f"  absent: {printable(a.path)} ({a.kind} by {printable(a.patch)}): the tree does not carry it"
@@ -185,5 +204,6 @@ def report(done: DirApplied) -> tuple[list[str], dict[str, Any]]:
         "offsets": [{"patch": o.patch, "path": o.path, "lines": o.lines} for o in r.offsets],
         "written": list(done.written),
         "record": done.record,
+        "recovered": done.recovered,
     }
     return lines, json_safe(doc)

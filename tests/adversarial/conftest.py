@@ -23,7 +23,11 @@ files nested inside files, through ``apply --to`` a git checkout, ``rebase
 lockfile reader against tomllib on generated mutations),
 ``test_first_use`` (what
 a new user meets: unloadable lockfiles under CI formats, a wrong ``-C``, a
-stray ``--continue``, the work area kept out of git). ``corpus.py`` holds the
+stray ``--continue``, the work area kept out of git),
+``test_cloned_repo`` (a
+clone carrying a journal, rebase states or hooks changes nothing in ``.git``;
+malformed rebase states), ``test_apply_kill`` (``apply --to`` killed with
+SIGKILL, finished or undone by the next run). ``corpus.py`` holds the
 corrupted deployments ``test_no_internal_error`` runs every command on: add
 an attack there, or a module here.
 """
