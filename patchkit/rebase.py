@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -730,7 +729,10 @@ def _state_path(repo: Repo) -> Path:
 
 
 def in_progress(repo: Repo) -> bool:
-    return os.path.lexists(_state_path(repo))
+    """Whether a rebase waits: its state file exists, or its work area is something patchkit never makes."""
+    from patchkit import rebasestate
+
+    return rebasestate.present(repo.root, STATE_DIR, STATE_FILE)
 
 
 def conflict_file(r: PatchResult) -> str:

@@ -36,6 +36,18 @@ class StateError(BadInput):
     """A rebase state file that is not what patchkit wrote: names the file and the field (exit 2)."""
 
 
+def present(root: Path, work_dir: str, state_file: str) -> bool:
+    """Whether a rebase waits in ``work_dir``: its state file exists, or the work area is a link or not a directory.
+
+    A work area patchkit never makes still counts, so that ``--continue`` and
+    ``status`` refuse it by name (exit 2) instead of saying nothing waits.
+    """
+    if os.path.lexists(root / state_file):
+        return True
+    area = root / work_dir
+    return os.path.islink(area) or (os.path.lexists(area) and not os.path.isdir(area))
+
+
 def read(root: Path, rel: str, hint: str) -> dict[str, Any] | None:
     """The JSON object in the state file ``rel`` of ``root``; None when there is none.
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -443,7 +442,10 @@ def state_file(root: Path) -> Path:
 
 
 def in_progress(root: Path) -> bool:
-    return os.path.lexists(state_file(root))
+    """Whether a series rebase waits: its state file exists, or its work area is something patchkit never makes."""
+    from patchkit import rebasestate
+
+    return rebasestate.present(root, STATE_DIR, f"{STATE_DIR}/state.json")
 
 
 def work_file(patch: str, path: str) -> str:
