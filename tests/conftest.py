@@ -86,13 +86,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         new = after or {}
         changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
         shown = ", ".join(changed[:10]) + (f" and {len(changed) - 10} more" if len(changed) > 10 else "")
+        # Under CI nothing else runs patchkit, so a change is the suite's own and fails the run; on a
+        # workstation another patchkit may have written it meanwhile, so it is a warning there.
+        ci = bool(os.environ.get("CI"))
         session.config.get_terminal_writer().line(
-            f"FAILED: the user's patchkit cache {user} changed during the run ({shown or 'created'}); "
-            "every test must use the session's temporary cache (another patchkit on this machine may also have "
-            "written it)",
+            f"{'FAILED' if ci else 'WARNING'}: the user's patchkit cache {user} changed during the run "
+            f"({shown or 'created'}); every test must use the session's temporary cache (another patchkit on this "
+            "machine may also have written it)",
             red=True,
         )
-        if session.exitstatus == 0:
+        if ci and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
