@@ -7,7 +7,8 @@ dripping registry), ``test_yaml`` (alias bombs, recursion), ``test_diffs``
 (hostile headers and hunks, nested lockfiles), ``test_rebase_attacks``
 (links, markers, state), ``test_output`` (names in text and JSON),
 ``test_check_findings`` (special files, nested targets, staged leftovers),
-``test_signature_armor`` (parity with ssh-keygen). ``corpus.py`` holds the
+``test_signature_armor`` (parity with ssh-keygen), ``test_races`` (files
+changed while hashed, directories swapped for links, killed writers). ``corpus.py`` holds the
 corrupted deployments ``test_no_internal_error`` runs every command on: add
 an attack there, or a module here.
 """

