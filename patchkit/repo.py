@@ -278,18 +278,41 @@ class RepositoryBusy(PatchkitError):
 class RepoLock:
     """The exclusive write lock of one repository: ``flock`` on ``.patchkit/lock``.
 
-    The kernel drops the lock when its holder exits, however it ends (even
-    ``kill -9``), so a crash never leaves a repository locked. The file records
-    the holder's pid and command, for the message another writer prints.
+    The kernel drops the lock when the last descriptor of its open file is
+    closed, which happens when its holder exits, however it ends (even
+    ``kill -9``). A forked child would share that open file, and a child
+    outliving its parent would keep the repository locked: every fork closes
+    the descriptor in the child (``_close_locks_in_child``), so only the
+    process that took the lock holds it, and a crash never leaves a
+    repository locked. The file records the holder's pid and command, for
+    the message another writer prints.
     """
 
     def __init__(self, fd: int) -> None:
         self._fd: int | None = fd
+        _HELD.add(fd)
 
     def release(self) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None
+            _HELD.discard(fd)
             os.close(fd)  # closing the only descriptor releases the flock
+
+
+# The descriptors of the repository locks this process holds.
+_HELD: set[int] = set()
+
+
+def _close_locks_in_child() -> None:
+    """In a forked child: close the lock descriptors it inherited (closing, not unlocking: the parent keeps it)."""
+    for fd in _HELD:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_locks_in_child)
 
 
 def lock_repository(root: Path, *, wait: bool = True, on_wait: Callable[[str], None] | None = None) -> RepoLock:

@@ -10,12 +10,16 @@ longer locally (``RACE_RUNS=1200``).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -136,3 +140,72 @@ def test_the_library_hasher_reports_a_change_as_an_error_naming_the_file(churnin
     assert all(len(r) in (40, 64) and set(r) <= set("0123456789abcdef") for r in results if r not in changed)
     assert changed, "the writer never caught the hasher: the race was not run"
     assert all(r.startswith("changed tuning/big.bin: changed while it was read (") for r in changed), changed[0]
+
+
+# A writer holding the repository lock while its merge workers run a long job: 64 items of 1 s on 4 workers, each
+# taking 4 items at a time, so a worker left alone would keep running for seconds after its parent died.
+LONG_MERGE = """
+import os, sys, time
+from pathlib import Path
+from patchkit import fanout
+from patchkit.repo import lock_repository
+fanout.cores = lambda: 4  # four workers even on a one-core runner
+root, seen = Path(sys.argv[1]), Path(sys.argv[2])
+held = lock_repository(root)
+
+def merge(i):
+    (seen / str(os.getpid())).touch()
+    time.sleep(1)
+    return i
+
+fanout.map_items(merge, list(range(64)), min_items=8)
+"""
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie waiting for its new parent to reap it has)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+def _lock_free(root: Path) -> bool:
+    fd = os.open(root / ".patchkit" / "lock", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers die with their parent through prctl")
+def test_kill_9_of_a_writer_mid_merge_frees_the_lock_and_leaves_no_worker(tmp_path: Path) -> None:
+    root, seen = tmp_path / "d", tmp_path / "seen"
+    root.mkdir()
+    seen.mkdir()
+    writer = subprocess.Popen([sys.executable, "-c", LONG_MERGE, str(root), str(seen)], cwd=tmp_path)
+    workers: set[int] = set()
+    try:
+        deadline = time.monotonic() + 60
+        while len(workers := {int(p.name) for p in seen.iterdir()}) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert workers, "the merge workers never started"
+        time.sleep(0.5)  # well into their first items
+        assert not _lock_free(root), "the writer does not hold the lock: the attack was not run"
+        writer.send_signal(signal.SIGKILL)
+        assert writer.wait(timeout=10) == -signal.SIGKILL
+        killed = time.monotonic()
+        while time.monotonic() - killed < 2 and not (_lock_free(root) and all(map(_gone, workers))):
+            time.sleep(0.05)
+        assert _lock_free(root), "an orphaned worker still holds the repository lock"
+        assert [p for p in workers if not _gone(p)] == [], "workers outlived the writer"
+    finally:
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait()
