@@ -223,14 +223,17 @@ def _refuse_kind(rel: str, shown: str, st: os.stat_result, *, directory: bool, t
         raise BadInput(f"{rel} is {what}; refusing to write or delete it", "replace it with a regular file")
 
 
-def output_target(path: Path, repo: Repo | None = None, lock: Lockfile | None = None) -> Path:
+def output_target(path: Path, repo: Repo | None = None, lock: Lockfile | None = None, *, outside: bool = False) -> Path:
     """Where a command may write an output file the user named (``bundle -o``, ``--summary``).
 
     Only over a regular file, or at a new name in a directory that exists
     (nothing is created on the way); never over a device, a link or a
-    directory, and never over a file the deployment is made of (the lockfile,
+    directory, never over a file the deployment is made of (the lockfile,
     SHA256SUMS, a pinned file, a compose file) or into patchkit's managed
-    directories. Raises ``BadInput`` saying which.
+    directories, and never over a hard link of a file of the repository.
+    ``outside`` (the bundle): nowhere inside the repository at all, where
+    any file may be one the deployment reads (``guard.json``, a Caddyfile).
+    Raises ``BadInput`` saying which.
     """
     absolute = Path(os.path.abspath(path))
     try:
@@ -254,16 +257,52 @@ def output_target(path: Path, repo: Repo | None = None, lock: Lockfile | None = 
         raise BadInput(f"{path}: directory {parent} does not exist; nothing is created on the way", hint)
     if repo is not None:
         where = parent.resolve() / absolute.name
-        if where.is_relative_to(repo.root):
-            rel = where.relative_to(repo.root).as_posix()
-            protected = {LOCKFILE_NAME, "SHA256SUMS", "deploy.toml"}
-            if lock is not None:
-                protected |= {str(f) for _, f, _ in lock.files()}
-            top = rel.split("/", 1)[0]
-            is_compose = "/" not in rel and rel.startswith("compose") and rel.endswith((".yaml", ".yml"))
-            if rel in protected or is_compose or top in (*MANAGED_DIRS, WORK_DIR, ".git"):
-                raise BadInput(f"{path}: is part of the deployment ({rel}); refusing to write over it", hint)
+        _refuse_deployment_file(path, where, repo, lock, outside=outside)
+        if st is not None and st.st_nlink > 1 and (twin := _hard_link_in(repo.root, st, str(where))) is not None:
+            raise BadInput(
+                f"{path}: is a hard link of {twin}, a file of the deployment; refusing to write over it",
+                "name a new file outside the repository, or pass - to write to standard output",
+            )
     return absolute
+
+
+def _refuse_deployment_file(path: Path, where: Path, repo: Repo, lock: Lockfile | None, *, outside: bool) -> None:
+    """Raise ``BadInput`` when ``where`` (``path`` resolved) is a file of the deployment, or inside it at all."""
+    if not where.is_relative_to(repo.root):
+        return
+    rel = where.relative_to(repo.root).as_posix()
+    protected = {LOCKFILE_NAME, "SHA256SUMS", "deploy.toml"}
+    if lock is not None:
+        protected |= {str(f) for _, f, _ in lock.files()}
+    top = rel.split("/", 1)[0]
+    is_compose = "/" not in rel and rel.startswith("compose") and rel.endswith((".yaml", ".yml"))
+    hint = "name a new file in an existing directory, or pass - to write to standard output"
+    if rel in protected or is_compose or top in (*MANAGED_DIRS, WORK_DIR, ".git"):
+        raise BadInput(f"{path}: is part of the deployment ({rel}); refusing to write over it", hint)
+    if outside:
+        raise BadInput(
+            f"{path}: is inside the deployment repository ({rel}); refusing to write there",
+            f"name a file outside {repo.root}, or pass - to write to standard output",
+        )
+
+
+def _hard_link_in(root: Path, st: os.stat_result, itself: str) -> str | None:
+    """The repository path of another name than ``itself`` of the file ``st`` (a hard link); no symlink followed."""
+    pending = [(str(root), "")]
+    while pending:
+        directory, rel = pending.pop()
+        try:
+            with os.scandir(directory) as listing:
+                entries = list(listing)
+        except OSError:
+            continue
+        for e in entries:
+            name = f"{rel}/{e.name}" if rel else e.name
+            if e.is_dir(follow_symlinks=False):
+                pending.append((e.path, name))
+            elif e.inode() == st.st_ino and e.path != itself and e.stat(follow_symlinks=False).st_dev == st.st_dev:
+                return name
+    return None
 
 
 LOCK_FILE = f"{WORK_DIR}/lock"

@@ -209,3 +209,41 @@ def test_kill_9_of_a_writer_mid_merge_frees_the_lock_and_leaves_no_worker(tmp_pa
         if writer.poll() is None:
             writer.kill()
             writer.wait()
+
+
+# --------------------------------------------------------------------------- bundle -o
+
+
+def test_bundle_output_is_refused_everywhere_inside_the_deployment_and_at_its_hard_links(
+    deploy: Path, tmp_path: Path, invoke: Invoke
+) -> None:
+    """Every file of the repository, a new name in each of its directories, a hard link of each file: exit 2."""
+    from tests.conftest import snapshot
+
+    (deploy / "compose.yaml").write_text("services: {}\n")
+    (deploy / "guard.json").write_text("{}\n")
+    (deploy / "dist").mkdir()
+    before = snapshot(deploy)
+    files = [p for p in deploy.rglob("*") if p.is_file() and ".git" not in p.relative_to(deploy).parts]
+    directories = [deploy, *(p for p in deploy.rglob("*") if p.is_dir() and ".git" not in p.parts)]
+    links = tmp_path / "links"
+    links.mkdir()
+    hard = []
+    for i, p in enumerate(files):
+        os.link(p, links / f"{i}.tar.gz")
+        hard.append((links / f"{i}.tar.gz", p.relative_to(deploy).as_posix()))
+    for target in [*files, *(d / "new.tar.gz" for d in directories)]:
+        r = invoke("bundle", "-o", str(target), repo=deploy)
+        assert r.exit_code == 2, (target, r.stdout, r.stderr)
+        line = r.stderr.splitlines()[0]
+        assert line.startswith(f"patchkit: error: {target}: is ") and "deployment" in line, line
+        assert line.endswith(("refusing to write over it", "refusing to write there")), line
+    for link, rel in hard:
+        r = invoke("bundle", "-o", str(link), repo=deploy)
+        assert r.exit_code == 2, (link, r.stderr)
+        assert r.stderr.splitlines()[0] == (
+            f"patchkit: error: {link}: is a hard link of {rel}, a file of the deployment; refusing to write over it"
+        )
+    assert snapshot(deploy) == before
+    assert not list(deploy.rglob("new.tar.gz"))
+    assert invoke("bundle", "-o", str(tmp_path / "fine.tar.gz"), repo=deploy).exit_code == 0
