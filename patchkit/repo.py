@@ -11,6 +11,7 @@ import os
 import secrets
 import stat
 import sys
+import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -52,6 +53,106 @@ def find_root(start: Path) -> Path:
 
 class Escape(Exception):
     """A repository path that resolves outside the repository, or through a symlink."""
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class Dirs:
+    """The directories below ``root``, each opened relative to its parent's descriptor without following a link.
+
+    ``at`` is the one way a path under the repository is resolved for an
+    operation: the directory part is opened component by component
+    (``openat`` with ``O_NOFOLLOW | O_DIRECTORY``), and the operation then
+    names only the last component relative to that descriptor
+    (``dir_fd=``, never following a final link). A directory swapped for a
+    symlink at any moment is refused (``ELOOP``) instead of followed, so no
+    operation reaches outside the repository. Descriptors are kept for the
+    object's life (``close`` or the ``with`` block), so thousands of files
+    in a few directories cost one open per directory; safe to share between
+    threads.
+    """
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = str(root)
+        self._fds: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> Dirs:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        fds, self._fds = self._fds, {}
+        for fd in fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def at(self, rel: str, *, create: bool = False) -> tuple[int, str]:
+        """(descriptor of the directory holding ``rel``, ``rel``'s last name); ``create``: make missing directories.
+
+        Raises ``BadInput`` for a path that is not plain (absolute, empty,
+        ``.`` or ``..`` components) and ``OSError`` from the opens: ``ELOOP``
+        for a symlink on the way, ``ENOTDIR`` for a file, ``ENOENT``.
+        """
+        parts = rel.split("/")
+        if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            raise BadInput(f"{rel}: not a plain path inside the repository; refusing to use it")
+        return self.directory(rel.rpartition("/")[0], create=create), parts[-1]
+
+    def directory(self, rel_dir: str, *, create: bool = False) -> int:
+        """The descriptor of the directory ``rel_dir`` ("" for the root), opened as ``at`` opens it."""
+        found = self._fds.get(rel_dir)
+        if found is None:
+            with self._lock:
+                found = self._open(rel_dir, create)
+        return found
+
+    def _open(self, rel_dir: str, create: bool) -> int:
+        """The descriptor of the directory ``rel_dir`` (its parents first), opened now unless it was before."""
+        found = self._fds.get(rel_dir)
+        if found is not None:
+            return found
+        if not rel_dir:
+            fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        else:
+            parent, _, name = rel_dir.rpartition("/")
+            parent_fd = self._open(parent, create)
+            try:
+                fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o777, dir_fd=parent_fd)
+                fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+        self._fds[rel_dir] = fd
+        return fd
+
+    def open(self, rel: str, flags: int, mode: int = 0o644, *, create: bool = False) -> int:
+        """``os.open`` of ``rel`` through ``at`` (``create``: its missing directories too); a final link is refused."""
+        directory, name = self.at(rel, create=create)
+        return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=directory)
+
+    def open_regular(self, path: Path | str) -> int:
+        """A descriptor to read the regular file at ``path`` (absolute, below ``root``); an opener for ``hashing``.
+
+        ``O_NONBLOCK``: a FIFO swapped in is not waited on, it is refused
+        as not a regular file (``EINVAL``), as a device or socket is.
+        """
+        text = str(path)
+        if not text.startswith(self.root + "/"):
+            raise OSError(errno.EXDEV, "not below the repository", text)
+        fd = self.open(text[len(self.root) + 1 :], os.O_RDONLY | os.O_NONBLOCK)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(errno.EINVAL, "not a regular file", text)
+        return fd
 
 
 @dataclass(frozen=True)
@@ -417,6 +518,16 @@ def atomic_write(path: Path, data: bytes, *, durable: bool = True) -> None:
         _fsync_dir(path.parent)
 
 
+def _stage(path: Path, data: bytes, sync: bool = True) -> Path:
+    """Stage ``data`` beside ``path`` (its directory created when missing); the temporary file's path."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _write_failed(path, e) from e
+    with Dirs(path.parent) as dirs:
+        return _stage_in(dirs, "", path.name, data, sync)
+
+
 def _write_failed(path: Path, e: OSError) -> WriteFailed:
     if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return WriteFailed(
@@ -517,10 +628,13 @@ def _holds(path: str, data: bytes) -> bool:
 def _stage_all(root: Path, items: list[tuple[str, bytes]]) -> list[tuple[str, Path]]:
     """Stage every file beside its target, made durable; on a failure remove what was staged and raise."""
 
+    dirs = Dirs(root)
+
     def stage(item: tuple[str, bytes]) -> Path | WriteFailed:
         rel, data = item
+        parent, _, name = rel.rpartition("/")
         try:
-            return _stage(root / rel, data, sync=False)
+            return _stage_in(dirs, parent, name, data, sync=False)
         except WriteFailed as e:
             return e
 
@@ -533,12 +647,14 @@ def _stage_all(root: Path, items: list[tuple[str, bytes]]) -> list[tuple[str, Pa
         results = [stage(item) for item in items]
     staged = [(rel, tmp) for (rel, _), tmp in zip(items, results, strict=True) if isinstance(tmp, Path)]
     failed = [tmp for tmp in results if isinstance(tmp, WriteFailed)]
-    if failed:
-        for _, tmp in staged:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-        raise failed[0]
-    _sync([tmp for _, tmp in staged])
+    with dirs:
+        if failed:
+            for _, tmp in staged:
+                with contextlib.suppress(OSError):
+                    directory, name = dirs.at(tmp.relative_to(root).as_posix())
+                    os.unlink(name, dir_fd=directory)
+            raise failed[0]
+        _sync(dirs, [tmp.relative_to(root).as_posix() for _, tmp in staged])
     return staged
 
 
@@ -560,38 +676,43 @@ def _write_journal_data(data_file: Path, in_place: list[tuple[str, bytes]]) -> l
 
 
 def _carry_out(root: Path, replace: list[tuple[str, str]], write: list[tuple[str, bytes]], delete: list[str]) -> None:
-    """Do what a journal lists: the in-place writes, the renames, the deletions; then make them durable."""
-    written = []
-    for rel, data in write:
-        path = root / rel
+    """Do what a journal lists: the in-place writes, the renames, the deletions; then make them durable.
+
+    Every path is resolved through ``Dirs``: a directory swapped for a
+    symlink meanwhile stops the write (``ELOOP``) instead of leading outside.
+    """
+    with Dirs(root) as dirs:
         try:
-            _overwrite(str(path), data)
+            for rel, data in write:
+                _overwrite(dirs, rel, data)
+            for tmp, rel in replace:
+                source, tmp_name = dirs.at(tmp)
+                target, name = dirs.at(rel)
+                with contextlib.suppress(FileNotFoundError):  # already renamed before a crash
+                    os.replace(tmp_name, name, src_dir_fd=source, dst_dir_fd=target)
+            for rel in delete:
+                directory, name = dirs.at(rel)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name, dir_fd=directory)
+            _sync(dirs, [rel for rel, _ in write])
+            for rel_dir in {rel.rpartition("/")[0] for _, rel in replace}:
+                with contextlib.suppress(OSError):
+                    os.fsync(dirs.directory(rel_dir))
         except OSError as e:
             raise WriteFailed(
-                f"{path}: cannot write ({e.strerror}); the write is journaled and not finished",
-                "fix the cause, then run patchkit status to finish it",
+                f"{root / (e.filename or '')}: cannot write ({e.strerror}); the write is journaled and not finished",
+                "fix the cause (a symlink where a directory was?), then run patchkit status to finish it",
             ) from e
-        written.append(path)
-    for tmp, rel in replace:
-        with contextlib.suppress(FileNotFoundError):  # already renamed before a crash
-            (root / tmp).replace(root / rel)
-    for rel in delete:
-        with contextlib.suppress(FileNotFoundError):
-            (root / rel).unlink()
-    _sync(written)
-    for directory in {(root / rel).parent for _, rel in replace}:
-        _fsync_dir(directory)
 
 
-def _overwrite(path: str, data: bytes) -> None:
-    """Write ``data`` over the file at ``path`` (creating it, and its directory, when missing)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+def _overwrite(dirs: Dirs, rel: str, data: bytes) -> None:
+    """Write ``data`` over the file ``rel`` (creating it, and its directory, when missing)."""
     try:
         # No O_TRUNC: truncating to zero first makes ext4 flush the file at close (auto_da_alloc).
-        fd = os.open(path, flags, 0o644)
-    except FileNotFoundError:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(path, flags, 0o644)
+        fd = dirs.open(rel, os.O_WRONLY | os.O_CREAT, 0o644, create=True)
+    except OSError as e:
+        e.filename = rel
+        raise
     try:
         view = memoryview(data)
         while view:
@@ -723,12 +844,21 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _stage(path: Path, data: bytes, sync: bool = True) -> Path:
+def _stage_in(dirs: Dirs, parent: str, name: str, data: bytes, sync: bool) -> Path:
+    """Write ``data`` to a new temporary file beside ``parent/name`` (below ``dirs``), made when missing.
+
+    The directory is resolved through ``dirs`` (no symlink followed, created
+    when missing), so the temporary file lands where the rename will look
+    for it, never outside. Its mode is the target's when it exists, else
+    what the umask gives a new file. Returns the temporary file's path.
+    """
+    path = Path(dirs.root, parent, name)
+    # The writer's pid in the name: recovery removes only the staging of dead processes.
+    tmp_name = f"{TMP_PREFIX}{os.getpid()}-{name}.{secrets.token_hex(4)}.tmp"
+    tmp_rel = f"{parent}/{tmp_name}" if parent else tmp_name
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # The writer's pid in the name: recovery removes only the staging of dead processes.
-        tmp = str(path.parent / f"{TMP_PREFIX}{os.getpid()}-{path.name}.{secrets.token_hex(4)}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        directory, _ = dirs.at(tmp_rel, create=True)
+        fd = dirs.open(tmp_rel, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as e:
         raise _write_failed(path, e) from e
     try:
@@ -737,30 +867,30 @@ def _stage(path: Path, data: bytes, sync: bool = True) -> Path:
             f.flush()
             if sync:
                 os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
-        with contextlib.suppress(FileNotFoundError):
-            mode = stat.S_IMODE(path.stat().st_mode)
-        os.chmod(tmp, mode)
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+            with contextlib.suppress(FileNotFoundError):
+                mode = stat.S_IMODE(os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode)
+            os.fchmod(f.fileno(), mode)
     except OSError as e:
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            os.unlink(tmp_name, dir_fd=directory)
         raise _write_failed(path, e) from e
-    return Path(tmp)
+    return path.parent / tmp_name
 
 
-def _sync(paths: list[Path]) -> None:
-    """Make staged files durable before they are renamed in: one fsync each, or one sync for many.
+def _sync(dirs: Dirs, rels: list[str]) -> None:
+    """Make written files durable: one fsync each, or one sync for many.
 
     A bump of a thousand patches stages thousands of files; a thousand fsyncs
     cost about a second where one sync(2) costs a fraction of it.
     """
-    if len(paths) > 16:
+    if len(rels) > 16:
         os.sync()
         return
-    for p in paths:
-        fd = os.open(p, os.O_RDONLY)
+    for rel in rels:
+        fd = dirs.open(rel, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:

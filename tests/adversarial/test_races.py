@@ -95,10 +95,15 @@ print(json.dumps(out))
 """
 
 
-def _reader(script: str, runs: int, cwd: Path) -> list[Any]:
+def _reader(script: str, runs: int, cwd: Path, *args: str) -> list[Any]:
     """What the reader ``script`` printed after ``runs`` runs in ``cwd``; fails when a signal killed it."""
     done = subprocess.run(
-        [sys.executable, "-c", script, str(runs)], cwd=cwd, capture_output=True, text=True, timeout=300, check=False
+        [sys.executable, "-c", script, str(runs), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert done.returncode == 0, f"the reader died of signal {-done.returncode}" if done.returncode < 0 else done.stderr
     return list(json.loads(done.stdout))
@@ -247,3 +252,62 @@ def test_bundle_output_is_refused_everywhere_inside_the_deployment_and_at_its_ha
     assert snapshot(deploy) == before
     assert not list(deploy.rglob("new.tar.gz"))
     assert invoke("bundle", "-o", str(tmp_path / "fine.tar.gz"), repo=deploy).exit_code == 0
+
+
+# --------------------------------------------------------------------------- a directory swapped for a link
+
+# The runner: RUNS commands that delete, write and read under patches/ while a thread swaps patches/ for a symlink
+# to the outside directory and back, as fast as it can. Between runs the swapping pauses and the repository gets
+# its pinned files back. Prints each run's exit code and output.
+SWAPPER = """
+import json, os, random, sys, threading, time
+from pathlib import Path
+from click.testing import CliRunner
+from patchkit.cli import cli
+sys.setswitchinterval(1e-5)  # the swapping thread gets in between any two steps of the command
+runs, outside = int(sys.argv[1]), sys.argv[2]
+kept = {p: p.read_bytes() for p in [Path("lockfile.toml"), Path("SHA256SUMS"), *Path("patches").iterdir()]}
+go, stop, cycle = threading.Event(), threading.Event(), threading.Lock()
+rng = random.Random(60)
+
+def swap():
+    while not stop.is_set():
+        if not go.wait(0.01):
+            continue
+        with cycle:
+            os.rename("patches", "patches.real")
+            os.symlink(outside, "patches")
+            time.sleep(rng.random() * 0.0003)
+            os.unlink("patches")
+            os.rename("patches.real", "patches")
+        time.sleep(rng.random() * 0.0003)
+
+threading.Thread(target=swap, daemon=True).start()
+out = []
+for i in range(runs):
+    for p, data in kept.items():
+        p.write_bytes(data)
+    args = [["remove", "kv-restore-fence"], ["lock"], ["sums"], ["remove", "fp8_fnuz"]][i % 4]
+    go.set()
+    r = CliRunner().invoke(cli, args, catch_exceptions=False)
+    go.clear()
+    with cycle:
+        pass
+    out.append([args, r.exit_code, r.stdout + r.stderr])
+stop.set()
+print(json.dumps(out))
+"""
+
+
+def test_a_directory_swapped_for_a_link_mid_command_never_leads_outside(
+    deploy: Path, tmp_path: Path, outside: Path
+) -> None:
+    for p in (deploy / "patches").iterdir():  # the names a command reaching outside would write or delete there
+        (outside / p.name).write_bytes(b"outside, not the repository's\n")
+    before = {p.name: p.read_bytes() for p in outside.iterdir()}
+    results = _reader(SWAPPER, max(RUNS // 2, 60), deploy, str(outside))
+    assert {p.name: p.read_bytes() for p in outside.iterdir()} == before, "a command wrote or deleted outside"
+    for args, code, text in results:
+        assert code in (0, 1, 2), f"{args} exited {code}: {text}"
+        assert "internal error" not in text and "Traceback" not in text, text
+    assert any(code == 0 for _, code, _ in results), "no command got through: the race was not run"
