@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from patchkit.errors import BadInput, PatchkitError, WriteFailed
-from patchkit.hashing import sha256_bytes
+from patchkit.hashing import read_whole, sha256_bytes
 from patchkit.values import RepoPath
 
 if TYPE_CHECKING:
@@ -66,7 +66,8 @@ class Dirs:
     (``openat`` with ``O_NOFOLLOW | O_DIRECTORY``), and the operation then
     names only the last component relative to that descriptor
     (``dir_fd=``, never following a final link). A directory swapped for a
-    symlink at any moment is refused (``ELOOP``) instead of followed, so no
+    symlink at any moment is refused (``ENOTDIR`` on Linux, ``ELOOP``
+    elsewhere) instead of followed, so no
     operation reaches outside the repository. Descriptors are kept for the
     object's life (``close`` or the ``with`` block), so thousands of files
     in a few directories cost one open per directory; safe to share between
@@ -97,8 +98,8 @@ class Dirs:
         """(descriptor of the directory holding ``rel``, ``rel``'s last name); ``create``: make missing directories.
 
         Raises ``BadInput`` for a path that is not plain (absolute, empty,
-        ``.`` or ``..`` components) and ``OSError`` from the opens: ``ELOOP``
-        for a symlink on the way, ``ENOTDIR`` for a file, ``ENOENT``.
+        ``.`` or ``..`` components) and ``OSError`` from the opens: ``ENOTDIR``
+        (or ``ELOOP``) for a symlink or a file on the way, ``ENOENT``.
         """
         parts = rel.split("/")
         if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
@@ -160,9 +161,17 @@ class Repo:
     """A deployment repository rooted at ``root`` (an absolute, resolved path)."""
 
     root: Path
-    # Directories already proven to be real directories (not symlinks) inside
-    # the repository, so checking thousands of files costs one lstat each.
-    _safe_dirs: set[str] = field(default_factory=set, compare=False, repr=False)
+    # The repository's directories, opened without following links (see ``Dirs``), so checking
+    # and reading thousands of files costs one open of each directory and one call per file.
+    _dirs: Dirs = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_dirs", Dirs(self.root))
+
+    @property
+    def dirs(self) -> Dirs:
+        """Where every read of a repository file resolves its path: ``dirs.open_regular`` is the hashers' opener."""
+        return self._dirs
 
     @property
     def lockfile_path(self) -> Path:
@@ -217,36 +226,55 @@ class Repo:
     def inside_stat(self, rel: RepoPath | str) -> tuple[str, os.stat_result]:
         """``check_inside_stat`` with the path as a plain string.
 
-        For loops over thousands of files: building the ``Path`` costs as
-        much as the lstat.
+        Resolved through ``dirs`` (each directory opened without following a
+        link, the file itself ``lstat``-ed relative to its directory), so a
+        directory swapped for a symlink is refused, never followed. For loops
+        over thousands of files: building the ``Path`` costs as much as the
+        stat. Read what it proved with ``read`` or ``dirs.open_regular``, which
+        resolve the path the same way again.
         """
         if not isinstance(rel, RepoPath):
             try:
                 rel = RepoPath(rel)
             except ValueError as e:
                 raise Escape(str(e)) from e
-        root = str(self.root)
-        parent = rel.path.rpartition("/")[0]
-        if parent and parent not in self._safe_dirs:
-            # Plain strings and os.lstat: this runs once per pinned file. A directory is kept as
-            # proven only after its parents, so one whose parent is proven needs no look.
-            parts = parent.split("/")
-            for i in range(len(parts)):
-                prefix = "/".join(parts[: i + 1])
-                if prefix in self._safe_dirs:
-                    continue
-                current = f"{root}/{prefix}"
-                st = os.lstat(current)  # FileNotFoundError propagates: the caller reports "missing"
-                self._refuse_link(current, st)
-                if not stat.S_ISDIR(st.st_mode):
-                    raise FileNotFoundError(current)
-                self._safe_dirs.add(prefix)
-        current = f"{root}/{rel.path}"
-        st = os.lstat(current)
+        current = f"{self.root}/{rel.path}"
+        try:
+            directory, name = self._dirs.at(rel.path)
+            st = os.stat(name, dir_fd=directory, follow_symlinks=False)
+        except OSError as e:
+            if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise  # FileNotFoundError among them: the caller reports "missing"
+            self._name_the_link(rel.path)
+            if e.errno == errno.ENOTDIR:  # a file where a directory should be, as a missing directory
+                raise FileNotFoundError(errno.ENOENT, "not a directory on the way", current) from e
+            raise Escape("is below a directory that is a symlink") from e
         self._refuse_link(current, st)
         if not stat.S_ISREG(st.st_mode):
             raise Escape("is not a regular file")
         return current, st
+
+    def _name_the_link(self, rel: str) -> None:
+        """Raise ``Escape`` naming the first symlink among ``rel``'s directories (when one is still there)."""
+        parts = rel.split("/")[:-1]
+        for i in range(len(parts)):
+            current = f"{self.root}/{'/'.join(parts[: i + 1])}"
+            with contextlib.suppress(OSError):
+                self._refuse_link(current, os.lstat(current))
+
+    def read(self, rel: RepoPath | str) -> bytes:
+        """The bytes of the regular file ``rel``, read through ``dirs``.
+
+        ``check_inside``'s errors (``Escape``, ``FileNotFoundError``); a file
+        that cannot be read, or changed while it was read, is ``BadInput``.
+        """
+        path, _ = self.inside_stat(rel)
+        try:
+            return read_whole(path, self._dirs.open_regular)
+        except FileNotFoundError:
+            raise
+        except OSError as e:
+            raise BadInput(f"{rel}: cannot read: {e.strerror}") from e
 
     def _refuse_link(self, current: str, st: os.stat_result) -> None:
         """Raise ``Escape`` when ``current`` is a symlink, saying whether it points outside the repository."""
@@ -273,46 +301,62 @@ def contained(root: Path, rel: str) -> Path:
     nothing resolves outside ``root``) and the file itself, when it exists,
     must not be a symlink: a write or an unlink through a link would reach
     whatever it points at. Missing directories are fine (they are created
-    below a checked parent). Raises ``BadInput`` naming the component.
+    below a checked parent). Raises ``BadInput`` naming the component. The
+    check gives the clear message; the write itself resolves the path
+    through ``Dirs`` again, so a link swapped in afterwards is refused too.
     """
-    _prove(str(root), rel, set())
+    with Dirs(root) as dirs:
+        _prove(dirs, rel)
     return root / rel
 
 
 def contained_all(root: Path, rels: Iterable[str]) -> None:
-    """``contained`` for many paths at once: each directory on the way is looked at once, not once per file."""
-    top = str(root)
-    proven: set[str] = set()
-    for rel in rels:
-        _prove(top, rel, proven)
+    """``contained`` for many paths at once: each directory on the way is opened once, not once per file."""
+    with Dirs(root) as dirs:
+        for rel in rels:
+            _prove(dirs, rel)
 
 
-def _prove(top: str, rel: str, proven: set[str]) -> None:
-    """Raise ``BadInput`` unless ``rel`` is safe to write below ``top``; ``proven``: directories already seen."""
+def _prove(dirs: Dirs, rel: str) -> None:
+    """Raise ``BadInput`` unless ``rel`` is safe to write below ``dirs.root`` (resolved through ``dirs``)."""
     parts = rel.split("/")
     if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
         raise BadInput(f"{rel}: not a plain path inside the repository; refusing to write it")
-    last = len(parts) - 1
-    shown = ""
-    for i, part in enumerate(parts):
-        shown = f"{shown}/{part}" if shown else part
-        if i < last and shown in proven:
-            continue
+    try:
+        directory, name = dirs.at(rel)
+        st = os.stat(name, dir_fd=directory, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        if e.errno in (errno.ENOTDIR, errno.ELOOP):
+            _name_the_component(dirs.root, rel)
+        raise BadInput(f"{rel}: cannot inspect ({e.strerror})") from e
+    _refuse_kind(rel, rel, st, directory=False, top=dirs.root)
+
+
+def _name_the_component(top: str, rel: str) -> None:
+    """Raise ``BadInput`` naming the directory of ``rel`` that is a symlink or a file (as it stands now)."""
+    parts = rel.split("/")[:-1]
+    for i in range(len(parts)):
+        shown = "/".join(parts[: i + 1])
         try:
             st = os.lstat(f"{top}/{shown}")
-        except FileNotFoundError:
-            return
-        except OSError as e:
-            raise BadInput(f"{rel}: cannot inspect {shown} ({e.strerror})") from e
-        _refuse_kind(rel, shown, st, directory=i < last, top=top)
-        if i < last:
-            proven.add(shown)
+        except OSError:
+            break
+        _refuse_kind(rel, shown, st, directory=True, top=top)
+    raise BadInput(
+        f"{rel}: a directory on the way was replaced while it was checked; refusing to write or delete it",
+        "make sure nothing else changes the repository, then retry",
+    )
 
 
 def _refuse_kind(rel: str, shown: str, st: os.stat_result, *, directory: bool, top: str) -> None:
     """Raise ``BadInput`` when ``shown`` (on the way to ``rel``) is a symlink, or not the kind of file it must be."""
     if stat.S_ISLNK(st.st_mode):
-        target = os.readlink(f"{top}/{shown}")
+        try:
+            target = os.readlink(f"{top}/{shown}")
+        except OSError:
+            target = "somewhere"  # replaced again since
         raise BadInput(
             f"{shown} is a symlink (to {target}); refusing to write or delete {rel} through it",
             "replace the link with a real directory or file inside the repository",
@@ -679,7 +723,7 @@ def _carry_out(root: Path, replace: list[tuple[str, str]], write: list[tuple[str
     """Do what a journal lists: the in-place writes, the renames, the deletions; then make them durable.
 
     Every path is resolved through ``Dirs``: a directory swapped for a
-    symlink meanwhile stops the write (``ELOOP``) instead of leading outside.
+    symlink meanwhile stops the write (``ENOTDIR``) instead of leading outside.
     """
     with Dirs(root) as dirs:
         try:
@@ -805,25 +849,50 @@ def _bad(pair: object) -> bool:
 
 def _remove_stale_temporaries(root: Path) -> None:
     """Remove staged files left by crashed processes; a live process's staging is never touched."""
-    for tmp in stale_temporaries(root):
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+    with Dirs(root) as dirs:
+        for tmp in stale_temporaries(root):
+            with contextlib.suppress(OSError, BadInput):
+                directory, name = dirs.at(tmp.relative_to(root).as_posix())
+                os.unlink(name, dir_fd=directory)
 
 
 def stale_temporaries(root: Path) -> list[Path]:
-    """patchkit's own staged files whose writer is gone (a crash while staging), in the repository."""
-    found = set()
-    for directory in (root, *(root / d for d in (*MANAGED_DIRS, WORK_DIR))):
-        if not directory.is_dir() or directory.is_symlink():
-            continue
-        pattern = f"{TMP_PREFIX}*.tmp"
-        for tmp in directory.glob(pattern) if directory == root else directory.rglob(pattern):
-            if tmp.is_symlink() or not tmp.is_file():
-                continue
-            pid = staging_pid(tmp.name)
-            if pid is None or pid == os.getpid() or not _alive(pid):
-                found.add(tmp)
+    """patchkit's own staged files whose writer is gone (a crash while staging), in the repository.
+
+    Looked for at the top and below the managed directories and ``.patchkit``,
+    through directory descriptors (``Dirs``): a directory that is a symlink,
+    or becomes one, is not listed.
+    """
+    found: set[Path] = set()
+    with Dirs(root) as dirs:
+        for top in ("", *MANAGED_DIRS, WORK_DIR):
+            with contextlib.suppress(OSError):
+                _stale_below(dirs.directory(top), top, root, found)
     return sorted(found)
+
+
+def _stale_below(fd: int, rel: str, root: Path, found: set[Path]) -> None:
+    """Add to ``found`` the stale staged files in the directory ``fd`` (``rel``), and below it unless it is the top."""
+    try:
+        with os.scandir(fd) as listing:
+            entries = list(listing)
+    except OSError:
+        return
+    for e in entries:
+        name = f"{rel}/{e.name}" if rel else e.name
+        if rel and e.is_dir(follow_symlinks=False):
+            try:
+                sub = os.open(e.name, _DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                continue
+            try:
+                _stale_below(sub, name, root, found)
+            finally:
+                os.close(sub)
+        elif e.name.startswith(TMP_PREFIX) and e.name.endswith(".tmp") and e.is_file(follow_symlinks=False):
+            pid = staging_pid(e.name)
+            if pid is None or pid == os.getpid() or not _alive(pid):
+                found.add(root / name)
 
 
 def staging_pid(name: str) -> int | None:

@@ -260,12 +260,13 @@ def test_bundle_output_is_refused_everywhere_inside_the_deployment_and_at_its_ha
 # to the outside directory and back, as fast as it can. Between runs the swapping pauses and the repository gets
 # its pinned files back. Prints each run's exit code and output.
 SWAPPER = """
-import json, os, random, sys, threading, time
+import hashlib, json, os, random, sys, threading, time
 from pathlib import Path
 from click.testing import CliRunner
 from patchkit.cli import cli
 sys.setswitchinterval(1e-5)  # the swapping thread gets in between any two steps of the command
 runs, outside = int(sys.argv[1]), sys.argv[2]
+foreign = hashlib.sha256(b"outside, not the repository's\\n").hexdigest()  # what a read outside would pin
 kept = {p: p.read_bytes() for p in [Path("lockfile.toml"), Path("SHA256SUMS"), *Path("patches").iterdir()]}
 go, stop, cycle = threading.Event(), threading.Event(), threading.Lock()
 rng = random.Random(60)
@@ -275,6 +276,8 @@ def swap():
         if not go.wait(0.01):
             continue
         with cycle:
+            if not go.is_set():  # paused while waiting for the lock: the runner is restoring the files
+                continue
             os.rename("patches", "patches.real")
             os.symlink(outside, "patches")
             time.sleep(rng.random() * 0.0003)
@@ -287,13 +290,14 @@ out = []
 for i in range(runs):
     for p, data in kept.items():
         p.write_bytes(data)
-    args = [["remove", "kv-restore-fence"], ["lock"], ["sums"], ["remove", "fp8_fnuz"]][i % 4]
+    args = [["remove", "kv-restore-fence"], ["lock"], ["sums"], ["remove", "fp8_fnuz"], ["check"]][i % 5]
     go.set()
     r = CliRunner().invoke(cli, args, catch_exceptions=False)
     go.clear()
     with cycle:
         pass
-    out.append([args, r.exit_code, r.stdout + r.stderr])
+    pinned = Path("lockfile.toml").read_text() + Path("SHA256SUMS").read_text()
+    out.append([args, r.exit_code, r.stdout + r.stderr, foreign in pinned])
 stop.set()
 print(json.dumps(out))
 """
@@ -302,12 +306,13 @@ print(json.dumps(out))
 def test_a_directory_swapped_for_a_link_mid_command_never_leads_outside(
     deploy: Path, tmp_path: Path, outside: Path
 ) -> None:
-    for p in (deploy / "patches").iterdir():  # the names a command reaching outside would write or delete there
+    for p in (deploy / "patches").iterdir():  # the names a command reaching outside would read, write or delete
         (outside / p.name).write_bytes(b"outside, not the repository's\n")
     before = {p.name: p.read_bytes() for p in outside.iterdir()}
     results = _reader(SWAPPER, max(RUNS // 2, 60), deploy, str(outside))
     assert {p.name: p.read_bytes() for p in outside.iterdir()} == before, "a command wrote or deleted outside"
-    for args, code, text in results:
+    for args, code, text, read_outside in results:
         assert code in (0, 1, 2), f"{args} exited {code}: {text}"
         assert "internal error" not in text and "Traceback" not in text, text
-    assert any(code == 0 for _, code, _ in results), "no command got through: the race was not run"
+        assert not read_outside, f"{args} pinned the bytes of a file outside the repository"
+    assert any(code == 0 for _, code, _, _ in results), "no command got through: the race was not run"
