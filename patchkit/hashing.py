@@ -1,10 +1,10 @@
 """SHA-256 over files at the machine's limit: all cores, in bounded memory.
 
 hashlib releases the GIL while it hashes a buffer, so threads scale across
-cores. A file is read in chunks of ``WINDOW`` bytes (fewer on many cores,
-see ``window_for``) into a buffer per thread that is reused from file to
-file, so the resident memory stays at one buffer per thread whatever the
-file sizes. The kernel is asked to read ahead (``POSIX_FADV_SEQUENTIAL``).
+cores. A file is read in chunks of ``WINDOW`` bytes (128 KiB, see there for
+why) into a buffer per thread that is reused from file to file, so the
+resident memory stays at one buffer per thread whatever the file sizes.
+The kernel is asked to read ahead a large file (``POSIX_FADV_SEQUENTIAL``).
 
 Files are read, never mapped: a file truncated under a map kills the process
 with SIGBUS when the map is touched past the new end, and no check of the
@@ -33,8 +33,11 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Generic, ParamSpec, TypeVar
 
-WINDOW = 1024 * 1024  # bytes read at a time, per thread: the size of its buffer
-BUFFER = 256 * 1024  # the smallest buffer, on many cores (see window_for)
+# Bytes read at a time, per thread: the size of its buffer. Small enough that the copy out of the page
+# cache stays in the core's L2 cache while SHA-256 reads it: 128 KiB costs less CPU than a memory map
+# did, where 192 KiB and more cost a third more (measured on an EPYC with 512 KiB of L2 per core).
+WINDOW = 128 * 1024
+BUFFER = 64 * 1024  # the smallest buffer, on very many cores (see window_for)
 BUDGET = 32 * 1024 * 1024  # buffered bytes over all threads, at most
 SERVING = 8 * 1024 * 1024  # small files a worker takes at once, in bytes: a few ms of work
 SERVING_FILES = 128  # and at most this many of them, however small
