@@ -602,8 +602,9 @@ def write_all(root: Path, files: dict[str, bytes], deletes: Iterable[str] = ()) 
     seen half-written. Returns the paths that changed, in order.
     """
     contained_all(root, (*files, *deletes))
-    changed = [(rel, data, how) for rel, data in files.items() if (how := _how(root, rel, data)) is not None]
-    removals = [rel for rel in deletes if (root / rel).exists()]
+    with Dirs(root) as dirs:
+        changed = [(rel, data, how) for rel, data in files.items() if (how := _how(dirs, rel, data)) is not None]
+        removals = [rel for rel in deletes if _lstat(dirs, rel) is not None]
     if len(changed) + len(removals) <= 1:
         # One file: a rename is atomic on its own, no journal needed.
         changed = [(rel, data, "stage") for rel, data, _ in changed]
@@ -636,7 +637,16 @@ def write_all(root: Path, files: dict[str, bytes], deletes: Iterable[str] = ()) 
     return [rel for rel, _, _ in changed] + removals
 
 
-def _how(root: Path, rel: str, data: bytes) -> str | None:
+def _lstat(dirs: Dirs, rel: str) -> os.stat_result | None:
+    """The ``lstat`` of ``rel`` resolved through ``dirs``; None when it cannot be had (missing, a link on the way)."""
+    try:
+        directory, name = dirs.at(rel)
+        return os.stat(name, dir_fd=directory, follow_symlinks=False)
+    except OSError:
+        return None
+
+
+def _how(dirs: Dirs, rel: str, data: bytes) -> str | None:
     """How ``rel`` gets its new bytes: None when it holds them already, else "in-place" or "stage".
 
     In place only for an existing regular file of a managed directory with a
@@ -644,23 +654,22 @@ def _how(root: Path, rel: str, data: bytes) -> str | None:
     that this process may write; staged (temporary file, rename) otherwise.
     The file is opened only when its size says it may already hold ``data``.
     """
-    path = f"{root}/{rel}"
-    try:
-        st = os.lstat(path)
-    except OSError:
+    st = _lstat(dirs, rel)
+    if st is None or not stat.S_ISREG(st.st_mode):
         return "stage"
-    if not stat.S_ISREG(st.st_mode):
-        return "stage"
-    if st.st_size == len(data) and _holds(path, data):
+    if st.st_size == len(data) and _holds(dirs, rel, data):
         return None
     managed = rel.split("/", 1)[0] in MANAGED_DIRS
-    return "in-place" if managed and st.st_nlink == 1 and os.access(path, os.W_OK) else "stage"
+    if not managed or st.st_nlink != 1:
+        return "stage"
+    directory, name = dirs.at(rel)
+    return "in-place" if os.access(name, os.W_OK, dir_fd=directory) else "stage"
 
 
-def _holds(path: str, data: bytes) -> bool:
-    """Whether the regular file at ``path`` (not followed when a symlink) holds exactly ``data``."""
+def _holds(dirs: Dirs, rel: str, data: bytes) -> bool:
+    """Whether the regular file ``rel`` (resolved through ``dirs``, never a link) holds exactly ``data``."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = dirs.open(rel, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return False
     try:
