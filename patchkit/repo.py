@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from patchkit.errors import BadInput, PatchkitError, WriteFailed
-from patchkit.hashing import read_whole, sha256_bytes
+from patchkit.hashing import Changed, read_whole, sha256_bytes
 from patchkit.values import RepoPath
 
 if TYPE_CHECKING:
@@ -89,6 +89,7 @@ class Dirs:
         self.close()
 
     def close(self) -> None:
+        """Close every directory descriptor; a later ``at`` opens them again."""
         fds, self._fds = self._fds, {}
         for fd in fds.values():
             with contextlib.suppress(OSError):
@@ -263,18 +264,17 @@ class Repo:
                 self._refuse_link(current, os.lstat(current))
 
     def read(self, rel: RepoPath | str) -> bytes:
-        """The bytes of the regular file ``rel``, read through ``dirs``.
+        """The bytes of the regular file ``rel``, read through ``dirs``: ``check_inside(rel).read_bytes()``, safely.
 
-        ``check_inside``'s errors (``Escape``, ``FileNotFoundError``); a file
-        that cannot be read, or changed while it was read, is ``BadInput``.
+        ``check_inside``'s errors (``Escape``, ``FileNotFoundError``) and the
+        ``OSError`` of the read, as ``read_bytes`` raises them; a file that
+        changed while it was read is ``BadInput`` naming it.
         """
         path, _ = self.inside_stat(rel)
         try:
             return read_whole(path, self._dirs.open_regular)
-        except FileNotFoundError:
-            raise
-        except OSError as e:
-            raise BadInput(f"{rel}: cannot read: {e.strerror}") from e
+        except Changed as e:
+            raise BadInput(f"{rel}: {e.strerror}") from e
 
     def _refuse_link(self, current: str, st: os.stat_result) -> None:
         """Raise ``Escape`` when ``current`` is a symlink, saying whether it points outside the repository."""

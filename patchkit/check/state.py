@@ -85,8 +85,8 @@ class RepoView:
 
     def read(self, rel: str) -> bytes | None:
         try:
-            return self.repo.check_inside(rel).read_bytes()
-        except (OSError, Escape):
+            return self.repo.read(rel)
+        except (OSError, Escape, BadInput):
             return None
 
     def kind(self, rel: str) -> Kind:
@@ -428,7 +428,7 @@ def _sums_bytes(repo: Repo) -> bytes | str | None:
     from patchkit import sums
 
     try:
-        return repo.check_inside(sums.FILENAME).read_bytes()
+        return repo.read(sums.FILENAME)
     except FileNotFoundError:
         return None
     except Escape as e:
