@@ -477,10 +477,12 @@ class RepoLock:
         _HELD.add(fd)
 
     def release(self) -> None:
+        """Release the lock (closing the only descriptor releases the flock); in a forked child, nothing to do."""
         if self._fd is not None:
             fd, self._fd = self._fd, None
-            _HELD.discard(fd)
-            os.close(fd)  # closing the only descriptor releases the flock
+            if fd in _HELD:  # not closed already by the fork that made this process
+                _HELD.discard(fd)
+                os.close(fd)
 
 
 # The descriptors of the repository locks this process holds.
