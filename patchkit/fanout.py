@@ -17,7 +17,6 @@ a worker left running could not keep the repository locked either.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import signal
 import sys
@@ -105,7 +104,7 @@ def die_with(parent: int) -> None:
     still seen: the worker was then handed to another process.
     """
     if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        # The C library the interpreter is linked with (no ``find_library``: it would run ldconfig per worker).
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:
         os._exit(1)
