@@ -508,10 +508,9 @@ def lock_repository(root: Path, *, wait: bool = True, on_wait: Callable[[str], N
     ``wait=False``, fails at once with ``RepositoryBusy``.
     """
     contained(root, LOCK_FILE)
-    work = root / WORK_DIR
     try:
-        work.mkdir(exist_ok=True)
-        fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with Dirs(root) as dirs:  # .patchkit swapped for a link meanwhile: refused, not followed
+            fd = dirs.open(LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644, create=True)
     except OSError as e:
         raise _write_failed(root / LOCK_FILE, e) from e
     try:
