@@ -316,3 +316,39 @@ def test_a_directory_swapped_for_a_link_mid_command_never_leads_outside(
         assert "internal error" not in text and "Traceback" not in text, text
         assert not read_outside, f"{args} pinned the bytes of a file outside the repository"
     assert any(code == 0 for _, code, _, _ in results), "no command got through: the race was not run"
+
+
+@pytest.mark.parametrize("depth", [0, 1, 2, 3])
+def test_the_one_resolution_refuses_a_link_at_any_depth(tmp_path: Path, outside: Path, depth: int) -> None:
+    """``Dirs`` (every read, write and delete under the repository) never follows a link, wherever it is."""
+    from patchkit.errors import BadInput
+    from patchkit.repo import Dirs
+
+    root = tmp_path / "repo"
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "a" / "b" / "precious.csv").write_bytes(b"inside\n")
+    (outside / "a" / "b").mkdir(parents=True)
+    (outside / "a" / "b" / "precious.csv").write_bytes(b"do not touch\n")
+    rel = "a/b/precious.csv"
+    parts = rel.split("/")
+    swapped = root.joinpath(*parts[: depth + 1]) if depth < 3 else root
+    if depth < 3:  # a directory, or the file itself, replaced by a link to its twin outside
+        twin = outside.joinpath(*parts[: depth + 1])
+        os.rename(swapped, tmp_path / "moved")
+        os.symlink(twin, swapped)
+    with Dirs(root) as dirs:
+        if depth == 3:  # nothing swapped: the same calls reach the file inside
+            fd = dirs.open(rel, os.O_RDONLY)
+            assert os.read(fd, 100) == b"inside\n"
+            os.close(fd)
+        else:
+            with pytest.raises(OSError):  # ENOTDIR for a directory that is a link, ELOOP for the file itself
+                os.close(dirs.open(rel, os.O_WRONLY | os.O_TRUNC))
+            if depth < 2:  # a directory on the way is a link: not even its descriptor is had, so nothing is deleted
+                with pytest.raises(OSError):
+                    dirs.at(rel)
+        for bad in ("../outside/precious.csv", "/etc/passwd", "a//b", "a/./b", ""):
+            with pytest.raises(BadInput):
+                dirs.at(bad)
+    assert (outside / "a" / "b" / "precious.csv").read_bytes() == b"do not touch\n"
+    assert (outside / "precious.csv").read_bytes() == b"do not touch\n"
