@@ -246,22 +246,27 @@ class Repo:
         except OSError as e:
             if e.errno not in (errno.ELOOP, errno.ENOTDIR):
                 raise  # FileNotFoundError among them: the caller reports "missing"
-            self._name_the_link(rel.path)
-            if e.errno == errno.ENOTDIR:  # a file where a directory should be, as a missing directory
+            if self._name_the_link(rel.path):  # a file where a directory should be, as a missing directory
                 raise FileNotFoundError(errno.ENOENT, "not a directory on the way", current) from e
-            raise Escape("is below a directory that is a symlink") from e
+            raise Escape("is below a directory that was replaced (by a symlink?) while it was read") from e
         self._refuse_link(current, st)
         if not stat.S_ISREG(st.st_mode):
             raise Escape("is not a regular file")
         return current, st
 
-    def _name_the_link(self, rel: str) -> None:
-        """Raise ``Escape`` naming the first symlink among ``rel``'s directories (when one is still there)."""
+    def _name_the_link(self, rel: str) -> bool:
+        """Raise ``Escape`` naming the first symlink among ``rel``'s directories; True when one is a file instead."""
         parts = rel.split("/")[:-1]
         for i in range(len(parts)):
             current = f"{self.root}/{'/'.join(parts[: i + 1])}"
-            with contextlib.suppress(OSError):
-                self._refuse_link(current, os.lstat(current))
+            try:
+                st = os.lstat(current)
+            except OSError:
+                return False
+            self._refuse_link(current, st)
+            if not stat.S_ISDIR(st.st_mode):
+                return True
+        return False
 
     def read(self, rel: RepoPath | str) -> bytes:
         """The bytes of the regular file ``rel``, read through ``dirs``: ``check_inside(rel).read_bytes()``, safely.
@@ -279,7 +284,10 @@ class Repo:
     def _refuse_link(self, current: str, st: os.stat_result) -> None:
         """Raise ``Escape`` when ``current`` is a symlink, saying whether it points outside the repository."""
         if stat.S_ISLNK(st.st_mode):
-            target = os.readlink(current)
+            try:
+                target = os.readlink(current)
+            except OSError:  # replaced again since the lstat
+                raise Escape("is a symlink (replaced while it was read)") from None
             if not Path(current).resolve().is_relative_to(self.root):
                 raise Escape(f"is a symlink to {target}, outside the repository")
             raise Escape(f"is a symlink (to {target}); store the file itself, not a link")
