@@ -151,7 +151,7 @@ class _Relock:
     def current(self, rel: RepoPath, owner: str) -> bytes:
         """The file's bytes now; a missing or escaping pinned file is bad input naming its owner."""
         try:
-            return self.repo.check_inside(rel).read_bytes()
+            return self.repo.read(rel)
         except FileNotFoundError as e:
             raise BadInput(
                 f"{rel} ({owner}) is pinned but missing",
@@ -311,7 +311,7 @@ def _source_path(repo: Repo, req: AddRequest) -> tuple[Path, str | None]:
 def _read_source(repo: Repo, req: AddRequest, src: Path, rel: str | None) -> bytes:
     """The bytes of the file to add (a file inside the repository is read only when it stays inside)."""
     try:
-        return (repo.check_inside(rel) if rel is not None else src).read_bytes()
+        return repo.read(rel) if rel is not None else src.read_bytes()
     except FileNotFoundError as e:
         raise BadInput(f"{req.path}: no such file") from e
     except Escape as e:
@@ -585,7 +585,7 @@ class PatchDiff:
 def read_pinned(repo: Repo, rel: str, name: str) -> bytes:
     """A pinned patch file, read only when it is a regular file inside the repository (never a FIFO or a link)."""
     try:
-        return repo.check_inside(rel).read_bytes()
+        return repo.read(rel)
     except FileNotFoundError as e:
         raise BadInput(f"{rel} (patch '{name}') is pinned but missing", f"restore it: git checkout -- {rel}") from e
     except Escape as e:
@@ -602,7 +602,7 @@ def apply_diff_only(repo: Repo, p: Patch, base: bytes) -> bytes:
         raise BadInput(f"'{p.name}' has neither a file nor a diff")
     rel = str(p.diff.file)
     try:
-        data = repo.check_inside(rel).read_bytes()
+        data = repo.read(rel)
     except FileNotFoundError as e:
         raise BadInput(f"{rel}: the diff of '{p.name}' is missing", f"restore it: git checkout -- {rel}") from e
     except Escape as e:

@@ -5,11 +5,21 @@ one interpreter lock, so the work goes to forked processes instead. Fork makes
 the inputs reach the workers without pickling them (each worker reads them
 from the memory it inherited) and costs milliseconds, where a fresh
 interpreter would pay for the imports again. Only the results travel back.
+
+A worker dies with the process that forked it: on Linux the kernel sends it
+SIGKILL when its parent ends (``PR_SET_PDEATHSIG``), however the parent
+ends, ``kill -9`` included; a worker whose parent is already gone when it
+starts exits at once. It never holds the repository's lock: the lock's
+descriptor is closed in every forked child (``repo.lock_repository``), so
+a worker left running could not keep the repository locked either.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -57,7 +67,8 @@ def map_items(fn: Callable[[T], R], items: Sequence[T], *, min_items: int = 64) 
         # A few chunks per worker evens out files of different sizes.
         step = max(1, -(-len(items) // (workers * 4)))
         spans = [(start, min(start + step, len(items))) for start in range(0, len(items), step)]
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=die_with, initargs=(os.getpid(),)) as pool:
             chunks = list(pool.map(_run_span, spans))
     finally:
         _WORK.clear()
@@ -78,3 +89,22 @@ def _run_span(span: tuple[int, int]) -> list[tuple[bool, Any]]:
         except Exception:  # noqa: BLE001 - re-raised by the parent, which runs the item again
             out.append((False, None))
     return out
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with(parent: int) -> None:
+    """In a forked worker: be killed when ``parent`` ends; exit now if it has ended already.
+
+    ``PR_SET_PDEATHSIG`` on Linux (the signal comes when the thread that forked
+    this process ends: ``map_items`` forks from the thread that calls it and
+    waits for the workers there). Elsewhere only the check at start is made.
+    Checked after setting the signal, so a parent that died in between is
+    still seen: the worker was then handed to another process.
+    """
+    if sys.platform.startswith("linux"):
+        # The C library the interpreter is linked with (no ``find_library``: it would run ldconfig per worker).
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from patchkit import sums
+from patchkit.errors import BadInput
 from patchkit.hashing import sha256_bytes
 from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
 from patchkit.lockfile.writer import dumps
@@ -74,8 +75,8 @@ def sums_dropped(repo: Repo, lock: Lockfile) -> list[Change]:
     command that rewrites it says so.
     """
     try:
-        current = repo.check_inside(sums.FILENAME).read_bytes()
-    except (OSError, Escape):
+        current = repo.read(sums.FILENAME)
+    except (OSError, Escape, BadInput):
         return []
     pinned = {str(path) for _, path, _ in lock.files()} | {LOCKFILE_NAME}
     return [

@@ -11,6 +11,7 @@ import os
 import secrets
 import stat
 import sys
+import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from patchkit.errors import BadInput, PatchkitError, Refused, WriteFailed
-from patchkit.hashing import sha256_bytes
+from patchkit.hashing import Changed, read_whole, sha256_bytes
 from patchkit.values import RepoPath
 
 if TYPE_CHECKING:
@@ -58,14 +59,124 @@ class Escape(Exception):
     """A repository path that resolves outside the repository, or through a symlink."""
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class Dirs:
+    """The directories below ``root``, each opened relative to its parent's descriptor without following a link.
+
+    ``at`` is the one way a path under the repository is resolved for an
+    operation: the directory part is opened component by component
+    (``openat`` with ``O_NOFOLLOW | O_DIRECTORY``), and the operation then
+    names only the last component relative to that descriptor
+    (``dir_fd=``, never following a final link). A directory swapped for a
+    symlink at any moment is refused (``ENOTDIR`` on Linux, ``ELOOP``
+    elsewhere) instead of followed, so no
+    operation reaches outside the repository. Descriptors are kept for the
+    object's life (``close`` or the ``with`` block), so thousands of files
+    in a few directories cost one open per directory; safe to share between
+    threads.
+    """
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = str(root)
+        self._fds: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> Dirs:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every directory descriptor; a later ``at`` opens them again."""
+        fds, self._fds = self._fds, {}
+        for fd in fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def at(self, rel: str, *, create: bool = False) -> tuple[int, str]:
+        """(descriptor of the directory holding ``rel``, ``rel``'s last name); ``create``: make missing directories.
+
+        Raises ``BadInput`` for a path that is not plain (absolute, empty,
+        ``.`` or ``..`` components) and ``OSError`` from the opens: ``ENOTDIR``
+        (or ``ELOOP``) for a symlink or a file on the way, ``ENOENT``.
+        """
+        parts = rel.split("/")
+        if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            raise BadInput(f"{rel}: not a plain path inside the repository; refusing to use it")
+        return self.directory(rel.rpartition("/")[0], create=create), parts[-1]
+
+    def directory(self, rel_dir: str, *, create: bool = False) -> int:
+        """The descriptor of the directory ``rel_dir`` ("" for the root), opened as ``at`` opens it."""
+        found = self._fds.get(rel_dir)
+        if found is None:
+            with self._lock:
+                found = self._open(rel_dir, create)
+        return found
+
+    def _open(self, rel_dir: str, create: bool) -> int:
+        """The descriptor of the directory ``rel_dir`` (its parents first), opened now unless it was before."""
+        found = self._fds.get(rel_dir)
+        if found is not None:
+            return found
+        if not rel_dir:
+            fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        else:
+            parent, _, name = rel_dir.rpartition("/")
+            parent_fd = self._open(parent, create)
+            try:
+                fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o777, dir_fd=parent_fd)
+                fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+        self._fds[rel_dir] = fd
+        return fd
+
+    def open(self, rel: str, flags: int, mode: int = 0o644, *, create: bool = False) -> int:
+        """``os.open`` of ``rel`` through ``at`` (``create``: its missing directories too); a final link is refused."""
+        directory, name = self.at(rel, create=create)
+        return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=directory)
+
+    def open_regular(self, path: Path | str) -> int:
+        """A descriptor to read the regular file at ``path`` (absolute, below ``root``); an opener for ``hashing``.
+
+        ``O_NONBLOCK``: a FIFO swapped in is not waited on, it is refused
+        as not a regular file (``EINVAL``), as a device or socket is.
+        """
+        text = str(path)
+        if not text.startswith(self.root + "/"):
+            raise OSError(errno.EXDEV, "not below the repository", text)
+        fd = self.open(text[len(self.root) + 1 :], os.O_RDONLY | os.O_NONBLOCK)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(errno.EINVAL, "not a regular file", text)
+        return fd
+
+
 @dataclass(frozen=True)
 class Repo:
     """A deployment repository rooted at ``root`` (an absolute, resolved path)."""
 
     root: Path
-    # Directories already proven to be real directories (not symlinks) inside
-    # the repository, so checking thousands of files costs one lstat each.
-    _safe_dirs: set[str] = field(default_factory=set, compare=False, repr=False)
+    # The repository's directories, opened without following links (see ``Dirs``), so checking
+    # and reading thousands of files costs one open of each directory and one call per file.
+    _dirs: Dirs = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_dirs", Dirs(self.root))
+
+    @property
+    def dirs(self) -> Dirs:
+        """Where every read of a repository file resolves its path: ``dirs.open_regular`` is the hashers' opener."""
+        return self._dirs
 
     @property
     def lockfile_path(self) -> Path:
@@ -112,41 +223,67 @@ class Repo:
     def inside_stat(self, rel: RepoPath | str) -> tuple[str, os.stat_result]:
         """``check_inside_stat`` with the path as a plain string.
 
-        For loops over thousands of files: building the ``Path`` costs as
-        much as the lstat.
+        Resolved through ``dirs`` (each directory opened without following a
+        link, the file itself ``lstat``-ed relative to its directory), so a
+        directory swapped for a symlink is refused, never followed. For loops
+        over thousands of files: building the ``Path`` costs as much as the
+        stat. Read what it proved with ``read`` or ``dirs.open_regular``, which
+        resolve the path the same way again.
         """
         if not isinstance(rel, RepoPath):
             try:
                 rel = RepoPath(rel)
             except ValueError as e:
                 raise Escape(str(e)) from e
-        root = str(self.root)
-        parent = rel.path.rpartition("/")[0]
-        if parent and parent not in self._safe_dirs:
-            # Plain strings and os.lstat: this runs once per pinned file. A directory is kept as
-            # proven only after its parents, so one whose parent is proven needs no look.
-            parts = parent.split("/")
-            for i in range(len(parts)):
-                prefix = "/".join(parts[: i + 1])
-                if prefix in self._safe_dirs:
-                    continue
-                current = f"{root}/{prefix}"
-                st = os.lstat(current)  # FileNotFoundError propagates: the caller reports "missing"
-                self._refuse_link(current, st)
-                if not stat.S_ISDIR(st.st_mode):
-                    raise FileNotFoundError(current)
-                self._safe_dirs.add(prefix)
-        current = f"{root}/{rel.path}"
-        st = os.lstat(current)
+        current = f"{self.root}/{rel.path}"
+        try:
+            directory, name = self._dirs.at(rel.path)
+            st = os.stat(name, dir_fd=directory, follow_symlinks=False)
+        except OSError as e:
+            if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise  # FileNotFoundError among them: the caller reports "missing"
+            if self._name_the_link(rel.path):  # a file where a directory should be, as a missing directory
+                raise FileNotFoundError(errno.ENOENT, "not a directory on the way", current) from e
+            raise Escape("is below a directory that was replaced (by a symlink?) while it was read") from e
         self._refuse_link(current, st)
         if not stat.S_ISREG(st.st_mode):
             raise Escape("is not a regular file")
         return current, st
 
+    def _name_the_link(self, rel: str) -> bool:
+        """Raise ``Escape`` naming the first symlink among ``rel``'s directories; True when one is a file instead."""
+        parts = rel.split("/")[:-1]
+        for i in range(len(parts)):
+            current = f"{self.root}/{'/'.join(parts[: i + 1])}"
+            try:
+                st = os.lstat(current)
+            except OSError:
+                return False
+            self._refuse_link(current, st)
+            if not stat.S_ISDIR(st.st_mode):
+                return True
+        return False
+
+    def read(self, rel: RepoPath | str) -> bytes:
+        """The bytes of the regular file ``rel``, read through ``dirs``: ``check_inside(rel).read_bytes()``, safely.
+
+        ``check_inside``'s errors (``Escape``, ``FileNotFoundError``) and the
+        ``OSError`` of the read, as ``read_bytes`` raises them; a file that
+        changed while it was read is ``BadInput`` naming it.
+        """
+        path, _ = self.inside_stat(rel)
+        try:
+            return read_whole(path, self._dirs.open_regular)
+        except Changed as e:
+            raise BadInput(f"{rel}: {e.strerror}") from e
+
     def _refuse_link(self, current: str, st: os.stat_result) -> None:
         """Raise ``Escape`` when ``current`` is a symlink, saying whether it points outside the repository."""
         if stat.S_ISLNK(st.st_mode):
-            target = os.readlink(current)
+            try:
+                target = os.readlink(current)
+            except OSError:  # replaced again since the lstat
+                raise Escape("is a symlink (replaced while it was read)") from None
             if not Path(current).resolve().is_relative_to(self.root):
                 raise Escape(f"is a symlink to {target}, outside the repository")
             raise Escape(f"is a symlink (to {target}); store the file itself, not a link")
@@ -168,46 +305,62 @@ def contained(root: Path, rel: str) -> Path:
     nothing resolves outside ``root``) and the file itself, when it exists,
     must not be a symlink: a write or an unlink through a link would reach
     whatever it points at. Missing directories are fine (they are created
-    below a checked parent). Raises ``BadInput`` naming the component.
+    below a checked parent). Raises ``BadInput`` naming the component. The
+    check gives the clear message; the write itself resolves the path
+    through ``Dirs`` again, so a link swapped in afterwards is refused too.
     """
-    _prove(str(root), rel, set())
+    with Dirs(root) as dirs:
+        _prove(dirs, rel)
     return root / rel
 
 
 def contained_all(root: Path, rels: Iterable[str]) -> None:
-    """``contained`` for many paths at once: each directory on the way is looked at once, not once per file."""
-    top = str(root)
-    proven: set[str] = set()
-    for rel in rels:
-        _prove(top, rel, proven)
+    """``contained`` for many paths at once: each directory on the way is opened once, not once per file."""
+    with Dirs(root) as dirs:
+        for rel in rels:
+            _prove(dirs, rel)
 
 
-def _prove(top: str, rel: str, proven: set[str]) -> None:
-    """Raise ``BadInput`` unless ``rel`` is safe to write below ``top``; ``proven``: directories already seen."""
+def _prove(dirs: Dirs, rel: str) -> None:
+    """Raise ``BadInput`` unless ``rel`` is safe to write below ``dirs.root`` (resolved through ``dirs``)."""
     parts = rel.split("/")
     if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
         raise BadInput(f"{rel}: not a plain path inside the repository; refusing to write it")
-    last = len(parts) - 1
-    shown = ""
-    for i, part in enumerate(parts):
-        shown = f"{shown}/{part}" if shown else part
-        if i < last and shown in proven:
-            continue
+    try:
+        directory, name = dirs.at(rel)
+        st = os.stat(name, dir_fd=directory, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        if e.errno in (errno.ENOTDIR, errno.ELOOP):
+            _name_the_component(dirs.root, rel)
+        raise BadInput(f"{rel}: cannot inspect ({e.strerror})") from e
+    _refuse_kind(rel, rel, st, directory=False, top=dirs.root)
+
+
+def _name_the_component(top: str, rel: str) -> None:
+    """Raise ``BadInput`` naming the directory of ``rel`` that is a symlink or a file (as it stands now)."""
+    parts = rel.split("/")[:-1]
+    for i in range(len(parts)):
+        shown = "/".join(parts[: i + 1])
         try:
             st = os.lstat(f"{top}/{shown}")
-        except FileNotFoundError:
-            return
-        except OSError as e:
-            raise BadInput(f"{rel}: cannot inspect {shown} ({e.strerror})") from e
-        _refuse_kind(rel, shown, st, directory=i < last, top=top)
-        if i < last:
-            proven.add(shown)
+        except OSError:
+            break
+        _refuse_kind(rel, shown, st, directory=True, top=top)
+    raise BadInput(
+        f"{rel}: a directory on the way was replaced while it was checked; refusing to write or delete it",
+        "make sure nothing else changes the repository, then retry",
+    )
 
 
 def _refuse_kind(rel: str, shown: str, st: os.stat_result, *, directory: bool, top: str) -> None:
     """Raise ``BadInput`` when ``shown`` (on the way to ``rel``) is a symlink, or not the kind of file it must be."""
     if stat.S_ISLNK(st.st_mode):
-        target = os.readlink(f"{top}/{shown}")
+        try:
+            target = os.readlink(f"{top}/{shown}")
+        except OSError:
+            target = "somewhere"  # replaced again since
         raise BadInput(
             f"{shown} is a symlink (to {target}); refusing to write or delete {rel} through it",
             "replace the link with a real directory or file inside the repository",
@@ -219,14 +372,17 @@ def _refuse_kind(rel: str, shown: str, st: os.stat_result, *, directory: bool, t
         raise BadInput(f"{rel} is {what}; refusing to write or delete it", "replace it with a regular file")
 
 
-def output_target(path: Path, repo: Repo | None = None, lock: Lockfile | None = None) -> Path:
+def output_target(path: Path, repo: Repo | None = None, lock: Lockfile | None = None, *, outside: bool = False) -> Path:
     """Where a command may write an output file the user named (``bundle -o``, ``--summary``).
 
     Only over a regular file, or at a new name in a directory that exists
     (nothing is created on the way); never over a device, a link or a
-    directory, and never over a file the deployment is made of (the lockfile,
+    directory, never over a file the deployment is made of (the lockfile,
     SHA256SUMS, a pinned file, a compose file) or into patchkit's managed
-    directories. Raises ``BadInput`` saying which.
+    directories, and never over a hard link of a file of the repository.
+    ``outside`` (the bundle): nowhere inside the repository at all, where
+    any file may be one the deployment reads (``guard.json``, a Caddyfile).
+    Raises ``BadInput`` saying which.
     """
     absolute = Path(os.path.abspath(path))
     try:
@@ -250,16 +406,52 @@ def output_target(path: Path, repo: Repo | None = None, lock: Lockfile | None = 
         raise BadInput(f"{path}: directory {parent} does not exist; nothing is created on the way", hint)
     if repo is not None:
         where = parent.resolve() / absolute.name
-        if where.is_relative_to(repo.root):
-            rel = where.relative_to(repo.root).as_posix()
-            protected = {LOCKFILE_NAME, "SHA256SUMS", "deploy.toml"}
-            if lock is not None:
-                protected |= {str(f) for _, f, _ in lock.files()}
-            top = rel.split("/", 1)[0]
-            is_compose = "/" not in rel and rel.startswith("compose") and rel.endswith((".yaml", ".yml"))
-            if rel in protected or is_compose or top in (*MANAGED_DIRS, WORK_DIR, ".git"):
-                raise BadInput(f"{path}: is part of the deployment ({rel}); refusing to write over it", hint)
+        _refuse_deployment_file(path, where, repo, lock, outside=outside)
+        if st is not None and st.st_nlink > 1 and (twin := _hard_link_in(repo.root, st, str(where))) is not None:
+            raise BadInput(
+                f"{path}: is a hard link of {twin}, a file of the deployment; refusing to write over it",
+                "name a new file outside the repository, or pass - to write to standard output",
+            )
     return absolute
+
+
+def _refuse_deployment_file(path: Path, where: Path, repo: Repo, lock: Lockfile | None, *, outside: bool) -> None:
+    """Raise ``BadInput`` when ``where`` (``path`` resolved) is a file of the deployment, or inside it at all."""
+    if not where.is_relative_to(repo.root):
+        return
+    rel = where.relative_to(repo.root).as_posix()
+    protected = {LOCKFILE_NAME, "SHA256SUMS", "deploy.toml"}
+    if lock is not None:
+        protected |= {str(f) for _, f, _ in lock.files()}
+    top = rel.split("/", 1)[0]
+    is_compose = "/" not in rel and rel.startswith("compose") and rel.endswith((".yaml", ".yml"))
+    hint = "name a new file in an existing directory, or pass - to write to standard output"
+    if rel in protected or is_compose or top in (*MANAGED_DIRS, WORK_DIR, ".git"):
+        raise BadInput(f"{path}: is part of the deployment ({rel}); refusing to write over it", hint)
+    if outside:
+        raise BadInput(
+            f"{path}: is inside the deployment repository ({rel}); refusing to write there",
+            f"name a file outside {repo.root}, or pass - to write to standard output",
+        )
+
+
+def _hard_link_in(root: Path, st: os.stat_result, itself: str) -> str | None:
+    """The repository path of another name than ``itself`` of the file ``st`` (a hard link); no symlink followed."""
+    pending = [(str(root), "")]
+    while pending:
+        directory, rel = pending.pop()
+        try:
+            with os.scandir(directory) as listing:
+                entries = list(listing)
+        except OSError:
+            continue
+        for e in entries:
+            name = f"{rel}/{e.name}" if rel else e.name
+            if e.is_dir(follow_symlinks=False):
+                pending.append((e.path, name))
+            elif e.inode() == st.st_ino and e.path != itself and e.stat(follow_symlinks=False).st_dev == st.st_dev:
+                return name
+    return None
 
 
 LOCK_FILE = f"{WORK_DIR}/lock"
@@ -274,18 +466,43 @@ class RepositoryBusy(PatchkitError):
 class RepoLock:
     """The exclusive write lock of one repository: ``flock`` on ``.patchkit/lock``.
 
-    The kernel drops the lock when its holder exits, however it ends (even
-    ``kill -9``), so a crash never leaves a repository locked. The file records
-    the holder's pid and command, for the message another writer prints.
+    The kernel drops the lock when the last descriptor of its open file is
+    closed, which happens when its holder exits, however it ends (even
+    ``kill -9``). A forked child would share that open file, and a child
+    outliving its parent would keep the repository locked: every fork closes
+    the descriptor in the child (``_close_locks_in_child``), so only the
+    process that took the lock holds it, and a crash never leaves a
+    repository locked. The file records the holder's pid and command, for
+    the message another writer prints.
     """
 
     def __init__(self, fd: int) -> None:
         self._fd: int | None = fd
+        _HELD.add(fd)
 
     def release(self) -> None:
+        """Release the lock (closing the only descriptor releases the flock); in a forked child, nothing to do."""
         if self._fd is not None:
             fd, self._fd = self._fd, None
-            os.close(fd)  # closing the only descriptor releases the flock
+            if fd in _HELD:  # not closed already by the fork that made this process
+                _HELD.discard(fd)
+                os.close(fd)
+
+
+# The descriptors of the repository locks this process holds.
+_HELD: set[int] = set()
+
+
+def _close_locks_in_child() -> None:
+    """In a forked child: close the lock descriptors it inherited (closing, not unlocking: the parent keeps it)."""
+    for fd in _HELD:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_locks_in_child)
 
 
 def lock_repository(root: Path, *, wait: bool = True, on_wait: Callable[[str], None] | None = None) -> RepoLock:
@@ -295,10 +512,9 @@ def lock_repository(root: Path, *, wait: bool = True, on_wait: Callable[[str], N
     ``wait=False``, fails at once with ``RepositoryBusy``.
     """
     contained(root, LOCK_FILE)
-    work = root / WORK_DIR
     try:
-        work.mkdir(exist_ok=True)
-        fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with Dirs(root) as dirs:  # .patchkit swapped for a link meanwhile: refused, not followed
+            fd = dirs.open(LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644, create=True)
     except OSError as e:
         raise _write_failed(root / LOCK_FILE, e) from e
     try:
@@ -351,6 +567,16 @@ def atomic_write(path: Path, data: bytes, *, durable: bool = True) -> None:
         _fsync_dir(path.parent)
 
 
+def _stage(path: Path, data: bytes, sync: bool = True) -> Path:
+    """Stage ``data`` beside ``path`` (its directory created when missing); the temporary file's path."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _write_failed(path, e) from e
+    with Dirs(path.parent) as dirs:
+        return _stage_in(dirs, "", path.name, data, sync)
+
+
 def _write_failed(path: Path, e: OSError) -> WriteFailed:
     if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return WriteFailed(
@@ -399,8 +625,9 @@ def write_all(
         why = _unwritable(rel, tree=tree)
         if why is not None:
             raise BadInput(f"{rel}: {why}; refusing to write it", "patchkit writes only its own files")
-    changed = [(rel, data, how) for rel, data in files.items() if (how := _how(root, rel, data, tree)) is not None]
-    removals = [rel for rel in deletes if (root / rel).exists()]
+    with Dirs(root) as dirs:
+        changed = [(rel, data, how) for rel, data in files.items() if (how := _how(dirs, rel, data, tree)) is not None]
+        removals = [rel for rel in deletes if _lstat(dirs, rel) is not None]
     if not changed and not removals:
         return []
     if len(changed) + len(removals) <= 1:
@@ -479,7 +706,16 @@ def _unwritable(rel: str, *, tree: bool) -> str | None:
     return None
 
 
-def _how(root: Path, rel: str, data: bytes, tree: bool = False) -> str | None:
+def _lstat(dirs: Dirs, rel: str) -> os.stat_result | None:
+    """The ``lstat`` of ``rel`` resolved through ``dirs``; None when it cannot be had (missing, a link on the way)."""
+    try:
+        directory, name = dirs.at(rel)
+        return os.stat(name, dir_fd=directory, follow_symlinks=False)
+    except OSError:
+        return None
+
+
+def _how(dirs: Dirs, rel: str, data: bytes, tree: bool = False) -> str | None:
     """How ``rel`` gets its new bytes: None when it holds them already, else "in-place" or "stage".
 
     In place only for an existing regular file of a managed directory with a
@@ -487,23 +723,22 @@ def _how(root: Path, rel: str, data: bytes, tree: bool = False) -> str | None:
     that this process may write; staged (temporary file, rename) otherwise,
     and always in a ``tree``. The file is opened only when its size says it may already hold ``data``.
     """
-    path = f"{root}/{rel}"
-    try:
-        st = os.lstat(path)
-    except OSError:
+    st = _lstat(dirs, rel)
+    if st is None or not stat.S_ISREG(st.st_mode):
         return "stage"
-    if not stat.S_ISREG(st.st_mode):
-        return "stage"
-    if st.st_size == len(data) and _holds(path, data):
+    if st.st_size == len(data) and _holds(dirs, rel, data):
         return None
     managed = not tree and rel.split("/", 1)[0] in MANAGED_DIRS
-    return "in-place" if managed and st.st_nlink == 1 and os.access(path, os.W_OK) else "stage"
+    if not managed or st.st_nlink != 1:
+        return "stage"
+    directory, name = dirs.at(rel)
+    return "in-place" if os.access(name, os.W_OK, dir_fd=directory) else "stage"
 
 
-def _holds(path: str, data: bytes) -> bool:
-    """Whether the regular file at ``path`` (not followed when a symlink) holds exactly ``data``."""
+def _holds(dirs: Dirs, rel: str, data: bytes) -> bool:
+    """Whether the regular file ``rel`` (resolved through ``dirs``, never a link) holds exactly ``data``."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = dirs.open(rel, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return False
     try:
@@ -515,10 +750,13 @@ def _holds(path: str, data: bytes) -> bool:
 def _stage_all(root: Path, items: list[tuple[str, bytes]]) -> list[tuple[str, Path]]:
     """Stage every file beside its target, made durable; on a failure remove what was staged and raise."""
 
+    dirs = Dirs(root)
+
     def stage(item: tuple[str, bytes]) -> Path | WriteFailed:
         rel, data = item
+        parent, _, name = rel.rpartition("/")
         try:
-            return _stage(root / rel, data, sync=False)
+            return _stage_in(dirs, parent, name, data, sync=False)
         except WriteFailed as e:
             return e
 
@@ -531,12 +769,14 @@ def _stage_all(root: Path, items: list[tuple[str, bytes]]) -> list[tuple[str, Pa
         results = [stage(item) for item in items]
     staged = [(rel, tmp) for (rel, _), tmp in zip(items, results, strict=True) if isinstance(tmp, Path)]
     failed = [tmp for tmp in results if isinstance(tmp, WriteFailed)]
-    if failed:
-        for _, tmp in staged:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-        raise failed[0]
-    _sync([tmp for _, tmp in staged])
+    with dirs:
+        if failed:
+            for _, tmp in staged:
+                with contextlib.suppress(OSError):
+                    directory, name = dirs.at(tmp.relative_to(root).as_posix())
+                    os.unlink(name, dir_fd=directory)
+            raise failed[0]
+        _sync(dirs, [tmp.relative_to(root).as_posix() for _, tmp in staged])
     return staged
 
 
@@ -558,38 +798,43 @@ def _write_journal_data(data_file: Path, in_place: list[tuple[str, bytes]]) -> l
 
 
 def _carry_out(root: Path, replace: list[tuple[str, str]], write: list[tuple[str, bytes]], delete: list[str]) -> None:
-    """Do what a journal lists: the in-place writes, the renames, the deletions; then make them durable."""
-    written = []
-    for rel, data in write:
-        path = root / rel
+    """Do what a journal lists: the in-place writes, the renames, the deletions; then make them durable.
+
+    Every path is resolved through ``Dirs``: a directory swapped for a
+    symlink meanwhile stops the write (``ENOTDIR``) instead of leading outside.
+    """
+    with Dirs(root) as dirs:
         try:
-            _overwrite(str(path), data)
+            for rel, data in write:
+                _overwrite(dirs, rel, data)
+            for tmp, rel in replace:
+                source, tmp_name = dirs.at(tmp)
+                target, name = dirs.at(rel)
+                with contextlib.suppress(FileNotFoundError):  # already renamed before a crash
+                    os.replace(tmp_name, name, src_dir_fd=source, dst_dir_fd=target)
+            for rel in delete:
+                directory, name = dirs.at(rel)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name, dir_fd=directory)
+            _sync(dirs, [rel for rel, _ in write])
+            for rel_dir in {rel.rpartition("/")[0] for _, rel in replace}:
+                with contextlib.suppress(OSError):
+                    os.fsync(dirs.directory(rel_dir))
         except OSError as e:
             raise WriteFailed(
-                f"{path}: cannot write ({e.strerror}); the write is journaled and not finished",
-                "fix the cause, then run patchkit status to finish it",
+                f"{root / (e.filename or '')}: cannot write ({e.strerror}); the write is journaled and not finished",
+                "fix the cause (a symlink where a directory was?), then run patchkit status to finish it",
             ) from e
-        written.append(path)
-    for tmp, rel in replace:
-        with contextlib.suppress(FileNotFoundError):  # already renamed before a crash
-            (root / tmp).replace(root / rel)
-    for rel in delete:
-        with contextlib.suppress(FileNotFoundError):
-            (root / rel).unlink()
-    _sync(written)
-    for directory in {(root / rel).parent for _, rel in replace}:
-        _fsync_dir(directory)
 
 
-def _overwrite(path: str, data: bytes) -> None:
-    """Write ``data`` over the file at ``path`` (creating it, and its directory, when missing)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+def _overwrite(dirs: Dirs, rel: str, data: bytes) -> None:
+    """Write ``data`` over the file ``rel`` (creating it, and its directory, when missing)."""
     try:
         # No O_TRUNC: truncating to zero first makes ext4 flush the file at close (auto_da_alloc).
-        fd = os.open(path, flags, 0o644)
-    except FileNotFoundError:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(path, flags, 0o644)
+        fd = dirs.open(rel, os.O_WRONLY | os.O_CREAT, 0o644, create=True)
+    except OSError as e:
+        e.filename = rel
+        raise
     try:
         view = memoryview(data)
         while view:
@@ -905,25 +1150,50 @@ def _bad(pair: object) -> bool:
 
 def _remove_stale_temporaries(root: Path) -> None:
     """Remove staged files left by crashed processes; a live process's staging is never touched."""
-    for tmp in stale_temporaries(root):
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+    with Dirs(root) as dirs:
+        for tmp in stale_temporaries(root):
+            with contextlib.suppress(OSError, BadInput):
+                directory, name = dirs.at(tmp.relative_to(root).as_posix())
+                os.unlink(name, dir_fd=directory)
 
 
 def stale_temporaries(root: Path) -> list[Path]:
-    """patchkit's own staged files whose writer is gone (a crash while staging), in the repository."""
-    found = set()
-    for directory in (root, *(root / d for d in (*MANAGED_DIRS, WORK_DIR))):
-        if not directory.is_dir() or directory.is_symlink():
-            continue
-        pattern = f"{TMP_PREFIX}*.tmp"
-        for tmp in directory.glob(pattern) if directory == root else directory.rglob(pattern):
-            if tmp.is_symlink() or not tmp.is_file():
-                continue
-            pid = staging_pid(tmp.name)
-            if pid is None or pid == os.getpid() or not _alive(pid):
-                found.add(tmp)
+    """patchkit's own staged files whose writer is gone (a crash while staging), in the repository.
+
+    Looked for at the top and below the managed directories and ``.patchkit``,
+    through directory descriptors (``Dirs``): a directory that is a symlink,
+    or becomes one, is not listed.
+    """
+    found: set[Path] = set()
+    with Dirs(root) as dirs:
+        for top in ("", *MANAGED_DIRS, WORK_DIR):
+            with contextlib.suppress(OSError):
+                _stale_below(dirs.directory(top), top, root, found)
     return sorted(found)
+
+
+def _stale_below(fd: int, rel: str, root: Path, found: set[Path]) -> None:
+    """Add to ``found`` the stale staged files in the directory ``fd`` (``rel``), and below it unless it is the top."""
+    try:
+        with os.scandir(fd) as listing:
+            entries = list(listing)
+    except OSError:
+        return
+    for e in entries:
+        name = f"{rel}/{e.name}" if rel else e.name
+        if rel and e.is_dir(follow_symlinks=False):
+            try:
+                sub = os.open(e.name, _DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                continue
+            try:
+                _stale_below(sub, name, root, found)
+            finally:
+                os.close(sub)
+        elif e.name.startswith(TMP_PREFIX) and e.name.endswith(".tmp") and e.is_file(follow_symlinks=False):
+            pid = staging_pid(e.name)
+            if pid is None or pid == os.getpid() or not _alive(pid):
+                found.add(root / name)
 
 
 def staging_pid(name: str) -> int | None:
@@ -944,12 +1214,21 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _stage(path: Path, data: bytes, sync: bool = True) -> Path:
+def _stage_in(dirs: Dirs, parent: str, name: str, data: bytes, sync: bool) -> Path:
+    """Write ``data`` to a new temporary file beside ``parent/name`` (below ``dirs``), made when missing.
+
+    The directory is resolved through ``dirs`` (no symlink followed, created
+    when missing), so the temporary file lands where the rename will look
+    for it, never outside. Its mode is the target's when it exists, else
+    what the umask gives a new file. Returns the temporary file's path.
+    """
+    path = Path(dirs.root, parent, name)
+    # The writer's pid in the name: recovery removes only the staging of dead processes.
+    tmp_name = f"{TMP_PREFIX}{os.getpid()}-{name}.{secrets.token_hex(4)}.tmp"
+    tmp_rel = f"{parent}/{tmp_name}" if parent else tmp_name
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # The writer's pid in the name: recovery removes only the staging of dead processes.
-        tmp = str(path.parent / f"{TMP_PREFIX}{os.getpid()}-{path.name}.{secrets.token_hex(4)}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        directory, _ = dirs.at(tmp_rel, create=True)
+        fd = dirs.open(tmp_rel, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as e:
         raise _write_failed(path, e) from e
     try:
@@ -958,30 +1237,30 @@ def _stage(path: Path, data: bytes, sync: bool = True) -> Path:
             f.flush()
             if sync:
                 os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
-        with contextlib.suppress(FileNotFoundError):
-            mode = stat.S_IMODE(path.stat().st_mode)
-        os.chmod(tmp, mode)
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+            with contextlib.suppress(FileNotFoundError):
+                mode = stat.S_IMODE(os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode)
+            os.fchmod(f.fileno(), mode)
     except OSError as e:
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            os.unlink(tmp_name, dir_fd=directory)
         raise _write_failed(path, e) from e
-    return Path(tmp)
+    return path.parent / tmp_name
 
 
-def _sync(paths: list[Path]) -> None:
-    """Make staged files durable before they are renamed in: one fsync each, or one sync for many.
+def _sync(dirs: Dirs, rels: list[str]) -> None:
+    """Make written files durable: one fsync each, or one sync for many.
 
     A bump of a thousand patches stages thousands of files; a thousand fsyncs
     cost about a second where one sync(2) costs a fraction of it.
     """
-    if len(paths) > 16:
+    if len(rels) > 16:
         os.sync()
         return
-    for p in paths:
-        fd = os.open(p, os.O_RDONLY)
+    for rel in rels:
+        fd = dirs.open(rel, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:

@@ -337,16 +337,16 @@ CRASH_AFTER_FIRST_RENAME = """
 import os, signal, sys
 from pathlib import Path
 import patchkit.repo as repo
-real = Path.replace
+real = os.replace
 count = 0
-def replace(self, target):
+def replace(*args, **kwargs):
     global count
-    result = real(self, target)
-    count += 1
-    if count == 2:  # the journal itself, then one repository file: die mid-transaction
+    result = real(*args, **kwargs)
+    count += "src_dir_fd" in kwargs  # a rename the journal lists (not the journal's own atomic write)
+    if count == 2:  # two repository files renamed in, the rest not: die mid-transaction
         os.kill(os.getpid(), signal.SIGKILL)
     return result
-Path.replace = replace
+os.replace = replace
 from patchkit.cli import main
 sys.argv = ["patchkit", "--repo", sys.argv[1], "rebase", "--onto", sys.argv[2]]
 main()

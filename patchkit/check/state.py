@@ -20,6 +20,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 
+from patchkit.errors import BadInput
 from patchkit.findings import Finding
 from patchkit.hashing import sha256_many
 from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
@@ -29,6 +30,7 @@ from patchkit.repo import (
     MANAGED_DIRS,
     TMP_PREFIX,
     WORK_DIR,
+    Dirs,
     Escape,
     Repo,
     foreign_journal,
@@ -81,8 +83,8 @@ class RepoView:
 
     def read(self, rel: str) -> bytes | None:
         try:
-            return self.repo.check_inside(rel).read_bytes()
-        except (OSError, Escape):
+            return self.repo.read(rel)
+        except (OSError, Escape, BadInput):
             return None
 
     def kind(self, rel: str) -> Kind:
@@ -267,11 +269,10 @@ def hash_pinned(repo: Repo, lock: Lockfile, named: Iterable[Named] | None = None
     """
     out = PinnedFiles()
     root = str(repo.root)
-    safe_dirs: set[str] = set()
     rest: list[str] = []
     kept = 0
     for rel in dict.fromkeys(n.path.path for n in (named if named is not None else named_files(lock))):
-        data = _small_file(root, rel, safe_dirs)
+        data = _small_file(repo.dirs, rel)
         if data is None:
             rest.append(rel)
             continue
@@ -291,51 +292,32 @@ KEEP_AT_MOST = 32 * 1024 * 1024  # bytes kept over all files
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # never a link, never waiting on a FIFO
 
 
-def _small_file(root: str, rel: str, safe_dirs: set[str]) -> bytes | None:
+def _small_file(dirs: Dirs, rel: str) -> bytes | None:
     """The bytes of ``rel`` when it is a small regular file below real directories of the repository; else None.
 
     None says only "not this way": the caller checks such a file the general
-    way, which tells a missing, unsafe or unreadable file apart. Each
-    directory is looked at once (``lstat``: a real directory, no symlink).
+    way, which tells a missing, unsafe, unreadable or changing file apart. The
+    path resolves through ``dirs`` (no symlink followed on the way or at the
+    end), and the file is opened only after its ``stat`` says it is regular.
     """
-    parent = rel.rpartition("/")[0]
-    if parent and parent not in safe_dirs and not _real_dirs(root, parent, safe_dirs):
-        return None
-    path = f"{root}/{rel}"
     try:
-        st = os.lstat(path)  # before opening: a device or a FIFO is never opened
+        directory, name = dirs.at(rel)
+        st = os.stat(name, dir_fd=directory, follow_symlinks=False)  # a device or a FIFO is never opened
         if not stat.S_ISREG(st.st_mode) or st.st_size >= KEEP_BELOW:
             return None
-        fd = os.open(path, _OPEN_FLAGS)
-    except OSError:
+        fd = os.open(name, _OPEN_FLAGS, dir_fd=directory)
+    except (OSError, BadInput):
         return None
     try:
         data = os.read(fd, st.st_size + 1)
-        # A regular file reads short only at its end; one that grew since the lstat is read to its end.
-        while len(data) > st.st_size and (more := os.read(fd, KEEP_BELOW)):
-            data += more
+        after = os.fstat(fd)
     except OSError:
         return None
     finally:
         os.close(fd)
+    if len(data) != st.st_size or (after.st_size, after.st_mtime_ns) != (st.st_size, st.st_mtime_ns):
+        return None  # changed since the stat: the general way reads it again and says so if it still changes
     return data
-
-
-def _real_dirs(root: str, parent: str, safe_dirs: set[str]) -> bool:
-    """Whether every component of the directory ``parent`` is a real directory (not a symlink); remembered."""
-    parts = parent.split("/")
-    for i in range(1, len(parts) + 1):
-        prefix = "/".join(parts[:i])
-        if prefix in safe_dirs:
-            continue
-        try:
-            mode = os.lstat(f"{root}/{prefix}").st_mode
-        except OSError:
-            return False
-        if not stat.S_ISDIR(mode):
-            return False
-        safe_dirs.add(prefix)
-    return True
 
 
 def _hash_checked(repo: Repo, rels: list[str], out: PinnedFiles) -> None:
@@ -350,7 +332,7 @@ def _hash_checked(repo: Repo, rels: list[str], out: PinnedFiles) -> None:
             out.missing.add(rel)
         except Escape as e:
             out.unsafe[rel] = str(e)
-    hashes = sha256_many(paths.values(), sizes=sizes)
+    hashes = sha256_many(paths.values(), sizes=sizes, opener=repo.dirs.open_regular)
     for rel, path in paths.items():
         got = hashes[path]
         if isinstance(got, OSError):
@@ -413,7 +395,7 @@ def _sums_bytes(repo: Repo) -> bytes | str | None:
     from patchkit import sums
 
     try:
-        return repo.check_inside(sums.FILENAME).read_bytes()
+        return repo.read(sums.FILENAME)
     except FileNotFoundError:
         return None
     except Escape as e:

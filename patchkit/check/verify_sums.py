@@ -26,13 +26,13 @@ def check_sums(repo: Repo) -> CheckResult:
     lockfile is read and parsed: on a large tree neither costs wall time.
     """
     try:
-        data: bytes | None = repo.check_inside(sums.FILENAME).read_bytes()
+        data: bytes | None = repo.read(sums.FILENAME)
     except FileNotFoundError:
         data = None
     except Escape as err:
         raise BadInput(f"{sums.FILENAME} {err}") from err
     entries, _ = sums.parse(data or b"")
-    with Hasher[str]() as hasher:
+    with Hasher[str](opener=repo.dirs.open_regular) as hasher:
         paths, unsafe = _listed_files(repo, entries, hasher)
         from patchkit.findings import CheckResult
 

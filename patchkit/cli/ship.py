@@ -165,7 +165,7 @@ def bundle(ctx: click.Context, output: Path) -> None:
 
     repo, lockf, data = open_repo(ctx)
     to_stdout = str(output) == "-"
-    target = None if to_stdout else output_target(output, repo, lockf)
+    target = None if to_stdout else output_target(output, repo, lockf, outside=True)
     files = collect_files_that_run(repo, lockf, blob_store(), cache_path())
     archive = build_bundle(repo, lockf, data, files, source_date_epoch=parse_epoch(source_date_epoch()))
     if target is None:

@@ -27,7 +27,9 @@ stray ``--continue``, the work area kept out of git),
 ``test_cloned_repo`` (a
 clone carrying a journal, rebase states or hooks changes nothing in ``.git``;
 malformed rebase states), ``test_apply_kill`` (``apply --to`` killed with
-SIGKILL, finished or undone by the next run). ``corpus.py`` holds the
+SIGKILL, finished or undone by the next run),
+``test_races`` (files
+changed while hashed, directories swapped for links, killed writers). ``corpus.py`` holds the
 corrupted deployments ``test_no_internal_error`` runs every command on: add
 an attack there, or a module here.
 """

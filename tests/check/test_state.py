@@ -95,19 +95,24 @@ def test_a_path_pinned_twice_is_hashed_once_and_a_directory_looked_at_once(
     for i in range(3):
         (root / "patches" / "a" / f"m{i}.py").write_bytes(SMALL + b"%d\n" % i)
     looked: list[str] = []
-    real = os.lstat
+    real_open, real_stat = os.open, os.stat
 
-    def lstat(path: str) -> os.stat_result:
-        looked.append(str(path))
-        return real(path)
+    def open_(path: str, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
+        looked.append(f"open {path}")
+        return real_open(path, flags, mode, dir_fd=dir_fd)
 
-    monkeypatch.setattr(state.os, "lstat", lstat)
+    def stat_(path: str, *, dir_fd: int | None = None, follow_symlinks: bool = True) -> os.stat_result:
+        looked.append(f"stat {path}")
+        return real_stat(path, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
+
+    monkeypatch.setattr(os, "open", open_)
+    monkeypatch.setattr(os, "stat", stat_)
     rels = ["patches/a/m0.py", "patches/a/m1.py", "patches/a/m0.py", "patches/a/m2.py"]
     got = hash_pinned(Repo(root), Lockfile(), pins(rels))
     assert sorted(got.sha256) == ["patches/a/m0.py", "patches/a/m1.py", "patches/a/m2.py"]
-    assert sorted(looked) == sorted(
-        [f"{root}/patches", f"{root}/patches/a"] + [f"{root}/patches/a/m{i}.py" for i in range(3)]
-    )
+    # Each directory opened once (relative to its parent), each file looked at and opened once.
+    files = [f"{verb} m{i}.py" for i in range(3) for verb in ("open", "stat")]
+    assert sorted(looked) == sorted([f"open {root}", "open patches", "open a", *files])
 
 
 def test_kept_bytes_stay_within_their_bound_and_every_file_still_hashes(
