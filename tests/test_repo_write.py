@@ -293,15 +293,15 @@ CRASH_WHILE_STAGING = """
 import os, signal, sys
 from pathlib import Path
 import patchkit.repo as repo
-real = repo._stage
+real = repo._stage_in
 count = 0
-def stage(path, data, sync=True):
+def stage(dirs, parent, name, data, sync):
     global count
     count += 1
     if count == 6:  # the journal, lockfile.toml, tuning/new.csv, two files in directories of their own
         os.kill(os.getpid(), signal.SIGKILL)
-    return real(path, data, sync)
-repo._stage = stage
+    return real(dirs, parent, name, data, sync)
+repo._stage_in = stage
 new = {k: bytes.fromhex(v) for k, v in __import__("json").loads(sys.argv[2]).items()}
 repo.write_all(Path(sys.argv[1]), new)
 """
