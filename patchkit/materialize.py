@@ -60,7 +60,7 @@ def _base(repo: Repo, lock: Lockfile, p: Patch, store: BlobStore, cache: Path) -
 def _read(repo: Repo, rel: str, name: str) -> bytes:
     """A committed file of patch ``name``, never through a symlink: what runs is what the repository holds."""
     try:
-        return repo.check_inside(rel).read_bytes()
+        return repo.read(rel)
     except Escape as e:
         raise BadInput(f"{rel} ('{name}'): {e}", "commit the file itself in place of the link") from e
     except OSError as e:

@@ -532,7 +532,7 @@ def skipped(repo: Repo, lock: Lockfile, upstream: str) -> list[Skipped]:
 
 def _read_or_none(repo: Repo, rel: str) -> bytes | None:
     try:
-        return repo.check_inside(rel).read_bytes()
+        return repo.read(rel)
     except (OSError, Escape):
         return None
 
@@ -890,7 +890,7 @@ def resolved_files(repo: Repo, result: Plan) -> dict[str, bytes]:
             continue
         rel = conflict_file(r)
         try:
-            data = repo.check_inside(rel).read_bytes()
+            data = repo.read(rel)
         except FileNotFoundError:
             problems.append(f"{rel}: missing (resolve the conflict in this file)")
             continue
@@ -1347,7 +1347,7 @@ def _status(repo: Repo) -> dict[str, Any]:
         where = "broken" if entry["outcome"] == Outcome.BROKEN.value else "conflicts"
         rel = f"{STATE_DIR}/{where}/{entry['name']}/{Path(entry['new_path']).name}"
         try:
-            markers = conflict_markers_remain(repo.check_inside(rel).read_bytes())
+            markers = conflict_markers_remain(repo.read(rel))
         except (FileNotFoundError, Escape):
             markers = []
         broken = where == "broken"

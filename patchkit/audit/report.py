@@ -284,7 +284,7 @@ def _base(lock: Lockfile, p: Patch, cache: Path) -> BaseInfo | None:
 
 def _read(repo: Repo, rel: str) -> bytes | None:
     try:
-        return repo.check_inside(rel).read_bytes()
+        return repo.read(rel)
     except (OSError, Escape):
         return None
 

@@ -63,7 +63,7 @@ def _current(repo: Repo, rel: str) -> bytes | None:
     from patchkit.repo import Escape
 
     try:
-        return repo.check_inside(rel).read_bytes()
+        return repo.read(rel)
     except (FileNotFoundError, Escape):
         return None
 

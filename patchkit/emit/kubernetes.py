@@ -465,7 +465,7 @@ def emit_files(
         from patchkit.repo import Escape
 
         try:
-            return repo.check_inside(rel).read_bytes()
+            return repo.read(rel)
         except (FileNotFoundError, Escape):  # a link is never read through; the write refuses it
             return None
 

@@ -457,7 +457,7 @@ def _pinned_bytes(repo: Repo, rel: str, what: str) -> bytes:
     from patchkit.repo import Escape
 
     try:
-        return repo.check_inside(rel).read_bytes()
+        return repo.read(rel)
     except Escape as e:
         raise BadInput(f"{rel} ({what}): {e}; refusing to build", "commit the file itself in place of the link") from e
     except OSError as e:

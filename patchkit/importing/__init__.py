@@ -17,7 +17,7 @@ def read_inside(root: Path, rel: str, what: str) -> bytes:
     from patchkit.repo import Escape, Repo
 
     try:
-        return Repo(root).check_inside(rel).read_bytes()
+        return Repo(root).read(rel)
     except Escape as e:
         raise BadInput(
             f"{rel}: {e} ({what}); refusing to import it", "commit the file itself in place of the link"

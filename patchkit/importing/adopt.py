@@ -692,7 +692,7 @@ class _Importer:
             if not (self.root / name).resolve().is_relative_to(self.root):
                 why = "which is outside the repository"
             else:
-                data = Repo(self.root).check_inside(name).read_bytes()
+                data = Repo(self.root).read(name)
         except FileNotFoundError:
             why = "which does not exist"
         except (Escape, OSError) as e:

@@ -86,7 +86,7 @@ def normalize(repo: Repo, lock: Lockfile, store: BlobStore, fetch: Fetch | None 
     diffs is normalized against it.
     """
     result = Normalized()
-    read = lambda d: repo.check_inside(d.file).read_bytes()  # noqa: E731 - read twice, the same way
+    read = lambda d: repo.read(d.file)  # noqa: E731 - read twice, the same way
     chains = handdiffs.chains(lock, read)
     extra: dict[str, bytes] = {}
     if fetch is not None:
@@ -239,7 +239,7 @@ def _settle(
 ) -> tuple[Patch, bytes, bool] | str:
     """The overlay with its base and canonical diff (and whether the base came from upstream), or why not."""
     assert p.file is not None  # noqa: S101 - the caller only settles committed overlays
-    data = repo.check_inside(p.file).read_bytes()
+    data = repo.read(p.file)
     rebuilt, why_not = _rebuilt(lock, p, data, chains)
     upstream, why = upstream_of(lock, p)
     path = upstream_path(p)
@@ -313,7 +313,7 @@ def _module_or_overlay(
         result.not_upstream.append((p.name, f"upstream '{up.name}' has no {path} at {at}: a new module"))
         return None
     assert p.file is not None  # noqa: S101 - maybe_upstream only asks about committed modules
-    data = repo.check_inside(p.file).read_bytes()
+    data = repo.read(p.file)
     text = canonical_diff(base, data, path)
     diff_rel = f"upstream/{p.name}.diff"
     overlay = dataclasses.replace(

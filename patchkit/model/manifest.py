@@ -166,7 +166,7 @@ def pinned_files(repo: Repo, model: Model) -> tuple[ModelFile, ...]:
     rel = str(model.manifest.file)
     hint = f"restore it (git checkout -- {rel}) or regenerate it: patchkit model lock"
     try:
-        data = repo.check_inside(model.manifest.file).read_bytes()
+        data = repo.read(model.manifest.file)
     except FileNotFoundError as e:
         raise BadInput(f"{rel} (model manifest) is pinned but does not exist", hint) from e
     except Escape as e:

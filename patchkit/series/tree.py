@@ -150,7 +150,7 @@ def _read_record(root: Path, rel: str) -> dict[str, Any] | None:
 
 
 def applied_pins(repo: Repo, items: list[Item]) -> list[dict[str, str]]:
-    return [{"name": it.name, "sha256": sha256_bytes(repo.check_inside(it.file).read_bytes())} for it in items]
+    return [{"name": it.name, "sha256": sha256_bytes(repo.read(it.file))} for it in items]
 
 
 def record_bytes(series: Series, profile: str | None, wanted: list[dict[str, str]], r: Applied) -> bytes:

@@ -170,7 +170,7 @@ def rebuilt_base(repo: Repo, lock: Lockfile, p: Patch, data: bytes) -> bytes | N
 
     def read(d: Any) -> bytes | None:
         try:
-            return repo.check_inside(str(d.file)).read_bytes()
+            return repo.read(str(d.file))
         except (OSError, Escape):
             return None
 
@@ -227,7 +227,7 @@ def find(
     for p in targets:
         if p.file is None:
             raise BadInput(f"'{p.name}' is diff-only: its base is what makes its file; nothing to search with")
-        data = repo.check_inside(str(p.file)).read_bytes()
+        data = repo.read(str(p.file))
         upath = upstream_path_of(p, path)
         files = read(cands, upath)
         out.append(rank(p.name, upath, data, rebuilt_base(repo, lock, p, data), list(zip(cands, files, strict=True))))
@@ -247,7 +247,7 @@ def record(
         if f is None or f.best is None or f.base_bytes is None or (not f.exact and not nearest) or p.file is None:
             patches.append(p)
             continue
-        data = repo.check_inside(str(p.file)).read_bytes()
+        data = repo.read(str(p.file))
         text = canonical_diff(f.base_bytes, data, UpstreamPath(f.path))
         rel = str(p.diff.file) if p.diff is not None else f"upstream/{p.name}.diff"
         files[rel] = text
