@@ -690,9 +690,11 @@ def _unwritable(rel: str, *, tree: bool) -> str | None:
     Nothing into a ``.git`` directory, in any case (``.GIT`` is the same
     directory on a case-insensitive file system). In a deployment, only the
     files patchkit generates: the lockfile, SHA256SUMS, ``.gitignore``, files
-    under the managed directories and its work area, and visible files (the
-    compose, guard and Kubernetes files, a Containerfile); never another
-    hidden file (``.github/``, ``.envrc``, ``.gitattributes``).
+    under the managed directories and its work area, the records patchkit
+    keeps in a ``.patchkit`` directory of a tree it builds (``build/series/
+    NAME/.patchkit/series/NAME.json``), and visible files (the compose, guard
+    and Kubernetes files, a Containerfile); never another hidden file
+    (``.github/``, ``.envrc``, ``.gitattributes``).
     """
     parts = rel.split("/")
     if any(p.rstrip(". ").casefold() == ".git" for p in parts):
@@ -701,7 +703,7 @@ def _unwritable(rel: str, *, tree: bool) -> str | None:
         return None
     if parts[0] == WORK_DIR:
         return "is patchkit's journal" if parts[-1].startswith("journal") and len(parts) == 2 else None
-    if any(p.startswith(".") for p in parts):
+    if any(p.startswith(".") and p != WORK_DIR for p in parts):
         return "is a hidden file, not one patchkit generates"
     return None
 

@@ -114,7 +114,7 @@ def test_a_lockfile_of_5000_nested_arrays_is_bad_input(deploy: Path, invoke: Inv
         if command == "status":
             continue  # status reads no lockfile
         assert r.exit_code == 2, (command, r.stderr)
-        assert r.stderr.splitlines()[0] == f"patchkit: error: lockfile.toml:{line}: nested too deeply to be a lockfile"
+        assert r.stderr.splitlines()[0] == f"patchkit: error: lockfile.toml:{line}: nested too deeply to be read"
 
 
 def test_verbose_keeps_the_exit_code_of_a_refused_import(tmp_path: Path) -> None:
