@@ -284,7 +284,11 @@ class Repo:
                 target = os.readlink(current)
             except OSError:  # replaced again since the lstat
                 raise Escape("is a symlink (replaced while it was read)") from None
-            if not Path(current).resolve().is_relative_to(self.root):
+            try:
+                outside = not Path(current).resolve().is_relative_to(self.root)
+            except OSError:  # replaced again while it was resolved
+                raise Escape(f"is a symlink (to {target}, replaced while it was read)") from None
+            if outside:
                 raise Escape(f"is a symlink to {target}, outside the repository")
             raise Escape(f"is a symlink (to {target}); store the file itself, not a link")
 

@@ -20,7 +20,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 
-from patchkit.errors import BadInput
+from patchkit.errors import BadInput, Refused
 from patchkit.findings import Finding
 from patchkit.hashing import sha256_many
 from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
@@ -209,18 +209,21 @@ class State:
         """The bytes of a pinned file that hashed (it exists, is safe and readable); else None.
 
         A small file's bytes are those that hashed, kept by ``hash_pinned``; a
-        larger one is read again, and an ``OSError`` then is raised, as for
-        any file that changes while it is read.
+        larger one is read again through the view (never through a link). One
+        that is gone or changed by then was changed while check ran: a
+        refusal naming it (exit 1), never a rule passed on bytes it did not read.
         """
         if rel not in self.files.sha256:
             return None
         if (data := self.files.content.get(rel)) is not None:
             return data
-        path = self.files.paths.get(rel)
-        if path is None:
-            return self.view.read(rel)
-        with open(path, "rb") as f:
-            return f.read()
+        data = self.view.read(rel)
+        if data is None or hashlib.sha256(data).hexdigest() != self.files.sha256[rel]:
+            raise Refused(
+                f"{rel}: changed while check read it (after it was hashed); nothing was concluded",
+                "run check again when nothing else writes the repository",
+            )
+        return data
 
 
 def named_files(lock: Lockfile) -> Iterator[Named]:
