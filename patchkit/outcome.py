@@ -29,3 +29,5 @@ class Outcome:
     written: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     output: bytes = b""
+    # What the user should look at although the write succeeded (printed as "note: …" on stderr).
+    notes: list[str] = field(default_factory=list)

@@ -32,7 +32,7 @@ from patchkit.errors import BadInput, PatchkitError, PinMismatch
 from patchkit.fanout import map_items
 from patchkit.hashing import remembers_digests, require_pin, sha256_bytes
 from patchkit.importing import handdiffs
-from patchkit.lockfile.model import Base, DiffPin, Lockfile, Patch, PatchKind, Upstream
+from patchkit.lockfile.model import Base, DiffPin, Image, Lockfile, Patch, PatchKind, Upstream
 from patchkit.lockfile.writer import dumps
 from patchkit.merge import MergeResult, Outcome, conflict_markers_remain, rebase_file
 from patchkit.outcome import Outcome as WriteOutcome
@@ -627,20 +627,30 @@ def prepare(
         outcome.changes.append(_change(p.name, r, "resolved" if p.name in resolved else r.outcome.value))
         patches.append(new_patch)
     upstreams = tuple(repinned(u, pin) if u.name == result.upstream else u for u in lock.upstreams)
-    images = tuple(
-        dataclasses.replace(i, digest=Digest(result.image_pins[i.name]), platform_digest=None, resolved_at=None)
-        if i.name in result.image_pins and str(i.digest) != result.image_pins[i.name]
-        else i
-        for i in lock.images
-    )
-    for name, digest in sorted(result.image_pins.items()):
-        old = next((i for i in lock.images if i.name == name), None)
-        if old is not None and str(old.digest) != digest:
-            from patchkit.outcome import Change
-
-            outcome.changes.append(Change(f"images[{name}]", str(old.digest), digest))
+    images = tuple(_moved_image(i, result, outcome) for i in lock.images)
     new_lock = dataclasses.replace(lock, patches=tuple(patches), upstreams=upstreams, images=images)
     return new_lock, files, deletes, outcome
+
+
+def _moved_image(image: Image, result: Plan, outcome: WriteOutcome) -> Image:
+    """``image`` at the digest the bump moves it to (itself when it does not move), its change in ``outcome``.
+
+    Its ``version`` becomes the runtime version read from the new image, the
+    one the guard's VERSION check will find; when the image has none, the old
+    ``version`` is kept, with a note to confirm it (dropping it would silently
+    remove that check from guard.json). ``tag`` and ``note`` stay as they were.
+    """
+    digest = result.image_pins.get(image.name)
+    if digest is None or str(image.digest) == digest:
+        return image
+    from patchkit.images.operations import kept_version_note
+    from patchkit.outcome import Change
+
+    outcome.changes.append(Change(f"images[{image.name}]", str(image.digest), digest))
+    if image.version and not result.new_pin.version:
+        outcome.notes.append(kept_version_note(image.name, image.version))
+    version = result.new_pin.version or image.version
+    return dataclasses.replace(image, digest=Digest(digest), platform_digest=None, resolved_at=None, version=version)
 
 
 def _new_files(

@@ -1,4 +1,5 @@
-"""Rules about the runtime guard: the pinned guard script is the one this patchkit ships (a note when not)."""
+"""Rules about the runtime guard: the pinned guard script is the one this patchkit ships, and guard.json checks the
+runtime version (a note when not)."""
 
 from __future__ import annotations
 
@@ -50,3 +51,25 @@ def guard_script(state: State) -> list[Finding]:
             severity="note",
         )
     ]
+
+
+def guard_runtime(state: State) -> list[Finding]:
+    """With ``[guard]``, an inference image without ``version`` is a note: guard.json then has no VERSION check.
+
+    Not an error, as a deployment may not know its runtime's version; but
+    ``emit`` writes the manifest without the check all the same, and a
+    re-pin that lost the field would otherwise go unnoticed.
+    """
+    if not state.has_deploy_config:
+        return []
+    try:
+        config = _config(state)
+    except BadInput:
+        return []  # compose.emitted reports deploy.toml
+    from patchkit.guard.manifest import runtime_unchecked
+
+    unchecked = runtime_unchecked(state.lock, config)
+    if unchecked is None:
+        return []
+    _, message, fix = unchecked
+    return [state.lock_finding("guard-unversioned", ("images", config.inference.image), message, fix, "note")]

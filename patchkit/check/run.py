@@ -49,6 +49,7 @@ RULES: tuple[Rule | VerifyingRule, ...] = (
     compose.derived_stale,
     compose.mounts,
     guard.guard_script,
+    guard.guard_runtime,
 )
 
 

@@ -287,6 +287,8 @@ def source_date_epoch() -> str | None:
 def print_changes(outcome: Any, fmt: str, nothing: str) -> None:
     from patchkit.formats.safe import json_safe, printable
 
+    for note in getattr(outcome, "notes", ()):
+        click.echo(f"note: {printable(note)}", err=True)
     if fmt == "json":
         doc = {
             "changes": [c.as_dict() for c in outcome.changes],

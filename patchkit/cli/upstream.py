@@ -424,6 +424,8 @@ def bump(
 
         atomic_write(output_target(summary, repo, lockf), rb.summary_markdown(started.plan).encode())
     version = started.plan.new_pin.version
+    for note in started.outcome.notes if started.outcome is not None else ():
+        click.echo(f"note: {note}", err=True)
     if fmt == "json":
         doc = rb.result_json(started.plan)
         doc.update(

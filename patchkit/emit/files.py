@@ -37,7 +37,8 @@ def emit_files(
     With ``check_only`` nothing is written and the second value lists the
     files whose bytes differ from what would be written (drift). When
     ``notes`` is given, a line is appended to it for every validation that was
-    skipped (caddy not installed).
+    skipped (caddy not installed), and when ``guard.json`` goes without its
+    runtime check (the inference image records no ``version``).
     ``validate_output=False`` (for ``patchkit check``'s drift comparison)
     skips the schema and the external tools: a file equal to what emit writes
     was validated when emit wrote it, and ``emit`` itself still enforces the
@@ -51,6 +52,9 @@ def emit_files(
     skipped = validate_bundle_files(repo.root, lock, config) if validate_output else []
     if notes is not None:
         notes.extend(skipped)
+        unchecked = guard_manifest.runtime_unchecked(lock, config)
+        if unchecked is not None:
+            notes.append("{} {}; fix: {}".format(*unchecked))
     drift = drifted(files, lambda rel: _current(repo, rel))
     if check_only:
         return WriteOutcome(), drift

@@ -19,6 +19,8 @@ target; the runtime version the inference image records (``images.<name>.version
 with the package to read it from; the model snapshot path at the pinned revision
 and, when the lockfile lists the model's files inline, each file's size. Pure:
 ``render`` takes the parsed lockfile and configuration and returns bytes.
+Without that ``version`` the runtime section is left out, and
+``runtime_unchecked`` says why for emit's note and check's ``guard-unversioned``.
 """
 
 from __future__ import annotations
@@ -63,6 +65,30 @@ def problems(lock: Lockfile, config: DeployConfig) -> list[Problem]:
             "patchkit add patches/guard.py --kind module --name runtime-guard --target /opt/patchkit/guard.py",
         )
     ]
+
+
+def runtime_unchecked(lock: Lockfile, config: DeployConfig) -> tuple[str, str, str] | None:
+    """The image table, why ``guard.json`` has no runtime section although ``[guard]`` is on, and the fix;
+    None when it has one.
+
+    The runtime section (the guard's VERSION check) comes from the inference
+    image's ``version``; without it the manifest is still written, so emit and
+    check say so instead of losing the check silently.
+    """
+    if config.guard is None:
+        return None
+    name = config.inference.image
+    image = next((i for i in lock.images if i.name == name), None)
+    if image is None or image.version:
+        return None  # an unpinned image is emit's own error
+    package = config.guard.runtime_package
+    return (
+        f"images.{name}",
+        "has no 'version', so guard.json has no runtime section: "
+        f"the guard will not compare the container's {package} version with the pinned image's",
+        f'add version = "…" to [images.{name}] in lockfile.toml, the runtime version in the image '
+        f"(patchkit image cat {name} …/{package}/_version.py prints it), then patchkit lock && patchkit emit",
+    )
 
 
 def environment(lock: Lockfile, config: DeployConfig) -> tuple[tuple[str, str], ...]:

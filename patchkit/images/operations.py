@@ -47,7 +47,13 @@ def resolve(client: RegistryClient, text: str, platform: str = "linux/amd64") ->
 def pin(
     repo: Repo, lock: Lockfile, name: str, text: str, client: RegistryClient, platform: str = "linux/amd64"
 ) -> WriteOutcome:
-    """Resolve ``text`` with ``client`` and record its digest, tag, time and platform digest under images.NAME."""
+    """Resolve ``text`` with ``client`` and record its digest, tag, time and platform digest under images.NAME.
+
+    What the registry does not tell (``version``, ``note``) is kept from the
+    previous pin: the guard's VERSION check compares ``version``, and dropping
+    it would silently remove that check from the next ``emit``. Kept across a
+    new digest, it may be stale: ``outcome.notes`` then says so.
+    """
     try:
         check_name(name, "image name")
     except ValueError as e:
@@ -63,7 +69,7 @@ def pin(
         resolved_at=now,
         platform=found["platform"] if found["platform_digest"] != found["digest"] else None,
         platform_digest=Digest(found["platform_digest"]) if found["platform_digest"] != found["digest"] else None,
-        version=old.version if old is not None and old.digest == Digest(found["digest"]) else None,
+        version=old.version if old is not None else None,
         note=old.note if old is not None else None,
     )
     if old is not None and old.digest == new.digest and old.repository == new.repository:
@@ -71,7 +77,18 @@ def pin(
     images = (*tuple(i for i in lock.images if i.name != name), new)
     outcome = WriteOutcome(written=finish(repo, dataclasses.replace(lock, images=images)))
     outcome.changes.append(Change(f"images[{name}]", str(old.digest) if old else "unpinned", str(new.digest)))
+    if old is not None and old.version and old.digest != new.digest:
+        outcome.notes.append(kept_version_note(name, old.version))
     return outcome
+
+
+def kept_version_note(name: str, version: str) -> str:
+    """Why a ``version`` kept across a new digest needs a look: it is what the guard compares the runtime with."""
+    return (
+        f"images.{name}.version {version} was kept from the previous pin; confirm it is the runtime version in the "
+        f"new image (patchkit image cat {name} …/vllm/_version.py) and correct it in lockfile.toml if not: "
+        "the runtime guard's VERSION check compares it"
+    )
 
 
 def image_reference(lock: Lockfile, text: str) -> str:

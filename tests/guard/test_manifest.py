@@ -171,3 +171,39 @@ def test_check_notes_a_pinned_guard_that_is_not_the_shipped_one(deploy: Path, in
     assert invoke("lock", repo=root).exit_code == 0
     assert invoke("emit", repo=root).exit_code == 0
     assert "guard-outdated" not in invoke("check", "--format", "json", repo=root).stdout
+
+
+def test_an_image_without_version_is_said_by_emit_and_check_not_dropped_silently(deploy: Path, invoke: Invoke) -> None:
+    root = small(deploy, invoke)
+    assert invoke("emit", repo=root).exit_code == 0
+    assert invoke("check", repo=root).exit_code == 0
+    lockfile = root / "lockfile.toml"
+    lockfile.write_text(lockfile.read_text().replace('version = "0.26.0"\n', ""))  # a re-pin that lost it
+    assert invoke("lock", repo=root).exit_code == 0
+    r = invoke("check", repo=root)
+    assert r.exit_code == 1  # guard.json still checks the version the lockfile no longer records
+    assert "guard.json: error: differs from what patchkit emit writes" in r.stdout
+    r = invoke("emit", repo=root)
+    assert r.exit_code == 0, r.stderr
+    assert "runtime" not in json.loads((root / "guard.json").read_text())
+    fix = (
+        'fix: add version = "…" to [images.vllm] in lockfile.toml, the runtime version in the image '
+        "(patchkit image cat vllm …/vllm/_version.py prints it), then patchkit lock && patchkit emit"
+    )
+    assert (
+        "note: images.vllm has no 'version', so guard.json has no runtime section: the guard will not compare "
+        f"the container's vllm version with the pinned image's; {fix}\n"
+    ) in r.stderr
+    r = invoke("check", repo=root)
+    assert r.exit_code == 0  # a note, not an error: the deployment may not know its runtime's version
+    line = next(i for i, t in enumerate(lockfile.read_text().splitlines(), 1) if t == "[images.vllm]")
+    where = f"lockfile.toml:{line}: note: images.vllm"
+    assert f"{where}: has no 'version', so guard.json has no runtime section" in r.stdout
+    assert f"  {fix}\n" in r.stdout
+    doc = json.loads(invoke("check", "--format", "json", repo=root).stdout)
+    assert [f["field"] for f in doc["findings"] if f["code"] == "guard-unversioned"] == ["images.vllm"]
+    # Without [guard] there is no runtime check to miss: no note.
+    (root / "deploy.toml").write_text(DEPLOY.replace('[guard]\nscript = "guard"\n', ""))
+    r = invoke("emit", repo=root)
+    assert r.exit_code == 0 and "note:" not in r.stderr
+    assert "guard-unversioned" not in invoke("check", "--format", "json", repo=root).stdout

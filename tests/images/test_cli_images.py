@@ -70,3 +70,38 @@ def test_unknown_tag_is_exit_3(invoke: Invoke, registry_server: object) -> None:
     r = invoke("image", "resolve", f"{host}/patchkit/layers:no-such-tag")
     assert r.exit_code == 3
     assert r.stderr.startswith("patchkit: error:") and "Traceback" not in r.stderr
+
+
+def test_repin_keeps_the_version_and_the_guard_keeps_its_runtime_check(
+    deploy: Path, invoke: Invoke, oci_image: TestImages
+) -> None:
+    from tests.guard.test_manifest import small
+
+    root = small(deploy, invoke)
+    lockfile = root / "lockfile.toml"
+    version = 'version = "0.26.1rc1.dev229+g124154a88.rocm723"\n'
+    lockfile.write_text(lockfile.read_text().replace('version = "0.26.0"\n', version))
+    assert invoke("lock", repo=root).exit_code == 0
+    r = invoke("image", "pin", "vllm", oci_image.multi, repo=root)
+    assert r.exit_code == 0, r.stderr
+    table = lockfile.read_text().split("[images.vllm]\n", 1)[1].split("\n\n", 1)[0] + "\n"
+    assert f'digest = "{oci_image.index_digest}"\n' in table
+    assert version in table  # byte for byte, though the registry knows nothing of it
+    assert (
+        "note: images.vllm.version 0.26.1rc1.dev229+g124154a88.rocm723 was kept from the previous pin; confirm it "
+        "is the runtime version in the new image (patchkit image cat vllm …/vllm/_version.py) and correct it in "
+        "lockfile.toml if not: the runtime guard's VERSION check compares it\n"
+    ) in r.stderr
+    r = invoke("emit", repo=root)
+    assert r.exit_code == 0 and "note:" not in r.stderr, r.stderr
+    runtime = json.loads((root / "guard.json").read_text())["runtime"]
+    assert runtime == {
+        "image": "vllm",
+        "digest": oci_image.index_digest,
+        "package": "vllm",
+        "version": "0.26.1rc1.dev229+g124154a88.rocm723",
+    }
+    assert invoke("check", repo=root).exit_code == 0
+    again = invoke("image", "pin", "vllm", oci_image.multi, repo=root)  # the same digest: nothing to confirm
+    assert again.exit_code == 0 and "note:" not in again.stderr
+    assert version in lockfile.read_text()

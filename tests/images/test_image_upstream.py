@@ -105,3 +105,43 @@ def test_bump_image_rebases_and_repins_in_one_step(
     lock = (root / "lockfile.toml").read_text()
     assert lock.count(f'"{new_digest}"') == 2  # the deployed image and the upstream moved together
     assert invoke("check", repo=root).exit_code == 0
+
+
+def test_bump_records_the_new_runtime_version_and_keeps_the_old_one_when_the_image_has_none(
+    invoke: Invoke, tmp_path: Path, image_builder: ImageBuilder, registry_server: RegistryServer
+) -> None:
+    image_builder.new("bump-v")
+    version_file = f"{PREFIX}/vllm/_version.py"
+    image_builder.repack(
+        "bump-v",
+        {version_file: b"__version__ = version = '0.26.1rc1.dev229+g124154a88'\n", f"{PREFIX}/vllm/worker.py": WORKER},
+    )
+    old = registry_server.push(image_builder.ref("bump-v"), "pk/vllm-version:nightly")
+    root = tmp_path / "deploy"
+    assert invoke("init", str(root)).exit_code == 0
+    assert invoke("image", "pin", "vllm", old, repo=root).exit_code == 0
+    assert invoke("upstream", "add", "nightly", "--image", old, "--prefix", f"/{PREFIX}", repo=root).exit_code == 0
+    lockfile = root / "lockfile.toml"
+    text = lockfile.read_text()
+    lockfile.write_text(text.replace("[images.vllm]\n", '[images.vllm]\nnote = "ROCm nightly"\n'))
+    assert invoke("lock", repo=root).exit_code == 0
+
+    image_builder.repack("bump-v", {version_file: b"__version__ = version = '0.26.1rc1.dev300+g0123abcd9.rocm723'\n"})
+    new = registry_server.push(image_builder.ref("bump-v"), "pk/vllm-version:nightly")
+    r = invoke("bump", "--image", new, repo=root)
+    assert r.exit_code == 0, r.stderr
+    assert "note:" not in r.stderr  # the version was read from the image itself
+    table = lockfile.read_text().split("[images.vllm]\n", 1)[1].split("\n\n", 1)[0] + "\n"
+    assert 'version = "0.26.1rc1.dev300+g0123abcd9.rocm723"\n' in table and 'note = "ROCm nightly"\n' in table
+    assert 'tag = "nightly"\n' in table
+
+    image_builder.repack("bump-v", delete=(version_file,))  # a nightly that does not say its version
+    newer = registry_server.push(image_builder.ref("bump-v"), "pk/vllm-version:nightly")
+    r = invoke("bump", "--image", newer, "--format", "json", repo=root)
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["version"] is None
+    digest = json.loads(r.stdout)["images"]["vllm"]
+    table = lockfile.read_text().split("[images.vllm]\n", 1)[1].split("\n\n", 1)[0] + "\n"
+    assert f'digest = "{digest}"\n' in table
+    assert 'version = "0.26.1rc1.dev300+g0123abcd9.rocm723"\n' in table and 'note = "ROCm nightly"\n' in table
+    assert "note: images.vllm.version 0.26.1rc1.dev300+g0123abcd9.rocm723 was kept from the previous pin" in r.stderr
