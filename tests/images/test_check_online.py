@@ -135,3 +135,70 @@ def test_an_unreachable_service_is_reported_and_the_others_still_checked(
     code, found = findings(invoke, root)
     assert code == 1
     assert [f["code"] for f in found] == ["image-gone", "online-unavailable"]
+
+
+def _pin_unreachable(root: Path, *names: str) -> str:
+    """Pin ``names`` on a registry that nothing listens on (a closed port on 127.0.0.1); its host."""
+    from .conftest import free_port
+
+    host = f"127.0.0.1:{free_port()}"
+    with (root / "lockfile.toml").open("a") as f:
+        for name in names:
+            f.write(f'\n[images.{name}]\nrepository = "{host}/proxy/{name}"\ndigest = "sha256:{"c" * 64}"\n')
+    return host
+
+
+def test_an_unreachable_registry_hides_nothing_of_the_reachable_one(
+    invoke: Invoke,
+    pinned: tuple[Path, str],
+    tmp_path: Path,
+    image_builder: ImageBuilder,
+    registry_server: RegistryServer,
+) -> None:
+    """The proxy image's registry is down: the image on the other registry still gets every finding."""
+    root, tag = pinned
+    host = _pin_unreachable(root, "proxy")
+    assert invoke("lock", repo=root).exit_code == 0
+    code, found = findings(invoke, root, "--image-bases")
+    assert code == 3, found  # only "not checked": the reachable registry found nothing
+    assert [(f["code"], f["severity"], f["field"]) for f in found] == [
+        ("online-unavailable", "unknown", "images.proxy")
+    ]
+    assert str(found[0]["message"]).startswith(f"registry {host} could not be asked, so this was not checked: ")
+    assert found[0]["line"] == (root / "lockfile.toml").read_text().splitlines().index("[images.proxy]") + 3
+
+    # Drift on the reachable registry: its tag moved, and an overlay's base is not the image's file.
+    image_builder.repack(tag, {"etc/moved": b"1\n"})
+    registry_server.push(image_builder.ref(tag), f"patchkit/online:{tag}")
+    assert invoke("remove", "worker", repo=root).exit_code == 0
+    older = tmp_path / "older.py"
+    older.write_bytes(b"def restore():\n    return 0\n")
+    r = invoke(
+        "add", str(tmp_path / "worker.py"), "--target", TARGET, "--upstream", "vllm",
+        "--upstream-path", "vllm/worker.py", "--base", str(older), repo=root,
+    )  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    code, found = findings(invoke, root, "--image-bases")
+    assert code == 1  # a failure found on the reachable registry wins over "not checked"
+    assert [(f["code"], f["field"]) for f in found] == [
+        ("tag-moved", "images.vllm.tag"),
+        ("image-base-mismatch", "patches[worker].base.sha256"),
+        ("online-unavailable", "images.proxy"),
+    ]
+    text = invoke("check", "--online", "--image-bases", repo=root)
+    assert text.exit_code == 1
+    lines = [line for line in text.stdout.splitlines() if "unknown:" in line]
+    assert len(lines) == 1 and f"unknown: images.proxy: registry {host} could not be asked" in lines[0]
+
+
+def test_images_on_one_unreachable_registry_share_one_line(invoke: Invoke, pinned: tuple[Path, str]) -> None:
+    """The registry is asked once: the second image on it is named on the same line, not asked again."""
+    root, _ = pinned
+    host = _pin_unreachable(root, "cache", "proxy")
+    assert invoke("lock", repo=root).exit_code == 0
+    code, found = findings(invoke, root)
+    assert code == 3
+    assert [(f["code"], f["field"]) for f in found] == [("online-unavailable", "images.cache")]
+    message = str(found[0]["message"])
+    assert message.startswith(f"registry {host} could not be asked, so images.cache, images.proxy were not checked")
+    assert "cannot connect ([Errno 111] Connection refused)" in message
