@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import Invoke
 
-from .conftest import ImageBuilder, RegistryServer
+from .conftest import ClientFactory, FakeRegistry, ImageBuilder, RegistryServer, Reply, registry_error
 
 TARGET = "/usr/local/lib/python3.12/dist-packages/vllm/worker.py"
 BASE = b"def restore():\n    return 1\n"
@@ -202,3 +202,36 @@ def test_images_on_one_unreachable_registry_share_one_line(invoke: Invoke, pinne
     message = str(found[0]["message"])
     assert message.startswith(f"registry {host} could not be asked, so images.cache, images.proxy were not checked")
     assert "cannot connect ([Errno 111] Connection refused)" in message
+
+
+def test_a_failing_or_silent_registry_is_its_own_line(
+    invoke: Invoke, pinned: tuple[Path, str], fake_registry: FakeRegistry, make_client: ClientFactory
+) -> None:
+    """A registry answering 500, and one that does not answer in time, are each one line; the good one is asked."""
+    from patchkit.lockfile.reader import loads as load_lock
+    from patchkit.lockfile.tomlpos import LineIndex
+    from patchkit.online import image_findings
+
+    root, _ = pinned
+    digest = "sha256:" + "c" * 64
+    fake_registry.route("HEAD", f"/v2/proxy/caddy/manifests/{digest}", Reply(503, registry_error("UNAVAILABLE", "x")))
+    slow = FakeRegistry()
+    try:
+        slow.route("HEAD", f"/v2/proxy/cache/manifests/{digest}", Reply(delay=2.0))
+        with (root / "lockfile.toml").open("a") as f:
+            for name, host in (("caddy", fake_registry.host), ("cache", slow.host)):
+                f.write(f'\n[images.{name}]\nrepository = "{host}/proxy/{name}"\ndigest = "{digest}"\n')
+        text = (root / "lockfile.toml").read_text()
+        vllm = next(i for i in load_lock(text).images if i.name == "vllm")
+        gone = text.replace(str(vllm.digest), "sha256:" + "0" * 64)  # and the reachable one's pin is gone
+        found = image_findings(load_lock(gone), LineIndex(gone).line_of, make_client(timeout=0.5))
+    finally:
+        slow.close()
+    assert [(f.code, f.field, f.severity) for f in found] == [
+        ("image-gone", "images.vllm.digest", "error"),
+        ("online-unavailable", "images.caddy", "unknown"),
+        ("online-unavailable", "images.cache", "unknown"),
+    ]
+    assert found[1].message.startswith(f"registry {fake_registry.host} could not be asked, so this was not checked")
+    assert "503" in found[1].message
+    assert found[2].message.startswith(f"registry {slow.host} could not be asked, so this was not checked")
