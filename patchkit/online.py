@@ -116,7 +116,7 @@ def image_findings(
     """
     from patchkit.images.ref import ImageRef
 
-    asker = _Asker(locate)
+    asker = _Asker()
     refs = {img.name: ImageRef.parse(f"{img.repository}@{img.digest}") for img in lock.images}
     for img in lock.images:
         line = locate(("images", img.name, "digest"))
@@ -140,12 +140,12 @@ def image_findings(
 
 
 class _Asker:
-    """Asks each image's registry on its own; remembers the registries that did not answer."""
+    """Asks each image's registry on its own; remembers the registries that did not answer, and what failed."""
 
-    def __init__(self, locate: Locate) -> None:
-        self.locate = locate
+    def __init__(self) -> None:
         self.out: list[Finding] = []
         self.down: dict[str, _Down] = {}
+        self.failed: set[str] = set()  # subjects already reported as not checked
 
     def ask(self, subject: str, line: int | None, refs: tuple[ImageRef, ...], ask: Callable[[], list[Finding]]) -> None:
         """``ask()``'s findings, or ``subject`` recorded as not checked when its registry cannot be asked.
@@ -153,8 +153,10 @@ class _Asker:
         ``refs`` are the images ``ask`` reads, its own first: a registry
         already down is not asked again, and a registry that stops answering
         now is taken to be the first one's (the message quotes the request
-        that failed).
+        that failed). A subject already reported is not asked again either.
         """
+        if subject in self.failed:
+            return
         hosts = [r.display_registry for r in refs]
         known = next((self.down[h] for h in hosts if h in self.down), None)
         if known is not None:
@@ -167,6 +169,7 @@ class _Asker:
             if _unreachable(e):
                 self.down[hosts[0]] = _Down(e, subject, line, [subject])
             else:
+                self.failed.add(subject)
                 self.out.append(_not_checked(hosts[0], e, subject, line, [subject]))
 
     def findings(self) -> list[Finding]:

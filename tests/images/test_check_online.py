@@ -235,3 +235,22 @@ def test_a_failing_or_silent_registry_is_its_own_line(
     assert found[1].message.startswith(f"registry {fake_registry.host} could not be asked, so this was not checked")
     assert "503" in found[1].message
     assert found[2].message.startswith(f"registry {slow.host} could not be asked, so this was not checked")
+
+
+def test_an_image_the_registry_refuses_is_one_line_with_image_bases(
+    pinned: tuple[Path, str], auth_registry_server: RegistryServer, make_client: ClientFactory
+) -> None:
+    """401 (no credentials) is about that image, not the registry: one line for it, however often it would be read."""
+    from patchkit.lockfile.reader import loads as load_lock
+    from patchkit.lockfile.tomlpos import LineIndex
+    from patchkit.online import image_findings
+
+    root, _ = pinned
+    with (root / "lockfile.toml").open("a") as f:
+        f.write(
+            f'\n[images.private]\nrepository = "{auth_registry_server.host}/team/app"\ndigest = "sha256:{"d" * 64}"\n'
+        )
+    text = (root / "lockfile.toml").read_text()
+    found = image_findings(load_lock(text), LineIndex(text).line_of, make_client(), image_bases=True)
+    assert [(f.code, f.field) for f in found] == [("online-unavailable", "images.private")]
+    assert "401 authentication required" in found[0].message
