@@ -25,7 +25,9 @@ from patchkit.errors import EXIT_BAD_INPUT, EXIT_EXTERNAL, EXIT_FINDINGS, EXIT_O
 if TYPE_CHECKING:
     from patchkit.github import IssueTracker
     from patchkit.images.registry import RegistryClient
+    from patchkit.lockfile.model import Lockfile
     from patchkit.model.hub import Hub
+    from patchkit.repo import Repo
 
 
 @click.command(cls=Command)
@@ -121,6 +123,7 @@ def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, deep: b
                 hub=_hub,
                 tracker=_tracker,
                 image_bases=image_bases,
+                added=_build_adds(repo, lock),
             )
         )
     if deep:
@@ -373,6 +376,25 @@ def _hub() -> Hub:
     from patchkit.model.hub import HfHub
 
     return HfHub()
+
+
+def _build_adds(repo: Repo, lock: Lockfile) -> dict[str, str]:
+    """What ``image build`` puts in a derived layer besides the pins (guard.json), from deploy.toml.
+
+    Nothing without derived images or a readable deploy.toml (the offline
+    check reports one that cannot be read).
+    """
+    if not lock.derived:
+        return {}
+    from patchkit.emit.config import CONFIG_NAME, loads_config
+    from patchkit.images.verify import build_adds
+    from patchkit.repo import Escape
+
+    try:
+        config = loads_config(repo.read(CONFIG_NAME).decode("utf-8"), CONFIG_NAME)
+    except (OSError, Escape, UnicodeDecodeError, PatchkitError):
+        return {}
+    return build_adds(lock, config)
 
 
 def _tracker() -> IssueTracker:

@@ -11,8 +11,10 @@ that an engine's tar reader cannot unpack anything else. Every
 byte read is hashed; a blob the registry serves that does not hash to its
 digest (a tampered layer) is a finding, not an accident.
 
-The expectation comes from the lockfile alone (``pinned_targets``), so this
-runs in CI without the repository's files or any base cache.
+The expectation comes from the lockfile (``pinned_targets``) and, for the
+files ``image build`` writes itself (``guard.json`` with a ``[guard]``
+table), from deploy.toml (``build_adds``), so this runs in CI without the
+repository's other files or any base cache.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from patchkit.lockfile.model import LOCKFILE_NAME, Derived, Lockfile
 from patchkit.values import Digest
 
 if TYPE_CHECKING:
+    from patchkit.emit.config import DeployConfig
     from patchkit.images.oci import ImageManifest
     from patchkit.images.ref import ImageRef
     from patchkit.images.registry import RegistryClient
@@ -57,6 +60,22 @@ def pinned_targets(lock: Lockfile, series: Mapping[str, str] | None = None) -> d
             out[str(a.target)] = a.sha256.hex
     out.update(series or {})
     return out
+
+
+def build_adds(lock: Lockfile, config: DeployConfig | None) -> dict[str, str]:
+    """Container target -> sha256 (hex) of what ``image build`` puts in the layer besides the pins.
+
+    That is ``guard.json`` at ``guard.manifest_target`` when deploy.toml has a
+    ``[guard]`` table, rendered by the same function the build calls
+    (``guard.manifest.image_files``), so the check expects the bytes a build
+    from this lockfile and deploy.toml writes. Nothing without a deploy.toml
+    (``config`` None). Pure.
+    """
+    if config is None:
+        return {}
+    from patchkit.guard.manifest import image_files
+
+    return {target: sha256_bytes(data) for target, data in image_files(lock, config).items()}
 
 
 def series_targets(lock: Lockfile, profile: str, tar: bytes) -> tuple[dict[str, str], list[str]]:
@@ -172,11 +191,13 @@ def stale_findings(lock: Lockfile, locate: Locate) -> list[Finding]:
     return out
 
 
-def derived_findings(lock: Lockfile, locate: Locate, client: RegistryClient) -> list[Finding]:
-    """Every finding about the lockfile's derived images, from their registries."""
+def derived_findings(
+    lock: Lockfile, locate: Locate, client: RegistryClient, added: Mapping[str, str] | None = None
+) -> list[Finding]:
+    """Every finding about the lockfile's derived images, from their registries (``added``: see ``one_derived``)."""
     out = stale_findings(lock, locate)
     for d in lock.derived:
-        out.extend(_one(lock, d, locate, client))
+        out.extend(one_derived(lock, d, locate, client, added or {}))
     return out
 
 
@@ -192,7 +213,16 @@ def _finding(d: Derived, locate: Locate, code: str, key: str, message: str) -> F
     )
 
 
-def _one(lock: Lockfile, d: Derived, locate: Locate, client: RegistryClient) -> list[Finding]:
+def one_derived(
+    lock: Lockfile, d: Derived, locate: Locate, client: RegistryClient, added: Mapping[str, str]
+) -> list[Finding]:
+    """The findings about derived image ``d`` from its registry (none for a stale one: ``stale_findings`` says so).
+
+    ``added`` (target -> sha256) is what the build put in the layer besides
+    the pins (:func:`build_adds`). A registry that cannot be asked raises
+    ``RegistryError``; one that serves bytes not matching their digest is
+    a ``derived-tampered`` finding.
+    """
     from patchkit.images.errors import RegistryError
     from patchkit.images.ref import ImageRef
 
@@ -206,7 +236,7 @@ def _one(lock: Lockfile, d: Derived, locate: Locate, client: RegistryClient) -> 
     try:
         if not client.exists(ref):
             return [_finding(d, locate, "derived-gone", "digest", f"{ref} no longer resolves in its registry")]
-        problems = _check_platforms(client, ref, base, d, lock)
+        problems = _check_platforms(client, ref, base, d, lock, added)
     except RegistryError as e:
         if e.status is None and "refusing it" in e.message:
             return [_finding(d, locate, "derived-tampered", "digest", f"{ref}: {e.message}")]
@@ -217,7 +247,7 @@ def _one(lock: Lockfile, d: Derived, locate: Locate, client: RegistryClient) -> 
 
 
 def _check_platforms(
-    client: RegistryClient, ref: ImageRef, base: ImageRef, d: Derived, lock: Lockfile
+    client: RegistryClient, ref: ImageRef, base: ImageRef, d: Derived, lock: Lockfile, added: Mapping[str, str]
 ) -> list[tuple[str, str, str]]:
     from patchkit.images.oci import INDEX_MEDIA_TYPES, ImageManifest, parse_manifest
 
@@ -230,7 +260,7 @@ def _check_platforms(
         if not isinstance(derived, ImageManifest) or not isinstance(original, ImageManifest):
             raise _Mismatch("derived-base", "digest", f"{ref}: {child} or {base_child} is a nested index")
         where = f" ({child})" if media_type in INDEX_MEDIA_TYPES else ""
-        problems.extend(_compare(client, ref, base, d, derived, original, lock, where))
+        problems.extend(_compare(client, ref, base, d, derived, original, lock, added, where))
     return problems
 
 
@@ -279,9 +309,10 @@ def _compare(
     derived: ImageManifest,
     original: ImageManifest,
     lock: Lockfile,
+    added: Mapping[str, str],
     where: str,
 ) -> list[tuple[str, str, str]]:
-    """The problems of one platform of the derived image against its base and the pins."""
+    """The problems of one platform of the derived image against its base, the pins and ``added``."""
     from patchkit.images.oci import parse_config
 
     base_layers = [x.digest for x in original.layers]
@@ -314,5 +345,5 @@ def _compare(
     series, stale = series_targets(lock, d.name, tar)
     return [
         ("derived-files", "layer_digest", f"{ref}{where}: top layer: {problem}")
-        for problem in [*stale, *layer_differences(tar, pinned_targets(lock, series))]
+        for problem in [*stale, *layer_differences(tar, pinned_targets(lock, {**series, **added}))]
     ]

@@ -278,3 +278,59 @@ def test_a_multi_platform_derived_image_is_checked_per_platform(
     found = _forge(text, layer_digest=Digest("sha256:" + SHA_A))
     assert [f.code for f in found] == ["derived-layer", "derived-layer"]  # one per platform
     assert all("its top layer is " in f.message and "(sha256:" in f.message for f in found)
+
+
+@pytest.mark.slow
+def test_a_derived_image_with_a_guard_passes_its_own_check(
+    deploy: Path,
+    oci_image: TestImages,
+    registry_server: RegistryServer,
+    invoke: Invoke,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With [guard], image build adds guard.json; check --online expects exactly those bytes, and no others."""
+    from patchkit.emit.config import load_config
+    from patchkit.images.verify import build_adds
+    from patchkit.values import Revision
+    from tests.conftest import REPO_ROOT
+    from tests.images.test_build import DEPLOY_TOML
+
+    root = make_derivable(deploy, oci_image.single, invoke)
+    (root / "patches" / "guard.py").write_bytes((REPO_ROOT / "patchkit" / "guard" / "runtime.py").read_bytes())
+    r = invoke("add", str(root / "patches" / "guard.py"), "--name", "runtime-guard", "--kind", "module",
+               "--target", "/opt/patchkit/guard.py", repo=root)  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+    (root / "deploy.toml").write_text(DEPLOY_TOML + '\n[guard]\nscript = "runtime-guard"\n')
+    assert invoke("emit", repo=root).exit_code == 0
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "the runtime guard")
+    doc = build(invoke, root, f"{registry_server.host}/derived/guarded:{root.parent.name[-20:].lower()}")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the hub and GitHub are "not checked";
+    monkeypatch.setenv("GITHUB_API_URL", "http://127.0.0.1:9")  # the registry is asked
+    r = invoke("check", "--online", "--format", "json", repo=root)
+    assert r.exit_code == 3, r.stdout + r.stderr  # nothing failed
+    found = json.loads(r.stdout)["findings"]
+    assert [f for f in found if f["severity"] == "error" or str(f["field"]).startswith(("derived", "images"))] == []
+
+    # What is compared is the bytes the build wrote: a guard.json rendered from other pins differs.
+    text = (root / "lockfile.toml").read_text()
+    lock = load_lock(text)
+    assert lock.model is not None
+    moved = dataclasses.replace(lock, model=dataclasses.replace(lock.model, revision=Revision("b" * 40)))
+    found = image_findings(
+        moved, lambda _p: None, RegistryClient(), added=build_adds(moved, load_config(root / "deploy.toml"))
+    )
+    assert [(f.code, f.message.rsplit(": ", 1)[-1].split(" has sha256")[0]) for f in found] == [
+        ("derived-files", "/opt/patchkit/guard.json")
+    ]
+
+    blob = registry_server.blob_path(str(doc["layer_digest"]))
+    original = blob.read_bytes()
+    blob.write_bytes(original[:-10] + b"0123456789")  # same size, other bytes
+    try:
+        r = invoke("check", "--online", "--format", "json", repo=root)
+    finally:
+        blob.write_bytes(original)
+    assert r.exit_code == 1, r.stdout + r.stderr
+    errors = [f for f in json.loads(r.stdout)["findings"] if f["severity"] == "error"]
+    assert [(f["code"], f["field"]) for f in errors] == [("derived-tampered", "derived.single.digest")]
