@@ -17,7 +17,7 @@ from patchkit.cache import BlobStore
 from patchkit.errors import BadInput
 from patchkit.hashing import require_pin, sha256_bytes
 from patchkit.lockfile.model import Lockfile, Patch
-from patchkit.repo import Escape, Repo, atomic_write
+from patchkit.repo import Repo, atomic_write
 
 
 @dataclass(frozen=True)
@@ -57,16 +57,6 @@ def _base(repo: Repo, lock: Lockfile, p: Patch, store: BlobStore, cache: Path) -
     return data
 
 
-def _read(repo: Repo, rel: str, name: str) -> bytes:
-    """A committed file of patch ``name``, never through a symlink: what runs is what the repository holds."""
-    try:
-        return repo.read(rel)
-    except Escape as e:
-        raise BadInput(f"{rel} ('{name}'): {e}", "commit the file itself in place of the link") from e
-    except OSError as e:
-        raise BadInput(f"{rel} ('{name}'): cannot read ({e.strerror})") from e
-
-
 def materialize(
     repo: Repo,
     lock: Lockfile,
@@ -88,13 +78,13 @@ def materialize(
         if diff_only and p.file is not None:
             continue
         if p.file is not None:
-            data = _read(repo, str(p.file), p.name)
+            data = repo.read_pinned(str(p.file), f"patch '{p.name}'")
             how = "committed"
         else:
             if p.diff is None:
                 raise BadInput(f"'{p.name}' has neither a file nor a diff")
             base = _base(repo, lock, p, store, cache)
-            diff_bytes = _read(repo, str(p.diff.file), p.name)
+            diff_bytes = repo.read_pinned(str(p.diff.file), f"the diff of patch '{p.name}'")
             try:
                 data = diffs.apply(diffs.parse(diff_bytes)[0], base) if diff_bytes else base
             except (diffs.DiffError, diffs.ApplyError) as e:

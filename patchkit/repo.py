@@ -277,6 +277,22 @@ class Repo:
         except Changed as e:
             raise BadInput(f"{rel}: {e.strerror}") from e
 
+    def read_pinned(self, rel: RepoPath | str, what: str) -> bytes:
+        """The bytes of ``rel`` for a command that pins or ships them; ``BadInput`` naming the file and ``what``.
+
+        ``read``, with its refusals made one line each: a link (to
+        ``/etc/passwd``, say) or a path out of the repository, a missing file,
+        an unreadable one, a file that changed while it was read.
+        """
+        try:
+            return self.read(rel)
+        except Escape as e:
+            raise BadInput(f"{rel}: {e} ({what})", "commit the file itself in place of the link") from e
+        except FileNotFoundError as e:
+            raise BadInput(f"{rel}: missing ({what})", f"restore it: git checkout -- {rel}") from e
+        except OSError as e:
+            raise BadInput(f"{rel}: cannot read ({e.strerror or e}) ({what})") from e
+
     def _refuse_link(self, current: str, st: os.stat_result) -> None:
         """Raise ``Escape`` when ``current`` is a symlink, saying whether it points outside the repository."""
         if stat.S_ISLNK(st.st_mode):

@@ -441,7 +441,7 @@ def runtime_files(
         for a in items:
             if a.target is None:
                 continue
-            data = _pinned_bytes(repo, str(a.file), f"{kind} '{a.name}'")
+            data = repo.read_pinned(str(a.file), f"{kind} '{a.name}'; refusing to build")
             if sha256_bytes(data) != a.sha256.hex:
                 raise BadInput(
                     f"{a.file} ({kind} '{a.name}') does not match its pin",
@@ -450,18 +450,6 @@ def runtime_files(
             out.append(LayerFile(str(a.target), data, a.name in names))
     out.extend(extra)
     return sorted(out, key=lambda f: f.target)
-
-
-def _pinned_bytes(repo: Repo, rel: str, what: str) -> bytes:
-    """A pinned file's bytes for the layer, never through a symlink (a link to ``/etc/passwd`` stays on the host)."""
-    from patchkit.repo import Escape
-
-    try:
-        return repo.read(rel)
-    except Escape as e:
-        raise BadInput(f"{rel} ({what}): {e}; refusing to build", "commit the file itself in place of the link") from e
-    except OSError as e:
-        raise BadInput(f"{rel} ({what}): cannot read ({e.strerror}); refusing to build") from e
 
 
 def series_files(

@@ -13,14 +13,6 @@ def read_inside(root: Path, rel: str, what: str) -> bytes:
     ``/etc/passwd`` would otherwise be read and pinned at the host file's
     sha256. Raises ``BadInput`` naming the file and ``what`` it is.
     """
-    from patchkit.errors import BadInput
-    from patchkit.repo import Escape, Repo
+    from patchkit.repo import Repo
 
-    try:
-        return Repo(root).read(rel)
-    except Escape as e:
-        raise BadInput(
-            f"{rel}: {e} ({what}); refusing to import it", "commit the file itself in place of the link"
-        ) from e
-    except OSError as e:
-        raise BadInput(f"{rel}: cannot read ({e.strerror or e}) ({what})") from e
+    return Repo(root).read_pinned(rel, f"{what}; refusing to import it")

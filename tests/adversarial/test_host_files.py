@@ -169,7 +169,7 @@ def test_layer_building_refuses_a_linked_artifact(deploy: Path, invoke: Invoke, 
     cache = outside / "cache"
     with pytest.raises(BadInput) as e:
         runtime_files(repo, lock, BlobStore(cache / "blobs"), cache)
-    assert str(e.value).startswith("tuning/moe.csv (tuning 'moe'): is a symlink to /etc/passwd, outside the repository")
+    assert str(e.value).startswith("tuning/moe.csv: is a symlink to /etc/passwd, outside the repository (tuning 'moe'")
 
 
 # --- import --------------------------------------------------------------------------------------
