@@ -87,6 +87,16 @@ def _builds_only(state: State) -> bool:
     return loads_build_config(_text(state), DEPLOY_CONFIG).deploy is None
 
 
+def _emits(state: State) -> bool:
+    """Whether deploy.toml writes the compose files (it has [profiles]; a broken one is taken to)."""
+    if not state.has_deploy_config:
+        return False
+    try:
+        return not _builds_only(state)
+    except BadInput:
+        return True  # emitted() reports it
+
+
 def _config(state: State) -> DeployConfig:
     """deploy.toml, read strictly; ``BadInput`` when it cannot be read or is wrong."""
     from patchkit.emit.config import loads_config
@@ -107,8 +117,8 @@ def _text(state: State) -> str:
 
 
 def mounts(state: State) -> list[Finding]:
-    """Hand-kept compose files (no deploy.toml): every mount's source exists and is pinned at its target."""
-    if state.has_deploy_config or not state.lock.artifacts:
+    """Hand-kept compose files (no deploy.toml that emits them): every mount's source exists and is pinned there."""
+    if _emits(state) or not state.lock.artifacts:
         return []  # (a compose file is pinned as an artifact; no artifact: no YAML parser to import)
     from patchkit.importing import compose
 

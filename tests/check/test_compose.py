@@ -64,3 +64,6 @@ def test_hand_kept_compose_mounts() -> None:
         ("mount-ignored", 8, "note"),
     ]
     assert found[0].message.endswith("but the lockfile pins it for /usr/lib/python3/dist-packages/pkg/mod.py")
+    # A deploy.toml that only names the base (init's starter, no [profiles]) emits nothing: the mounts are checked.
+    starter = [*files.items(), ("deploy.toml", b'schema = 1\n[inference]\nimage = "vllm"\n')]
+    assert compose.mounts(state_of(text, dict(starter), ignored={"cache/x": ".gitignore:1"})) == found
