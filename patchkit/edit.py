@@ -18,6 +18,7 @@ from patchkit import diffs, gitclient, sums
 from patchkit.cache import BlobStore
 from patchkit.check.diffs import base_of_committed
 from patchkit.diffs import canonical_diff
+from patchkit.emit.config import CONFIG_NAME
 from patchkit.errors import BadInput, Refused
 from patchkit.formats.safe import printable
 from patchkit.hashing import sha256_bytes
@@ -51,8 +52,43 @@ def init(directory: Path, name: str | None = None) -> Outcome:
             (root / d).mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise BadInput(f"{root / d}: cannot create ({e.strerror})") from e
-    written = finish(Repo(root), lock, ignore_work_area(root))
+    extra = ignore_work_area(root)
+    if not os.path.lexists(root / CONFIG_NAME):
+        extra[CONFIG_NAME] = starter_config(name).encode()
+    written = finish(Repo(root), lock, extra)
     return Outcome(written=[*[f"{d}/" for d in MANAGED_DIRS], *written])
+
+
+def starter_config(name: str) -> str:
+    """The ``deploy.toml`` ``init`` writes: what ``image build`` needs, the rest commented out until emit needs it.
+
+    Valid as written (``image build`` reads ``inference.image``; without
+    ``[profiles]`` there is no compose file for ``emit`` or ``check`` to
+    compare), and each commented field says what it is, as docs/deploy.md does.
+    """
+    return f"""\
+# deploy.toml: the service around the pins (lockfile.toml holds every pin).
+# Every field: docs/deploy.md. After an edit: patchkit emit, then patchkit check.
+schema = 1
+name = "{name}"                  # the compose project name
+
+[inference]                      # the vLLM service
+image = "vllm"                   # an [images.NAME] of lockfile.toml: patchkit image pin vllm REPO:TAG
+# The artifact run as entrypoint (pin it: patchkit add entrypoint.sh --target /opt/patchkit/entrypoint.sh).
+# entrypoint = "entrypoint"
+# port = 8000                    # the port vLLM listens on in the container (emit appends --port)
+# args = ["--served-model-name=model"]  # vllm serve arguments after the model path
+# devices = ["/dev/kfd"]         # devices of every replica (each replica adds its GPU)
+# group_add = ["video", "render"]
+# shm_size = "64gb"
+
+# One compose file per profile; emit needs at least one (with entrypoint and port above).
+# [profiles.single]
+# [[profiles.single.replicas]]
+# service = "vllm"
+# devices = ["/dev/dri/renderD128"]  # this replica's GPU
+# publish = "127.0.0.1:8000"     # host address:port, loopback only
+"""
 
 
 # --------------------------------------------------------------------------- sums

@@ -21,6 +21,29 @@ def test_init_gives_a_passing_deployment(invoke: Invoke, tmp_path: Path) -> None
     assert "already exists" in again.stderr
 
 
+def test_init_writes_a_starter_deploy_toml_in_the_same_write_and_keeps_an_existing_one(
+    invoke: Invoke, tmp_path: Path
+) -> None:
+    from patchkit.emit.config import loads_build_config, loads_config
+
+    r = invoke("init", str(tmp_path / "new"), "--name", "demo")
+    assert r.exit_code == 0
+    assert f"created {tmp_path / 'new' / 'deploy.toml'}" in r.stdout.splitlines()
+    text = (tmp_path / "new" / "deploy.toml").read_text()
+    assert "docs/deploy.md" in text and 'name = "demo"' in text
+    starter = loads_build_config(text)
+    assert (starter.image, starter.entrypoint, starter.deploy) == ("vllm", None, None)
+    # Uncommented, the starter is a whole configuration for emit.
+    whole = loads_config("\n".join(line.removeprefix("# ") if " = " in line or line.startswith("# [") else line
+                                   for line in text.splitlines()))  # fmt: skip
+    assert whole.inference.port == 8000 and [p.name for p in whole.profiles] == ["single"]
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "deploy.toml").write_text("# mine\n")
+    assert invoke("init", str(mine)).exit_code == 0
+    assert (mine / "deploy.toml").read_text() == "# mine\n"
+
+
 def test_lock_without_change_is_a_no_op(invoke: Invoke, deploy: Path) -> None:
     before = snapshot(deploy)
     mtime = (deploy / "lockfile.toml").stat().st_mtime_ns

@@ -21,6 +21,8 @@ def emitted(state: State) -> list[Finding]:
     from patchkit.emit.files import compose_texts, drifted
 
     try:
+        if _builds_only(state):
+            return []  # no [profiles]: no compose file to write
         files = compose_texts(state.lock, _config(state), validate_output=False)
     except BadInput as e:
         return [Finding("compose-unchecked", DEPLOY_CONFIG, None, f"cannot emit the compose files: {e}", e.hint)]
@@ -78,10 +80,32 @@ def derived_stale(state: State) -> list[Finding]:
     return stale_findings(state.lock, state.index.line_of)
 
 
+def _builds_only(state: State) -> bool:
+    """Whether deploy.toml has no ``[profiles]`` (only what ``image build`` reads); ``BadInput`` if that is wrong."""
+    from patchkit.emit.config import loads_build_config
+
+    return loads_build_config(_text(state), DEPLOY_CONFIG).deploy is None
+
+
+def _emits(state: State) -> bool:
+    """Whether deploy.toml writes the compose files (it has [profiles]; a broken one is taken to)."""
+    if not state.has_deploy_config:
+        return False
+    try:
+        return not _builds_only(state)
+    except BadInput:
+        return True  # emitted() reports it
+
+
 def _config(state: State) -> DeployConfig:
     """deploy.toml, read strictly; ``BadInput`` when it cannot be read or is wrong."""
     from patchkit.emit.config import loads_config
 
+    return loads_config(_text(state), DEPLOY_CONFIG)
+
+
+def _text(state: State) -> str:
+    """deploy.toml's text; ``BadInput`` when it is not a readable UTF-8 file of the repository."""
     data = state.view.read(DEPLOY_CONFIG)
     if data is None:
         raise BadInput(f"{DEPLOY_CONFIG}: cannot read (not a regular file inside the repository)")
@@ -89,12 +113,12 @@ def _config(state: State) -> DeployConfig:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise BadInput(f"{DEPLOY_CONFIG}: cannot read ({e})", f"fix {DEPLOY_CONFIG}'s encoding (UTF-8)") from e
-    return loads_config(text, DEPLOY_CONFIG)
+    return text
 
 
 def mounts(state: State) -> list[Finding]:
-    """Hand-kept compose files (no deploy.toml): every mount's source exists and is pinned at its target."""
-    if state.has_deploy_config or not state.lock.artifacts:
+    """Hand-kept compose files (no deploy.toml that emits them): every mount's source exists and is pinned there."""
+    if _emits(state) or not state.lock.artifacts:
         return []  # (a compose file is pinned as an artifact; no artifact: no YAML parser to import)
     from patchkit.importing import compose
 

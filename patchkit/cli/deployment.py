@@ -36,8 +36,9 @@ if TYPE_CHECKING:
 def init(directory: Path, name: str | None) -> None:
     """Create an empty deployment in DIRECTORY that `patchkit check` passes on.
 
-    Writes lockfile.toml and SHA256SUMS and creates patches/, upstream/ and
-    tuning/. Refuses to overwrite an existing lockfile.
+    Writes lockfile.toml, SHA256SUMS and a starter deploy.toml (unless one
+    exists; docs/deploy.md) and creates patches/, upstream/ and tuning/.
+    Refuses to overwrite an existing lockfile.
     """
     from patchkit.edit import init as do_init
 

@@ -71,8 +71,18 @@ _CADDYFILE_TARGET = ContainerPath("/etc/caddy/Caddyfile")
 _DATA_TARGET = ContainerPath("/data")
 
 
+DOCS = "docs/deploy.md"
+_SEE_DOCS = f"{CONFIG_NAME}'s fields: {DOCS}"
+
+
 class ConfigError(LockfileError):
-    """``deploy.toml`` cannot be read, or what it asks for breaks a rule; every problem with its line."""
+    """``deploy.toml`` cannot be read, or what it asks for breaks a rule; every problem with its line.
+
+    A problem without a fix of its own points to the page that documents every field.
+    """
+
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__([p if p.hint else Problem(p.file, p.line, p.field, p.message, _SEE_DOCS) for p in problems])
 
 
 # --------------------------------------------------------------------------- the configuration
@@ -174,16 +184,71 @@ class DeployConfig:
 def load_config(path: Path | str) -> DeployConfig:
     """Read ``deploy.toml``; raise ``ConfigError`` listing every problem with file, line and field."""
     path = Path(path)
+    return loads_config(_read_text(path), path.name)
+
+
+def _read_text(path: Path) -> str:
+    """The text of ``deploy.toml``; never through a symlink, and a missing file says how to get one."""
     if path.is_symlink():
         raise BadInput(
             f"{path}: is a symlink (to {os.readlink(path)}); refusing to read it",
             f"commit {path.name} itself in place of the link",
         )
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
-        raise BadInput(f"{path}: cannot read ({e})", f"create {CONFIG_NAME} (see patchkit/emit/config.py)") from e
-    return loads_config(text, path.name)
+        raise BadInput(
+            f"{path}: cannot read ({e})", f"create {CONFIG_NAME} (patchkit init writes a starter; fields: {DOCS})"
+        ) from e
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """What ``image build`` reads of ``deploy.toml``: the base image, the entrypoint, the profile names.
+
+    A base and one layer need nothing more, so a file without ``[profiles]``
+    (nothing for ``emit`` to write) needs nothing more. With ``[profiles]`` or
+    ``[guard]`` (the image then carries the guard's manifest, which describes
+    the whole deployment) ``deploy`` is the whole configuration, read strictly.
+    """
+
+    image: str
+    entrypoint: str | None
+    profiles: tuple[str, ...]
+    file: str = CONFIG_NAME
+    deploy: DeployConfig | None = None  # the whole file, when it also describes services (profiles, guard)
+
+    def profile(self, name: str) -> str:
+        """``name`` if the file declares it, or declares no profile at all (a build needs none)."""
+        if self.profiles and name not in self.profiles:
+            known = ", ".join(self.profiles)
+            hint = f"add [profiles.{name}] to {self.file}"
+            raise BadInput(f"{self.file}: no profile '{name}' (known: {known})", hint)
+        return name
+
+
+def load_build_config(path: Path) -> BuildConfig:
+    """Read ``deploy.toml`` for ``image build`` (:func:`loads_build_config`)."""
+    return loads_build_config(_read_text(path), path.name)
+
+
+def loads_build_config(text: str, filename: str = CONFIG_NAME) -> BuildConfig:
+    """``deploy.toml`` as ``image build`` reads it: ``schema``, ``[inference]`` with ``image``; ``ConfigError`` else.
+
+    With ``[profiles]`` or ``[guard]`` the file is also for ``emit``, and is read whole, strictly.
+    """
+    raw = parse(text, filename)
+    if isinstance(raw, Problem):
+        raise ConfigError([raw])
+    if "guard" in raw or "profiles" in raw:
+        config = loads_config(text, filename)
+        inf = config.inference
+        return BuildConfig(inf.image, inf.entrypoint, tuple(p.name for p in config.profiles), config.file, config)
+    r = _ConfigReader(filename, text)
+    found = r.read_build(raw)
+    if r.problems or found is None:
+        raise ConfigError(r.problems or [Problem(filename, None, None, "cannot be read")])
+    return found
 
 
 def loads_config(text: str, filename: str = CONFIG_NAME) -> DeployConfig:
@@ -200,9 +265,7 @@ def loads_config(text: str, filename: str = CONFIG_NAME) -> DeployConfig:
 class _ConfigReader(FieldReader):
     def read(self, raw: dict[str, Any]) -> DeployConfig | None:
         self.known(raw, (), ("schema", "name", "inference", "proxy", "profiles", "kubernetes", "guard"))
-        schema = raw.get("schema")
-        if schema != CONFIG_SCHEMA or isinstance(schema, bool):
-            self.problem(("schema",) if "schema" in raw else (), f"must be {CONFIG_SCHEMA}, got {schema!r}")
+        self.schema(raw)
         name = self.typed(raw, (), "name", lambda s: check_name(s, "project name"), required=True)
         inf = self.table(raw, (), "inference")
         if inf is None:
@@ -224,6 +287,25 @@ class _ConfigReader(FieldReader):
             lines=self.lines(),
             kubernetes=self.table(raw, (), "kubernetes"),
         )
+
+    def read_build(self, raw: dict[str, Any]) -> BuildConfig | None:
+        """What ``image build`` needs (see :class:`BuildConfig`); the other fields are left to ``emit``."""
+        self.known(raw, (), ("schema", "name", "inference", "proxy", "profiles", "kubernetes", "guard"))
+        self.schema(raw)
+        inf = self.table(raw, (), "inference")
+        if inf is None:
+            self.problem((), "missing required table [inference]", 'add [inference] with image = "NAME"')
+            return None
+        image = self.string(inf, ("inference",), "image", required=True)
+        entrypoint = self.string(inf, ("inference",), "entrypoint")
+        if image is None:
+            return None
+        return BuildConfig(image, entrypoint, (), self.filename)
+
+    def schema(self, raw: dict[str, Any]) -> None:
+        schema = raw.get("schema")
+        if schema != CONFIG_SCHEMA or isinstance(schema, bool):
+            self.problem(("schema",) if "schema" in raw else (), f"must be {CONFIG_SCHEMA}, got {schema!r}")
 
     def profiles(self, raw: dict[str, Any]) -> list[Profile]:
         """The ``[profiles.*]`` tables that read cleanly; at least one is needed."""

@@ -530,7 +530,9 @@ def build_image(
     fixes the image's ``created`` time (see :func:`created_time`).
 
     The base is deploy.toml's ``inference.image`` (pinned by digest in the
-    lockfile), the entrypoint artifact is made executable. Every patch
+    lockfile), the entrypoint artifact, if named, is made executable; nothing
+    else of deploy.toml is needed unless ``[guard]`` puts its manifest in the
+    image (:func:`patchkit.emit.config.load_build_config`). Every patch
     series joins the layer as ``patchkit apply`` would write it on the
     base (:func:`series_files`); ``extra`` is for files other steps
     produce. The lockfile and SHA256SUMS are written only after the
@@ -538,14 +540,14 @@ def build_image(
     """
     import dataclasses
 
-    from patchkit.emit.config import CONFIG_NAME, DEFAULT_PROFILE, load_config
+    from patchkit.emit.config import CONFIG_NAME, DEFAULT_PROFILE, load_build_config
     from patchkit.images.ref import ImageRef
     from patchkit.outcome import Change, Outcome
     from patchkit.persist import finish
 
-    config = load_config(repo.root / CONFIG_NAME)
-    name = config.profile(profile or DEFAULT_PROFILE).name
-    base_name = config.inference.image
+    config = load_build_config(repo.root / CONFIG_NAME)
+    name = config.profile(profile or DEFAULT_PROFILE)
+    base_name = config.image
     img = next((i for i in lock.images if i.name == base_name), None)
     if img is None:
         raise BadInput(
@@ -557,12 +559,14 @@ def build_image(
         raise BadInput(f"--push {push}: give a repository and tag, not a digest", "e.g. --push registry/team/vllm:v1")
     from patchkit.guard.manifest import image_files
 
+    guard = image_files(lock, config.deploy) if config.deploy is not None else {}
     extra = [
         *extra,
         *series_files(repo, lock, name, img.reference),
-        *(LayerFile(path, data) for path, data in image_files(lock, config).items()),
+        *(LayerFile(path, data) for path, data in guard.items()),
     ]
-    files = runtime_files(repo, lock, store, cache, executables=(config.inference.entrypoint,), extra=extra)
+    executables = (config.entrypoint,) if config.entrypoint is not None else ()
+    files = runtime_files(repo, lock, store, cache, executables=executables, extra=extra)
     base = ImageRef.parse(f"{img.repository}@{img.digest}")
     created = created_time(lock, base_name, source_date_epoch)
     built = build_and_push(client, base, target, files, created, chunk_size=chunk_size)

@@ -34,6 +34,18 @@ def test_the_shipped_compose_files_are_what_emit_writes() -> None:
     assert (f.code, f.file) == ("compose-unchecked", "deploy.toml")
 
 
+def test_a_deploy_toml_without_profiles_has_no_compose_file_but_must_still_name_its_image() -> None:
+    """What ``image build`` alone reads (no [profiles]): nothing to emit or drift; a broken one is reported."""
+    files = shipped()
+    text = files[LOCKFILE_NAME].decode()
+    files["deploy.toml"] = b'schema = 1\n[inference]\nimage = "vllm"\n'
+    assert compose.emitted(state_of(text, files)) == []
+    files["deploy.toml"] = b"schema = 1\n[inference]\n"
+    [f] = compose.emitted(state_of(text, files))
+    assert (f.code, f.file) == ("compose-unchecked", "deploy.toml")
+    assert "missing required field 'image'" in f.message and f.fix == "deploy.toml's fields: docs/deploy.md"
+
+
 def test_hand_kept_compose_mounts() -> None:
     doc = (
         b"services:\n  vllm:\n    image: vllm/vllm-openai@sha256:" + b"0" * 64 + b"\n    volumes:\n"
@@ -52,3 +64,6 @@ def test_hand_kept_compose_mounts() -> None:
         ("mount-ignored", 8, "note"),
     ]
     assert found[0].message.endswith("but the lockfile pins it for /usr/lib/python3/dist-packages/pkg/mod.py")
+    # A deploy.toml that only names the base (init's starter, no [profiles]) emits nothing: the mounts are checked.
+    starter = [*files.items(), ("deploy.toml", b'schema = 1\n[inference]\nimage = "vllm"\n')]
+    assert compose.mounts(state_of(text, dict(starter), ignored={"cache/x": ".gitignore:1"})) == found

@@ -360,3 +360,16 @@ def test_emit_refuses_a_broken_entrypoint(lock: Lockfile, tmp_path: Path) -> Non
     message = str(e.value)
     assert message.startswith("entrypoint.sh: sh -n: ") and "then" in message, message
     assert not (root / "compose.yaml").exists() and not (root / "compose.tp1x2.yaml").exists()
+
+
+def test_every_deploy_toml_error_points_to_the_docs_not_to_the_source(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as e:
+        loads_config("schema = 1\n[inference]\nimage = 1\n")
+    assert e.value.problems and all(p.hint for p in e.value.problems)
+    assert e.value.problems[0].hint == "deploy.toml's fields: docs/deploy.md"
+    with pytest.raises(ConfigError) as e:
+        loads_config("schema = 1\nname = [\n")  # not TOML: its own fix, at its line
+    assert e.value.problems[0].hint == "fix the syntax at that line"
+    with pytest.raises(BadInput) as missing:
+        load_config(tmp_path / "deploy.toml")
+    assert missing.value.hint == "create deploy.toml (patchkit init writes a starter; fields: docs/deploy.md)"

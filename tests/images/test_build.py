@@ -353,3 +353,39 @@ def test_build_as_a_user_runs_it(derivable: Path, registry_server: RegistryServe
     assert lines[1].startswith(f"  layer {pin.layer_digest} (4 files, ")
     assert lines[2].startswith("  uploaded 2 blobs (") and lines[2].endswith(", already there 0")
     assert lines[3:] == [f"derived[single]: unpinned -> {pin.digest}", "wrote lockfile.toml", "wrote SHA256SUMS"]
+
+
+def test_a_new_deployment_builds_a_base_and_one_layer_with_the_starter_deploy_toml(
+    tmp_path: Path, oci_image: TestImages, registry_server: RegistryServer, invoke: Invoke
+) -> None:
+    """``init``'s deploy.toml names the base alone: no model pin, no entrypoint, no profile needed to build."""
+    root = tmp_path / "new"
+    assert invoke("init", str(root)).exit_code == 0
+    assert invoke("image", "pin", "vllm", oci_image.single, repo=root).exit_code == 0
+    (root / "tuning" / "moe.csv").write_bytes(b"m,n,k,block\n1,7168,2048,128\n")
+    r = invoke("add", str(root / "tuning" / "moe.csv"), "--target", "/opt/tuning/moe.csv", repo=root)
+    assert r.exit_code == 0, r.stderr
+    doc = build(invoke, root, f"{registry_server.host}/derived/starter:v1")
+    lock = load_lock((root / "lockfile.toml").read_text())
+    (derived,) = lock.derived
+    assert (derived.name, derived.base, str(derived.digest)) == ("single", "vllm", doc["digest"])
+    assert invoke("check", repo=root).exit_code == 0
+
+
+def test_build_reads_only_what_it_uses_and_points_to_the_docs(derivable: Path, invoke: Invoke) -> None:
+    """Without [profiles] only schema and inference.image are read; a missing one names docs/deploy.md, no source."""
+    (derivable / "deploy.toml").write_text('schema = 1\n[inference]\nentrypoint = "entrypoint"\n')
+    r = invoke("image", "build", "--push", "127.0.0.1:1/x:v1", repo=derivable)
+    assert r.exit_code == 2
+    assert r.stderr.splitlines() == [
+        "patchkit: error: deploy.toml:2: inference: missing required field 'image'",
+        "  fix: deploy.toml's fields: docs/deploy.md",
+    ]
+    (derivable / "deploy.toml").unlink()
+    r = invoke("image", "build", "--push", "127.0.0.1:1/x:v1", repo=derivable)
+    assert r.exit_code == 2
+    assert "fix: create deploy.toml (patchkit init writes a starter; fields: docs/deploy.md)" in r.stderr
+    assert ".py" not in r.stderr and "Traceback" not in r.stderr
+    (derivable / "deploy.toml").write_text('schema = 1\n[inference]\nimage = "vllm"\n')
+    r = invoke("image", "build", "--push", "127.0.0.1:1/x:v1", "--profile", "tp2", repo=derivable)
+    assert r.exit_code == 3  # read and accepted: it got as far as the (unreachable) registry

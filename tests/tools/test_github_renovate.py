@@ -119,10 +119,6 @@ def _renovate_regex() -> re.Pattern[str]:
 def test_a_renovate_digest_update_then_its_post_upgrade_tasks_pass_check(tmp_path: Path, invoke: Invoke) -> None:
     root = copy_shipped(tmp_path / "shipped")
     lock = root / "lockfile.toml"
-    text = lock.read_text()
-    for repository, tag in (("caddy", "2"), ("vllm/vllm-openai-rocm", "nightly")):
-        text = re.sub(rf'(repository = "{re.escape(repository)}"\ndigest = "[^"]+"\n)', rf'\1tag = "{tag}"\n', text)
-    lock.write_text(text)
     assert invoke("lock", repo=root).exit_code == 0
     assert invoke("emit", repo=root).exit_code == 0
     assert invoke("check", repo=root).exit_code == 0
@@ -130,7 +126,7 @@ def test_a_renovate_digest_update_then_its_post_upgrade_tasks_pass_check(tmp_pat
     found = {m["depName"]: (m["currentValue"], m["currentDigest"]) for m in _renovate_regex().finditer(canonical)}
     assert found == {
         "caddy": ("2", "sha256:5f5c8640aae01df9654968d946d8f1a56c497f1dd5c5cda4cf95ab7c14d58648"),
-        "vllm/vllm-openai-rocm": ("nightly", "sha256:e68d18b2ba50298661bfc49baf01158fbf036645c2362cccf3e8a7a79fe6c69a"),
+        "vllm/vllm-openai-rocm": (None, "sha256:e68d18b2ba50298661bfc49baf01158fbf036645c2362cccf3e8a7a79fe6c69a"),
     }
     # The vLLM image is left to `patchkit bump`, which rebases its overlays; Renovate takes the rest.
     (rule,) = json.loads(RENOVATE.read_text())["packageRules"]
