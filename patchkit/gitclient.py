@@ -143,6 +143,26 @@ def show(root: Path, rev: str, rel: str, timeout: float = 30) -> bytes | None:
     return out if status == 0 else None
 
 
+def commit_of(root: Path, rev: str, timeout: float = 30) -> str | None:
+    """The commit ``rev`` names in the work tree ``root`` (``git rev-parse --verify REV^{commit}``).
+
+    None when it names no commit there (a typo, a ref of another clone, a
+    tree or blob), when ``root`` is no git work tree, or when git does not
+    answer in ``timeout`` seconds. An option-like ``rev`` names nothing.
+    """
+    if not rev or rev.startswith("-"):
+        return None
+    try:
+        status, out, _ = run(
+            root,
+            ["-C", str(root), "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}"],
+            timeout=timeout,
+        )
+    except GitMissing:
+        return None
+    return out.decode("ascii", "replace") if status == 0 and out else None
+
+
 def read_objects(git_dir: Path, names: Sequence[str]) -> list[bytes | None]:
     """The blob each object name (``COMMIT:PATH``, a blob id) names in ``git_dir``, in order.
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from patchkit import diffs, refs
 from patchkit.cache import BlobStore
 from patchkit.check.run import check
+from patchkit.errors import Refused
 from patchkit.findings import CheckResult, Finding
 from patchkit.importing import handdiffs
 from patchkit.lockfile.model import GitUpstream, Lockfile, Patch, PatchKind, Upstream, WheelUpstream
@@ -170,6 +171,8 @@ def build(
     With ``since`` (a git revision of the repository), each patch whose diff changed since then
     carries the interdiff of its diff at ``since`` against its diff now.
     """
+    if since is not None:
+        _require_revision(repo, since)
     result = check(repo, lock, lock_bytes, store)
     assessed = {a.patch: a for a in refs.assess(lock, refs.git_containment(lock, cache), now)}
     hand = handdiffs.chains(lock, lambda d: _read(repo, str(d.file)))
@@ -202,6 +205,17 @@ def build(
         files_hashed=result.files_hashed,
         diffs_verified=result.diffs_verified,
     )
+
+
+def _require_revision(repo: Repo, rev: str) -> None:
+    """Refuse ``--since REV`` when REV names no commit of the repository: every patch would read as new."""
+    from patchkit import gitclient
+
+    if gitclient.commit_of(repo.root, rev) is None:
+        raise Refused(
+            f"--since {rev}: no such commit in {repo.root} (git rev-parse --verify '{rev}^{{commit}}' finds none)",
+            "name a commit of this repository: a hash, a tag or a branch (git log --oneline lists them)",
+        )
 
 
 def _since(repo: Repo, lock: Lockfile, s: PatchSection, rev: str) -> PatchSection:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from patchkit import diffs
 from patchkit.trust.interdiff import compare
 from tests.conftest import Invoke
@@ -128,3 +130,17 @@ def test_audit_since_a_revision_shows_the_interdiff(invoke: Invoke, tmp_path: Pa
     assert "What changed in the patch" in html and "-+    return [b.cpu(non_blocking=False) for b in blocks]" in html
     # Without --since, no interdiff.
     assert "What changed in the patch" not in invoke("audit", "--format", "markdown", repo=root).stdout
+
+
+@pytest.mark.parametrize("rev", ["nosuchrev", "HEAD~5", "-p", "HEAD:lockfile.toml", "0" * 40])
+def test_audit_since_a_revision_the_repository_lacks_is_refused(
+    invoke: Invoke, tmp_path: Path, upstream: Upstream, rev: str
+) -> None:
+    c1 = upstream.commit({"vllm/worker.py": WORKER})
+    root = make_deploy(invoke, tmp_path, upstream, c1, {"vllm/worker.py": FENCED})
+    report = tmp_path / "report.md"
+    r = invoke("audit", "-o", str(report), "--since", rev, repo=root)
+    assert r.exit_code == 1, r.stdout + r.stderr
+    assert f"--since {rev}: no such commit" in r.stderr and "Traceback" not in r.stderr
+    assert not report.exists()
+    assert "new since" not in r.stdout
