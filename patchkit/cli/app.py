@@ -27,7 +27,7 @@ FAMILY_OF: dict[str, str] = {
     "model": "model",
     "import": "importing",
     **dict.fromkeys(("materialize", "apply", "emit", "bundle", "verify-bundle"), "ship"),
-    **dict.fromkeys(("refs", "audit"), "audit"),
+    **dict.fromkeys(("refs", "audit", "sbom"), "audit"),
     **dict.fromkeys(("keygen", "sign", "attest", "verify"), "signing"),
     **dict.fromkeys(("push", "pull"), "artifact"),
     "guard": "guard",
