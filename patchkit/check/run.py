@@ -7,13 +7,15 @@ pinned files, targets, canonical form), ``diffs`` (each patch's diff and base),
 (emitted and hand-kept compose files). ``RULES`` lists them in the order their
 findings are reported; a rule that verifies diffs returns their count beside
 its findings. Two checks read through modules of their own: the model pin's
-manifest (``model.findings``) and the signatures (``signing.signatures``).
+manifest (``model.findings``), the signatures (``signing.signatures``) and,
+when audits.toml exists, the recorded audits (``audit.certify``).
 The checker writes nothing, and remembers nothing between runs: every rule runs
 on every check.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -85,6 +87,12 @@ def check(repo: Repo, lock: Lockfile, lock_bytes: bytes, store: BlobStore | None
         from patchkit.signing.signatures import signature_findings
 
         result.findings.extend(signature_findings(repo, lock))
+    if os.path.lexists(repo.root / "audits.toml"):
+        import datetime as dt
+
+        from patchkit.audit.certify import findings as audit_findings
+
+        result.findings.extend(audit_findings(repo, lock, dt.datetime.now(dt.UTC)))
     return result
 
 

@@ -9,8 +9,9 @@ from typing import Any
 
 import click
 
-from patchkit.cli.common import FORMAT, Command, blob_store, cache_path, github_tracker, open_repo
-from patchkit.errors import EXIT_FINDINGS, EXIT_OK
+from patchkit.cli.common import FORMAT, Command, SubGroup, blob_store, cache_path, github_tracker, open_repo
+from patchkit.cli.signing import KEY, load_key
+from patchkit.errors import EXIT_FINDINGS, EXIT_OK, BadInput
 
 
 @click.command(cls=Command, name="refs")
@@ -110,7 +111,7 @@ def _print_refresh(result: Any, written: list[str]) -> None:
         click.echo("recorded states are up to date")
 
 
-@click.command(cls=Command)
+@click.group(cls=SubGroup, invoke_without_command=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here (default: stdout).")
 @click.option(
     "--format",
@@ -132,7 +133,18 @@ def audit(ctx: click.Context, output: Path | None, fmt: str | None, since: str |
     recorded by `patchkit refs --refresh`. The HTML page is one
     self-contained file (inline styles, no scripts, nothing fetched) that
     opens anywhere; the Markdown form fits a pull request description.
+
+    \b
+    Recorded audits (audits.toml, docs/audit.md):
+      patchkit audit certify NAME --criteria safe-to-deploy --key KEY
+      patchkit audit certify NAME --delta --criteria safe-to-deploy --key KEY
+      patchkit audit status          # what the policy's criteria cover, and what changed since
+      patchkit audit statement N     # the bytes audit N's signature covers (for ssh-keygen -Y verify)
     """
+    if ctx.invoked_subcommand is not None:
+        if output is not None or fmt is not None or since is not None:
+            raise BadInput("-o, --format and --since are for the report: patchkit audit -o FILE")
+        return
     from patchkit.audit.report import build
     from patchkit.formats.audit import AUDIT
     from patchkit.repo import atomic_write, output_target
@@ -151,6 +163,137 @@ def audit(ctx: click.Context, output: Path | None, fmt: str | None, since: str |
     drops = len(built.drop_candidates)
     verdict = "check passes" if built.check_ok else "check FAILS"
     click.echo(f"wrote {output}: {len(built.patches)} patches, {drops} drop candidates, {verdict}", err=True)
+
+
+@audit.command("certify")
+@click.argument("name")
+@click.option(
+    "--criteria",
+    "criteria",
+    multiple=True,
+    required=True,
+    metavar="NAME",
+    help="What the review establishes (repeatable).",
+)
+@click.option("--delta", is_flag=True, help="Review only the change since the patch's last audit (chained to it).")
+@click.option("--notes", metavar="TEXT", help="What the reviewer wants on record.")
+@click.option(
+    "-I", "--identity", metavar="PRINCIPAL", help="Who signs, when the key's allowed-signers line names several."
+)
+@KEY
+@FORMAT
+@click.pass_context
+def audit_certify(
+    ctx: click.Context,
+    name: str,
+    criteria: tuple[str, ...],
+    delta: bool,
+    notes: str | None,
+    identity: str | None,
+    key_path: Path,
+    fmt: str,
+) -> None:
+    """Record, signed, that you reviewed patch NAME at its current bytes (SERIES/PATCH for a series patch).
+
+    Writes an [[audit]] entry to audits.toml (made with cargo-vet's criteria
+    safe-to-deploy and safe-to-run and a policy requiring safe-to-deploy, the
+    first time) and keeps the reviewed text under audits/reviewed/, so a later
+    change can be shown as an interdiff. The key's allowed-signers line must
+    allow the namespace "patchkit-audit". --delta records a review of the
+    change since the last audit for the same criteria: run `patchkit audit
+    status` to see it first.
+    """
+    from patchkit.audit import certify as audits
+    from patchkit.repo import write_all
+
+    repo, lock, _ = open_repo(ctx, writes=True)
+    key = load_key(key_path)
+    now = dt.datetime.now(dt.UTC)
+    made, files = audits.certify(
+        repo, lock, name, criteria, key=key, identity=identity, delta=delta, notes=notes, now=now
+    )
+    write_all(repo.root, files)
+    if fmt == "json":
+        click.echo(json.dumps({"audit": made.index, **made.fields()}, indent=2, sort_keys=True))
+        return
+    what = f"the change since {made.delta_from[:12]}" if made.delta_from else "in full"
+    click.echo(f"recorded audit[{made.index}]: {name} ({what}) for {', '.join(criteria)} by {made.who}")
+
+
+@audit.command("status")
+@FORMAT
+@click.pass_context
+def audit_status(ctx: click.Context, fmt: str) -> None:
+    """Every patch against the criteria the policy requires: audited, carried over, needing a delta, unaudited.
+
+    Exit 1 when a patch is not covered (or an entry's signature does not
+    verify), so CI can require reviews; a patch needing a delta audit is shown
+    with the change since its last audit.
+    """
+    from patchkit.audit import certify as audits
+
+    repo, lock, _ = open_repo(ctx)
+    table = audits.load(repo)
+    if table is None:
+        raise BadInput(f"no {audits.AUDITS_FILE} here yet", "record the first audit: patchkit audit certify NAME")
+    found, problems = audits.statuses(repo, lock, table, dt.datetime.now(dt.UTC))
+    failing = [s for s in found if s.coverage in (audits.Coverage.NEEDS_DELTA, audits.Coverage.UNAUDITED)]
+    if fmt == "json":
+        doc = {
+            "patches": [_status_json(s) for s in found],
+            "problems": [p.as_dict() for p in problems],
+            "ok": not failing and not any(p.severity == "error" for p in problems),
+        }
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        for s in found:
+            click.echo(_status_line(s))
+            for line in s.change if s.coverage is audits.Coverage.NEEDS_DELTA else ():
+                click.echo(f"    {line}")
+        for p in problems:
+            click.echo(f"{p.severity}: {p.message}")
+    bad = failing or any(p.severity == "error" for p in problems)
+    ctx.exit(EXIT_FINDINGS if bad else EXIT_OK)
+
+
+def _status_line(s: Any) -> str:
+    by = "; ".join(f"{a.who} {a.date}{' (delta)' if a.delta_from else ''}" for a in s.audits)
+    return f"{s.patch}: {s.criterion}: {s.coverage.value}" + (f" ({by})" if by else "")
+
+
+def _status_json(s: Any) -> dict[str, Any]:
+    return {
+        "patch": s.patch,
+        "criterion": s.criterion,
+        "status": s.coverage.value,
+        "audits": [a.index for a in s.audits],
+        "since": s.since,
+        "change": list(s.change),
+    }
+
+
+@audit.command("statement")
+@click.argument("index", type=click.IntRange(min=0))
+@click.option("--signature", is_flag=True, help="Print the entry's armored signature instead.")
+@click.pass_context
+def audit_statement(ctx: click.Context, index: int, signature: bool) -> None:
+    """Print the exact bytes audit INDEX's signature covers, to check it with stock ssh-keygen.
+
+    \b
+    patchkit audit statement 0 --signature > a0.sig
+    patchkit audit statement 0 > a0.statement
+    ssh-keygen -Y verify -f allowed_signers -I WHO -n patchkit-audit \\
+        -s a0.sig < a0.statement
+    """
+    from patchkit.audit import certify as audits
+
+    repo, _, _ = open_repo(ctx)
+    table = audits.load(repo)
+    entries = table.audits if table is not None else ()
+    if index >= len(entries):
+        raise BadInput(f"no audit[{index}] in {audits.AUDITS_FILE} ({len(entries)} entries)")
+    out = entries[index].signature.encode() if signature else entries[index].statement
+    click.echo(out, nl=False)  # bytes: written as they are
 
 
 @click.command(cls=Command)

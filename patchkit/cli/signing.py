@@ -41,7 +41,7 @@ def _passphrase(path: Path) -> Callable[[], bytes | None]:
     return ask
 
 
-def _load_key(path: Path) -> Any:
+def load_key(path: Path) -> Any:
     from patchkit.signing.keys import load_private_key
 
     return load_private_key(path, _passphrase(path))
@@ -114,7 +114,7 @@ def sign(ctx: click.Context, files: tuple[Path, ...], key_path: Path) -> None:
     if not files:
         hold_lock(ctx, find_repo(ctx).root)  # the default files and their .sig files are the repository's
     targets = list(files) or _default_files(ctx)
-    key = _load_key(key_path)
+    key = load_key(key_path)
     for written in sign_files(targets, key):
         click.echo(f"wrote {written}")
 
@@ -131,7 +131,7 @@ def attest(bundle_path: Path, key_path: Path) -> None:
     """
     from patchkit.signing.signatures import attest_bundle
 
-    key = _load_key(key_path)
+    key = load_key(key_path)
     click.echo(f"wrote {attest_bundle(bundle_path, key)}")
 
 
