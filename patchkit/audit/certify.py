@@ -25,6 +25,7 @@ certify|status|statement``.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -43,6 +44,8 @@ from patchkit.repo import Escape, Repo
 AUDITS_FILE = "audits.toml"
 #: Where each reviewed text is kept, named by its sha256.
 REVIEWED_DIR = "audits/reviewed"
+#: Where the copies of other repositories' audits files are kept.
+IMPORTED_DIR = "audits/imported"
 #: The SSHSIG namespace of an audit's signature: an allowed-signers line must allow it.
 NAMESPACE = "patchkit-audit"
 
@@ -75,6 +78,7 @@ class Audit:
     applies_to: str = ""
     delta_from: str | None = None
     notes: str | None = None
+    source: str | None = None  # the import it came from (``[imports.NAME]``); None for this repository's own
 
     def fields(self) -> dict[str, Any]:
         """The signed fields, as written (``delta_from``/``notes`` only when set)."""
@@ -98,6 +102,33 @@ class Audit:
 
 
 @dataclass(frozen=True)
+class Import:
+    """Another repository's audits, copied in and pinned: ``[imports.NAME]``.
+
+    ``file`` is the copy in this repository (pinned by ``sha256``), taken
+    from ``source`` at ``rev``; its audits count only when signed, by a key of
+    this repository's allowed signers, as a principal ``trust`` names
+    (OpenSSH patterns, as allowed-signers lines use).
+    """
+
+    name: str
+    source: str
+    rev: str
+    file: str
+    sha256: str
+    trust: tuple[str, ...]
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "rev": self.rev,
+            "file": self.file,
+            "sha256": self.sha256,
+            "trust": list(self.trust),
+        }
+
+
+@dataclass(frozen=True)
 class Audits:
     """The whole of audits.toml."""
 
@@ -105,6 +136,7 @@ class Audits:
     descriptions: dict[str, str]
     required: tuple[str, ...]
     audits: tuple[Audit, ...] = ()
+    imports: tuple[Import, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict)
 
     def closure(self, names: Iterable[str]) -> set[str]:
@@ -199,9 +231,9 @@ def parse(data: bytes) -> Audits:
         doc = tomllib.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise _fail("", f"not valid TOML ({e})", "fix the file, or restore it: git checkout -- audits.toml") from e
-    unknown = sorted(set(doc) - {"criteria", "policy", "audit"})
+    unknown = sorted(set(doc) - {"criteria", "policy", "audit", "imports"})
     if unknown:
-        raise _fail(unknown[0], "unknown table (criteria, policy, audit)")
+        raise _fail(unknown[0], "unknown table (criteria, policy, audit, imports)")
     implies, descriptions = _criteria(doc)
     policy = doc.get("policy", {})
     if not isinstance(policy, dict):
@@ -214,7 +246,37 @@ def parse(data: bytes) -> Audits:
     if not isinstance(entries, list):
         raise _fail("audit", "must be an array of tables ([[audit]])")
     audits = tuple(_audit(i, e, implies) for i, e in enumerate(entries))
-    return Audits(implies, descriptions, required, audits, doc)
+    return Audits(implies, descriptions, required, audits, _imports(doc.get("imports", {})), doc)
+
+
+def _imports(table: object) -> tuple[Import, ...]:
+    if not isinstance(table, dict):
+        raise _fail("imports", "must be a table of [imports.NAME]")
+    out = []
+    for name, spec in table.items():
+        where = f"imports.{name}"
+        if not isinstance(spec, dict):
+            raise _fail(where, "must be a table")
+        unknown = sorted(set(spec) - {"source", "rev", "file", "sha256", "trust"})
+        if unknown:
+            raise _fail(f"{where}.{unknown[0]}", "unknown field")
+        file = str(_text(spec, "file", where))
+        if not file.startswith(f"{IMPORTED_DIR}/") or ".." in file.split("/"):
+            raise _fail(f"{where}.file", f"'{file}' must be a file under {IMPORTED_DIR}/")
+        trust = _names(spec.get("trust"), f"{where}.trust")
+        if not trust:
+            raise _fail(f"{where}.trust", "must name at least one principal to trust")
+        out.append(
+            Import(
+                name,
+                str(_text(spec, "source", where)),
+                str(_text(spec, "rev", where)),
+                file,
+                str(_sha(spec, "sha256", where)),
+                trust,
+            )
+        )
+    return tuple(out)
 
 
 def load(repo: Repo) -> Audits | None:
@@ -240,6 +302,8 @@ def render(a: Audits) -> bytes:
         "policy": {"require": list(a.required)},
         "audit": [{**x.fields(), "signature": x.signature} for x in a.audits],
     }
+    if a.imports:
+        doc["imports"] = {i.name: i.fields() for i in a.imports}
     head = (
         b"# Recorded audits of this deployment's patches: written by `patchkit audit certify`.\n"
         b"# Each entry is signed (ssh-keygen -Y verify -n patchkit-audit; `patchkit audit statement N` prints\n"
@@ -313,10 +377,9 @@ class Status:
 
 def verified(repo: Repo, lock: Lockfile, audits: Audits, now: dt.datetime) -> tuple[list[Audit], list[Finding]]:
     """The audits whose signature verifies by an allowed signer as their ``who``; a finding for every other."""
-    from patchkit.signing import signers, sshsig
     from patchkit.signing.signatures import load_signers
 
-    if not audits.audits:
+    if not audits.audits and not audits.imports:
         return [], []
     if lock.signing is None:
         fix = 'add [signing] with allowed_signers = "PATH" to the lockfile (docs/signing.md)'
@@ -325,24 +388,90 @@ def verified(repo: Repo, lock: Lockfile, audits: Audits, now: dt.datetime) -> tu
     good: list[Audit] = []
     findings: list[Finding] = []
     for a in audits.audits:
-        try:
-            sig = sshsig.verify(a.signature.encode(), a.statement, NAMESPACE)
-            signers.find(allowed, sig.public_key, NAMESPACE, a.who, now)
-        except sshsig.BadSignature as e:
-            findings.append(
+        why = _signature_problem(a, allowed, now)
+        if why is None:
+            good.append(a)
+            continue
+        findings.append(
+            Finding(
+                "audit-forged",
+                AUDITS_FILE,
+                None,
+                f"audit[{a.index}] of '{a.patch}' by {a.who}: the signature does not verify ({why}); "
+                "it counts for nothing",
+                "remove the entry, or have its signer certify again: patchkit audit certify",
+                field=f"audit[{a.index}]",
+            )
+        )
+    for imp in audits.imports:
+        found, problems = _imported(repo, imp, audits, allowed, now)
+        good += found
+        findings += problems
+    return good, findings
+
+
+def _signature_problem(a: Audit, allowed: Any, now: dt.datetime) -> str | None:
+    """Why ``a``'s signature does not verify as its ``who`` (None when it does)."""
+    from patchkit.signing import signers, sshsig
+
+    try:
+        sig = sshsig.verify(a.signature.encode(), a.statement, NAMESPACE)
+        signers.find(allowed, sig.public_key, NAMESPACE, a.who, now)
+    except sshsig.BadSignature as e:
+        return str(e)
+    return None
+
+
+def _imported(
+    repo: Repo, imp: Import, audits: Audits, allowed: Any, now: dt.datetime
+) -> tuple[list[Audit], list[Finding]]:
+    """The audits of import ``imp`` that count: its pinned copy intact, each entry signed by a trusted principal."""
+    from patchkit.signing.signers import match_pattern_list
+
+    where = f"imports.{imp.name}"
+    try:
+        data = repo.read(imp.file)
+    except (OSError, Escape) as e:
+        fix = f"import it again: patchkit audit import {imp.name} --from {imp.source} --rev {imp.rev}"
+        return [], [Finding("audit-import-missing", imp.file, None, f"{where}: cannot read its copy ({e})", fix)]
+    if hashlib.sha256(data).hexdigest() != imp.sha256:
+        message = f"{where}: {imp.file} is not the copy imported (sha256 differs): its audits count for nothing"
+        fix = f"import it again: patchkit audit import {imp.name} --from {imp.source} --rev {imp.rev}"
+        return [], [Finding("audit-import-changed", imp.file, None, message, fix)]
+    try:
+        theirs = parse(data)
+    except AuditsError as e:
+        return [], [Finding("audit-import-unreadable", imp.file, None, f"{where}: {e}")]
+    good: list[Audit] = []
+    problems: list[Finding] = []
+    for a in theirs.audits:
+        a = dataclasses.replace(a, source=imp.name, criteria=tuple(c for c in a.criteria if c in audits.criteria))
+        if not any(match_pattern_list(a.who, t) for t in imp.trust):
+            problems.append(
+                Finding(
+                    "audit-import-untrusted",
+                    imp.file,
+                    None,
+                    f"{where}: audit[{a.index}] of '{a.patch}' is by {a.who}, whom the import does not trust",
+                    f"trust them in [imports.{imp.name}] trust, if the policy should",
+                    severity="note",
+                )
+            )
+            continue
+        why = _signature_problem(a, allowed, now)
+        if why is not None:
+            problems.append(
                 Finding(
                     "audit-forged",
-                    AUDITS_FILE,
+                    imp.file,
                     None,
-                    f"audit[{a.index}] of '{a.patch}' by {a.who}: the signature does not verify ({e}); "
-                    "it counts for nothing",
-                    "remove the entry, or have its signer certify again: patchkit audit certify",
-                    field=f"audit[{a.index}]",
+                    f"{where}: audit[{a.index}] of '{a.patch}' by {a.who}: the signature does not verify ({why})",
+                    f"add {a.who}'s key to the allowed signers (namespace {NAMESPACE}), or drop the import",
                 )
             )
             continue
         good.append(a)
-    return good, findings
+    return good, problems
 
 
 def _covered(audits: list[Audit], criterion: str, table: Audits) -> dict[str, list[Audit]]:
@@ -376,12 +505,17 @@ def _change(repo: Repo, old_sha: str, now: Reviewed) -> tuple[bool, tuple[str, .
     return False, tuple(made.decode("utf-8", "replace").splitlines())
 
 
+def _candidates(good: list[Audit], patch: Reviewed) -> list[Audit]:
+    """The audits that may cover ``patch``: its own, and every imported one (they match by the reviewed bytes)."""
+    return [a for a in good if a.patch == patch.name or a.source is not None]
+
+
 def status(repo: Repo, audits: Audits, good: list[Audit], patch: Reviewed, criterion: str) -> Status:
     """Where ``patch`` stands against ``criterion``, from the verified audits ``good``."""
-    mine = [a for a in good if a.patch == patch.name]
-    covered = _covered(mine, criterion, audits)
+    covered = _covered(_candidates(good, patch), criterion, audits)
     if patch.sha256 in covered:
         return Status(patch.name, criterion, Coverage.AUDITED, tuple(covered[patch.sha256]))
+    covered = {sha: chain for sha, chain in covered.items() if chain[-1].patch == patch.name}
     if not covered:
         return Status(patch.name, criterion, Coverage.UNAUDITED)
     latest = max(covered, key=lambda sha: (covered[sha][-1].date, covered[sha][-1].index))
@@ -479,8 +613,8 @@ def _start(
 ) -> str:
     """The reviewed sha256 a delta audit of ``patch`` starts from: the latest one covered for every criterion."""
     good, _ = verified(repo, lock, audits, now)
-    mine = [a for a in good if a.patch == patch.name]
-    chains = [_covered(mine, c, audits) for c in criteria]
+    chains = [_covered(_candidates(good, patch), c, audits) for c in criteria]
+    chains = [{sha: chain for sha, chain in ch.items() if chain[-1].patch == patch.name} for ch in chains]
     common = set(chains[0]).intersection(*chains[1:])
     if not common:
         raise BadInput(
@@ -541,5 +675,39 @@ def certify(
         fields["notes"] = notes
     signature = sshsig.sign(key, statement(fields), NAMESPACE).decode()
     audit = _audit(len(audits.audits), {**fields, "signature": signature}, audits.criteria)
-    updated = Audits(audits.criteria, audits.descriptions, audits.required, (*audits.audits, audit))
+    updated = dataclasses.replace(audits, audits=(*audits.audits, audit))
     return audit, {AUDITS_FILE: render(updated), f"{REVIEWED_DIR}/{patch.sha256}": patch.text}
+
+
+def import_audits(
+    repo: Repo, name: str, source: str, rev: str, path: str, trust: tuple[str, ...], cache: Any
+) -> tuple[Import, dict[str, bytes]]:
+    """Copy another repository's audits file (``path`` at ``rev`` of the git repository ``source``) in, pinned.
+
+    Returns the import record and the files to write (the copy and
+    audits.toml). The copy is read as patchkit reads any upstream: a cached,
+    disarmed clone; nothing of the other repository runs.
+    """
+    from patchkit.sources.git import GitSource
+    from patchkit.values import check_name
+
+    check_name(name, "import name")
+    if not trust:
+        raise BadInput("say whose audits count: --trust PRINCIPAL (an allowed signer's principal)")
+    snapshot = GitSource(source, cache).snapshot(rev)
+    data = snapshot.read([path]).get(path)
+    if data is None:
+        raise BadInput(f"{source} at {rev}: no file {path}", "name the audits file: --path PATH")
+    parse(data)  # refuse a file that is no audits file before pinning it
+    audits = load(repo) or new_audits()
+    imp = Import(
+        name,
+        source,
+        snapshot.commit,
+        f"{IMPORTED_DIR}/{name}.toml",
+        hashlib.sha256(data).hexdigest(),
+        trust,
+    )
+    kept = tuple(i for i in audits.imports if i.name != name)
+    updated = dataclasses.replace(audits, imports=(*kept, imp))
+    return imp, {AUDITS_FILE: render(updated), imp.file: data}

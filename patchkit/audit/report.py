@@ -76,6 +76,20 @@ class BaseInfo:
 
 
 @dataclass(frozen=True)
+class Review:
+    """A patch against one required criterion: ``status`` as ``audit status`` says it, who reviewed, what changed."""
+
+    criterion: str
+    status: str
+    by: tuple[str, ...]  # "alice@example.com 2026-12-03 (delta)", in chain order
+    change: tuple[str, ...] = ()  # the interdiff since the last review, when it needs a delta audit
+
+    @property
+    def covered(self) -> bool:
+        return self.status in ("audited", "carried over")
+
+
+@dataclass(frozen=True)
 class PatchSection:
     """Everything the report says about one patch."""
 
@@ -96,6 +110,8 @@ class PatchSection:
     findings: tuple[Finding, ...]
     # With --since REV: the interdiff of the patch's diff as committed at REV against now (lines).
     interdiff: tuple[str, ...] = ()
+    # With audits.toml: where the patch stands against each criterion the policy requires.
+    reviews: tuple[Review, ...] = ()
 
     @property
     def status(self) -> Verified:
@@ -179,6 +195,7 @@ def build(
     sections = tuple(_section(repo, lock, p, assessed[p.name], result, cache, hand) for p in lock.patches)
     if since is not None:
         sections = tuple(_since(repo, lock, s, since) for s in sections)
+    sections = _with_reviews(repo, lock, sections, now)
     return AuditReport(
         deployment=lock.name,
         generated_at=refs.timestamp(now),
@@ -205,6 +222,26 @@ def build(
         files_hashed=result.files_hashed,
         diffs_verified=result.diffs_verified,
     )
+
+
+def _with_reviews(
+    repo: Repo, lock: Lockfile, sections: tuple[PatchSection, ...], now: dt.datetime
+) -> tuple[PatchSection, ...]:
+    """Each section with its recorded reviews, when the repository keeps audits.toml."""
+    from patchkit.audit import certify
+
+    audits = certify.load(repo)
+    if audits is None:
+        return sections
+    found, _ = certify.statuses(repo, lock, audits, now)
+    by_patch: dict[str, list[Review]] = {}
+    for s in found:
+        who = tuple(
+            f"{a.who} {a.date}{' (delta)' if a.delta_from else ''}{f' via import {a.source}' if a.source else ''}"
+            for a in s.audits
+        )
+        by_patch.setdefault(s.patch, []).append(Review(s.criterion, s.coverage.value, who, s.change))
+    return tuple(dataclasses.replace(s, reviews=tuple(by_patch.get(s.name, ()))) for s in sections)
 
 
 def _require_revision(repo: Repo, rev: str) -> None:

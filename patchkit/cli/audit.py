@@ -257,7 +257,10 @@ def audit_status(ctx: click.Context, fmt: str) -> None:
 
 
 def _status_line(s: Any) -> str:
-    by = "; ".join(f"{a.who} {a.date}{' (delta)' if a.delta_from else ''}" for a in s.audits)
+    by = "; ".join(
+        f"{a.who} {a.date}{' (delta)' if a.delta_from else ''}{f' via import {a.source}' if a.source else ''}"
+        for a in s.audits
+    )
     return f"{s.patch}: {s.criterion}: {s.coverage.value}" + (f" ({by})" if by else "")
 
 
@@ -270,6 +273,40 @@ def _status_json(s: Any) -> dict[str, Any]:
         "since": s.since,
         "change": list(s.change),
     }
+
+
+@audit.command("import")
+@click.argument("name")
+@click.option("--from", "source", required=True, metavar="URL", help="The other repository (a git URL or path).")
+@click.option("--rev", required=True, metavar="REV", help="Its commit (or a branch or tag, pinned to its commit).")
+@click.option("--path", default="audits.toml", show_default=True, help="Its audits file.")
+@click.option("--trust", multiple=True, metavar="PRINCIPAL", help="Whose audits count (repeat; OpenSSH patterns).")
+@FORMAT
+@click.pass_context
+def audit_import(
+    ctx: click.Context, name: str, source: str, rev: str, path: str, trust: tuple[str, ...], fmt: str
+) -> None:
+    """Count another repository's audits: copy its audits file in, pinned by sha256, trusting named signers.
+
+    The copy goes to audits/imported/NAME.toml and [imports.NAME] in
+    audits.toml records where it came from (the commit REV resolved to) and
+    its sha256. An imported audit covers a patch of this deployment whose
+    reviewed bytes are the same (names need not match), when its signature
+    verifies with this repository's allowed signers for a principal --trust
+    names. Run it again to take a newer revision.
+    """
+    from patchkit.audit import certify as audits
+    from patchkit.repo import write_all
+
+    repo, _, _ = open_repo(ctx, writes=True)
+    imp, files = audits.import_audits(repo, name, source, rev, path, trust, cache_path())
+    write_all(repo.root, files)
+    if fmt == "json":
+        click.echo(json.dumps({"name": imp.name, **imp.fields()}, indent=2, sort_keys=True))
+        return
+    click.echo(
+        f"imported {imp.source} at {imp.rev} as {imp.file} (sha256 {imp.sha256[:12]}), trusting {', '.join(imp.trust)}"
+    )
 
 
 @audit.command("statement")

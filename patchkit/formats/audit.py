@@ -46,6 +46,7 @@ def as_json(report: AuditReport) -> str:
                 "removed": s.removed,
                 "diff": s.diff,
                 "interdiff": list(s.interdiff),
+                "reviews": [r.__dict__ for r in s.reviews],
                 "verification": [{**v.__dict__, "status": v.status.value} for v in s.verification],
                 "findings": [f.as_dict() for f in s.findings],
             }
@@ -139,7 +140,20 @@ def _md_section(s: PatchSection) -> list[str]:
         detail = f": {_cell(v.detail)}" if v.detail else ""
         out.append(f"- {_STATUS_MARK[v.status]} `{v.file}` {v.what}{detail}")
     out.append("")
-    return out + _md_interdiff(s) + _md_diff(s)
+    return out + _md_reviews(s) + _md_interdiff(s) + _md_diff(s)
+
+
+def _md_reviews(s: PatchSection) -> list[str]:
+    """The recorded reviews, one line per required criterion; a change nobody reviewed stands out."""
+    out = []
+    for r in s.reviews:
+        by = f" — {'; '.join(r.by)}" if r.by else ""
+        mark = "✅" if r.covered else "⚠️"
+        out.append(f"- {mark} review, {r.criterion}: **{r.status}**{by}")
+        if r.change:
+            fence = _fence("\n".join(r.change))
+            out += ["", f"  {fence}diff", *(f"  {line}" for line in r.change), f"  {fence}"]
+    return [*out, ""] if out else []
 
 
 def _md_refs(s: PatchSection) -> list[str]:

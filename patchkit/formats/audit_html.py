@@ -258,6 +258,8 @@ def _patch(s: PatchSection) -> str:
     if s.verification:
         body.append(_verification_table(s))
     body += [_finding(f) for f in s.findings]
+    if s.reviews:
+        body.append("<h3>Reviews</h3>" + _reviews_table(s))
     if s.interdiff:
         head_line, *rest = s.interdiff
         body.append(f"<h3>What changed in the patch</h3><p>{_e(head_line)}</p>")
@@ -265,6 +267,19 @@ def _patch(s: PatchSection) -> str:
             body.append(f'<div class="diffwrap"><pre class="mono">{_e(chr(10).join(rest))}</pre></div>')
     body.append(_diff(s))
     return head + "".join(body) + "</div></section>"
+
+
+def _reviews_table(s: PatchSection) -> str:
+    """One row per required criterion: the status as a badge, who reviewed, and the unreviewed change in full."""
+    rows = []
+    for r in s.reviews:
+        cls = "b-ok" if r.covered else "b-failed"
+        change = f'<pre class="mono">{_e(chr(10).join(r.change))}</pre>' if r.change else ""
+        rows.append(
+            f"<tr><td>{_e(r.criterion)}</td><td>{_badge(cls, r.status)}</td>"
+            f"<td>{'<br>'.join(_e(b) for b in r.by)}{change}</td></tr>"
+        )
+    return '<table class="meta">' + "".join(rows) + "</table>"
 
 
 def _meta_rows(s: PatchSection) -> list[str]:

@@ -239,3 +239,82 @@ def test_bad_requests_change_nothing(invoke: Invoke, deployment: Path, keys: tup
 def test_the_report_is_still_the_default(invoke: Invoke, deployment: Path) -> None:
     r = invoke("audit", "--format", "json", repo=deployment)
     assert r.exit_code == 0 and {p["name"] for p in json.loads(r.stdout)["patches"]} == {"a", "b", "c"}
+
+
+def test_audits_imported_from_another_repository_count_when_a_trusted_signer_made_them(
+    invoke: Invoke, deployment: Path, tmp_path: Path, keys: tuple[KeyPair, KeyPair]
+) -> None:
+    import shutil
+
+    # Another organisation runs the same patch "a" (same bytes) in its own repository, reviewed by bob.
+    bob = make_key(tmp_path, "bob", "ed25519")
+    other = tmp_path / "other"
+    shutil.copytree(deployment, other)
+    bob_line = bob.public_line.split()
+    line = f'bob@other namespaces="patchkit-audit" {bob_line[0]} {bob_line[1]}\n'
+    (other / "allowed_signers").write_text(line)
+    made = certify(invoke, other, bob, "a", "--notes", "reviewed at the other org")
+    git(other, "add", "-A")
+    git(other, "commit", "-qm", "audits")
+    rev = git(other, "rev-parse", "HEAD").strip()
+    # This repository trusts bob's key for audits, and imports the other repository's audits pinned.
+    with (deployment / "allowed_signers").open("a") as f:
+        f.write(line)
+    r = invoke("audit", "import", "other", "--from", str(other), "--rev", rev, "--trust", "bob@other", repo=deployment)
+    assert r.exit_code == 0, r.stdout + r.stderr
+    copy = deployment / "audits" / "imported" / "other.toml"
+    assert copy.read_bytes() == (other / "audits.toml").read_bytes()
+    status = json.loads(invoke("audit", "status", "--format", "json", repo=deployment).stdout)
+    assert {p["patch"]: p["status"] for p in status["patches"]} == {
+        "a": "audited",
+        "b": "unaudited",
+        "c": "unaudited",
+    }, status
+    shown = invoke("audit", "status", repo=deployment).stdout
+    assert f"a: safe-to-deploy: audited (bob@other {made['date']} via import other)" in shown
+    # Not trusted for this import: the same file counts for nothing, and says why.
+    r = invoke("audit", "import", "other", "--from", str(other), "--rev", rev, "--trust", "carol@*", repo=deployment)
+    assert r.exit_code == 0, r.stderr
+    code, found = check_codes(invoke, deployment)
+    assert "audit-import-untrusted" in [f["code"] for f in found]
+    assert any(f["code"] == "audit-missing" and "'a'" in str(f["message"]) for f in found)
+    # The copy edited after import: refused as a whole.
+    invoke("audit", "import", "other", "--from", str(other), "--rev", rev, "--trust", "bob@other", repo=deployment)
+    copy.write_text(copy.read_text().replace("reviewed at the other org", "reviewed by everyone"))
+    code, found = check_codes(invoke, deployment)
+    assert code == 1 and "audit-import-changed" in [f["code"] for f in found]
+    # A revision or file the other repository lacks: one line, nothing written.
+    before = (deployment / "audits.toml").read_bytes()
+    for args, said in (
+        (("--rev", "0" * 40, "--trust", "bob@other"), "0000000"),
+        (("--rev", rev, "--path", "nope.toml", "--trust", "bob@other"), "no file nope.toml"),
+        (("--rev", rev), "--trust PRINCIPAL"),
+    ):
+        r = invoke("audit", "import", "other", "--from", str(other), *args, repo=deployment)
+        assert r.exit_code in (1, 2, 3) and said in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+    assert (deployment / "audits.toml").read_bytes() == before
+
+
+def test_the_report_shows_who_reviewed_what_and_the_change_nobody_reviewed(
+    invoke: Invoke, deployment: Path, upstream: Upstream, keys: tuple[KeyPair, KeyPair]
+) -> None:
+    certify(invoke, deployment, keys[0], "a")
+    certify(invoke, deployment, keys[0], "b")
+    overlay_b = deployment / "patches" / "b.py"
+    overlay_b.write_bytes(
+        overlay_b.read_bytes().replace(b"self.stream.synchronize()", b"self.stream.wait_stream(None)")
+    )
+    assert invoke("lock", repo=deployment).exit_code == 0
+    doc = json.loads(invoke("audit", "--format", "json", repo=deployment).stdout)
+    reviews = {p["name"]: p["reviews"] for p in doc["patches"]}
+    assert [(r["criterion"], r["status"]) for r in reviews["a"]] == [("safe-to-deploy", "audited")]
+    assert reviews["a"][0]["by"][0].startswith("alice@test ")
+    assert reviews["b"][0]["status"] == "needs a delta audit"
+    assert "++        self.stream.wait_stream(None)" in reviews["b"][0]["change"]
+    assert reviews["c"][0]["status"] == "unaudited" and reviews["c"][0]["by"] == []
+    md = invoke("audit", "--format", "markdown", repo=deployment).stdout
+    assert "- ⚠️ review, safe-to-deploy: **needs a delta audit** — alice@test " in md
+    assert "- ⚠️ review, safe-to-deploy: **unaudited**" in md
+    html = invoke("audit", "--format", "html", repo=deployment).stdout
+    assert "<h3>Reviews</h3>" in html and "needs a delta audit</span>" in html
+    assert "+        self.stream.wait_stream(None)" in html
