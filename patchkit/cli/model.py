@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from patchkit.cli.common import FORMAT, SubGroup, open_repo, print_changes
-from patchkit.errors import EXIT_FINDINGS, EXIT_OK
+from patchkit.errors import EXIT_FINDINGS, EXIT_OK, BadInput, Refused
 
 HF_CACHE = click.option(
     "--hf-cache",
@@ -193,6 +193,105 @@ def _render(result: Any, fmt: str) -> None:
         click.echo(f"model verify: ok: {result.files} files, {gb:.2f} GB{trusted} in {result.snapshot}")
     else:
         click.echo(f"model verify: FAILED: {len(result.problems)} problem(s) in {result.cache}; fix: {result.fix}")
+
+
+_PEM = click.Path(dir_okay=False, exists=True, path_type=Path)
+
+
+@model.command("sign")
+@click.option("--key", "private_key", type=_PEM, required=True, help="Elliptic-curve private key (PEM).")
+@click.option("--certificate", type=_PEM, help="The key's signing certificate (PEM): the certificate method.")
+@click.option("--chain", type=_PEM, multiple=True, help="Certificates of its chain (PEM; repeat).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where the signature goes (default: model.sig at the top of the repository).",
+)
+@HF_CACHE
+@click.pass_context
+def model_sign(
+    ctx: click.Context,
+    private_key: Path,
+    certificate: Path | None,
+    chain: tuple[Path, ...],
+    output: Path | None,
+    hf_cache: Path | None,
+) -> None:
+    """Sign the pinned model revision in the OpenSSF model signing format (what `model_signing verify` checks).
+
+    \b
+    First verifies the cached snapshot against the pin (as `model verify`
+    does) and refuses when it differs: only the pinned files are signed.
+    Then signs that snapshot with the OpenSSF model-signing library: an
+    elliptic-curve key (--key), or with --certificate and --chain the
+    certificate method. The key's passphrase, if any, comes from
+    $PATCHKIT_KEY_PASSPHRASE. Check it with:
+      model_signing verify key --allow_symlinks --signature model.sig \\
+        --public_key pub.pem ~/.cache/huggingface/hub/models--ORG--NAME/snapshots/REV
+    """
+    import os
+
+    from patchkit.model import signature as oms
+    from patchkit.repo import atomic_write, output_target
+    from patchkit.signing.keys import PASSPHRASE_ENV
+
+    repo, lockf, _ = open_repo(ctx)
+    target = output_target(output if output is not None else repo.root / "model.sig", repo, lockf)
+    result = _verify(repo, lockf, hf_cache, None, False)
+    if not result.ok:
+        _render(result, "text")
+        raise Refused("the cached model is not the pinned revision: nothing was signed", "patchkit model fetch")
+    signer = oms.Signer(private_key, os.environ.get(PASSPHRASE_ENV), certificate, chain)
+    atomic_write(target, oms.sign(result.snapshot, signer))
+    click.echo(f"signed {result.files} files of {lockf.model.repo}@{lockf.model.revision.short} -> {target}", err=True)
+
+
+@model.command("verify-signature")
+@click.argument("signature", type=_PEM)
+@click.option("--public-key", type=_PEM, help="The signer's elliptic-curve public key (PEM).")
+@click.option("--chain", type=_PEM, multiple=True, help="CA certificates the signing certificate must chain to.")
+@HF_CACHE
+@FORMAT
+@click.pass_context
+def model_verify_signature(
+    ctx: click.Context,
+    signature: Path,
+    public_key: Path | None,
+    chain: tuple[Path, ...],
+    hf_cache: Path | None,
+    fmt: str,
+) -> None:
+    """Verify an OpenSSF model signature (OMS) of the pinned revision, offline; exit 1 when it fails.
+
+    \b
+    Two checks, both must pass:
+    - the signature lists exactly the pinned files, each LFS file with its
+      pinned sha256 (read from SIGNATURE itself, so a signature of another
+      revision is refused even before the cache is read);
+    - the OpenSSF model-signing library verifies it over the cached
+      snapshot of the pinned revision, with --public-key (key method) or
+      --chain (certificate method).
+    """
+    from patchkit.model import signature as oms
+    from patchkit.model.hub import default_cache_dir, repo_folder
+    from patchkit.model.manifest import pinned_files
+
+    if (public_key is None) == (not chain):
+        raise BadInput("give --public-key PEM (key method) or --chain PEM (certificate method), one of the two")
+    repo, lockf, _ = open_repo(ctx)
+    pinned = _pinned(lockf)
+    problems = oms.against_pin(oms.signed_files(signature.read_bytes(), str(signature)), pinned_files(repo, pinned))
+    if problems:
+        raise Refused(f"{signature}: not a signature of the pinned revision: {oms.summary(problems)}")
+    snapshot = (hf_cache or default_cache_dir()) / repo_folder(pinned.repo) / "snapshots" / pinned.revision.sha
+    if not snapshot.is_dir():
+        raise Refused(f"{snapshot}: the pinned revision is not in the cache", "patchkit model fetch")
+    oms.verify(snapshot, signature, oms.Verifier(public_key, chain))
+    if fmt == "json":
+        click.echo(json.dumps({"ok": True, "signature": str(signature), "snapshot": str(snapshot)}, sort_keys=True))
+    else:
+        click.echo(f"{signature}: verified over {pinned.repo}@{pinned.revision.short}")
 
 
 # The top-level commands of this family; `patchkit.cli.app` registers them on the root group.

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import Invoke
 
 from .hubserver import FileEntry, HubServer
 
@@ -64,3 +65,20 @@ def tiny_files() -> list[FileEntry]:
 @pytest.fixture
 def model_repo(hub: Hub) -> str:
     return hub.server.add(REPO_ID, tiny_files())
+
+
+@pytest.fixture
+def deploy_dir(tmp_path: Path, invoke: Invoke) -> Path:
+    root = tmp_path / "deploy"
+    assert invoke("init", str(root)).exit_code == 0
+    return root
+
+
+@pytest.fixture
+def fetched(hub: Hub, model_repo: str, deploy_dir: Path, invoke: Invoke) -> Path:
+    """The deployment with org/tiny-model pinned at main and downloaded by huggingface_hub."""
+    r = invoke("model", "lock", REPO_ID, repo=deploy_dir)
+    assert r.exit_code == 0, r.stderr
+    r = invoke("model", "fetch", repo=deploy_dir)
+    assert r.exit_code == 0, r.stdout + r.stderr
+    return deploy_dir

@@ -25,23 +25,6 @@ from .hubserver import FileEntry
 FOLDER = "models--org--tiny-model"
 
 
-@pytest.fixture
-def deploy_dir(tmp_path: Path, invoke: Invoke) -> Path:
-    root = tmp_path / "deploy"
-    assert invoke("init", str(root)).exit_code == 0
-    return root
-
-
-@pytest.fixture
-def fetched(hub: Hub, model_repo: str, deploy_dir: Path, invoke: Invoke) -> Path:
-    """The deployment with org/tiny-model pinned at main and downloaded by huggingface_hub."""
-    r = invoke("model", "lock", REPO_ID, repo=deploy_dir)
-    assert r.exit_code == 0, r.stderr
-    r = invoke("model", "fetch", repo=deploy_dir)
-    assert r.exit_code == 0, r.stdout + r.stderr
-    return deploy_dir
-
-
 def snapshot(hub: Hub, commit: str) -> Path:
     return hub.cache / FOLDER / "snapshots" / commit
 
