@@ -104,16 +104,49 @@ def verify(snapshot: Path, signature: Path, verifier: Verifier) -> None:
         raise Refused(f"{signature}: the model signature does not verify: {type(e).__name__}: {e}") from e
 
 
+#: What an OMS v1.0 bundle declares (the OpenSSF model signing specification, v1.0).
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://model_signing/signature/v1.0"
+_MATERIAL = ("publicKey", "certificate", "x509CertificateChain")
+
+
 def signed_files(signature: bytes, name: str) -> dict[str, str]:
-    """The files an OMS signature lists, each with its sha256; BadInput naming the file when it is no such signature."""
+    """The files an OMS v1.0 bundle lists, each with its sha256; BadInput saying what is missing or wrong.
+
+    The bundle's shape is checked as the specification requires it (a Sigstore
+    bundle with its verification material and transparency-log list, a DSSE
+    envelope holding an in-toto v1 statement whose predicate is a model
+    signature) before any file is read; the signature itself is checked by
+    model_signing in :func:`verify`.
+    """
     try:
-        bundle = json.loads(signature)
-        envelope = bundle["dsseEnvelope"]
-        statement = json.loads(base64.b64decode(envelope["payload"], validate=True))
+        statement = _statement(json.loads(signature))
         resources = statement["predicate"]["resources"]
-        return {str(r["name"]): str(r["digest"]) for r in resources if r.get("algorithm") == "sha256"}
+        return {str(r["name"]): str(r["digest"]) for r in resources if r["algorithm"] == "sha256"}
     except (ValueError, KeyError, TypeError) as e:
-        raise BadInput(f"{name}: not a model signature (OMS bundle) ({type(e).__name__}: {e})") from e
+        raise BadInput(f"{name}: not a model signature (OMS v1.0 bundle): {_why(e)}") from e
+
+
+def _why(e: Exception) -> str:
+    return f"no {e.args[0]!r}" if isinstance(e, KeyError) else str(e)
+
+
+def _statement(bundle: Any) -> Any:
+    if not isinstance(bundle, dict):
+        raise TypeError("not a JSON object")
+    if not str(bundle["mediaType"]).startswith("application/vnd.dev.sigstore.bundle"):
+        raise ValueError(f"mediaType {bundle['mediaType']!r} is not a Sigstore bundle's")
+    material = bundle["verificationMaterial"]
+    if not isinstance(material["tlogEntries"], list) or not any(k in material for k in _MATERIAL):
+        raise ValueError("verificationMaterial needs tlogEntries and a public key hint or certificate")
+    envelope = bundle["dsseEnvelope"]
+    if envelope["payloadType"] != PAYLOAD_TYPE or not envelope["signatures"]:
+        raise ValueError(f"the envelope must carry a signed {PAYLOAD_TYPE} payload")
+    statement = json.loads(base64.b64decode(envelope["payload"], validate=True))
+    if statement["_type"] != STATEMENT_TYPE or statement["predicateType"] != PREDICATE_TYPE:
+        raise ValueError(f"predicateType {statement['predicateType']!r} is not {PREDICATE_TYPE}")
+    return statement
 
 
 def against_pin(listed: dict[str, str], files: Iterable[ModelFile]) -> list[str]:

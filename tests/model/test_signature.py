@@ -6,9 +6,12 @@ check is the OpenSSF's own `model_signing` command line, run as a user runs it.
 
 from __future__ import annotations
 
+import base64
+import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import Invoke
@@ -158,3 +161,45 @@ def test_bad_inputs_are_one_clear_line(hub: Hub, fetched: Path, invoke: Invoke, 
     for args, said in cases:
         r = invoke("model", *args, repo=fetched)
         assert r.exit_code == 2 and said in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+
+
+def _mutations() -> list[tuple[str, Any]]:
+    """The shapes the OMS v1.0 specification's invalid test vectors stand for, made from a real signature."""
+
+    def drop(*path: str) -> Any:
+        def edit(doc: dict[str, Any]) -> bytes:
+            *parents, last = path
+            for key in parents:
+                doc = doc[key]
+            del doc[last]
+            return json.dumps(doc).encode()
+
+        return edit
+
+    def predicate(doc: dict[str, Any]) -> bytes:
+        env = doc["dsseEnvelope"]
+        statement = json.loads(base64.b64decode(env["payload"]))
+        statement["predicateType"] = "https://example.com/wrong-predicate/v1.0"
+        env["payload"] = base64.b64encode(json.dumps(statement).encode()).decode()
+        return json.dumps(doc).encode()
+
+    return [
+        ("empty", lambda doc: b""),
+        ("missing-envelope", drop("dsseEnvelope")),
+        ("missing-tlog-entries", drop("verificationMaterial", "tlogEntries")),
+        ("missing-verification-material", drop("verificationMaterial")),
+        ("wrong-predicate", predicate),
+    ]
+
+
+def test_bundles_the_specification_calls_invalid_are_refused_before_any_file_is_read(
+    hub: Hub, fetched: Path, invoke: Invoke, pki: Path
+) -> None:
+    assert invoke("model", "sign", "--key", str(pki / "key.pem"), repo=fetched).exit_code == 0
+    good = json.loads((fetched / "model.sig").read_text())
+    for name, edit in _mutations():
+        bad = fetched / f"{name}.sig"
+        bad.write_bytes(edit(json.loads(json.dumps(good))))
+        r = invoke("model", "verify-signature", str(bad), "--public-key", str(pki / "pub.pem"), repo=fetched)
+        assert r.exit_code == 2 and "not a model signature (OMS v1.0 bundle)" in r.stderr, (name, r.stderr)
+        assert "Traceback" not in r.stderr
