@@ -403,7 +403,13 @@ def _check_merges(
 
     produced = [
         semantic.Produced(
-            r.name, r.new_path, r.merge.merged, result.ours[r.name], theirs.get(r.new_path) or b"", bases[r.name]
+            r.name,
+            r.new_path,
+            r.merge.merged,
+            result.ours[r.name],
+            theirs.get(r.new_path) or b"",
+            # A resolution replayed is not a text merge: no base, so that the screens let every check run.
+            None if r.name in result.remembered else bases[r.name],
         )
         for r in result.results
         if r.merge is not None and r.outcome is not Outcome.CONFLICT

@@ -16,7 +16,6 @@ from patchkit.merge import Outcome, rebase_file
 from patchkit.values import Sha256, UpstreamPath
 
 
-
 @pytest.fixture
 def upstream(tmp_path: Path) -> Upstream:
     return Upstream(tmp_path / "vllm")
@@ -64,7 +63,7 @@ def test_a_conflict_names_the_commits_and_prs_that_touched_its_lines(
 
 
 def test_the_commits_are_found_across_an_upstream_rename(invoke: Invoke, tmp_path: Path, upstream: Upstream) -> None:
-    c1, shas = _history(upstream)
+    c1, _ = _history(upstream)
     upstream.move("vllm/worker.py", "vllm/v1/worker.py")
     moved = (upstream.path / "vllm/v1/worker.py").read_bytes()
     last = upstream.commit(
@@ -119,7 +118,7 @@ def test_a_wheel_or_an_image_says_the_version_range() -> None:
 
 def test_pr_numbers_and_github_links() -> None:
     assert explain.pr_number("[Core] Fix (#12345)") == 12345
-    assert explain.pr_number("Revert \"[Core] Fix (#12345)\" (#12400)") == 12400
+    assert explain.pr_number('Revert "[Core] Fix (#12345)" (#12400)') == 12400
     assert explain.pr_number("no pull request") is None
     assert explain.github_repo("https://github.com/vllm-project/vllm.git") == "vllm-project/vllm"
     assert explain.github_repo("git@github.com:vllm-project/vllm") == "vllm-project/vllm"
