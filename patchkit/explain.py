@@ -253,12 +253,13 @@ def version_cause(patch: str, old: str | None, new: str | None) -> Cause:
 
 def old_ref(up: Any, base: Any) -> str | None:
     """Where a patch's base was taken: its commit (git), else its version (a wheel's, an image's runtime version)."""
-    if up.source == "git":
-        ref: str | None = up.base_ref(base)
-        return ref
+    from patchkit.lockfile.model import GitUpstream, WheelUpstream
+
+    if isinstance(up, GitUpstream):
+        return up.base_ref(base)
     if base.version:
         return str(base.version)
-    return str(up.wheel_version if up.source == "wheel" else up.version or "") or None
+    return str(up.wheel_version if isinstance(up, WheelUpstream) else up.version or "") or None
 
 
 def causes(up: Any, new: Any, bases: dict[str, Any], results: Iterable[Any], sides: dict[str, Any]) -> dict[str, Cause]:
@@ -267,8 +268,8 @@ def causes(up: Any, new: Any, bases: dict[str, Any], results: Iterable[Any], sid
     ``up`` is the upstream in the lockfile, ``new`` the snapshot rebased
     onto, ``bases`` each patch's ``Base``, ``sides`` each patch's
     (base, ours, theirs, new path). A git upstream's history is read from its
-    cache; a wheel's or an image's explanation is its version range; a
-    directory has neither.
+    cache; a wheel's or an image's explanation is its version range (their
+    pins carry a version); a directory has neither.
     """
     from patchkit.sources.git import GitSnapshot
 
@@ -286,6 +287,6 @@ def causes(up: Any, new: Any, bases: dict[str, Any], results: Iterable[Any], sid
                 continue
             ranges = theirs_ranges(r.merge, base, theirs, r.outcome)
             out[r.name] = git_cause(r.name, new.source.path, new.source.url, old, new.commit, path, ranges, budget)
-        elif new.pin.kind in ("wheel", "image"):
+        elif new.pin.version:  # a wheel, an image: versions, no history
             out[r.name] = version_cause(r.name, old_refs.get(r.name) or getattr(up, "version", None), new.pin.version)
     return out
