@@ -290,3 +290,26 @@ def causes(up: Any, new: Any, bases: dict[str, Any], results: Iterable[Any], sid
         elif new.pin.version:  # a wheel, an image: versions, no history
             out[r.name] = version_cause(r.name, old_refs.get(r.name) or getattr(up, "version", None), new.pin.version)
     return out
+
+
+def series_causes(result: Any, new: Any, old: str) -> dict[tuple[str, str], Cause]:
+    """The explanation of each conflicted file of a series rebase, by (patch, path): the commits of ``old..new``.
+
+    A conflict's lines are those of the new tree with the earlier patches of
+    the series laid over it; they are traced back to the upstream file first.
+    """
+    from patchkit.sources.git import GitSnapshot
+
+    if not isinstance(new, GitSnapshot):
+        return {}
+    wanted = [(r.name, path, found) for r in result.patches for path, found in r.conflicts.items()]
+    upstream = new.read([path for _, path, _ in wanted]) if wanted else {}
+    budget = Budget()
+    out: dict[tuple[str, str], Cause] = {}
+    for name, path, (theirs, conflicts) in wanted:
+        clean = upstream.get(path) or b""
+        count = len(split_lines(clean))
+        mapped = map_ranges(split_lines(theirs), split_lines(clean), [c.theirs for c in conflicts])
+        ranges = [r for r in (_traceable(m, count) for m in mapped) if r is not None]
+        out[(name, path)] = git_cause(name, new.source.path, new.source.url, old, new.commit, path, ranges, budget)
+    return out

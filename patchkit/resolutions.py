@@ -342,3 +342,30 @@ def saved_remembered(state: dict[str, Any] | None) -> dict[str, tuple[str, ...]]
         for name, ids in found.items()
         if isinstance(ids, list)
     }
+
+
+class Memory:
+    """The recorded resolutions of one repository, as a series rebase uses them (``patchkit.series.rebase.Memory``).
+
+    ``replay`` off (``--no-remembered``): no conflict is resolved as recorded;
+    resolutions given are still learned.
+    """
+
+    def __init__(self, repo: Repo, *, replay: bool = True) -> None:
+        self.repo = repo
+        self.replaying = replay
+
+    def replay(self, merge: MergeResult, ours: bytes, theirs: bytes) -> tuple[MergeResult, tuple[str, ...]]:
+        """``merge`` with its known conflicts resolved as recorded, and their ids (see ``replay``)."""
+        if not self.replaying:
+            return merge, ()
+        return replay(self.repo, merge, ours, theirs)
+
+    def learn(self, patch: str, path: str, base: bytes, ours: bytes, theirs: bytes, resolved: bytes) -> list[Record]:
+        """The records of the conflicts of merging ``base``/``ours``/``theirs``, as ``resolved`` resolves them."""
+        from patchkit.merge import rebase_file
+
+        m = rebase_file(base, ours, theirs, path=path)
+        if m.outcome is not Outcome.CONFLICT:
+            return []
+        return records(patch, path, m.conflicts, m.merged, resolved, ours, theirs)

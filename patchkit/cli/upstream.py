@@ -285,7 +285,10 @@ def rebase(
     from patchkit.cli.series import rebase_series
 
     accept = _accepts(accept_broken, reason)
-    if rebase_series(ctx, series_name, onto, cont=cont, abort=abort, fmt=fmt, accept=accept, summary=summary):
+    remembered = not no_remembered
+    if rebase_series(
+        ctx, series_name, onto, cont=cont, abort=abort, fmt=fmt, accept=accept, summary=summary, remembered=remembered
+    ):
         return
     if abort:
         repo = find_repo(ctx)
@@ -321,7 +324,7 @@ def rebase(
         store=store,
         drop=drop,
         accept=accept,
-        remembered=not no_remembered,
+        remembered=remembered,
     )
     _write_summary(summary, repo, lockf, started.plan)
     if fmt == "json":
