@@ -313,3 +313,43 @@ def series_causes(result: Any, new: Any, old: str) -> dict[tuple[str, str], Caus
         ranges = [r for r in (_traceable(m, count) for m in mapped) if r is not None]
         out[(name, path)] = git_cause(name, new.source.path, new.source.url, old, new.commit, path, ranges, budget)
     return out
+
+
+def saved_causes(found: Any) -> dict[str, Cause]:
+    """The explanations a saved rebase state kept (``Cause.as_dict`` by patch), for the summary after --continue.
+
+    The state is untrusted input: an entry not of the form ``as_dict`` writes is left out, never trusted in part.
+    """
+    out: dict[str, Cause] = {}
+    for name, doc in found.items() if isinstance(found, dict) else ():
+        try:
+            out[str(name)] = _cause_of(str(name), doc)
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
+
+
+def _cause_of(name: str, doc: dict[str, Any]) -> Cause:
+    commits = tuple(
+        Touch(_str(t["commit"]), _str(t["subject"]), t["pr"] if isinstance(t["pr"], int) else None)
+        for t in doc["commits"]
+    )
+    if any(not _FULL.fullmatch(t.commit) for t in commits) or not isinstance(doc["more_commits"], int):
+        raise ValueError(name)
+    versions = doc["versions"]
+    return Cause(
+        name,
+        _str(doc["from"]),
+        _str(doc["to"]),
+        commits,
+        doc["more_commits"],
+        (_str(versions[0]), _str(versions[1])) if versions is not None else None,
+        _str(doc["github"]) if doc["github"] is not None else None,
+        _str(doc["unknown"]) if doc["unknown"] is not None else None,
+    )
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(value)
+    return value

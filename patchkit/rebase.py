@@ -792,6 +792,7 @@ def save(repo: Repo, lock_bytes: bytes, result: Plan, store: BlobStore) -> list[
         "lockfile_sha256": sha256_bytes(lock_bytes),
         "image_pins": result.image_pins,
         "remembered": {name: list(ids) for name, ids in result.remembered.items()},
+        "causes": {name: cause.as_dict() for name, cause in result.causes.items()},
         "skipped": [sk.as_dict() for sk in result.skipped],
         "patches": [
             {
@@ -833,6 +834,7 @@ def _load(repo: Repo, lock_bytes: bytes, store: BlobStore) -> Plan:
     result.image_pins = dict(state.get("image_pins", {}))
     result.skipped = [Skipped(**sk) for sk in state.get("skipped", [])]
     result.remembered = resolutions.saved_remembered(state)
+    result.causes = explain.saved_causes(state.get("causes"))
     for entry in state["patches"]:
         result.results.append(_saved_result(entry, result, store))
     return result

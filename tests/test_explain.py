@@ -126,3 +126,36 @@ def test_pr_numbers_and_github_links() -> None:
     touch = explain.Touch("a" * 40, "[Core] Fix | pipes (#12345)", 12345)
     cause = explain.Cause("p", "b" * 40, "c" * 40, (touch,), github="vllm-project/vllm")
     assert cause.markdown() == "upstream changes: `aaaaaaaaaaaa` [Core] Fix \\| pipes (vllm-project/vllm#12345)"
+
+
+def test_the_summary_written_at_continue_still_names_the_commits(
+    invoke: Invoke, tmp_path: Path, upstream: Upstream
+) -> None:
+    c1, shas = _history(upstream)
+    root = make_deploy(invoke, tmp_path, upstream, c1, {"vllm/worker.py": PATCHED})
+    code, doc = rebase_json(invoke, root, "--onto", shas["offload"])
+    assert code == 1
+    work = root / doc["work_files"][0]  # type: ignore[index]
+    work.write_bytes((upstream.path / "vllm/worker.py").read_bytes())
+    summary = tmp_path / "summary.md"
+    done = invoke("rebase", "--continue", "--summary", str(summary), repo=root)
+    assert done.exit_code == 0, done.stderr
+    assert "#33333" in summary.read_text() and "#22222" in summary.read_text()
+
+
+def test_a_damaged_explanation_in_the_saved_state_is_left_out(
+    invoke: Invoke, tmp_path: Path, upstream: Upstream
+) -> None:
+    c1, shas = _history(upstream)
+    root = make_deploy(invoke, tmp_path, upstream, c1, {"vllm/worker.py": PATCHED})
+    code, doc = rebase_json(invoke, root, "--onto", shas["offload"])
+    assert code == 1
+    state = root / ".patchkit" / "rebase" / "state.json"
+    saved = json.loads(state.read_text())
+    saved["causes"]["worker"]["commits"] = [{"commit": "../../etc", "subject": 1, "pr": "x"}]
+    state.write_text(json.dumps(saved))
+    (root / doc["work_files"][0]).write_bytes(PATCHED)  # type: ignore[index]
+    summary = tmp_path / "summary.md"
+    done = invoke("rebase", "--continue", "--summary", str(summary), repo=root)
+    assert done.exit_code == 0, done.stderr
+    assert "../../etc" not in summary.read_text() and "upstream changes" not in summary.read_text()
