@@ -100,13 +100,14 @@ class Cause:
         return out
 
     def markdown(self) -> str:
-        """The explanation in a summary cell: each commit and its PR link (``owner/repo#N`` on GitHub)."""
+        """The explanation in a summary cell: each commit and its PR link (``owner/repo#N`` on GitHub, else in code)."""
         if self.versions is not None or self.unknown is not None or not self.commits:
             return self.lines()[0].replace("|", "\\|")
         parts = []
         for t in self.commits:
             subject = _PR.sub("", t.subject).strip().replace("|", "\\|").replace("`", "'")
-            pr = f" ({self.github or ''}#{t.pr})" if t.pr is not None else ""
+            # owner/repo#N links on GitHub; a bare #N would link an issue of the deployment's own repository.
+            pr = "" if t.pr is None else f" ({self.github}#{t.pr})" if self.github else f" (`#{t.pr}`)"
             parts.append(f"`{t.commit[:12]}` {subject}{pr}")
         if self.more:
             parts.append(f"and {self.more} more")

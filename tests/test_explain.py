@@ -159,3 +159,5 @@ def test_a_damaged_explanation_in_the_saved_state_is_left_out(
     done = invoke("rebase", "--continue", "--summary", str(summary), repo=root)
     assert done.exit_code == 0, done.stderr
     assert "../../etc" not in summary.read_text() and "upstream changes" not in summary.read_text()
+    elsewhere = explain.Cause("p", "b" * 40, "c" * 40, (touch,))
+    assert elsewhere.markdown().endswith("pipes (`#12345`)")  # not a link to the deployment's own issue 12345
