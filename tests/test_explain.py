@@ -126,6 +126,8 @@ def test_pr_numbers_and_github_links() -> None:
     touch = explain.Touch("a" * 40, "[Core] Fix | pipes (#12345)", 12345)
     cause = explain.Cause("p", "b" * 40, "c" * 40, (touch,), github="vllm-project/vllm")
     assert cause.markdown() == "upstream changes: `aaaaaaaaaaaa` [Core] Fix \\| pipes (vllm-project/vllm#12345)"
+    elsewhere = explain.Cause("p", "b" * 40, "c" * 40, (touch,))
+    assert elsewhere.markdown().endswith("pipes (`#12345`)")  # not a link to the deployment's own issue 12345
 
 
 def test_the_summary_written_at_continue_still_names_the_commits(
@@ -159,5 +161,3 @@ def test_a_damaged_explanation_in_the_saved_state_is_left_out(
     done = invoke("rebase", "--continue", "--summary", str(summary), repo=root)
     assert done.exit_code == 0, done.stderr
     assert "../../etc" not in summary.read_text() and "upstream changes" not in summary.read_text()
-    elsewhere = explain.Cause("p", "b" * 40, "c" * 40, (touch,))
-    assert elsewhere.markdown().endswith("pipes (`#12345`)")  # not a link to the deployment's own issue 12345
