@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from patchkit import explain, resolutions
 from patchkit.cache import BlobStore
 from patchkit.diffs import canonical_diff
 from patchkit.edit import apply_diff_only, read_pinned, recover_base
@@ -150,6 +151,10 @@ class Plan:
     theirs: dict[str, bytes] = field(default_factory=dict, repr=False)
     # How each patch itself changed (old diff against new), for the patches whose changes may differ.
     interdiffs: dict[str, interdiff.Interdiff] = field(default_factory=dict)
+    # What upstream did to the lines of each patch that did not move as it was (``patchkit.explain``).
+    causes: dict[str, explain.Cause] = field(default_factory=dict)
+    # The recorded resolutions replayed into each patch's merge, by id (``patchkit.resolutions``).
+    remembered: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def blocked(self) -> list[PatchResult]:
@@ -241,8 +246,14 @@ def plan(
     new: Snapshot,
     old_source: UpstreamSource | None,
     store: BlobStore,
+    *,
+    replay: bool = True,
 ) -> Plan:
-    """Merge every overlay of ``upstream`` onto the snapshot ``new``; writes nothing to the repository."""
+    """Merge every overlay of ``upstream`` onto the snapshot ``new``; writes nothing to the repository.
+
+    Conflicts already resolved once are resolved as recorded (``replay``), and
+    every patch that does not move as it was is explained in upstream's terms.
+    """
     up = lock.upstream(upstream)
     if up is None:
         raise BadInput(f"upstream '{upstream}' is not in the lockfile")
@@ -264,10 +275,13 @@ def plan(
         theirs, renames = _theirs(up, paths, reading, new, old_source)
     inputs = _sides(patches, bases, ours, theirs, renames, store)
     merges = _merges(inputs)
+    if replay:
+        result.remembered = resolutions.replay_all(repo, inputs, merges)
     result.results += [_patch_result(p, pbase, renames, inputs, merges) for p, pbase in patches]
     result.ours.update({name: sides[1] for name, sides in inputs.items()})
     result.theirs.update({sha256_bytes(sides[2]): sides[2] for sides in inputs.values()})
     _check_merges(repo, lock, up, result, bases, theirs, new, old_source)
+    result.causes = explain.causes(up, new, {p.name: b for p, b in patches}, result.results, inputs)
     return result
 
 
@@ -389,7 +403,13 @@ def _check_merges(
 
     produced = [
         semantic.Produced(
-            r.name, r.new_path, r.merge.merged, result.ours[r.name], theirs.get(r.new_path) or b"", bases[r.name]
+            r.name,
+            r.new_path,
+            r.merge.merged,
+            result.ours[r.name],
+            theirs.get(r.new_path) or b"",
+            # A resolution replayed is not a text merge: no base, so that the screens let every check run.
+            None if r.name in result.remembered else bases[r.name],
         )
         for r in result.results
         if r.merge is not None and r.outcome is not Outcome.CONFLICT
@@ -771,6 +791,8 @@ def save(repo: Repo, lock_bytes: bytes, result: Plan, store: BlobStore) -> list[
         "new_pin": dataclasses.asdict(result.new_pin),
         "lockfile_sha256": sha256_bytes(lock_bytes),
         "image_pins": result.image_pins,
+        "remembered": {name: list(ids) for name, ids in result.remembered.items()},
+        "causes": {name: cause.as_dict() for name, cause in result.causes.items()},
         "skipped": [sk.as_dict() for sk in result.skipped],
         "patches": [
             {
@@ -811,6 +833,8 @@ def _load(repo: Repo, lock_bytes: bytes, store: BlobStore) -> Plan:
     result = Plan(state["upstream"], state["old_pin"], Pin(**state["new_pin"]))
     result.image_pins = dict(state.get("image_pins", {}))
     result.skipped = [Skipped(**sk) for sk in state.get("skipped", [])]
+    result.remembered = resolutions.saved_remembered(state)
+    result.causes = explain.saved_causes(state.get("causes"))
     for entry in state["patches"]:
         result.results.append(_saved_result(entry, result, store))
     return result
@@ -981,6 +1005,9 @@ def _table_rows(result: Plan, r: PatchResult, width: int) -> list[str]:
     """One patch's lines: its outcome, then indented under it the problems, acceptance, review and interdiff."""
     pad = f"  {'':{width}}  "
     lines = [f"  {r.name.ljust(width)}  {r.outcome.value:<21} {_table_detail(r)}".rstrip()]
+    lines += [f"{pad}resolved as recorded ({i[:12]})" for i in result.remembered.get(r.name, ())]
+    if r.name in result.causes:
+        lines += [f"{pad}{line}" for line in result.causes[r.name].lines()]
     lines += [f"{pad}{_problem_line(r, p)}" for p in r.problems]
     if r.name in result.accepted:
         lines.append(f"{pad}accepted as broken: {result.accepted[r.name]}")
@@ -1017,7 +1044,7 @@ def summary_markdown(result: Plan) -> str:
         "| patch | outcome | notes |",
         "| --- | --- | --- |",
     ]
-    out += [f"| `{r.name}` | {r.outcome.value} | {'; '.join(_summary_notes(r))} |" for r in result.results]
+    out += [f"| `{r.name}` | {r.outcome.value} | {'; '.join(_summary_notes(r, result))} |" for r in result.results]
     out += _summary_drops(result)
     out += _summary_skipped(result)
     out += _summary_broken(result)
@@ -1026,9 +1053,12 @@ def summary_markdown(result: Plan) -> str:
     return "\n".join(out) + "\n"
 
 
-def _summary_notes(r: PatchResult) -> list[str]:
-    """The notes cell of a patch's row: its move, what upstream took, the conflicts, the blocking problems."""
-    notes = []
+def _summary_notes(r: PatchResult, result: Plan) -> list[str]:
+    """The notes cell of a patch's row: its move, what upstream took, the conflicts, the blocking problems.
+
+    Then the recorded resolutions replayed, and the upstream commits (with their PRs) that touched its lines.
+    """
+    notes = [f"resolved as recorded (`{i[:12]}`)" for i in result.remembered.get(r.name, ())]
     if r.new_path != r.old_path:
         notes.append(f"moved `{r.old_path}` → `{r.new_path}`")
     if r.merge is not None and r.merge.hunks_upstreamed:
@@ -1036,6 +1066,8 @@ def _summary_notes(r: PatchResult) -> list[str]:
     if r.merge is not None and r.merge.conflicts:
         notes.append(", ".join(f"conflict at lines {c.start}-{c.end}" for c in r.merge.conflicts))
     notes += [f"line {p.line}: {p.kind}" + (f" `{p.name}`" if p.name else "") for p in r.problems if p.blocking]
+    if r.name in result.causes:
+        notes.append(result.causes[r.name].markdown())
     return notes
 
 
@@ -1107,7 +1139,14 @@ def result_json(result: Plan) -> dict[str, Any]:
         "upstream": result.upstream,
         "from": result.old_pin,
         "to": dataclasses.asdict(result.new_pin),
-        "patches": [r.as_dict() for r in result.results],
+        "patches": [
+            {
+                **r.as_dict(),
+                "resolved_as_recorded": list(result.remembered.get(r.name, ())),
+                "upstream_changes": result.causes[r.name].as_dict() if r.name in result.causes else None,
+            }
+            for r in result.results
+        ],
         "skipped": [sk.as_dict() for sk in result.skipped],
         "blocked": [r.name for r in result.blocked],
         "accepted_broken": dict(result.accepted),
@@ -1187,8 +1226,12 @@ def start(
     drop: Iterable[str] = (),
     image_pins: dict[str, str] | None = None,
     accept: dict[str, str] | None = None,
+    remembered: bool = True,
 ) -> Started:
-    """Plan the bump; commit it when nothing blocks, else save the work area (exit 1 for the caller)."""
+    """Plan the bump; commit it when nothing blocks, else save the work area (exit 1 for the caller).
+
+    ``remembered``: replay the recorded resolutions of conflicts seen before (``--no-remembered``: not).
+    """
     from patchkit.sources.factory import open_source, parse_source
 
     if in_progress(repo):
@@ -1213,7 +1256,7 @@ def start(
     if implied is not None and onto is not None and onto != implied and KINDS[new_source.kind].onto_must_agree:
         raise BadInput(f"--onto {onto} disagrees with --source {source}")
     new = new_source.snapshot(ref)
-    result = plan(repo, lock, up.name, new, old_source, store)
+    result = plan(repo, lock, up.name, new, old_source, store, replay=remembered)
     result.image_pins = dict(image_pins or {})
     dropped = set(drop)
     unknown = dropped - {r.name for r in result.results}
@@ -1332,7 +1375,11 @@ def resume(
         raise RebaseBroken(
             [p.text(conflict_file(r)) for r in still for p in r.problems if p.blocking], [r.name for r in still]
         )
+    learned = resolutions.learned(
+        repo, _checked_state(repo), result.results, resolved, result.ours, lambda s: _their_file(result, store, s)
+    )
     outcome = commit(repo, lock, result, store, resolved, dropped)
+    outcome.written += resolutions.save(repo, learned)
     clear(repo)
     return result, outcome
 

@@ -37,6 +37,7 @@ def rebase_series(
     fmt: str,
     accept: dict[str, str],
     summary: Path | None,
+    remembered: bool = True,
 ) -> bool:
     """Start, continue or abort the rebase of one series (False: this rebase is not one); exit 1 on a stop."""
     from patchkit.series.rebase import in_progress
@@ -61,7 +62,7 @@ def rebase_series(
     if cont:
         done = bump.resume(repo, lockf, data, cache_path(), accept)
     else:
-        done = bump.start(repo, lockf, data, name, onto, cache_path(), accept)
+        done = bump.start(repo, lockf, data, name, onto, cache_path(), accept, remembered)
     if summary is not None:
         from patchkit.repo import atomic_write, output_target
 
@@ -72,7 +73,7 @@ def rebase_series(
             "from": done.old,
             "onto": done.new,
             "committed": done.outcome is not None,
-            "patches": [bump.patch_json(r) for r in done.result.patches],
+            "patches": [bump.patch_json(r, done.causes) for r in done.result.patches],
             "work_files": list(done.work_files),
         }
         click.echo(json.dumps(doc, indent=2, sort_keys=True))

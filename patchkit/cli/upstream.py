@@ -231,6 +231,11 @@ def _nothing_in_progress() -> Refused:
     help="Commit this broken patch as it is (needs --reason, recorded in the summary).",
 )
 @click.option("--reason", metavar="TEXT", help="Why the --accept-broken patches are committed all the same.")
+@click.option(
+    "--no-remembered",
+    is_flag=True,
+    help="Do not replay recorded resolutions (resolutions/): every conflict waits to be resolved by hand.",
+)
 @click.option("--summary", type=click.Path(dir_okay=False, path_type=Path), help="Write a Markdown summary for the PR.")
 @click.option(
     "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True, help="Output format."
@@ -247,6 +252,7 @@ def rebase(
     drop: tuple[str, ...],
     accept_broken: tuple[str, ...],
     reason: str | None,
+    no_remembered: bool,
     summary: Path | None,
     fmt: str,
 ) -> None:
@@ -269,12 +275,20 @@ def rebase(
     together (exit 0). Otherwise nothing in the repository changes: the
     conflicted files wait under .patchkit/rebase/ with markers (exit 1);
     resolve them and run --continue, or --abort.
+
+    Each conflict resolved at --continue is recorded (resolutions/, commit it);
+    the same conflict in a later rebase is resolved as recorded, and said.
+    Each conflict, broken merge or hunk now upstream is explained by the
+    upstream commits (and PRs) that touched its lines, or a version range.
     """
     from patchkit import rebase as rb
     from patchkit.cli.series import rebase_series
 
     accept = _accepts(accept_broken, reason)
-    if rebase_series(ctx, series_name, onto, cont=cont, abort=abort, fmt=fmt, accept=accept, summary=summary):
+    remembered = not no_remembered
+    if rebase_series(
+        ctx, series_name, onto, cont=cont, abort=abort, fmt=fmt, accept=accept, summary=summary, remembered=remembered
+    ):
         return
     if abort:
         repo = find_repo(ctx)
@@ -310,6 +324,7 @@ def rebase(
         store=store,
         drop=drop,
         accept=accept,
+        remembered=remembered,
     )
     _write_summary(summary, repo, lockf, started.plan)
     if fmt == "json":

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from patchkit import explain
 from patchkit.errors import BadInput, Refused
 from patchkit.hashing import sha256_bytes
 from patchkit.lockfile.model import GitUpstream, Lockfile
@@ -29,6 +30,8 @@ class Done:
     result: core.SeriesRebase
     outcome: Outcome | None = None
     work_files: tuple[str, ...] = ()
+    # What upstream did to the lines of each conflicted file, by (patch, path) (``patchkit.explain``).
+    causes: dict[tuple[str, str], explain.Cause] = dataclasses.field(default_factory=dict)
 
 
 def _snapshots(repo: Repo, lock: Lockfile, s: Series, onto: str, cache: Path) -> tuple[Any, Any, str]:
@@ -54,17 +57,19 @@ def start(
     onto: str | None,
     cache: Path,
     accept: dict[str, str] | None = None,
+    remembered: bool = True,
 ) -> Done:
     """Rebase the series onto ``onto``; commit it when no patch conflicts or is broken, else save the state and stop.
 
-    ``accept`` names the broken patches to commit all the same, with the reason.
+    ``accept`` names the broken patches to commit all the same, with the reason; ``remembered``:
+    replay the recorded resolutions of known conflicts (``patchkit.resolutions``).
     """
     if core.in_progress(repo.root):
         raise Refused("a series rebase is in progress", "patchkit rebase --continue, or patchkit rebase --abort")
     if onto is None:
         raise BadInput("--onto REV is required to rebase a series", "give the new upstream commit, branch or tag")
     s = find_series(lock.series, name)
-    return _run(repo, lock, lock_bytes, s, onto, cache, {}, accept or {}, accept or {})
+    return _run(repo, lock, lock_bytes, s, onto, cache, {}, accept or {}, accept or {}, remembered=remembered)
 
 
 def resume(repo: Repo, lock: Lockfile, lock_bytes: bytes, cache: Path, accept: dict[str, str] | None = None) -> Done:
@@ -95,8 +100,12 @@ def _run(
     resolved: dict[str, dict[str, bytes]],
     accept: dict[str, str],
     given: dict[str, str],
+    *,
+    remembered: bool = True,
 ) -> Done:
     """Rebase, then commit or save the state; ``given`` are the --accept-broken names of this command."""
+    from patchkit import resolutions
+
     unknown = sorted(set(given) - {p.name for p in s.patches})
     if unknown:
         raise BadInput(
@@ -105,8 +114,10 @@ def _run(
         )
     items = load(repo, s, None)
     old, new, commit = _snapshots(repo, lock, s, onto, cache)
-    result = core.rebase_series(items, old.read, new.read, resolved, accept)
+    memory = resolutions.Memory(repo, replay=remembered)
+    result = core.rebase_series(items, old.read, new.read, resolved, accept, memory)
     done = Done(s, str(s.commit), commit, result)
+    done.causes = explain.series_causes(result, new, str(s.commit))
     if result.stopped is None:
         broken = {r.name for r in result.patches if r.outcome is core.PatchOutcome.BROKEN}
         wrong = sorted(set(given) - broken)
@@ -130,6 +141,7 @@ def _run(
         done.work_files = tuple(core.save_state(repo.root, doc, waiting, result.stopped.name))
         return done
     done.outcome = _commit(repo, lock, s, commit, result)
+    done.outcome.written += resolutions.save(repo, [rec for r in result.patches for rec in r.learned])
     core.clear(repo.root)
     return done
 
@@ -185,8 +197,18 @@ def table(done: Done) -> list[str]:
             f"  {printable(r.name).ljust(width)}  {r.outcome.value:<20}  {printable('; '.join(detail))}".rstrip()
         )
         lines += [f"    {printable(line)}" for line in _trust_lines(r)]
+        lines += [f"    {printable(line)}" for line in _memory_lines(done, r)]
     waiting = [p for p in done.series.patches if p.name not in {r.name for r in done.result.patches}]
     lines += [f"  {p.name.ljust(width)}  waiting" for p in waiting]
+    return lines
+
+
+def _memory_lines(done: Done, r: core.PatchRebase) -> list[str]:
+    """The resolutions replayed into the patch's files, and what upstream did to the lines of each conflict."""
+    lines = [f"{path}: resolved as recorded ({i[:12]})" for path, ids in r.remembered.items() for i in ids]
+    for (name, path), cause in done.causes.items():
+        if name == r.name:
+            lines += [f"{path}: {line}" for line in cause.lines()]
     return lines
 
 
@@ -206,9 +228,12 @@ def _trust_lines(r: core.PatchRebase) -> list[str]:
     return lines
 
 
-def patch_json(r: core.PatchRebase) -> dict[str, Any]:
-    """One patch's result for ``--format json``."""
+def patch_json(r: core.PatchRebase, causes: dict[tuple[str, str], explain.Cause] | None = None) -> dict[str, Any]:
+    """One patch's result for ``--format json``; ``causes``: the rebase's explanations (``Done.causes``)."""
+    mine = {path: cause.as_dict() for (name, path), cause in (causes or {}).items() if name == r.name}
     return {
+        "resolved_as_recorded": {path: list(ids) for path, ids in r.remembered.items()},
+        "upstream_changes": mine,
         "name": r.name,
         "outcome": r.outcome.value,
         "files": [{"path": f.path, "outcome": f.outcome, "regions": list(f.regions)} for f in r.files],
@@ -232,6 +257,8 @@ def summary_markdown(done: Done) -> str:
     for r in done.result.patches:
         notes = [f"`{f.path}` {f.outcome}" for f in r.files if f.outcome in ("conflict", "deleted", "upstreamed")]
         notes += [f"`{path}:{p.line}`: {p.kind}" for path, ps in r.problems.items() for p in ps if p.blocking]
+        notes += [f"`{path}` resolved as recorded (`{i[:12]}`)" for path, ids in r.remembered.items() for i in ids]
+        notes += [f"`{path}`: {c.markdown()}" for (name, path), c in done.causes.items() if name == r.name]
         out.append(f"| `{r.name}` | {r.outcome.value} | {'; '.join(notes)} |")
     seen = {r.name for r in done.result.patches}
     out += [f"| `{p.name}` | waiting | |" for p in done.series.patches if p.name not in seen]

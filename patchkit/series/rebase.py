@@ -39,12 +39,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from patchkit import diffs
 from patchkit.errors import BadInput, Refused
+from patchkit.merge import Conflict, MergeResult, conflict_markers_remain, rebase_file
 from patchkit.merge import Outcome as FileOutcome
-from patchkit.merge import conflict_markers_remain, rebase_file
 from patchkit.series.apply import Item, Reader, refuse_nested
 from patchkit.series.checks import ProducedFile, interdiffs, semantic_checks
 from patchkit.series.parse import FileChange, ParsedPatch
@@ -52,6 +52,14 @@ from patchkit.trust.interdiff import Interdiff
 from patchkit.trust.pycheck import Problem
 
 ZERO = "0" * 40
+
+
+class Memory(Protocol):
+    """Remembered resolutions (``patchkit.resolutions.Memory``): replay a known conflict, learn a resolved one."""
+
+    def replay(self, merge: MergeResult, ours: bytes, theirs: bytes) -> tuple[MergeResult, tuple[str, ...]]: ...
+
+    def learn(self, patch: str, path: str, base: bytes, ours: bytes, theirs: bytes, resolved: bytes) -> list[Any]: ...
 
 
 class PatchOutcome(Enum):
@@ -96,6 +104,11 @@ class PatchRebase:
     broken: dict[str, bytes] = field(default_factory=dict)
     accepted: str | None = None
     interdiffs: dict[str, Interdiff] = field(default_factory=dict)
+    # By file path: the recorded resolutions replayed (their ids), and each conflict left (new file, regions).
+    remembered: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    conflicts: dict[str, tuple[bytes, tuple[Conflict, ...]]] = field(default_factory=dict)
+    # The resolutions given for this patch's conflicts, to record when the rebase commits.
+    learned: list[Any] = field(default_factory=list)
 
     @property
     def waiting(self) -> dict[str, bytes]:
@@ -117,6 +130,7 @@ def rebase_series(
     new_read: Reader,
     resolved: dict[str, dict[str, bytes]] | None = None,
     accept: dict[str, str] | None = None,
+    memory: Memory | None = None,
 ) -> SeriesRebase:
     """Rebase ``items`` from the tree ``old_read`` onto ``new_read``.
 
@@ -125,8 +139,9 @@ def rebase_series(
     commit all the same (name -> reason). When every patch has merged, the
     semantic checks run on what they produced (imports resolved in the new
     tree with the whole rebased series laid over it); the first broken patch
-    not accepted stops the rebase, and the later ones wait. Pure otherwise:
-    trees in, bytes out.
+    not accepted stops the rebase, and the later ones wait. ``memory``
+    replays the recorded resolutions of known conflicts and learns the ones
+    resolved. Pure otherwise: trees in, bytes out.
     """
     resolved = resolved or {}
     paths = list(dict.fromkeys(p for it in items for p in it.patch.paths))
@@ -134,7 +149,7 @@ def rebase_series(
     new_state = dict(new_read(paths))
     out = SeriesRebase()
     for it in items:
-        result = _rebase_patch(it, old_state, new_state, resolved.get(it.name, {}))
+        result = _rebase_patch(it, old_state, new_state, resolved.get(it.name, {}), memory)
         refuse_nested(it, new_state, it.patch.paths)
         out.patches.append(result)
         if result.outcome is PatchOutcome.CONFLICT:
@@ -172,6 +187,7 @@ class _Rebasing:
     new_state: dict[str, bytes | None]
     resolved: dict[str, bytes]
     result: PatchRebase
+    memory: Memory | None = None
     regenerated: list[tuple[FileChange, bytes | None, bytes | None]] = field(default_factory=list)
     kept_absent: list[FileChange] = field(default_factory=list)
 
@@ -215,18 +231,40 @@ class _Rebasing:
         path = change.new_path or src or ""
         theirs_here = theirs_before if src is not None else self.new_state.get(path)
         if path in self.resolved:  # a conflict resolved, or a broken file fixed
+            if outcome is FileOutcome.CONFLICT and self.memory is not None:
+                mine, new = ours or b"", theirs_before or b""
+                result.learned += self.memory.learn(self.it.name, path, base, mine, new, self.resolved[path])
             merged, regions = self.resolved[path], ()
             outcome = FileOutcome.CLEAN if outcome is FileOutcome.CONFLICT else outcome
         elif outcome is FileOutcome.CONFLICT:
-            result.conflicted[path] = merged or b""
+            merged, outcome, regions = self.conflict(path, base, ours or b"", theirs_before or b"", merged or b"")
         if merged is not None and outcome is not FileOutcome.CONFLICT:
-            checked_base = None if path in self.resolved else base
+            checked_base = None if path in self.resolved or path in result.remembered else base
             result.produced.append(ProducedFile(path, merged, ours or b"", theirs_here or b"", checked_base))
         result.files.append(FileResult(path, outcome.value, regions))
         self.regenerated.append((change, theirs_before, merged))
         _advance(self.old_state, change, ours)
         if outcome is not FileOutcome.CONFLICT:
             _advance(self.new_state, change, merged)
+
+    def conflict(
+        self, path: str, base: bytes, ours: bytes, theirs: bytes, merged: bytes
+    ) -> tuple[bytes, FileOutcome, tuple[str, ...]]:
+        """A conflicted file: the known conflicts resolved as recorded; the file waits while any is left."""
+        result = self.result
+        m = rebase_file(base, ours, theirs, path=path)
+        if m.merged != merged:  # not this merge's conflict (a move's): as it is
+            result.conflicted[path] = merged
+            return merged, FileOutcome.CONFLICT, tuple(f"lines {c.start}-{c.end}" for c in m.conflicts)
+        if self.memory is not None:
+            m, ids = self.memory.replay(m, ours, theirs)
+            if ids:
+                result.remembered[path] = ids
+        if not m.conflicts:
+            return m.merged, FileOutcome.CLEAN, ()
+        result.conflicted[path] = m.merged
+        result.conflicts[path] = (theirs, m.conflicts)
+        return m.merged, FileOutcome.CONFLICT, tuple(f"lines {c.start}-{c.end}" for c in m.conflicts)
 
     def finish(self) -> PatchRebase:
         """The patch's outcome and, unless it conflicts, its rewritten bytes (None when nothing is left)."""
@@ -241,10 +279,15 @@ class _Rebasing:
 
 
 def _rebase_patch(
-    it: Item, old_state: dict[str, bytes | None], new_state: dict[str, bytes | None], resolved: dict[str, bytes]
+    it: Item,
+    old_state: dict[str, bytes | None],
+    new_state: dict[str, bytes | None],
+    resolved: dict[str, bytes],
+    memory: Memory | None = None,
 ) -> PatchRebase:
     """One patch rebased from the old tree onto the new; both states advance past it."""
-    rebasing = _Rebasing(it, old_state, new_state, resolved, PatchRebase(it.name, it.file, PatchOutcome.CLEAN))
+    result = PatchRebase(it.name, it.file, PatchOutcome.CLEAN)
+    rebasing = _Rebasing(it, old_state, new_state, resolved, result, memory)
     for change in it.patch.files:
         rebasing.change(change)
     return rebasing.finish()

@@ -49,7 +49,9 @@ def test_conflict_then_continue_upstreamed_and_deleted(queue: Queue, invoke: Inv
         "lines",
         "9-17",
     ]
-    assert lines[2].split() == ["vllm-48512-mxfp4-cutlass-env", "waiting"]
+    # The upstream commit that touched the conflicting lines, named under the patch.
+    assert lines[2] == f"    vllm/model_executor/layers/quant/mxfp4.py: upstream {c2[:12]} Release 0.27.0"
+    assert lines[3].split() == ["vllm-48512-mxfp4-cutlass-env", "waiting"]
     work = ".patchkit/series-rebase/work/vllm-48303-mxfp4-flashinfer-cutlass/vllm/model_executor/layers/quant/mxfp4.py"
     assert f"  resolve {work}" in lines
     conflicted = (queue.root / work).read_bytes()
