@@ -711,3 +711,34 @@ def import_audits(
     kept = tuple(i for i in audits.imports if i.name != name)
     updated = dataclasses.replace(audits, imports=(*kept, imp))
     return imp, {AUDITS_FILE: render(updated), imp.file: data}
+
+
+def review_summary(repo: Repo) -> str:
+    """The pull request's "Reviews needed" section: each patch the policy no longer covers, with its change.
+
+    Read from the repository as it is now (after a rebase committed); empty
+    when it keeps no audits.toml or every patch is covered.
+    """
+    audits = load(repo)
+    if audits is None:
+        return ""
+    lock, _ = repo.read_lockfile()
+    found, _ = statuses(repo, lock, audits, dt.datetime.now(dt.UTC))
+    needed = [s for s in found if s.coverage in (Coverage.NEEDS_DELTA, Coverage.UNAUDITED)]
+    if not needed:
+        return ""
+    out = ["", "## Reviews needed", ""]
+    for s in needed:
+        if s.coverage is Coverage.UNAUDITED:
+            out.append(f"- `{s.patch}` ({s.criterion}): never audited: `patchkit audit certify {s.patch}`")
+            continue
+        out += [
+            f"- `{s.patch}` ({s.criterion}): changed since its audit: `patchkit audit certify {s.patch} --delta`",
+            "  <details><summary>interdiff since the audited version</summary>",
+            "",
+            "  ```diff",
+            *(f"  {line}" for line in s.change),
+            "  ```",
+            "  </details>",
+        ]
+    return "\n".join(out) + "\n"

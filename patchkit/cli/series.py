@@ -64,9 +64,11 @@ def rebase_series(
     else:
         done = bump.start(repo, lockf, data, name, onto, cache_path(), accept, remembered)
     if summary is not None:
+        from patchkit.audit.certify import review_summary
         from patchkit.repo import atomic_write, output_target
 
-        atomic_write(output_target(summary, repo, lockf), bump.summary_markdown(done).encode())
+        text = bump.summary_markdown(done) + review_summary(repo)
+        atomic_write(output_target(summary, repo, lockf), text.encode())
     if fmt == "json":
         doc = {
             "series": done.series.name,

@@ -339,9 +339,11 @@ def _write_summary(summary: Path | None, repo: Any, lockf: Any, plan: Any) -> No
     if summary is None:
         return
     from patchkit import rebase as rb
+    from patchkit.audit.certify import review_summary
     from patchkit.repo import atomic_write, output_target
 
-    atomic_write(output_target(summary, repo, lockf), rb.summary_markdown(plan).encode())
+    text = rb.summary_markdown(plan) + review_summary(repo)
+    atomic_write(output_target(summary, repo, lockf), text.encode())
 
 
 def _started_json(started: Any) -> dict[str, Any]:

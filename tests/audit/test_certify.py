@@ -128,8 +128,14 @@ def test_a_bump_that_changes_two_patches_and_moves_a_third(
             "vllm/c.py": b"import logging\nimport json\n" + C,
         }
     )
-    r = invoke("rebase", "--onto", newer, repo=deployment)
+    summary = deployment.parent / "summary.md"
+    r = invoke("rebase", "--onto", newer, "--summary", str(summary), repo=deployment)
     assert r.exit_code == 0, r.stdout + r.stderr
+    # The pull request names the patch that now needs review, with its interdiff, and not the moved one.
+    needed = summary.read_text().split("## Reviews needed\n", 1)[1]
+    assert "- `a` (safe-to-deploy): changed since its audit: `patchkit audit certify a --delta`" in needed
+    assert "  -+    return [b.cpu(non_blocking=False) for b in blocks]" in needed
+    assert "`b`" not in needed and "`c`" not in needed
     # A maintainer also changes b by hand.
     overlay_b = deployment / "patches" / "b.py"
     overlay_b.write_bytes(
