@@ -31,6 +31,10 @@ Mapping, for the reader of a BOM:
   file. Every reference is listed as a resolved issue of type ``defect``:
   the lockfile does not say whether an issue is a defect or an enhancement,
   and ``defect`` is the reading that asks a reviewer to look.
+- Recorded audits (``audits.toml``): each patch's status per required
+  criterion as a property ``patchkit:review:CRITERION`` (a series patch's:
+  ``patchkit:review:PATCH:CRITERION`` on its series), e.g. ``audited
+  (alice@example.com 2026-12-03)``.
 - Series: one component per series (the upstream as the series patches it),
   each patch with its diff and references; CycloneDX keeps patches as a
   set, so the order they apply in is said in the pedigree's ``notes``.
@@ -111,6 +115,7 @@ def build(repo: Repo, lock: Lockfile, lock_bytes: bytes, now: dt.datetime) -> Bo
     components += [_series(repo, s, upstreams, merged) for s in lock.series]
     components += [_artifact(a, ComponentType.DATA) for a in lock.tuning]
     components += [_artifact(a, ComponentType.FILE) for a in lock.artifacts]
+    _add_reviews(repo, lock, {c.bom_ref.value: c for c in components if c.bom_ref.value}, now)
     tools = ToolRepository(components=[Component(type=ComponentType.APPLICATION, name="patchkit", version=__version__)])
     bom = Bom(
         serial_number=uuid.uuid5(uuid.NAMESPACE_URL, f"urn:patchkit:lockfile:{lock_sha256}"),
@@ -119,6 +124,31 @@ def build(repo: Repo, lock: Lockfile, lock_bytes: bytes, now: dt.datetime) -> Bo
     )
     bom.dependencies.add(Dependency(ref=root.bom_ref, dependencies=[Dependency(ref=c.bom_ref) for c in components]))
     return bom
+
+
+def _add_reviews(repo: Repo, lock: Lockfile, by_ref: dict[str, Component], now: dt.datetime) -> None:
+    """Each patch's recorded reviews (audits.toml) as properties of its component: ``patchkit:review:CRITERION``.
+
+    A series patch's go on its series' component, named
+    ``patchkit:review:PATCH:CRITERION``. The value says the status and who
+    reviewed when, as ``patchkit audit status`` does.
+    """
+    from cyclonedx.model import Property
+
+    from patchkit.audit import certify
+
+    audits = certify.load(repo)
+    if audits is None:
+        return
+    found, _ = certify.statuses(repo, lock, audits, now)
+    for s in found:
+        series, _, patch = s.patch.rpartition("/")
+        component = by_ref.get(f"series:{series}" if series else f"patch:{s.patch}")
+        if component is None:
+            continue
+        who = "; ".join(f"{a.who} {a.date}{' (delta)' if a.delta_from else ''}" for a in s.audits)
+        name = f"patchkit:review:{patch}:{s.criterion}" if series else f"patchkit:review:{s.criterion}"
+        component.properties.add(Property(name=name, value=f"{s.coverage.value}{f' ({who})' if who else ''}"))
 
 
 def render(bom: Bom) -> str:

@@ -324,3 +324,21 @@ def test_the_report_shows_who_reviewed_what_and_the_change_nobody_reviewed(
     html = invoke("audit", "--format", "html", repo=deployment).stdout
     assert "<h3>Reviews</h3>" in html and "needs a delta audit</span>" in html
     assert "+        self.stream.wait_stream(None)" in html
+
+
+def test_the_sbom_carries_each_patchs_reviews(invoke: Invoke, deployment: Path, keys: tuple[KeyPair, KeyPair]) -> None:
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    made = certify(invoke, deployment, keys[0], "a")
+    r = invoke("sbom", repo=deployment)
+    assert r.exit_code == 0, r.stderr
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(r.stdout) is None
+    comps = {c["bom-ref"]: c for c in json.loads(r.stdout)["components"]}
+    reviews = {
+        ref.removeprefix("patch:"): {p["name"]: p["value"] for p in c.get("properties", [])}
+        for ref, c in comps.items()
+        if ref.startswith("patch:")
+    }
+    assert reviews["a"]["patchkit:review:safe-to-deploy"] == f"audited (alice@test {made['date']})"
+    assert reviews["b"]["patchkit:review:safe-to-deploy"] == "unaudited"
