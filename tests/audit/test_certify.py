@@ -342,3 +342,34 @@ def test_the_sbom_carries_each_patchs_reviews(invoke: Invoke, deployment: Path, 
     }
     assert reviews["a"]["patchkit:review:safe-to-deploy"] == f"audited (alice@test {made['date']})"
     assert reviews["b"]["patchkit:review:safe-to-deploy"] == "unaudited"
+
+
+def test_a_series_patch_is_certified_by_series_and_name(
+    invoke: Invoke, tmp_path: Path, keys: tuple[KeyPair, KeyPair]
+) -> None:
+    from tests.series.queue import build_queue, lockfile_text
+
+    q = build_queue(tmp_path)
+    alice = keys[0].public_line.split()
+    (q.root / "allowed_signers").write_text(f'alice@test namespaces="patchkit,patchkit-audit" {alice[0]} {alice[1]}\n')
+    signing = '\n[signing]\nallowed_signers = "allowed_signers"\nfiles = ["allowed_signers"]\n'
+    (q.root / "lockfile.toml").write_text(lockfile_text(q) + signing)
+    assert invoke("lock", repo=q.root).exit_code == 0
+    assert invoke("sign", "--key", str(keys[0].private), repo=q.root).exit_code == 0
+    r = invoke("audit", "status", repo=q.root)
+    assert r.exit_code == 2 and "no audits.toml here yet" in r.stderr
+    made = certify(invoke, q.root, keys[0], "flashinfer/" + next(iter(_series_patches(q.root, "flashinfer"))))
+    doc = json.loads(invoke("audit", "status", "--format", "json", repo=q.root).stdout)
+    states = {p["patch"]: p["status"] for p in doc["patches"]}
+    assert states[str(made["patch"])] == "audited"
+    assert sum(1 for v in states.values() if v == "unaudited") == len(states) - 1 >= 3
+    reviewed = q.root / "audits" / "reviewed" / str(made["reviewed_sha256"])
+    patch_file = next((q.root / "patches" / "flashinfer").glob("*.patch"))
+    assert reviewed.read_bytes() == patch_file.read_bytes()
+
+
+def _series_patches(root: Path, series: str) -> list[str]:
+    import tomllib
+
+    lock = tomllib.loads((root / "lockfile.toml").read_text())
+    return [p["name"] for p in lock["series"][series]["patches"]]
