@@ -28,6 +28,7 @@ from patchkit.persist import expected_sums, finish, ignore_work_area, sums_dropp
 from patchkit.repo import MANAGED_DIRS, Escape, Repo, write_all
 from patchkit.series.model import repin as repin_series
 from patchkit.values import ContainerPath, Reference, RepoPath, Revision, Sha256, UpstreamPath, check_name
+from patchkit.verification import record_verified, recordable
 
 # --------------------------------------------------------------------------- init
 
@@ -276,8 +277,17 @@ class _Relock:
         return tuple(out)
 
 
-def relock(repo: Repo, lock: Lockfile, store: BlobStore) -> Outcome:
-    """Refresh the file pins after intended edits; never touches image, model or upstream pins."""
+def relock(repo: Repo, lock: Lockfile, store: BlobStore, record: bool = False) -> Outcome:
+    """Refresh the file pins after intended edits; never touches image, model or upstream pins.
+
+    ``record`` (``lock --record-verified``): each overlay and series base that
+    records nothing it was verified against, and is at its upstream's pin,
+    records the upstream's pin and the image it is mounted over as pinned
+    now. A base that records one keeps it: a stale record moves only with a
+    rebase, so this can never hide a re-pinned image.
+    """
+    if record:
+        lock = _record_unrecorded(repo, lock)
     run = _Relock(repo, store)
     patches = tuple(run.patch(p) for p in lock.patches)
     series, repinned = repin_series(lock.series, lambda rel, what: sha256_bytes(run.current(rel, what)))
@@ -287,6 +297,24 @@ def relock(repo: Repo, lock: Lockfile, store: BlobStore) -> Outcome:
     new_lock = dataclasses.replace(lock, patches=patches, tuning=tuning, artifacts=artifacts, series=series)
     run.outcome.written = finish(repo, new_lock, run.extra)
     return run.outcome
+
+
+def _record_unrecorded(repo: Repo, lock: Lockfile) -> Lockfile:
+    patches, series, left = recordable(lock)
+    if left:
+        raise Refused(
+            f"{', '.join(left)}: not at the upstream's pin, so not verified against it",
+            "move them first (patchkit rebase --upstream NAME --onto PIN), then record",
+        )
+    new = record_verified(lock, patches, series, root=repo.root)
+    missing = [p.name for p in new.patches if p.name in patches and p.base and p.base.verified is None]
+    missing += [s.name for s in new.series if s.name in series and s.verified is None]
+    if missing:
+        raise Refused(
+            f"{', '.join(missing)}: no image to record them for (or an upstream without an exact pin)",
+            "set deploy.toml's inference.image, or pin the upstream (wheel_sha256, commit)",
+        )
+    return new
 
 
 # --------------------------------------------------------------------------- add / remove
@@ -478,6 +506,9 @@ def _add_patch(
         drop_when=req.drop_when,
     )
     new_lock = dataclasses.replace(lock, patches=(*lock.patches, patch))
+    if base is not None and (req.commit is None or base.commit == _lock_pin(lock, base.upstream)):
+        # The base is the upstream's file at its pin: recorded for the image it is mounted over.
+        new_lock = record_verified(new_lock, (name,), root=repo.root)
     where = "diff-only" if req.diff_only else str(rel)
     return Outcome(written=finish(repo, new_lock, extra), changes=[Change(f"{kind} {name}", "unpinned", where)])
 
@@ -513,6 +544,12 @@ def add(repo: Repo, lock: Lockfile, req: AddRequest, store: BlobStore) -> Outcom
     if kind in ("tuning", "artifact"):
         return _add_artifact(repo, lock, req, new, extra)
     return _add_patch(repo, lock, req, new, extra, store)
+
+
+def _lock_pin(lock: Lockfile, upstream: str) -> Revision | None:
+    """The commit ``upstream`` pins (None for one that pins none)."""
+    up = lock.upstream(upstream)
+    return up.commit if up is not None else None
 
 
 def _overlay_base(repo: Repo, lock: Lockfile, req: AddRequest, name: str, data: bytes) -> tuple[Base, bytes, bytes]:

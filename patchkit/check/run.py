@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from patchkit.check import compose, diffs, guard, hand_diffs, pins, repository, series, sums
+from patchkit.check import compose, diffs, guard, hand_diffs, pins, repository, series, sums, verified
 from patchkit.check.state import RepoView, State, gather, hash_pinned
 from patchkit.findings import CheckResult, Finding
 from patchkit.lockfile.reader import collection_paused
@@ -39,6 +39,7 @@ RULES: tuple[Rule | VerifyingRule, ...] = (
     repository.orphans,
     pins.targets,
     diffs.bases,
+    verified.verified_bases,
     diffs.patch_diffs,
     hand_diffs.hand_diffs,
     series.series,

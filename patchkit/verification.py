@@ -1,0 +1,160 @@
+"""Recording what the bases were verified against (``verified`` of ``[patches.base]`` and ``[series.NAME]``).
+
+Every command that establishes that bases fit the deployed image (a rebase's
+commit, a series bump, ``bump --image``, ``add`` of an overlay, ``lock
+--record-verified`` for a lockfile written before the field existed) calls
+:func:`record_verified` on the lockfile it is about to write: each named base
+then records the image it is mounted over, at the digest that lockfile pins,
+and how the base was established. ``patchkit check`` compares the two offline
+(``check.verified``). See docs/lockfile.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from pathlib import Path
+
+from patchkit.errors import PatchkitError
+from patchkit.lockfile.model import Base, GitUpstream, Image, ImageUpstream, Lockfile, Patch, PatchKind, Upstream
+from patchkit.lockfile.verified import Verified
+from patchkit.series.model import Series
+
+DEPLOY_CONFIG = "deploy.toml"
+
+
+def deployed_image(lock: Lockfile, root: Path | None = None, upstream: Upstream | None = None) -> Image | None:
+    """The ``[images]`` entry the overlays are mounted over, or None when the lockfile does not say.
+
+    In order: the image an image upstream reads (same repository), deploy.toml's
+    ``inference.image`` (when ``root`` holds a valid one), the only image
+    whose name is not deploy.toml's proxy, the only image.
+    """
+    if isinstance(upstream, ImageUpstream):
+        same = [i for i in lock.images if i.repository == upstream.image]
+        if len(same) == 1:
+            return same[0]
+    named = _deploy_inference_image(root) if root is not None else None
+    found = next((i for i in lock.images if i.name == named), None)
+    if found is None and len(lock.images) == 1:
+        found = lock.images[0]
+    return found
+
+
+def _deploy_inference_image(root: Path) -> str | None:
+    """deploy.toml's ``inference.image`` when it exists and loads; None otherwise (check reports a bad one)."""
+    path = root / DEPLOY_CONFIG
+    if not path.is_file() or path.is_symlink():
+        return None
+    from patchkit.emit.config import load_config
+
+    try:
+        return load_config(path).inference.image
+    except PatchkitError:
+        return None
+
+
+def verified_for(image: Image, upstream: Upstream | None) -> Verified | None:
+    """The record of a base established for ``image`` as pinned now, from ``upstream`` at its pin.
+
+    A base of an image upstream reading that image was read from the image
+    itself (``against = "image"``); any other was taken from its upstream's
+    exact pin (``against = "upstream"``), and the image's files were not read.
+    None when that upstream has no exact pin (a wheel without
+    ``wheel_sha256``): nothing exact to record, and ``check`` says so.
+    """
+    if isinstance(upstream, ImageUpstream) and upstream.image == image.repository:
+        return Verified(image.name, image.digest, "image")
+    pin = upstream.exact_pin if upstream is not None else None
+    return None if pin is None else Verified(image.name, image.digest, "upstream", pin)
+
+
+def record_verified(
+    lock: Lockfile,
+    patches: Iterable[str] = (),
+    series: Iterable[str] = (),
+    *,
+    image: str | None = None,
+    root: Path | None = None,
+    against_image: bool = False,
+) -> Lockfile:
+    """``lock`` with the bases of ``patches`` and ``series`` (by name) recording what they were verified against.
+
+    Call it on the lockfile about to be written, with the image digests and
+    upstream pins it holds: each base records ``images[image]`` (else the
+    image :func:`deployed_image` finds) at that digest, and its upstream's
+    exact pin. ``against_image``: the bases were compared with that image's
+    own files (``check --online --image-bases`` semantics), so no pin is
+    recorded. A lockfile with no image to name is returned as it is.
+    """
+    wanted, wanted_series = set(patches), set(series)
+    new_patches = tuple(_recorded(lock, p, image, root, against_image) if p.name in wanted else p for p in lock.patches)
+    new_series = tuple(
+        _recorded_series(lock, s, image, root, against_image) if s.name in wanted_series else s for s in lock.series
+    )
+    return dataclasses.replace(lock, patches=new_patches, series=new_series)
+
+
+def _image(lock: Lockfile, name: str | None, root: Path | None, upstream: Upstream | None) -> Image | None:
+    if name is not None:
+        found = next((i for i in lock.images if i.name == name), None)
+        if found is None:
+            raise PatchkitError(f"no image named '{name}' in the lockfile", "patchkit image pin NAME REF")
+        return found
+    return deployed_image(lock, root, upstream)
+
+
+def _verified(
+    lock: Lockfile, upstream_name: str, old: Verified | None, name: str | None, root: Path | None, against: bool
+) -> Verified | None:
+    upstream = lock.upstream(upstream_name)
+    found = _image(lock, name or (old.image if old is not None else None), root, upstream)
+    if found is None:
+        return None
+    if against:
+        return Verified(found.name, found.digest, "image")
+    return verified_for(found, upstream)
+
+
+def _recorded(lock: Lockfile, p: Patch, image: str | None, root: Path | None, against: bool) -> Patch:
+    if p.base is None or p.kind is PatchKind.MODULE:
+        return p
+    verified = _verified(lock, p.base.upstream, p.base.verified, image, root, against)
+    base: Base = dataclasses.replace(p.base, verified=verified)
+    return dataclasses.replace(p, base=base)
+
+
+def _recorded_series(lock: Lockfile, s: Series, image: str | None, root: Path | None, against: bool) -> Series:
+    verified = _verified(lock, s.upstream, s.verified, image, root, against)
+    own = series_pin(lock, s)
+    if verified is not None and verified.against == "upstream" and own is not None:
+        verified = dataclasses.replace(verified, pin=own)  # a series states its own commit
+    return dataclasses.replace(s, verified=verified)
+
+
+def series_pin(lock: Lockfile, s: Series) -> str | None:
+    """The exact pin a series applies onto when it states its own: its ``commit``, for a git upstream."""
+    up = lock.upstream(s.upstream)
+    return str(s.commit) if isinstance(up, GitUpstream) and s.commit is not None else None
+
+
+def recordable(lock: Lockfile) -> tuple[list[str], list[str], list[str]]:
+    """The overlays and series that record nothing they were verified against, and those of them not at their pin.
+
+    A base whose ``commit`` or ``version`` is not its upstream's pin
+    (``base-outdated``) was not taken from that pin: recording it as
+    verified against it would be false.
+    """
+    patches: list[str] = []
+    series: list[str] = []
+    left: list[str] = []
+    for p in lock.patches:
+        if p.kind is not PatchKind.OVERLAY or p.base is None or p.base.verified is not None:
+            continue
+        up = lock.upstream(p.base.upstream)
+        compared = up.compared(p.base) if up is not None else None
+        (left if compared is not None and compared[1] != compared[2] else patches).append(p.name)
+    for s in lock.series:
+        if s.verified is None:
+            series.append(s.name)
+    return patches, series, left
