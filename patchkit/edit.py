@@ -28,7 +28,7 @@ from patchkit.persist import expected_sums, finish, ignore_work_area, sums_dropp
 from patchkit.repo import MANAGED_DIRS, Escape, Repo, write_all
 from patchkit.series.model import repin as repin_series
 from patchkit.values import ContainerPath, Reference, RepoPath, Revision, Sha256, UpstreamPath, check_name
-from patchkit.verification import record_verified, recordable
+from patchkit.verification import record_new_bases, record_verified, recordable
 
 # --------------------------------------------------------------------------- init
 
@@ -311,8 +311,8 @@ def _record_unrecorded(repo: Repo, lock: Lockfile) -> Lockfile:
     missing += [s.name for s in new.series if s.name in series and s.verified is None]
     if missing:
         raise Refused(
-            f"{', '.join(missing)}: no image to record them for (or an upstream without an exact pin)",
-            "set deploy.toml's inference.image, or pin the upstream (wheel_sha256, commit)",
+            f"{', '.join(missing)}: no image to record them for: the lockfile pins several and deploy.toml names none",
+            "set deploy.toml's inference.image",
         )
     return new
 
@@ -505,10 +505,8 @@ def _add_patch(
         refs=new.refs,
         drop_when=req.drop_when,
     )
-    new_lock = dataclasses.replace(lock, patches=(*lock.patches, patch))
-    if base is not None and (req.commit is None or base.commit == _lock_pin(lock, base.upstream)):
-        # The base is the upstream's file at its pin: recorded for the image it is mounted over.
-        new_lock = record_verified(new_lock, (name,), root=repo.root)
+    # A base at the upstream's pin is recorded as verified against it, for the image it is mounted over.
+    new_lock = record_new_bases(dataclasses.replace(lock, patches=(*lock.patches, patch)), lock, repo.root)
     where = "diff-only" if req.diff_only else str(rel)
     return Outcome(written=finish(repo, new_lock, extra), changes=[Change(f"{kind} {name}", "unpinned", where)])
 
@@ -544,12 +542,6 @@ def add(repo: Repo, lock: Lockfile, req: AddRequest, store: BlobStore) -> Outcom
     if kind in ("tuning", "artifact"):
         return _add_artifact(repo, lock, req, new, extra)
     return _add_patch(repo, lock, req, new, extra, store)
-
-
-def _lock_pin(lock: Lockfile, upstream: str) -> Revision | None:
-    """The commit ``upstream`` pins (None for one that pins none)."""
-    up = lock.upstream(upstream)
-    return up.commit if up is not None else None
 
 
 def _overlay_base(repo: Repo, lock: Lockfile, req: AddRequest, name: str, data: bytes) -> tuple[Base, bytes, bytes]:

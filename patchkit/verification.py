@@ -12,10 +12,11 @@ and how the base was established. ``patchkit check`` compares the two offline
 from __future__ import annotations
 
 import dataclasses
+import tomllib
 from collections.abc import Iterable
 from pathlib import Path
 
-from patchkit.errors import PatchkitError
+from patchkit.errors import BadInput
 from patchkit.lockfile.model import Base, GitUpstream, Image, ImageUpstream, Lockfile, Patch, PatchKind, Upstream
 from patchkit.lockfile.verified import Verified
 from patchkit.series.model import Series
@@ -42,31 +43,34 @@ def deployed_image(lock: Lockfile, root: Path | None = None, upstream: Upstream 
 
 
 def _deploy_inference_image(root: Path) -> str | None:
-    """deploy.toml's ``inference.image`` when it exists and loads; None otherwise (check reports a bad one)."""
+    """deploy.toml's ``inference.image``, read alone (a starter deploy.toml without an entrypoint says it too).
+
+    None when there is no such file or it does not say; ``check`` reports a bad deploy.toml.
+    """
     path = root / DEPLOY_CONFIG
     if not path.is_file() or path.is_symlink():
         return None
-    from patchkit.emit.config import load_config
-
     try:
-        return load_config(path).inference.image
-    except PatchkitError:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return None
+    inference = doc.get("inference")
+    image = inference.get("image") if isinstance(inference, dict) else None
+    return image if isinstance(image, str) else None
 
 
-def verified_for(image: Image, upstream: Upstream | None) -> Verified | None:
+def verified_for(image: Image, upstream: Upstream | None) -> Verified:
     """The record of a base established for ``image`` as pinned now, from ``upstream`` at its pin.
 
     A base of an image upstream reading that image was read from the image
     itself (``against = "image"``); any other was taken from its upstream's
-    exact pin (``against = "upstream"``), and the image's files were not read.
-    None when that upstream has no exact pin (a wheel without
-    ``wheel_sha256``): nothing exact to record, and ``check`` says so.
+    exact pin (``against = "upstream"``, with no ``pin`` when the upstream
+    pins none, as a git upstream without ``commit``), and the image's files
+    were not read.
     """
     if isinstance(upstream, ImageUpstream) and upstream.image == image.repository:
         return Verified(image.name, image.digest, "image")
-    pin = upstream.exact_pin if upstream is not None else None
-    return None if pin is None else Verified(image.name, image.digest, "upstream", pin)
+    return Verified(image.name, image.digest, "upstream", upstream.exact_pin if upstream is not None else None)
 
 
 def record_verified(
@@ -99,7 +103,7 @@ def _image(lock: Lockfile, name: str | None, root: Path | None, upstream: Upstre
     if name is not None:
         found = next((i for i in lock.images if i.name == name), None)
         if found is None:
-            raise PatchkitError(f"no image named '{name}' in the lockfile", "patchkit image pin NAME REF")
+            raise BadInput(f"no image named '{name}' in the lockfile", "patchkit image pin NAME REF")
         return found
     return deployed_image(lock, root, upstream)
 
@@ -138,6 +142,28 @@ def series_pin(lock: Lockfile, s: Series) -> str | None:
     return str(s.commit) if isinstance(up, GitUpstream) and s.commit is not None else None
 
 
+def at_pin(lock: Lockfile, p: Patch) -> bool:
+    """Whether overlay ``p``'s base states its upstream's pin (or states none to compare): recordable as such."""
+    up = lock.upstream(p.base.upstream) if p.base is not None else None
+    compared = up.compared(p.base) if up is not None and p.base is not None else None
+    return compared is None or compared[1] == compared[2]
+
+
+def record_new_bases(lock: Lockfile, old: Lockfile, root: Path | None) -> Lockfile:
+    """``lock`` with each overlay base that ``old`` did not have, and that is at its upstream's pin, recorded.
+
+    For the commands that pin bases (``add``, ``import --normalize``): a base
+    taken at its upstream's pin is established for the image as pinned now.
+    """
+    before = {p.name: p.base for p in old.patches}
+    new = [
+        p.name
+        for p in lock.patches
+        if p.kind is PatchKind.OVERLAY and p.base is not None and before.get(p.name) != p.base and at_pin(lock, p)
+    ]
+    return record_verified(lock, new, root=root) if new else lock
+
+
 def recordable(lock: Lockfile) -> tuple[list[str], list[str], list[str]]:
     """The overlays and series that record nothing they were verified against, and those of them not at their pin.
 
@@ -151,9 +177,7 @@ def recordable(lock: Lockfile) -> tuple[list[str], list[str], list[str]]:
     for p in lock.patches:
         if p.kind is not PatchKind.OVERLAY or p.base is None or p.base.verified is not None:
             continue
-        up = lock.upstream(p.base.upstream)
-        compared = up.compared(p.base) if up is not None else None
-        (left if compared is not None and compared[1] != compared[2] else patches).append(p.name)
+        (patches if at_pin(lock, p) else left).append(p.name)
     for s in lock.series:
         if s.verified is None:
             series.append(s.name)

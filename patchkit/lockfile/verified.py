@@ -6,11 +6,12 @@ their base was established for. ``verified`` records that image (its name in
 ``[images]`` and its digest then) and how the base was established: read from
 that image (``against = "image"``), or taken from the upstream at ``pin`` (its
 commit, wheel sha256, dir sha256 or image digest) without reading the image
-(``against = "upstream"``). ``patchkit check`` compares the digest with the
-image's pin offline (``base-unverified``), so a re-pinned image whose bases
-were not moved with it never passes. See docs/lockfile.md. This module is
-lockfile vocabulary: the record and its field table, imported by the
-lockfile's and the series' models.
+(``against = "upstream"``; no ``pin`` when the upstream pinned none).
+``patchkit check`` compares the digest with the image's pin offline
+(``base-unverified``), so a re-pinned image whose bases were not moved with
+it never passes. See docs/lockfile.md. This module is lockfile vocabulary:
+the record and its field table, imported by the lockfile's and the series'
+models.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ class Verified:
         """What the base was verified against, in a phrase for a message."""
         if self.against == "image":
             return f"the files of image {self.image} at {self.digest.hex[:12]}"
-        return f"{upstream} at {(self.pin or '')[:12]} (not the image's files)"
+        at = f" at {self.pin[:12]}" if self.pin else ""
+        return f"{upstream}{at} (not the image's files)"
 
 
 def _against(value: str) -> str:
@@ -53,10 +55,7 @@ def _image_pinned(e: Entry) -> None:
 
 
 def _pin_with_upstream(e: Entry) -> None:
-    against, has_pin = e.values["against"], "pin" in e.t
-    if against == "upstream" and not has_pin:
-        e.problem((), "against = 'upstream' needs 'pin': the upstream's commit, wheel sha256 or digest")
-    elif against == "image" and has_pin:
+    if e.values["against"] == "image" and "pin" in e.t:
         e.problem(("pin",), "only with against = 'upstream': a base read from the image has no upstream pin")
 
 
