@@ -182,3 +182,25 @@ def recordable(lock: Lockfile) -> tuple[list[str], list[str], list[str]]:
         if s.verified is None:
             series.append(s.name)
     return patches, series, left
+
+
+def left_behind(lock: Lockfile, image: str) -> list[str]:
+    """The overlays and series whose base was verified for ``images[image]`` at another digest than pinned now."""
+    found = next((i for i in lock.images if i.name == image), None)
+    if found is None:
+        return []
+    records = [(p.name, p.base.verified) for p in lock.patches if p.base is not None]
+    records += [(f"series {s.name}", s.verified) for s in lock.series]
+    return [name for name, v in records if v is not None and v.image == image and v.digest != found.digest]
+
+
+def left_behind_note(lock: Lockfile, image: str) -> str | None:
+    """What ``image pin`` says when it leaves bases verified for the old digest: check fails until they move."""
+    names = left_behind(lock, image)
+    found = next((i for i in lock.images if i.name == image), None)
+    if not names or found is None:
+        return None
+    return (
+        f"{', '.join(names)}: verified for the previous images.{image} digest; patchkit check fails until the "
+        f"bases are moved onto the new one: patchkit bump --image {found.repository}@{found.digest}"
+    )

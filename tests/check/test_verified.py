@@ -150,3 +150,26 @@ def test_a_base_read_from_the_image_has_no_upstream_pin(invoke: Invoke, deploy: 
     pin_line = lock.read_text().splitlines().index(f'pin = "{UPSTREAM_COMMIT}"') + 1
     assert r.exit_code == 2
     assert f"lockfile.toml:{pin_line}: patches[0].base.verified.pin: only with against = 'upstream'" in r.stderr
+
+
+def test_after_a_bare_repin_the_rebase_moves_the_base_and_records_the_image(invoke: Invoke, tmp_path: Path) -> None:
+    from tests.test_rebase import FENCED, WORKER, Upstream, make_deploy
+
+    upstream = Upstream(tmp_path / "vllm")
+    c1 = upstream.commit({"vllm/worker.py": WORKER})
+    root = make_deploy(invoke, tmp_path, upstream, c1, {"vllm/worker.py": FENCED})
+    _recorded(invoke, root)
+    lock = root / "lockfile.toml"
+    lock.write_text(lock.read_text().replace(f'digest = "{OLD}"', f'digest = "{NEW}"', 1))
+    assert invoke("lock", repo=root).exit_code == 0
+    assert invoke("check", repo=root).exit_code == 1  # re-pinned, not re-verified
+
+    c2 = upstream.commit({"vllm/worker.py": WORKER.replace(b"import torch\n", b"import torch\nimport logging\n")})
+    r = invoke("rebase", "--onto", c2, repo=root)
+    assert r.exit_code == 0, r.stderr
+    assert (
+        f'[patches.base.verified]\nimage = "vllm"\ndigest = "{NEW}"\nagainst = "upstream"\npin = "{c2}"\n'
+        in lock.read_text()
+    )
+    r = invoke("check", repo=root)
+    assert r.exit_code == 0, r.stdout

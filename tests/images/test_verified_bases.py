@@ -60,7 +60,12 @@ def test_image_pin_alone_fails_check_and_the_bump_passes(
     repository = new.split("@")[0].rsplit(":", 1)[0]
 
     # A bare re-pin: the overlay still carries the old image's file.
-    assert invoke("image", "pin", "vllm", new, repo=root).exit_code == 0
+    r = invoke("image", "pin", "vllm", new, repo=root)
+    assert r.exit_code == 0, r.stderr
+    assert (
+        "note: worker: verified for the previous images.vllm digest; patchkit check fails until the bases are "
+        f"moved onto the new one: patchkit bump --image {repository}@{new_digest}"
+    ) in r.stderr
     r = invoke("check", "--format", "json", repo=root)
     assert r.exit_code == 1
     [f] = [f for f in json.loads(r.stdout)["findings"] if f["code"] == "base-unverified"]
