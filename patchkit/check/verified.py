@@ -75,7 +75,8 @@ def _pin_moved(
         state.lock_finding(
             "base-unverified",
             (*where, "verified", "pin"),
-            f"{what} was verified against {upstream} at {(v.pin or '')[:12]}, but the lockfile now pins "
+            f"{what} was verified against {upstream} {f'at {v.pin[:12]}' if v.pin else 'with no pin'}, "
+            "but the lockfile now pins "
             f"it at {now[:12]}: the pin was moved without moving the base onto it",
             up.rebase_fix(want),
         )
