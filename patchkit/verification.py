@@ -28,8 +28,9 @@ def deployed_image(lock: Lockfile, root: Path | None = None, upstream: Upstream 
     """The ``[images]`` entry the overlays are mounted over, or None when the lockfile does not say.
 
     In order: the image an image upstream reads (same repository), deploy.toml's
-    ``inference.image`` (when ``root`` holds a valid one), the only image
-    whose name is not deploy.toml's proxy, the only image.
+    ``inference.image`` (when ``root`` holds a deploy.toml that names one), the
+    lockfile's only image. Several images and no deploy.toml: None, as a guess
+    between them could record the proxy's image for a vLLM overlay.
     """
     if isinstance(upstream, ImageUpstream):
         same = [i for i in lock.images if i.repository == upstream.image]
