@@ -286,9 +286,11 @@ def relock(repo: Repo, lock: Lockfile, store: BlobStore, record: bool = False) -
     now. A base that records one keeps it: a stale record moves only with a
     rebase, so this can never hide a re-pinned image.
     """
+    recorded: list[Change] = []
     if record:
-        lock = _record_unrecorded(repo, lock)
+        lock, recorded = _record_unrecorded(repo, lock)
     run = _Relock(repo, store)
+    run.outcome.changes.extend(recorded)
     patches = tuple(run.patch(p) for p in lock.patches)
     series, repinned = repin_series(lock.series, lambda rel, what: sha256_bytes(run.current(rel, what)))
     run.outcome.changes.extend(Change(field, old, new) for field, old, new in repinned)
@@ -299,7 +301,7 @@ def relock(repo: Repo, lock: Lockfile, store: BlobStore, record: bool = False) -
     return run.outcome
 
 
-def _record_unrecorded(repo: Repo, lock: Lockfile) -> Lockfile:
+def _record_unrecorded(repo: Repo, lock: Lockfile) -> tuple[Lockfile, list[Change]]:
     patches, series, left = recordable(lock)
     if left:
         raise Refused(
@@ -314,7 +316,11 @@ def _record_unrecorded(repo: Repo, lock: Lockfile) -> Lockfile:
             f"{', '.join(missing)}: no image to record them for: the lockfile pins several and deploy.toml names none",
             "set deploy.toml's inference.image",
         )
-    return new
+    records = [
+        (f"patches[{p.name}].base.verified", p.base.verified) for p in new.patches if p.name in patches and p.base
+    ]
+    records += [(f"series.{s.name}.verified", s.verified) for s in new.series if s.name in series]
+    return new, [Change(what, "unrecorded", v.text) for what, v in records if v is not None]
 
 
 # --------------------------------------------------------------------------- add / remove

@@ -34,6 +34,12 @@ class Verified:
     against: str
     pin: str | None = None
 
+    @property
+    def text(self) -> str:
+        """The record in one phrase, as a change shows it: ``vllm@sha256:e68d18b2ba50 (upstream adb1e4c9b46d)``."""
+        how = f"upstream {self.pin[:12]}" if self.pin else self.against
+        return f"{self.image}@sha256:{self.digest.hex[:12]} ({how})"
+
     def describe(self, upstream: str) -> str:
         """What the base was verified against, in a phrase for a message."""
         if self.against == "image":

@@ -44,6 +44,10 @@ def test_a_lockfile_from_before_the_field_gets_a_note_and_lock_records_it(invoke
 
     r = invoke("lock", "--record-verified", repo=deploy)
     assert r.exit_code == 0, r.stderr
+    assert (
+        "patches[kv-restore-fence].base.verified: unrecorded -> "
+        f"vllm@sha256:{'a' * 12} (upstream {UPSTREAM_COMMIT[:12]})" in r.stdout
+    )
     text = (deploy / "lockfile.toml").read_text()
     assert (
         f'[patches.base.verified]\nimage = "vllm"\ndigest = "{OLD}"\nagainst = "upstream"\npin = "{UPSTREAM_COMMIT}"\n'
