@@ -28,6 +28,7 @@ from patchkit.persist import expected_sums, finish, ignore_work_area, sums_dropp
 from patchkit.repo import MANAGED_DIRS, Escape, Repo, write_all
 from patchkit.series.model import repin as repin_series
 from patchkit.values import ContainerPath, Reference, RepoPath, Revision, Sha256, UpstreamPath, check_name
+from patchkit.verification import record_new_bases, record_verified, recordable
 
 # --------------------------------------------------------------------------- init
 
@@ -276,9 +277,20 @@ class _Relock:
         return tuple(out)
 
 
-def relock(repo: Repo, lock: Lockfile, store: BlobStore) -> Outcome:
-    """Refresh the file pins after intended edits; never touches image, model or upstream pins."""
+def relock(repo: Repo, lock: Lockfile, store: BlobStore, record: bool = False) -> Outcome:
+    """Refresh the file pins after intended edits; never touches image, model or upstream pins.
+
+    ``record`` (``lock --record-verified``): each overlay and series base that
+    records nothing it was verified against, and is at its upstream's pin,
+    records the upstream's pin and the image it is mounted over as pinned
+    now. A base that records one keeps it: a stale record moves only with a
+    rebase, so this can never hide a re-pinned image.
+    """
+    recorded: list[Change] = []
+    if record:
+        lock, recorded = _record_unrecorded(repo, lock)
     run = _Relock(repo, store)
+    run.outcome.changes.extend(recorded)
     patches = tuple(run.patch(p) for p in lock.patches)
     series, repinned = repin_series(lock.series, lambda rel, what: sha256_bytes(run.current(rel, what)))
     run.outcome.changes.extend(Change(field, old, new) for field, old, new in repinned)
@@ -287,6 +299,28 @@ def relock(repo: Repo, lock: Lockfile, store: BlobStore) -> Outcome:
     new_lock = dataclasses.replace(lock, patches=patches, tuning=tuning, artifacts=artifacts, series=series)
     run.outcome.written = finish(repo, new_lock, run.extra)
     return run.outcome
+
+
+def _record_unrecorded(repo: Repo, lock: Lockfile) -> tuple[Lockfile, list[Change]]:
+    patches, series, left = recordable(lock)
+    if left:
+        raise Refused(
+            f"{', '.join(left)}: not at the upstream's pin, so not verified against it",
+            "move them first (patchkit rebase --upstream NAME --onto PIN), then record",
+        )
+    new = record_verified(lock, patches, series, root=repo.root)
+    missing = [p.name for p in new.patches if p.name in patches and p.base and p.base.verified is None]
+    missing += [s.name for s in new.series if s.name in series and s.verified is None]
+    if missing:
+        raise Refused(
+            f"{', '.join(missing)}: no image to record them for: the lockfile pins several and deploy.toml names none",
+            "set deploy.toml's inference.image",
+        )
+    records = [
+        (f"patches[{p.name}].base.verified", p.base.verified) for p in new.patches if p.name in patches and p.base
+    ]
+    records += [(f"series.{s.name}.verified", s.verified) for s in new.series if s.name in series]
+    return new, [Change(what, "unrecorded", v.text) for what, v in records if v is not None]
 
 
 # --------------------------------------------------------------------------- add / remove
@@ -477,7 +511,8 @@ def _add_patch(
         refs=new.refs,
         drop_when=req.drop_when,
     )
-    new_lock = dataclasses.replace(lock, patches=(*lock.patches, patch))
+    # A base at the upstream's pin is recorded as verified against it, for the image it is mounted over.
+    new_lock = record_new_bases(dataclasses.replace(lock, patches=(*lock.patches, patch)), lock, repo.root)
     where = "diff-only" if req.diff_only else str(rel)
     return Outcome(written=finish(repo, new_lock, extra), changes=[Change(f"{kind} {name}", "unpinned", where)])
 

@@ -45,6 +45,7 @@ from patchkit.trust import interdiff, semantic
 from patchkit.trust.imports import Tree
 from patchkit.trust.pycheck import Problem
 from patchkit.values import ContainerPath, Digest, Sha256, UpstreamPath
+from patchkit.verification import record_verified
 
 STATE_DIR = f"{WORK_DIR}/rebase"
 STATE_FILE = f"{STATE_DIR}/state.json"
@@ -593,8 +594,14 @@ def prepare(
     store: BlobStore,
     resolved: dict[str, bytes] | None = None,
     drop: Iterable[str] = (),
+    root: Path | None = None,
 ) -> tuple[Lockfile, dict[str, bytes], list[str], WriteOutcome]:
-    """The complete new state of the bump: lockfile, files to write, files to delete."""
+    """The complete new state of the bump: lockfile, files to write, files to delete.
+
+    Each moved base records what it was verified against (the new pin, for
+    the image as the new lockfile pins it: ``verification.record_verified``);
+    ``root`` is where deploy.toml names that image.
+    """
     resolved = dict(resolved or {})
     drop = set(drop)
     by_name = {r.name: r for r in result.results}
@@ -636,6 +643,7 @@ def prepare(
             sha256=Sha256(r.theirs_sha256),
             commit=base_commit,
             version=base_version,
+            verified=p.base.verified,  # its image is kept; record_verified below re-records it
         )
         new_patch = dataclasses.replace(
             p,
@@ -649,6 +657,9 @@ def prepare(
     upstreams = tuple(repinned(u, pin) if u.name == result.upstream else u for u in lock.upstreams)
     images = tuple(_moved_image(i, result, outcome) for i in lock.images)
     new_lock = dataclasses.replace(lock, patches=tuple(patches), upstreams=upstreams, images=images)
+    moved = [r.name for r in result.results if r.name not in drop]
+    image = next(iter(result.image_pins)) if len(result.image_pins) == 1 else None
+    new_lock = record_verified(new_lock, moved, image=image, root=root)
     return new_lock, files, deletes, outcome
 
 
@@ -731,7 +742,7 @@ def commit(
 ) -> WriteOutcome:
     """Write the whole bump as one journaled transaction: patches, diffs, lockfile, SHA256SUMS."""
     interdiffs(repo, lock, result, store, resolved or {})
-    new_lock, files, deletes, outcome = prepare(lock, result, store, resolved, drop)
+    new_lock, files, deletes, outcome = prepare(lock, result, store, resolved, drop, repo.root)
     # SHA256SUMS is rewritten from the new lockfile: every entry it loses is said, but those of dropped files.
     outcome.changes += [c for c in sums_dropped(repo, new_lock) if c.what.removeprefix("SHA256SUMS ") not in deletes]
     if in_progress(repo):

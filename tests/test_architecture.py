@@ -28,6 +28,7 @@ VOCABULARY = {
     "patchkit.lockfile.reader",
     "patchkit.lockfile.writer",
     "patchkit.lockfile.tomlpos",
+    "patchkit.lockfile.verified",
     "patchkit.series",
     "patchkit.series.model",
     "patchkit.diffs",

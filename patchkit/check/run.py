@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from patchkit.check import compose, diffs, guard, hand_diffs, pins, repository, series, sums
+from patchkit.check import compose, diffs, guard, hand_diffs, pins, repository, series, sums, verified
 from patchkit.check.state import RepoView, State, gather, hash_pinned
 from patchkit.findings import CheckResult, Finding
 from patchkit.lockfile.reader import collection_paused
@@ -41,6 +41,7 @@ RULES: tuple[Rule | VerifyingRule, ...] = (
     repository.orphans,
     pins.targets,
     diffs.bases,
+    verified.verified_bases,
     diffs.patch_diffs,
     hand_diffs.hand_diffs,
     series.series,

@@ -163,20 +163,27 @@ def sums(ctx: click.Context, verify: bool, fmt: str) -> None:
 
 
 @click.command(cls=Command)
+@click.option(
+    "--record-verified",
+    is_flag=True,
+    help="Also record, for each base that records nothing yet, its upstream pin and the image it is mounted over.",
+)
 @FORMAT
 @click.pass_context
-def lock(ctx: click.Context, fmt: str) -> None:
+def lock(ctx: click.Context, fmt: str, record_verified: bool) -> None:
     """Refresh file pins after an intended edit, and print each change (old -> new).
 
     Re-hashes every pinned file; regenerates the diff of an edited overlay
     from its pinned base (found in the cache or rebuilt from the overlay's
     committed version); rewrites lockfile.toml canonically and SHA256SUMS.
     Never changes an image digest, the model revision or an upstream commit.
+    --record-verified fills in 'verified' for a lockfile written before it
+    existed; a base that records one keeps it (only a rebase moves it).
     """
     from patchkit.edit import relock
 
     repo, lockf, _ = open_repo(ctx, writes=True)
-    outcome = relock(repo, lockf, blob_store())
+    outcome = relock(repo, lockf, blob_store(), record=record_verified)
     print_changes(outcome, fmt, "nothing changed")
 
 

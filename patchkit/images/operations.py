@@ -75,10 +75,16 @@ def pin(
     if old is not None and old.digest == new.digest and old.repository == new.repository:
         new = dataclasses.replace(new, resolved_at=old.resolved_at)  # unchanged: keep the lockfile as it is
     images = (*tuple(i for i in lock.images if i.name != name), new)
-    outcome = WriteOutcome(written=finish(repo, dataclasses.replace(lock, images=images)))
+    new_lock = dataclasses.replace(lock, images=images)
+    outcome = WriteOutcome(written=finish(repo, new_lock))
     outcome.changes.append(Change(f"images[{name}]", str(old.digest) if old else "unpinned", str(new.digest)))
     if old is not None and old.version and old.digest != new.digest:
         outcome.notes.append(kept_version_note(name, old.version))
+    from patchkit.verification import left_behind_note
+
+    behind = left_behind_note(new_lock, name)  # a re-pin alone moves no base: say what check will say
+    if behind is not None:
+        outcome.notes.append(behind)
     return outcome
 
 

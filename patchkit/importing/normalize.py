@@ -33,6 +33,7 @@ from patchkit.lockfile.model import Base, DiffPin, HandDiff, Lockfile, Patch, Pa
 from patchkit.persist import finish, sums_dropped
 from patchkit.repo import Repo
 from patchkit.values import RepoPath, Revision, Sha256, UpstreamPath
+from patchkit.verification import record_new_bases
 
 _PYTHON_TREE = re.compile(r"/(?:site|dist)-packages/")
 
@@ -86,6 +87,7 @@ def normalize(repo: Repo, lock: Lockfile, store: BlobStore, fetch: Fetch | None 
     diffs is normalized against it.
     """
     result = Normalized()
+    original = lock
     read = lambda d: repo.read(d.file)  # noqa: E731 - read twice, the same way
     chains = handdiffs.chains(lock, read)
     extra: dict[str, bytes] = {}
@@ -99,6 +101,7 @@ def normalize(repo: Repo, lock: Lockfile, store: BlobStore, fetch: Fetch | None 
     if not result.done and not deletes:
         return result
     new_lock = dataclasses.replace(lock, patches=tuple(patches), diffs=tuple(kept))
+    new_lock = record_new_bases(new_lock, original, repo.root)  # a base verified at the upstream's pin says so
     # Entries of the deleted diffs go with them (reported as removed); any other is named.
     dropped = (c.what.removeprefix("SHA256SUMS ") for c in sums_dropped(repo, new_lock))
     result.dropped_sums = [name for name in dropped if name not in deletes]

@@ -31,6 +31,7 @@ from patchkit.lockfile.fields import (
     text,
 )
 from patchkit.lockfile.tomlpos import FieldPath, toml_type
+from patchkit.lockfile.verified import VERIFIED, Verified, check_pin
 from patchkit.series.model import SERIES, Series, series_files
 from patchkit.values import (
     ContainerPath,
@@ -340,6 +341,15 @@ class Upstream:
         return self.pinned_ref
 
     @property
+    def exact_pin(self) -> str | None:
+        """The exact pin a base is verified against (``verified.pin``): a commit, a file sha256, a digest."""
+        return str(self.commit) if self.commit else None
+
+    def pin_form(self, pin: str) -> None:
+        """Raise ``ValueError`` unless ``pin`` has the form of this kind's ``exact_pin``."""
+        Revision(pin)
+
+    @property
     def pin_noun(self) -> str:
         """What its pin is called in a message: ``commit`` or ``version``."""
         return "version"
@@ -413,6 +423,13 @@ class WheelUpstream(Upstream):
     def pinned_ref(self) -> str | None:
         return self.wheel_version
 
+    @property
+    def exact_pin(self) -> str | None:
+        return self.wheel_sha256.hex if self.wheel_sha256 else None
+
+    def pin_form(self, pin: str) -> None:
+        Sha256(pin)
+
     def new_base(self) -> tuple[Revision | None, str | None]:
         return None, self.wheel_version
 
@@ -454,6 +471,13 @@ class DirUpstream(Upstream):
     def fetch_ref(self) -> str | None:
         return ""  # a directory tree is pinned by its own files
 
+    @property
+    def exact_pin(self) -> str | None:
+        return self.dir_sha256.hex if self.dir_sha256 else None
+
+    def pin_form(self, pin: str) -> None:
+        Sha256(pin)
+
     def resource(self) -> dict[str, Any]:
         d: dict[str, Any] = {"annotations": {"dir": self.dir or ""}}
         if self.dir_sha256 is not None:
@@ -484,6 +508,13 @@ class ImageUpstream(Upstream):
 
     def base_ref(self, base: Base) -> str | None:
         return self.pinned_ref  # an image base records the runtime version, not a reference
+
+    @property
+    def exact_pin(self) -> str | None:
+        return self.pinned_ref
+
+    def pin_form(self, pin: str) -> None:
+        Digest(pin)
 
     def resource(self) -> dict[str, Any]:
         if not self.image:
@@ -568,7 +599,8 @@ class Base:
     """The upstream file a patch is based on, pinned by its sha256.
 
     ``commit`` (git upstreams) or ``version`` (wheel upstreams) says at which
-    upstream pin the base was taken.
+    upstream pin the base was taken; ``verified`` for which image, and how, it
+    was last established (``lockfile.verified``).
     """
 
     upstream: str
@@ -576,12 +608,14 @@ class Base:
     sha256: Sha256
     commit: Revision | None = None
     version: str | None = None
+    verified: Verified | None = None
 
 
 def _declared(e: Entry) -> None:
     upstream = e.values["upstream"]
     if upstream is not None and upstream not in e.ctx.names("upstreams"):
         e.problem(("upstream",), f"upstream '{upstream}' is not declared", f"add an [upstreams.{upstream}] table")
+    check_pin(e, upstream)
 
 
 BASE = Record(
@@ -592,6 +626,7 @@ BASE = Record(
         text("version"),
         text("path", UpstreamPath, required=True),
         text("sha256", Sha256, required=True),
+        table("verified", VERIFIED),
     ),
     rules=(_declared,),
 )

@@ -18,6 +18,7 @@ from patchkit.series import rebase as core
 from patchkit.series.model import Series
 from patchkit.series.tree import find_series, load
 from patchkit.values import Revision, Sha256
+from patchkit.verification import record_verified
 
 
 @dataclass
@@ -175,7 +176,10 @@ def _commit(repo: Repo, lock: Lockfile, s: Series, commit: str, result: core.Ser
         for u in lock.upstreams
     )
     series = tuple(new if x.name == s.name else x for x in lock.series)
-    outcome.written = finish(repo, dataclasses.replace(lock, series=series, upstreams=upstreams), files, deletes)
+    new_lock = dataclasses.replace(lock, series=series, upstreams=upstreams)
+    # The series now applies onto the new commit: recorded for the image it is applied onto.
+    new_lock = record_verified(new_lock, series=(s.name,), root=repo.root)
+    outcome.written = finish(repo, new_lock, files, deletes)
     return outcome
 
 

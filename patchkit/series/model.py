@@ -16,7 +16,8 @@ import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from patchkit.lockfile.fields import Entry, Key, Record, by_name, integer, strings, tables, text
+from patchkit.lockfile.fields import Entry, Key, Record, by_name, integer, strings, table, tables, text
+from patchkit.lockfile.verified import VERIFIED, Verified, check_pin
 from patchkit.values import ContainerPath, Reference, RepoPath, Revision, Sha256, check_name
 
 FieldPath = tuple[str | int, ...]
@@ -72,7 +73,8 @@ class Series:
     Containerfile copies the produced files under); ``strip`` is the
     ``-p`` level of the patch paths (1 for ``a/``/``b/`` prefixes).
     ``series_file`` is a quilt-style ``series`` file listing the order,
-    pinned like every file.
+    pinned like every file. ``verified`` says for which image, and how, the
+    series' base was last established (``lockfile.verified``).
     """
 
     name: str
@@ -84,6 +86,7 @@ class Series:
     strip: int = 1
     series_file: RepoPath | None = None
     series_sha256: Sha256 | None = None
+    verified: Verified | None = None
 
     def selected(self, profile: str | None) -> tuple[SeriesPatch, ...]:
         """The patches ``profile`` applies, in series order."""
@@ -112,6 +115,7 @@ def _upstream(e: Entry) -> None:
             f"no upstream named '{upstream}'",
             f"declare [upstreams.{upstream}] (patchkit upstream add {upstream} …) or set 'upstream'",
         )
+    check_pin(e, str(upstream))
 
 
 def _pinned_series_file(e: Entry) -> None:
@@ -130,6 +134,7 @@ SERIES = Record(
         integer("strip", lambda n: 0 <= n <= 8, "must be an integer from 0 to 8 (the -p level), got {value!r}", 1),
         text("series_file", RepoPath),
         text("series_sha256", Sha256),
+        table("verified", VERIFIED),
         tables("patches", SERIES_PATCH, "must be an array of tables ([[series.NAME.patches]])"),
     ),
     key=Key("name", lambda s: check_name(s, "series name")),

@@ -40,6 +40,7 @@ from patchkit.lockfile.model import (
 from patchkit.outcome import Change, Outcome
 from patchkit.repo import Escape, Repo
 from patchkit.values import RepoPath, Revision, Sha256, UpstreamPath
+from patchkit.verification import record_new_bases
 
 
 @dataclass(frozen=True)
@@ -261,4 +262,5 @@ def record(
         )
         patches.append(dataclasses.replace(p, base=base, diff=DiffPin(RepoPath(rel), Sha256(sha256_bytes(text)))))
         outcome.changes.append(Change(f"patches[{p.name}].base", "unknown", f"{up.name} {c.label} ({f.path})"))
-    return dataclasses.replace(lock, patches=tuple(patches)), files, outcome
+    new_lock = record_new_bases(dataclasses.replace(lock, patches=tuple(patches)), lock, repo.root)
+    return new_lock, files, outcome

@@ -103,7 +103,8 @@ def test_bump_image_rebases_and_repins_in_one_step(
     new_digest = json.loads(invoke("image", "resolve", new, "--format", "json").stdout)["digest"]
     assert doc["images"] == {"vllm": new_digest}
     lock = (root / "lockfile.toml").read_text()
-    assert lock.count(f'"{new_digest}"') == 2  # the deployed image and the upstream moved together
+    # The deployed image, the upstream and what the base was verified against moved together.
+    assert lock.count(f'"{new_digest}"') == 3
     assert invoke("check", repo=root).exit_code == 0
 
 

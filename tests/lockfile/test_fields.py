@@ -37,6 +37,7 @@ from patchkit.lockfile.model import (
 )
 from patchkit.lockfile.reader import loads
 from patchkit.lockfile.tomlpos import FieldReader
+from patchkit.lockfile.verified import VERIFIED, Verified
 from patchkit.lockfile.writer import dumps
 from patchkit.series.model import SERIES, SERIES_PATCH, Series, SeriesPatch
 from patchkit.values import ContainerPath, Digest, Reference, RepoPath, Revision, Sha256, UpstreamPath
@@ -66,6 +67,7 @@ RECORDS: list[tuple[type, Record]] = [
     (HandDiff, model.HAND_DIFF),
     (RefState, model.REF_STATE),
     (Signing, model.SIGNING),
+    (Verified, VERIFIED),
 ]
 
 
@@ -98,7 +100,8 @@ def every_field() -> Lockfile:
         patches=(
             Patch(
                 "p1", PatchKind.OVERLAY, H, ContainerPath("/x/a.py"), RepoPath("patches/a.py"),
-                Base("vllm", UpstreamPath("a.py"), H, C, "1"), DiffPin(RepoPath("upstream/p1.diff"), H),
+                Base("vllm", UpstreamPath("a.py"), H, C, "1", Verified("vllm", D, "upstream", str(C))),
+                DiffPin(RepoPath("upstream/p1.diff"), H),
                 "r", (Reference("o/r#1"), Reference("o/r#2")), "w",
             ),
             Patch(
@@ -117,6 +120,7 @@ def every_field() -> Lockfile:
                 "vllm-queue", "vllm",
                 (SeriesPatch("s1", RepoPath("patches/vllm/1.patch"), H, ("tp1",), (Reference("o/r#1"),), "r", "w"),),
                 C, "1", ContainerPath("/usr/lib/vllm"), 0, RepoPath("patches/vllm/series"), H,
+                Verified("vllm", D, "upstream", str(C)),
             ),
         ),
         derived=(Derived("single", "vllm", "registry.example/x", D, D, D, D, "2025-08-04T09:10:00Z", "t"),),
@@ -155,8 +159,12 @@ def _tables_of(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any], Record]]:
         for key, record in (("base", model.BASE), ("diff", model.DIFF_PIN), ("origin", model.ORIGIN)):
             if key in p:
                 out.append((f"patches[{i}].{key}", p[key], record))
+        if "verified" in p.get("base", {}):
+            out.append((f"patches[{i}].base.verified", p["base"]["verified"], VERIFIED))
     for name, t in doc["series"].items():
         out.append((f"series.{name}", t, SERIES))
+        if "verified" in t:
+            out.append((f"series.{name}.verified", t["verified"], VERIFIED))
         out += [(f"series.{name}.patches[{i}]", p, SERIES_PATCH) for i, p in enumerate(t["patches"])]
     out.append(("model", doc["model"], model.MODEL))
     out += [(f"model.files[{i}]", f, model.MODEL_FILE) for i, f in enumerate(doc["model"]["files"])]
@@ -167,7 +175,7 @@ def _tables_of(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any], Record]]:
 def test_written_order_is_the_table_order() -> None:
     doc = tomllib.loads(dumps(every_field()))
     tables = _tables_of(doc)
-    assert len(tables) == 25
+    assert len(tables) == 27
     written: dict[int, set[str]] = {}
     for where, t, record in tables:
         assert list(t) == [k for k in record.keys if k in t], where

@@ -166,3 +166,31 @@ def test_a_patch_whose_requirements_change_went_upstream_is_partially_upstreamed
     for name in ("vllm-48303-mxfp4-flashinfer-cutlass", "vllm-48512-mxfp4-cutlass-env"):
         subprocess.run(["git", "apply", str(queue.root / f"patches/vllm/{name}.patch")], cwd=tree, check=True)
     assert invoke("check", repo=queue.root).exit_code == 0
+
+
+def test_a_series_rebase_records_the_commit_and_image_it_was_verified_for(queue: Queue, invoke: Invoke) -> None:
+    lock = queue.root / "lockfile.toml"
+    old, new = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+    with lock.open("a") as f:
+        f.write(f'\n[images.vllm]\nrepository = "vllm/vllm-openai-rocm"\ndigest = "{old}"\n')
+    assert invoke("lock", "--record-verified", repo=queue.root).exit_code == 0
+    c2 = commit(queue.flashinfer, {"flashinfer/__init__.py": b'__version__ = "0.5.3"\n'}, "v0.5.3")
+    run = invoke("rebase", "--series", "flashinfer", "--onto", c2, repo=queue.root)
+    assert run.exit_code == 0, run.stdout + run.stderr
+    verified = loads(lock.read_text()).series
+    moved = next(s for s in verified if s.name == "flashinfer").verified
+    assert moved is not None and (moved.image, str(moved.digest), moved.against, moved.pin) == (
+        "vllm",
+        old,
+        "upstream",
+        c2,
+    )
+    checked = json.loads(invoke("check", "--format", "json", repo=queue.root).stdout)["findings"]
+    assert not [f for f in checked if str(f["code"]).startswith("base-un")]
+
+    lock.write_text(lock.read_text().replace(f'digest = "{old}"', f'digest = "{new}"', 1))  # a bare re-pin
+    assert invoke("lock", repo=queue.root).exit_code == 0
+    run = invoke("check", "--format", "json", repo=queue.root)
+    assert run.exit_code == 1
+    fields = [f["field"] for f in json.loads(run.stdout)["findings"] if f["code"] == "base-unverified"]
+    assert sorted(fields) == ["series.flashinfer.verified.digest", "series.vllm.verified.digest"]

@@ -122,7 +122,8 @@ def _image(rnd: random.Random, n: int, optional: tuple[bool, ...]) -> Image:
 def test_every_image_patchkit_writes_is_found_with_its_fields() -> None:
     """Every combination of the optional fields, in the writer's order, with dotted (quoted) names too."""
     rnd = random.Random(31)
-    base = loads((REPO_ROOT / "lockfile.toml").read_text())
+    # The shipped lockfile without its patches: their bases record the shipped images, replaced here.
+    base = dataclasses.replace(loads((REPO_ROOT / "lockfile.toml").read_text()), patches=())
     combos = list(itertools.product((False, True), repeat=5))
     texts, wants = [], []
     for i in range(0, len(combos), 4):
