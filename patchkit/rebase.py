@@ -827,7 +827,7 @@ def _load(repo: Repo, lock_bytes: bytes, store: BlobStore) -> Plan:
     result.image_pins = dict(state.get("image_pins", {}))
     result.image_upstream = state.get("image_upstream")
     if result.image_upstream is not None:
-        from patchkit.images.bumping import upstream_from_state
+        from patchkit.images.adopt import upstream_from_state
 
         upstream_from_state(result.image_upstream)  # a malformed one is refused here, not at commit
     result.skipped = [Skipped(**sk) for sk in state.get("skipped", [])]
@@ -1339,7 +1339,7 @@ def resume(
         clear(repo)
         return Plan("", "", Pin("git")), WriteOutcome()
     if result.image_upstream is not None:
-        from patchkit.images.bumping import adopt, upstream_from_state
+        from patchkit.images.adopt import adopt, upstream_from_state
 
         lock = adopt(lock, upstream_from_state(result.image_upstream))
     dropped = set(drop)

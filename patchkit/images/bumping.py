@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from patchkit.errors import BadInput
-from patchkit.lockfile.model import ImageUpstream, Lockfile, Patch, PatchKind
+from patchkit.images.adopt import adopt, based_overlays, in_image, upstream_state
+from patchkit.lockfile.model import ImageUpstream, Lockfile, Patch
 from patchkit.repo import Repo
-from patchkit.values import ContainerPath, Digest
+from patchkit.values import ContainerPath
 
 if TYPE_CHECKING:
     from patchkit.images.registry import RegistryClient
@@ -138,79 +139,6 @@ def derive_upstream(lock: Lockfile, repository: str) -> ImageUpstream:
     )
 
 
-def based_overlays(lock: Lockfile) -> list[tuple[Patch, str]]:
-    """Each overlay with a pinned base whose target is ``<prefix>/<base path>``, with that prefix."""
-    out = []
-    for p in lock.patches:
-        if p.kind is not PatchKind.OVERLAY or p.base is None:
-            continue
-        target, path = str(p.target), str(p.base.path)
-        if target.endswith("/" + path) and len(target) > len(path) + 1:
-            out.append((p, target[: -len(path) - 1]))
-    return out
-
-
-def in_image(lock: Lockfile, up: ImageUpstream) -> tuple[list[str], list[str]]:
-    """The overlays installed below ``up``'s prefix: those a bump moves, and those without a base it cannot."""
-    prefix = str(up.prefix or "").rstrip("/") + "/"
-    moved, unbased = [], []
-    for p in lock.patches:
-        if p.kind is not PatchKind.OVERLAY or not str(p.target).startswith(prefix):
-            continue
-        if p.base is not None and str(p.target) == prefix + str(p.base.path):
-            moved.append(p.name)
-        else:
-            unbased.append(p.name)
-    return moved, unbased
-
-
-def adopt(lock: Lockfile, up: ImageUpstream) -> Lockfile:
-    """``lock`` as the bump onto ``up`` sees it: ``up`` registered, every overlay in its tree based on it.
-
-    An overlay installed at ``<prefix>/<base path>`` is read from the image at
-    that very path, whichever upstream its base was taken from (a wheel, a
-    commit): after the bump its base is the new image's file, verified there.
-    Only this in-memory lockfile changes; the rebase commits it with the new
-    bases, or keeps the repository as it was.
-    """
-    moved = set(in_image(lock, up)[0])
-    patches = tuple(
-        dataclasses.replace(p, base=dataclasses.replace(p.base, upstream=up.name))
-        if p.name in moved and p.base is not None
-        else p
-        for p in lock.patches
-    )
-    upstreams = lock.upstreams if lock.upstream(up.name) is not None else (*lock.upstreams, up)
-    return dataclasses.replace(lock, patches=patches, upstreams=upstreams)
-
-
-def upstream_state(up: ImageUpstream) -> dict[str, str | None]:
-    """An image upstream as a rebase in progress saves it, to commit the same bump at ``--continue``."""
-    return {
-        "name": up.name,
-        "image": up.image,
-        "image_digest": str(up.image_digest) if up.image_digest else None,
-        "prefix": str(up.prefix) if up.prefix else None,
-        "platform": up.platform,
-        "version": up.version,
-        "note": up.note,
-    }
-
-
-def upstream_from_state(doc: dict[str, Any]) -> ImageUpstream:
-    """The image upstream ``upstream_state`` saved (``ValueError`` for a malformed one)."""
-    digest, prefix = doc.get("image_digest"), doc.get("prefix")
-    return ImageUpstream(
-        name=str(doc["name"]),
-        image=str(doc["image"]),
-        image_digest=Digest(digest) if digest else None,
-        prefix=ContainerPath(prefix) if prefix else None,
-        platform=doc.get("platform"),
-        version=doc.get("version"),
-        note=doc.get("note"),
-    )
-
-
 def warm_bases(repo: Repo, lock: Lockfile, up: ImageUpstream, cache: Path, store: Any) -> None:
     """Put the old base of every overlay ``adopt`` moves onto ``up`` in the cache, read where it was taken.
 
@@ -305,6 +233,7 @@ class Candidate:
     outcomes: dict[str, str] = dataclasses.field(default_factory=dict)
     # Why the tag could not be tried (the registry refused it, no such platform), or None.
     error: str | None = None
+    failure: Exception | None = dataclasses.field(default=None, repr=False)
 
     @property
     def clean(self) -> bool:
@@ -316,7 +245,8 @@ class Candidate:
 
     def as_dict(self) -> dict[str, Any]:
         """The candidate as ``--format json`` shows it."""
-        return {**dataclasses.asdict(self), "clean": self.clean}
+        fields = ("tag", "digest", "created", "version", "outcomes", "error")
+        return {**{f: getattr(self, f) for f in fields}, "clean": self.clean}
 
     def line(self) -> str:
         """One line of progress: the tag, when it was built, its runtime version and what blocks."""
@@ -369,7 +299,7 @@ def order_newest_first(client: RegistryClient, repository: str, tags: list[str],
             cand.digest = str(resolved.digest)
             cand.created = client.created(resolved)
         except PatchkitError as e:
-            cand.error = e.message
+            cand.error, cand.failure = e.message, e
         found.append(cand)
 
     def when(c: Candidate) -> tuple[int, dt.datetime, str]:
@@ -416,18 +346,25 @@ def newest_clean(
     order = order_newest_first(client, repository, names, up.platform or "linux/amd64")
     old_source = open_source(up, cache, repo.root)
     tried: list[Candidate] = []
-    for cand in order:
-        if cand.error is None:
-            source = ImageSource(repository, str(up.prefix), client=client, platform=up.platform or "linux/amd64")
-            try:
-                result = plan(repo, work, up.name, source.snapshot(str(cand.digest)), old_source, store)
-                cand.version = result.new_pin.version
-                cand.outcomes = {r.name: r.outcome.value for r in result.results}
-            except PatchkitError as e:
-                cand.error = e.message
-        tried.append(cand)
-        if progress is not None:
-            progress(cand)
-        if cand.clean:
-            return tried, cand
+    try:
+        for cand in order:
+            if cand.error is None:
+                source = ImageSource(repository, str(up.prefix), client=client, platform=up.platform or "linux/amd64")
+                try:
+                    result = plan(repo, work, up.name, source.snapshot(str(cand.digest)), old_source, store)
+                    cand.version = result.new_pin.version
+                    cand.outcomes = {r.name: r.outcome.value for r in result.results}
+                except PatchkitError as e:
+                    cand.error, cand.failure = e.message, e
+            tried.append(cand)
+            if progress is not None:
+                progress(cand)
+            if cand.clean:
+                return tried, cand
+    finally:
+        if isinstance(old_source, ImageSource):
+            old_source.close()
+    first = tried[0].failure if tried else None
+    if first is not None and all(c.failure is not None for c in tried):
+        raise first  # not one image could be read: the registry's failure, not a finding
     return tried, None

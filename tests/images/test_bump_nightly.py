@@ -287,6 +287,12 @@ def test_a_bump_that_conflicts_changes_nothing_and_continues_onto_the_image(
     assert {p["name"]: p["outcome"] for p in doc["patches"]}["kv-restore-fence"] == "conflict"
     assert {k: v for k, v in snapshot(root).items() if not k.startswith(".patchkit/")} == before
     (conflicted,) = doc["work_files"]
+    state = root / ".patchkit/rebase/state.json"
+    saved = state.read_bytes()
+    state.write_text(json.dumps({**json.loads(saved), "image_upstream": {"name": "vllm-image"}}))
+    r = invoke("rebase", "--continue", repo=root)
+    assert r.exit_code == 2 and "state.json: malformed" in r.stderr, r.stderr
+    state.write_bytes(saved)
     merged = (root / conflicted).read_text()
     resolved = []
     skip = False

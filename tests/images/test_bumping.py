@@ -1,0 +1,164 @@
+"""bump --image without the registry: the image upstream derived from the shipped lockfile, and every refusal."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from patchkit.errors import BadInput, Refused
+from patchkit.images.adopt import adopt, in_image, upstream_from_state, upstream_state
+from patchkit.images.bumping import Candidate, _image_upstream, _refuse_unbased, candidate_tags, derive_upstream
+from patchkit.images.errors import RegistryError
+from patchkit.images.registry import _tag_list
+from patchkit.lockfile.model import ImageUpstream, Lockfile, PatchKind
+from patchkit.lockfile.reader import loads
+from patchkit.values import ContainerPath
+from tests.conftest import REPO_ROOT
+
+SHIPPED = loads((REPO_ROOT / "lockfile.toml").read_text())
+REPOSITORY = "vllm/vllm-openai-rocm"
+PREFIX = "/usr/local/lib/python3.12/dist-packages"
+IN_IMAGE = ["kv-restore-fence", "dsv4-indexer-fnuz", "aiter-dsv4-blockscale-gemm"]
+
+
+def test_the_shipped_lockfile_derives_the_image_upstream_of_its_nightly() -> None:
+    up, derived = _image_upstream(SHIPPED, REPOSITORY, None)
+    vllm = next(i for i in SHIPPED.images if i.name == "vllm")
+    assert derived and up.name == "vllm-image" and up.image == REPOSITORY
+    assert (str(up.prefix), up.image_digest, up.version) == (PREFIX, vllm.digest, vllm.version)
+    assert in_image(SHIPPED, up) == (IN_IMAGE, [])
+    work = adopt(SHIPPED, up)
+    assert work.upstream("vllm-image") == up
+    bases = {p.name: p.base.upstream for p in work.patches if p.base is not None}
+    assert bases == dict.fromkeys(IN_IMAGE, "vllm-image")
+    assert adopt(work, up) == work  # once adopted, nothing more moves
+    assert upstream_from_state(json.loads(json.dumps(upstream_state(up)))) == up
+
+
+def test_a_registered_image_upstream_is_used_and_adopts_the_wheel_based_overlays() -> None:
+    registered = ImageUpstream(
+        name="nightly", image=REPOSITORY, image_digest=SHIPPED.images[1].digest, prefix=ContainerPath(PREFIX)
+    )
+    lock = replace(SHIPPED, upstreams=(*SHIPPED.upstreams, registered))
+    assert _image_upstream(lock, REPOSITORY, None) == (registered, False)
+    assert _image_upstream(lock, REPOSITORY, "nightly") == (registered, False)
+    bases = {p.name: p.base.upstream for p in adopt(lock, registered).patches if p.base is not None}
+    assert bases == dict.fromkeys(IN_IMAGE, "nightly")
+
+
+def _without_images(lock: Lockfile) -> Lockfile:
+    return replace(lock, images=tuple(i for i in lock.images if i.repository != REPOSITORY))
+
+
+def _unbased(lock: Lockfile) -> Lockfile:
+    return replace(lock, patches=tuple(replace(p, base=None) for p in lock.patches))
+
+
+def _two_prefixes(lock: Lockfile) -> Lockfile:
+    def moved(p: Any) -> Any:
+        if p.name != "kv-restore-fence":
+            return p
+        return replace(p, target=ContainerPath(str(p.target).replace("/usr/local/lib/", "/opt/venv/lib/")))
+
+    return replace(lock, patches=tuple(moved(p) for p in lock.patches))
+
+
+@pytest.mark.parametrize(
+    ("change", "message", "hint"),
+    [
+        (_without_images, "no image of vllm/vllm-openai-rocm is pinned", "patchkit image pin NAME"),
+        (_unbased, "no overlay says where its upstream tree is", "patchkit upstream add vllm-image --image"),
+        (_two_prefixes, "installed under several directories (/opt/venv/", "--prefix DIR"),
+    ],
+)
+def test_an_image_upstream_that_cannot_be_derived_is_refused_with_the_fix(change: Any, message: str, hint: str) -> None:
+    with pytest.raises(BadInput) as e:
+        derive_upstream(change(SHIPPED), REPOSITORY)
+    assert message in e.value.message and hint in (e.value.hint or "")
+
+
+@pytest.mark.parametrize(
+    ("name", "what"), [("aiter", "a wheel upstream, not an image"), ("nope", "not in the lockfile")]
+)
+def test_upstream_naming_no_image_upstream_is_refused(name: str, what: str) -> None:
+    with pytest.raises(BadInput) as e:
+        _image_upstream(SHIPPED, REPOSITORY, name)
+    assert f"--upstream {name}: {what} (image upstreams: none)" == e.value.message
+    assert "leave --upstream out" in (e.value.hint or "")
+
+
+def test_several_image_upstreams_of_one_repository_need_a_name() -> None:
+    ups = [ImageUpstream(name=n, image=REPOSITORY, prefix=ContainerPath(PREFIX)) for n in ("a", "b")]
+    with pytest.raises(BadInput, match="several image upstreams read vllm/vllm-openai-rocm: a, b"):
+        _image_upstream(replace(SHIPPED, upstreams=(*SHIPPED.upstreams, *ups)), REPOSITORY, None)
+
+
+def test_an_overlay_in_the_image_without_a_base_refuses_the_bump() -> None:
+    up = derive_upstream(SHIPPED, REPOSITORY)
+    lock = replace(
+        SHIPPED,
+        patches=tuple(replace(p, base=None) if p.name == "dsv4-indexer-fnuz" else p for p in SHIPPED.patches),
+    )
+    assert in_image(lock, up) == (["kv-restore-fence", "aiter-dsv4-blockscale-gemm"], ["dsv4-indexer-fnuz"])
+    with pytest.raises(Refused, match=r"no pinned base .* \(dsv4-indexer-fnuz\); re-pinning it would leave"):
+        _refuse_unbased(lock, up)
+    _refuse_unbased(SHIPPED, up)  # every overlay has its base: nothing to refuse
+    assert all(p.kind is not PatchKind.OVERLAY for p in SHIPPED.patches if p.name not in IN_IMAGE)
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {},
+        {"name": "x"},
+        {"name": "x", "image": "r", "image_digest": "sha256:12"},
+        {"name": "x", "image": "r", "prefix": "rel"},
+    ],
+)
+def test_a_malformed_saved_image_upstream_is_a_value_error(doc: dict[str, Any]) -> None:
+    with pytest.raises((KeyError, ValueError)):
+        upstream_from_state(doc)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"<html>", "is not JSON"),
+        (b'{"tags": "nightly"}', "has no list of tags"),
+        (b'{"tags": ["ok", "not a tag"]}', "has no list of tags"),
+        (b"[]", "has no list of tags"),
+    ],
+)
+def test_a_malformed_tags_list_is_a_registry_error(body: bytes, message: str) -> None:
+    with pytest.raises(RegistryError, match=message):
+        _tag_list(body, "the tags of r")
+
+
+def test_a_repository_without_tags_lists_none() -> None:
+    assert _tag_list(b'{"name": "r", "tags": null}', "the tags of r") == []
+
+
+class _Tags:
+    def tags(self, ref: Any) -> list[str]:
+        return ["nightly", "nightly-1", "v0.26.0"]
+
+
+def test_candidate_tags_given_globbed_or_refused() -> None:
+    client: Any = _Tags()
+    assert candidate_tags(client, REPOSITORY, (), "nightly*") == ["nightly", "nightly-1"]
+    assert candidate_tags(client, REPOSITORY, ("b", "a", "b"), None) == ["b", "a"]
+    with pytest.raises(BadInput, match="none matches 'rc-\\*'"):
+        candidate_tags(client, REPOSITORY, (), "rc-*")
+    with pytest.raises(BadInput, match="not a tag"):
+        candidate_tags(client, REPOSITORY, ("a b",), None)
+
+
+def test_a_candidate_is_clean_only_when_nothing_blocks() -> None:
+    assert Candidate("t", outcomes={"a": "clean", "b": "upstreamed"}).clean
+    assert not Candidate("t", outcomes={"a": "clean", "b": "broken"}).clean
+    assert not Candidate("t", outcomes={"a": "deleted"}).clean
+    assert not Candidate("t", error="registry down").clean
+    assert "blocked: b (conflict)" in Candidate("t", outcomes={"a": "clean", "b": "conflict"}).line()
