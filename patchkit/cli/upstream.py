@@ -502,12 +502,16 @@ def _bump_onto(
     from patchkit.sources.image import commit_prefix
 
     started = bumping.start(repo, lockf, data, target, cache=cache_path(), store=blob_store(), drop=drop)
+    version = started.plan.new_pin.version
+    series = bumping.series_notes(lockf, target.upstream, version)
     if summary is not None:
         from patchkit.repo import atomic_write, output_target
 
-        atomic_write(output_target(summary, repo, lockf), rb.summary_markdown(started.plan).encode())
-    version = started.plan.new_pin.version
-    for note in started.outcome.notes if started.outcome is not None else ():
+        text = rb.summary_markdown(started.plan)
+        if series:
+            text += "\n## Series not moved by the bump\n\n" + "".join(f"- {line}\n" for line in series)
+        atomic_write(output_target(summary, repo, lockf), text.encode())
+    for note in [*(started.outcome.notes if started.outcome is not None else ()), *series]:
         click.echo(f"note: {note}", err=True)
     up = target.upstream
     if fmt == "json":
@@ -520,23 +524,33 @@ def _bump_onto(
             work_files=started.conflict_files,
             nothing_moved=started.nothing_moved,
             image_upstream={"name": up.name, "prefix": str(up.prefix), "derived": target.derived},
+            series_not_moved=series,
         )
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
     else:
-        if target.derived:
-            click.echo(f"image upstream {up.name}: the files under {up.prefix} in {up.image} (from [images])")
-        click.echo(rb.table(started.plan), nl=False)
-        if version:
-            click.echo(f"runtime version {version} (upstream commit {commit_prefix(version) or 'unknown'})")
-        for name, digest in sorted(target.pins.items()):
-            click.echo(f"images[{name}] -> {digest}")
-        if started.nothing_moved is not None:
-            click.echo(f"nothing in the repository changed: {started.nothing_moved}")
-        elif started.outcome is None:
-            click.echo("nothing in the repository changed; resolve, then: patchkit rebase --continue")
-            for rel in started.conflict_files:
-                click.echo(f"  resolve {rel}")
+        _print_bump(started, target, version)
     ctx.exit(EXIT_OK if started.outcome is not None else EXIT_FINDINGS)
+
+
+def _print_bump(started: Any, target: Any, version: str | None) -> None:
+    """A bump as text: the image upstream when derived, the table, the version, the pins, what waits."""
+    from patchkit import rebase as rb
+    from patchkit.sources.image import commit_prefix
+
+    up = target.upstream
+    if target.derived:
+        click.echo(f"image upstream {up.name}: the files under {up.prefix} in {up.image} (from [images])")
+    click.echo(rb.table(started.plan), nl=False)
+    if version:
+        click.echo(f"runtime version {version} (upstream commit {commit_prefix(version) or 'unknown'})")
+    for name, digest in sorted(target.pins.items()):
+        click.echo(f"images[{name}] -> {digest}")
+    if started.nothing_moved is not None:
+        click.echo(f"nothing in the repository changed: {started.nothing_moved}")
+    elif started.outcome is None:
+        click.echo("nothing in the repository changed; resolve, then: patchkit rebase --continue")
+        for rel in started.conflict_files:
+            click.echo(f"  resolve {rel}")
 
 
 # The top-level commands of this family; `patchkit.cli.app` registers them on the root group.

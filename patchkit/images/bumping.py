@@ -368,3 +368,27 @@ def newest_clean(
     if first is not None and all(c.failure is not None for c in tried):
         raise first  # not one image could be read: the registry's failure, not a finding
     return tried, None
+
+
+def series_notes(lock: Lockfile, up: ImageUpstream, version: str | None) -> list[str]:
+    """One line per patch series applied to the image's tree: a bump moves overlays, not series.
+
+    A series is applied when the image is built, to the tree at its own
+    commit; the new image was built from another one (its runtime version
+    names it), so the series needs its own rebase, which the line gives.
+    """
+    from patchkit.sources.image import commit_prefix
+
+    prefix = str(up.prefix or "").rstrip("/")
+    onto = commit_prefix(version) or "REV"
+    out = []
+    for s in lock.series:
+        target = str(s.target or "").rstrip("/")
+        if not target or not (target == prefix or target.startswith(prefix + "/") or prefix.startswith(target + "/")):
+            continue
+        at = str(s.commit or s.version or "its pin")
+        out.append(
+            f"series {s.name} applies to {target} in the image at {at}, and the new image was built from "
+            f"{version or 'an unknown version'}: move it with patchkit rebase --series {s.name} --onto {onto}"
+        )
+    return out

@@ -235,7 +235,7 @@ class RegistryClient:
         url: str | None = None
         what = f"the tags of {image.name}"
         for _ in range(_MAX_TAG_PAGES):
-            resp = self._request("GET", image, "tags/list?n=1000", what=what, url=url)
+            resp = self._request("GET", image, f"tags/list?n={_TAG_PAGE}", what=what, url=url)
             body = self._read_small(resp, MAX_DOCUMENT_BYTES, what)
             found = _tag_list(body, what)
             out += found
@@ -941,7 +941,8 @@ class RegistryClient:
         return RegistryError(f"{what}: {status} {resp.reason or ''}{tries} ({detail})", status=status)
 
 
-#: A tags list longer than this many pages of 1,000 is refused rather than read for ever.
+#: Tags asked for per page, and how many pages are read before the list is refused rather than read for ever.
+_TAG_PAGE = 1000
 _MAX_TAG_PAGES = 100
 
 

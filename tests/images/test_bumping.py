@@ -10,13 +10,21 @@ import pytest
 
 from patchkit.errors import BadInput, Refused
 from patchkit.images.adopt import adopt, in_image, upstream_from_state, upstream_state
-from patchkit.images.bumping import Candidate, _image_upstream, _refuse_unbased, candidate_tags, derive_upstream
+from patchkit.images.bumping import (
+    Candidate,
+    _image_upstream,
+    _refuse_unbased,
+    candidate_tags,
+    derive_upstream,
+    series_notes,
+)
 from patchkit.images.errors import RegistryError
 from patchkit.images.registry import _tag_list
 from patchkit.lockfile.model import ImageUpstream, Lockfile, PatchKind
 from patchkit.lockfile.reader import loads
 from patchkit.values import ContainerPath
 from tests.conftest import REPO_ROOT
+from tests.images.conftest import ClientFactory, FakeRegistry, Reply
 
 SHIPPED = loads((REPO_ROOT / "lockfile.toml").read_text())
 REPOSITORY = "vllm/vllm-openai-rocm"
@@ -162,3 +170,38 @@ def test_a_candidate_is_clean_only_when_nothing_blocks() -> None:
     assert not Candidate("t", outcomes={"a": "deleted"}).clean
     assert not Candidate("t", error="registry down").clean
     assert "blocked: b (conflict)" in Candidate("t", outcomes={"a": "clean", "b": "conflict"}).line()
+
+
+def test_series_applied_to_the_image_tree_are_named_with_the_rebase_that_moves_them() -> None:
+    from patchkit.series.model import Series
+    from patchkit.values import Revision
+
+    up = derive_upstream(SHIPPED, REPOSITORY)
+    commit = Revision("2359b7ddd05d372409514b275286e2c1f181aafb")
+    inside = Series(name="vllm", upstream="vllm", commit=commit, target=ContainerPath(PREFIX))
+    elsewhere = Series(name="caddy", upstream="vllm", commit=commit, target=ContainerPath("/srv/caddy"))
+    lock = replace(SHIPPED, series=(inside, elsewhere))
+    (line,) = series_notes(lock, up, "0.26.1rc1.dev300+g0123abcd9.rocm723")
+    assert line.startswith(f"series vllm applies to {PREFIX} in the image at {commit}")
+    assert line.endswith("patchkit rebase --series vllm --onto 0123abcd9")
+    assert series_notes(SHIPPED, up, None) == []
+
+
+def test_tags_are_read_across_the_registry_s_pages(
+    fake_registry: FakeRegistry, make_client: ClientFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """distribution 2.8 sends every tag at once; Docker Hub and distribution 3 page them with a Link header."""
+    path = "/v2/pk/paged/tags/list"
+
+    def page(tags: list[str], last: str | None) -> Reply:
+        link = {"Link": f'<{path}?n=2&last={last}>; rel="next"'} if last else {}
+        return Reply(200, json.dumps({"name": "pk/paged", "tags": tags}).encode(), link)
+
+    pages = [page(["a1", "a2"], "a2"), page(["b1", "b2"], "b2"), page(["c1"], None)]
+    fake_registry.route("GET", path, *pages)
+    with make_client() as client:
+        assert client.tags(f"{fake_registry.host}/pk/paged") == ["a1", "a2", "b1", "b2", "c1"]
+    fake_registry.route("GET", path, page(["a1"], "a1"))  # a registry that never stops paging
+    monkeypatch.setattr("patchkit.images.registry._MAX_TAG_PAGES", 3)
+    with make_client() as client, pytest.raises(RegistryError, match="more than 3 pages"):
+        client.tags(f"{fake_registry.host}/pk/paged")
