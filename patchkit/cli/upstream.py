@@ -504,14 +504,18 @@ def _bump_onto(
     started = bumping.start(repo, lockf, data, target, cache=cache_path(), store=blob_store(), drop=drop)
     version = started.plan.new_pin.version
     series = bumping.series_notes(lockf, target.upstream, version)
+    adopted = bumping.adopted_notes(lockf, target.upstream)
     if summary is not None:
         from patchkit.repo import atomic_write, output_target
 
         text = rb.summary_markdown(started.plan)
-        if series:
-            text += "\n## Series not moved by the bump\n\n" + "".join(f"- {line}\n" for line in series)
+        text += "".join(
+            f"\n## {title}\n\n" + "".join(f"- {line}\n" for line in lines)
+            for title, lines in (("Bases moved onto the image", adopted), ("Series not moved by the bump", series))
+            if lines
+        )
         atomic_write(output_target(summary, repo, lockf), text.encode())
-    for note in [*(started.outcome.notes if started.outcome is not None else ()), *series]:
+    for note in [*(started.outcome.notes if started.outcome is not None else ()), *adopted, *series]:
         click.echo(f"note: {note}", err=True)
     up = target.upstream
     if fmt == "json":

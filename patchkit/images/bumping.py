@@ -392,3 +392,29 @@ def series_notes(lock: Lockfile, up: ImageUpstream, version: str | None) -> list
             f"{version or 'an unknown version'}: move it with patchkit rebase --series {s.name} --onto {onto}"
         )
     return out
+
+
+def adopted_notes(lock: Lockfile, up: ImageUpstream) -> list[str]:
+    """One line per upstream whose overlays this bump moves onto the image: where their bases were taken.
+
+    The rebase's "from" names the image upstream's old pin; on a first bump
+    the bases were files of another upstream (a release wheel, a commit),
+    which the reviewer should see, and that upstream is then left without
+    patches.
+    """
+    moved = set(in_image(lock, up)[0])
+    groups: dict[str, list[str]] = {}
+    for p in lock.patches:
+        if p.name in moved and p.base is not None and p.base.upstream != up.name:
+            groups.setdefault(p.base.upstream, []).append(p.name)
+    out = []
+    for name, names in groups.items():
+        own = lock.upstream(name)
+        pin = own.pin_text if own is not None else "not in the lockfile"
+        left = [p for p in lock.patches if p.base is not None and p.base.upstream == name and p.name not in moved]
+        rest = "" if left else f"; no patch is based on '{name}' any more"
+        out.append(
+            f"the bases of {', '.join(names)} were files of upstream '{name}' ({pin}); the bump bases them on "
+            f"the files at their targets in the new image{rest}"
+        )
+    return out

@@ -289,6 +289,7 @@ def test_the_workflow_bump_rebases_every_overlay_onto_the_new_nightly(
     assert guard["runtime"]["version"] == NEW_VERSION and guard["runtime"]["digest"] == new
     text = summary.read_text()
     assert "kv-restore-fence" in text and "aiter-dsv4-blockscale-gemm" in text
+    assert "## Bases moved onto the image" in text and "were files of upstream 'vllm-release'" in text
 
     # A bare re-pin of the image, without a rebase, leaves overlays built for another image: offline check fails.
     other = nightly(image_builder, registry_server, f"{tag}-x", NIGHTLY_CONFLICT, NEW_VERSION, "2026-11-21T05:00:00Z")

@@ -14,6 +14,7 @@ from patchkit.images.bumping import (
     Candidate,
     _image_upstream,
     _refuse_unbased,
+    adopted_notes,
     candidate_tags,
     derive_upstream,
     series_notes,
@@ -205,3 +206,15 @@ def test_tags_are_read_across_the_registry_s_pages(
     monkeypatch.setattr("patchkit.images.registry._MAX_TAG_PAGES", 3)
     with make_client() as client, pytest.raises(RegistryError, match="more than 3 pages"):
         client.tags(f"{fake_registry.host}/pk/paged")
+
+
+def test_the_bump_says_where_the_bases_it_moves_onto_the_image_were_taken() -> None:
+    up = derive_upstream(SHIPPED, REPOSITORY)
+    aiter, release = sorted(adopted_notes(SHIPPED, up))
+    assert release == (
+        "the bases of kv-restore-fence, dsv4-indexer-fnuz were files of upstream 'vllm-release' "
+        "(vllm==0.26.0 (adb1e4c9b46d)); the bump bases them on the files at their targets in the new image; "
+        "no patch is based on 'vllm-release' any more"
+    )
+    assert aiter.startswith("the bases of aiter-dsv4-blockscale-gemm were files of upstream 'aiter' (amd-aiter==")
+    assert adopted_notes(adopt(SHIPPED, up), up) == []  # once on the image, nothing more to say
