@@ -17,6 +17,8 @@ import hashlib
 import io
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 import tomllib
@@ -399,3 +401,28 @@ def test_bump_refuses_bad_usage(
     image += ":nightly" if "--latest-clean" in args and "--tag" not in args else ""
     r = invoke("bump", "--image", image, *args, repo=shipped_copy)
     assert r.exit_code == 2 and message in r.stderr, r.stderr
+
+
+def test_the_bump_nightly_page_works_as_written(
+    shipped_copy: Path, invoke: Invoke, image_builder: ImageBuilder, registry_server: RegistryServer, tmp_path: Path
+) -> None:
+    """docs/bump-nightly.md's patchkit commands, in order, with the local registry's repository and tags."""
+    repository = f"{registry_server.host}/vllm/vllm-openai-rocm"
+    s = tmp_path.name[-12:].replace("_", "-").lower()
+    nightly(image_builder, registry_server, f"d1-{s}", NIGHTLY_CONFLICT, NEW_VERSION, "2026-12-02T05:00:00Z")
+    clean = nightly(image_builder, registry_server, f"d2-{s}", NIGHTLY_CLEAN, NEW_VERSION, "2026-11-25T05:00:00Z")
+    text = (REPO_ROOT / "docs/bump-nightly.md").read_text()
+    commands = [shlex.split(line[2:]) for line in re.findall(r"^\$ patchkit .*$", text, re.MULTILINE)]
+    assert [c[1] for c in commands] == ["check", "bump", "bump", "emit", "check"]
+    summary = tmp_path / "summary.md"
+    local = {
+        "vllm/vllm-openai-rocm": repository,
+        "vllm/vllm-openai-rocm:nightly": f"{repository}:d2-{s}",
+        "nightly*": f"d?-{s}",
+        "/tmp/summary.md": str(summary),
+    }
+    for command in commands:
+        r = invoke(*(local.get(arg, arg) for arg in command[1:]), repo=shipped_copy)
+        assert r.exit_code == 0, (command, r.stdout + r.stderr)
+    assert images_table(shipped_copy)["digest"] == clean
+    assert "kv-restore-fence" in summary.read_text()
