@@ -202,6 +202,11 @@ def start(
     """
     from patchkit import rebase as rb
 
+    if rb.in_progress(repo):  # refused before any base is downloaded
+        raise rb.RebaseInProgress(
+            "a rebase is already in progress",
+            "resolve it (patchkit status; patchkit rebase --continue) or patchkit rebase --abort",
+        )
     _refuse_unbased(lock, target.upstream)
     warm_bases(repo, lock, target.upstream, cache, store)
     return rb.start(
