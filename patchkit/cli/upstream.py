@@ -431,20 +431,25 @@ def bump(
 
         output_target(summary, repo, lockf)  # refused before anything is committed
     with registry_client() as client:
+        search = None
         if latest_clean:
-            image_ref = _latest_clean(ctx, repo, lockf, image_ref, client, (tags, tag_glob, upstream_name), fmt)
+            which = (tags, tag_glob, upstream_name, apply)
+            image_ref, search = _latest_clean(ctx, repo, lockf, image_ref, client, which, fmt)
             if not apply:
                 return
         from patchkit.images.bumping import bump_plan
 
         target = bump_plan(lockf, image_ref, client, upstream_name)
-    _bump_onto(ctx, repo, lockf, data, target, drop, summary, fmt)
+    _bump_onto(ctx, repo, lockf, data, target, drop, summary, fmt, search)
 
 
 def _latest_clean(
     ctx: click.Context, repo: Any, lockf: Any, text: str, client: Any, which: tuple[Any, ...], fmt: str
-) -> str:
-    """--latest-clean: report every tag tried and the newest clean one; its pinned reference, or exit 1."""
+) -> tuple[str, dict[str, Any]]:
+    """--latest-clean: report every tag tried and the newest clean one; its pinned reference, or exit 1.
+
+    With --apply and --format json the report is not printed but returned, for the bump's one document.
+    """
     from patchkit.images.bumping import newest_clean
     from patchkit.images.ref import ImageRef
 
@@ -455,7 +460,7 @@ def _latest_clean(
             f"--image {ref.display_repository} (name tags with --tag TAG or --tags GLOB)",
         )
     repository = ref.display_repository
-    tags, glob, upstream_name = which
+    tags, glob, upstream_name, apply = which
     click.echo(f"trying the tags of {repository}, newest image first (by its creation time):", err=True)
     tried, best = newest_clean(
         repo,
@@ -469,12 +474,14 @@ def _latest_clean(
         store=blob_store(),
         progress=lambda cand: click.echo(f"  {cand.line()}", err=True),
     )
+    doc = {
+        "repository": repository,
+        "tried": [c.as_dict() for c in tried],
+        "newest_clean": best.as_dict() if best is not None else None,
+    }
     if fmt == "json":
-        doc = {
-            "repository": repository,
-            "tried": [c.as_dict() for c in tried],
-            "newest_clean": best.as_dict() if best is not None else None,
-        }
+        if best is not None and apply:
+            return f"{repository}@{best.digest}", doc  # one JSON document: the bump's, with this search in it
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
     elif best is not None:
         click.echo(f"newest clean: {repository}:{best.tag} ({best.digest}, {best.version or 'version unknown'})")
@@ -483,7 +490,7 @@ def _latest_clean(
         click.echo(f"no tag tried is clean ({len(tried)} tried); nothing changed")
     if best is None:
         ctx.exit(EXIT_FINDINGS)
-    return f"{repository}@{best.digest}" if best is not None else text
+    return (f"{repository}@{best.digest}" if best is not None else text), doc
 
 
 def _bump_onto(
@@ -495,8 +502,12 @@ def _bump_onto(
     drop: tuple[str, ...],
     summary: Path | None,
     fmt: str,
+    search: dict[str, Any] | None = None,
 ) -> None:
-    """The bump itself: rebase, re-pin, summary; the report as text or JSON, exit 0 committed, 1 waiting."""
+    """The bump itself: rebase, re-pin, summary; the report as text or JSON, exit 0 committed, 1 waiting.
+
+    ``search``: the --latest-clean report that chose the image, part of the JSON document.
+    """
     from patchkit import rebase as rb
     from patchkit.images import bumping
     from patchkit.sources.image import commit_prefix
@@ -529,6 +540,7 @@ def _bump_onto(
             nothing_moved=started.nothing_moved,
             image_upstream={"name": up.name, "prefix": str(up.prefix), "derived": target.derived},
             series_not_moved=series,
+            **({"latest_clean": search} if search is not None else {}),
         )
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
     else:

@@ -380,8 +380,12 @@ def test_latest_clean_picks_the_newest_image_every_patch_moves_onto(
     assert r.exit_code == 1 and "no tag tried is clean" in r.stdout
     assert snapshot(root) == before
 
-    r = invoke("bump", "--image", repository, "--latest-clean", "--tags", f"n?-{s}", "--apply", repo=root)
+    r = invoke(
+        "bump", "--image", repository, "--latest-clean", "--tags", f"n?-{s}", "--apply", "--format", "json", repo=root
+    )
     assert r.exit_code == 0, r.stdout + r.stderr
+    applied = json.loads(r.stdout)  # one document: the bump, with the search that chose its image
+    assert applied["committed"] and applied["latest_clean"]["newest_clean"]["tag"] == f"n2-{s}"
     assert images_table(root)["digest"] == digests[f"n2-{s}"]
     assert invoke("emit", repo=root).exit_code == 0
     assert invoke("check", repo=root).exit_code == 0
