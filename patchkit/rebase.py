@@ -144,6 +144,9 @@ class Plan:
     skipped: list[Skipped] = field(default_factory=list)
     # Images to move with the bump (bump --image): name -> new digest, in the same transaction.
     image_pins: dict[str, str] = field(default_factory=dict)
+    # bump --image: the image upstream the overlays in its tree move onto (saved, as a derived one is not
+    # in the lockfile until the bump commits it).
+    image_upstream: dict[str, Any] | None = None
     # Broken patches committed all the same (--accept-broken): name -> the reason given.
     accepted: dict[str, str] = field(default_factory=dict)
     # Each patch's own file before the rebase (ours), kept for the checks at --continue.
@@ -228,6 +231,17 @@ def _bases(
             store.put(data)
             out[p.name] = data
     return out
+
+
+def read_bases(
+    repo: Repo,
+    lock: Lockfile,
+    patches: list[tuple[Patch, Base]],
+    old_source: UpstreamSource | None,
+    store: BlobStore,
+) -> dict[str, bytes]:
+    """Each patch's base bytes, verified and kept in ``store``: offline first, else ``old_source`` at its pin."""
+    return _bases(repo, lock, patches, old_source, store)
 
 
 def _moved_target(target: str, old_path: str, new_path: str) -> str:
@@ -804,6 +818,7 @@ def save(repo: Repo, lock_bytes: bytes, result: Plan, store: BlobStore) -> list[
         "image_pins": result.image_pins,
         "remembered": {name: list(ids) for name, ids in result.remembered.items()},
         "causes": {name: cause.as_dict() for name, cause in result.causes.items()},
+        "image_upstream": result.image_upstream,
         "skipped": [sk.as_dict() for sk in result.skipped],
         "patches": [
             {
@@ -843,6 +858,11 @@ def _load(repo: Repo, lock_bytes: bytes, store: BlobStore) -> Plan:
     state = _read_state(repo, lock_bytes)
     result = Plan(state["upstream"], state["old_pin"], Pin(**state["new_pin"]))
     result.image_pins = dict(state.get("image_pins", {}))
+    result.image_upstream = state.get("image_upstream")
+    if result.image_upstream is not None:
+        from patchkit.images.adopt import upstream_from_state
+
+        upstream_from_state(result.image_upstream)  # a malformed one is refused here, not at commit
     result.skipped = [Skipped(**sk) for sk in state.get("skipped", [])]
     result.remembered = resolutions.saved_remembered(state)
     result.causes = explain.saved_causes(state.get("causes"))
@@ -1238,6 +1258,7 @@ def start(
     image_pins: dict[str, str] | None = None,
     accept: dict[str, str] | None = None,
     remembered: bool = True,
+    image_upstream: dict[str, Any] | None = None,
 ) -> Started:
     """Plan the bump; commit it when nothing blocks, else save the work area (exit 1 for the caller).
 
@@ -1269,6 +1290,7 @@ def start(
     new = new_source.snapshot(ref)
     result = plan(repo, lock, up.name, new, old_source, store, replay=remembered)
     result.image_pins = dict(image_pins or {})
+    result.image_upstream = image_upstream
     dropped = set(drop)
     unknown = dropped - {r.name for r in result.results}
     if unknown:
@@ -1370,6 +1392,10 @@ def resume(
     except RebaseFinished:
         clear(repo)
         return Plan("", "", Pin("git")), WriteOutcome()
+    if result.image_upstream is not None:
+        from patchkit.images.adopt import adopt, upstream_from_state
+
+        lock = adopt(lock, upstream_from_state(result.image_upstream))
     dropped = set(drop)
     undecided = [
         f"{r.old_path} was deleted upstream: keep nothing (--drop {r.name}) or abort"

@@ -391,10 +391,24 @@ def _accepts(names: tuple[str, ...], reason: str | None) -> dict[str, str]:
 
 
 @click.command(cls=Command)
-@click.option("--image", "image_ref", metavar="REF", required=True, help="The new image (a tag or a digest).")
+@click.option(
+    "--image",
+    "image_ref",
+    metavar="REF",
+    required=True,
+    help="The new image (REPO:TAG or REPO@DIGEST); with --latest-clean, the repository.",
+)
 @click.option("--upstream", "upstream_name", metavar="NAME", help="The image upstream (default: REF's repository).")
 @click.option("--drop", multiple=True, metavar="NAME", help="Drop this patch in the bump (e.g. deleted upstream).")
 @click.option("--summary", type=click.Path(dir_okay=False, path_type=Path), help="Write a Markdown summary for the PR.")
+@click.option(
+    "--latest-clean",
+    is_flag=True,
+    help="Find the newest tag of the repository onto which every patch moves clean; commits nothing without --apply.",
+)
+@click.option("--tag", "tags", multiple=True, metavar="TAG", help="With --latest-clean: try only these tags.")
+@click.option("--tags", "tag_glob", metavar="GLOB", help="With --latest-clean: only the tags matching GLOB.")
+@click.option("--apply", is_flag=True, help="With --latest-clean: bump onto the tag found.")
 @FORMAT
 @click.pass_context
 def bump(
@@ -403,70 +417,175 @@ def bump(
     upstream_name: str | None,
     drop: tuple[str, ...],
     summary: Path | None,
+    latest_clean: bool,
+    tags: tuple[str, ...],
+    tag_glob: str | None,
+    apply: bool,
     fmt: str,
 ) -> None:
     """Move the deployment to a new image: rebase its overlays onto the image's files, re-pin it.
 
     Resolves REF, reads the runtime version inside it (vllm/_version.py:
     0.26.1rc1.dev229+g124154a88 -> commit 124154a88), rebases every overlay
-    of the image upstream onto the files in the new image, and moves every
-    pinned image of that repository to the new digest, all in one
-    transaction. Conflicts wait for `patchkit rebase --continue` as usual.
-    """
-    from patchkit import rebase as rb
-    from patchkit.images.operations import bump_plan
-    from patchkit.sources.image import commit_prefix
+    installed in the image (its target is <prefix>/<base path>) onto the
+    file at that path in the new image, whichever upstream its base came
+    from, and moves every pinned image of that repository to the new digest,
+    all in one transaction; the bases then record the new image. Without an
+    image upstream in the lockfile, one is derived from [images] and the
+    overlays' targets. Conflicts wait for `patchkit rebase --continue`.
 
+    \b
+    With --latest-clean, REF is a repository: its tags (or --tag, --tags
+    GLOB) are tried newest first, by the image's creation time, and the
+    newest onto which every patch moves clean is reported (exit 0; 1 when
+    none). Nothing is written unless --apply, which bumps onto it.
+    """
+    if not latest_clean and (tags or tag_glob or apply):
+        raise BadInput("--tag, --tags and --apply are for --latest-clean")
     repo, lockf, data = open_repo(ctx, writes=True)
     if summary is not None:
         from patchkit.repo import output_target
 
         output_target(summary, repo, lockf)  # refused before anything is committed
     with registry_client() as client:
-        upstream_found, pins = bump_plan(lockf, image_ref, client, upstream_name)
-    started = rb.start(
+        search = None
+        if latest_clean:
+            which = (tags, tag_glob, upstream_name, apply)
+            image_ref, search = _latest_clean(ctx, repo, lockf, image_ref, client, which, fmt)
+            if not apply:
+                return
+        from patchkit.images.bumping import bump_plan
+
+        target = bump_plan(lockf, image_ref, client, upstream_name)
+    _bump_onto(ctx, repo, lockf, data, target, drop, summary, fmt, search)
+
+
+def _latest_clean(
+    ctx: click.Context, repo: Any, lockf: Any, text: str, client: Any, which: tuple[Any, ...], fmt: str
+) -> tuple[str, dict[str, Any]]:
+    """--latest-clean: report every tag tried and the newest clean one; its pinned reference, or exit 1.
+
+    With --apply and --format json the report is not printed but returned, for the bump's one document.
+    """
+    from patchkit.images.bumping import newest_clean
+    from patchkit.images.ref import ImageRef
+
+    ref = ImageRef.parse(text)
+    if ref.tag not in (None, "latest") or ref.digest is not None:
+        raise BadInput(
+            f"--image {text}: with --latest-clean, give the repository alone",
+            f"--image {ref.display_repository} (name tags with --tag TAG or --tags GLOB)",
+        )
+    repository = ref.display_repository
+    tags, glob, upstream_name, apply = which
+    click.echo(f"trying the tags of {repository}, newest image first (by its creation time):", err=True)
+    tried, best = newest_clean(
         repo,
         lockf,
-        data,
-        onto=None,
-        upstream=upstream_found,
-        source=f"image:{image_ref}",
+        repository,
+        client,
+        tags=tags,
+        glob=glob,
+        upstream=upstream_name,
         cache=cache_path(),
         store=blob_store(),
-        drop=drop,
-        image_pins=pins,
+        progress=lambda cand: click.echo(f"  {cand.line()}", err=True),
     )
+    doc = {
+        "repository": repository,
+        "tried": [c.as_dict() for c in tried],
+        "newest_clean": best.as_dict() if best is not None else None,
+    }
+    if fmt == "json":
+        if best is not None and apply:
+            return f"{repository}@{best.digest}", doc  # one JSON document: the bump's, with this search in it
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+    elif best is not None:
+        click.echo(f"newest clean: {repository}:{best.tag} ({best.digest}, {best.version or 'version unknown'})")
+        click.echo(f"bump onto it: patchkit bump --image {repository}@{best.digest}")
+    else:
+        click.echo(f"no tag tried is clean ({len(tried)} tried); nothing changed")
+    if best is None:
+        ctx.exit(EXIT_FINDINGS)
+    return (f"{repository}@{best.digest}" if best is not None else text), doc
+
+
+def _bump_onto(
+    ctx: click.Context,
+    repo: Any,
+    lockf: Any,
+    data: bytes,
+    target: Any,
+    drop: tuple[str, ...],
+    summary: Path | None,
+    fmt: str,
+    search: dict[str, Any] | None = None,
+) -> None:
+    """The bump itself: rebase, re-pin, summary; the report as text or JSON, exit 0 committed, 1 waiting.
+
+    ``search``: the --latest-clean report that chose the image, part of the JSON document.
+    """
+    from patchkit import rebase as rb
+    from patchkit.images import bumping
+    from patchkit.sources.image import commit_prefix
+
+    started = bumping.start(repo, lockf, data, target, cache=cache_path(), store=blob_store(), drop=drop)
+    version = started.plan.new_pin.version
+    series = bumping.series_notes(lockf, target.upstream, version)
+    adopted = bumping.adopted_notes(lockf, target.upstream)
     if summary is not None:
+        from patchkit.audit.certify import review_summary
         from patchkit.repo import atomic_write, output_target
 
-        atomic_write(output_target(summary, repo, lockf), rb.summary_markdown(started.plan).encode())
-    version = started.plan.new_pin.version
-    for note in started.outcome.notes if started.outcome is not None else ():
+        text = rb.summary_markdown(started.plan)
+        text += "".join(
+            f"\n## {title}\n\n" + "".join(f"- {line}\n" for line in lines)
+            for title, lines in (("Bases moved onto the image", adopted), ("Series not moved by the bump", series))
+            if lines
+        )
+        text += review_summary(repo)
+        atomic_write(output_target(summary, repo, lockf), text.encode())
+    for note in [*(started.outcome.notes if started.outcome is not None else ()), *adopted, *series]:
         click.echo(f"note: {note}", err=True)
+    up = target.upstream
     if fmt == "json":
         doc = rb.result_json(started.plan)
         doc.update(
             committed=started.outcome is not None,
-            images=pins,
+            images=target.pins,
             version=version,
             commit_prefix=commit_prefix(version),
             work_files=started.conflict_files,
             nothing_moved=started.nothing_moved,
+            image_upstream={"name": up.name, "prefix": str(up.prefix), "derived": target.derived},
+            series_not_moved=series,
+            **({"latest_clean": search} if search is not None else {}),
         )
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
     else:
-        click.echo(rb.table(started.plan), nl=False)
-        if version:
-            click.echo(f"runtime version {version} (upstream commit {commit_prefix(version) or 'unknown'})")
-        for name, digest in sorted(pins.items()):
-            click.echo(f"images[{name}] -> {digest}")
-        if started.nothing_moved is not None:
-            click.echo(f"nothing in the repository changed: {started.nothing_moved}")
-        elif started.outcome is None:
-            click.echo("nothing in the repository changed; resolve, then: patchkit rebase --continue")
-            for rel in started.conflict_files:
-                click.echo(f"  resolve {rel}")
+        _print_bump(started, target, version)
     ctx.exit(EXIT_OK if started.outcome is not None else EXIT_FINDINGS)
+
+
+def _print_bump(started: Any, target: Any, version: str | None) -> None:
+    """A bump as text: the image upstream when derived, the table, the version, the pins, what waits."""
+    from patchkit import rebase as rb
+    from patchkit.sources.image import commit_prefix
+
+    up = target.upstream
+    if target.derived:
+        click.echo(f"image upstream {up.name}: the files under {up.prefix} in {up.image} (from [images])")
+    click.echo(rb.table(started.plan), nl=False)
+    if version:
+        click.echo(f"runtime version {version} (upstream commit {commit_prefix(version) or 'unknown'})")
+    for name, digest in sorted(target.pins.items()):
+        click.echo(f"images[{name}] -> {digest}")
+    if started.nothing_moved is not None:
+        click.echo(f"nothing in the repository changed: {started.nothing_moved}")
+    elif started.outcome is None:
+        click.echo("nothing in the repository changed; resolve, then: patchkit rebase --continue")
+        for rel in started.conflict_files:
+            click.echo(f"  resolve {rel}")
 
 
 # The top-level commands of this family; `patchkit.cli.app` registers them on the root group.

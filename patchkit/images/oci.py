@@ -138,10 +138,12 @@ class ImageIndex:
 
 @dataclass(frozen=True)
 class ImageConfig:
-    """What patchkit needs of an image config: its platform and the uncompressed layer digests."""
+    """What patchkit needs of an image config: its platform, the uncompressed layer digests, when it was built."""
 
     platform: Platform | None
     diff_ids: tuple[Digest, ...]
+    # The config's ``created`` (RFC 3339, as the builder wrote it), or None: what orders nightly tags.
+    created: str | None = None
 
 
 def digest_of(data: bytes) -> Digest:
@@ -235,7 +237,8 @@ def parse_config(body: bytes) -> ImageConfig:
     platform = None
     if isinstance(os_, str) and os_ and isinstance(arch, str) and arch:
         platform = Platform(os_, arch, variant if isinstance(variant, str) and variant else None)
-    return ImageConfig(platform, diff_ids)
+    created = doc.get("created")
+    return ImageConfig(platform, diff_ids, created if isinstance(created, str) and created else None)
 
 
 def select_platform(index: ImageIndex, want: Platform) -> Descriptor | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from patchkit.errors import BadInput
-from patchkit.lockfile.model import Image, ImageUpstream, Lockfile
+from patchkit.lockfile.model import Image, Lockfile
 from patchkit.outcome import Change
 from patchkit.outcome import Outcome as WriteOutcome
 from patchkit.persist import finish
@@ -130,30 +130,3 @@ def write_files(found: dict[str, bytes | None], out: Path) -> list[str]:
         atomic_write(out / path.lstrip("/"), data)
         written.append(path)
     return written
-
-
-def bump_plan(
-    lock: Lockfile, text: str, client: RegistryClient, upstream: str | None = None
-) -> tuple[str, dict[str, str]]:
-    """For ``bump --image REF``: the image upstream to rebase and the images to re-pin (name -> digest).
-
-    The upstream is the image upstream of REF's repository (or ``upstream``);
-    every ``[images]`` entry of that repository moves to REF's digest in the
-    same transaction, so the deployed image and the patches' bases agree.
-    """
-    from patchkit.images.ref import ImageRef
-
-    ref = ImageRef.parse(text)
-    repository = ref.display_repository
-    candidates = [u for u in lock.upstreams if isinstance(u, ImageUpstream) and upstream in (None, u.name)]
-    if upstream is None:
-        candidates = [u for u in candidates if u.image == repository]
-    if len(candidates) != 1:
-        known = ", ".join(f"{u.name} ({u.image})" for u in lock.upstreams if isinstance(u, ImageUpstream)) or "none"
-        raise BadInput(
-            f"no single image upstream for {repository} (image upstreams: {known})",
-            "register one (patchkit upstream add NAME --image REF --prefix PATH) or pass --upstream NAME",
-        )
-    resolved = client.resolve(ref)
-    pins = {img.name: str(resolved.digest) for img in lock.images if img.repository == repository}
-    return candidates[0].name, pins

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import re
 import tarfile
 import time
 from collections.abc import Iterable, Mapping
@@ -222,6 +223,33 @@ class RegistryClient:
                 f"pass --platform {config.platform} if that is what you want",
             )
         return Resolved(image, digest, top.media_type, str(config.platform or want), digest)
+
+    def tags(self, ref: ImageRef | str) -> list[str]:
+        """Every tag of ``ref``'s repository (the distribution tags list, followed across its pages).
+
+        The registry returns them in its own order (lexical, for
+        distribution); ``created`` is what says which image is newer.
+        """
+        image = ref if isinstance(ref, ImageRef) else ImageRef.parse(ref)
+        out: list[str] = []
+        url: str | None = None
+        what = f"the tags of {image.name}"
+        for _ in range(_MAX_TAG_PAGES):
+            resp = self._request("GET", image, f"tags/list?n={_TAG_PAGE}", what=what, url=url)
+            body = self._read_small(resp, MAX_DOCUMENT_BYTES, what)
+            found = _tag_list(body, what)
+            out += found
+            link = resp.headers.get("Link", "")
+            nxt = re.match(r"\s*<([^>]+)>\s*;\s*rel=\"?next\"?", link)
+            if nxt is None or not found:
+                return list(dict.fromkeys(out))
+            url = urljoin(f"{self._base(image.registry)}/", nxt.group(1))
+        raise RegistryError(f"{what}: more than {_MAX_TAG_PAGES} pages; refusing to list further")
+
+    def created(self, resolved: Resolved) -> str | None:
+        """When the platform image ``resolved`` names was built: its config's ``created``, or None."""
+        manifest = self._image_manifest(resolved.ref, resolved.platform_digest, None)
+        return self._config(resolved.ref, manifest).created
 
     def exists(self, ref: ImageRef | str) -> bool:
         """Whether the registry still serves ``ref`` (a HEAD request: it does not count as a pull).
@@ -911,6 +939,25 @@ class RegistryClient:
             )
         tries = f" after {attempts} attempts" if attempts > 1 else ""
         return RegistryError(f"{what}: {status} {resp.reason or ''}{tries} ({detail})", status=status)
+
+
+#: Tags asked for per page, and how many pages are read before the list is refused rather than read for ever.
+_TAG_PAGE = 1000
+_MAX_TAG_PAGES = 100
+
+
+def _tag_list(body: bytes, what: str) -> list[str]:
+    """The ``tags`` of a tags list answer (``null`` for a repository without any); ``RegistryError`` otherwise."""
+    try:
+        doc = json.loads(body)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise RegistryError(f"{what}: the answer is not JSON ({e})") from e
+    tags = doc.get("tags") if isinstance(doc, dict) else None
+    if tags is None and isinstance(doc, dict):
+        return []
+    if not isinstance(tags, list) or not all(isinstance(t, str) and ImageRef.is_tag(t) for t in tags):
+        raise RegistryError(f"{what}: the answer has no list of tags")
+    return list(tags)
 
 
 def _referrer_list(body: bytes, what: str) -> list[dict[str, Any]]:
