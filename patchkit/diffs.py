@@ -415,6 +415,17 @@ def apply_shifted(diff: FileDiff, old: bytes) -> tuple[bytes, int]:
     return data, max((abs(p.offset) for p in placed), default=0)
 
 
+def apply_placed(diff: FileDiff, old: bytes, *, reverse: bool = False) -> tuple[bytes, list[Placed]]:
+    """``git apply`` of ``diff`` onto ``old`` (``-R`` when ``reverse``), and where each hunk went.
+
+    The bytes are :func:`apply_shifted`'s; each :class:`Placed` says how far
+    its hunk was from its header's line and what the strict reading of
+    :func:`apply` finds wrong with it, so a caller can report that and still
+    give ``git apply``'s result.
+    """
+    return _apply(diff, old, reverse=reverse)
+
+
 class Placed(NamedTuple):
     """Where one hunk applied, and what patchkit's stricter reading finds wrong with its header."""
 
