@@ -11,6 +11,7 @@ at the line its header names.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -496,14 +497,18 @@ class _Sides(NamedTuple):
 
     @classmethod
     def of(cls, h: Hunk, reverse: bool) -> _Sides:
-        tags = [t for t, _ in h.lines]
-        changed = [i for i, t in enumerate(tags) if t != b" "]
-        leading = changed[0] if changed else len(tags)
-        trailing = len(tags) - 1 - changed[-1] if changed else len(tags)
-        ends = (h.line, leading, trailing, len(changed) == len(tags))
+        lines = h.lines
+        n = len(lines)
+        leading = trailing = 0
+        while leading < n and lines[leading][0] == b" ":
+            leading += 1
+        while trailing < n - leading and lines[n - 1 - trailing][0] == b" ":
+            trailing += 1
+        zero = leading == trailing == 0 and all(t != b" " for t, _ in lines)
+        olds, news = [c for t, c in lines if t != b"+"], [c for t, c in lines if t != b"-"]
         if reverse:
-            return cls(h.new_start, h.new_len, h.old_start, h.old_len, h.new_lines(), h.old_lines(), *ends)
-        return cls(h.old_start, h.old_len, h.new_start, h.new_len, h.old_lines(), h.new_lines(), *ends)
+            return cls(h.new_start, h.new_len, h.old_start, h.old_len, news, olds, h.line, leading, trailing, zero)
+        return cls(h.old_start, h.old_len, h.new_start, h.new_len, olds, news, h.line, leading, trailing, zero)
 
 
 def _open(lines: list[bytes]) -> bool:
@@ -512,8 +517,7 @@ def _open(lines: list[bytes]) -> bool:
 
 
 def _outward(pos: int, nr: int) -> Iterator[int]:
-    """apply.c ``find_pos``'s order: ``pos``, then one below, one above, two below, two above... within 0..nr."""
-    yield pos
+    """apply.c ``find_pos``'s order after ``pos``: one below, one above, two below, two above... within 0..nr."""
     for d in range(1, max(pos, nr - pos) + 1):
         if pos + d <= nr:
             yield pos + d
@@ -587,11 +591,10 @@ class _Image:
             pos = nr - len(pre)
         if not 0 <= pos <= nr:
             pos = nr
+        n = len(pre)
         whole = not self.inside and not _open(pre)
-        for k in _outward(pos, nr):
-            if self._fits(k, len(pre), begin, end) and (
-                self._same(k, pre) if whole else self._matches_bytes(k, pre, end)
-            ):
+        for k in itertools.chain((pos,), _outward(pos, nr)):
+            if self._fits(k, n, begin, end) and (self._same(k, pre) if whole else self._matches_bytes(k, pre, end)):
                 return k
         return None
 
