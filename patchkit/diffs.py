@@ -404,13 +404,16 @@ def apply_shifted(diff: FileDiff, old: bytes) -> tuple[bytes, int]:
     Every line of every hunk matches byte for byte (no fuzz, no whitespace
     leniency); a hunk whose lines are some lines away from where its header
     says applies there (an offset), the nearest match first and, of two
-    equally near, the one below. A hunk with no leading context at line 1
-    must match at the start of the file and one with no trailing context at
-    its end; a hunk with no context at all is read as ``git diff -U0`` output
-    (``git apply --unidiff-zero``). Raises ``ApplyError`` where ``git apply``
-    refuses. The offset returned is the largest distance, in lines, between
-    where a hunk's header puts it and where it applied (0 when every hunk was
-    at its line).
+    equally near, the one below; a line an earlier hunk wrote never matches.
+    A hunk whose header says line 1 (or 0) must match at the start of the
+    file and one with no trailing context at its end; a hunk with no context
+    at all is read as ``git diff -U0`` output (``git apply --unidiff-zero``:
+    anchored only at line 0). Raises ``ApplyError`` where ``git apply``
+    refuses, and also where it would join two lines (a hunk ending with
+    ``\\ No newline at end of file`` where the file goes on), as ``patch`` does.
+    The offset returned is the largest distance, in lines, between where a
+    hunk's header puts it and where it applied (0 when every hunk was at its
+    line).
     """
     data, placed = _apply(diff, old)
     return data, max((abs(p.offset) for p in placed), default=0)
