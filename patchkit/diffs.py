@@ -3,15 +3,17 @@
 Everything here works on bytes, so CRLF line endings and non-UTF-8 content
 survive untouched: a line is everything up to and including ``\\n``. Parsing
 checks every hunk's line counts against its header and reports the diff's
-line number. Applying never fuzzes: ``apply`` puts a hunk at the line its
-header names or fails; ``apply_shifted`` (for diffs stacked on other diffs)
-also accepts an exact match some lines away, as ``patch`` does for offsets.
+line number. Applying is ``git apply``'s, never fuzz: ``apply_shifted`` gives
+exactly what ``git apply`` gives (an exact match some lines away is an
+offset); ``apply`` gives the same bytes and also refuses a hunk that is not
+at the line its header names.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -380,76 +382,106 @@ def _strip_newline(body: list[tuple[bytes, bytes]]) -> None:
 
 
 def apply(diff: FileDiff, old: bytes, *, reverse: bool = False) -> bytes:
-    """Apply ``diff`` to ``old`` exactly: every hunk at its stated line, no fuzz, no offset.
+    """Apply ``diff`` to ``old`` as ``git apply`` does, and refuse a hunk that is not at its stated line.
 
-    ``reverse`` undoes it (its new side back to its old one): what applying
+    The bytes are ``git apply``'s (see :func:`apply_shifted`); on top of that
+    every hunk must sit where its header says, on both sides: the stricter
+    reading for diffs patchkit wrote itself or verifies (``check``), where a
+    hunk some lines away means the diff and the file no longer belong
+    together. ``reverse`` undoes the diff (``git apply -R``): what applying
     ``diff.reversed()`` does, without building the reversed diff.
     """
-    return _apply(diff, old, shift=False, reverse=reverse)[0]
+    data, placed = _apply(diff, old, reverse=reverse)
+    for p in placed:
+        if p.problem is not None:
+            raise ApplyError(p.line, p.problem)
+    return data
 
 
 def apply_shifted(diff: FileDiff, old: bytes) -> tuple[bytes, int]:
-    """Apply ``diff`` to ``old`` with every line of every hunk exact, each hunk where it matches nearest.
+    """Apply ``diff`` to ``old`` exactly as ``git apply`` does; the result and the largest offset.
 
-    What ``patch`` calls an offset, never fuzz: a hunk whose context and
-    removed lines all match, a number of lines away from where its header
-    says, because the diff was made on a file that had more or fewer lines
-    above it (a diff stacked on another). Later hunks start from the shift the
-    earlier ones needed. Returns the result and the largest shift used (0 when
-    every hunk was at its line); raises ``ApplyError`` when a hunk matches
-    nowhere.
+    Every line of every hunk matches byte for byte (no fuzz, no whitespace
+    leniency); a hunk whose lines are some lines away from where its header
+    says applies there (an offset), the nearest match first and, of two
+    equally near, the one below; a line an earlier hunk wrote never matches.
+    A hunk whose header says line 1 (or 0) must match at the start of the
+    file and one with no trailing context at its end; a hunk with no context
+    at all is read as ``git diff -U0`` output (``git apply --unidiff-zero``:
+    anchored only at line 0). Raises ``ApplyError`` where ``git apply``
+    refuses, and also where it would join two lines (a hunk ending with
+    ``\\ No newline at end of file`` where the file goes on), as ``patch`` does.
+    The offset returned is the largest distance, in lines, between where a
+    hunk's header puts it and where it applied (0 when every hunk was at its
+    line).
     """
-    return _apply(diff, old, shift=True)
+    data, placed = _apply(diff, old)
+    return data, max((abs(p.offset) for p in placed), default=0)
 
 
-def _apply(diff: FileDiff, old: bytes, *, shift: bool, reverse: bool = False) -> tuple[bytes, int]:
-    src = split_lines(old)
-    out: list[bytes] = []
-    pos = 0  # index in src of the next line not yet copied
-    delta = largest = 0
+def apply_placed(diff: FileDiff, old: bytes, *, reverse: bool = False) -> tuple[bytes, list[Placed]]:
+    """``git apply`` of ``diff`` onto ``old`` (``-R`` when ``reverse``), and where each hunk went.
+
+    The bytes are :func:`apply_shifted`'s; each :class:`Placed` says how far
+    its hunk was from its header's line and what the strict reading of
+    :func:`apply` finds wrong with it, so a caller can report that and still
+    give ``git apply``'s result.
+    """
+    return _apply(diff, old, reverse=reverse)
+
+
+class Placed(NamedTuple):
+    """Where one hunk applied, and what patchkit's stricter reading finds wrong with its header."""
+
+    line: int  # the hunk header's line in the diff
+    offset: int  # lines between where the header puts the hunk and where it applied
+    problem: str | None  # why the header does not describe where the hunk went, or None
+
+
+def _apply(diff: FileDiff, old: bytes, *, reverse: bool = False, joins: bool = False) -> tuple[bytes, list[Placed]]:
+    """``git apply`` (``-R`` when ``reverse``) of ``diff`` onto ``old``: the bytes and each hunk's place.
+
+    ``joins`` also gives the result where git joins two lines (a hunk side
+    ending without a newline, in the middle of the file), which patchkit
+    refuses: the differential test uses it to show the rest is git's.
+    """
+    img = _Image(split_lines(old))
+    placed: list[Placed] = []
+    delta = 0  # lines the hunks so far added (or removed, negative)
+    end = 0  # where the last hunk's new side ends in the image
+    news: list[list[bytes]] = []
     for hunk in diff.hunks:
         h = _Sides.of(hunk, reverse)
-        expected = h.old_lines
-        # For a pure insertion (old_len 0) the header names the line after which to insert.
-        stated = h.old_start if h.old_len == 0 else h.old_start - 1
-        start = stated + delta
-        if shift and expected and src[start : start + len(expected)] != expected:
-            found = _nearest(src, expected, start, pos)
-            if found is not None:
-                start = found
-        if start < pos:
-            raise ApplyError(h.line, "hunk overlaps the previous one")
-        if start + len(expected) > len(src):
-            raise ApplyError(
-                h.line,
-                f"hunk expects lines {start + 1}-{start + len(expected)} but the file has {len(src)}",
-            )
-        actual = src[start : start + len(expected)]
-        if actual != expected:
-            for k, (a, e) in enumerate(zip(actual, expected, strict=True)):
-                if a != e:
-                    raise ApplyError(
-                        h.line,
-                        f"line {start + k + 1} of the file does not match the hunk "
-                        f"(expected {e[:60]!r}, found {a[:60]!r})",
-                    )
-        delta = start - stated
-        largest = max(largest, abs(delta))
-        out.extend(src[pos:start])
-        # The other side's start is checked too: reversed onto the patch,
-        # a hunk whose old start is wrong would otherwise pass unseen. A
-        # hunk found at an offset moved both sides by it.
-        new_at = (h.new_start if h.new_len == 0 else h.new_start - 1) + delta
-        if new_at != len(out):
-            raise ApplyError(
-                h.line,
-                f"hunk header says the new side starts at line {h.new_start}, but it starts at line "
-                f"{len(out) + (h.new_len != 0)}",
-            )
-        out.extend(h.new_lines)
-        pos = start + len(expected)
-    out.extend(src[pos:])
-    return b"".join(out), largest
+        at = img.place(h)
+        # Where the header puts the hunk: after the earlier hunks, at its old side's line.
+        stated = (h.old_start if h.old_len == 0 else h.old_start - 1) + delta
+        placed.append(Placed(h.line, at - stated, _header_problem(h, at, stated, end)))
+        news.append(h.new_lines)
+        delta += len(h.new_lines) - len(h.old_lines)
+        end = at + len(h.new_lines)
+    # Only a side or a file ending without a newline can leave one in the middle.
+    open_end = (bool(old) and not old.endswith(b"\n")) or any(n and not n[-1].endswith(b"\n") for n in news)
+    joined = img.joined() if open_end and not joins else None
+    if joined is not None:
+        raise joined
+    return b"".join(img.lines), placed
+
+
+def _header_problem(h: _Sides, at: int, stated: int, end: int) -> str | None:
+    """What patchkit's strict reading finds wrong with the place of a hunk ``git apply`` put at ``at``."""
+    if at < end:
+        return f"hunk applies at line {at + 1}, above the end of the hunk before it (line {end}): hunks out of order"
+    if at != stated:
+        return (
+            f"hunk header says line {stated + 1} (after the hunks before it), but its lines are at line {at + 1}: "
+            f"an offset of {at - stated:+d}"
+        )
+    new_at = h.new_start if h.new_len == 0 else h.new_start - 1
+    if new_at != at:
+        return (
+            f"hunk header says the new side starts at line {h.new_start}, but it starts at line {at + (h.new_len != 0)}"
+        )
+    return None
 
 
 class _Sides(NamedTuple):
@@ -462,22 +494,170 @@ class _Sides(NamedTuple):
     old_lines: list[bytes]
     new_lines: list[bytes]
     line: int
+    leading: int  # context lines before the first change
+    trailing: int  # context lines after the last change
+    zero_context: bool  # no context line at all: read as ``git diff -U0`` output (``git apply --unidiff-zero``)
 
     @classmethod
     def of(cls, h: Hunk, reverse: bool) -> _Sides:
+        lines = h.lines
+        n = len(lines)
+        leading = trailing = 0
+        while leading < n and lines[leading][0] == b" ":
+            leading += 1
+        while trailing < n - leading and lines[n - 1 - trailing][0] == b" ":
+            trailing += 1
+        zero = leading == trailing == 0 and all(t != b" " for t, _ in lines)
+        olds, news = [c for t, c in lines if t != b"+"], [c for t, c in lines if t != b"-"]
         if reverse:
-            return cls(h.new_start, h.new_len, h.old_start, h.old_len, h.new_lines(), h.old_lines(), h.line)
-        return cls(h.old_start, h.old_len, h.new_start, h.new_len, h.old_lines(), h.new_lines(), h.line)
+            return cls(h.new_start, h.new_len, h.old_start, h.old_len, news, olds, h.line, leading, trailing, zero)
+        return cls(h.old_start, h.old_len, h.new_start, h.new_len, olds, news, h.line, leading, trailing, zero)
 
 
-def _nearest(src: list[bytes], expected: list[bytes], start: int, floor: int) -> int | None:
-    """The index nearest ``start`` (not before ``floor``) where ``expected`` matches exactly."""
-    n = len(expected)
-    for d in range(max(start - floor, len(src) - start) + 1):
-        for at in (start - d, start + d) if d else (start,):
-            if floor <= at <= len(src) - n and src[at : at + n] == expected:
-                return at
-    return None
+def _open(lines: list[bytes]) -> bool:
+    """The last of ``lines`` has no newline."""
+    return bool(lines) and not lines[-1].endswith(b"\n")
+
+
+def _outward(pos: int, nr: int) -> Iterator[int]:
+    """apply.c ``find_pos``'s order after ``pos``: one below, one above, two below, two above... within 0..nr."""
+    for d in range(1, max(pos, nr - pos) + 1):
+        if pos + d <= nr:
+            yield pos + d
+        if pos - d >= 0:
+            yield pos - d
+
+
+def _git_hash(line: bytes) -> int:
+    """git apply's line hash (apply.c ``hash_line``, 24 bits): blind to spaces, tabs, CR and LF."""
+    h = 0
+    for c in line:
+        if c not in b" \t\n\r":
+            h = (h * 3 + c) & 0xFFFFFF
+    return h
+
+
+class _Image:
+    """The file being patched as ``git apply`` holds it: its lines, and which of them a hunk wrote.
+
+    A line a hunk wrote never matches a later hunk (apply.c ``LINE_PATCHED``).
+    A hunk ending without a newline leaves a line without one in the middle
+    of the image when the file goes on; it stays one entry, as in git.
+    """
+
+    def __init__(self, lines: list[bytes]) -> None:
+        self.lines = lines
+        self.written = [0] * len(lines)  # the diff line of the hunk that wrote each line, 0 for none
+        self.inside = False  # whether a line before the last may lack its newline
+
+    def place(self, h: _Sides) -> int:
+        """Apply one hunk where ``git apply`` puts it; its index. Raise ``ApplyError`` where git refuses."""
+        # apply.c apply_one_fragment: a hunk at line 0, or at line 1 with context, belongs at the start;
+        # one without trailing context at the end; a -U0 hunk (no context at all) is anchored only at 0.
+        zero = h.zero_context
+        begin = h.old_start == 0 or (h.old_start == 1 and not zero)
+        end = not zero and h.trailing == 0
+        pos = h.new_start - 1 if h.new_start else 0
+        at = self.find(h.old_lines, pos, begin, end)
+        if at is None:
+            raise ApplyError(h.line, self.refusal(h, pos, begin, end))
+        n = len(h.old_lines)
+        # A line without a newline can now be inside the image: the exact-lines shortcut no longer holds.
+        self.inside = self.inside or _open(self.lines) or _open(h.new_lines)
+        self.lines[at : at + n] = h.new_lines
+        self.written[at : at + n] = [h.line] * len(h.new_lines)
+        return at
+
+    def joined(self) -> ApplyError | None:
+        """A line without a newline before the file's end: two lines joined into one, and the hunk to blame.
+
+        A hunk side ending with ``\\ No newline at end of file`` is the end
+        of the file; put where the file goes on, ``git apply`` joins its last
+        line with the next (``y`` + ``z\\n``). ``patch`` refuses, and so does patchkit.
+        """
+        for k, line in enumerate(self.lines[:-1]):
+            if not line.endswith(b"\n"):
+                hunk = self.written[k] or self.written[k + 1]
+                return ApplyError(
+                    hunk,
+                    f"the hunk leaves line {k + 1} without a newline ('\\ No newline at end of file') where the file "
+                    "goes on: applying it would join two lines (git apply would; patch refuses, and so does patchkit)",
+                )
+        return None
+
+    def find(self, pre: list[bytes], pos: int, begin: bool, end: bool) -> int | None:
+        """apply.c ``find_pos``: from ``pos``, the nearest line where ``pre`` matches; the one below first."""
+        nr = len(self.lines)
+        if begin:
+            pos = 0
+        elif end:
+            pos = nr - len(pre)
+        if not 0 <= pos <= nr:
+            pos = nr
+        n = len(pre)
+        whole = not self.inside and not _open(pre)
+        for k in itertools.chain((pos,), _outward(pos, nr)):
+            if self._fits(k, n, begin, end) and (self._same(k, pre) if whole else self._matches_bytes(k, pre, end)):
+                return k
+        return None
+
+    def _fits(self, k: int, n: int, begin: bool, end: bool) -> bool:
+        """The hunk's ``n`` old lines fit at line ``k``: inside the file, and at its start or end when anchored."""
+        nr = len(self.lines)
+        return k + n <= nr and not (end and k + n != nr) and not (begin and k)
+
+    def _same(self, k: int, pre: list[bytes]) -> bool:
+        """Whole lines on both sides: the bytes match when the lines do (and no hunk wrote them)."""
+        n = len(pre)
+        return (not n or self.lines[k] == pre[0]) and self.lines[k : k + n] == pre and not any(self.written[k : k + n])
+
+    def _matches_bytes(self, k: int, pre: list[bytes], end: bool) -> bool:
+        # A line without its newline (the hunk's last old line, or one an earlier hunk left): git
+        # compares line hashes, then the hunk's bytes against the image's from line k on.
+        n = len(pre)
+        window = self.lines[k : k + n]
+        if not self.inside and window[:-1] != pre[:-1]:
+            return False  # whole lines before the last one: they must be equal
+        if any(self.written[k : k + n]) or any(_git_hash(a) != _git_hash(b) for a, b in zip(pre, window, strict=True)):
+            return False
+        want = b"".join(pre)
+        rest = b"".join(self.lines[k:])
+        return rest == want if end else rest.startswith(want)
+
+    def refusal(self, h: _Sides, pos: int, begin: bool, end: bool) -> str:
+        """Why no place fits: where the lines are but may not go, or the first differing line and whether fuzz fits."""
+        pre = h.old_lines
+        loose = self.find(pre, pos, False, False)
+        if loose is not None:
+            needs = [
+                *(["start at the file's first line (its header says line 1)"] if begin else []),
+                *(["end at the file's last line (it has no context below it)"] if end else []),
+            ]
+            return f"the hunk's lines are at line {loose + 1}, but it must {' and '.join(needs)}, as git apply requires"
+        at = min(max(pos, 0), len(self.lines))
+        actual = self.lines[at : at + len(pre)]
+        detail = f"the hunk expects {len(pre)} lines from line {at + 1}, but the file has {len(self.lines)}"
+        for k, (got, want) in enumerate(zip(actual, pre, strict=False)):
+            if got != want:
+                detail = (
+                    f"line {at + k + 1} of the file does not match the hunk "
+                    f"(expected {want[:60]!r}, found {got[:60]!r})"
+                )
+                break
+        return detail + self.fuzz_note(h)
+
+    def fuzz_note(self, h: _Sides) -> str:
+        """``; only fuzz would apply it ...`` when dropping context lines finds a place, else nothing."""
+        tags = h.leading, h.trailing
+        for drop in range(1, max(tags) + 1):
+            lead, trail = min(drop, h.leading), min(drop, h.trailing)
+            pre = h.old_lines[lead : len(h.old_lines) - trail]
+            if pre and self.find(pre, max(h.old_start - 1 + lead, 0), False, False) is not None:
+                return (
+                    f"; only fuzz would apply it (ignoring {lead + trail} of its context lines), "
+                    "and patchkit applies as git apply does, without fuzz"
+                )
+        return ""
 
 
 def make(old: bytes, new: bytes, old_name: str, new_name: str, context: int = 3) -> bytes:

@@ -13,7 +13,7 @@ from patchkit.check.state import State
 from patchkit.fanout import map_items
 from patchkit.findings import Finding
 from patchkit.hashing import sha256_bytes
-from patchkit.lockfile.model import Patch, PatchKind
+from patchkit.lockfile.model import Base, Patch, PatchKind
 
 
 def base_of_committed(patch: Patch, patch_bytes: bytes, diff_bytes: bytes) -> bytes:
@@ -164,54 +164,71 @@ def _reconstruction(state: State, i: int, p: Patch, fd: diffs.FileDiff) -> tuple
     """An overlay's diff reversed gives its pinned base; a diff-only patch's diff on its base gives the pin."""
     if p.kind is not PatchKind.OVERLAY or p.base is None:
         return [], 0
-    drel = str(p.diff.file) if p.diff else ""
     if p.file is not None:
-        prel = str(p.file)
-        patch_bytes = state.readable(prel)
-        if patch_bytes is None:
-            return [], 0
-        try:
-            base = diffs.apply(fd, patch_bytes, reverse=True)
-        except diffs.ApplyError as e:
-            return [
-                Finding(
-                    "diff-stale",
-                    drel,
-                    e.line,
-                    f"diff no longer matches the overlay {prel}: {e.message}",
-                    "regenerate the diff from the base: patchkit lock (after an intended edit of the "
-                    f"overlay) or patchkit diff --write {p.name}",
-                )
-            ], 0
-        got = sha256_bytes(base)
-        if got != p.base.sha256.hex:
-            return [
-                state.lock_finding(
-                    "base-mismatch",
-                    ("patches", i, "base", "sha256"),
-                    f"reversing {drel} on {prel} gives a base with sha256 {got[:12]}…, "
-                    f"not the pinned base {p.base.sha256.short}…",
-                    f"regenerate the diff against the pinned base: patchkit diff --write {p.name}",
-                )
-            ], 0
-        return [], 1
-    # Diff-only: the file that runs is base + diff; verifiable when the base is at hand.
-    base_bytes = state.view.blob(p.base.sha256.hex)
+        return _committed(state, i, p, p.base, fd, str(p.file))
+    return _diff_only(state, i, p, p.base, fd)
+
+
+def _committed(
+    state: State, i: int, p: Patch, pinned: Base, fd: diffs.FileDiff, prel: str
+) -> tuple[list[Finding], int]:
+    """A committed overlay: its diff undone onto it gives its pinned base, with every hunk where it says."""
+    drel = str(p.diff.file) if p.diff else ""
+    patch_bytes = state.readable(prel)
+    if patch_bytes is None:
+        return [], 0
+    try:
+        base, placed = diffs.apply_placed(fd, patch_bytes, reverse=True)
+    except diffs.ApplyError as e:
+        return [
+            Finding(
+                "diff-stale",
+                drel,
+                e.line,
+                f"diff no longer matches the overlay {prel}: {e.message}",
+                "regenerate the diff from the base: patchkit lock (after an intended edit of the "
+                f"overlay) or patchkit diff --write {p.name}",
+            )
+        ], 0
+    misplaced = _misplaced(placed, drel, f"the overlay {prel}", p.name)
+    if misplaced:
+        return misplaced, 0
+    got = sha256_bytes(base)
+    if got != pinned.sha256.hex:
+        return [
+            state.lock_finding(
+                "base-mismatch",
+                ("patches", i, "base", "sha256"),
+                f"reversing {drel} on {prel} gives a base with sha256 {got[:12]}…, "
+                f"not the pinned base {pinned.sha256.short}…",
+                f"regenerate the diff against the pinned base: patchkit diff --write {p.name}",
+            )
+        ], 0
+    return [], 1
+
+
+def _diff_only(state: State, i: int, p: Patch, pinned: Base, fd: diffs.FileDiff) -> tuple[list[Finding], int]:
+    """A diff-only overlay: the file that runs is base + diff; verifiable when the base is at hand."""
+    drel = str(p.diff.file) if p.diff else ""
+    base_bytes = state.view.blob(pinned.sha256.hex)
     if base_bytes is None:
         return [
             state.lock_finding(
                 "base-unavailable",
                 ("patches", i, "base"),
-                f"diff-only patch '{p.name}': base {p.base.path} is not in the local cache, "
+                f"diff-only patch '{p.name}': base {pinned.path} is not in the local cache, "
                 "so the materialized file's sha256 was not recomputed",
                 "fetch the base and verify the file that runs: patchkit materialize",
                 severity="note",
             )
         ], 0
     try:
-        materialized = diffs.apply(fd, base_bytes)
+        materialized, placed = diffs.apply_placed(fd, base_bytes)
     except diffs.ApplyError as e:
         return [Finding("diff-stale", drel, e.line, f"diff does not apply to the pinned base: {e.message}")], 0
+    misplaced = _misplaced(placed, drel, "the pinned base", p.name)
+    if misplaced:
+        return misplaced, 0
     got = sha256_bytes(materialized)
     if got != p.sha256.hex:
         return [
@@ -223,6 +240,28 @@ def _reconstruction(state: State, i: int, p: Patch, fd: diffs.FileDiff) -> tuple
             )
         ], 0
     return [], 1
+
+
+def _misplaced(placed: list[diffs.Placed], drel: str, onto: str, name: str) -> list[Finding]:
+    """A hunk ``git apply`` takes, but not where its header says: patchkit's diffs state their lines exactly.
+
+    ``git apply`` looks for a hunk near its stated line and takes it there
+    (an offset), and never checks the new side's start; a diff patchkit
+    verifies must state both exactly, so such a hunk is a ``diff-stale``
+    finding naming what is wrong, never a result other than git's.
+    """
+    return [
+        Finding(
+            "diff-stale",
+            drel,
+            hunk.line,
+            f"the diff's hunk headers do not say where it applies to {onto} (git apply would still take it): "
+            f"{hunk.problem}",
+            f"regenerate the diff from the base: patchkit diff --write {name}",
+        )
+        for hunk in placed
+        if hunk.problem is not None
+    ][:1]
 
 
 def overlays_have_diffs(state: State) -> list[Finding]:

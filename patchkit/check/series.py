@@ -186,7 +186,9 @@ def _apply_findings(s: Series, items: list[Item], tree_for: TreeFor) -> list[Fin
                         "series-offset",
                         _file(s, o.patch),
                         o.line,
-                        f"patch '{o.patch}' applies to {o.path} {o.lines} lines away from its hunk headers",
+                        f"patch '{o.patch}' applies to {o.path} {o.lines} lines away from its hunk headers"
+                        if o.lines
+                        else f"patch '{o.patch}' applies to {o.path} as git apply does, but {o.detail}",
                         f"regenerate it exactly: patchkit rebase --series {s.name} --onto {s.commit or 'REV'}",
                         severity="note",
                     )

@@ -2,9 +2,10 @@
 
 Pure: the tree is a ``read(paths) -> {path: bytes | None}`` function (a
 directory, a git commit, a wheel), the result is every touched path's new
-bytes. Each hunk must match exactly (:func:`patchkit.diffs.apply`); a hunk
-whose lines all match some lines away from its header applies there, as
-``patch`` and ``git apply`` do, and the offset is reported, never fuzz.
+bytes. Each hunk applies as ``git apply`` applies it
+(:func:`patchkit.diffs.apply_placed`): every line exact, never fuzz; a hunk
+whose lines all match some lines away from its header applies there, and
+that offset, or any other way a hunk header is wrong, is reported.
 
 A file a patch touches that the tree does not carry is reported, not
 silently dropped: when no path under the file's top-level directory exists
@@ -44,12 +45,18 @@ class SeriesApplyError(Refused):
 
 @dataclass(frozen=True)
 class Offset:
-    """A file of a patch whose hunks matched exactly, ``lines`` away from where their headers say."""
+    """A file of a patch whose hunks matched exactly, ``lines`` away from where their headers say.
+
+    ``detail`` says what is wrong with the first hunk header that does not
+    describe where its hunk went (an offset, or a wrong new-side start when
+    ``lines`` is 0), with that header's line in the patch.
+    """
 
     patch: str
     path: str
     lines: int
     line: int
+    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -218,12 +225,11 @@ def _apply_hunks(
     if b"\0" in current:
         raise fail(path, "the tree's file is binary (it has a NUL byte); patchkit applies text patches only")
     try:
-        return diffs.apply(change.diff, current)
-    except diffs.ApplyError:
-        pass
-    try:
-        result, shift = diffs.apply_shifted(change.diff, current)
+        result, placed = diffs.apply_placed(change.diff, current)
     except diffs.ApplyError as e:
         raise fail(path, e.message, e.line) from e
-    out.offsets.append(Offset(it.name, path, shift, change.line))
+    wrong = [p for p in placed if p.problem is not None]
+    if wrong:
+        shift = max(abs(p.offset) for p in placed)
+        out.offsets.append(Offset(it.name, path, shift, change.line, f"{it.file}:{wrong[0].line}: {wrong[0].problem}"))
     return result

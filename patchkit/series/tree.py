@@ -193,6 +193,8 @@ def report(done: DirApplied) -> tuple[list[str], dict[str, Any]]:
     ]
     lines += [
         f"  offset: {printable(o.path)} ({printable(o.patch)}) applies {o.lines} lines from its header"
+        if o.lines
+        else f"  header: {printable(o.path)} ({printable(o.patch)}): {printable(o.detail)}"
         for o in r.offsets
     ]
     lines.append(f"wrote {len(done.written)} files and {done.record}")

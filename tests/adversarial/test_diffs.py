@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,28 @@ def test_a_wrong_old_side_hunk_start_is_caught(deploy: Path, invoke: Invoke) -> 
     assert len(stale) == 1, _findings(invoke, deploy)
     assert stale[0][1] == DIFF
     assert "hunk header says the new side starts at line 40" in stale[0][3]
+
+
+def test_a_hunk_git_apply_would_take_a_line_away_is_named(deploy: Path, invoke: Invoke, tmp_path: Path) -> None:
+    """Both header sides one line off: ``git apply -R`` still takes the hunk; check says exactly what is wrong."""
+    data = (deploy / DIFF).read_bytes()
+    m = re.search(rb"^@@ -(\d+),(\d+) \+(\d+),(\d+) @@", data, flags=re.M)
+    assert m is not None
+    old, old_len, new, new_len = (int(g) for g in m.groups())
+    moved = data.replace(m.group(0), b"@@ -%d,%d +%d,%d @@" % (old + 1, old_len, new + 1, new_len), 1)
+    (tmp_path / "gpu_worker.py").write_bytes(OVERLAY)
+    (tmp_path / "p.diff").write_bytes(
+        moved.replace(b"a/vllm/v1/kv_offload/cpu/", b"a/").replace(b"b/vllm/v1/kv_offload/cpu/", b"b/")
+    )
+    done = subprocess.run(["git", "apply", "-R", "p.diff"], cwd=tmp_path, capture_output=True, check=False)
+    assert done.returncode == 0 and (tmp_path / "gpu_worker.py").read_bytes() == BASE, done.stderr
+    _repin_diff(deploy, moved)
+    stale = [f for f in _findings(invoke, deploy) if f[0] == "diff-stale"]
+    assert [(f[1], f[2]) for f in stale] == [(DIFF, data[: m.start()].count(b"\n") + 1)]
+    assert "git apply would still take it" in stale[0][3]
+    assert (
+        f"hunk header says line {new + 1} (after the hunks before it), but its lines are at line {new}" in stale[0][3]
+    )
 
 
 def test_stale_diff_only_patch_in_diff_and_rebase_is_bad_input(tmp_path: Path, invoke: Invoke) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from tests.conftest import Invoke
 from tests.series.queue import (
     CORE_PATCHED,
+    CORE_V1,
     ENVS_PATCHED,
     MXFP4_PATCHED,
     MXFP4_V1,
@@ -166,6 +167,33 @@ def test_a_line_offset_is_applied_and_reported(queue: Queue, invoke: Invoke, tmp
         "  offset: vllm/model_executor/layers/quant/mxfp4.py (vllm-48303-mxfp4-flashinfer-cutlass) applies 2 lines "
         "from its header" in run.stdout
     )
+
+
+def test_apply_gives_what_git_apply_gives(queue: Queue, invoke: Invoke, tmp_path: Path) -> None:
+    """The same tree through ``patchkit apply`` and ``git apply``: the same refusals, the same bytes.
+
+    The patch's one hunk starts at line 1 and has no context below it: git
+    anchors it to both ends of the file, so a line added above or below is
+    a refusal, not an offset.
+    """
+    patch = queue.root / "patches/flashinfer/flashinfer-1520-jit-cache-env.patch"
+    variants = {
+        "as pinned": (CORE_V1, CORE_PATCHED),
+        "a line above": (b"# header\n" + CORE_V1, None),
+        "a line below": (CORE_V1 + b"# trailer\n", None),
+        "no final newline": (CORE_V1.rstrip(b"\n"), None),
+        "CRLF": (CORE_V1.replace(b"\n", b"\r\n"), None),
+    }
+    for name, (core, want) in variants.items():
+        ours = clone_tree(queue.flashinfer, queue.fi_c1, tmp_path / f"ours {name}")
+        theirs = clone_tree(queue.flashinfer, queue.fi_c1, tmp_path / f"git {name}")
+        for tree in (ours, theirs):
+            (tree / "flashinfer/jit/core.py").write_bytes(core)
+        run = invoke("apply", "--series", "flashinfer", "--to", str(ours), repo=queue.root)
+        done = subprocess.run(["git", "apply", str(patch)], cwd=theirs, capture_output=True, check=False)
+        assert (run.exit_code, done.returncode) == ((0, 0) if want else (1, 1)), (name, run.stderr, done.stderr)
+        assert (ours / "flashinfer/jit/core.py").read_bytes() == (theirs / "flashinfer/jit/core.py").read_bytes()
+        assert (ours / "flashinfer/jit/core.py").read_bytes() == (want or core), name
 
 
 def test_a_patch_edited_after_pinning_is_refused(queue: Queue, invoke: Invoke, tmp_path: Path) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from patchkit import diffs
-from patchkit.series.apply import SeriesApplyError, _current
-from patchkit.series.parse import FileChange
+from patchkit.series.apply import Applied, Item, SeriesApplyError, _current, apply_series
+from patchkit.series.parse import FileChange, parse_patch
 from patchkit.series.rebase import _file_diff
 
 
@@ -70,3 +70,27 @@ def test_file_diff_headers_as_git_writes_them() -> None:
     assert copied.startswith(b"diff --git a/a.py b/c.py\ncopy from a.py\ncopy to c.py\n")
     modified = _file_diff(FileChange("m.py", "m.py", None, 1), b"1\n", b"2\n")
     assert modified.endswith(diffs.make(b"1\n", b"2\n", "a/m.py", "b/m.py"))
+
+
+def _series_of(patch: bytes, tree: dict[str, bytes | None]) -> Applied:
+    item = Item("p", "series/p.patch", parse_patch(patch, "series/p.patch"))
+    return apply_series([item], lambda paths: {p: tree.get(p) for p in paths})
+
+
+def test_a_series_hunk_applies_as_git_apply_does_and_a_wrong_header_is_reported() -> None:
+    """An offset and a wrong new-side start both apply (git takes them) and are reported; a join is refused."""
+    old = b"".join(b"line %d\n" % i for i in range(1, 21))
+    hunk = b"@@ -5,3 +9,3 @@\n line 5\n-line 6\n+six\n line 7\n"  # the new side really starts at 5
+    patch = b"diff --git a/f.py b/f.py\n--- a/f.py\n+++ b/f.py\n" + hunk
+    done = _series_of(patch, {"f.py": old})
+    assert done.files == {"f.py": old.replace(b"line 6\n", b"six\n")}
+    (offset,) = done.offsets
+    assert (offset.lines, offset.detail) == (
+        0,
+        "series/p.patch:4: hunk header says the new side starts at line 9, but it starts at line 5",
+    )
+    joins = (
+        b"diff --git a/f.py b/f.py\n--- a/f.py\n+++ b/f.py\n@@ -6 +6 @@\n-line 6\n+six\n\\ No newline at end of file\n"
+    )
+    with pytest.raises(SeriesApplyError, match="would join two lines"):
+        _series_of(joins, {"f.py": old})
