@@ -63,8 +63,9 @@ class HeaderError(ValueError):
 class Header:
     """One file section: its paths inside the tree (``None`` for ``/dev/null``), modes and kind.
 
-    ``line`` is the 0-based index of its first line; ``hunks_at`` that of
-    its ``---`` line when hunks follow, else ``None``.
+    ``line`` is the 0-based index of its first line, ``end`` that of the
+    first line after its header; ``hunks_at`` that of its ``---`` line when
+    hunks follow, else ``None``.
     """
 
     old: str | None
@@ -75,6 +76,7 @@ class Header:
     new_mode: str | None = None
     copy: bool = False
     binary: bool = False
+    end: int = 0
 
 
 @dataclass
@@ -100,6 +102,10 @@ def read_headers(lines: list[bytes], strip: int) -> list[Header]:
         line = lines[i]
         if line.startswith(b"diff --git "):
             header, i = _git_section(lines, i, strip)
+        elif binary_files(line):
+            # GNU diff's mark of a binary change: git skips it silently; patchkit cannot apply it.
+            name = line[len(b"Binary files ") :].split(b" and ", 1)[0]
+            header, i = Header(old=_decode(name), new=None, line=i, binary=True, end=i + 1), i + 1
         elif line.startswith(b"--- ") and i + 2 < n and lines[i + 1].startswith(b"+++ ") and _is_hunk(lines[i + 2]):
             header, i = _plain_section(lines, i, strip), i + 2
         else:
@@ -108,6 +114,11 @@ def read_headers(lines: list[bytes], strip: int) -> list[Header]:
         out.append(header)
         i = _skip_hunks(lines, i)
     return out
+
+
+def binary_files(line: bytes) -> bool:
+    """Whether ``line`` is diff's ``Binary files A and B differ``: a binary change without its bytes."""
+    return line.startswith(b"Binary files ") and line.rstrip(b"\r\n").endswith(b" differ")
 
 
 def _is_hunk(line: bytes) -> bool:
@@ -156,9 +167,7 @@ def _git_section(lines: list[bytes], i: int, strip: int) -> tuple[Header, int]:
         elif line.startswith(_EXTENDED):
             _extended(state, line, strip, i)
         else:
-            binary = line.startswith(b"GIT binary patch") or (
-                line.startswith(b"Binary files ") and line.endswith(b" differ")
-            )
+            binary = line.startswith(b"GIT binary patch") or binary_files(line)
             break
         i += 1
     old, new = _resolve(state, first, strip)
@@ -171,6 +180,7 @@ def _git_section(lines: list[bytes], i: int, strip: int) -> tuple[Header, int]:
         new_mode=state.new_mode,
         copy=state.copy,
         binary=binary,
+        end=i,
     )
     return header, i + binary
 
@@ -270,7 +280,7 @@ def _plain_section(lines: list[bytes], i: int, strip: int) -> Header:
         new = None if _epoch(second) and old is not None else name
     if name is None:
         raise HeaderError(i, f"no file name is left in the '---'/'+++' lines at -p{strip}")
-    return Header(old=_decode(old), new=_decode(new), line=i, hunks_at=i)
+    return Header(old=_decode(old), new=_decode(new), line=i, hunks_at=i, end=i + 2)
 
 
 def _traditional_name(text: bytes, default: bytes | None, strip: int, at: int) -> bytes | None:
@@ -388,8 +398,13 @@ def _git_header_name(text: bytes, strip: int, at: int) -> bytes | None:
         return None
     for k, c in enumerate(name):
         # Both unquoted: the split at a blank where both halves name the same file.
-        if c in b" \t" and _skip_prefix(strip, name[k + 1 :]) == name[:k]:
-            return name[:k]
+        # git gives up at the first blank whose right-hand side has too few components.
+        if c in b" \t":
+            second = _skip_prefix(strip, name[k + 1 :])
+            if second is None:
+                return None
+            if second == name[:k]:
+                return second
     return None
 
 

@@ -136,7 +136,7 @@ def _parse_mail(lines: list[bytes], first: int, file: str, strip: int) -> Parsed
 
 def _diff_start(lines: list[bytes]) -> int | None:
     for i, line in enumerate(lines):
-        if line.startswith(b"diff --git "):
+        if line.startswith(b"diff --git ") or headers.binary_files(line):
             return i
         if line.startswith(b"--- ") and i + 1 < len(lines) and lines[i + 1].startswith(b"+++ "):
             # A plain diff; a header line just above it ("Index:", "diff -u") belongs to it.
@@ -227,19 +227,48 @@ def _changes(body: list[bytes], offset: int, file: str, strip: int) -> list[File
             "(a hunk line that looks like a header?)",
             "regenerate the patch with git format-patch",
         )
-    _agree_with_unidiff(body, [by_line[h.hunks_at] for h in found if h.hunks_at is not None], offset, file)
+    ours = [by_line[h.hunks_at] for h in found if h.hunks_at is not None]
+    _agree_with_unidiff(_for_unidiff(body, found), ours, offset, file)
     return [_change(h, by_line.get(h.hunks_at) if h.hunks_at is not None else None, offset, file) for h in found]
 
 
 _STRIP_HINT = "set strip in [series.NAME] to the patch's -p level (0 for --no-prefix), or regenerate it with git"
 
 
-def _agree_with_unidiff(body: list[bytes], ours: list[diffs.FileDiff], offset: int, file: str) -> None:
+def _for_unidiff(body: list[bytes], found: list[headers.Header]) -> list[str]:
+    """The diff as unidiff is given it: Latin-1 text, each file's names replaced by ``f<k>``.
+
+    unidiff is the second reader of the hunks and the binary markers, not of
+    the names: its patterns do not read every name git writes (two spaces in
+    a row, a quoted name after ``+++``, names without ``a/``), so a valid
+    patch would be refused. The names are the header reader's alone, and the
+    differential test against ``git apply`` is their check.
+    """
+    text = [line.decode("latin-1") for line in body]
+    for k, h in enumerate(found):
+        for j in range(h.line, h.end):
+            text[j] = _placeholder(text[j], k)
+    return text
+
+
+def _placeholder(line: str, k: int) -> str:
+    if line.startswith("diff --git "):
+        return f"diff --git a/f{k} b/f{k}\n"
+    for prefix, side in (("--- ", "a"), ("+++ ", "b")):
+        if line.startswith(prefix):
+            return line if line[4:].startswith("/dev/null") else f"{prefix}{side}/f{k}\n"
+    for verb in ("rename from ", "rename to ", "copy from ", "copy to "):
+        if line.startswith(verb):
+            return f"{verb}f{k}\n"
+    return line
+
+
+def _agree_with_unidiff(text: list[str], ours: list[diffs.FileDiff], offset: int, file: str) -> None:
     """unidiff must read the same hunks, in the same files, as patchkit's parser; and no binary change."""
     import unidiff  # type: ignore[import-untyped]  # unidiff ships no type information
 
     try:
-        patch_set = unidiff.PatchSet([line.decode("latin-1") for line in body])
+        patch_set = unidiff.PatchSet(text)
     except unidiff.UnidiffParseError as e:
         raise PatchParseError(file, None, f"does not parse as a diff: {e}") from e
     theirs = [
