@@ -253,7 +253,9 @@ def _verify_name(state: _Git, line: bytes, strip: int, at: int) -> None:
             raise HeaderError(at, f"the {side} side should be /dev/null (a new or deleted file), the line names a file")
         if _find_name(text, strip, _TERM_TAB, at) != current:
             raise HeaderError(
-                at, f"the {side} file name differs from the one the 'diff --git' section gave it ({current!r})"
+                at,
+                f"the {side} file name differs from the one the section's header already gave it "
+                f"({_decode(current)!r}); git refuses such a patch",
             )
     elif not _dev_null(text):
         raise HeaderError(at, f"the {side} side of a new or deleted file should be /dev/null")
