@@ -428,5 +428,39 @@ def _quoted_header_name(text: bytes, strip: int, at: int) -> bytes | None:
     return name if second == name else None
 
 
+_ESCAPES = {7: "a", 8: "b", 9: "t", 10: "n", 11: "v", 12: "f", 13: "r", 34: '"', 92: "\\"}
+
+
+def quote(name: str) -> str:
+    """``name`` as git writes it in a header: C-quoted when it has a quote, a backslash, a control or non-ASCII byte.
+
+    The inverse of the reading above, so a patch patchkit writes reads back to the same paths, in git too.
+    """
+    raw = name.encode("utf-8", "surrogateescape")
+    if not any(b < 0x20 or b >= 0x7F or b in (34, 92) for b in raw):
+        return name
+    out = []
+    for b in raw:
+        if b in _ESCAPES:
+            out.append("\\" + _ESCAPES[b])
+        elif b < 0x20 or b >= 0x7F:
+            out.append(f"\\{b:03o}")
+        else:
+            out.append(chr(b))
+    return '"' + "".join(out) + '"'
+
+
+def prefixes(strip: int) -> tuple[str, str, str]:
+    """The prefixes a patch read at ``-p<strip>`` is written with: old side, new side, and rename lines'.
+
+    ``a/`` and ``b/`` at 1, none at 0 (``--no-prefix``); at 2 and more,
+    components a reader strips and nothing else uses.
+    """
+    if strip == 0:
+        return "", "", ""
+    more = "p/" * (strip - 1)
+    return "a/" + more, "b/" + more, more
+
+
 def _decode(name: bytes | None) -> str | None:
     return None if name is None else name.decode("utf-8", "surrogateescape")

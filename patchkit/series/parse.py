@@ -84,7 +84,8 @@ class ParsedPatch:
 
     ``diff_start`` is the 0-based byte offset of the first diff line: what
     comes before it (the mail headers, the message, the ``---`` stat block)
-    is kept as it is when the patch is regenerated.
+    is kept as it is when the patch is regenerated. ``strip`` is the ``-p``
+    level it was read at, and is written with again.
     """
 
     files: tuple[FileChange, ...]
@@ -93,6 +94,7 @@ class ParsedPatch:
     date: str | None = None
     message: str = ""
     diff_start: int = 0
+    strip: int = 1
 
     @property
     def paths(self) -> tuple[str, ...]:
@@ -108,9 +110,9 @@ def parse_patch(data: bytes, file: str, *, strip: int = 1) -> ParsedPatch:
     lines = diffs.split_lines(data)
     starts = [i for i, line in enumerate(lines) if _MBOX_FROM.fullmatch(line)]
     if len(starts) <= 1:
-        return _parse_mail(lines, 0, file, strip)
+        return dataclasses.replace(_parse_mail(lines, 0, file, strip), strip=strip)
     mails = [_parse_mail(lines[a:b], a, file, strip) for a, b in zip(starts, [*starts[1:], len(lines)], strict=True)]
-    return dataclasses.replace(mails[0], files=tuple(f for m in mails for f in m.files))
+    return dataclasses.replace(mails[0], files=tuple(f for m in mails for f in m.files), strip=strip)
 
 
 def _parse_mail(lines: list[bytes], first: int, file: str, strip: int) -> ParsedPatch:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 from patchkit.hashing import sha256_bytes
 from patchkit.series.apply import Item, apply_series
 from patchkit.series.parse import PatchParseError, parse_patch
+from patchkit.series.rebase import canonical_patch
 from tests.conftest import Invoke
 from tests.series.queue import commit, git
 
@@ -194,3 +196,36 @@ def test_a_no_prefix_queue_applies_and_checks_through_the_cli(
     git(tree, "add", "-A")
     status = git(tree, "diff", "--cached", "--name-status", "main", "--", ".", ":!.patchkit")
     assert status == ""
+
+
+# --------------------------------------------------------------------------- written back at the level it was read at
+
+
+@pytest.mark.parametrize("strip", [0, 1, 2, 3])
+def test_a_regenerated_patch_reads_back_to_the_same_paths_in_patchkit_and_git(
+    upstream: tuple[Path, str, str], strip: int, tmp_path: Path
+) -> None:
+    repo, _, _ = upstream
+    subprocess.run(["git", "mv", "pkg/sp ace.py", "pkg/sp ace moved.py"], cwd=repo, check=True)
+    commit(repo, {"pkg/sp ace moved.py": b"x = 2\n", "keep.py": None}, "move the spaced name too")
+    data = subprocess.run(
+        ["git", "format-patch", "--stdout", "-M", "HEAD~2..HEAD"], cwd=repo, check=True, capture_output=True
+    ).stdout
+    # Read at -p1, written again as a series read at -p<strip> is.
+    parsed = dataclasses.replace(parse_patch(data, "p.patch"), strip=strip)
+    result = apply_series([Item("p", "p", parsed)], lambda paths: {p: BASE.get(p) for p in paths})
+    changes = [(c, BASE.get(c.old_path or ""), result.files.get(c.new_path or "")) for c in parsed.files]
+    again = canonical_patch(parsed, changes, [])
+    reread = parse_patch(again, "p.patch", strip=strip)
+    assert [(c.kind, c.old_path, c.new_path, c.new_mode) for c in reread.files] == [
+        (c.kind, c.old_path, c.new_path, c.new_mode) for c in parsed.files
+    ]
+    (tmp_path / "again.patch").write_bytes(again)
+    numstat = subprocess.run(
+        ["git", "apply", "--numstat", "-z", f"-p{strip}", str(tmp_path / "again.patch")],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+    ).stdout
+    names = [entry.split(b"\t", 2)[2].decode() for entry in numstat.split(b"\0") if entry]
+    assert names == [c.new_path or c.old_path for c in parsed.files]
