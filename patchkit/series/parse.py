@@ -209,7 +209,8 @@ def _changes(body: list[bytes], offset: int, file: str, strip: int) -> list[File
     try:
         found = headers.read_headers(body, strip)
     except headers.HeaderError as e:
-        raise PatchParseError(file, offset + e.line + 1, e.message, _STRIP_HINT) from e
+        hint = _STRIP_HINT if f"-p{strip}" in e.message else "regenerate the patch with git format-patch"
+        raise PatchParseError(file, offset + e.line + 1, e.message, hint) from e
     for h in found:
         if h.binary:
             raise PatchParseError(
