@@ -213,6 +213,8 @@ class _Rebasing:
         """A new file, a deletion or a modification merged onto the new tree; a resolution given for it wins."""
         result, src = self.result, change.old_path
         merged, outcome, regions = _merge_change(change, base, ours, theirs_before, self.new_state)
+        if outcome is FileOutcome.UPSTREAMED and _changes_mode(change):
+            outcome = FileOutcome.CLEAN  # the bytes are upstream's; the mode is still the patch's
         path = change.new_path or src or ""
         theirs_here = theirs_before if src is not None else self.new_state.get(path)
         if path in self.resolved:  # a conflict resolved, or a broken file fixed
@@ -234,8 +236,10 @@ class _Rebasing:
         result = self.result
         result.outcome = _outcome(result)
         if result.outcome is not PatchOutcome.CONFLICT:
-            # A rename or copy is kept even when the bytes are the same: the path is the change.
-            kept = [(c, b, a) for c, b, a in self.regenerated if b != a or c.kind in ("rename", "copy")]
+            # A rename, a copy or a mode change is kept even when the bytes are the same: that is the change.
+            kept = [
+                (c, b, a) for c, b, a in self.regenerated if b != a or c.kind in ("rename", "copy") or _changes_mode(c)
+            ]
             changed = kept or self.kept_absent
             result.new_bytes = canonical_patch(self.it.patch, kept, self.kept_absent) if changed else None
         return result

@@ -161,10 +161,8 @@ def test_git_paths_stay_refused_in_every_form() -> None:
 # --------------------------------------------------------------------------- the CLI on a --no-prefix queue
 
 
-def test_a_no_prefix_queue_applies_and_checks_through_the_cli(
-    upstream: tuple[Path, str, str], invoke: Invoke, tmp_path: Path
-) -> None:
-    repo, base, _ = upstream
+def _deployment(repo: Path, base: str, invoke: Invoke, tmp_path: Path) -> Path:
+    """A deployment pinning the upstream's last commit as a one-patch ``--no-prefix`` series at strip 0."""
     root = tmp_path / "deploy"
     (root / "patches/up").mkdir(parents=True)
     data = _patch(repo, "--no-prefix")
@@ -176,6 +174,14 @@ def test_a_no_prefix_queue_applies_and_checks_through_the_cli(
     )
     run = invoke("lock", repo=root)
     assert run.exit_code == 0, run.stdout + run.stderr
+    return root
+
+
+def test_a_no_prefix_queue_applies_and_checks_through_the_cli(
+    upstream: tuple[Path, str, str], invoke: Invoke, tmp_path: Path
+) -> None:
+    repo, base, _ = upstream
+    root = _deployment(repo, base, invoke, tmp_path)
     run = invoke("check", repo=root)
     assert run.exit_code == 0, run.stdout + run.stderr
     tree = tmp_path / "src"
@@ -199,6 +205,28 @@ def test_a_no_prefix_queue_applies_and_checks_through_the_cli(
 
 
 # --------------------------------------------------------------------------- written back at the level it was read at
+
+
+def test_a_no_prefix_series_rebased_through_the_cli_reads_back_at_strip_0(
+    upstream: tuple[Path, str, str], invoke: Invoke, tmp_path: Path
+) -> None:
+    repo, base, _ = upstream
+    root = _deployment(repo, base, invoke, tmp_path)
+    git(repo, "checkout", "-q", "-b", "next", base)
+    onto = commit(repo, {"keep.py": b"k2\n"}, "upstream moves on")
+    run = invoke("rebase", "--series", "up", "--onto", onto, "--format", "json", repo=root)
+    assert run.exit_code == 0, run.stdout + run.stderr
+    assert [p["outcome"] for p in json.loads(run.stdout)["patches"]] == ["clean"]
+    again = (root / "patches/up/0001-move.patch").read_bytes()
+    assert b"diff --git old.py new.py\n" in again
+    assert _read(again, 0) == EXPECTED
+    assert invoke("check", repo=root).exit_code == 0
+    tree = tmp_path / "next"
+    subprocess.run(["git", "clone", "-q", "-b", "next", str(repo), str(tree)], check=True, capture_output=True)
+    subprocess.run(["git", "apply", "-p0", "--check", str(root / "patches/up/0001-move.patch")], cwd=tree, check=True)
+    run = invoke("apply", "--series", "up", "--to", str(tree), repo=root)
+    assert run.exit_code == 0, run.stdout + run.stderr
+    assert (tree / "pkg/sp ace.py").stat().st_mode & 0o111
 
 
 @pytest.mark.parametrize("strip", [0, 1, 2, 3])
