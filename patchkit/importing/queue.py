@@ -43,6 +43,7 @@ _SUFFIXES = (".patch", ".diff")
 _APPLY = re.compile(
     r"(?:git\s+(?:-C\s+\S+\s+)?apply|git\s+am|patch\s+(?:-\S+\s+)*<?)\s*(?:\S+\s+)*?(?P<file>[\w./${}-]+\.(?:patch|diff))"
 )
+_STRIP = re.compile(r"(?:^|\s)-p\s*(\d)\b")
 _CLONE = re.compile(r"git\s+clone\s+(?:-\S+\s+)*(?P<url>(?:https?|git|ssh|file)://\S+|[\w.-]+@[\w.-]+:\S+)")
 _CHECKOUT = re.compile(r"git\s+(?:-C\s+\S+\s+)?(?:checkout|reset\s+--hard)\s+(?P<rev>[0-9a-f]{40})\b")
 _ARG_COMMIT = re.compile(r"^\s*ARG\s+(?P<name>[A-Z0-9_]+?)_(?:COMMIT|REV|SHA)=(?P<rev>[0-9a-f]{40})\s*$", re.M)
@@ -167,6 +168,7 @@ def _one(
         )
     github = _GITHUB.search(url or "")
     profiles = _profiles(root, files, found)
+    strip = _strip_level(texts, files)
     patches = []
     for rel in order:
         data = read_inside(root, rel, f"a patch of {here}")
@@ -174,7 +176,7 @@ def _one(
         refs: tuple[Reference, ...] = ()
         subject = None
         try:
-            subject = parse_patch(data, rel).subject
+            subject = parse_patch(data, rel, strip=strip).subject
         except PatchParseError as e:
             found.issues.append(("queue-patch-parse", e.file, e.line, e.detail, e.hint))
         if github is not None:
@@ -201,12 +203,29 @@ def _one(
             upstream=name,
             patches=tuple(patches),
             commit=Revision(commit) if commit else None,
+            strip=strip,
             series_file=RepoPath(series_file) if series_file else None,
             series_sha256=Sha256(sha256_bytes(read_inside(root, series_file, "a series file")))
             if series_file
             else None,
         )
     )
+
+
+def _strip_level(texts: dict[str, str], files: list[str]) -> int:
+    """The ``-p`` level the build applies these patches with: ``git apply -p0 …``, ``patch -p0 < …``.
+
+    git's default, 1, when no command names one, or when the commands disagree (the patches then
+    say at their line which level they need).
+    """
+    names = {PurePosixPath(f).name for f in files}
+    levels = set()
+    for text in texts.values():
+        for m in _APPLY.finditer(text):
+            if PurePosixPath(m.group("file")).name in names:
+                level = _STRIP.search(m.group(0))
+                levels.add(int(level.group(1)) if level else 1)
+    return levels.pop() if len(levels) == 1 else 1
 
 
 def _order(

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from patchkit import diffs
 from patchkit.errors import BadInput
+from patchkit.series import headers
 
 _MBOX_FROM = re.compile(rb"From [0-9a-f]{40} Mon Sep 17 00:00:00 2001\n")
 _SUBJECT_TAG = re.compile(r"^(?:\[[^\]]*PATCH[^\]]*\]\s*)+")  # git am --keep-non-patch
@@ -59,6 +60,7 @@ class FileChange:
     line: int
     new_mode: str | None = None
     copy: bool = False
+    old_mode: str | None = None
 
     @property
     def kind(self) -> str:
@@ -82,7 +84,8 @@ class ParsedPatch:
 
     ``diff_start`` is the 0-based byte offset of the first diff line: what
     comes before it (the mail headers, the message, the ``---`` stat block)
-    is kept as it is when the patch is regenerated.
+    is kept as it is when the patch is regenerated. ``strip`` is the ``-p``
+    level it was read at, and is written with again.
     """
 
     files: tuple[FileChange, ...]
@@ -91,6 +94,7 @@ class ParsedPatch:
     date: str | None = None
     message: str = ""
     diff_start: int = 0
+    strip: int = 1
 
     @property
     def paths(self) -> tuple[str, ...]:
@@ -106,9 +110,9 @@ def parse_patch(data: bytes, file: str, *, strip: int = 1) -> ParsedPatch:
     lines = diffs.split_lines(data)
     starts = [i for i, line in enumerate(lines) if _MBOX_FROM.fullmatch(line)]
     if len(starts) <= 1:
-        return _parse_mail(lines, 0, file, strip)
+        return dataclasses.replace(_parse_mail(lines, 0, file, strip), strip=strip)
     mails = [_parse_mail(lines[a:b], a, file, strip) for a, b in zip(starts, [*starts[1:], len(lines)], strict=True)]
-    return dataclasses.replace(mails[0], files=tuple(f for m in mails for f in m.files))
+    return dataclasses.replace(mails[0], files=tuple(f for m in mails for f in m.files), strip=strip)
 
 
 def _parse_mail(lines: list[bytes], first: int, file: str, strip: int) -> ParsedPatch:
@@ -134,7 +138,7 @@ def _parse_mail(lines: list[bytes], first: int, file: str, strip: int) -> Parsed
 
 def _diff_start(lines: list[bytes]) -> int | None:
     for i, line in enumerate(lines):
-        if line.startswith(b"diff --git "):
+        if line.startswith(b"diff --git ") or headers.binary_files(line):
             return i
         if line.startswith(b"--- ") and i + 1 < len(lines) and lines[i + 1].startswith(b"+++ "):
             # A plain diff; a header line just above it ("Index:", "diff -u") belongs to it.
@@ -185,99 +189,141 @@ def _header(value: object) -> str | None:
 
 
 def _changes(body: list[bytes], offset: int, file: str, strip: int) -> list[FileChange]:
-    """The file changes of the diff section: structure from unidiff, hunks from patchkit's parser."""
-    import unidiff  # type: ignore[import-untyped]  # unidiff ships no type information
+    """The file changes of the diff section: headers read as git reads them, hunks by patchkit's parser.
 
+    Two readers, held against each other: :mod:`patchkit.series.headers`
+    finds each file section and its paths as ``git apply -p<strip>`` does,
+    and :func:`patchkit.diffs.parse` reads the hunks byte for byte; every
+    section with hunks must be where the hunk parser found a file, and
+    unidiff must read the same hunks, file by file. Any disagreement
+    refuses the patch at its line: it would be read one way here and
+    another way by git.
+    """
     hunks: list[diffs.FileDiff] = []
     if any(line.startswith(b"@@") for line in body):
-        # The byte parser first: its errors name the line (unidiff's do not).
+        # The byte parser first: a hunk whose counts are wrong would mislead the header reader.
         try:
             hunks = diffs.parse(b"".join(body))
         except diffs.DiffError as e:
             raise PatchParseError(file, offset + e.line, e.message) from e
     try:
-        patch_set = unidiff.PatchSet([line.decode("latin-1") for line in body])
-    except unidiff.UnidiffParseError as e:
-        raise PatchParseError(file, None, f"does not parse as a diff: {e}") from e
-    headers = [offset + i + 1 for i, line in enumerate(body) if line.startswith(b"diff --git ")]
-    with_hunks = [pf for pf in patch_set if len(pf)]
-    if [len(pf) for pf in with_hunks] != [len(fd.hunks) for fd in hunks]:
-        raise PatchParseError(
-            file,
-            offset + 1,
-            f"unidiff reads {len(with_hunks)} files with hunks here, patchkit's parser {len(hunks)}: "
-            "an ambiguous diff (a hunk line that looks like a header?)",
-            "regenerate the patch with git format-patch",
-        )
-    out = []
-    next_hunks = iter(hunks)
-    for k, pf in enumerate(patch_set):
-        line = headers[k] if k < len(headers) and len(headers) == len(patch_set) else offset + 1
-        if pf.is_binary_file:
+        found = headers.read_headers(body, strip)
+    except headers.HeaderError as e:
+        hint = _STRIP_HINT if f"-p{strip}" in e.message else "regenerate the patch with git format-patch"
+        raise PatchParseError(file, offset + e.line + 1, e.message, hint) from e
+    for h in found:
+        if h.binary:
             raise PatchParseError(
                 file,
-                line,
-                f"changes the binary file {_text(pf.path)!r} (a binary hunk); patchkit applies text patches only",
+                offset + h.line + 1,
+                f"changes the binary file {h.new or h.old!r} (a binary hunk); patchkit applies text patches only",
                 "ship the file as an artifact pinned by sha256 ([[artifacts]]), or drop it from the patch",
             )
-        fd = next(next_hunks) if len(pf) else None
-        out.append(_change(pf, fd, line, offset, file, strip))
-    return out
+    by_line = {fd.line - 1: fd for fd in hunks}
+    sections = {h.hunks_at for h in found if h.hunks_at is not None}
+    if sections != set(by_line):
+        first = min(sections ^ set(by_line))
+        raise PatchParseError(
+            file,
+            offset + first + 1,
+            "the hunk parser and git's header reading disagree on whether a file's hunks start here "
+            "(a hunk line that looks like a header?)",
+            "regenerate the patch with git format-patch",
+        )
+    ours = [by_line[h.hunks_at] for h in found if h.hunks_at is not None]
+    _agree_with_unidiff(_for_unidiff(body, found), ours, offset, file)
+    return [_change(h, by_line.get(h.hunks_at) if h.hunks_at is not None else None, offset, file) for h in found]
 
 
-def _change(pf: object, fd: diffs.FileDiff | None, line: int, offset: int, file: str, strip: int) -> FileChange:
-    info = [str(x) for x in getattr(pf, "patch_info", None) or ()]
-    source, target = getattr(pf, "source_file", None), getattr(pf, "target_file", None)
+_STRIP_HINT = "set strip in [series.NAME] to the patch's -p level (0 for --no-prefix), or regenerate it with git"
+
+
+def _for_unidiff(body: list[bytes], found: list[headers.Header]) -> list[str]:
+    """The diff as unidiff is given it: Latin-1 text, each file's names replaced by ``f<k>``.
+
+    unidiff is the second reader of the hunks and the binary markers, not of
+    the names: its patterns do not read every name git writes (two spaces in
+    a row, a quoted name after ``+++``, names without ``a/``), so a valid
+    patch would be refused. The names are the header reader's alone, and the
+    differential test against ``git apply`` is their check.
+    """
+    text = [line.decode("latin-1") for line in body]
+    for k, h in enumerate(found):
+        for j in range(h.line, h.end):
+            text[j] = _placeholder(text[j], k)
+    return text
+
+
+def _placeholder(line: str, k: int) -> str:
+    if line.startswith("diff --git "):
+        return f"diff --git a/f{k} b/f{k}\n"
+    for prefix, side in (("--- ", "a"), ("+++ ", "b")):
+        if line.startswith(prefix):
+            return line if line[4:].startswith("/dev/null") else f"{prefix}{side}/f{k}\n"
+    for verb in ("rename from ", "rename to ", "copy from ", "copy to "):
+        if line.startswith(verb):
+            return f"{verb}f{k}\n"
+    return line
+
+
+def _agree_with_unidiff(text: list[str], ours: list[diffs.FileDiff], offset: int, file: str) -> None:
+    """unidiff must read the same hunks, in the same files, as patchkit's parser; and no binary change."""
+    import unidiff  # type: ignore[import-untyped]  # unidiff ships no type information
+
+    try:
+        patch_set = unidiff.PatchSet(text)
+    except unidiff.UnidiffParseError as e:
+        raise PatchParseError(file, None, f"does not parse as a diff: {e}") from e
+    theirs = [
+        [(h.source_start, h.source_length, h.target_start, h.target_length, h.added, h.removed) for h in pf]
+        for pf in patch_set
+        if len(pf)
+    ]
+    mine = [
+        [(h.old_start, h.old_len, h.new_start, h.new_len, _count(h, b"+"), _count(h, b"-")) for h in fd.hunks]
+        for fd in ours
+    ]
+    binary = any(pf.is_binary_file for pf in patch_set)
+    if theirs != mine or binary:
+        k = next((k for k, (a, b) in enumerate(zip(theirs, mine, strict=False)) if a != b), min(len(theirs), len(mine)))
+        where = offset + ours[k].line if k < len(ours) else offset + 1
+        what = "a binary change" if binary else f"{len(theirs)} files with hunks where patchkit reads {len(mine)}"
+        raise PatchParseError(
+            file,
+            where,
+            f"unidiff reads {what}, or other hunks: an ambiguous diff (a hunk line that looks like a header?)",
+            "regenerate the patch with git format-patch",
+        )
+
+
+def _count(hunk: diffs.Hunk, tag: bytes) -> int:
+    return sum(1 for t, _ in hunk.lines if t == tag)
+
+
+def _change(h: headers.Header, fd: diffs.FileDiff | None, offset: int, file: str) -> FileChange:
+    line = offset + h.line + 1
     if fd is not None:
-        # The hunks' own headers, C-unquoted to exact bytes; a git header only renames when the hunks say so.
-        old, new = fd.old_path, fd.new_path
-        if not info:
-            line = offset + fd.line
-        shifted = tuple(dataclasses.replace(h, line=h.line + offset) for h in fd.hunks)
-        fd = diffs.FileDiff(old, new, shifted, offset + fd.line)
-    else:
-        old = None if source == "/dev/null" else _from_latin1(source)
-        new = None if target == "/dev/null" else _from_latin1(target)
-        for x in info:
-            if x.startswith(("rename from ", "copy from ")):
-                old = "a/" + _from_latin1(x.split(" from ", 1)[1].rstrip("\n"))
-            elif x.startswith(("rename to ", "copy to ")):
-                new = "b/" + _from_latin1(x.split(" to ", 1)[1].rstrip("\n"))
-    mode = next((x.split()[-1] for x in info if x.startswith(("new mode ", "new file mode "))), None)
+        shifted = tuple(dataclasses.replace(x, line=x.line + offset) for x in fd.hunks)
+        fd = diffs.FileDiff(fd.old_path, fd.new_path, shifted, offset + fd.line)
     return FileChange(
-        old_path=_strip(old, strip, file, line),
-        new_path=_strip(new, strip, file, line),
+        old_path=_inside(h.old, file, line),
+        new_path=_inside(h.new, file, line),
         diff=fd,
         line=line,
-        new_mode=mode,
-        copy=any(x.startswith("copy from ") for x in info),
+        new_mode=h.new_mode,
+        copy=h.copy,
+        old_mode=h.old_mode,
     )
 
 
-def _from_latin1(text: str | None) -> str:
-    if text is None:
-        return ""
-    raw = text.encode("latin-1")
-    if raw.startswith(b'"') and raw.endswith(b'"') and len(raw) >= 2:
-        raw = diffs._unquote(raw[1:-1], 0)
-    return raw.decode("utf-8", "surrogateescape")
-
-
-def _text(path: str) -> str:
-    return _from_latin1(path)
-
-
-def _strip(path: str | None, strip: int, file: str, line: int) -> str | None:
-    """``path`` without its first ``strip`` components, as ``patch -pN``; refused when it leaves the tree."""
+def _inside(path: str | None, file: str, line: int) -> str | None:
+    """``path`` (its ``-p`` prefix already stripped) when it is a path inside the tree; refused otherwise."""
     if path is None:
         return None
     parts = path.split("/")
-    if len(parts) <= strip:
-        raise PatchParseError(file, line, f"the path {path!r} has fewer than {strip + 1} parts for -p{strip}")
-    rest = parts[strip:]
-    if any(p in ("", ".", "..") for p in rest) or path.startswith("/"):
+    if path.startswith("/") or any(p in ("", ".", "..") for p in parts):
         raise PatchParseError(file, line, f"the path {path!r} is not inside the tree")
-    if into_git_dir(rest):
+    if into_git_dir(parts):
         raise PatchParseError(
             file,
             line,
@@ -285,7 +331,7 @@ def _strip(path: str | None, strip: int, file: str, line: int) -> str | None:
             "(a hook or a config there runs at the next git command)",
             "drop that file from the patch",
         )
-    return "/".join(rest)
+    return path
 
 
 # Code points HFS+ ignores in names (git's is_hfs_dotgit): ".g\u200cit" is ".git" on macOS.

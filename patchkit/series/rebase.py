@@ -47,6 +47,7 @@ from patchkit.merge import Conflict, MergeResult, conflict_markers_remain, rebas
 from patchkit.merge import Outcome as FileOutcome
 from patchkit.series.apply import Item, Reader, refuse_nested
 from patchkit.series.checks import ProducedFile, interdiffs, semantic_checks
+from patchkit.series.headers import prefixes, quote
 from patchkit.series.parse import FileChange, ParsedPatch
 from patchkit.trust.interdiff import Interdiff
 from patchkit.trust.pycheck import Problem
@@ -228,6 +229,8 @@ class _Rebasing:
         """A new file, a deletion or a modification merged onto the new tree; a resolution given for it wins."""
         result, src = self.result, change.old_path
         merged, outcome, regions = _merge_change(change, base, ours, theirs_before, self.new_state)
+        if outcome is FileOutcome.UPSTREAMED and _changes_mode(change):
+            outcome = FileOutcome.CLEAN  # the bytes are upstream's; the mode is still the patch's
         path = change.new_path or src or ""
         theirs_here = theirs_before if src is not None else self.new_state.get(path)
         if path in self.resolved:  # a conflict resolved, or a broken file fixed
@@ -271,8 +274,10 @@ class _Rebasing:
         result = self.result
         result.outcome = _outcome(result)
         if result.outcome is not PatchOutcome.CONFLICT:
-            # A rename or copy is kept even when the bytes are the same: the path is the change.
-            kept = [(c, b, a) for c, b, a in self.regenerated if b != a or c.kind in ("rename", "copy")]
+            # A rename, a copy or a mode change is kept even when the bytes are the same: that is the change.
+            kept = [
+                (c, b, a) for c, b, a in self.regenerated if b != a or c.kind in ("rename", "copy") or _changes_mode(c)
+            ]
             changed = kept or self.kept_absent
             result.new_bytes = canonical_patch(self.it.patch, kept, self.kept_absent) if changed else None
         return result
@@ -429,45 +434,74 @@ def _mail_header(patch: ParsedPatch) -> bytes:
     return b"".join(out)
 
 
-def _file_diff(change: FileChange, before: bytes | None, after: bytes | None) -> bytes:
-    """One file's git diff: the extended header (new, deleted, renamed or copied; full blob ids), then the hunks."""
+def _file_diff(change: FileChange, before: bytes | None, after: bytes | None, strip: int = 1) -> bytes:
+    """One file's git diff: the extended header (new, deleted, renamed or copied; full blob ids), then the hunks.
+
+    Names are written as git writes them (C-quoted where git quotes) with
+    the prefixes the series' ``-p<strip>`` strips, so the patch reads back
+    to the same paths, in patchkit and in ``git apply``.
+    """
     old, new = change.old_path, change.new_path
-    a, b = old or new or "", new or old or ""
-    out = [f"diff --git a/{a} b/{b}\n".encode()]
+    src, dst, _ = prefixes(strip)
     mode = change.new_mode or "100644"
-    if old is None:
-        out.append(f"new file mode {mode}\n".encode())
-    elif new is None:
-        out.append(b"deleted file mode 100644\n")
-    elif old != new:
-        verb = "copy" if change.copy else "rename"
-        out.append(f"{verb} from {old}\n{verb} to {new}\n".encode())
-    tail = f" {mode}" if old is not None and new is not None else ""
-    out.append(f"index {_blob(before)}..{_blob(after)}{tail}\n".encode())
-    out.append(
-        diffs.make(before or b"", after or b"", f"a/{old}" if old else "/dev/null", f"b/{new}" if new else "/dev/null")
-    )
+    tail = f" {mode}" if old is not None and new is not None and not _changes_mode(change) else ""
+    out = [_git_header(change, strip), f"index {_blob(before)}..{_blob(after)}{tail}\n".encode()]
+    out.append(diffs.make(before or b"", after or b"", _side(src, old), _side(dst, new)))
     return b"".join(out)
+
+
+def _changes_mode(change: FileChange) -> bool:
+    return change.old_mode is not None and change.new_mode not in (None, change.old_mode)
+
+
+def _git_header(change: FileChange, strip: int) -> bytes:
+    """The ``diff --git`` line and the extended header lines git writes for ``change``, without ``index``."""
+    old, new = change.old_path, change.new_path
+    src, dst, moved = prefixes(strip)
+    out = [f"diff --git {quote(src + (old or new or ''))} {quote(dst + (new or old or ''))}\n"]
+    if old is None:
+        out.append(f"new file mode {change.new_mode or '100644'}\n")
+    elif new is None:
+        out.append(f"deleted file mode {change.old_mode or '100644'}\n")
+    else:
+        if _changes_mode(change):
+            out.append(f"old mode {change.old_mode}\nnew mode {change.new_mode}\n")
+        if old != new:
+            verb = "copy" if change.copy else "rename"
+            out.append(f"{verb} from {quote(moved + old)}\n{verb} to {quote(moved + new)}\n")
+    return "".join(out).encode()
+
+
+def _side(prefix: str, path: str | None) -> str:
+    """A ``---``/``+++`` name: quoted as git quotes it, a tab after a name with a space (as ``git diff`` ends it)."""
+    if path is None:
+        return "/dev/null"
+    name = quote(prefix + path)
+    return name + "\t" if " " in name else name
 
 
 def canonical_patch(
     patch: ParsedPatch, changes: list[tuple[FileChange, bytes | None, bytes | None]], absent: list[FileChange]
 ) -> bytes:
-    """The patch as patchkit writes it: a mail with a zero commit id, full blob ids, no stat, no signature."""
+    """The patch as patchkit writes it: a mail with a zero commit id, full blob ids, no stat, no signature.
+
+    Its paths carry the prefixes of the level the patch was read at (``a/``
+    and ``b/`` for ``-p1``, none for ``-p0``), so the series reads it as before.
+    """
     out = [_mail_header(patch)] if patch.subject is not None else []
-    out += [_file_diff(change, before, after) for change, before, after in changes]
-    out += [_render(change) for change in absent if change.diff is not None]
+    out += [_file_diff(change, before, after, patch.strip) for change, before, after in changes]
+    out += [_render(change, patch.strip) for change in absent if change.diff is not None]
     return b"".join(out)
 
 
-def _render(change: FileChange) -> bytes:
+def _render(change: FileChange, strip: int = 1) -> bytes:
     """A file diff kept as it was (a file the trees do not carry), in canonical form."""
     fd = change.diff
     assert fd is not None  # noqa: S101 (the caller passes only changes with hunks)
-    a, b = change.old_path or change.new_path, change.new_path or change.old_path
-    lines = [f"diff --git a/{a} b/{b}\n".encode()]
-    lines.append(f"--- {'a/' + change.old_path if change.old_path else '/dev/null'}\n".encode())
-    lines.append(f"+++ {'b/' + change.new_path if change.new_path else '/dev/null'}\n".encode())
+    src, dst, _ = prefixes(strip)
+    lines = [_git_header(change, strip)]
+    lines.append(f"--- {_side(src, change.old_path)}\n".encode())
+    lines.append(f"+++ {_side(dst, change.new_path)}\n".encode())
     for h in fd.hunks:
         lines.append(f"@@ -{h.old_start},{h.old_len} +{h.new_start},{h.new_len} @@\n".encode())
         for tag, content in h.lines:

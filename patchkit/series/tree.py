@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,9 +134,51 @@ def _apply(repo: Repo, series: Series, profile: str | None, root: Path) -> DirAp
     record = record_bytes(series, profile, wanted, result)
     files[record_rel] = record
     # The mode the patch gives a file (git's new mode 100755), as git apply sets it.
-    executable = [path for path, mode in result.modes.items() if path in files and mode.endswith("755")]
+    modes = {p: m for p, m in _modes(root, items).items() if result.files.get(p) is not None}
+    executable = [path for path, mode in modes.items() if path in files and mode.endswith("755")]
     written = write_all(root, files, deletes, tree=True, executable=executable)
-    return DirApplied(series, profile, result, tuple(w for w in written if w != record_rel), record_rel)
+    chmodded = _set_modes(root, modes)
+    done = [w for w in written if w != record_rel] + [p for p in chmodded if p not in written]
+    return DirApplied(series, profile, result, tuple(done), record_rel)
+
+
+def _modes(root: Path, items: list[Item]) -> dict[str, str]:
+    """The mode each file ends with, as ``git apply`` leaves it: a patch's new mode, or a moved file's own."""
+    modes: dict[str, str] = {}
+    for it in items:
+        for change in it.patch.files:
+            new, old = change.new_path, change.old_path
+            if new is None:
+                continue
+            if change.new_mode is not None:
+                modes[new] = change.new_mode
+            elif old is not None and old != new:
+                modes[new] = modes.get(old) or _disk_mode(root, old)
+    return modes
+
+
+def _disk_mode(root: Path, rel: str) -> str:
+    try:
+        st = os.lstat(contained(root, rel))
+    except (FileNotFoundError, NotADirectoryError):
+        return "100644"
+    return "100755" if st.st_mode & 0o100 else "100644"
+
+
+def _set_modes(root: Path, modes: dict[str, str]) -> list[str]:
+    """Give each file the execute bits its mode says (a mode change alone writes no bytes); the paths changed."""
+    changed = []
+    for rel, mode in modes.items():
+        fd = os.open(contained(root, rel), os.O_RDONLY | os.O_NOFOLLOW)
+        try:
+            now = stat.S_IMODE(os.fstat(fd).st_mode)
+            wanted = now | 0o111 if mode.endswith("755") else now & ~0o111
+            if wanted != now:
+                os.fchmod(fd, wanted)
+                changed.append(rel)
+        finally:
+            os.close(fd)
+    return changed
 
 
 def _read_record(root: Path, rel: str) -> dict[str, Any] | None:

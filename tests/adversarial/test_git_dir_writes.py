@@ -199,7 +199,7 @@ def test_git_dir_spellings_and_their_innocent_neighbours() -> None:
         assert not into_git_dir(path.split("/")), path
     with pytest.raises(PatchParseError) as e:
         parse_patch(_new_file(".GIT/config", Path("/tmp/x")), "p.patch")
-    assert str(e.value).startswith("p.patch:1: the path 'b/.GIT/config' goes into the tree's .git directory")
+    assert str(e.value).startswith("p.patch:1: the path '.GIT/config' goes into the tree's .git directory")
 
 
 # --- files nested inside files ---------------------------------------------------------------------

@@ -107,3 +107,28 @@ def test_a_series_file_wins_and_what_no_source_states_is_reported(tmp_path: Path
         "no lock or build file states where flashinfer comes from",
     ) in issues
     assert not (root / "lockfile.toml").exists()
+
+
+def test_a_no_prefix_queue_applied_with_p0_is_imported_at_strip_0(tmp_path: Path, invoke: Invoke) -> None:
+    root, _, _ = _queue_repo(tmp_path, series_file=False)
+    for name in VLLM_NAMES:
+        path = root / "patches/vllm" / name
+        data = path.read_bytes()
+        for prefix in (b"a/", b"b/"):
+            data = data.replace(b" " + prefix + b"vllm/", b" vllm/").replace(b" " + prefix + b"tests/", b" tests/")
+            data = data.replace(b" " + prefix + b"requirements/", b" requirements/")
+        path.write_bytes(data)
+    text = (root / "Containerfile").read_text().replace("git apply /patches/vllm/", "git apply -p0 /patches/vllm/")
+    (root / "Containerfile").write_text(text)
+    run = invoke("import", str(root), "--format", "json")
+    assert run.exit_code == 0, run.stdout + run.stderr
+    issues = [i for i in json.loads(run.stdout)["import"]["issues"] if i["kind"] == "queue-patch-parse"]
+    assert issues == []
+    lock = loads((root / "lockfile.toml").read_text())
+    assert next(s for s in lock.series if s.name == "vllm").strip == 0
+    assert next(s for s in lock.series if s.name == "flashinfer").strip == 1
+    assert "strip = 0" in (root / "lockfile.toml").read_text()
+    assert invoke("sums", repo=root).exit_code == 0
+    check = invoke("check", "--format", "json", repo=root)
+    codes = [f["code"] for f in json.loads(check.stdout)["findings"] if f["severity"] == "error"]
+    assert codes == [], check.stdout

@@ -1,0 +1,352 @@
+"""Series patches read as ``git apply -p<N>`` reads them: a seeded differential test against git itself.
+
+Each case is a real git repository with generated file names (spaces, tabs,
+quotes, backslashes, non-ASCII, leading dashes, deep directories) and one
+commit of edits, renames with and without edits, copies, mode changes, new
+empty and new files, deletions and binary files. Its patch is made in every
+form a queue holds (``git format-patch`` default, ``--no-prefix``, other
+prefixes, ``-M``, ``-C -C``, ``--binary``, raw UTF-8 names, ``git diff`` and
+GNU ``diff -ruN``), read by patchkit at the matching strip level and
+compared with git: the file list (old path, new path, kind, new mode) with
+``git apply --numstat --summary -z -p<N>``, and the tree patchkit's series
+applier makes from the pre-image with the one ``git apply -p<N>`` makes.
+A binary change must be refused, and only that.
+
+CI runs a bounded sample; ``PATCHKIT_SERIES_GIT_CASES=N`` runs more
+(``PATCHKIT_SERIES_GIT_SEED`` picks another seed).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import stat
+import subprocess
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from patchkit.series.apply import Item, SeriesApplyError, apply_series
+from patchkit.series.parse import PatchParseError, parse_patch
+
+SEED = int(os.environ.get("PATCHKIT_SERIES_GIT_SEED", "30"))
+CASES = int(os.environ.get("PATCHKIT_SERIES_GIT_CASES", "20"))
+
+# Name components git quotes (tab, quote, backslash, non-ASCII) or that trip a naive reader (spaces, dashes).
+_PIECES = [
+    "sp ace",
+    "two  spaces",
+    "t\tab",
+    'dq"uote',
+    "back\\slash",
+    "café",
+    "日本",
+    "-dash",
+    "--x",
+    "a",
+    "b",
+    "pkg",
+    "deep",
+    "end ",
+    "x.y",
+    "#hash",
+]
+_ENV = {
+    "GIT_AUTHOR_DATE": "2026-01-05T10:00:00Z",
+    "GIT_COMMITTER_DATE": "2026-01-05T10:00:00Z",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "PATH": "/usr/bin:/bin",
+}
+
+
+def _run(cwd: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess[bytes]:
+    env = {**_ENV, "HOME": str(cwd)}
+    done = subprocess.run(list(args), cwd=cwd, capture_output=True, env=env, check=False, timeout=60)
+    if ok and done.returncode != 0:
+        raise AssertionError(f"{args}: {done.stderr.decode(errors='replace')}")
+    return done
+
+
+def _git(cwd: Path, *args: str) -> bytes:
+    return _run(cwd, "git", "-c", "user.name=Dev", "-c", "user.email=dev@example.invalid", *args).stdout
+
+
+# --------------------------------------------------------------------------- generated repositories
+
+
+def _name(rng: random.Random) -> str:
+    depth = rng.choice([1, 1, 2, 2, 3, 5])
+    parts = [rng.choice(_PIECES) + (f"{rng.randrange(100)}" if rng.random() < 0.5 else "") for _ in range(depth)]
+    return "/".join(parts) + rng.choice(["", ".py", ".txt"])
+
+
+def _text(rng: random.Random) -> bytes:
+    words = ["alpha", "beta", "gamma", "return x", "def f():", "    pass", "", "# note", "import os"]
+    lines = [f"{rng.choice(words)} {i}" for i in range(rng.randrange(8, 30))]
+    end = b"\n" if rng.random() < 0.9 else b""
+    return "\n".join(lines).encode() + end
+
+
+def _edit(rng: random.Random, data: bytes) -> bytes:
+    lines = data.split(b"\n")
+    k = rng.randrange(len(lines))
+    lines[k] = lines[k] + b" edited"
+    if rng.random() < 0.5:
+        lines.insert(rng.randrange(len(lines)), b"inserted line")
+    return b"\n".join(lines)
+
+
+@dataclass
+class Tree:
+    """Files by path: (bytes, executable)."""
+
+    files: dict[str, tuple[bytes, bool]]
+
+    def clash(self, path: str) -> bool:
+        parts = path.split("/")
+        prefixes = {"/".join(parts[:i]) for i in range(1, len(parts))}
+        return any(p == path or p in prefixes or p.startswith(path + "/") for p in self.files)
+
+    def write(self, root: Path) -> None:
+        for path, (data, executable) in self.files.items():
+            target = root / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            target.chmod(0o755 if executable else 0o644)
+
+
+def _fresh(rng: random.Random, tree: Tree) -> str:
+    while True:
+        path = _name(rng)
+        if not tree.clash(path):
+            return path
+
+
+def _base(rng: random.Random) -> Tree:
+    tree = Tree({})
+    for _ in range(rng.randrange(5, 10)):
+        data = _text(rng) if rng.random() < 0.85 else bytes(rng.randrange(256) for _ in range(64)) + b"\0"
+        tree.files[_fresh(rng, tree)] = (data, rng.random() < 0.2)
+    return tree
+
+
+def _change(rng: random.Random, base: Tree) -> Tree:
+    """The next commit: every kind of change git diffs, each on its own file."""
+    files = dict(base.files)
+    head = Tree(files)
+    paths = list(base.files)
+    rng.shuffle(paths)
+    ops = ["edit", "rename", "rename-edit", "copy", "copy-edit", "mode", "delete", "keep"]
+    for path, op in zip(paths, rng.sample(ops * 2, len(paths)), strict=False):
+        data, executable = files[path]
+        if op == "edit":
+            files[path] = (_edit(rng, data), executable)
+        elif op in ("rename", "rename-edit", "copy", "copy-edit"):
+            dest = _fresh(rng, head)
+            if op.startswith("rename"):
+                del files[path]
+            files[dest] = (_edit(rng, data) if op.endswith("edit") else data, executable)
+        elif op == "mode":
+            files[path] = (data, not executable)
+        elif op == "delete":
+            del files[path]
+    files[_fresh(rng, head)] = (b"", False)  # a new empty file
+    files[_fresh(rng, head)] = (_text(rng), rng.random() < 0.3)
+    return head
+
+
+def _commit(repo: Path, tree: Tree) -> str:
+    for child in repo.iterdir():
+        if child.name != ".git":
+            shutil.rmtree(child) if child.is_dir() else child.unlink()
+    tree.write(repo)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "--allow-empty", "-m", "change")
+    return _git(repo, "rev-parse", "HEAD").decode().strip()
+
+
+# The forms of a patch: (label, command after the base and head commits are made, -p level).
+FORMS: list[tuple[str, list[str], int]] = [
+    ("format-patch", ["git", "format-patch", "--stdout", "{base}..{head}"], 1),
+    ("format-patch --no-prefix", ["git", "format-patch", "--stdout", "--no-prefix", "{base}..{head}"], 0),
+    (
+        "format-patch --src-prefix=s/x/ --dst-prefix=d/y/",
+        ["git", "format-patch", "--stdout", "--src-prefix=s/x/", "--dst-prefix=d/y/", "{base}..{head}"],
+        2,
+    ),
+    ("format-patch -M", ["git", "format-patch", "--stdout", "-M", "{base}..{head}"], 1),
+    ("format-patch -C -C", ["git", "format-patch", "--stdout", "-C", "-C", "{base}..{head}"], 1),
+    ("format-patch --binary", ["git", "format-patch", "--stdout", "--binary", "-M", "{base}..{head}"], 1),
+    (
+        "format-patch, raw UTF-8 names",
+        ["git", "-c", "core.quotePath=false", "format-patch", "--stdout", "-M", "--no-prefix", "{base}..{head}"],
+        0,
+    ),
+    ("git diff", ["git", "diff", "--no-renames", "{base}", "{head}"], 1),
+    ("git diff -M --no-prefix", ["git", "diff", "-M", "--no-prefix", "{base}", "{head}"], 0),
+    ("diff -ruN", ["diff", "-ruN", "a", "b"], 1),
+]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One generated repository: the pre-image tree and its patch in one form."""
+
+    root: Path
+    before: Tree
+    patch: bytes
+    strip: int
+    label: str
+
+
+def _cases(tmp: Path, seed: int, count: int) -> Iterable[Case]:
+    rng = random.Random(seed)
+    for k in range(count):
+        root = tmp / f"case{k}"
+        repo = root / "repo"
+        repo.mkdir(parents=True)
+        _git(repo, "init", "-q", "-b", "main")
+        before = _base(rng)
+        after = _change(rng, before)
+        base, head = _commit(repo, before), _commit(repo, after)
+        for label, command, strip in FORMS:
+            if command[0] == "diff":
+                before.write(root / "a")
+                after.write(root / "b")
+                patch = _run(root, *command, ok=False).stdout
+            else:
+                patch = _git(repo, *(c.format(base=base, head=head) for c in command[1:]))
+            yield Case(root, before, patch, strip, label)
+
+
+# --------------------------------------------------------------------------- what git reads
+
+
+Entry = tuple[str | None, str | None, str, str | None]
+
+
+def _git_reads(case: Case) -> tuple[list[Entry], bool] | str:
+    """``git apply --numstat --summary -z``: (old path, new path, kind, new mode) per file, and any binary.
+
+    What git says when it cannot read the patch (a rename whose name has fewer
+    components than ``-p`` strips, for one), instead.
+    """
+    patch = case.root / "p.patch"
+    patch.write_bytes(case.patch)
+    done = _run(case.root, "git", "apply", "--numstat", "--summary", "-z", f"-p{case.strip}", str(patch), ok=False)
+    if done.returncode != 0:
+        return done.stderr.decode(errors="replace").strip()
+    out = done.stdout
+    *numstat, summary = out.split(b"\0")
+    names, binary = [], False
+    for entry in numstat:
+        added, _, name = entry.split(b"\t", 2)
+        binary |= added == b"-"
+        names.append(name.decode("utf-8", "surrogateescape"))
+    # GNU diff's "Binary files … differ" line: git skips that change silently, patchkit refuses the patch.
+    binary |= re.search(rb"(?m)^Binary files .* differ$", case.patch) is not None
+    kinds: dict[str, tuple[str | None, str, str | None]] = {}
+    last = None
+    for raw in summary.decode("utf-8", "surrogateescape").split("\n"):
+        if m := re.fullmatch(r" (create|delete)(?: mode (\d{6}))? (.*)", raw):  # no mode: a plain diff
+            kinds[m[3]] = (None, "add", m[2]) if m[1] == "create" else (m[3], "delete", None)
+        elif m := re.fullmatch(r" (rename|copy) (.*)\{(.*) => (.*)\} \(\d+%\)", raw) or re.fullmatch(
+            r" (rename|copy) ()(.*) => (.*) \(\d+%\)", raw
+        ):
+            last = m[2] + m[4]
+            kinds[last] = (m[2] + m[3], m[1], None)
+        elif m := re.fullmatch(r" mode change \d{6} => (\d{6})(?: (.*))?", raw):
+            target = m[2] if m[2] is not None else last
+            assert target is not None, raw
+            old, kind, _ = kinds.get(target, (target, "modify", None))
+            kinds[target] = (old, kind, m[1])
+        elif raw.strip():
+            raise AssertionError(f"unread summary line {raw!r}")
+    entries: list[Entry] = []
+    for name in names:
+        old, kind, mode = kinds.get(name, (name, "modify", None))
+        entries.append((old if kind != "delete" else name, None if kind == "delete" else name, kind, mode))
+    return entries, binary
+
+
+def _patchkit_reads(case: Case) -> list[Entry]:
+    parsed = parse_patch(case.patch, "p.patch", strip=case.strip)
+    out: list[Entry] = []
+    for f in parsed.files:
+        changed = f.kind == "add" or (f.old_mode is not None and f.new_mode not in (None, f.old_mode))
+        out.append((f.old_path, f.new_path, f.kind, f.new_mode if changed else None))
+    return out
+
+
+def _git_applies(case: Case) -> dict[str, bytes] | str:
+    where = case.root / "git-applied"
+    shutil.rmtree(where, ignore_errors=True)
+    where.mkdir()
+    case.before.write(where)
+    (case.root / "p.patch").write_bytes(case.patch)
+    done = _run(where, "git", "apply", f"-p{case.strip}", str(case.root / "p.patch"), ok=False)
+    if done.returncode != 0:
+        return "refused"
+    return {
+        p.relative_to(where).as_posix(): p.read_bytes() + (b"\0x" if p.stat().st_mode & stat.S_IXUSR else b"")
+        for p in where.rglob("*")
+        if p.is_file()
+    }
+
+
+def _patchkit_applies(case: Case) -> dict[str, bytes] | str:
+    parsed = parse_patch(case.patch, "p.patch", strip=case.strip)
+    before = {p: data for p, (data, _) in case.before.files.items()}
+    try:
+        # The whole pre-image is there: a file it lacks is a failure, as for git, not a part not carried.
+        items = [Item("p", "p.patch", parsed)]
+        result = apply_series(items, lambda paths: {p: before.get(p) for p in paths}, carried=lambda _: True)
+    except SeriesApplyError:
+        return "refused"
+    executable = {p for p, (_, x) in case.before.files.items() if x}
+    for f in parsed.files:
+        if f.kind == "rename" and f.old_path in executable:
+            executable.add(f.new_path or "")
+        if f.kind == "copy" and f.old_path in executable:
+            executable.add(f.new_path or "")
+    for path, mode in result.modes.items():
+        (executable.add if mode.endswith("755") else executable.discard)(path)
+    tree = {**before, **result.files}
+    return {p: data + (b"\0x" if p in executable else b"") for p, data in tree.items() if data is not None}
+
+
+def disagreements(tmp: Path, seed: int, count: int) -> tuple[int, list[str]]:
+    """How many patches were compared, and every disagreement with git, described."""
+    found: list[str] = []
+    compared = 0
+    for case in _cases(tmp, seed, count):
+        compared += 1
+        git_read = _git_reads(case)
+        try:
+            read = _patchkit_reads(case)
+        except PatchParseError as e:
+            if isinstance(git_read, str):
+                continue  # both refuse
+            expected, binary = git_read
+            if not (binary and "binary" in e.detail):
+                found.append(f"{case.label}: patchkit refuses ({e}); git reads {expected}")
+            continue
+        if isinstance(git_read, str):
+            found.append(f"{case.label}: git refuses ({git_read}), patchkit reads {read}")
+            continue
+        expected, binary = git_read
+        if binary:
+            found.append(f"{case.label}: git reads a binary change, patchkit reads {read}")
+        elif read != expected:
+            found.append(f"{case.label}: patchkit reads {read}, git {expected}")
+        elif _patchkit_applies(case) != _git_applies(case):
+            found.append(f"{case.label}: the trees differ after applying {case.patch[:4000]!r}")
+    return compared, found
+
+
+def test_every_form_of_a_generated_patch_is_read_and_applied_as_git_does(tmp_path: Path) -> None:
+    compared, found = disagreements(tmp_path, SEED, CASES)
+    assert compared == CASES * len(FORMS)
+    assert found == [], "\n".join(found[:5])
