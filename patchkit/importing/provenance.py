@@ -30,6 +30,10 @@ _URL = re.compile(
     r"https?://github\.com/(?P<repo>[A-Za-z0-9._-]+/[A-Za-z0-9._-]+)/(?:(?P<kind>pull|issues)/(?P<n>\d+)|commit/(?P<sha>[0-9a-f]{40}))"
 )
 _QUALIFIED = re.compile(r"(?<![\w/.-])(?P<repo>[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)#(?P<n>\d+)\b")
+# "owner/repo@<sha>": a commit of a repository, as compose comments and READMEs write it.
+_AT_COMMIT = re.compile(
+    r"(?<![\w/.:-])(?P<repo>[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)@(?P<sha>[0-9a-f]{7,40})\b"
+)
 _MD_LINK = re.compile(r"\[[^\]]*\]\(([^)]*)\)")
 _TOKEN = re.compile(r"(?P<word>[A-Za-z][A-Za-z0-9_-]*)|#(?P<n>\d+)\b")
 
@@ -73,6 +77,14 @@ def _explicit(text: str, found: _Refs) -> list[tuple[int, int]]:
         if not _inside(m.start(), spans):
             spans.append(m.span())
             found.add(f"{m['repo']}#{m['n']}")
+    for m in _AT_COMMIT.finditer(text):
+        if _inside(m.start(), spans):
+            continue
+        spans.append(m.span())
+        if len(m["sha"]) == 40:
+            found.add(f"https://github.com/{m['repo']}/commit/{m['sha']}")
+        else:  # an abbreviated commit is no reference patchkit can check
+            found.unresolvable(m.group(0))
     return spans
 
 
@@ -144,7 +156,12 @@ _HEAD_HEX = re.compile(r"\bhead\s*`?[0-9a-f]{7,40}\b", re.IGNORECASE)
 _REPO = re.compile(r"(?:https?://github\.com/)?([A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*?)(?:\.git)?/?$")
 _CODE = re.compile(r"`([^`]+)`")
 _FILE_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_./-]*\.[A-Za-z0-9]+")
-_NEW_MODULE = re.compile(r"\bnew (?:module|file)\b", re.IGNORECASE)
+# A row calling the file new: "new module", "new file", "new companion module", "new helper", "added module",
+# "companion module": a file with no upstream counterpart.
+_NEW_MODULE = re.compile(
+    r"\b(?:new|added)\s+(?:[\w-]+\s+){0,2}?(?:module|file|helper)s?\b|\bcompanion\s+(?:module|file)\b",
+    re.IGNORECASE,
+)
 
 
 # Where hand-kept repositories keep their provenance tables, in the order they are read.
@@ -152,8 +169,11 @@ DOCUMENTS = ("README.md", "patches/README.md", "PATCHES.md", "patches/PROVENANCE
 
 
 def names(row: Row, rel: str) -> bool:
-    """Whether ``row`` names the repository file ``rel``: by its path, its file name, or its path under patches/."""
-    return row.file in (rel, PurePosixPath(rel).name, rel.removeprefix("patches/"))
+    """Whether ``row`` names the repository file ``rel``: by its path, its file name, its path under patches/,
+    or the end of its path (``vllm/v1/x.py`` names ``overlay/vllm/v1/x.py``)."""
+    return row.file in (rel, PurePosixPath(rel).name, rel.removeprefix("patches/")) or (
+        "/" in row.file and rel.endswith("/" + row.file)
+    )
 
 
 def rows_naming(root: Path, rel: str) -> list[Row]:
@@ -230,13 +250,36 @@ def files_named(cell: str) -> list[str]:
     return list(dict.fromkeys(n.removeprefix("./") for n in named))
 
 
+# Words that may follow a repository named in a cell: a branch, a tag, a commit ("`o/r` main @ `<sha>`").
+_AFTER_REPO = re.compile(r"@.*|[0-9a-f]{7,40}|main|master|nightly|dev|develop|trunk|release\S*|v\d\S*|[-\u2013\u2014(].*")
+
+
 def _repository(text: str) -> str | None:
-    """The first ``owner/repo`` (or GitHub URL, or project alias) a cell states."""
-    for token in [c.strip() for c in _CODE.findall(text)] + _plain(text).split():
-        m = _REPO.fullmatch(token.strip(",;()"))
+    """The repository a cell states, in a form people use for code, never a pair of prose words.
+
+    A GitHub URL (``git+https`` too), a code span ``owner/repo``, ``owner/repo@<sha>``
+    or ``owner/repo#N``, or a bare ``owner/repo`` that is the cell or is followed
+    only by a branch, tag or commit; else a project alias as the cell's first
+    word. "eviction/write coordination" names no repository.
+    """
+    for token in [c.strip() for c in _CODE.findall(text)]:
+        m = _REPO.fullmatch(token.removeprefix("git+"))
         if m is not None and not _FILE_NAME.fullmatch(m.group(1).split("/")[-1]):
             return m.group(1)
-    word = _plain(text).split()[0].lower() if _plain(text) else ""
+    words = _plain(text).split()
+    for k, token in enumerate(words):
+        token = token.strip(",;()").removeprefix("git+")
+        qualified = re.fullmatch(r"([^@#\s]+/[^@#\s]+)[@#]\w+", token)
+        url = token.startswith(("https://", "http://"))
+        if not (url or qualified or k == 0):
+            continue
+        m = _REPO.fullmatch(qualified.group(1) if qualified else token)
+        if m is None or _FILE_NAME.fullmatch(m.group(1).split("/")[-1]):
+            continue
+        rest = words[k + 1 :]
+        if url or qualified or not rest or _AFTER_REPO.fullmatch(rest[0].strip("`,;")):
+            return m.group(1)
+    word = words[0].lower() if words else ""
     return ALIASES.get(word)
 
 
@@ -273,7 +316,9 @@ def _row(source: str, cells: list[str], columns: dict[str, int], raw: str) -> li
     if not paths and rtext:
         paths = [p for p in _paths(rtext) if p != repository]
     # "new module" in a row that states no upstream commit or path: the file has no upstream counterpart.
-    new_module = not (commit or paths) and bool(_NEW_MODULE.search(" ".join(c for c in (rtext, ctext, ptext) if c)))
+    # Any cell but the file's may say so (a "Notes" or "What" column too).
+    others = " ".join(c for k, c in enumerate(cells) if k != columns.get("file"))
+    new_module = not (commit or paths) and bool(_NEW_MODULE.search(others))
     out = []
     for k, f in enumerate(files):
         path = None

@@ -709,6 +709,7 @@ class Patch:
     refs: tuple[Reference, ...] = ()
     drop_when: str | None = None
     origin: Origin | None = None
+    build: RepoPath | None = None  # the Dockerfile whose image build copies it in (None: a mount delivers it)
 
     @property
     def committed(self) -> bool:
@@ -771,6 +772,7 @@ PATCH = Record(
         table("base", BASE),
         table("diff", DIFF_PIN),
         table("origin", ORIGIN),
+        text("build", RepoPath),
     ),
     rules=(_overlay_parts, _committed, _unique_patch_name),
 )
