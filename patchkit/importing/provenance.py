@@ -251,7 +251,9 @@ def files_named(cell: str) -> list[str]:
 
 
 # Words that may follow a repository named in a cell: a branch, a tag, a commit ("`o/r` main @ `<sha>`").
-_AFTER_REPO = re.compile(r"@.*|[0-9a-f]{7,40}|main|master|nightly|dev|develop|trunk|release\S*|v\d\S*|[-\u2013\u2014(].*")
+_AFTER_REPO = re.compile(
+    r"@.*|[0-9a-f]{7,40}|main|master|nightly|dev|develop|trunk|release\S*|v\d\S*|[-\u2013\u2014(].*"
+)
 
 
 def _repository(text: str) -> str | None:
@@ -330,3 +332,60 @@ def _row(source: str, cells: list[str], columns: dict[str, int], raw: str) -> li
                 path = paths[0]
         out.append(Row(source, f, repository, commit, path, raw, new_module))
     return out
+
+
+_HEADING = re.compile(r"#{1,6}\s")
+_ITEM = re.compile(r"(?:[-*+]|\d+[.)])\s")
+
+
+@dataclass(frozen=True)
+class Block:
+    """A paragraph, list item or heading of a Markdown document (outside tables and code), and the heading above."""
+
+    source: str  # "README.md:12"
+    text: str
+    heading: str
+
+
+def prose(name: str, text: str) -> list[Block]:
+    """The prose blocks of ``text``: where READMEs cite pull requests and commits beside the file they changed."""
+    out: list[Block] = []
+    buf: list[str] = []
+    heading, start, fenced = "", 0, False
+
+    def flush() -> None:
+        if buf:
+            out.append(Block(f"{name}:{start}", " ".join(buf), heading))
+            buf.clear()
+
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if line.startswith(("```", "~~~")):
+            flush()
+            fenced = not fenced
+            continue
+        if fenced or not line or line.startswith("|"):
+            flush()
+            continue
+        if _HEADING.match(line):
+            flush()
+            heading = line.lstrip("#").strip()
+            out.append(Block(f"{name}:{n}", heading, ""))
+            continue
+        if _ITEM.match(line):
+            flush()
+        if not buf:
+            start = n
+        buf.append(line)
+    flush()
+    return out
+
+
+def mentions(text: str, rel: str) -> bool:
+    """Whether prose names the repository file ``rel``: its file name, or the end of its path."""
+    name = PurePosixPath(rel).name
+    for token in _FILE_NAME.findall(text.replace("`", " ").replace("*", " ")):
+        token = token.strip("./")
+        if token == name or ("/" in token and (rel == token or rel.endswith("/" + token))):
+            return True
+    return False

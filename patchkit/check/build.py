@@ -1,0 +1,113 @@
+"""Rules about what a hand-kept build delivers: the images it starts from, and the files it copies in.
+
+``patchkit import`` pins a repository's Dockerfiles and compose files as
+artifacts and marks each patch an image build copies in (``build``). These
+rules read them again on every check, so what import reported stays
+reported while it holds: a base image or service image written by tag only
+(``image-unpinned``), a ``FROM`` or ``COPY`` whose variable has no value, a
+copied source that is gone, and a patch the build no longer copies to its
+target (``build-not-copied``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from patchkit.check.state import RepoView, State
+from patchkit.errors import BadInput
+from patchkit.findings import Finding
+
+if TYPE_CHECKING:
+    from patchkit.importing import compose, dockerfile
+
+
+def image_builds(state: State) -> list[Finding]:
+    """Each pinned Dockerfile and compose file of a hand-kept repository, read again as import read it."""
+    lock = state.lock
+    if not lock.artifacts or not isinstance(state.view, RepoView):
+        return []  # a build's context is the repository on disk
+    from patchkit.importing import dockerfile
+
+    composes = _composes(state)
+    out: list[Finding] = []
+    for c in composes:
+        out += [_unpinned_service(u) for u in c.images if u.digest is None]
+    uses = {b.dockerfile: b for c in composes for b in c.builds}
+    files = [str(a.file) for a in lock.artifacts if dockerfile.NAMES.fullmatch(a.file.pure.name)]
+    files += [str(p.build) for p in lock.patches if p.build is not None]
+    root = state.view.repo.root
+    builds: dict[str, dockerfile.Build] = {}
+    for rel in dict.fromkeys(files):
+        data = state.view.read(rel)
+        if data is None:
+            continue  # a pinned file that is gone is reported by the file checks
+        use = uses.get(rel)
+        text = data.decode("utf-8", "replace")
+        build = (
+            dockerfile.read(root, rel, text, use.context, dict(use.args), use.target)
+            if use is not None
+            else dockerfile.read(root, rel, text)
+        )
+        builds[rel] = build
+        out += [Finding(kind, rel, line, message, fix) for kind, line, message, fix in build.problems]
+        out += [_unpinned_base(b) for b in build.bases if b.ref is not None and b.digest is None]
+    out += _copied(state, builds)
+    return out
+
+
+def _composes(state: State) -> list[compose.ComposeFile]:
+    from patchkit.importing import compose
+
+    out = []
+    for a in state.lock.artifacts:
+        if not compose.COMPOSE_NAMES.fullmatch(a.file.pure.name):
+            continue
+        data = state.view.read(str(a.file))
+        try:
+            if data is not None:
+                out.append(compose.read(str(a.file), data.decode("utf-8")))
+        except (UnicodeDecodeError, BadInput):
+            continue  # compose.mounts reports a compose file that does not read
+    return out
+
+
+def _unpinned_service(use: compose.ImageUse) -> Finding:
+    ref = f"{use.repository}:{use.tag or 'latest'}"
+    return Finding(
+        "image-unpinned",
+        use.compose,
+        use.line,
+        f"services.{use.service}.image {ref} is not pinned by digest",
+        f"write {ref}@sha256:<digest> (patchkit image pin NAME {ref} resolves it)",
+    )
+
+
+def _unpinned_base(base: dockerfile.BaseImage) -> Finding:
+    ref = f"{base.repository}:{base.tag or 'latest'}"
+    return Finding(
+        "image-unpinned",
+        base.file,
+        base.line,
+        f"FROM {base.ref} is not pinned by digest: every build may start from another image",
+        f"write FROM {ref}@sha256:<digest> (skopeo inspect docker://{ref} prints it)",
+    )
+
+
+def _copied(state: State, builds: dict[str, dockerfile.Build]) -> list[Finding]:
+    """Each patch pinned as delivered by an image build is still copied by it, from its file, to its target."""
+    out = []
+    for i, p in enumerate(state.lock.patches):
+        build = builds.get(str(p.build)) if p.build is not None else None
+        if build is None:
+            continue
+        copied = {c.target: c.rel for c in build.copied}
+        if copied.get(str(p.target)) != str(p.file):
+            out.append(
+                state.lock_finding(
+                    "build-not-copied",
+                    ("patches", i, "build"),
+                    f"{p.build} no longer copies {p.file} to {p.target}: the image does not carry this patch",
+                    "restore the COPY, or remove the patch (patchkit rm)",
+                )
+            )
+    return out
