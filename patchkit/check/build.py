@@ -5,8 +5,9 @@ artifacts and marks each patch an image build copies in (``build``). These
 rules read them again on every check, so what import reported stays
 reported while it holds: a base image or service image written by tag only
 (``image-unpinned``), a ``FROM`` or ``COPY`` whose variable has no value, a
-copied source that is gone, and a patch the build no longer copies to its
-target (``build-not-copied``).
+copied source that is gone, a patch the build no longer copies to its
+target (``build-not-copied``), and two lock or build files pinning one
+upstream differently (``pin-conflict``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def image_builds(state: State) -> list[Finding]:
         out += [Finding(kind, rel, line, message, fix) for kind, line, message, fix in build.problems]
         out += [_unpinned_base(b) for b in build.bases if b.ref is not None and b.digest is None]
     out += _copied(state, builds)
+    out += _pin_conflicts(state, list(builds.values()))
     return out
 
 
@@ -111,3 +113,28 @@ def _copied(state: State, builds: dict[str, dockerfile.Build]) -> list[Finding]:
                 )
             )
     return out
+
+
+def _pin_conflicts(state: State, builds: list[dockerfile.Build]) -> list[Finding]:
+    """Two of the repository's own lock or build files that pin one upstream differently (import took neither)."""
+    from patchkit.importing import pins
+
+    files = [str(a.file) for a in state.lock.artifacts if a.note == "lock" and state.view.read(str(a.file)) is not None]
+    if not files or not isinstance(state.view, RepoView):
+        return []
+    try:
+        found, _ = pins.read(state.view.repo.root, files)
+    except BadInput:
+        return []  # a lock file that is not a regular file inside the repository: the file checks report it
+    for b in builds:
+        found += pins.from_build(b)
+    return [
+        Finding(
+            "pin-conflict",
+            b.file,
+            b.line,
+            f"states {b.name} {b.what} {b.value}, but {a.where} states {a.value}; neither is taken",
+            "make the files agree",
+        )
+        for a, b in pins.agree(found)[1]
+    ]

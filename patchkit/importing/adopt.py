@@ -74,7 +74,7 @@ class Issue:
 # a module that may be an upstream file (only upstream can tell).
 NOTES = frozenset(
     {"mount-ignored", "sums-format", "module-maybe-upstream", "queue-profile-arg"}
-    | {"pin-no-repository", "ref-unassigned"}  # a statement nothing lets import complete or place
+    | {"pin-no-repository", "ref-unassigned", "kind-unknown"}  # a statement nothing lets import complete or place
 )
 
 
@@ -216,6 +216,7 @@ class _Importer:
         self.provenance(entries)
         hand = self.hand_diffs(entries)
         stated = self.stated_pins(builds, entries)
+        self.kind_unknown(entries)
         self.prose_refs(entries)
         upstreams = self.upstreams(entries, stated)
         self.name_entries(entries, hand)
@@ -556,6 +557,16 @@ class _Importer:
         """Every Dockerfile a compose ``build:`` names (with its context and arguments), then those found by name."""
         out: dict[str, dockerfile.Build] = {}
         for use in (b for cf in composes for b in cf.builds):
+            if (found := provenance.references(use.comment)).refs or found.unresolved:
+                self.issue(
+                    "ref-unassigned",
+                    use.compose,
+                    use.line,
+                    f"the comment above services.{use.service}.build cites "
+                    f"{', '.join([str(r) for r in found.refs] + list(found.unresolved))}, but the build copies "
+                    "every file it delivers: which patch it belongs to is not said; not recorded",
+                    "cite it in the provenance table row of the patch it belongs to, or above its COPY",
+                )
             if use.dockerfile in out:
                 continue
             if use.dockerfile.startswith("../") or not (self.root / use.dockerfile).is_file():
@@ -581,18 +592,41 @@ class _Importer:
 
     def built_entries(self, builds: list[dockerfile.Build], composes: list[compose.ComposeFile]) -> list[_Entry]:
         """The files an image build copies into a Python tree: overlays (or modules), delivered by the build."""
-        mounted = {t for cf in composes for m in cf.mounts for t in (m.target,)}
+        mounted = {m.target for cf in composes for m in cf.mounts}
         out: dict[str, _Entry] = {}
         for b in builds:
-            for c in b.copied:
-                if not _PYTHON_TREE.search(c.target) or c.target in mounted or c.target in out:
+            copied = [c for c in b.copied if _PYTHON_TREE.search(c.target) and c.target not in mounted]
+            for c in copied:
+                if c.target in out:
                     continue  # a bind mount over the same path is what runs; the mount's entry stands
                 m = compose.Mount(b.file, c.line, "build", c.rel, c.target, True, c.comment)
                 entry = _Entry(c.rel, c.target, m, self.read(c.rel, f"copied by {b.file}:{c.line}"), "overlay")
                 entry.build = b.file
-                _add_refs(entry, c.comment, None)
                 out[c.target] = entry
+            self.copy_comments(b, copied, out)
         return list(out.values())
+
+    def copy_comments(self, b: dockerfile.Build, copied: list[dockerfile.Copied], out: dict[str, _Entry]) -> None:
+        """References written above a COPY: the file's when it copies one file; several files: which is unknown."""
+        by_line: dict[int, list[dockerfile.Copied]] = {}
+        for c in copied:
+            by_line.setdefault(c.line, []).append(c)
+        for line, group in by_line.items():
+            found = provenance.references(group[0].comment)
+            if not found.refs and not found.unresolved:
+                continue
+            if len(group) == 1 and not found.unresolved:
+                _add_refs(out[group[0].target], group[0].comment, None)
+                continue
+            refs = [str(r) for r in found.refs] + list(found.unresolved)
+            why = f"copies {len(group)} files" if len(group) > 1 else f"{', '.join(found.unresolved)} names no project"
+            self.issue(
+                "ref-unassigned",
+                b.file,
+                line,
+                f"the comment cites {', '.join(refs)}, but the COPY {why}: not recorded",
+                "cite it in the provenance table row of the patch it belongs to (owner/repo#N)",
+            )
 
     def base_images(self, builds: list[dockerfile.Build]) -> tuple[Image, ...]:
         """The images builds start FROM: pinned when written by digest, else reported (and by check)."""
@@ -721,6 +755,23 @@ class _Importer:
                 entry.stated_in.append(row.source)
                 entry.named_in_table = True
                 _add_refs(entry, row.text, row.repository)
+
+    def kind_unknown(self, entries: list[_Entry]) -> None:
+        """Note each file a build copies in that nothing says upstream has, or that it is new: taken as an overlay."""
+        undiffed = {i.file for i in self.issues if i.kind == "no-diff"}
+        for e in entries:
+            if e.build is None or e.kind != "overlay" or e.rel not in undiffed:
+                continue
+            if "path_source" in e.origin or "repository_source" in e.origin:
+                continue  # a provenance row places it upstream
+            self.issue(
+                "kind-unknown",
+                e.rel,
+                None,
+                f"no diff or provenance row says whether upstream has {e.target.split('-packages/', 1)[1]} "
+                f"(an overlay) or not (a new module); it is taken as an overlay",
+                "name it in the provenance table: its upstream path, or 'new module'",
+            )
 
     def prose_refs(self, entries: list[_Entry]) -> None:
         """References in README prose, given to the one patch the paragraph (or its heading) names; else noted."""

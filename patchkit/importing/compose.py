@@ -11,6 +11,7 @@ the commands that read compose files, so PyYAML loads only for them.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Iterator
@@ -95,6 +96,7 @@ class BuildUse:
     dockerfile: str
     target: str | None = None
     args: tuple[tuple[str, str], ...] = ()
+    comment: str = ""  # the comment lines written above ``build:``
 
 
 @dataclass(frozen=True)
@@ -215,9 +217,10 @@ class _Uses:
         image = _get(svc, "image")
         if isinstance(image, yaml.ScalarNode):
             self.images.append(_image(path, service, image))
-        build = _get(svc, "build")
-        if build is not None and (use := _build(path, service, build)) is not None:
-            self.builds.append(use)
+        key = next((k for k, _ in _pairs(svc) if str(k.value) == "build"), None)
+        if key is not None and (use := _build(path, service, _get(svc, "build"))) is not None:
+            line = key.start_mark.line + 1
+            self.builds.append(dataclasses.replace(use, line=line, comment=_comment_above(lines, line)))
         volumes = _get(svc, "volumes")
         if isinstance(volumes, yaml.SequenceNode):
             for k, item in enumerate(volumes.value):
