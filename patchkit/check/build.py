@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from patchkit.check.state import RepoView, State
 from patchkit.errors import BadInput
 from patchkit.findings import Finding
+from patchkit.lockfile.model import PatchKind
 
 if TYPE_CHECKING:
     from patchkit.importing import compose, dockerfile
@@ -53,6 +54,7 @@ def image_builds(state: State) -> list[Finding]:
         out += [Finding(kind, rel, line, message, fix) for kind, line, message, fix in build.problems]
         out += [_unpinned_base(b) for b in build.bases if b.ref is not None and b.digest is None]
     out += _copied(state, builds)
+    out += _kind_unknown(state)
     out += _pin_conflicts(state, list(builds.values()))
     return out
 
@@ -138,3 +140,26 @@ def _pin_conflicts(state: State, builds: list[dockerfile.Build]) -> list[Finding
         )
         for a, b in pins.agree(found)[1]
     ]
+
+
+def _kind_unknown(state: State) -> list[Finding]:
+    """Each overlay a build copies in that no diff covers and no provenance row names: overlay or module is unknown."""
+    lock = state.lock
+    covered = {name for d in lock.diffs for name in d.patches}
+    out = []
+    for i, p in enumerate(lock.patches):
+        if p.build is None or p.kind is not PatchKind.OVERLAY or p.diff is not None or p.name in covered:
+            continue
+        if p.file is None or state.view.provenance_names(str(p.file)):
+            continue
+        out.append(
+            state.lock_finding(
+                "kind-unknown",
+                ("patches", i, "name"),
+                f"overlay '{p.name}' ({p.file}): no diff or provenance row says whether upstream has it "
+                "(an overlay) or not (a new module)",
+                "name it in the provenance table: its upstream path, or 'new module'",
+                "note",
+            )
+        )
+    return out

@@ -757,13 +757,13 @@ class _Importer:
                 _add_refs(entry, row.text, row.repository)
 
     def kind_unknown(self, entries: list[_Entry]) -> None:
-        """Note each file a build copies in that nothing says upstream has, or that it is new: taken as an overlay."""
+        """Note each file a build copies in that no diff or provenance row speaks of: taken as an overlay."""
         undiffed = {i.file for i in self.issues if i.kind == "no-diff"}
         for e in entries:
             if e.build is None or e.kind != "overlay" or e.rel not in undiffed:
                 continue
-            if "path_source" in e.origin or "repository_source" in e.origin:
-                continue  # a provenance row places it upstream
+            if e.named_in_table:
+                continue  # what a provenance row says of it stands
             self.issue(
                 "kind-unknown",
                 e.rel,

@@ -1,0 +1,192 @@
+"""``patchkit import`` of deployments whose overlays an image build copies in, then ``check``.
+
+Each repository is written the way such repositories are (tests/importing/dockerbuilt.py): an
+overlay tree a Dockerfile copies over site-packages/vllm in every COPY spelling, pins in a
+KEY=VALUE lock, a JSON stack lock and the Dockerfile's ARGs, a README that names projects and
+pull requests in prose and in a table. The expected result is exact: no false finding, nothing
+missed, nothing invented.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Invoke
+from tests.importing import dockerbuilt as d
+
+
+def _import(root: Path, invoke: Invoke) -> dict[str, object]:
+    run = invoke("import", "--format", "json", str(root))
+    assert run.exit_code == 0, run.stderr
+    out: dict[str, object] = json.loads(run.stdout)["import"]
+    return out
+
+
+def _issues(out: dict[str, object]) -> set[tuple[str, str, int | None]]:
+    return {(i["kind"], i["file"], i["line"]) for i in out["issues"]}  # type: ignore[attr-defined]
+
+
+def _check(root: Path, invoke: Invoke) -> tuple[int, set[tuple[str, str, str, int | None]], list[dict[str, object]]]:
+    run = invoke("check", "--format", "json", repo=root)
+    found = json.loads(run.stdout)["findings"]
+    return run.exit_code, {(f["code"], f["severity"], f["file"], f["line"]) for f in found}, found
+
+
+def _lock_line(root: Path, needle: str) -> int:
+    return d.line_of(root, "lockfile.toml", needle)
+
+
+@pytest.mark.parametrize("layout", d.LAYOUTS, ids=[lay.name for lay in d.LAYOUTS])
+def test_a_dockerfile_delivered_tree_imports_exactly(tmp_path: Path, invoke: Invoke, layout: d.Layout) -> None:
+    root = d.make(tmp_path / "repo", layout)
+    out = _import(root, invoke)
+    lock = tomllib.loads((root / "lockfile.toml").read_text())
+    df = layout.dockerfile
+
+    # One entry per copied file, at the path the build puts it: overlays, and the module the table calls new.
+    got = {(p["file"], p["kind"], p["target"], p.get("build")) for p in lock["patches"]}
+    want = {(rel, "module" if rel in d.MODULES else "overlay", d.TARGETS[rel], df) for rel in d.FILES}
+    assert got == want
+    # The entrypoint (not a Python tree) and the image copied --from another image are not patches.
+    assert all(not p["target"].startswith("/opt/") for p in lock["patches"])
+
+    # Pins from the repository's own files: vllm from the stack lock and upstream.lock, aiter from upstream.lock.
+    ups = lock["upstreams"]
+    assert set(ups) == {"vllm", "aiter"}  # nothing from prose ("eviction/write", "read/write path")
+    assert (ups["vllm"]["git"], ups["vllm"]["commit"]) == ("https://github.com/vllm-project/vllm", d.VLLM_COMMIT)
+    assert (ups["aiter"]["git"], ups["aiter"]["commit"]) == ("https://github.com/ROCm/aiter", d.AITER_COMMIT)
+    assert "stack.lock.json:4" in ups["vllm"]["note"] and "release commit " + d.RELEASE_COMMIT in ups["vllm"]["note"]
+    assert "upstream.lock:5" in ups["aiter"]["note"] and "upstream.lock:4" in ups["aiter"]["note"]
+    # The digest-pinned base (an ARG default) is pinned; the tag-only build stage is not.
+    assert lock["images"] == {"runtime": {"repository": "rocm/vllm", "digest": d.BASE_DIGEST, "tag": "v0.11.0"}}
+
+    by_file = {p["file"]: p for p in lock["patches"]}
+    worker = by_file["overlay/vllm/v1/worker/gpu_worker.py"]
+    assert worker["origin"]["commit"] == d.VLLM_COMMIT and worker["origin"]["repository"] == "vllm-project/vllm"
+    assert "origin" not in by_file["overlay/vllm/v1/kv_offload/kv_companion.py"]
+    # References: each where it is unambiguous.
+    refs = {rel: p.get("refs", []) for rel, p in by_file.items()}
+    commit = f"https://github.com/vllm-project/vllm/commit/{d.FIX_COMMIT}"
+    assert refs == {
+        "overlay/vllm/v1/worker/gpu_worker.py": ["vllm-project/vllm#27001", "vllm-project/vllm#27002"],
+        "overlay/vllm/v1/sample/sampler.py": [commit],  # a README bullet naming the file
+        "overlay/vllm/entrypoints/openai/serving_chat.py": [commit],  # owner/repo@sha above its single-file COPY
+        "overlay/vllm/model_executor/layers/rotary.py": [],
+        "overlay/vllm/v1/kv_offload/kv_companion.py": [],
+    }
+
+    overlays = [rel for rel in d.FILES if rel not in d.MODULES]
+    unnamed = ["overlay/vllm/v1/sample/sampler.py", "overlay/vllm/model_executor/layers/rotary.py"]
+    expected = {("no-diff", rel, None) for rel in overlays}
+    expected |= {("kind-unknown", rel, None) for rel in unnamed}
+    expected |= {
+        ("ref-unassigned", "README.md", 6),  # names two patches
+        ("ref-unassigned", "README.md", 10),  # PR #99 with no project and no patch
+        ("image-unpinned", df, d.line_of(root, df, "FROM python:3.12-slim")),
+    }
+    if layout.compose:
+        expected.add(("ref-unassigned", "docker/compose.yaml", d.line_of(root, "docker/compose.yaml", "build:")))
+    assert _issues(out) == expected
+
+    code, findings, _ = _check(root, invoke)
+    assert code == 1
+    names = {rel: p["name"] for rel, p in by_file.items()}
+    want_check = {("no-diff", "error", "lockfile.toml", _lock_line(root, f'name = "{names[r]}"')) for r in overlays}
+    want_check |= {("base-unpinned", "note", "lockfile.toml", _lock_line(root, f'name = "{names[r]}"')) for r in overlays}
+    want_check |= {("kind-unknown", "note", "lockfile.toml", _lock_line(root, f'name = "{names[r]}"')) for r in unnamed}
+    want_check.add(("image-unpinned", "error", df, d.line_of(root, df, "FROM python:3.12-slim")))
+    pinned = {a["file"] for a in lock["artifacts"]} | {"lockfile.toml"}
+    want_check |= {("sums-drift", "error", "SHA256SUMS", None)}  # one per file import pins beside the patches
+    assert findings == want_check
+    _, _, raw = _check(root, invoke)
+    unlisted = {str(f["message"]).removeprefix("does not list ") for f in raw if f["code"] == "sums-drift"}
+    assert unlisted == pinned
+
+
+def test_pinning_the_base_by_digest_clears_check(tmp_path: Path, invoke: Invoke) -> None:
+    """A tag-only FROM stays reported by check until the Dockerfile pins it; then check says nothing of it."""
+    layout = d.LAYOUTS[1]
+    root = d.make(tmp_path / "repo", layout)
+    _import(root, invoke)
+    line = d.line_of(root, "Dockerfile", "FROM python:3.12-slim")
+    assert ("image-unpinned", "error", "Dockerfile", line) in _check(root, invoke)[1]
+    text = (root / "Dockerfile").read_text()
+    (root / "Dockerfile").write_text(text.replace("FROM python:3.12-slim", f"FROM python:3.12-slim@{d.BASE_DIGEST}"))
+    assert not any(c == "image-unpinned" for c, *_ in _check(root, invoke)[1])
+
+
+@pytest.mark.parametrize(
+    "base",
+    [
+        "rocm/vllm:v0.11.0",  # tag only
+        "rocm/vllm",  # no tag at all: latest
+        "registry.example.com:5000/rocm/vllm:nightly",  # a registry with a port
+    ],
+)
+def test_a_tag_only_base_arg_is_reported_by_import_and_check(tmp_path: Path, invoke: Invoke, base: str) -> None:
+    root = d.make(tmp_path / "repo", d.LAYOUTS[1], dockerfile_text=d.dockerfile(base_arg=base))
+    out = _import(root, invoke)
+    line = d.line_of(root, "Dockerfile", "FROM ${BASE}")
+    assert ("image-unpinned", "Dockerfile", line) in _issues(out)
+    assert tomllib.loads((root / "lockfile.toml").read_text()).get("images", {}) == {}
+    assert ("image-unpinned", "error", "Dockerfile", line) in _check(root, invoke)[1]
+
+
+def test_a_copy_the_build_no_longer_makes_is_reported(tmp_path: Path, invoke: Invoke) -> None:
+    root = d.make(tmp_path / "repo", d.LAYOUTS[1])
+    _import(root, invoke)
+    text = (root / "Dockerfile").read_text()
+    (root / "Dockerfile").write_text(text.replace('COPY ["overlay/vllm/model_executor/layers/rotary.py", ', "# "))
+    code, _, raw = _check(root, invoke)
+    assert code == 1
+    gone = [f for f in raw if f["code"] == "build-not-copied"]
+    assert [f["field"] for f in gone] == ["patches[rotary].build"]
+
+
+@pytest.mark.parametrize(
+    ("lock_text", "conflicting"),
+    [
+        (d.UPSTREAM_LOCK.replace(d.VLLM_COMMIT, "1" * 40), True),  # upstream.lock disagrees with the stack lock
+        (d.UPSTREAM_LOCK.replace(d.VLLM_COMMIT, d.VLLM_COMMIT[:12]), False),  # an abbreviation of the same commit
+    ],
+)
+def test_pins_that_disagree_are_reported_not_guessed(
+    tmp_path: Path, invoke: Invoke, lock_text: str, conflicting: bool
+) -> None:
+    root = d.make(tmp_path / "repo", d.LAYOUTS[1], lock=lock_text)
+    out = _import(root, invoke)
+    lock = tomllib.loads((root / "lockfile.toml").read_text())
+    line = d.line_of(root, "upstream.lock", "VLLM_COMMIT=")
+    if conflicting:
+        assert ("pin-conflict", "upstream.lock", line) in _issues(out)
+        assert "commit" not in lock["upstreams"]["vllm"]
+        assert ("pin-conflict", "error", "upstream.lock", line) in _check(root, invoke)[1]
+        # No commit is taken for the overlays either: each one's base is unknown.
+        assert {("base-unknown", rel, None) for rel in d.FILES if rel not in d.MODULES} <= _issues(out)
+    else:
+        assert not any(k == "pin-conflict" for k, *_ in _issues(out))
+        assert lock["upstreams"]["vllm"]["commit"] == d.VLLM_COMMIT
+
+
+def test_import_of_a_dockerfile_only_repository_is_not_refused(tmp_path: Path, invoke: Invoke) -> None:
+    """No compose file anywhere: the Dockerfile is the delivery, and `import .` adopts it."""
+    root = d.make(tmp_path / "repo", d.LAYOUTS[2])
+    assert not list(root.rglob("*compose*"))
+    out = _import(root, invoke)
+    assert out["found"]["overlays"] == 4 and out["found"]["modules"] == 1  # type: ignore[index]
+
+
+def test_a_repository_with_neither_compose_nor_dockerfile_is_refused_with_both_named(
+    tmp_path: Path, invoke: Invoke
+) -> None:
+    root = tmp_path / "empty"
+    root.mkdir()
+    (root / "README.md").write_text("# nothing here\n")
+    run = invoke("import", str(root))
+    assert run.exit_code == 2
+    assert "no compose file" in run.stderr and "Dockerfile" in run.stderr
+    assert "Traceback" not in run.stderr
