@@ -157,7 +157,7 @@ def make(root: Path, layout: Layout, *, dockerfile_text: str | None = None, lock
     """Write the repository under ``root`` in ``layout``; returns ``root``."""
     for rel, text in FILES.items():
         write(root, rel, text)
-    write(root, "entrypoint.sh", "#!/bin/sh\nexec vllm serve \"$@\"\n")
+    write(root, "entrypoint.sh", '#!/bin/sh\nexec vllm serve "$@"\n')
     write(root, layout.dockerfile, dockerfile_text or dockerfile())
     if layout.compose:
         write(root, "docker/compose.yaml", COMPOSE.format(site=SITE))

@@ -94,10 +94,10 @@ def test_a_dockerfile_delivered_tree_imports_exactly(tmp_path: Path, invoke: Inv
 
     code, findings, _ = _check(root, invoke)
     assert code == 1
-    names = {rel: p["name"] for rel, p in by_file.items()}
-    want_check = {("no-diff", "error", "lockfile.toml", _lock_line(root, f'name = "{names[r]}"')) for r in overlays}
-    want_check |= {("base-unpinned", "note", "lockfile.toml", _lock_line(root, f'name = "{names[r]}"')) for r in overlays}
-    want_check |= {("kind-unknown", "note", "lockfile.toml", _lock_line(root, f'name = "{names[r]}"')) for r in unnamed}
+    at = {rel: _lock_line(root, f'name = "{p["name"]}"') for rel, p in by_file.items()}
+    want_check = {("no-diff", "error", "lockfile.toml", at[r]) for r in overlays}
+    want_check |= {("base-unpinned", "note", "lockfile.toml", at[r]) for r in overlays}
+    want_check |= {("kind-unknown", "note", "lockfile.toml", at[r]) for r in unnamed}
     want_check.add(("image-unpinned", "error", df, d.line_of(root, df, "FROM python:3.12-slim")))
     pinned = {a["file"] for a in lock["artifacts"]} | {"lockfile.toml"}
     want_check |= {("sums-drift", "error", "SHA256SUMS", None)}  # one per file import pins beside the patches
