@@ -38,6 +38,8 @@ _VAR = re.compile(
 )
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _SKIP = ("__pycache__/", ".pyc")
+# Files named after a Dockerfile that are not one: its ignore file, notes about it.
+_NOT_BUILDS = (".dockerignore", ".md", ".txt", ".rst", ".orig", ".bak", ".swp")
 
 
 @dataclass(frozen=True)
@@ -388,6 +390,6 @@ def find(root: Path) -> list[str]:
             continue
         for name in sorted(os.listdir(folder)):
             path = folder / name
-            if NAMES.fullmatch(name) and path.is_file() and not path.is_symlink():
+            if NAMES.fullmatch(name) and not name.endswith(_NOT_BUILDS) and path.is_file() and not path.is_symlink():
                 out.append(f"{place}/{name}" if place else name)
     return out
