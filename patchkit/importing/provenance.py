@@ -256,6 +256,10 @@ _AFTER_REPO = re.compile(
 )
 
 
+# Slashed words a cell may hold alone that are no repository: a one-letter side, "and/or".
+_PROSE_PAIR = re.compile(r"[^/]/[^/]+|[^/]+/[^/]|(?i:and/or|either/or|yes/no|on/off|read/write|input/output)")
+
+
 def _repository(text: str) -> str | None:
     """The repository a cell states, in a form people use for code, never a pair of prose words.
 
@@ -278,6 +282,8 @@ def _repository(text: str) -> str | None:
         m = _REPO.fullmatch(qualified.group(1) if qualified else token)
         if m is None or _FILE_NAME.fullmatch(m.group(1).split("/")[-1]):
             continue
+        if not (url or qualified) and _PROSE_PAIR.fullmatch(m.group(1)):
+            continue  # "n/a", "and/or" written alone in a cell
         rest = words[k + 1 :]
         if url or qualified or not rest or _AFTER_REPO.fullmatch(rest[0].strip("`,;")):
             return m.group(1)
