@@ -31,7 +31,7 @@ def _triples(found: list[pins.Pin]) -> set[tuple[str, str, str, int]]:
         ("VLLM_REF=v0.11.0", ("vllm", "version", "v0.11.0")),  # a ref that is not a commit is a tag
         ("AITER_REPO=https://github.com/ROCm/aiter.git", ("aiter", "git", "https://github.com/ROCm/aiter.git")),
         ("AITER_URL=git+https://github.com/ROCm/aiter", ("aiter", "git", "git+https://github.com/ROCm/aiter")),
-        ("TRITON_GIT=git@github.com:triton-lang/triton.git", ("triton", "git", "git@github.com:triton-lang/triton.git")),
+        ("TRITON_GIT=git@github.com:t-l/triton.git", ("triton", "git", "git@github.com:t-l/triton.git")),
         ("VLLM_REPO=vllm-project/vllm", ("vllm", "git", "vllm-project/vllm")),
         (f"VLLM-RELEASE-COMMIT={C1}", ("vllm", "release", C1)),
     ],
