@@ -314,6 +314,7 @@ class _Reader:
         self, stage: _Stage, line: int, src: str, dest: PurePosixPath, into_dir: bool, comment: str
     ) -> None:
         base = self.root / self.b.context if self.b.context != "." else self.root
+        src = src.lstrip("/")  # a COPY source is in the context even when written absolute
         matches = sorted(glob.glob(str(base / src))) if glob.has_magic(src) else [str(base / src)]
         matches = [m for m in matches if os.path.lexists(m)]
         if not matches:
@@ -343,8 +344,12 @@ class _Reader:
                     self.add(stage, line, full, str(dest / full.relative_to(top).as_posix()), comment)
 
     def add(self, stage: _Stage, line: int, path: Path, target: str, comment: str) -> None:
-        rel = path.relative_to(self.root).as_posix()
-        if any(s in rel for s in _SKIP) or not path.resolve().is_relative_to(self.root.resolve()):
+        """One file into the stage; one outside the repository (``../``, an absolute source) is none of its files."""
+        plain = Path(os.path.normpath(path))
+        if not plain.is_relative_to(self.root) or not plain.resolve().is_relative_to(self.root.resolve()):
+            return
+        rel = plain.relative_to(self.root).as_posix()
+        if any(s in rel for s in _SKIP):
             return
         stage.files[target] = Copied(rel, target, self.b.file, line, comment)
 

@@ -210,6 +210,8 @@ def read(root: Path, files: list[str]) -> tuple[list[Pin], list[tuple[str, str]]
                 pins += json_lock(rel, text)
             except ValueError as e:
                 bad.append((rel, f"not JSON ({e})"))
+            except RecursionError:
+                bad.append((rel, "nested too deeply to be a lock file"))
         else:
             pins += key_values(rel, text)
     return pins, bad

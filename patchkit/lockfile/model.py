@@ -769,10 +769,10 @@ PATCH = Record(
         text("reason"),
         strings("refs", Reference, "must be an array of strings, got {got}"),
         text("drop_when"),
+        text("build", RepoPath),
         table("base", BASE),
         table("diff", DIFF_PIN),
         table("origin", ORIGIN),
-        text("build", RepoPath),
     ),
     rules=(_overlay_parts, _committed, _unique_patch_name),
 )

@@ -190,3 +190,41 @@ def test_a_repository_with_neither_compose_nor_dockerfile_is_refused_with_both_n
     assert run.exit_code == 2
     assert "no compose file" in run.stderr and "Dockerfile" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize(
+    ("rel", "data"),
+    [
+        (
+            "Dockerfile",
+            b"FROM x@sha256:" + b"a" * 64 + b"\nCOPY ../../etc/passwd /usr/lib/python3/dist-packages/vllm/p.py\n",
+        ),
+        ("Dockerfile", b"FROM x@sha256:" + b"a" * 64 + b"\nCOPY /etc/ /usr/lib/python3/dist-packages/vllm/\n"),
+        ("Dockerfile", b"FROM x@sha256:" + b"a" * 64 + b'\nCOPY ["broken\n'),
+        ("Dockerfile", b"FROM\nCOPY\nARG\nWORKDIR\nENV\nCOPY --from= a\nFROM ${\n"),
+        ("stack.lock.json", b"[" * 100_000),
+        ("stack.lock.json", b'{"vllm": {"commit": 7, "repo": ["x"]}, "upstreams": "no"}'),
+        ("upstream.lock", b"\xff\xfe VLLM_COMMIT=\x00\n=\n==\nexport\n"),
+    ],
+)
+def test_hostile_or_odd_build_and_lock_files_never_crash_import_or_check(
+    tmp_path: Path, invoke: Invoke, rel: str, data: bytes
+) -> None:
+    root = d.make(tmp_path / "repo", d.LAYOUTS[1])
+    (root / rel).write_bytes(data)
+    run = invoke("import", str(root))
+    assert run.exit_code in (0, 2), run.stderr
+    assert "Traceback" not in run.stderr + run.stdout
+    text = (root / "lockfile.toml").read_text() if run.exit_code == 0 else ""
+    assert "/etc/" not in text and "passwd" not in text  # nothing outside the repository is pinned
+    if run.exit_code == 0:
+        check = invoke("check", repo=root)
+        assert check.exit_code in (0, 1), check.stderr
+
+
+def test_a_non_utf8_dockerfile_is_refused_with_its_name(tmp_path: Path, invoke: Invoke) -> None:
+    root = d.make(tmp_path / "repo", d.LAYOUTS[1])
+    (root / "Dockerfile").write_bytes(b"FROM x\n\xff\xfe\n")
+    run = invoke("import", str(root))
+    assert run.exit_code == 2 and "Dockerfile" in run.stderr and "UTF-8" in run.stderr
+    assert not (root / "lockfile.toml").exists()
