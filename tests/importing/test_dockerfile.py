@@ -228,3 +228,43 @@ def test_a_non_utf8_dockerfile_is_refused_with_its_name(tmp_path: Path, invoke: 
     run = invoke("import", str(root))
     assert run.exit_code == 2 and "Dockerfile" in run.stderr and "UTF-8" in run.stderr
     assert not (root / "lockfile.toml").exists()
+
+
+def test_compose_build_arguments_decide_the_tree(tmp_path: Path, invoke: Invoke) -> None:
+    """`args:` in compose's build override the Dockerfile's ARG defaults: here the tree is dist-packages."""
+    root = d.make(tmp_path / "repo", d.LAYOUTS[0])
+    compose = root / "docker/compose.yaml"
+    compose.write_text(compose.read_text().replace(f"PY_SITE: {d.SITE}", f"PY_SITE: {d.DIST}"))
+    _import(root, invoke)
+    lock = tomllib.loads((root / "lockfile.toml").read_text())
+    assert {p["target"] for p in lock["patches"]} == {t.replace(d.SITE, d.DIST) for t in d.TARGETS.values()}
+    _, findings, _ = _check(root, invoke)
+    assert not any(c == "build-not-copied" for c, *_ in findings)  # check reads the build with the same arguments
+
+
+@pytest.mark.parametrize("place", ["deploy", "docker", "build"])
+def test_compose_files_in_build_directories_mount_relative_to_themselves(
+    tmp_path: Path, invoke: Invoke, place: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bind-mount repository whose compose file lives in deploy/: `import .` finds it, sources resolve from there."""
+    root = tmp_path / "repo"
+    d.write(root, "patches/sampler.py", d.FILES["overlay/vllm/v1/sample/sampler.py"])
+    d.write(
+        root,
+        f"{place}/docker-compose.yml",
+        "services:\n  vllm:\n    image: rocm/vllm@" + d.BASE_DIGEST + "\n    volumes:\n"
+        "      # vllm-project/vllm@" + d.FIX_COMMIT + "\n"
+        f"      - ../patches/sampler.py:{d.SITE}/vllm/v1/sample/sampler.py:ro\n",
+    )
+    monkeypatch.chdir(root)
+    out = _import(Path("."), invoke)
+    lock = tomllib.loads((root / "lockfile.toml").read_text())
+    (patch,) = lock["patches"]
+    assert (patch["file"], patch["target"], "build" in patch) == (
+        "patches/sampler.py",
+        f"{d.SITE}/vllm/v1/sample/sampler.py",
+        False,
+    )
+    assert patch["refs"] == [f"https://github.com/vllm-project/vllm/commit/{d.FIX_COMMIT}"]
+    assert not any(k.startswith("mount-") for k, *_ in _issues(out))
+    assert not any(c.startswith("mount-") for c, *_ in _check(root, invoke)[1])
