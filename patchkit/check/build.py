@@ -6,8 +6,10 @@ rules read them again on every check, so what import reported stays
 reported while it holds: a base image or service image written by tag only
 (``image-unpinned``), a ``FROM`` or ``COPY`` whose variable has no value, a
 copied source that is gone, a patch the build no longer copies to its
-target (``build-not-copied``), and two lock or build files pinning one
-upstream differently (``pin-conflict``).
+target (``build-not-copied``), a compose ``build:`` naming no Dockerfile
+(``build-missing``), and the repository's own pins: two files pinning one
+upstream differently (``pin-conflict``), a lock that does not parse
+(``pin-unreadable``), a commit with no repository (the note ``pin-no-repository``).
 """
 
 from __future__ import annotations
@@ -34,8 +36,10 @@ def image_builds(state: State) -> list[Finding]:
     out: list[Finding] = []
     for c in composes:
         out += [_unpinned_service(u) for u in c.images if u.digest is None]
+        out += [_build_missing(u) for u in c.builds if state.view.kind(u.dockerfile) != "file"]
     uses = {b.dockerfile: b for c in composes for b in c.builds}
-    files = [str(a.file) for a in lock.artifacts if dockerfile.NAMES.fullmatch(a.file.pure.name)]
+    # The Dockerfiles import read (a Dockerfile pinned by hand is the deployment's own business).
+    files = [str(a.file) for a in lock.artifacts if a.note == "image build"]
     files += [str(p.build) for p in lock.patches if p.build is not None]
     root = state.view.repo.root
     builds: dict[str, dockerfile.Build] = {}
@@ -55,7 +59,7 @@ def image_builds(state: State) -> list[Finding]:
         out += [_unpinned_base(b) for b in build.bases if b.ref is not None and b.digest is None]
     out += _copied(state, builds)
     out += _kind_unknown(state)
-    out += _pin_conflicts(state, list(builds.values()))
+    out += _pins(state, list(builds.values()))
     return out
 
 
@@ -64,8 +68,8 @@ def _composes(state: State) -> list[compose.ComposeFile]:
 
     out = []
     for a in state.lock.artifacts:
-        if not compose.COMPOSE_NAMES.fullmatch(a.file.pure.name):
-            continue
+        if a.note != "compose" or not compose.COMPOSE_NAMES.fullmatch(a.file.pure.name):
+            continue  # only the hand-kept compose files import pinned
         data = state.view.read(str(a.file))
         try:
             if data is not None:
@@ -117,20 +121,22 @@ def _copied(state: State, builds: dict[str, dockerfile.Build]) -> list[Finding]:
     return out
 
 
-def _pin_conflicts(state: State, builds: list[dockerfile.Build]) -> list[Finding]:
-    """Two of the repository's own lock or build files that pin one upstream differently (import took neither)."""
+def _pins(state: State, builds: list[dockerfile.Build]) -> list[Finding]:
+    """The repository's own pins, read again: files that disagree, a lock that does not parse, a commit of nothing."""
     from patchkit.importing import pins
 
     files = [str(a.file) for a in state.lock.artifacts if a.note == "lock" and state.view.read(str(a.file)) is not None]
-    if not files or not isinstance(state.view, RepoView):
+    if not isinstance(state.view, RepoView) or not (files or builds):
         return []
     try:
-        found, _ = pins.read(state.view.repo.root, files)
+        found, bad = pins.read(state.view.repo.root, files)
     except BadInput:
         return []  # a lock file that is not a regular file inside the repository: the file checks report it
+    out = [Finding("pin-unreadable", rel, None, why, "fix the file; its pins are not carried over") for rel, why in bad]
     for b in builds:
         found += pins.from_build(b)
-    return [
+    stated, conflicts = pins.agree(found)
+    out += [
         Finding(
             "pin-conflict",
             b.file,
@@ -138,8 +144,33 @@ def _pin_conflicts(state: State, builds: list[dockerfile.Build]) -> list[Finding
             f"states {b.name} {b.what} {b.value}, but {a.where} states {a.value}; neither is taken",
             "make the files agree",
         )
-        for a, b in pins.agree(found)[1]
+        for a, b in conflicts
     ]
+    declared = {u.name for u in state.lock.upstreams}
+    for s in stated.values():
+        if s.commit is not None and s.git is None and s.name not in declared:
+            file, _, line = s.where["commit"].rpartition(":")
+            out.append(
+                Finding(
+                    "pin-no-repository",
+                    file,
+                    int(line),
+                    f"states {s.name} commit {s.commit}, but no source names the repository it is a commit of",
+                    f"state the repository beside it ({s.name.upper()}_REPO=https://github.com/OWNER/REPO)",
+                    severity="note",
+                )
+            )
+    return out
+
+
+def _build_missing(use: compose.BuildUse) -> Finding:
+    return Finding(
+        "build-missing",
+        use.compose,
+        use.line,
+        f"services.{use.service}.build names {use.dockerfile}, which is not a file of the repository",
+        "fix build.context or build.dockerfile",
+    )
 
 
 def _kind_unknown(state: State) -> list[Finding]:

@@ -297,7 +297,7 @@ class _Importer:
                     "not-mounted",
                     rel,
                     None,
-                    "no compose file mounts it, so the deployment does not run it",
+                    "no compose file mounts it and no image build copies it, so the deployment does not run it",
                     "mount it, or delete it (patchkit check reports it as an orphan)",
                 )
         return out
@@ -741,7 +741,7 @@ class _Importer:
                         "provenance-unmatched",
                         file,
                         int(line),
-                        f"the table names {row.file}, which no compose file mounts",
+                        f"the table names {row.file}, which no compose file mounts and no image build copies",
                         "fix the file name in the table, or mount the file",
                     )
                     continue

@@ -268,3 +268,43 @@ def test_compose_files_in_build_directories_mount_relative_to_themselves(
     assert patch["refs"] == [f"https://github.com/vllm-project/vllm/commit/{d.FIX_COMMIT}"]
     assert not any(k.startswith("mount-") for k, *_ in _issues(out))
     assert not any(c.startswith("mount-") for c, *_ in _check(root, invoke)[1])
+
+
+@pytest.mark.parametrize(
+    ("edit", "kind", "rel", "needle"),
+    [
+        # A commit pinned with no repository anywhere: noted, nothing declared.
+        (
+            ("upstream.lock", "PYTHON_VERSION=3.12", f"TRITON_COMMIT={d.AITER_COMMIT}"),
+            "pin-no-repository",
+            "upstream.lock",
+            "TRITON_COMMIT=",
+        ),
+        # A JSON lock that does not parse.
+        (
+            ("stack.lock.json", '"stack": "mi300x-serving",', '"stack": mi300x,'),
+            "pin-unreadable",
+            "stack.lock.json",
+            None,
+        ),
+        # A compose build naming a Dockerfile that is not there.
+        (
+            ("docker/compose.yaml", "dockerfile: docker/Dockerfile", "dockerfile: docker/Dockerfile.gone"),
+            "build-missing",
+            "docker/compose.yaml",
+            "build:",
+        ),
+    ],
+)
+def test_what_import_says_of_pins_and_builds_check_says_again(
+    tmp_path: Path, invoke: Invoke, edit: tuple[str, str, str], kind: str, rel: str, needle: str | None
+) -> None:
+    root = d.make(tmp_path / "repo", d.LAYOUTS[0])
+    (root / "docker/Dockerfile.gone").unlink(missing_ok=True)
+    path = root / edit[0]
+    assert edit[1] in path.read_text()
+    path.write_text(path.read_text().replace(edit[1], edit[2]))
+    line = d.line_of(root, rel, needle) if needle else None
+    assert (kind, rel, line) in _issues(_import(root, invoke))
+    assert kind in {c for c, _, f, ln in _check(root, invoke)[1] if f == rel and ln == line}
+    assert "triton" not in tomllib.loads((root / "lockfile.toml").read_text())["upstreams"]
