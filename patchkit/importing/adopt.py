@@ -204,7 +204,7 @@ class _Importer:
         builds = self.image_builds(composes)
         delivers = any(_PYTHON_TREE.search(c.target) for b in builds for c in b.copied)
         if not files and not delivers and queue.has_queue(self.root):
-            return self.patch_queue()
+            return self.read_builds(self.patch_queue(), builds)
         if not files and not builds:
             raise BadInput(
                 f"{self.root}: no compose file (compose.yaml, compose.*.yaml, docker-compose.yml) "
@@ -543,6 +543,19 @@ class _Importer:
         return incremental
 
     # -- image builds (importing/dockerfile.py) and the repository's own pins (importing/pins.py)
+
+    def read_builds(self, lock: Lockfile, builds: list[dockerfile.Build]) -> Lockfile:
+        """A queue's lockfile with the Dockerfiles import read marked so, for check to read them again.
+
+        Their tag-only bases are reported here; the queue pins those written by digest.
+        """
+        self.base_images(builds)
+        read = {b.file for b in builds}
+        marked = [
+            dataclasses.replace(a, note="image build") if str(a.file) in read and a.note is None else a
+            for a in lock.artifacts
+        ]
+        return dataclasses.replace(lock, artifacts=tuple(marked))
 
     def nested_composes(self) -> list[str]:
         """Compose files in the directories repositories keep their deployment in (docker/, deploy/, build/)."""

@@ -308,3 +308,22 @@ def test_what_import_says_of_pins_and_builds_check_says_again(
     assert (kind, rel, line) in _issues(_import(root, invoke))
     assert kind in {c for c, _, f, ln in _check(root, invoke)[1] if f == rel and ln == line}
     assert "triton" not in tomllib.loads((root / "lockfile.toml").read_text())["upstreams"]
+
+
+def test_a_patch_queue_built_from_a_tag_only_image_is_reported_by_import_and_check(
+    tmp_path: Path, invoke: Invoke
+) -> None:
+    """A queue repository (no overlay copied): the queue import stands, and its build's base is still read."""
+    root = tmp_path / "queue"
+    diff = "--- a/vllm/x.py\n+++ b/vllm/x.py\n@@ -1 +1 @@\n-a\n+b\n"
+    d.write(root, "patches/vllm/0001-fix.patch", "From: a <a@b>\nSubject: [PATCH] fix\n\n---\n" + diff)
+    d.write(
+        root,
+        "Containerfile",
+        "FROM rocm/vllm-dev:nightly\nCOPY patches /patches\nRUN git apply /patches/vllm/0001-fix.patch\n",
+    )
+    out = _import(root, invoke)
+    lock = tomllib.loads((root / "lockfile.toml").read_text())
+    assert list(lock["series"]) == ["vllm"] and "patches" not in lock
+    assert ("image-unpinned", "Containerfile", 1) in _issues(out)
+    assert ("image-unpinned", "error", "Containerfile", 1) in _check(root, invoke)[1]
