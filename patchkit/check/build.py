@@ -37,6 +37,7 @@ def image_builds(state: State) -> list[Finding]:
     for c in composes:
         out += [_unpinned_service(u) for u in c.images if u.digest is None]
         out += [_build_missing(u) for u in c.builds if state.view.kind(u.dockerfile) != "file"]
+        out += [f for u in c.builds if (f := _build_comment(u)) is not None]
     uses = {b.dockerfile: b for c in composes for b in c.builds}
     # The Dockerfiles import read (a Dockerfile pinned by hand is the deployment's own business).
     files = [str(a.file) for a in lock.artifacts if a.note == "image build"]
@@ -58,8 +59,10 @@ def image_builds(state: State) -> list[Finding]:
         out += [Finding(kind, rel, line, message, fix) for kind, line, message, fix in build.problems]
         out += [_unpinned_base(b) for b in build.bases if b.ref is not None and b.digest is None]
     out += _copied(state, builds)
+    out += [f for b in builds.values() for f in _copy_comments(state, b)]
     out += _kind_unknown(state)
     out += _pins(state, list(builds.values()))
+    out += _unplaced(state)
     return out
 
 
@@ -193,4 +196,78 @@ def _kind_unknown(state: State) -> list[Finding]:
                 "note",
             )
         )
+    return out
+
+
+def _unplaced(state: State) -> list[Finding]:
+    """References README prose cites that no single patch can be given, as import noted them (not recorded)."""
+    from patchkit.importing import provenance
+
+    lock = state.lock
+    if not isinstance(state.view, RepoView) or not any(p.origin is not None or p.build for p in lock.patches):
+        return []  # only an imported repository's prose was read
+    files = {str(p.file): p.origin.repository if p.origin else None for p in lock.patches if p.file is not None}
+    out = []
+    for c in provenance.prose_citations(state.view.repo.root, files):
+        if c.rel is None:
+            file, line = c.source.rsplit(":", 1)
+            out.append(
+                Finding(
+                    "ref-unassigned",
+                    file,
+                    int(line),
+                    f"cites {', '.join(c.cited)}, but the paragraph {c.why}: no patch records it",
+                    "cite it in the provenance table row of the patch it belongs to (owner/repo#N)",
+                    severity="note",
+                )
+            )
+    return out
+
+
+def _refs_in(text: str) -> list[str]:
+    from patchkit.importing import provenance
+
+    found = provenance.references(text)
+    return [str(r) for r in found.refs] + list(found.unresolved)
+
+
+def _build_comment(use: compose.BuildUse) -> Finding | None:
+    """A comment above a compose ``build:`` citing references: which patch they belong to is not said."""
+    refs = _refs_in(use.comment)
+    if not refs:
+        return None
+    return Finding(
+        "ref-unassigned",
+        use.compose,
+        use.line,
+        f"the comment above services.{use.service}.build cites {', '.join(refs)}; no patch records it",
+        "cite it in the provenance table row of the patch it belongs to, or above its COPY",
+        severity="note",
+    )
+
+
+def _copy_comments(state: State, build: dockerfile.Build) -> list[Finding]:
+    """A comment above a COPY of several patches (or naming no project) citing references no patch records."""
+    from patchkit.importing import provenance
+
+    delivered = {str(p.target) for p in state.lock.patches if p.build is not None and str(p.build) == build.file}
+    by_line: dict[int, list[dockerfile.Copied]] = {}
+    for c in build.copied:
+        if c.target in delivered:
+            by_line.setdefault(c.line, []).append(c)
+    out = []
+    for line, group in sorted(by_line.items()):
+        found = provenance.references(group[0].comment)
+        if (len(group) > 1 and (found.refs or found.unresolved)) or found.unresolved:
+            out.append(
+                Finding(
+                    "ref-unassigned",
+                    build.file,
+                    line,
+                    f"the comment cites {', '.join(_refs_in(group[0].comment))}, but the COPY "
+                    f"{'copies several patches' if len(group) > 1 else 'names no project'}; no patch records it",
+                    "cite it in the provenance table row of the patch it belongs to (owner/repo#N)",
+                    severity="note",
+                )
+            )
     return out

@@ -788,38 +788,20 @@ class _Importer:
 
     def prose_refs(self, entries: list[_Entry]) -> None:
         """References in README prose, given to the one patch the paragraph (or its heading) names; else noted."""
-        patches = [e for e in entries if e.kind in ("overlay", "module", "transformer")]
-        for doc in provenance.DOCUMENTS:
-            path = self.root / doc
-            if not path.is_file() or not path.resolve().is_relative_to(self.root):
+        patches = {e.rel: e for e in entries if e.kind in ("overlay", "module", "transformer")}
+        files = {rel: e.origin.get("repository") for rel, e in patches.items()}
+        for c in provenance.prose_citations(self.root, files):
+            if c.rel is not None:
+                _add_refs(patches[c.rel], c.text, c.default_repo)
                 continue
-            for block in provenance.prose(doc, _utf8(doc, path.read_bytes())):
-                named = [e for e in patches if provenance.mentions(block.text, e.rel)]
-                if not named and block.heading:
-                    named = [e for e in patches if provenance.mentions(block.heading, e.rel)]
-                default = named[0].origin.get("repository") if len(named) == 1 else None
-                found = provenance.references(block.text, default)
-                refs = [str(r) for r in found.refs] + list(found.unresolved)
-                if not refs:
-                    continue
-                if len(named) == 1 and not found.unresolved:
-                    _add_refs(named[0], block.text, default)
-                    continue
-                file, line = block.source.rsplit(":", 1)
-                why = (
-                    f"{', '.join(found.unresolved)} names no project"
-                    if len(named) == 1
-                    else "names no patch's file"
-                    if not named
-                    else f"names several patches ({', '.join(e.rel for e in named)})"
-                )
-                self.issue(
-                    "ref-unassigned",
-                    file,
-                    int(line),
-                    f"cites {', '.join(refs)}, but the paragraph {why}: not recorded",
-                    "cite it in the provenance table row of the patch it belongs to (owner/repo#N)",
-                )
+            file, line = c.source.rsplit(":", 1)
+            self.issue(
+                "ref-unassigned",
+                file,
+                int(line),
+                f"cites {', '.join(c.cited)}, but the paragraph {c.why}: not recorded",
+                "cite it in the provenance table row of the patch it belongs to (owner/repo#N)",
+            )
 
     def upstreams(self, entries: list[_Entry], stated: dict[str, pins.Stated]) -> tuple[Upstream, ...]:
         repos: dict[str, set[str]] = {}

@@ -395,3 +395,58 @@ def mentions(text: str, rel: str) -> bool:
         if token == name or ("/" in token and (rel == token or rel.endswith("/" + token))):
             return True
     return False
+
+
+@dataclass(frozen=True)
+class Cited:
+    """References a prose block cites: the one file they belong to (``rel``), or why none can be told (``why``)."""
+
+    source: str  # "README.md:12"
+    text: str
+    default_repo: str | None
+    cited: tuple[str, ...]  # the references, and the numbers whose project is never named
+    rel: str | None
+    why: str | None
+
+
+def _cited(block: Block, files: dict[str, str | None]) -> Cited | None:
+    named = [rel for rel in files if mentions(block.text, rel)]
+    if not named and block.heading:
+        named = [rel for rel in files if mentions(block.heading, rel)]
+    default = files[named[0]] if len(named) == 1 else None
+    found = references(block.text, default)
+    cited = tuple([str(r) for r in found.refs] + list(found.unresolved))
+    if not cited:
+        return None
+    if len(named) == 1 and not found.unresolved:
+        return Cited(block.source, block.text, default, cited, named[0], None)
+    why = (
+        f"{', '.join(found.unresolved)} names no project"
+        if len(named) == 1
+        else "names no patch's file"
+        if not named
+        else f"names several patches ({', '.join(named)})"
+    )
+    return Cited(block.source, block.text, default, cited, None, why)
+
+
+def prose_citations(root: Path, files: dict[str, str | None]) -> list[Cited]:
+    """What the provenance documents' prose cites, each block given to the one of ``files`` it names.
+
+    ``files`` maps each patch's repository path to its repository (``owner/repo``,
+    for a bare ``#N``). A paragraph, list item or heading names a file by its
+    name or the end of its path; a block naming none gets its heading's. Read
+    by ``import`` (which records the placed ones) and ``check`` (which notes
+    the others again); a document that is not a regular file inside the
+    repository cites nothing.
+    """
+    top = root.resolve()
+    out: list[Cited] = []
+    for doc in DOCUMENTS:
+        path = root / doc
+        if not path.is_file() or not path.resolve().is_relative_to(top):
+            continue
+        for block in prose(doc, path.read_bytes().decode("utf-8", "replace")):
+            if (c := _cited(block, files)) is not None:
+                out.append(c)
+    return out

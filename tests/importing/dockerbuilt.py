@@ -53,7 +53,7 @@ ARG PY_SITE={SITE}
 
 FROM python:3.12-slim AS stage
 WORKDIR /staging
-# the v1 tree is staged, then copied over vLLM in the final stage
+# the v1 tree (vllm-project/vllm#27005) is staged, then copied over vLLM in the final stage
 COPY overlay/vllm/v1/ ./v1/
 
 FROM ${{BASE}} AS runtime

@@ -87,6 +87,7 @@ def test_a_dockerfile_delivered_tree_imports_exactly(tmp_path: Path, invoke: Inv
         ("ref-unassigned", "README.md", 6),  # names two patches
         ("ref-unassigned", "README.md", 10),  # PR #99 with no project and no patch
         ("image-unpinned", df, d.line_of(root, df, "FROM python:3.12-slim")),
+        ("ref-unassigned", df, d.line_of(root, df, "COPY overlay/vllm/v1/")),  # a comment above a tree's COPY
     }
     if layout.compose:
         expected.add(("ref-unassigned", "docker/compose.yaml", d.line_of(root, "docker/compose.yaml", "build:")))
@@ -99,6 +100,12 @@ def test_a_dockerfile_delivered_tree_imports_exactly(tmp_path: Path, invoke: Inv
     want_check |= {("base-unpinned", "note", "lockfile.toml", at[r]) for r in overlays}
     want_check |= {("kind-unknown", "note", "lockfile.toml", at[r]) for r in unnamed}
     want_check.add(("image-unpinned", "error", df, d.line_of(root, df, "FROM python:3.12-slim")))
+    want_check |= {("ref-unassigned", "note", "README.md", 6), ("ref-unassigned", "note", "README.md", 10)}
+    want_check.add(("ref-unassigned", "note", df, d.line_of(root, df, "COPY overlay/vllm/v1/")))
+    if layout.compose:
+        want_check.add(
+            ("ref-unassigned", "note", "docker/compose.yaml", d.line_of(root, "docker/compose.yaml", "build:"))
+        )
     pinned = {a["file"] for a in lock["artifacts"]} | {"lockfile.toml"}
     want_check |= {("sums-drift", "error", "SHA256SUMS", None)}  # one per file import pins beside the patches
     assert findings == want_check
