@@ -256,6 +256,9 @@ _AFTER_REPO = re.compile(
 )
 
 
+_GITHUB_PAGE = re.compile(
+    r"https?://github\.com/([A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)/(?:commit|pull|tree|blob|issues)/"
+)
 # Slashed words a cell may hold alone that are no repository: a one-letter side, "and/or".
 _PROSE_PAIR = re.compile(r"[^/]/[^/]+|[^/]+/[^/]|(?i:and/or|either/or|yes/no|on/off|read/write|input/output)")
 
@@ -279,6 +282,8 @@ def _repository(text: str) -> str | None:
         url = token.startswith(("https://", "http://"))
         if not (url or qualified or k == 0):
             continue
+        if url and (gh := _GITHUB_PAGE.match(token)) is not None:
+            token = f"https://github.com/{gh.group(1)}"  # a commit, pull request or tree URL names its repository
         m = _REPO.fullmatch(qualified.group(1) if qualified else token)
         if m is None or _FILE_NAME.fullmatch(m.group(1).split("/")[-1]):
             continue
