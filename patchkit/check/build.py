@@ -207,7 +207,8 @@ def _unplaced(state: State) -> list[Finding]:
     if not isinstance(state.view, RepoView) or not any(p.origin is not None or p.build for p in lock.patches):
         return []  # only an imported repository's prose was read
     files = {str(p.file): p.origin.repository if p.origin else None for p in lock.patches if p.file is not None}
-    out = []
+    out: list[Finding] = []
+    out += _lock_entries(state, list(files))
     for c in provenance.prose_citations(state.view.repo.root, files):
         if c.rel is None:
             file, line = c.source.rsplit(":", 1)
@@ -270,4 +271,28 @@ def _copy_comments(state: State, build: dockerfile.Build) -> list[Finding]:
                     severity="note",
                 )
             )
+    return out
+
+
+def _lock_entries(state: State, files: list[str]) -> list[Finding]:
+    """A JSON lock's per-patch entry citing references for a file no single patch has."""
+    from patchkit.importing import pins, provenance
+
+    out = []
+    for a in state.lock.artifacts:
+        data = state.view.read(str(a.file)) if a.note == "lock" and str(a.file).endswith(".json") else None
+        for entry in pins.patch_entries(str(a.file), data.decode("utf-8", "replace")) if data else []:
+            named = [rel for rel in files if provenance.mentions(entry.names, rel)]
+            if len(named) != 1 and provenance.references(entry.text).refs:
+                out.append(
+                    Finding(
+                        "ref-unassigned",
+                        entry.file,
+                        entry.line,
+                        f"the entry for {entry.names} cites references, but no single patch has that file; "
+                        "no patch records them",
+                        "name the patch's file in the entry as its repository path",
+                        severity="note",
+                    )
+                )
     return out

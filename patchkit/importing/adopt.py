@@ -676,6 +676,7 @@ class _Importer:
             self.issue("pin-unreadable", rel, None, why, "fix the file; its pins are not carried over")
         for b in builds:
             found += pins.from_build(b)
+        self.lock_refs(entries)
         stated, conflicts = pins.agree(found)
         for a, b_ in conflicts:
             self.issue(
@@ -695,6 +696,27 @@ class _Importer:
                 e.origin["repository"] = gh
                 e.stated_in.append(pin.where["git"])
         return stated
+
+    def lock_refs(self, entries: list[_Entry]) -> None:
+        """References a JSON lock's per-patch entry writes (``"pr": "vllm-project/vllm#1"``), given to its file."""
+        for rel in (f for f in self._lock_files if f.endswith(".json")):
+            text = self.read(rel, "a lock file").decode("utf-8", "replace")
+            for entry in pins.patch_entries(rel, text):
+                named = [e for e in entries if provenance.mentions(entry.names, e.rel)]
+                found = provenance.references(entry.text)
+                if not found.refs:
+                    continue
+                if len(named) == 1:
+                    _add_refs(named[0], entry.text, None)
+                    continue
+                self.issue(
+                    "ref-unassigned",
+                    rel,
+                    entry.line,
+                    f"the entry for {entry.names} cites {', '.join(str(r) for r in found.refs)}, but "
+                    f"{'no patch' if not named else 'several patches'} has that file: not recorded",
+                    "name the patch's file in the entry as its repository path",
+                )
 
     def pinned_upstreams(self, stated: dict[str, pins.Stated], repos: dict[str, set[str]]) -> list[Upstream]:
         """Upstreams the repository's own pins declare: a pin's repository, or the provenance's of the same name.

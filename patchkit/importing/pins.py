@@ -258,3 +258,41 @@ def agree(pins: list[Pin]) -> tuple[dict[str, Stated], list[tuple[Pin, Pin]]]:
     for name, what in broken:
         setattr(out[name], what, None)
     return out, conflicts
+
+
+_FILE_KEYS = ("file", "path", "patch", "overlay", "module", "name", "source")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A per-patch object of a JSON lock: the file it names and its words (where references are written)."""
+
+    file: str
+    line: int
+    names: str  # the value naming the patch's file
+    text: str  # every string value of the object, for references
+
+
+def patch_entries(rel: str, text: str) -> list[Entry]:
+    """The objects in a JSON lock's lists that name a file (``{"file": "x.py", "pr": "vllm-project/vllm#1"}``)."""
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        return []
+    lines = text.splitlines()
+    out: list[Entry] = []
+
+    def walk(node: Any, listed: bool) -> None:
+        if isinstance(node, list):
+            for item in node:
+                walk(item, True)
+        elif isinstance(node, dict):
+            named = next((v for k, v in node.items() if k in _FILE_KEYS and isinstance(v, str) and "." in v), None)
+            if listed and named is not None:
+                words = " ".join(str(v) for v in node.values() if isinstance(v, (str, int)) and not isinstance(v, bool))
+                out.append(Entry(rel, _line_of(lines, next(k for k in node if node[k] == named), named), named, words))
+            for value in node.values():
+                walk(value, False)
+
+    walk(doc, False)
+    return out

@@ -92,8 +92,10 @@ def stack_lock() -> str:
         "package_base": "vllm==0.11.0",
         "patches": [
             {"file": rel, "sha256": sha256_bytes(text.encode()), "base_commit": FIX_COMMIT}
+            | ({"upstream": "vllm-project/vllm#27010"} if rel.endswith("sampler.py") else {})
             for rel, text in sorted(FILES.items())
-        ],
+        ]
+        + [{"file": "vllm/__init__.py", "pr": "https://github.com/vllm-project/vllm/pull/27011"}],
     }
     return json.dumps(doc, indent=2) + "\n"
 

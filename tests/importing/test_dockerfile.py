@@ -73,7 +73,7 @@ def test_a_dockerfile_delivered_tree_imports_exactly(tmp_path: Path, invoke: Inv
     commit = f"https://github.com/vllm-project/vllm/commit/{d.FIX_COMMIT}"
     assert refs == {
         "overlay/vllm/v1/worker/gpu_worker.py": ["vllm-project/vllm#27001", "vllm-project/vllm#27002"],
-        "overlay/vllm/v1/sample/sampler.py": [commit],  # a README bullet naming the file
+        "overlay/vllm/v1/sample/sampler.py": ["vllm-project/vllm#27010", commit],  # stack lock entry, README bullet
         "overlay/vllm/entrypoints/openai/serving_chat.py": [commit],  # owner/repo@sha above its single-file COPY
         "overlay/vllm/model_executor/layers/rotary.py": [],
         "overlay/vllm/v1/kv_offload/kv_companion.py": [],
@@ -88,6 +88,7 @@ def test_a_dockerfile_delivered_tree_imports_exactly(tmp_path: Path, invoke: Inv
         ("ref-unassigned", "README.md", 10),  # PR #99 with no project and no patch
         ("image-unpinned", df, d.line_of(root, df, "FROM python:3.12-slim")),
         ("ref-unassigned", df, d.line_of(root, df, "COPY overlay/vllm/v1/")),  # a comment above a tree's COPY
+        ("ref-unassigned", "stack.lock.json", d.line_of(root, "stack.lock.json", '"vllm/__init__.py"')),
     }
     if layout.compose:
         expected.add(("ref-unassigned", "docker/compose.yaml", d.line_of(root, "docker/compose.yaml", "build:")))
@@ -102,6 +103,9 @@ def test_a_dockerfile_delivered_tree_imports_exactly(tmp_path: Path, invoke: Inv
     want_check.add(("image-unpinned", "error", df, d.line_of(root, df, "FROM python:3.12-slim")))
     want_check |= {("ref-unassigned", "note", "README.md", 6), ("ref-unassigned", "note", "README.md", 10)}
     want_check.add(("ref-unassigned", "note", df, d.line_of(root, df, "COPY overlay/vllm/v1/")))
+    want_check.add(
+        ("ref-unassigned", "note", "stack.lock.json", d.line_of(root, "stack.lock.json", '"vllm/__init__.py"'))
+    )
     if layout.compose:
         want_check.add(
             ("ref-unassigned", "note", "docker/compose.yaml", d.line_of(root, "docker/compose.yaml", "build:"))
