@@ -1,8 +1,10 @@
 """``patchkit import``: turn a hand-kept deployment repository into a patchkit deployment.
 
 The importer reads what such repositories hold (compose files and their
-profiles, ``patches/`` with overlays, modules and transformers, hand-kept
-diffs, ``SHA256SUMS``, provenance tables in Markdown) and builds the lockfile
+profiles, the Dockerfiles that copy overlays into the image, the
+repository's own lock files, ``patches/`` with overlays, modules and
+transformers, hand-kept diffs, ``SHA256SUMS``, provenance tables in
+Markdown) and builds the lockfile
 that describes them as they are: it pins files in place and moves nothing.
 What no source states (a base commit nobody wrote down) is left unknown and
 reported; nothing is invented. Every defect it sees is reported with its file
