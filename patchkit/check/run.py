@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from patchkit.check import compose, diffs, guard, hand_diffs, pins, repository, series, sums, verified
+from patchkit.check import build, compose, diffs, guard, hand_diffs, pins, repository, series, sums, verified
 from patchkit.check.state import RepoView, State, gather, hash_pinned
 from patchkit.findings import CheckResult, Finding
 from patchkit.lockfile.reader import collection_paused
@@ -51,6 +51,7 @@ RULES: tuple[Rule | VerifyingRule, ...] = (
     compose.kubernetes,
     compose.derived_stale,
     compose.mounts,
+    build.image_builds,
     guard.guard_script,
     guard.guard_runtime,
 )

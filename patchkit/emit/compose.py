@@ -93,18 +93,22 @@ def _image(lock: Lockfile, name: str, field_path: str, config: DeployConfig) -> 
     )
 
 
+def _patch_notes(p: Patch) -> tuple[str, ...]:
+    """The comments above a patch's mount: its reason, kind, references, and what else delivers it."""
+    how = "committed" if p.committed else "diff-only, built by `patchkit materialize --out build`"
+    notes = [comment(f"{p.name}: {p.reason or 'no reason recorded'}"), comment(f"  {p.kind.value}, {how}")]
+    if p.refs:
+        notes.append(comment("  refs: " + ", ".join(str(r) for r in p.refs)))
+    if p.build is not None:  # the pinned image does not carry what a hand-kept build copied in
+        notes.append(comment(f"  copied in by {p.build}'s image build; mounted so the pinned image runs it"))
+    return tuple(notes)
+
+
 def _mounts(lock: Lockfile, config: DeployConfig) -> list[_Mount]:
     inf = config.inference
     tdir = str(inf.transformers_dir)
     problems: list[Problem] = []
     mounts: list[_Mount] = []
-
-    def patch_notes(p: Patch) -> tuple[str, ...]:
-        how = "committed" if p.committed else "diff-only, built by `patchkit materialize --out build`"
-        notes = [comment(f"{p.name}: {p.reason or 'no reason recorded'}"), comment(f"  {p.kind.value}, {how}")]
-        if p.refs:
-            notes.append(comment("  refs: " + ", ".join(str(r) for r in p.refs)))
-        return tuple(notes)
 
     def artifact_notes(kind: str, a: Artifact) -> tuple[str, ...]:
         return (comment(f"{a.name} ({kind}): {a.note or a.file}"),)
@@ -121,7 +125,7 @@ def _mounts(lock: Lockfile, config: DeployConfig) -> list[_Mount]:
                 )
             )
         source = f"./{p.file}" if p.file is not None else f"./build{target}"
-        mounts.append(_Mount(target, source, patch_notes(p)))
+        mounts.append(_Mount(target, source, _patch_notes(p)))
     mounts.extend(_Mount(str(t.target), f"./{t.file}", artifact_notes("tuning", t)) for t in lock.tuning if t.target)
     mounts.extend(
         _Mount(str(a.target), f"./{a.file}", artifact_notes("artifact", a)) for a in lock.artifacts if a.target

@@ -1,8 +1,10 @@
 """``patchkit import``: turn a hand-kept deployment repository into a patchkit deployment.
 
 The importer reads what such repositories hold (compose files and their
-profiles, ``patches/`` with overlays, modules and transformers, hand-kept
-diffs, ``SHA256SUMS``, provenance tables in Markdown) and builds the lockfile
+profiles, the Dockerfiles that copy overlays into the image, the
+repository's own lock files, ``patches/`` with overlays, modules and
+transformers, hand-kept diffs, ``SHA256SUMS``, provenance tables in
+Markdown) and builds the lockfile
 that describes them as they are: it pins files in place and moves nothing.
 What no source states (a base commit nobody wrote down) is left unknown and
 reported; nothing is invented. Every defect it sees is reported with its file
@@ -21,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from patchkit import diffs, sums
 from patchkit.errors import BadInput
 from patchkit.hashing import sha256_bytes
-from patchkit.importing import compose, handdiffs, provenance, queue, read_inside
+from patchkit.importing import compose, dockerfile, handdiffs, pins, provenance, queue, read_inside
 from patchkit.lockfile.model import (
     LOCKFILE_NAME,
     Artifact,
@@ -72,7 +74,10 @@ class Issue:
 
 # Kinds that are not defects: a gitignored mount meant to be absent, a SHA256SUMS line coreutils accepts,
 # a module that may be an upstream file (only upstream can tell).
-NOTES = frozenset({"mount-ignored", "sums-format", "module-maybe-upstream", "queue-profile-arg"})
+NOTES = frozenset(
+    {"mount-ignored", "sums-format", "module-maybe-upstream", "queue-profile-arg"}
+    | {"pin-no-repository", "ref-unassigned", "kind-unknown"}  # a statement nothing lets import complete or place
+)
 
 
 @dataclass
@@ -122,7 +127,7 @@ class ImportResult:
                 f"patchkit import --normalize{path}    # one canonical diff per patch under upstream/, where possible"
             )
         for i in self.issues:
-            if i.kind == "image-unpinned" and i.fix is not None:
+            if i.kind == "image-unpinned" and i.fix is not None and i.fix.startswith("patchkit "):
                 out.append(i.fix.replace("patchkit ", f"{pk} ", 1) + "    # pin it by digest")
         if any(i.kind == "model-unpinned" for i in self.issues):
             out.append("edit lockfile.toml: [model] repo and revision (a full commit)")
@@ -156,6 +161,7 @@ class _Entry:
     new_module: str | None = None  # the provenance row calling the file a new module, if one does
     named_in_table: bool = False  # a provenance row names the file
     dev_null: tuple[str, int] | None = None  # the diff part (file, line) that made it a module by adding it whole
+    build: str | None = None  # the Dockerfile whose image build copies it in (None: a compose mount)
 
     @property
     def upstream_statement(self) -> str | None:
@@ -180,6 +186,7 @@ class _Importer:
         self.issues: list[Issue] = []
         self._index: handdiffs.Index | None = None
         self._by_rel: dict[str, _Entry] = {}
+        self._lock_files: list[str] = []  # the repository's own lock files that state pins
 
     def issue(self, kind: str, file: str, line: int | None, message: str, fix: str | None = None) -> None:
         self.issues.append(Issue(kind, file, line, message, fix))
@@ -194,20 +201,26 @@ class _Importer:
 
     def build(self) -> Lockfile:
         names = sorted(os.listdir(self.root))
-        files = compose.find(names)
-        if not files and queue.has_queue(self.root):
-            return self.patch_queue()
-        if not files:
-            raise BadInput(
-                f"{self.root}: no compose file (compose.yaml, compose.*.yaml, docker-compose.yml)",
-                "run patchkit import in the repository that holds the deployment's compose files",
-            )
+        files = compose.find(names) + self.nested_composes()
         composes = [compose.read(f, self.read_text(f, "compose file")) for f in files]
-        entries = self.entries(composes)
+        builds = self.image_builds(composes)
+        delivers = any(_PYTHON_TREE.search(c.target) for b in builds for c in b.copied)
+        if not files and not delivers and queue.has_queue(self.root):
+            return self.read_builds(self.patch_queue(), builds)
+        if not files and not builds:
+            raise BadInput(
+                f"{self.root}: no compose file (compose.yaml, compose.*.yaml, docker-compose.yml) "
+                "and no Dockerfile or Containerfile (at the top, or in docker/, deploy/, build/)",
+                "run patchkit import in the repository that holds the deployment's compose or build files",
+            )
+        entries = self.entries(composes) + self.built_entries(builds, composes)
         # Provenance first: whether a file exists upstream is the table's to say, not a diff's /dev/null.
         self.provenance(entries)
         hand = self.hand_diffs(entries)
-        upstreams = self.upstreams(entries)
+        stated = self.stated_pins(builds, entries)
+        self.kind_unknown(entries)
+        self.prose_refs(entries)
+        upstreams = self.upstreams(entries, stated)
         self.name_entries(entries, hand)
         self.check_modules(entries, upstreams)
         self.check_runs(entries, composes)
@@ -233,6 +246,7 @@ class _Importer:
                     file=RepoPath(e.rel),
                     refs=tuple(e.refs),
                     origin=origin,
+                    build=RepoPath(e.build) if e.build else None,
                 )
             )
         tuning = tuple(self.artifact(e) for e in entries if e.kind == "tuning")
@@ -243,6 +257,8 @@ class _Importer:
             artifacts.append(
                 Artifact(_name(stem), RepoPath(f), Sha256(sha256_bytes(self.read(f, "compose file"))), note="compose")
             )
+        for f, note in [(b.file, "image build") for b in builds] + [(f, "lock") for f in self._lock_files]:
+            artifacts.append(Artifact(_name(f), RepoPath(f), Sha256(sha256_bytes(self.read(f, note))), note=note))
         # Names are unique across patches, tuning tables and artifacts.
         used = {p.name for p in patches} | {t.name for t in tuning}
         for k, a in enumerate(artifacts):
@@ -253,7 +269,7 @@ class _Importer:
             artifacts[k] = dataclasses.replace(a, name=name)
         return Lockfile(
             name=_name(self.root.name),
-            images=self.images(composes),
+            images=self.images(composes) + self.base_images(builds),
             model=self.model(composes),
             upstreams=upstreams,
             patches=tuple(patches),
@@ -283,7 +299,7 @@ class _Importer:
                     "not-mounted",
                     rel,
                     None,
-                    "no compose file mounts it, so the deployment does not run it",
+                    "no compose file mounts it and no image build copies it, so the deployment does not run it",
                     "mount it, or delete it (patchkit check reports it as an orphan)",
                 )
         return out
@@ -528,6 +544,225 @@ class _Importer:
                     )
         return incremental
 
+    # -- image builds (importing/dockerfile.py) and the repository's own pins (importing/pins.py)
+
+    def read_builds(self, lock: Lockfile, builds: list[dockerfile.Build]) -> Lockfile:
+        """A queue's lockfile with the Dockerfiles import read marked so, for check to read them again.
+
+        Their tag-only bases are reported here; the queue pins those written by digest.
+        """
+        self.base_images(builds)
+        read = {b.file for b in builds}
+        marked = [
+            dataclasses.replace(a, note="image build") if str(a.file) in read and a.note is None else a
+            for a in lock.artifacts
+        ]
+        return dataclasses.replace(lock, artifacts=tuple(marked))
+
+    def nested_composes(self) -> list[str]:
+        """Compose files in the directories repositories keep their deployment in (docker/, deploy/, build/)."""
+        out = []
+        for place in dockerfile.PLACES:
+            folder = self.root / place
+            if folder.is_dir() and not folder.is_symlink():
+                out += [f"{place}/{n}" for n in compose.find(sorted(os.listdir(folder))) if (folder / n).is_file()]
+        return out
+
+    def image_builds(self, composes: list[compose.ComposeFile]) -> list[dockerfile.Build]:
+        """Every Dockerfile a compose ``build:`` names (with its context and arguments), then those found by name."""
+        out: dict[str, dockerfile.Build] = {}
+        for use in (b for cf in composes for b in cf.builds):
+            if (found := provenance.references(use.comment)).refs or found.unresolved:
+                self.issue(
+                    "ref-unassigned",
+                    use.compose,
+                    use.line,
+                    f"the comment above services.{use.service}.build cites "
+                    f"{', '.join([str(r) for r in found.refs] + list(found.unresolved))}, but the build copies "
+                    "every file it delivers: which patch it belongs to is not said; not recorded",
+                    "cite it in the provenance table row of the patch it belongs to, or above its COPY",
+                )
+            if use.dockerfile in out:
+                continue
+            if use.dockerfile.startswith("../") or not (self.root / use.dockerfile).is_file():
+                self.issue(
+                    "build-missing",
+                    use.compose,
+                    use.line,
+                    f"services.{use.service}.build names {use.dockerfile}, which is not a file of the repository",
+                    "fix build.context or build.dockerfile",
+                )
+                continue
+            text = self.read_text(use.dockerfile, f"built by {use.compose}:{use.line}")
+            out[use.dockerfile] = dockerfile.read(
+                self.root, use.dockerfile, text, use.context, dict(use.args), use.target
+            )
+        for rel in dockerfile.find(self.root):
+            if rel not in out:
+                out[rel] = dockerfile.read(self.root, rel, self.read_text(rel, "a Dockerfile"))
+        for b in out.values():
+            for kind, line, message, fix in b.problems:
+                self.issue(kind, b.file, line, message, fix)
+        return list(out.values())
+
+    def built_entries(self, builds: list[dockerfile.Build], composes: list[compose.ComposeFile]) -> list[_Entry]:
+        """The files an image build copies into a Python tree: overlays (or modules), delivered by the build."""
+        mounted = {m.target for cf in composes for m in cf.mounts}
+        out: dict[str, _Entry] = {}
+        for b in builds:
+            copied = [c for c in b.copied if _PYTHON_TREE.search(c.target) and c.target not in mounted]
+            for c in copied:
+                if c.target in out:
+                    continue  # a bind mount over the same path is what runs; the mount's entry stands
+                m = compose.Mount(b.file, c.line, "build", c.rel, c.target, True, c.comment)
+                entry = _Entry(c.rel, c.target, m, self.read(c.rel, f"copied by {b.file}:{c.line}"), "overlay")
+                entry.build = b.file
+                out[c.target] = entry
+            self.copy_comments(b, copied, out)
+        return list(out.values())
+
+    def copy_comments(self, b: dockerfile.Build, copied: list[dockerfile.Copied], out: dict[str, _Entry]) -> None:
+        """References written above a COPY: the file's when it copies one file; several files: which is unknown."""
+        by_line: dict[int, list[dockerfile.Copied]] = {}
+        for c in copied:
+            by_line.setdefault(c.line, []).append(c)
+        for line, group in by_line.items():
+            found = provenance.references(group[0].comment)
+            if not found.refs and not found.unresolved:
+                continue
+            if len(group) == 1 and not found.unresolved:
+                _add_refs(out[group[0].target], group[0].comment, None)
+                continue
+            refs = [str(r) for r in found.refs] + list(found.unresolved)
+            why = f"copies {len(group)} files" if len(group) > 1 else f"{', '.join(found.unresolved)} names no project"
+            self.issue(
+                "ref-unassigned",
+                b.file,
+                line,
+                f"the comment cites {', '.join(refs)}, but the COPY {why}: not recorded",
+                "cite it in the provenance table row of the patch it belongs to (owner/repo#N)",
+            )
+
+    def base_images(self, builds: list[dockerfile.Build]) -> tuple[Image, ...]:
+        """The images builds start FROM: pinned when written by digest, else reported (and by check)."""
+        out: list[Image] = []
+        for b in builds:
+            for base in b.bases:
+                if base.ref is None:
+                    continue  # reported as image-unresolved
+                if base.digest is None:
+                    self.issue(
+                        "image-unpinned",
+                        base.file,
+                        base.line,
+                        f"FROM {base.ref} is not pinned by digest: every build may start from another image",
+                        f"write FROM {base.repository}:{base.tag or 'latest'}@sha256:<digest> "
+                        f"(skopeo inspect docker://{base.repository}:{base.tag or 'latest'} prints it)",
+                    )
+                    continue
+                if any(i.digest == Digest(base.digest) for i in out):
+                    continue
+                name = _name(base.stage or "base")
+                while any(i.name == name for i in out):
+                    name = f"{name}-2"
+                out.append(Image(name, base.repository, Digest(base.digest), tag=base.tag))
+        return tuple(out)
+
+    def stated_pins(self, builds: list[dockerfile.Build], entries: list[_Entry]) -> dict[str, pins.Stated]:
+        """Upstream pins the repository's lock and build files state; conflicts reported, overlays given the commit."""
+        files = pins.lock_files(self.root)
+        ignored = gitignored(self.root, files) if files else {}
+        found, bad = pins.read(self.root, [f for f in files if f not in ignored])  # a host's own .env is not read
+        self._lock_files = sorted({p.file for p in found} | {f for f, _ in bad})
+        for rel, why in bad:
+            self.issue("pin-unreadable", rel, None, why, "fix the file; its pins are not carried over")
+        for b in builds:
+            found += pins.from_build(b)
+        self.lock_refs(entries)
+        stated, conflicts = pins.agree(found)
+        for a, b_ in conflicts:
+            self.issue(
+                "pin-conflict",
+                b_.file,
+                b_.line,
+                f"states {b_.name} {b_.what} {b_.value}, but {a.where} states {a.value}; neither is taken",
+                "make the files agree",
+            )
+        for e in entries:
+            pin = stated.get(_package(e.target) or "")
+            if e.kind != "overlay" or pin is None or pin.commit is None or "commit" in e.origin:
+                continue
+            e.origin["commit"], e.origin["commit_source"] = pin.commit, pin.where["commit"]
+            e.stated_in.append(pin.where["commit"])
+            if pin.git is not None and "repository" not in e.origin and (gh := _github(pin.git)) is not None:
+                e.origin["repository"] = gh
+                e.stated_in.append(pin.where["git"])
+        return stated
+
+    def lock_refs(self, entries: list[_Entry]) -> None:
+        """References a JSON lock's per-patch entry writes (``"pr": "vllm-project/vllm#1"``), given to its file."""
+        for rel in (f for f in self._lock_files if f.endswith(".json")):
+            text = self.read(rel, "a lock file").decode("utf-8", "replace")
+            for entry in pins.patch_entries(rel, text):
+                named = [e for e in entries if provenance.mentions(entry.names, e.rel)]
+                found = provenance.references(entry.text)
+                if not found.refs:
+                    continue
+                if len(named) == 1:
+                    _add_refs(named[0], entry.text, None)
+                    continue
+                self.issue(
+                    "ref-unassigned",
+                    rel,
+                    entry.line,
+                    f"the entry for {entry.names} cites {', '.join(str(r) for r in found.refs)}, but "
+                    f"{'no patch' if not named else 'several patches'} has that file: not recorded",
+                    "name the patch's file in the entry as its repository path",
+                )
+
+    def pinned_upstreams(self, stated: dict[str, pins.Stated], repos: dict[str, set[str]]) -> list[Upstream]:
+        """Upstreams the repository's own pins declare: a pin's repository, or the provenance's of the same name.
+
+        A repository the provenance names whose pins state no full commit is
+        left to the provenance's statements (``upstreams``).
+        """
+        by_name = {_name(repo.split("/")[1]): repo for repo in repos}
+        out = []
+        for name in sorted(stated):
+            pin, repo = stated[name], by_name.get(_name(name))
+            if repo is not None and (pin.commit is None or len(pin.commit) < 40):
+                continue
+            up = self.pinned_upstream(pin, f"https://github.com/{repo}" if repo else None)
+            if up is not None:
+                out.append(up)
+        return out
+
+    def pinned_upstream(self, pin: pins.Stated, git: str | None = None) -> Upstream | None:
+        """The upstream a repository's own pins declare; None (reported) without a repository to fetch from."""
+        git = git or pin.git
+        if git is None:
+            if pin.commit is not None:  # a version alone (PYTHON_VERSION=3.12) need not be an upstream's
+                file, _, line = pin.where["commit"].rpartition(":")
+                self.issue(
+                    "pin-no-repository",
+                    file,
+                    int(line),
+                    f"states {pin.name} commit {pin.commit}, but no source names the repository it is a commit of; "
+                    "no upstream is declared for it",
+                    f"state the repository beside it ({pin.name.upper()}_REPO=https://github.com/OWNER/REPO)",
+                )
+            return None
+        said = [f"{k} from {v}" for k, v in sorted(pin.where.items())]
+        extra = [f"version {pin.version}"] if pin.version else []
+        extra += [f"release commit {pin.release}"] if pin.release else []
+        full = pin.commit is not None and len(pin.commit) == 40
+        note = "imported: " + "; ".join(said + extra)
+        if not full:
+            note += "; no full commit is stated"
+        return GitUpstream(
+            name=_name(pin.name), git=git, commit=Revision(pin.commit) if full and pin.commit else None, note=note
+        )
+
     # -- provenance
 
     def provenance(self, entries: list[_Entry]) -> None:
@@ -543,7 +778,7 @@ class _Importer:
                         "provenance-unmatched",
                         file,
                         int(line),
-                        f"the table names {row.file}, which no compose file mounts",
+                        f"the table names {row.file}, which no compose file mounts and no image build copies",
                         "fix the file name in the table, or mount the file",
                     )
                     continue
@@ -558,7 +793,41 @@ class _Importer:
                 entry.named_in_table = True
                 _add_refs(entry, row.text, row.repository)
 
-    def upstreams(self, entries: list[_Entry]) -> tuple[Upstream, ...]:
+    def kind_unknown(self, entries: list[_Entry]) -> None:
+        """Note each file a build copies in that no diff or provenance row speaks of: taken as an overlay."""
+        undiffed = {i.file for i in self.issues if i.kind == "no-diff"}
+        for e in entries:
+            if e.build is None or e.kind != "overlay" or e.rel not in undiffed:
+                continue
+            if e.named_in_table:
+                continue  # what a provenance row says of it stands
+            self.issue(
+                "kind-unknown",
+                e.rel,
+                None,
+                f"no diff or provenance row says whether upstream has {e.target.split('-packages/', 1)[1]} "
+                f"(an overlay) or not (a new module); it is taken as an overlay",
+                "name it in the provenance table: its upstream path, or 'new module'",
+            )
+
+    def prose_refs(self, entries: list[_Entry]) -> None:
+        """References in README prose, given to the one patch the paragraph (or its heading) names; else noted."""
+        patches = {e.rel: e for e in entries if e.kind in ("overlay", "module", "transformer")}
+        files = {rel: e.origin.get("repository") for rel, e in patches.items()}
+        for c in provenance.prose_citations(self.root, files):
+            if c.rel is not None:
+                _add_refs(patches[c.rel], c.text, c.default_repo)
+                continue
+            file, line = c.source.rsplit(":", 1)
+            self.issue(
+                "ref-unassigned",
+                file,
+                int(line),
+                f"cites {', '.join(c.cited)}, but the paragraph {c.why}: not recorded",
+                "cite it in the provenance table row of the patch it belongs to (owner/repo#N)",
+            )
+
+    def upstreams(self, entries: list[_Entry], stated: dict[str, pins.Stated]) -> tuple[Upstream, ...]:
         repos: dict[str, set[str]] = {}
         for e in entries:
             if e.kind != "overlay":
@@ -584,8 +853,10 @@ class _Importer:
                     f"{e.rel}: the stated base commit {e.origin['commit']} is abbreviated; it is kept as stated",
                     "write the full 40-hex commit in the provenance table",
                 )
-        out = []
+        out = self.pinned_upstreams(stated, repos)
         for repo in sorted(repos):
+            if any(u.name == _name(repo.split("/")[1]) for u in out):
+                continue
             commits = repos[repo]
             fulls = {c for c in commits if len(c) == 40}
             # Short ids that abbreviate the one full commit stated are that commit.
@@ -756,6 +1027,17 @@ class _Importer:
                         "is used first; only that one is pinned",
                     )
         return chosen
+
+
+def _package(target: str) -> str | None:
+    """The top-level package a Python-tree path is in (``…/site-packages/vllm/x.py``: ``vllm``)."""
+    parts = _PYTHON_TREE.split(target, 1)
+    return parts[1].split("/", 1)[0].lower() if len(parts) == 2 and "/" in parts[1] else None
+
+
+def _github(url: str) -> str | None:
+    m = re.fullmatch(r"https://github\.com/([\w.-]+/[\w.-]+)", url)
+    return m.group(1) if m else None
 
 
 def _utf8(rel: str, data: bytes) -> str:

@@ -11,6 +11,7 @@ the commands that read compose files, so PyYAML loads only for them.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Iterator
@@ -57,7 +58,8 @@ class Mount:
         """
         if self.source.startswith(("/", "~", "$")):
             return None
-        return os.path.normpath(self.source)
+        # Relative to the compose file's directory, as Compose resolves it (docker/compose.yaml: ./x is docker/x).
+        return os.path.normpath(os.path.join(os.path.dirname(self.compose), self.source))
 
     @property
     def outside(self) -> bool:
@@ -84,12 +86,27 @@ class ModelUse:
 
 
 @dataclass(frozen=True)
+class BuildUse:
+    """A service's ``build:``: the context and Dockerfile as repository paths, its target and arguments."""
+
+    compose: str
+    line: int
+    service: str
+    context: str
+    dockerfile: str
+    target: str | None = None
+    args: tuple[tuple[str, str], ...] = ()
+    comment: str = ""  # the comment lines written above ``build:``
+
+
+@dataclass(frozen=True)
 class ComposeFile:
     path: str
     mounts: tuple[Mount, ...]
     images: tuple[ImageUse, ...]
     models: tuple[ModelUse, ...]
     texts: tuple[str, ...]  # every command/entrypoint/environment string, for "what runs this script"
+    builds: tuple[BuildUse, ...] = ()
 
 
 def find(root_names: list[str]) -> list[str]:
@@ -193,12 +210,17 @@ class _Uses:
     images: list[ImageUse] = field(default_factory=list)
     models: list[ModelUse] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
+    builds: list[BuildUse] = field(default_factory=list)
 
     def service(self, path: str, service: str, svc: Any, lines: list[str]) -> None:
         """One service's image, mounts, run-time text (command, entrypoint, environment) and model paths."""
         image = _get(svc, "image")
         if isinstance(image, yaml.ScalarNode):
             self.images.append(_image(path, service, image))
+        key = next((k for k, _ in _pairs(svc) if str(k.value) == "build"), None)
+        if key is not None and (use := _build(path, service, _get(svc, "build"))) is not None:
+            line = key.start_mark.line + 1
+            self.builds.append(dataclasses.replace(use, line=line, comment=_comment_above(lines, line)))
         volumes = _get(svc, "volumes")
         if isinstance(volumes, yaml.SequenceNode):
             for k, item in enumerate(volumes.value):
@@ -230,7 +252,46 @@ def read(path: str, text: str) -> ComposeFile:
         if not isinstance(svc, yaml.MappingNode):
             raise BadInput(f"{path}:{svc.start_mark.line + 1}: services.{service}: must be a mapping")
         uses.service(path, service, svc, lines)
-    return ComposeFile(path, tuple(uses.mounts), tuple(uses.images), tuple(uses.models), tuple(uses.texts))
+    return ComposeFile(
+        path, tuple(uses.mounts), tuple(uses.images), tuple(uses.models), tuple(uses.texts), tuple(uses.builds)
+    )
+
+
+def _build(path: str, service: str, node: Any) -> BuildUse | None:
+    """``build: ./dir`` or ``build: {context, dockerfile, target, args}``, paths made relative to the repository.
+
+    A context that is a URL (a git repository) builds nothing of this repository: None.
+    """
+    here = os.path.dirname(path)
+    fields: dict[str, Any] = {}
+    if isinstance(node, yaml.ScalarNode):
+        fields["context"] = node
+    elif isinstance(node, yaml.MappingNode):
+        fields = {str(k.value): v for k, v in _pairs(node)}
+    context_node = fields.get("context")
+    context = interpolate(str(context_node.value)) if isinstance(context_node, yaml.ScalarNode) else "."
+    if "://" in context or context.startswith(("/", "~", "$", "git@")):
+        return None
+    context = os.path.normpath(os.path.join(here, context))
+    df = fields.get("dockerfile")
+    dockerfile = interpolate(str(df.value)) if isinstance(df, yaml.ScalarNode) else "Dockerfile"
+    target = fields.get("target")
+    args: list[tuple[str, str]] = []
+    raw = fields.get("args")
+    if isinstance(raw, yaml.MappingNode):
+        args = [(str(k.value), interpolate(str(v.value))) for k, v in _pairs(raw) if isinstance(v, yaml.ScalarNode)]
+    elif isinstance(raw, yaml.SequenceNode):
+        items = [interpolate(str(v.value)) for v in raw.value if isinstance(v, yaml.ScalarNode)]
+        args = [(k, v) for k, eq, v in (i.partition("=") for i in items) if eq]
+    return BuildUse(
+        path,
+        node.start_mark.line + 1,
+        service,
+        context,
+        os.path.normpath(os.path.join(context, dockerfile)),
+        interpolate(str(target.value)) if isinstance(target, yaml.ScalarNode) else None,
+        tuple(args),
+    )
 
 
 def _pairs(node: Any) -> Iterator[tuple[Any, Any]]:

@@ -30,6 +30,10 @@ _URL = re.compile(
     r"https?://github\.com/(?P<repo>[A-Za-z0-9._-]+/[A-Za-z0-9._-]+)/(?:(?P<kind>pull|issues)/(?P<n>\d+)|commit/(?P<sha>[0-9a-f]{40}))"
 )
 _QUALIFIED = re.compile(r"(?<![\w/.-])(?P<repo>[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)#(?P<n>\d+)\b")
+# "owner/repo@<sha>": a commit of a repository, as compose comments and READMEs write it.
+_AT_COMMIT = re.compile(
+    r"(?<![\w/.:-])(?P<repo>[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*)@(?P<sha>[0-9a-f]{7,40})\b"
+)
 _MD_LINK = re.compile(r"\[[^\]]*\]\(([^)]*)\)")
 _TOKEN = re.compile(r"(?P<word>[A-Za-z][A-Za-z0-9_-]*)|#(?P<n>\d+)\b")
 
@@ -73,6 +77,14 @@ def _explicit(text: str, found: _Refs) -> list[tuple[int, int]]:
         if not _inside(m.start(), spans):
             spans.append(m.span())
             found.add(f"{m['repo']}#{m['n']}")
+    for m in _AT_COMMIT.finditer(text):
+        if _inside(m.start(), spans):
+            continue
+        spans.append(m.span())
+        if len(m["sha"]) == 40:
+            found.add(f"https://github.com/{m['repo']}/commit/{m['sha']}")
+        else:  # an abbreviated commit is no reference patchkit can check
+            found.unresolvable(m.group(0))
     return spans
 
 
@@ -144,7 +156,12 @@ _HEAD_HEX = re.compile(r"\bhead\s*`?[0-9a-f]{7,40}\b", re.IGNORECASE)
 _REPO = re.compile(r"(?:https?://github\.com/)?([A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*?)(?:\.git)?/?$")
 _CODE = re.compile(r"`([^`]+)`")
 _FILE_NAME = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_./-]*\.[A-Za-z0-9]+")
-_NEW_MODULE = re.compile(r"\bnew (?:module|file)\b", re.IGNORECASE)
+# A row calling the file new: "new module", "new file", "new companion module", "new helper", "added module",
+# "companion module": a file with no upstream counterpart.
+_NEW_MODULE = re.compile(
+    r"\b(?:new|added)\s+(?:[\w-]+\s+){0,2}?(?:module|file|helper)s?\b|\bcompanion\s+(?:module|file)\b",
+    re.IGNORECASE,
+)
 
 
 # Where hand-kept repositories keep their provenance tables, in the order they are read.
@@ -152,8 +169,11 @@ DOCUMENTS = ("README.md", "patches/README.md", "PATCHES.md", "patches/PROVENANCE
 
 
 def names(row: Row, rel: str) -> bool:
-    """Whether ``row`` names the repository file ``rel``: by its path, its file name, or its path under patches/."""
-    return row.file in (rel, PurePosixPath(rel).name, rel.removeprefix("patches/"))
+    """Whether ``row`` names the repository file ``rel``: by its path, its file name, its path under patches/,
+    or the end of its path (``vllm/v1/x.py`` names ``overlay/vllm/v1/x.py``)."""
+    return row.file in (rel, PurePosixPath(rel).name, rel.removeprefix("patches/")) or (
+        "/" in row.file and rel.endswith("/" + row.file)
+    )
 
 
 def rows_naming(root: Path, rel: str) -> list[Row]:
@@ -230,13 +250,49 @@ def files_named(cell: str) -> list[str]:
     return list(dict.fromkeys(n.removeprefix("./") for n in named))
 
 
+# Words that may follow a repository named in a cell: a branch, a tag, a commit ("`o/r` main @ `<sha>`").
+_AFTER_REPO = re.compile(
+    r"@.*|[0-9a-f]{7,40}|main|master|nightly|dev|develop|trunk|release\S*|v\d\S*|[-\u2013\u2014(].*"
+)
+
+
+_GITHUB_PAGE = re.compile(
+    r"https?://github\.com/([A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)/(?:commit|pull|tree|blob|issues)/"
+)
+# Slashed words a cell may hold alone that are no repository: a one-letter side, "and/or".
+_PROSE_PAIR = re.compile(r"[^/]/[^/]+|[^/]+/[^/]|(?i:and/or|either/or|yes/no|on/off|read/write|input/output)")
+
+
 def _repository(text: str) -> str | None:
-    """The first ``owner/repo`` (or GitHub URL, or project alias) a cell states."""
-    for token in [c.strip() for c in _CODE.findall(text)] + _plain(text).split():
-        m = _REPO.fullmatch(token.strip(",;()"))
+    """The repository a cell states, in a form people use for code, never a pair of prose words.
+
+    A GitHub URL (``git+https`` too), a code span ``owner/repo``, ``owner/repo@<sha>``
+    or ``owner/repo#N``, or a bare ``owner/repo`` that is the cell or is followed
+    only by a branch, tag or commit; else a project alias as the cell's first
+    word. "eviction/write coordination" names no repository.
+    """
+    for token in [c.strip() for c in _CODE.findall(text)]:
+        m = _REPO.fullmatch(token.removeprefix("git+"))
         if m is not None and not _FILE_NAME.fullmatch(m.group(1).split("/")[-1]):
             return m.group(1)
-    word = _plain(text).split()[0].lower() if _plain(text) else ""
+    words = _plain(text).split()
+    for k, token in enumerate(words):
+        token = token.strip(",;()").removeprefix("git+")
+        qualified = re.fullmatch(r"([^@#\s]+/[^@#\s]+)[@#]\w+", token)
+        url = token.startswith(("https://", "http://"))
+        if not (url or qualified or k == 0):
+            continue
+        if url and (gh := _GITHUB_PAGE.match(token)) is not None:
+            token = f"https://github.com/{gh.group(1)}"  # a commit, pull request or tree URL names its repository
+        m = _REPO.fullmatch(qualified.group(1) if qualified else token)
+        if m is None or _FILE_NAME.fullmatch(m.group(1).split("/")[-1]):
+            continue
+        if not (url or qualified) and _PROSE_PAIR.fullmatch(m.group(1)):
+            continue  # "n/a", "and/or" written alone in a cell
+        rest = words[k + 1 :]
+        if url or qualified or not rest or _AFTER_REPO.fullmatch(rest[0].strip("`,;")):
+            return m.group(1)
+    word = words[0].lower() if words else ""
     return ALIASES.get(word)
 
 
@@ -273,7 +329,9 @@ def _row(source: str, cells: list[str], columns: dict[str, int], raw: str) -> li
     if not paths and rtext:
         paths = [p for p in _paths(rtext) if p != repository]
     # "new module" in a row that states no upstream commit or path: the file has no upstream counterpart.
-    new_module = not (commit or paths) and bool(_NEW_MODULE.search(" ".join(c for c in (rtext, ctext, ptext) if c)))
+    # Any cell but the file's may say so (a "Notes" or "What" column too).
+    others = " ".join(c for k, c in enumerate(cells) if k != columns.get("file"))
+    new_module = not (commit or paths) and bool(_NEW_MODULE.search(others))
     out = []
     for k, f in enumerate(files):
         path = None
@@ -284,4 +342,116 @@ def _row(source: str, cells: list[str], columns: dict[str, int], raw: str) -> li
             if path is None and len(files) == 1 and len(paths) == 1:
                 path = paths[0]
         out.append(Row(source, f, repository, commit, path, raw, new_module))
+    return out
+
+
+_HEADING = re.compile(r"#{1,6}\s")
+_ITEM = re.compile(r"(?:[-*+]|\d+[.)])\s")
+
+
+@dataclass(frozen=True)
+class Block:
+    """A paragraph, list item or heading of a Markdown document (outside tables and code), and the heading above."""
+
+    source: str  # "README.md:12"
+    text: str
+    heading: str
+
+
+def prose(name: str, text: str) -> list[Block]:
+    """The prose blocks of ``text``: where READMEs cite pull requests and commits beside the file they changed."""
+    out: list[Block] = []
+    buf: list[str] = []
+    heading, start, fenced = "", 0, False
+
+    def flush() -> None:
+        if buf:
+            out.append(Block(f"{name}:{start}", " ".join(buf), heading))
+            buf.clear()
+
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if line.startswith(("```", "~~~")):
+            flush()
+            fenced = not fenced
+            continue
+        if fenced or not line or line.startswith("|"):
+            flush()
+            continue
+        if _HEADING.match(line):
+            flush()
+            heading = line.lstrip("#").strip()
+            out.append(Block(f"{name}:{n}", heading, ""))
+            continue
+        if _ITEM.match(line):
+            flush()
+        if not buf:
+            start = n
+        buf.append(line)
+    flush()
+    return out
+
+
+def mentions(text: str, rel: str) -> bool:
+    """Whether prose names the repository file ``rel``: its file name, or the end of its path."""
+    name = PurePosixPath(rel).name
+    for token in _FILE_NAME.findall(text.replace("`", " ").replace("*", " ")):
+        token = token.strip("./")
+        if token == name or ("/" in token and (rel == token or rel.endswith("/" + token))):
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class Cited:
+    """References a prose block cites: the one file they belong to (``rel``), or why none can be told (``why``)."""
+
+    source: str  # "README.md:12"
+    text: str
+    default_repo: str | None
+    cited: tuple[str, ...]  # the references, and the numbers whose project is never named
+    rel: str | None
+    why: str | None
+
+
+def _cited(block: Block, files: dict[str, str | None]) -> Cited | None:
+    named = [rel for rel in files if mentions(block.text, rel)]
+    if not named and block.heading:
+        named = [rel for rel in files if mentions(block.heading, rel)]
+    default = files[named[0]] if len(named) == 1 else None
+    found = references(block.text, default)
+    cited = tuple([str(r) for r in found.refs] + list(found.unresolved))
+    if not cited:
+        return None
+    if len(named) == 1 and not found.unresolved:
+        return Cited(block.source, block.text, default, cited, named[0], None)
+    why = (
+        f"{', '.join(found.unresolved)} names no project"
+        if len(named) == 1
+        else "names no patch's file"
+        if not named
+        else f"names several patches ({', '.join(named)})"
+    )
+    return Cited(block.source, block.text, default, cited, None, why)
+
+
+def prose_citations(root: Path, files: dict[str, str | None]) -> list[Cited]:
+    """What the provenance documents' prose cites, each block given to the one of ``files`` it names.
+
+    ``files`` maps each patch's repository path to its repository (``owner/repo``,
+    for a bare ``#N``). A paragraph, list item or heading names a file by its
+    name or the end of its path; a block naming none gets its heading's. Read
+    by ``import`` (which records the placed ones) and ``check`` (which notes
+    the others again); a document that is not a regular file inside the
+    repository cites nothing.
+    """
+    top = root.resolve()
+    out: list[Cited] = []
+    for doc in DOCUMENTS:
+        path = root / doc
+        if not path.is_file() or not path.resolve().is_relative_to(top):
+            continue
+        for block in prose(doc, path.read_bytes().decode("utf-8", "replace")):
+            if (c := _cited(block, files)) is not None:
+                out.append(c)
     return out

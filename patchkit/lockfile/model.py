@@ -744,6 +744,7 @@ class Patch:
     refs: tuple[Reference, ...] = ()
     drop_when: str | None = None
     origin: Origin | None = None
+    build: RepoPath | None = None  # the Dockerfile whose image build copies it in (None: a mount delivers it)
 
     @property
     def committed(self) -> bool:
@@ -803,6 +804,7 @@ PATCH = Record(
         text("reason"),
         strings("refs", Reference, "must be an array of strings, got {got}"),
         text("drop_when"),
+        text("build", RepoPath),
         table("base", BASE),
         table("diff", DIFF_PIN),
         table("origin", ORIGIN),

@@ -107,6 +107,7 @@ def every_field() -> Lockfile:
             Patch(
                 "p2", PatchKind.OVERLAY, H, ContainerPath("/x/b.py"), RepoPath("patches/b.py"),
                 origin=Origin("o/r", "abcdef1", UpstreamPath("b.py"), ("README.md",)),
+                build=RepoPath("docker/Dockerfile"),
             ),
             Patch("p3", PatchKind.MODULE, H, ContainerPath("/x/c.py"), RepoPath("patches/c.py")),
         ),

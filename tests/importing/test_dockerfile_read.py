@@ -1,0 +1,146 @@
+"""Reading a Dockerfile as the build would: what ends up where in the image, and the images it starts from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from patchkit.importing import dockerfile
+
+SITE = "/usr/local/lib/python3.12/site-packages"
+DIGEST = "sha256:" + "ab" * 32
+
+
+def _tree(root: Path, *rels: str) -> None:
+    for rel in rels:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(f"# {rel}\n")
+
+
+def _copied(root: Path, text: str, rel: str = "Dockerfile", **kw: object) -> dict[str, str]:
+    build = dockerfile.read(root, rel, text, **kw)  # type: ignore[arg-type]
+    assert not build.problems, build.problems
+    return {c.target: c.rel for c in build.copied}
+
+
+@pytest.mark.parametrize(
+    "copy",
+    [
+        f"COPY overlay/vllm/ {SITE}/vllm/",
+        f"COPY overlay/vllm {SITE}/vllm",
+        f"COPY --chown=1000:1000 overlay/vllm/ {SITE}/vllm/",
+        f"COPY --link --chmod=0644 --chown=app overlay/vllm/ {SITE}/vllm/",
+        f'COPY ["overlay/vllm/", "{SITE}/vllm/"]',
+        f"ADD overlay/vllm/ {SITE}/vllm/",
+        f"COPY overlay/vllm/ \\\n     {SITE}/vllm/",
+        "ARG SITE=" + SITE + "\nCOPY overlay/vllm/ ${SITE}/vllm/",
+        "ENV PY_SITE " + SITE + "\nCOPY overlay/vllm/ $PY_SITE/vllm/",
+        "COPY overlay/vllm/ ${PY_SITE:-" + SITE + "}/vllm/",
+        f"WORKDIR {SITE}\nCOPY overlay/vllm/ vllm/",
+        "WORKDIR /usr/local/lib\nWORKDIR python3.12/site-packages\nCOPY overlay/vllm ./vllm",
+    ],
+)
+def test_every_copy_spelling_puts_the_tree_at_the_same_paths(tmp_path: Path, copy: str) -> None:
+    _tree(tmp_path, "overlay/vllm/a.py", "overlay/vllm/sub/b.py")
+    got = _copied(tmp_path, f"FROM base@{DIGEST}\n{copy}\n")
+    assert got == {f"{SITE}/vllm/a.py": "overlay/vllm/a.py", f"{SITE}/vllm/sub/b.py": "overlay/vllm/sub/b.py"}
+
+
+def test_single_files_globs_and_directories_as_destinations(tmp_path: Path) -> None:
+    _tree(tmp_path, "p/x.py", "p/y.py", "p/z.txt")
+    text = f"FROM base@{DIGEST}\nCOPY p/x.py {SITE}/vllm/renamed.py\nCOPY p/*.py {SITE}/vllm/ops/\n"
+    assert _copied(tmp_path, text) == {
+        f"{SITE}/vllm/renamed.py": "p/x.py",
+        f"{SITE}/vllm/ops/x.py": "p/x.py",
+        f"{SITE}/vllm/ops/y.py": "p/y.py",
+    }
+
+
+def test_stages_carry_what_they_copied_and_other_images_carry_nothing(tmp_path: Path) -> None:
+    _tree(tmp_path, "overlay/a.py", "overlay/b.py")
+    text = f"""\
+FROM python:3.12 AS stage
+WORKDIR /src
+COPY overlay/ ./tree/
+FROM stage AS second
+FROM base@{DIGEST}
+COPY --from=stage /src/tree/a.py {SITE}/vllm/a.py
+COPY --from=1 /src/tree/ {SITE}/vllm/again/
+COPY --from=rocm/aiter:v1 /opt/aiter {SITE}/aiter
+"""
+    assert _copied(tmp_path, text) == {
+        f"{SITE}/vllm/a.py": "overlay/a.py",
+        f"{SITE}/vllm/again/a.py": "overlay/a.py",
+        f"{SITE}/vllm/again/b.py": "overlay/b.py",
+    }
+
+
+def test_only_the_final_stage_or_the_compose_target_is_the_image(tmp_path: Path) -> None:
+    _tree(tmp_path, "a.py", "b.py")
+    text = f"FROM base@{DIGEST} AS dev\nCOPY a.py {SITE}/vllm/a.py\n"
+    text += f"FROM base@{DIGEST} AS prod\nCOPY b.py {SITE}/vllm/b.py\n"
+    assert _copied(tmp_path, text) == {f"{SITE}/vllm/b.py": "b.py"}
+    assert _copied(tmp_path, text, target="dev") == {f"{SITE}/vllm/a.py": "a.py"}
+
+
+def test_build_arguments_override_defaults_and_stage_args_see_globals(tmp_path: Path) -> None:
+    _tree(tmp_path, "a.py")
+    text = "ARG BASE=base:tag\nARG SITE=/nowhere\nFROM ${BASE}\nARG SITE\nCOPY a.py ${SITE}/vllm/a.py\n"
+    build = dockerfile.read(tmp_path, "Dockerfile", text, args={"BASE": f"base@{DIGEST}", "SITE": SITE})
+    assert {c.target for c in build.copied} == {f"{SITE}/vllm/a.py"}
+    assert [(b.ref, b.digest) for b in build.bases] == [(f"base@{DIGEST}", DIGEST)]
+    plain = dockerfile.read(tmp_path, "Dockerfile", text)
+    assert [(b.ref, b.digest, b.tag) for b in plain.bases] == [("base:tag", None, "tag")]
+    assert {c.target for c in plain.copied} == {"/nowhere/vllm/a.py"}  # the global default, re-declared
+
+
+def test_the_context_is_the_dockerfiles_directory_when_that_is_where_its_sources_are(tmp_path: Path) -> None:
+    _tree(tmp_path, "docker/overlay/a.py")
+    text = f"FROM base@{DIGEST}\nCOPY overlay/a.py {SITE}/vllm/a.py\n"
+    assert _copied(tmp_path, text, rel="docker/Dockerfile") == {f"{SITE}/vllm/a.py": "docker/overlay/a.py"}
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        (f"FROM base@{DIGEST}\nCOPY overlay/$NOPE/a.py {SITE}/vllm/a.py\n", "copy-unresolved"),
+        (f"FROM base@{DIGEST}\nCOPY overlay/missing.py {SITE}/vllm/a.py\n", "copy-missing"),
+        ("FROM ${NOPE}\n", "image-unresolved"),
+        (f"FROM base@{DIGEST}\nWORKDIR $NOPE\n", "copy-unresolved"),
+    ],
+)
+def test_what_cannot_be_resolved_is_reported_with_its_line(tmp_path: Path, text: str, kind: str) -> None:
+    build = dockerfile.read(tmp_path, "Dockerfile", text)
+    assert [(k, line) for k, line, _, _ in build.problems] == [(kind, text.count("\n"))]
+    assert build.copied == []
+
+
+def test_symlinks_and_bytecode_are_not_copied_as_patches(tmp_path: Path) -> None:
+    _tree(tmp_path, "overlay/a.py", "overlay/__pycache__/a.cpython-312.pyc")
+    (tmp_path / "overlay/passwd.py").symlink_to("/etc/passwd")
+    assert _copied(tmp_path, f"FROM base@{DIGEST}\nCOPY overlay/ {SITE}/vllm/\n") == {
+        f"{SITE}/vllm/a.py": "overlay/a.py"
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "found"),
+    [
+        ("Dockerfile", True),
+        ("Containerfile", True),
+        ("Dockerfile.rocm", True),
+        ("Containerfile-mi300x", True),
+        ("vllm.Dockerfile", True),
+        ("Dockerfile.md", False),  # notes about it
+        ("Dockerfile.dockerignore", False),  # its ignore file
+        ("dockerfile-notes.txt", False),
+        ("README.md", False),
+    ],
+)
+def test_dockerfiles_are_found_by_name_in_the_usual_places(tmp_path: Path, name: str, found: bool) -> None:
+    for place in ("", "docker/", "deploy/", "build/", "elsewhere/"):
+        (tmp_path / place).mkdir(exist_ok=True)
+        (tmp_path / place / name).write_text("FROM x\n")
+    want = [f"{p}{name}" for p in ("", "build/", "deploy/", "docker/")] if found else []
+    assert sorted(dockerfile.find(tmp_path)) == sorted(want)

@@ -1,0 +1,108 @@
+"""Upstream pins read from a repository's own lock and build files by what their keys mean."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from patchkit.importing import dockerfile, pins
+
+C1 = "3a1e5c7b9d2f4a6c8e0b1d3f5a7c9e1b3d5f7a9c"
+C2 = "8c6e4a2f0d8b6a4c2e0f8d6b4a2c0e8f6d4b2a0c"
+
+
+def _triples(found: list[pins.Pin]) -> set[tuple[str, str, str, int]]:
+    return {(p.name, p.what, p.value, p.line) for p in found}
+
+
+@pytest.mark.parametrize(
+    ("line", "want"),
+    [
+        (f"VLLM_COMMIT={C1}", ("vllm", "commit", C1)),
+        (f"VLLM_SHA={C1}", ("vllm", "commit", C1)),
+        (f"VLLM_REV={C1[:12]}", ("vllm", "commit", C1[:12])),
+        (f"VLLM_BASE_COMMIT={C1}", ("vllm", "commit", C1)),
+        (f'export AITER_COMMIT="{C1}"', ("aiter", "commit", C1)),
+        (f"AITER_COMMIT='{C1}'  # gfx942", ("aiter", "commit", C1)),
+        ("VLLM_TAG=v0.11.0", ("vllm", "version", "v0.11.0")),
+        ("VLLM_VERSION=0.11.0rc1", ("vllm", "version", "0.11.0rc1")),
+        ("VLLM_REF=v0.11.0", ("vllm", "version", "v0.11.0")),  # a ref that is not a commit is a tag
+        ("AITER_REPO=https://github.com/ROCm/aiter.git", ("aiter", "git", "https://github.com/ROCm/aiter.git")),
+        ("AITER_URL=git+https://github.com/ROCm/aiter", ("aiter", "git", "git+https://github.com/ROCm/aiter")),
+        ("TRITON_GIT=git@github.com:t-l/triton.git", ("triton", "git", "git@github.com:t-l/triton.git")),
+        ("VLLM_REPO=vllm-project/vllm", ("vllm", "git", "vllm-project/vllm")),
+        (f"VLLM-RELEASE-COMMIT={C1}", ("vllm", "release", C1)),
+    ],
+)
+def test_key_value_spellings(line: str, want: tuple[str, str, str]) -> None:
+    assert _triples(pins.key_values("upstream.lock", f"# pins\n{line}\n")) == {(*want, 2)}
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "BASE_IMAGE=rocm/vllm:latest",  # an image, not an upstream
+        "VLLM_COMMIT=main",  # a branch is no pin
+        "VLLM_COMMIT=${UPSTREAM}",  # a variable is no value
+        "HF_TOKEN=hf_abcdef",  # not a pin at all
+        "# VLLM_COMMIT=" + C1,  # commented out
+        "COMMIT=" + C1,  # names no upstream
+        "VLLM_REPO=eviction and write",  # prose is no repository
+    ],
+)
+def test_what_is_not_a_pin_is_not_read_as_one(line: str) -> None:
+    assert pins.key_values("upstream.lock", line + "\n") == []
+
+
+def test_a_json_stack_lock_at_any_depth() -> None:
+    doc = {
+        "repository": "https://github.com/vllm-project/vllm",
+        "base_commit": C1,
+        "release_commit": C2,
+        "package_base": "vllm==0.11.0",
+        "patches": [{"name": "0001-fence.patch", "sha256": "ab" * 32, "base_commit": C2}],  # per patch: not a pin
+        "upstreams": [{"name": "aiter", "commit": C2}, {"repo": "triton-lang/triton", "rev": C1}],
+        "deps": {"flash-attn": {"git": "https://github.com/ROCm/flash-attention", "commit": C2}},
+    }
+    text = json.dumps(doc, indent=2)
+    got = {(p.name, p.what, p.value) for p in pins.json_lock("stack.lock.json", text)}
+    assert got == {
+        ("vllm", "git", "https://github.com/vllm-project/vllm"),
+        ("vllm", "commit", C1),
+        ("vllm", "release", C2),
+        ("vllm", "version", "0.11.0"),
+        ("aiter", "commit", C2),
+        ("triton", "git", "triton-lang/triton"),
+        ("triton", "commit", C1),
+        ("flash-attention", "git", "https://github.com/ROCm/flash-attention"),
+        ("flash-attention", "commit", C2),
+    }
+    lines = text.splitlines()
+    for p in pins.json_lock("stack.lock.json", text):
+        assert p.value in lines[p.line - 1] or p.value.replace("vllm==", "") in lines[p.line - 1]
+
+
+def test_dockerfile_args_are_pins_with_their_lines(tmp_path: Path) -> None:
+    text = f"ARG VLLM_REPO=https://github.com/vllm-project/vllm\nFROM x@sha256:{'a' * 64}\nARG VLLM_COMMIT={C1}\n"
+    build = dockerfile.read(tmp_path, "Containerfile", text)
+    assert _triples(pins.from_build(build)) == {
+        ("vllm", "git", "https://github.com/vllm-project/vllm", 1),
+        ("vllm", "commit", C1, 3),
+    }
+
+
+def test_pins_agree_or_are_reported() -> None:
+    a = pins.Pin("vllm", "commit", C1, "upstream.lock", 2)
+    short = pins.Pin("vllm", "commit", C1[:10], "Dockerfile", 4)
+    other = pins.Pin("vllm", "commit", C2, "stack.lock.json", 3)
+    tag = pins.Pin("vllm", "version", "v0.11.0", "upstream.lock", 1)
+    same_tag = pins.Pin("vllm", "version", "0.11.0", "stack.lock.json", 5)
+    stated, conflicts = pins.agree([short, a, tag, same_tag])
+    assert (stated["vllm"].commit, stated["vllm"].where["commit"], conflicts) == (C1, "upstream.lock:2", [])
+    stated, conflicts = pins.agree([a, other, short])
+    assert stated["vllm"].commit is None and conflicts == [(a, other)]
+    url1 = pins.Pin("aiter", "git", "https://github.com/ROCm/aiter.git", "a", 1)
+    url2 = pins.Pin("aiter", "git", "ROCm/aiter", "b", 1)
+    assert pins.agree([url1, url2])[1] == []
