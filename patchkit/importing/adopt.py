@@ -72,7 +72,7 @@ class Issue:
 
 # Kinds that are not defects: a gitignored mount meant to be absent, a SHA256SUMS line coreutils accepts,
 # a module that may be an upstream file (only upstream can tell).
-NOTES = frozenset({"mount-ignored", "sums-format", "module-maybe-upstream", "queue-profile-arg"})
+NOTES = frozenset({"mount-ignored", "sums-format", "module-maybe-upstream", "queue-profile-arg", "build-step-unknown"})
 
 
 @dataclass

@@ -5,17 +5,22 @@ A patch queue keeps ordered diffs under ``patches/<upstream>/`` (or
 and from where, in this order of trust:
 
 - **order**: a quilt ``series`` file in the patch directory; else the order
-  of the ``git apply``/``patch -p1`` lines naming the patches in a
-  Containerfile, Dockerfile or build script (``*.sh``); else numeric
-  prefixes (``0001-…``). With none of them, the order is unknown and
-  reported;
+  the Containerfiles and build scripts (``*.sh``) apply the patches in, read
+  statically by :mod:`patchkit.importing.shell` (arrays, ``case`` branches,
+  loops over arrays and globs, ``git apply``, ``git am``, ``patch -pN -d``),
+  with the ``-p`` level and the directory; else numeric prefixes
+  (``0001-…``). A step that cannot be read makes the patches it may apply
+  unknown (with its file and line), never "never applied";
 - **upstream**: the patch directory's name; its git URL and commit from a
   JSON or TOML lock (``*lock*.json``/``*.toml``: ``{"vllm": {"repo": …,
   "commit": …}}`` at the top or under ``upstreams``), or the Containerfile's
   ``git clone URL`` and ``git checkout SHA``/``ARG <NAME>_COMMIT=SHA``;
 - **profiles**: files ``profiles/<name>.txt`` (or ``.list``, ``.series``)
-  listing patch files; the build argument that picks one (``ARG PROFILE=…``)
-  is reported with its default;
+  listing patch files; else the branches of a ``case`` on a value the
+  caller sets (``$PROFILE``, ``$1``), one profile per branch; the build
+  argument that picks one (``ARG PROFILE=…``) is reported with its default;
+- **pins of the repository's own**: a JSON lock (``*lock*.json``) naming a
+  patch file and its sha256 is checked against the file (``queue-lock-drift``);
 - **images**: the lock's image references by digest, and a ``FROM`` by
   digest.
 
@@ -33,16 +38,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from patchkit.hashing import sha256_bytes
-from patchkit.importing import read_inside
+from patchkit.importing import read_inside, shell
 from patchkit.lockfile.model import GitUpstream, Image, Lockfile, Upstream
 from patchkit.series.model import Series, SeriesPatch, parse_series_file
 from patchkit.series.parse import PatchParseError, parse_patch, pr_numbers
-from patchkit.values import Digest, Reference, RepoPath, Revision, Sha256, check_name
+from patchkit.values import ContainerPath, Digest, Reference, RepoPath, Revision, Sha256, check_name
 
 _SUFFIXES = (".patch", ".diff")
-_APPLY = re.compile(
-    r"(?:git\s+(?:-C\s+\S+\s+)?apply|git\s+am|patch\s+(?:-\S+\s+)*<?)\s*(?:\S+\s+)*?(?P<file>[\w./${}-]+\.(?:patch|diff))"
-)
 _CLONE = re.compile(r"git\s+clone\s+(?:-\S+\s+)*(?P<url>(?:https?|git|ssh|file)://\S+|[\w.-]+@[\w.-]+:\S+)")
 _CHECKOUT = re.compile(r"git\s+(?:-C\s+\S+\s+)?(?:checkout|reset\s+--hard)\s+(?P<rev>[0-9a-f]{40})\b")
 _ARG_COMMIT = re.compile(r"^\s*ARG\s+(?P<name>[A-Z0-9_]+?)_(?:COMMIT|REV|SHA)=(?P<rev>[0-9a-f]{40})\s*$", re.M)
@@ -77,10 +79,15 @@ def recognise(root: Path) -> Found:
     found = Found()
     builds = _build_files(root)
     texts = {rel: read_inside(root, rel, "a build file").decode("utf-8", "replace") for rel in builds}
+    reading = shell.BuildReader(root).read(
+        [rel for rel in builds if not rel.endswith(".sh")], [rel for rel in builds if rel.endswith(".sh")]
+    )
     locks = _locks(root, found)
     groups = _groups(root)
     for name, files in sorted(groups.items()):
-        _one(root, name, files, texts, locks, found)
+        _one(root, name, files, texts, reading, locks, found)
+    _unknowns(reading, found)
+    stack_locks(root, [f for files in groups.values() for f in files], found)
     for rel, text in texts.items():
         for m in _FROM_DIGEST.finditer(text):
             _image(found, "base", m.group("ref"), rel)
@@ -104,7 +111,7 @@ def _build_files(root: Path) -> list[str]:
     out = []
     for p in sorted(root.rglob("*")):
         rel = p.relative_to(root).as_posix()
-        if not p.is_file() or rel.startswith((".git/", "patches/")):
+        if not p.is_file() or rel.startswith(".git/") or (rel.startswith("patches/") and p.suffix != ".sh"):
             continue
         if p.name.startswith(("Containerfile", "Dockerfile")) or p.suffix == ".sh":
             out.append(rel)
@@ -122,7 +129,13 @@ def _groups(root: Path) -> dict[str, list[str]]:
 
 
 def _one(
-    root: Path, name: str, files: list[str], texts: dict[str, str], locks: dict[str, dict[str, Any]], found: Found
+    root: Path,
+    name: str,
+    files: list[str],
+    texts: dict[str, str],
+    reading: shell.Reading,
+    locks: dict[str, dict[str, Any]],
+    found: Found,
 ) -> None:
     here = f"patches/{name}" if name else "patches"
     if not name:
@@ -136,7 +149,7 @@ def _one(
             )
         )
         return
-    order, series_file = _order(root, here, files, texts, found)
+    order, series_file = _order(root, here, files, reading, found)
     pin = locks.get(name, {})
     url, commit = pin.get("url"), pin.get("commit")
     for rel, text in texts.items():
@@ -166,7 +179,8 @@ def _one(
             )
         )
     github = _GITHUB.search(url or "")
-    profiles = _profiles(root, files, found)
+    profiles = _profiles(root, files, found) or _script_profiles(files, reading)
+    applies = [a for a in reading.applies if a.repo in files]
     patches = []
     for rel in order:
         data = read_inside(root, rel, f"a patch of {here}")
@@ -202,6 +216,8 @@ def _one(
             patches=tuple(patches),
             commit=Revision(commit) if commit else None,
             series_file=RepoPath(series_file) if series_file else None,
+            strip=_strip(here, applies, found),
+            target=_target(applies),
             series_sha256=Sha256(sha256_bytes(read_inside(root, series_file, "a series file")))
             if series_file
             else None,
@@ -210,7 +226,7 @@ def _one(
 
 
 def _order(
-    root: Path, here: str, files: list[str], texts: dict[str, str], found: Found
+    root: Path, here: str, files: list[str], reading: shell.Reading, found: Found
 ) -> tuple[list[str], str | None]:
     series = root / here / "series"
     if series.is_file():
@@ -232,19 +248,25 @@ def _order(
                 )
             )
         return [x for x in listed if x in files], f"{here}/series"
-    for rel, text in texts.items():
-        named = []
-        for m in _APPLY.finditer(text):
-            base = PurePosixPath(m.group("file")).name
-            hit = next((f for f in files if PurePosixPath(f).name == base), None)
-            if hit is not None and hit not in named:
-                named.append(hit)
-        if named:
-            for x in (f for f in files if f not in named):
-                found.issues.append(
-                    ("queue-order", rel, None, f"{x} is never applied by {rel}", "apply it or delete it")
-                )
-            return named, None
+    named = _applied_order(here, files, reading, found)
+    if named:
+        for x in (f for f in files if f not in named):
+            _not_applied(x, reading, found)
+        return named, None
+    if reading.unknowns:
+        for x in files:
+            _not_applied(x, reading, found)
+        u = reading.unknowns[0]
+        found.issues.append(
+            (
+                "queue-order",
+                here,
+                None,
+                f"the order is unknown ({u.file}:{u.line}: {u.reason}); taken by name",
+                f"write {here}/series, or apply the patches in a form import reads",
+            )
+        )
+        return files, None
     if all(re.match(r"\d+[-_]", PurePosixPath(f).name) for f in files):
         return sorted(files, key=lambda f: int(re.match(r"\d+", PurePosixPath(f).name).group())), None  # type: ignore[union-attr]
     found.issues.append(
@@ -257,6 +279,192 @@ def _order(
         )
     )
     return files, None
+
+
+def _applied_order(here: str, files: list[str], reading: shell.Reading, found: Found) -> list[str]:
+    """The order the build applies the patches of ``files`` in: each reading's order, merged.
+
+    A file one profile applies and another does not goes before the first
+    file after it that is already placed, so every profile's order holds;
+    two profiles applying the same files in different orders are reported.
+    """
+    sequences: dict[tuple[str, str | None], list[str]] = {}
+    for a in reading.applies:
+        if a.repo in files:
+            seq = sequences.setdefault((a.file, a.profile), [])
+            if a.repo not in seq:
+                seq.append(a.repo)
+    merged: list[str] = []
+    for seq in sequences.values():
+        for k, f in enumerate(seq):
+            if f in merged:
+                continue
+            after = next((merged.index(g) for g in seq[k + 1 :] if g in merged), len(merged))
+            merged.insert(after, f)
+    for (file, profile), seq in sequences.items():
+        if [f for f in merged if f in seq] != seq:
+            found.issues.append(
+                (
+                    "queue-order",
+                    file,
+                    None,
+                    f"{here}: profile {profile or '(every)'} applies its patches in another order than the others",
+                    "apply the patches in one order in every profile",
+                )
+            )
+    return merged
+
+
+def _not_applied(rel: str, reading: shell.Reading, found: Found) -> None:
+    """A patch no step read applies: never applied when everything was read; unknown when a step was not."""
+    read = ", ".join(sorted({a.file for a in reading.applies})) or "no build file"
+    if reading.unknowns:
+        u = reading.unknowns[0]
+        found.issues.append(
+            (
+                "queue-apply-unknown",
+                u.file,
+                u.line,
+                f"whether {rel} is applied is unknown: {u.reason}",
+                "write the step in a form import reads (docs/import.md), or list the order in a series file",
+            )
+        )
+        return
+    found.issues.append(("queue-order", rel, None, f"{rel} is never applied (read: {read})", "apply it or delete it"))
+
+
+def _unknowns(reading: shell.Reading, found: Found) -> None:
+    for u in reading.unknowns:
+        found.issues.append(
+            (
+                "build-step-unknown",
+                u.file,
+                u.line,
+                f"a build step that may apply patches cannot be read statically: {u.reason}",
+                "write it in a form import reads (docs/import.md)",
+            )
+        )
+
+
+def _script_profiles(files: list[str], reading: shell.Reading) -> dict[str, set[str]]:
+    """Profiles from the case branches of the build: each branch's patches; none when nothing picks one."""
+    if not reading.profiles:
+        return {}
+    out: dict[str, set[str]] = {p: set() for p in reading.profiles}
+    everywhere = {a.repo for a in reading.applies if a.profile is None and a.repo in files}
+    for a in reading.applies:
+        if a.repo in files and a.profile is not None:
+            out[a.profile].add(a.repo)
+    for chosen in out.values():
+        chosen |= everywhere
+    return out
+
+
+def _strip(here: str, applies: list[shell.Apply], found: Found) -> int:
+    """The ``-p`` level the build applies the series with; several, or patch(1) without ``-p``, reported."""
+    levels = {a.strip for a in applies}
+    if len(levels) > 1:
+        where = ", ".join(f"{a.file}:{a.line} -p{a.strip if a.strip is not None else ' (none)'}" for a in applies)
+        found.issues.append(
+            ("queue-strip", here, None, f"applied with different -p levels ({where})", "apply with one -p level")
+        )
+    elif levels == {None}:
+        a = applies[0]
+        found.issues.append(
+            (
+                "queue-strip",
+                a.file,
+                a.line,
+                f"{here}: patch without -p strips every directory of the paths; the series records -p1",
+                "give patch its -p level",
+            )
+        )
+    return next((a.strip for a in applies if a.strip is not None), 1)
+
+
+def _target(applies: list[shell.Apply]) -> ContainerPath | None:
+    """Where the build applies the series in the image, when every step names the same absolute directory."""
+    dirs = {a.directory for a in applies}
+    if len(dirs) != 1:
+        return None
+    d = next(iter(dirs))
+    if d is None or not d.startswith("/") or d.startswith(shell.REPO) or d == "/":
+        return None
+    return ContainerPath(d)
+
+
+def stack_locks(root: Path, files: list[str], found: Found) -> None:
+    """A JSON lock of the repository's own that pins each patch's sha256: every pin checked against the file.
+
+    Such a lock (``stack.lock.json``, ``patches.lock.json``) is what the
+    repository's build verifies; a pin the file no longer has is reported
+    (``queue-lock-drift``) at the lock's line, with the patch's sha256 now.
+    """
+    for rel in _json_locks(root):
+        text = read_inside(root, rel, "a lock of patch pins").decode("utf-8", "replace")
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            continue  # reported by _locks when it is at the top; a lock we cannot read pins nothing we check
+        for name, digest in _patch_pins(doc):
+            hit = next((f for f in files if f == name or PurePosixPath(f).name == PurePosixPath(name).name), None)
+            line = text[: max(text.find(digest), 0)].count("\n") + 1
+            if hit is None:
+                found.issues.append(
+                    ("queue-lock-drift", rel, line, f"pins {name}, which is no patch file", "remove the pin")
+                )
+                continue
+            now = sha256_bytes(read_inside(root, hit, "a patch"))
+            if now != digest.lower():
+                found.issues.append(
+                    (
+                        "queue-lock-drift",
+                        rel,
+                        line,
+                        f"pins {name} at sha256 {digest[:12]}…, but {hit} is {now[:12]}… now",
+                        f"update the pin to {now} (or restore the patch)",
+                    )
+                )
+
+
+def _json_locks(root: Path) -> list[str]:
+    out = []
+    for top in (root, root / "patches"):
+        if not top.is_dir():
+            continue
+        for p in sorted(top.rglob("*.json") if top != root else top.glob("*.json")):
+            if "lock" in p.name.lower() and p.is_file() and not p.is_symlink():
+                out.append(p.relative_to(root).as_posix())
+    return out
+
+
+def _patch_pins(doc: Any) -> list[tuple[str, str]]:
+    """(patch file, sha256) for every object of the document naming a ``.patch``/``.diff`` and a sha256."""
+    out: list[tuple[str, str]] = []
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(reversed(node))
+        elif isinstance(node, dict):
+            name = next((v for v in node.values() if isinstance(v, str) and v.endswith(_SUFFIXES)), None)
+            digest = next(
+                (
+                    v.removeprefix("sha256:")
+                    for k, v in node.items()
+                    if isinstance(v, str)
+                    and "sha" in str(k).lower()
+                    and re.fullmatch(r"(?:sha256:)?[0-9a-fA-F]{64}", v)
+                ),
+                None,
+            )
+            if name is not None and digest is not None:
+                out.append((name, digest))
+            for k, v in node.items():
+                if isinstance(v, str) and str(k).endswith(_SUFFIXES) and re.fullmatch(r"(?:sha256:)?[0-9a-f]{64}", v):
+                    out.append((str(k), v.removeprefix("sha256:")))
+            stack.extend(v for v in node.values() if isinstance(v, dict | list))
+    return out
 
 
 def _profiles(root: Path, files: list[str], found: Found) -> dict[str, set[str]]:
