@@ -23,6 +23,7 @@ from patchkit.errors import BadInput
 from patchkit.hashing import sha256_bytes
 from patchkit.importing import compose, handdiffs, provenance, queue, read_inside
 from patchkit.lockfile.model import (
+    GENERATED,
     LOCKFILE_NAME,
     Artifact,
     GitUpstream,
@@ -72,7 +73,16 @@ class Issue:
 
 # Kinds that are not defects: a gitignored mount meant to be absent, a SHA256SUMS line coreutils accepts,
 # a module that may be an upstream file (only upstream can tell).
-NOTES = frozenset({"mount-ignored", "sums-format", "module-maybe-upstream", "queue-profile-arg", "build-step-unknown"})
+NOTES = frozenset(
+    {
+        "mount-ignored",
+        "mount-generated",
+        "sums-format",
+        "module-maybe-upstream",
+        "queue-profile-arg",
+        "build-step-unknown",
+    }
+)
 
 
 @dataclass
@@ -299,6 +309,9 @@ class _Importer:
         for cf in composes:
             for m in cf.mounts:
                 for rel, target in self.mounted_files(m):
+                    if rel in GENERATED:
+                        self.generated_mount(m, rel, target)
+                        continue
                     known = by_source.get(rel)
                     if known is not None:
                         if known.target != target:
@@ -327,6 +340,21 @@ class _Importer:
                     _add_refs(entry, m.comment, None)
                     by_source[rel] = by_target[target] = entry
         return list(by_source.values())
+
+    def generated_mount(self, m: compose.Mount, rel: str, target: str) -> None:
+        """A mount of a file patchkit writes from the lockfile (``SHA256SUMS``): fine, and never pinned.
+
+        The container may read it (a startup check runs ``sha256sum -c``);
+        ``patchkit sums`` keeps it true, so the lockfile cannot pin it, and
+        pinning it would make every later command refuse the lockfile.
+        """
+        self.issue(
+            "mount-generated",
+            m.compose,
+            m.line,
+            f"{rel} is mounted at {target}; patchkit generates it from the lockfile (patchkit sums), "
+            "so it is not pinned",
+        )
 
     def mounted_files(self, m: compose.Mount) -> list[tuple[str, str]]:
         """The repository files a bind mount brings into the container, with their container paths."""
@@ -478,6 +506,14 @@ class _Importer:
             else:
                 entry.kind = "module"  # the diff adds the whole file, and no source says upstream has it
                 entry.dev_null = (rel, fd.line)
+        if entry is not None and m.against == "new" and (why := handdiffs.whole_file_stale(entry.data, fd)):
+            self.issue(
+                "diff-stale",
+                rel,
+                fd.line,
+                f"does not reproduce {entry.rel}: {why} (the file changed after the diff was made)",
+                f"regenerate this part of the diff from {entry.rel}, or drop it (a module needs no diff)",
+            )
         if entry is not None and m.upstream_path and "path" not in entry.origin:
             entry.origin["path"] = m.upstream_path
             entry.stated_in.append(f"{rel}:{fd.line}")
