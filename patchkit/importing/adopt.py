@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 from patchkit import diffs, sums
 from patchkit.errors import BadInput
 from patchkit.hashing import sha256_bytes
-from patchkit.importing import compose, handdiffs, provenance, queue, read_inside
+from patchkit.importing import compose, handdiffs, patchers, provenance, queue, read_inside, shell
 from patchkit.lockfile.model import (
     GENERATED,
     LOCKFILE_NAME,
@@ -81,6 +81,7 @@ NOTES = frozenset(
         "module-maybe-upstream",
         "queue-profile-arg",
         "build-step-unknown",
+        "patcher-target-unknown",
     }
 )
 
@@ -166,6 +167,7 @@ class _Entry:
     new_module: str | None = None  # the provenance row calling the file a new module, if one does
     named_in_table: bool = False  # a provenance row names the file
     dev_null: tuple[str, int] | None = None  # the diff part (file, line) that made it a module by adding it whole
+    reason: str | None = None  # a transformer's: what it edits
 
     @property
     def upstream_statement(self) -> str | None:
@@ -222,6 +224,7 @@ class _Importer:
         self.check_modules(entries, upstreams)
         self.check_runs(entries, composes)
         self.check_sums(entries)
+        built = self.patchers(entries)
         patches = []
         for e in entries:
             if e.kind not in ("overlay", "module", "transformer"):
@@ -243,11 +246,15 @@ class _Importer:
                     file=RepoPath(e.rel),
                     refs=tuple(e.refs),
                     origin=origin,
+                    reason=e.reason,
                 )
             )
+        patches += built
         tuning = tuple(self.artifact(e) for e in entries if e.kind == "tuning")
         artifacts = [self.artifact(e) for e in entries if e.kind == "artifact"]
-        artifacts += self.unmounted({e.rel for e in entries} | {str(d.file) for d in hand})
+        artifacts += self.unmounted(
+            {e.rel for e in entries} | {str(d.file) for d in hand} | {str(p.file) for p in built}
+        )
         for f in files:
             stem = f.rsplit(".", 1)[0].replace("docker-", "")
             artifacts.append(
@@ -278,6 +285,36 @@ class _Importer:
         for kind, file, line, message, fix in found.issues:
             self.issue(kind, file, line, message, fix)
         return queue.to_lockfile(self.root, found)
+
+    def patchers(self, entries: list[_Entry]) -> list[Patch]:
+        """Patcher scripts: mounted transformers get what they edit; those a Containerfile runs become transformers."""
+        for e in entries:
+            if e.kind == "transformer" and (p := patchers.read(e.data)) is not None:
+                e.reason = patchers.reason(p, None)
+                for issue in patchers.issues(p, e.rel):
+                    self.issue(*issue)
+        builds = queue.build_files(self.root)
+        reading = shell.BuildReader(self.root).read(
+            [r for r in builds if not r.endswith(".sh")], [r for r in builds if r.endswith(".sh")]
+        )
+        mounted = {e.rel for e in entries}
+        out = []
+        for run in patchers.run_by_build(self.root, reading):
+            if run.rel in mounted or run.target is None:
+                continue
+            for issue in patchers.issues(run.patcher, run.rel):
+                self.issue(*issue)
+            out.append(
+                Patch(
+                    name=_name(PurePosixPath(run.rel).stem),
+                    kind=PatchKind.TRANSFORMER,
+                    sha256=Sha256(sha256_bytes(run.data)),
+                    target=ContainerPath(run.target),
+                    file=RepoPath(run.rel),
+                    reason=patchers.reason(run.patcher, f"{run.file}:{run.line}"),
+                )
+            )
+        return out
 
     def unmounted(self, known: set[str]) -> list[Artifact]:
         """Notes in patches/ and tuning/ (a provenance README) are pinned; other unmounted files reported."""

@@ -38,8 +38,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from patchkit.hashing import sha256_bytes
-from patchkit.importing import read_inside, shell
-from patchkit.lockfile.model import GitUpstream, Image, Lockfile, Upstream
+from patchkit.importing import patchers, read_inside, shell
+from patchkit.lockfile.model import GitUpstream, Image, Lockfile, Patch, PatchKind, Upstream
 from patchkit.series.model import Series, SeriesPatch, parse_series_file
 from patchkit.series.parse import PatchParseError, parse_patch, pr_numbers
 from patchkit.values import ContainerPath, Digest, Reference, RepoPath, Revision, Sha256, check_name
@@ -62,6 +62,7 @@ class Found:
     upstreams: list[Upstream] = field(default_factory=list)
     images: list[Image] = field(default_factory=list)
     artifacts: list[tuple[str, str]] = field(default_factory=list)  # (name, repository path) to pin
+    patches: list[Patch] = field(default_factory=list)  # patcher scripts the build runs, as transformers
     issues: list[tuple[str, str, int | None, str, str | None]] = field(default_factory=list)
 
 
@@ -77,7 +78,7 @@ def has_queue(root: Path) -> bool:
 def recognise(root: Path) -> Found:
     """Read the patch queue of the repository at ``root``."""
     found = Found()
-    builds = _build_files(root)
+    builds = build_files(root)
     texts = {rel: read_inside(root, rel, "a build file").decode("utf-8", "replace") for rel in builds}
     reading = shell.BuildReader(root).read(
         [rel for rel in builds if not rel.endswith(".sh")], [rel for rel in builds if rel.endswith(".sh")]
@@ -87,6 +88,7 @@ def recognise(root: Path) -> Found:
     for name, files in sorted(groups.items()):
         _one(root, name, files, texts, reading, locks, found)
     _unknowns(reading, found)
+    _patchers(root, reading, found)
     stack_locks(root, [f for files in groups.values() for f in files], found)
     for rel, text in texts.items():
         for m in _FROM_DIGEST.finditer(text):
@@ -107,7 +109,8 @@ def recognise(root: Path) -> Found:
     return found
 
 
-def _build_files(root: Path) -> list[str]:
+def build_files(root: Path) -> list[str]:
+    """Containerfiles, Dockerfiles and shell scripts of the repository (scripts under ``patches/`` too), sorted."""
     out = []
     for p in sorted(root.rglob("*")):
         rel = p.relative_to(root).as_posix()
@@ -279,6 +282,34 @@ def _order(
         )
     )
     return files, None
+
+
+def _patchers(root: Path, reading: shell.Reading, found: Found) -> None:
+    """The patcher scripts the build runs become transformers, each with what it edits."""
+    for run in patchers.run_by_build(root, reading):
+        where = f"{run.file}:{run.line}"
+        found.issues.extend(patchers.issues(run.patcher, run.rel))
+        if run.target is None:
+            found.issues.append(
+                (
+                    "patcher-outside-image",
+                    run.file,
+                    run.line,
+                    f"runs the patcher {run.rel} from outside the image, so it has no path in it to pin",
+                    "COPY it into the image and run it there",
+                )
+            )
+            continue
+        found.patches.append(
+            Patch(
+                name=_patch_name(PurePosixPath(run.rel).stem),
+                kind=PatchKind.TRANSFORMER,
+                sha256=Sha256(sha256_bytes(run.data)),
+                target=ContainerPath(run.target),
+                file=RepoPath(run.rel),
+                reason=patchers.reason(run.patcher, where),
+            )
+        )
 
 
 def _applied_order(here: str, files: list[str], reading: shell.Reading, found: Found) -> list[str]:
@@ -588,5 +619,6 @@ def to_lockfile(root: Path, found: Found) -> Lockfile:
         images=tuple(found.images),
         upstreams=tuple(u for u in found.upstreams),
         artifacts=artifacts,
+        patches=tuple(found.patches),
         series=tuple(found.series),
     )

@@ -87,6 +87,8 @@ class Run:
     profile: str | None
     file: str
     line: int
+    script: str | None = None  # the Python script it runs, as a path in the build
+    repo: str | None = None  # ... and the repository file that is, when it could be told
 
 
 @dataclass
@@ -685,7 +687,23 @@ class _Reader:
         elif words[0] == "quilt" and words[1:2] == ["push"]:
             self.unknown(ctx, node.line, "quilt push applies the quilt series file")
         elif not self.script(ctx, node, words):
-            self.reading.runs.append(Run(tuple(words), ctx.cwd, ctx.profile, ctx.file, node.line))
+            self.record_run(ctx, node, words)
+
+    def record_run(self, ctx: _Context, node: _Simple, words: list[str]) -> None:
+        """A command that applies no patch; for ``python x.py`` (or ``./x.py``), the script it runs."""
+        script = None
+        if re.fullmatch(r"python(?:3(?:\.\d+)?)?", posixpath.basename(words[0])):
+            script = next((w for w in words[1:] if not w.startswith("-")), None)
+            script = None if "-m" in words[1:] or "-c" in words[1:] else script
+        elif words[0].endswith(".py"):
+            script = words[0]
+        path = repo = None
+        if script is not None and script.endswith(".py"):
+            path = self.absolute(ctx, script)
+            candidates = [path] if path is not None else [posixpath.join(d, script) for d in (ctx.script_dir, REPO)]
+            repo = next((r for c in candidates if (r := self.locate(posixpath.normpath(c))) is not None), None)
+            path = path or posixpath.normpath(candidates[0])
+        self.reading.runs.append(Run(tuple(words), ctx.cwd, ctx.profile, ctx.file, node.line, path, repo))
 
     def call(self, ctx: _Context, body: list[_Node], args: list[str]) -> None:
         saved = {k: ctx.variables.get(k) for k in ("@", *map(str, range(1, 10)))}
@@ -931,7 +949,7 @@ class BuildReader:
             src_rel = self.context_path(build.file, src)
             if src_rel is None:
                 continue
-            into_dir = words[-1].endswith("/") or len(words) > 2
+            into_dir = words[-1].endswith("/") or words[-1] in (".", "..") or len(words) > 2
             target = posixpath.join(dest, posixpath.basename(src_rel)) if into_dir else dest
             if (self.root / src_rel).is_dir() and into_dir:
                 target = dest
