@@ -192,6 +192,9 @@ class _Importer:
         self.issues: list[Issue] = []
         self._index: handdiffs.Index | None = None
         self._by_rel: dict[str, _Entry] = {}
+        self.builds: list[str] = []
+        self.reading = shell.Reading()
+        self.applied: set[str] = set()  # patch files the build applies: series, not hand-kept diffs
 
     def issue(self, kind: str, file: str, line: int | None, message: str, fix: str | None = None) -> None:
         self.issues.append(Issue(kind, file, line, message, fix))
@@ -215,6 +218,8 @@ class _Importer:
                 "run patchkit import in the repository that holds the deployment's compose files",
             )
         composes = [compose.read(f, self.read_text(f, "compose file")) for f in files]
+        self.builds, self.reading = queue.read_build(self.root)
+        self.applied = queue.applied_files(self.reading)
         entries = self.entries(composes)
         # Provenance first: whether a file exists upstream is the table's to say, not a diff's /dev/null.
         self.provenance(entries)
@@ -253,7 +258,10 @@ class _Importer:
         tuning = tuple(self.artifact(e) for e in entries if e.kind == "tuning")
         artifacts = [self.artifact(e) for e in entries if e.kind == "artifact"]
         artifacts += self.unmounted(
-            {e.rel for e in entries} | {str(d.file) for d in hand} | {str(p.file) for p in built}
+            {e.rel for e in entries}
+            | {str(d.file) for d in hand}
+            | {str(p.file) for p in built}
+            | (self.applied | set(self.builds) if self.applied else set())
         )
         for f in files:
             stem = f.rsplit(".", 1)[0].replace("docker-", "")
@@ -268,7 +276,7 @@ class _Importer:
                 name, n = f"{a.name}-{n}", n + 1
             used.add(name)
             artifacts[k] = dataclasses.replace(a, name=name)
-        return Lockfile(
+        lock = Lockfile(
             name=_name(self.root.name),
             images=self.images(composes),
             model=self.model(composes),
@@ -277,6 +285,37 @@ class _Importer:
             tuning=tuning,
             artifacts=tuple(artifacts),
             diffs=tuple(hand),
+        )
+        return self.with_queue(lock)
+
+    def with_queue(self, lock: Lockfile) -> Lockfile:
+        """Patch files the build applies (compose, then Containerfile, then script) are series, not hand-kept diffs."""
+        if not self.applied:
+            return lock
+        found = queue.recognise(self.root, only=self.applied)
+        for kind, file, line, message, fix in found.issues:
+            self.issue(kind, file, line, message, fix)
+        q = queue.to_lockfile(self.root, found)
+        pinned = {str(a.file) for a in (*lock.artifacts, *lock.tuning)} | {str(p.file) for p in lock.patches}
+        used = {p.name for p in lock.patches} | {t.name for t in lock.tuning} | {a.name for a in lock.artifacts}
+        extra = []
+        for a in q.artifacts:
+            if str(a.file) in pinned:
+                continue
+            name, n = a.name, 2
+            while name in used:
+                name, n = f"{a.name}-{n}", n + 1
+            used.add(name)
+            extra.append(dataclasses.replace(a, name=name))
+        digests = {i.digest for i in lock.images}
+        images = [i for i in q.images if i.digest not in digests and i.name not in {x.name for x in lock.images}]
+        declared = {u.name for u in lock.upstreams}
+        return dataclasses.replace(
+            lock,
+            images=lock.images + tuple(images),
+            upstreams=lock.upstreams + tuple(u for u in q.upstreams if u.name not in declared),
+            artifacts=lock.artifacts + tuple(extra),
+            series=q.series,
         )
 
     def patch_queue(self) -> Lockfile:
@@ -293,13 +332,9 @@ class _Importer:
                 e.reason = patchers.reason(p, None)
                 for issue in patchers.issues(p, e.rel):
                     self.issue(*issue)
-        builds = queue.build_files(self.root)
-        reading = shell.BuildReader(self.root).read(
-            [r for r in builds if not r.endswith(".sh")], [r for r in builds if r.endswith(".sh")]
-        )
         mounted = {e.rel for e in entries}
         out = []
-        for run in patchers.run_by_build(self.root, reading):
+        for run in patchers.run_by_build(self.root, self.reading):
             if run.rel in mounted or run.target is None:
                 continue
             for issue in patchers.issues(run.patcher, run.rel):
@@ -525,7 +560,12 @@ class _Importer:
         return out
 
     def diff_files(self) -> list[str]:
-        return [rel for rel in _files(self.root, ("patches", "diffs")) if rel.endswith(_DIFF_SUFFIXES)]
+        """Hand-kept diffs: every diff under patches/ and diffs/ except the patch files the build applies."""
+        return [
+            rel
+            for rel in _files(self.root, ("patches", "diffs"))
+            if rel.endswith(_DIFF_SUFFIXES) and rel not in self.applied
+        ]
 
     def section(self, rel: str, fd: diffs.FileDiff, overlays: list[_Entry]) -> _Section:
         m = handdiffs.match(fd, self.index(overlays))

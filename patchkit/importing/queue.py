@@ -75,20 +75,37 @@ def has_queue(root: Path) -> bool:
     )
 
 
-def recognise(root: Path) -> Found:
-    """Read the patch queue of the repository at ``root``."""
-    found = Found()
+def read_build(root: Path) -> tuple[list[str], shell.Reading]:
+    """The repository's build files, and what they apply and run, read statically."""
     builds = build_files(root)
-    texts = {rel: read_inside(root, rel, "a build file").decode("utf-8", "replace") for rel in builds}
     reading = shell.BuildReader(root).read(
         [rel for rel in builds if not rel.endswith(".sh")], [rel for rel in builds if rel.endswith(".sh")]
     )
+    return builds, reading
+
+
+def applied_files(reading: shell.Reading) -> set[str]:
+    """The patch files under ``patches/`` a build step applies."""
+    return {a.repo for a in reading.applies if a.repo and a.repo.startswith("patches/") and a.repo.endswith(_SUFFIXES)}
+
+
+def recognise(root: Path, only: set[str] | None = None) -> Found:
+    """Read the patch queue of the repository at ``root``.
+
+    With ``only`` (a compose repository whose Containerfile applies patches),
+    just the patch directories holding those files are series, and patcher
+    scripts are left to the compose import.
+    """
+    found = Found()
+    builds, reading = read_build(root)
+    texts = {rel: read_inside(root, rel, "a build file").decode("utf-8", "replace") for rel in builds}
     locks = _locks(root, found)
-    groups = _groups(root)
+    groups = {n: fs for n, fs in _groups(root).items() if only is None or any(f in only for f in fs)}
     for name, files in sorted(groups.items()):
         _one(root, name, files, texts, reading, locks, found)
     _unknowns(reading, found)
-    _patchers(root, reading, found)
+    if only is None:
+        _patchers(root, reading, found)
     stack_locks(root, [f for files in groups.values() for f in files], found)
     for rel, text in texts.items():
         for m in _FROM_DIGEST.finditer(text):

@@ -240,3 +240,39 @@ def test_profiles_and_order_as_the_reader_sees_them(tmp_path: Path) -> None:
     ]
     assert reading.profile_variable == ("FLAVOR", "docker/apply.sh", 2)
     assert reading.unknowns == [] and reading.followed == {"docker/apply.sh"}
+
+
+def test_in_a_compose_repository_the_patches_its_containerfile_applies_are_a_series(
+    tmp_path: Path, invoke: Invoke
+) -> None:
+    """compose, then the Containerfile, then its loop: those files are a series, not hand-kept diffs."""
+    from patchkit import diffs
+    from tests.importing.test_relied_on import COMMIT, SUMS_MOUNTS, build
+
+    root = build(tmp_path / "deploy", sums_mount=SUMS_MOUNTS["short"])
+    queue_dir = root / "patches/vllm-extra"
+    queue_dir.mkdir()
+    for k, name in enumerate(("0002-env.patch", "0001-sched.patch", "0003-cfg.patch")):
+        body = diffs.make(b"a = 1\n", b"a = %d\n" % (k + 2), f"a/vllm/f{k}.py", f"b/vllm/f{k}.py")
+        (queue_dir / name).write_bytes(f"Subject: [PATCH] change {k}\n\n".encode() + body)
+    (root / "stack.lock.json").write_text(
+        json.dumps({"upstreams": {"vllm-extra": {"repo": "https://github.com/vllm-project/vllm", "commit": COMMIT}}})
+    )
+    (root / "Containerfile").write_text(
+        f"FROM vllm/vllm-openai@{DIGEST}\nCOPY patches/vllm-extra /tmp/patches-vllm\n"
+        "RUN for p in /tmp/patches-vllm/*.patch; do \\\n"
+        "      patch -p1 -d /usr/local/lib/python3.12/dist-packages < $p; done\n"
+    )
+    run = invoke("import", str(root), "--format", "json")
+    assert run.exit_code == 0, run.stdout + run.stderr
+    doc = json.loads(run.stdout)["import"]
+    assert [i["kind"] for i in doc["issues"]] == ["mount-generated"], doc["issues"]
+    assert doc["found"]["diffs"] == 3  # the hand-kept diffs of the overlays, not the queue
+    lock = loads((root / "lockfile.toml").read_text())
+    (series,) = lock.series
+    assert [Path(str(p.file)).name for p in series.patches] == ["0001-sched.patch", "0002-env.patch", "0003-cfg.patch"]
+    assert str(series.target) == "/usr/local/lib/python3.12/dist-packages" and str(series.commit) == COMMIT
+    assert {str(a.file) for a in lock.artifacts} >= {"Containerfile", "stack.lock.json"}
+    assert invoke("sums", repo=root).exit_code == 0
+    check = invoke("check", "--format", "json", repo=root)
+    assert [f for f in json.loads(check.stdout)["findings"] if f["severity"] == "error"] == [], check.stdout
