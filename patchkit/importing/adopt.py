@@ -333,15 +333,18 @@ class _Importer:
                 for issue in patchers.issues(p, e.rel):
                     self.issue(*issue)
         mounted = {e.rel for e in entries}
+        used = {e.name for e in entries}
         out = []
         for run in patchers.run_by_build(self.root, self.reading):
-            if run.rel in mounted or run.target is None:
+            if run.rel in mounted or run.target is None or not run.target.startswith("/"):
                 continue
             for issue in patchers.issues(run.patcher, run.rel):
                 self.issue(*issue)
+            name = queue.unique(_name(PurePosixPath(run.rel).stem), used)
+            used.add(name)
             out.append(
                 Patch(
-                    name=_name(PurePosixPath(run.rel).stem),
+                    name=name,
                     kind=PatchKind.TRANSFORMER,
                     sha256=Sha256(sha256_bytes(run.data)),
                     target=ContainerPath(run.target),

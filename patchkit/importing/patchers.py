@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchkit.importing import read_inside, shell
+from patchkit.values import ContainerPath
 
 _TREE = re.compile(r"(?:site|dist)-packages/(?P<rest>.+)")
 _READS = frozenset({"read_text", "read_bytes", "write_text", "write_bytes"})
@@ -54,9 +55,12 @@ class Patcher:
 def read(source: bytes) -> Patcher | None:
     """The patcher a Python script is, or None when it is not one (or does not parse)."""
     try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+        return _read(ast.parse(source))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
+
+
+def _read(tree: ast.Module) -> Patcher | None:
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
     replaces = any(_method(c) == "replace" and len(c.args) >= 2 for c in calls)
     writes = any(_method(c) in ("write_text", "write_bytes", "write") for c in calls)
@@ -291,6 +295,10 @@ def run_by_build(root: Path, reading: shell.Reading) -> list[Run]:
         if patcher is None:
             continue
         target = r.script if r.script and r.script.startswith("/") and not r.script.startswith(shell.REPO) else None
+        try:
+            target = str(ContainerPath(target)) if target is not None else None
+        except ValueError:
+            target = None
         out[r.repo] = Run(r.repo, target, data, patcher, r.file, r.line)
     return list(out.values())
 

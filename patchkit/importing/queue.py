@@ -306,7 +306,7 @@ def _patchers(root: Path, reading: shell.Reading, found: Found) -> None:
     for run in patchers.run_by_build(root, reading):
         where = f"{run.file}:{run.line}"
         found.issues.extend(patchers.issues(run.patcher, run.rel))
-        if run.target is None:
+        if run.target is None or _container_path(run.target) is None:
             found.issues.append(
                 (
                     "patcher-outside-image",
@@ -319,7 +319,7 @@ def _patchers(root: Path, reading: shell.Reading, found: Found) -> None:
             continue
         found.patches.append(
             Patch(
-                name=_patch_name(PurePosixPath(run.rel).stem),
+                name=unique(_patch_name(PurePosixPath(run.rel).stem), {p.name for p in found.patches}),
                 kind=PatchKind.TRANSFORMER,
                 sha256=Sha256(sha256_bytes(run.data)),
                 target=ContainerPath(run.target),
@@ -327,6 +327,21 @@ def _patchers(root: Path, reading: shell.Reading, found: Found) -> None:
                 reason=patchers.reason(run.patcher, where),
             )
         )
+
+
+def _container_path(path: str) -> ContainerPath | None:
+    try:
+        return ContainerPath(path)
+    except ValueError:
+        return None
+
+
+def unique(name: str, used: set[str]) -> str:
+    """``name``, or ``name-2``, ``name-3``… : the first that ``used`` does not hold."""
+    out, n = name, 2
+    while out in used:
+        out, n = f"{name}-{n}", n + 1
+    return out
 
 
 def _applied_order(here: str, files: list[str], reading: shell.Reading, found: Found) -> list[str]:
@@ -427,7 +442,14 @@ def _strip(here: str, applies: list[shell.Apply], found: Found) -> int:
                 "give patch its -p level",
             )
         )
-    return next((a.strip for a in applies if a.strip is not None), 1)
+    level = next((a.strip for a in applies if a.strip is not None), 1)
+    if not 0 <= level <= 8:
+        a = applies[0]
+        found.issues.append(
+            ("queue-strip", a.file, a.line, f"{here}: -p{level} strips more than a series records (0 to 8)", None)
+        )
+        return 1
+    return level
 
 
 def _target(applies: list[shell.Apply]) -> ContainerPath | None:
@@ -438,7 +460,10 @@ def _target(applies: list[shell.Apply]) -> ContainerPath | None:
     d = next(iter(dirs))
     if d is None or not d.startswith("/") or d.startswith(shell.REPO) or d == "/":
         return None
-    return ContainerPath(d)
+    try:
+        return ContainerPath(d)
+    except ValueError:
+        return None
 
 
 def stack_locks(root: Path, files: list[str], found: Found) -> None:
@@ -627,15 +652,18 @@ def to_lockfile(root: Path, found: Found) -> Lockfile:
     """The lockfile of a patch-queue repository: upstreams, series, images, and its build files as artifacts."""
     from patchkit.lockfile.model import Artifact
 
-    artifacts = tuple(
-        Artifact(name=n, file=RepoPath(rel), sha256=Sha256(sha256_bytes(read_inside(root, rel, "a build file"))))
-        for n, rel in {rel: (n, rel) for n, rel in found.artifacts}.values()
-    )
+    used = {p.name for p in found.patches}
+    artifacts = []
+    for n, rel in {rel: (n, rel) for n, rel in found.artifacts}.values():
+        name = unique(n, used)
+        used.add(name)
+        data = read_inside(root, rel, "a build file")
+        artifacts.append(Artifact(name=name, file=RepoPath(rel), sha256=Sha256(sha256_bytes(data))))
     return Lockfile(
         name=_patch_name(root.name),
         images=tuple(found.images),
         upstreams=tuple(u for u in found.upstreams),
-        artifacts=artifacts,
+        artifacts=tuple(artifacts),
         patches=tuple(found.patches),
         series=tuple(found.series),
     )

@@ -409,7 +409,10 @@ class _Parser:
 def parse(text: str) -> tuple[list[_Node], list[tuple[int, str]]]:
     """The syntax of a shell text, and the lines that could not be read."""
     toks, bad = tokens(text)
-    return _Parser(toks).block(frozenset()), bad
+    try:
+        return _Parser(toks).block(frozenset()), bad
+    except RecursionError:
+        return [], [*bad, (1, "nested too deeply to read")]
 
 
 # -- evaluation
@@ -438,7 +441,17 @@ class _Context:
     aliases: dict[str, str] = field(default_factory=dict)  # a script's $1 … -> the caller's input it carries
 
 
+def _read_text(root: Path, rel: str) -> str:
+    """A repository file as text, never through a symlink (see ``importing.read_inside``)."""
+    from patchkit.importing import read_inside
+
+    return read_inside(root, rel, "a build file").decode("utf-8", "replace")
+
+
 class _Reader:
+    def text(self, rel: str) -> str:
+        return _read_text(self.root, rel)
+
     def __init__(self, root: Path, reading: Reading, locate: Locate, expand_glob: Callable[[str], list[str]]) -> None:
         self.root = root
         self.reading = reading
@@ -784,7 +797,7 @@ class _Reader:
         if rel is None or not (head.endswith(".sh") or "/" in head) or ctx.depth >= _DEPTH:
             return False
         self.reading.followed.add(rel)
-        text = (self.root / rel).read_bytes().decode("utf-8", "replace")
+        text = self.text(rel)
         nodes, bad = parse(text)
         for line, why in bad:
             self.reading.add_unknown(rel, line, why)
@@ -900,6 +913,9 @@ class _Build:
 class BuildReader:
     """Reads a repository's Containerfiles and scripts into one :class:`Reading`."""
 
+    def text(self, rel: str) -> str:
+        return _read_text(self.root, rel)
+
     def __init__(self, root: Path) -> None:
         self.root = root
         self.reading = Reading()
@@ -918,12 +934,12 @@ class BuildReader:
     def standalone(self, rel: str) -> None:
         here = posixpath.join(REPO, posixpath.dirname(rel))
         ctx = _Context(rel, None, {}, set(map(str, range(1, 10))) | {"@"}, {}, None, here)
-        text = (self.root / rel).read_bytes().decode("utf-8", "replace")
+        text = self.text(rel)
         self.each_profile(ctx, text, self.repo_path, [])
 
     def dockerfile(self, rel: str) -> None:
         build = _Build(rel)
-        text = (self.root / rel).read_bytes().decode("utf-8", "replace")
+        text = self.text(rel)
         for line, instruction, rest in _instructions(text):
             if instruction in ("ARG", "ENV"):
                 _build_variables(build, instruction, rest)
@@ -1014,8 +1030,12 @@ class BuildReader:
             self.reading.add_unknown(ctx.file, line, why)
         start = len(self.reading.applies), len(self.reading.runs)
         reader = _Reader(self.root, self.reading, locate, lambda p: self.glob(p, copies))
-        with contextlib.suppress(_Stop):
-            reader.run(_copy(ctx), nodes)
+        try:
+            with contextlib.suppress(_Stop):
+                reader.run(_copy(ctx), nodes)
+        except RecursionError:
+            self.reading.add_unknown(ctx.file, 1, "nested too deeply to read")
+            return
         if reader.split is None:
             return
         variable, profiles = reader.split
@@ -1026,7 +1046,7 @@ class BuildReader:
             one.profile = profile
             one.chosen[variable] = profile
             one.variables[variable] = [profile]
-            with contextlib.suppress(_Stop):
+            with contextlib.suppress(_Stop, RecursionError):
                 reader.run(one, nodes)
 
     def glob(self, pattern: str, copies: list[tuple[str, str]]) -> list[str]:
