@@ -479,7 +479,9 @@ def stack_locks(root: Path, files: list[str], found: Found) -> None:
             doc = json.loads(text)
         except ValueError:
             continue  # reported by _locks when it is at the top; a lock we cannot read pins nothing we check
-        for name, digest in _patch_pins(doc):
+        if patch_pins(doc) and all(r != rel for _, r in found.artifacts):
+            found.artifacts.append((_artifact_name(rel), rel))  # pinned: check keeps comparing it
+        for name, digest in patch_pins(doc):
             hit = next((f for f in files if f == name or PurePosixPath(f).name == PurePosixPath(name).name), None)
             line = text[: max(text.find(digest), 0)].count("\n") + 1
             if hit is None:
@@ -511,7 +513,7 @@ def _json_locks(root: Path) -> list[str]:
     return out
 
 
-def _patch_pins(doc: Any) -> list[tuple[str, str]]:
+def patch_pins(doc: Any) -> list[tuple[str, str]]:
     """(patch file, sha256) for every object of the document naming a ``.patch``/``.diff`` and a sha256."""
     out: list[tuple[str, str]] = []
     stack = [doc]

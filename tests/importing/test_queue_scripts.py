@@ -139,6 +139,10 @@ CONTAINERFILE_LOOPS = {
         "COPY patches/vllm/ patches/\n"
         'RUN set -eux; for p in patches/*.patch; do patch --strip=1 --directory="$SITE" -i "$p"; done\n'
     ),
+    "git-am-glob": (
+        "COPY patches/vllm /tmp/q\n"
+        "RUN cd /usr/local/lib/python3.12/site-packages && git am -3 --keep-cr /tmp/q/*.patch\n"
+    ),
     "bind-mount": (
         "RUN --mount=type=bind,source=patches/vllm,target=/p \\\n"
         "    cd /usr/local/lib/python3.12/site-packages && \\\n"
@@ -276,3 +280,27 @@ def test_in_a_compose_repository_the_patches_its_containerfile_applies_are_a_ser
     assert invoke("sums", repo=root).exit_code == 0
     check = invoke("check", "--format", "json", repo=root)
     assert [f for f in json.loads(check.stdout)["findings"] if f["severity"] == "error"] == [], check.stdout
+
+
+def test_check_reports_a_stack_lock_pin_a_later_patch_change_left_behind(tmp_path: Path, invoke: Invoke) -> None:
+    root, _, _ = _repo(tmp_path)
+    (root / "Containerfile").write_text(
+        f"FROM vllm/vllm-openai-rocm@{DIGEST}\nCOPY patches/vllm /q\n"
+        "RUN for p in /q/*.patch; do git -C /opt/vllm apply $p; done\n"
+    )
+    assert invoke("import", str(root)).exit_code == 0
+    assert invoke("sums", repo=root).exit_code == 0
+    check = invoke("check", "--format", "json", repo=root)
+    assert [f for f in json.loads(check.stdout)["findings"] if f["severity"] == "error"] == [], check.stdout
+    # The patch is rewritten (as a series rebase does) and re-pinned; the repository's own lock is not.
+    patch = root / "patches/vllm" / C
+    old = sha256_bytes(patch.read_bytes())
+    patch.write_bytes(patch.read_bytes().replace(b"Subject:", b"X-Rebased: yes\nSubject:", 1))
+    assert invoke("lock", repo=root).exit_code == 0
+    assert invoke("sums", repo=root).exit_code == 0
+    check = invoke("check", "--format", "json", repo=root)
+    errors = [
+        (f["code"], f["file"], f["line"]) for f in json.loads(check.stdout)["findings"] if f["severity"] == "error"
+    ]
+    line = 1 + next(k for k, t in enumerate((root / "stack.lock.json").read_text().splitlines()) if old in t)
+    assert errors == [("series-lock-drift", "stack.lock.json", line)], check.stdout
