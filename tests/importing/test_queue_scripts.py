@@ -26,16 +26,17 @@ DIGEST = "sha256:" + "4c" * 32
 A, B, C = VLLM_NAMES  # mxfp4 backend, its env flag, the legacy scheduler
 
 
-def _repo(tmp_path: Path) -> tuple[Path, str, Path]:
+def _repo(tmp_path: Path, url: str = "https://github.com/vllm-project/vllm") -> tuple[Path, str, Path]:
     """The queue without its series files, a JSON stack lock pinning each patch, a Containerfile by digest."""
     q = build_queue(tmp_path)
+    url = url or q.vllm.as_uri()
     root = q.root
     for s in ("patches/vllm/series", "patches/flashinfer/series"):
         (root / s).unlink()
     (root / "patches/flashinfer").rename(tmp_path / "fi-unused")
     lock = {
         "repository": "https://github.com/vllm-project/vllm",
-        "upstreams": {"vllm": {"repo": "https://github.com/vllm-project/vllm", "commit": q.vllm_c1}},
+        "upstreams": {"vllm": {"repo": url, "commit": q.vllm_c1}},
         "patches": [{"file": f"patches/vllm/{n}", "sha256": sha256_bytes(q.patches[n])} for n in VLLM_NAMES],
     }
     (root / "stack.lock.json").write_text(json.dumps(lock, indent=2) + "\n")
@@ -304,3 +305,33 @@ def test_check_reports_a_stack_lock_pin_a_later_patch_change_left_behind(tmp_pat
     ]
     line = 1 + next(k for k, t in enumerate((root / "stack.lock.json").read_text().splitlines()) if old in t)
     assert errors == [("series-lock-drift", "stack.lock.json", line)], check.stdout
+
+
+def test_a_series_read_from_a_profile_script_rebases_and_keeps_its_profiles(tmp_path: Path, invoke: Invoke) -> None:
+    from tests.series.queue import commit
+
+    root, _, upstream = _repo(tmp_path, url="")
+    (root / "scripts").mkdir()
+    (root / "scripts/apply-patches.sh").write_text(PROFILE_SCRIPTS["case-on-env"])
+    assert invoke("import", str(root)).exit_code == 0
+    pins = {n: sha256_bytes((root / "patches/vllm" / n).read_bytes()) for n in VLLM_NAMES}
+    c2 = commit(upstream, {"vllm/other.py": b"x = 1\n"}, "an unrelated change")
+    run = invoke("rebase", "--series", "vllm", "--onto", "main", repo=root)
+    assert run.exit_code == 0, run.stdout + run.stderr
+    lock = loads((root / "lockfile.toml").read_text())
+    (vllm,) = lock.series
+    assert str(vllm.commit) == c2
+    assert [(Path(str(p.file)).name, p.profiles) for p in vllm.patches] == [
+        (B, ("tp1", "tp2", "tp4")),
+        (A, ("tp1", "tp2", "tp4")),
+        (C, ("tp2", "tp4")),
+    ]
+    assert invoke("sums", repo=root).exit_code == 0
+    # The rebase rewrote the patches; the repository's own stack lock still pins the old bytes: each is reported.
+    check = invoke("check", "--format", "json", repo=root)
+    errors = [(f["code"], f["line"]) for f in json.loads(check.stdout)["findings"] if f["severity"] == "error"]
+    text = (root / "stack.lock.json").read_text().splitlines()
+    lines = sorted(1 + next(k for k, t in enumerate(text) if pins[n] in t) for n in VLLM_NAMES)
+    rewritten = [n for n in VLLM_NAMES if sha256_bytes((root / "patches/vllm" / n).read_bytes()) != pins[n]]
+    assert len(rewritten) == 3
+    assert errors == [("series-lock-drift", line) for line in lines], check.stdout
