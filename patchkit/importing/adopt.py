@@ -291,6 +291,14 @@ class _Importer:
     def with_queue(self, lock: Lockfile) -> Lockfile:
         """Patch files the build applies (compose, then Containerfile, then script) are series, not hand-kept diffs."""
         if not self.applied:
+            for u in self.reading.unknowns:  # a step that may apply patches: its files may be no hand-kept diffs
+                self.issue(
+                    "build-step-unknown",
+                    u.file,
+                    u.line,
+                    f"a build step that may apply patches cannot be read statically: {u.reason}",
+                    "write it in a form import reads (docs/import.md)",
+                )
             return lock
         found = queue.recognise(self.root, only=self.applied)
         for kind, file, line, message, fix in found.issues:

@@ -889,10 +889,10 @@ def _walk(nodes: list[_Node]) -> Iterator[_Node]:
 
 
 def _applies_something(node: _Node) -> bool:
-    """Whether a node (or what it runs) may apply a patch or run a patcher: read on text, not on meaning."""
+    """Whether a node (or a block) may apply a patch: read on its text (git apply, patch, a .patch or .diff)."""
     if isinstance(node, _Simple):
         text = " ".join(node.words)
-        return bool(re.search(r"\bgit\b.*\b(?:apply|am)\b|\bpatch\b|\.patch\b|\.diff\b|\.sh\b|\bpython", text))
+        return bool(re.search(r"\bgit\b.*\b(?:apply|am)\b|\bpatch\b|\.patch\b|\.diff\b", text))
     return any(_applies_something(n) for n in _walk([node]) if n is not node)
 
 
