@@ -82,6 +82,7 @@ NOTES = frozenset(
         "queue-profile-arg",
         "build-step-unknown",
         "patcher-target-unknown",
+        "queue-apply-unknown",
     }
 )
 
@@ -195,6 +196,7 @@ class _Importer:
         self.builds: list[str] = []
         self.reading = shell.Reading()
         self.applied: set[str] = set()  # patch files the build applies: series, not hand-kept diffs
+        self.unsure: set[str] = set()  # patch files an unreadable build step may apply: pinned as artifacts
 
     def issue(self, kind: str, file: str, line: int | None, message: str, fix: str | None = None) -> None:
         self.issues.append(Issue(kind, file, line, message, fix))
@@ -368,7 +370,7 @@ class _Importer:
         for rel in _files(self.root, ("patches", "tuning")):
             if rel in known:
                 continue
-            if rel.endswith((".md", ".txt", ".rst")):
+            if rel.endswith((".md", ".txt", ".rst")) or rel in self.unsure:
                 data = self.read(rel, "a note pinned as an artifact")
                 out.append(Artifact(_name(rel.replace("/", "-")), RepoPath(rel), Sha256(sha256_bytes(data))))
             else:
@@ -512,23 +514,10 @@ class _Importer:
         sections_of: dict[str, list[_Section]] = {}
         for rel in self.diff_files():
             data = self.read(rel, "a diff")
-            try:
-                fds, repairs = diffs.parse_lenient(data)
-            except diffs.DiffError as err:
-                raise BadInput(
-                    f"{rel}: not a diff at all ({err.message})",
-                    "remove it from patches/ or replace it with a unified diff (diff -u / git diff)",
-                ) from err
-            for r in repairs:
-                self.issue(
-                    "diff-hunk-count",
-                    rel,
-                    r.line,
-                    f"hand-edited hunk: {r.message}",
-                    "patchkit import --normalize regenerates the diff",
-                )
-            sections = [self.section(rel, fd, overlays) for fd in fds]
+            sections = [self.section(rel, fd, overlays) for fd in self.parse_diff(rel, data)]
             covered = [s.entry for s in sections if s.entry is not None]
+            if not covered and self.maybe_applied(rel):
+                continue
             for s in sections:
                 if s.entry is None:
                     self.issue(
@@ -569,6 +558,44 @@ class _Importer:
                     "patchkit import --normalize --fetch",
                 )
         return out
+
+    def parse_diff(self, rel: str, data: bytes) -> list[diffs.FileDiff]:
+        """The file parts of a hand-kept diff; each hunk whose counts were edited by hand is reported."""
+        try:
+            fds, repairs = diffs.parse_lenient(data)
+        except diffs.DiffError as err:
+            raise BadInput(
+                f"{rel}: not a diff at all ({err.message})",
+                "remove it from patches/ or replace it with a unified diff (diff -u / git diff)",
+            ) from err
+        for r in repairs:
+            self.issue(
+                "diff-hunk-count",
+                rel,
+                r.line,
+                f"hand-edited hunk: {r.message}",
+                "patchkit import --normalize regenerates the diff",
+            )
+        return fds
+
+    def maybe_applied(self, rel: str) -> bool:
+        """A patch file no mounted file matches, that a build step import cannot read may apply: noted, pinned.
+
+        Calling it an unmatched hand-kept diff would be false when the step
+        applies it to the image; whether it does is unknown, and said so.
+        """
+        if not self.reading.unknowns:
+            return False
+        u = self.reading.unknowns[0]
+        self.unsure.add(rel)
+        self.issue(
+            "queue-apply-unknown",
+            u.file,
+            u.line,
+            f"{rel} matches no mounted file, and whether this build step applies it is unknown: {u.reason}",
+            "write the step in a form import reads (docs/import.md)",
+        )
+        return True
 
     def diff_files(self) -> list[str]:
         """Hand-kept diffs: every diff under patches/ and diffs/ except the patch files the build applies."""

@@ -335,3 +335,30 @@ def test_a_series_read_from_a_profile_script_rebases_and_keeps_its_profiles(tmp_
     rewritten = [n for n in VLLM_NAMES if sha256_bytes((root / "patches/vllm" / n).read_bytes()) != pins[n]]
     assert len(rewritten) == 3
     assert errors == [("series-lock-drift", line) for line in lines], check.stdout
+
+
+def test_in_a_compose_repository_patch_files_an_unreadable_step_may_apply_are_unknown_not_unmatched(
+    tmp_path: Path, invoke: Invoke
+) -> None:
+    from patchkit import diffs
+    from tests.importing.test_relied_on import SUMS_MOUNTS, build
+
+    root = build(tmp_path / "deploy", sums_mount=SUMS_MOUNTS["short"])
+    (root / "patches/extra").mkdir()
+    body = diffs.make(b"a = 1\n", b"a = 2\n", "a/vllm/f.py", "b/vllm/f.py")
+    (root / "patches/extra/0001-f.patch").write_bytes(body)
+    (root / "Containerfile").write_text(
+        f"FROM vllm/vllm-openai@{DIGEST}\nCOPY patches/extra /q\n"
+        "RUN for p in $(ls /q/*.patch | sort); do patch -p1 < $p; done\n"
+    )
+    run = invoke("import", str(root), "--format", "json")
+    assert run.exit_code == 0, run.stdout + run.stderr
+    issues = [(i["kind"], i["severity"], i["file"], i["line"]) for i in json.loads(run.stdout)["import"]["issues"]]
+    assert sorted(issues) == [
+        ("build-step-unknown", "note", "Containerfile", 3),
+        ("mount-generated", "note", "compose.yaml", 11),
+        ("queue-apply-unknown", "note", "Containerfile", 3),
+    ], issues
+    assert invoke("sums", repo=root).exit_code == 0
+    check = invoke("check", "--format", "json", repo=root)
+    assert [f for f in json.loads(check.stdout)["findings"] if f["severity"] == "error"] == [], check.stdout
