@@ -16,8 +16,10 @@ order); functions; ``if`` on a string test of known values; ``cd``,
 ``pushd``; ``git apply``, ``git am``, ``git -C DIR``, ``patch -pN -d DIR``
 with ``< FILE``, ``-i FILE`` or ``cat FILE |``; scripts a ``RUN`` line or a
 script runs (``bash x.sh ARGS``, ``./x.sh``, ``. x.sh``); and in a
-Containerfile ``ARG``, ``ENV``, ``WORKDIR``, ``COPY``/``ADD`` and
-``RUN --mount=type=bind``. ``$(dirname "$0")`` and ``$(git rev-parse
+Containerfile ``ARG``, ``ENV``, ``WORKDIR``, ``COPY``/``ADD``, ``RUN
+--mount=type=bind``, and ``RUN``, ``ENTRYPOINT`` and ``CMD`` (shell or exec
+form). A script read on its own maps an image path to the file a
+Containerfile copied there. ``$(dirname "$0")`` and ``$(git rev-parse
 --show-toplevel)`` are read as the script's directory and the repository.
 
 Everything else that could apply a patch (a command substitution, a
@@ -935,7 +937,9 @@ class BuildReader:
         here = posixpath.join(REPO, posixpath.dirname(rel))
         ctx = _Context(rel, None, {}, set(map(str, range(1, 10))) | {"@"}, {}, None, here)
         text = self.text(rel)
-        self.each_profile(ctx, text, self.repo_path, [])
+        # A path in the image (an entrypoint's /opt/p/x.py) is the file a Containerfile copied there.
+        copies = list(self.reading.copies)
+        self.each_profile(ctx, text, lambda p: self.repo_path(p) or self.container_path(p, copies), copies)
 
     def dockerfile(self, rel: str) -> None:
         build = _Build(rel)
@@ -947,7 +951,7 @@ class BuildReader:
                 build.workdir = posixpath.normpath(posixpath.join(build.workdir, rest.strip()))
             elif instruction in ("COPY", "ADD"):
                 self.copy(build, rest)
-            elif instruction == "RUN":
+            elif instruction in ("RUN", "ENTRYPOINT", "CMD"):
                 self.run_step(build, line, rest)
 
     def copy(self, build: _Build, rest: str) -> None:

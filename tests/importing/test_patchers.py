@@ -203,3 +203,34 @@ def test_in_a_compose_repository_a_patcher_the_containerfile_runs_is_a_transform
     assert invoke("sums", repo=root).exit_code == 0
     check = invoke("check", "--format", "json", repo=root)
     assert [f for f in json.loads(check.stdout)["findings"] if f["severity"] == "error"] == [], check.stdout
+
+
+@pytest.mark.parametrize(
+    "start",
+    [
+        'ENTRYPOINT ["/opt/entrypoint.sh"]\n',  # the Containerfile's entrypoint runs it at start
+        'ENTRYPOINT ["python3", "/opt/patchers/fix_mla.py"]\n',
+        "CMD python3 /opt/patchers/fix_mla.py && exec vllm serve\n",
+    ],
+)
+def test_a_patcher_the_entrypoint_runs_at_start_is_a_transformer(tmp_path: Path, invoke: Invoke, start: str) -> None:
+    root, _, _ = _repo(tmp_path)
+    (root / "patchers").mkdir()
+    (root / "patchers/fix_mla.py").write_text(FORMS["os-path-join"][0])
+    (root / "entrypoint.sh").write_text('#!/bin/sh\nset -e\npython3 /opt/patchers/fix_mla.py\nexec vllm serve "$@"\n')
+    (root / "Containerfile").write_text(
+        f"FROM vllm/vllm-openai-rocm@{DIGEST}\nCOPY patches/vllm /q\n"
+        "RUN for p in /q/*.patch; do git -C /opt/vllm apply $p; done\n"
+        "COPY patchers /opt/patchers\nCOPY entrypoint.sh /opt/entrypoint.sh\n" + start
+    )
+    run = invoke("import", str(root), "--format", "json")
+    assert run.exit_code == 0, run.stdout + run.stderr
+    assert json.loads(run.stdout)["import"]["issues"] == []
+    lock = loads((root / "lockfile.toml").read_text())
+    (p,) = lock.patches
+    assert (p.kind, str(p.file), str(p.target)) == (
+        PatchKind.TRANSFORMER,
+        "patchers/fix_mla.py",
+        "/opt/patchers/fix_mla.py",
+    )
+    assert p.reason is not None and p.reason.startswith(f"replaces anchored text in {MLA}; run by ")
