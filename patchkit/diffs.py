@@ -143,14 +143,30 @@ def _unquote(text: bytes, line: int) -> bytes:
     return bytes(out)
 
 
+def _header_name(text: bytes) -> bytes:
+    """The file name of a header's text, where GNU ``patch`` ends it.
+
+    ``--- a/foo.py\t2024-01-01 …`` and ``+++ b/foo.py (at 77469c9)`` both name
+    ``foo.py``: the name ends at a tab, or at the first space when no tab
+    follows (a name with spaces is kept whole only when a tab ends it, as
+    ``diff`` and ``git diff`` write it); a quoted name ends at its quote.
+    """
+    text = text.lstrip(b" ")
+    if text.startswith(b'"'):
+        end = re.search(rb'(?<!\\)(?:\\\\)*"', text[1:])
+        return text[: end.end() + 1] if end else text
+    if b"\t" in text:
+        return text.split(b"\t", 1)[0]
+    return text.split(b" ", 1)[0]
+
+
 def _path(header: bytes, line: int = 0) -> str | None:
     """The file name of a ``---``/``+++`` header; one that leaves the tree (``a/../../etc/passwd``) is refused.
 
     ``patch`` and ``git apply`` refuse such names too: a diff is of a file
     inside the upstream tree, never of an absolute path or one above it.
     """
-    # "--- a/foo.py\t2024-01-01 ..." -> "a/foo.py"; quoted names are git's C-style form.
-    text = header[4:].split(b"\t", 1)[0].rstrip(b"\r\n")
+    text = _header_name(header[4:].rstrip(b"\r\n"))
     if text.startswith(b'"') and text.endswith(b'"') and len(text) >= 2:
         text = _unquote(text[1:-1], line)
     name = text.decode("utf-8", "surrogateescape").rstrip(" ")

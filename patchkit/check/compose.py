@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from patchkit.check.state import DEPLOY_CONFIG, State
 from patchkit.errors import BadInput
 from patchkit.findings import Finding
+from patchkit.lockfile.model import GENERATED
 
 if TYPE_CHECKING:
     from patchkit.emit.config import DeployConfig
@@ -163,6 +164,8 @@ def _mount(state: State, rel: str, m: compose.Mount, pinned: dict[str, str | Non
             "move the file into the repository and pin it, or mount it from an absolute host path",
         )
     kind = state.view.kind(src)
+    if src in GENERATED and kind == "file":
+        return None  # SHA256SUMS, which patchkit writes from the lockfile: mounting it is fine, pinning it impossible
     if kind == "missing" and (rule := state.view.ignored_by(src)):
         return Finding(
             "mount-ignored",

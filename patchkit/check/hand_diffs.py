@@ -71,6 +71,7 @@ def _checked(state: State) -> tuple[list[Finding], int]:
             )
         else:
             out += _module_maybe_upstream(state, p, found)
+    out += _whole_files_stale(state, found)
     verified = 0
     for name, chain in found.parts.items():
         p = by_name[name]
@@ -92,6 +93,29 @@ def _checked(state: State) -> tuple[list[Finding], int]:
         if not undone.stale:
             verified += 1
     return out, verified
+
+
+def _whole_files_stale(state: State, found: handdiffs.Chains) -> list[Finding]:
+    """A ``/dev/null`` part (of a multi-file diff, often) whose body is no longer the file it adds."""
+    from patchkit.importing.handdiffs import whole_file_stale
+
+    by_name = {p.name: p for p in state.lock.patches}
+    out = []
+    for name, parts in sorted(found.whole_parts.items()):
+        prel = str(by_name[name].file)
+        data = state.readable(prel)
+        for rel, fd in parts if data is not None else ():
+            if (why := whole_file_stale(data, fd)) is not None:  # type: ignore[arg-type]
+                out.append(
+                    Finding(
+                        "diff-stale",
+                        rel,
+                        fd.line,
+                        f"no longer reproduces {prel}: {why}",
+                        f"regenerate this part of the diff from {prel}, or drop it (a module needs no diff)",
+                    )
+                )
+    return out
 
 
 def _module_maybe_upstream(state: State, p: Patch, found: handdiffs.Chains) -> list[Finding]:

@@ -45,6 +45,7 @@ RULES: tuple[Rule | VerifyingRule, ...] = (
     diffs.patch_diffs,
     hand_diffs.hand_diffs,
     series.series,
+    series.own_locks,
     diffs.overlays_have_diffs,
     sums.sums_file,
     compose.emitted,

@@ -52,6 +52,49 @@ def series(state: State) -> list[Finding]:
     return out
 
 
+def own_locks(state: State) -> list[Finding]:
+    """A JSON lock of the repository's own (a pinned ``*lock*.json``) that pins a series patch's sha256 agrees.
+
+    The repository's build may verify each patch against it; after a series
+    rebase rewrites a patch, such a pin is stale and the build would refuse
+    the patch: reported at the lock's line, with the sha256 to write.
+    """
+    import json
+
+    from patchkit.hashing import sha256_bytes
+    from patchkit.importing.queue import patch_pins
+
+    files = {str(p.file): str(p.file) for s in state.lock.series for p in s.patches}
+    by_name = {PurePosixPath(f).name: f for f in files}
+    out = []
+    for a in state.lock.artifacts:
+        rel = str(a.file)
+        if not rel.endswith(".json") or "lock" not in PurePosixPath(rel).name.lower():
+            continue
+        if (data := state.readable(rel)) is None:
+            continue
+        text = data.decode("utf-8", "replace")
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            continue
+        for name, digest in patch_pins(doc):
+            hit = files.get(name) or by_name.get(PurePosixPath(name).name)
+            now = state.readable(hit) if hit is not None else None
+            if now is None or sha256_bytes(now) == digest.lower():
+                continue
+            out.append(
+                Finding(
+                    "series-lock-drift",
+                    rel,
+                    text[: max(text.find(digest), 0)].count("\n") + 1,
+                    f"pins {name} at sha256 {digest[:12]}…, but {hit} is {sha256_bytes(now)[:12]}… now",
+                    f"update the pin to {sha256_bytes(now)} (the build checks it)",
+                )
+            )
+    return out
+
+
 def series_findings(
     read: Read, lock: Lockfile, tree_for: TreeFor, line_of: Callable[[tuple[str | int, ...]], int | None]
 ) -> list[Finding]:

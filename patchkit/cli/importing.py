@@ -30,9 +30,17 @@ from patchkit.errors import EXIT_FINDINGS, EXIT_OK
     "stale or missing are normalized against it. A module only a /dev/null diff made a module, in an "
     "upstream's tree, becomes an overlay when that upstream has the file at its pinned commit.",
 )
+@click.option(
+    "--delete-referenced",
+    is_flag=True,
+    help="With --normalize: also delete replaced diffs that the repository's own scripts, tests or build "
+    "files name (kept by default, so what the repository runs keeps working).",
+)
 @FORMAT
 @click.pass_context
-def import_(ctx: click.Context, path: Path, dry_run: bool, normalize: bool, fetch: bool, fmt: str) -> None:
+def import_(
+    ctx: click.Context, path: Path, dry_run: bool, normalize: bool, fetch: bool, delete_referenced: bool, fmt: str
+) -> None:
     """Turn a hand-kept deployment repository into a patchkit deployment.
 
     Reads the compose files (every profile), patches/, the hand-kept diffs,
@@ -65,7 +73,9 @@ def import_(ctx: click.Context, path: Path, dry_run: bool, normalize: bool, fetc
 
         repo = Repo(root)
         lock, _ = repo.read_lockfile()
-        normalized = run(repo, lock, blob_store(), source_fetch(repo) if fetch else None)
+        normalized = run(
+            repo, lock, blob_store(), source_fetch(repo) if fetch else None, delete_referenced=delete_referenced
+        )
     payload: dict[str, Any] = {}
     if result is not None:
         payload["import"] = result.as_dict()
@@ -121,14 +131,21 @@ def _print_normalize(n: Any) -> None:
         click.echo(f"  {name}: {why}; needs no diff to upstream")
     for name, why, fix in n.unknown:
         click.echo(f"  {name}: {why}\n    fix: {fix}")
-    for rel in n.removed:
-        click.echo(f"  removed {rel} ({'only a new module' if rel in n.unneeded else 'replaced'})")
-    for rel in n.dropped_sums:
-        click.echo(f"  SHA256SUMS: dropped {rel} (the lockfile does not pin it)")
+    _print_files(n)
     if n.failed:
         click.echo(f"{len(n.failed)} patch(es) keep their hand-kept diffs:")
         for name, why in n.failed:
             click.echo(f"  {name}: {why}")
+
+
+def _print_files(n: Any) -> None:
+    """The hand-kept diffs normalize deleted or kept, and the SHA256SUMS entries it dropped."""
+    for rel in n.removed:
+        click.echo(f"  removed {rel} ({'only a new module' if rel in n.unneeded else 'replaced'})")
+    for rel, where in n.kept_referenced:
+        click.echo(f"  kept {rel}: replaced, but {where} names it (--delete-referenced deletes it)")
+    for rel in n.dropped_sums:
+        click.echo(f"  SHA256SUMS: dropped {rel} (the lockfile does not pin it)")
 
 
 # The top-level commands of this family; `patchkit.cli.app` registers them on the root group.

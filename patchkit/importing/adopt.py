@@ -23,8 +23,9 @@ from pathlib import Path, PurePosixPath
 from patchkit import diffs, sums
 from patchkit.errors import BadInput
 from patchkit.hashing import sha256_bytes
-from patchkit.importing import compose, dockerfile, handdiffs, pins, provenance, queue, read_inside
+from patchkit.importing import compose, dockerfile, handdiffs, patchers, pins, provenance, queue, read_inside, shell
 from patchkit.lockfile.model import (
+    GENERATED,
     LOCKFILE_NAME,
     Artifact,
     GitUpstream,
@@ -75,8 +76,9 @@ class Issue:
 # Kinds that are not defects: a gitignored mount meant to be absent, a SHA256SUMS line coreutils accepts,
 # a module that may be an upstream file (only upstream can tell).
 NOTES = frozenset(
-    {"mount-ignored", "sums-format", "module-maybe-upstream", "queue-profile-arg"}
+    {"mount-ignored", "mount-generated", "sums-format", "module-maybe-upstream", "queue-profile-arg"}
     | {"pin-no-repository", "ref-unassigned", "kind-unknown"}  # a statement nothing lets import complete or place
+    | {"build-step-unknown", "patcher-target-unknown", "queue-apply-unknown"}  # a build step not read statically
 )
 
 
@@ -162,6 +164,7 @@ class _Entry:
     named_in_table: bool = False  # a provenance row names the file
     dev_null: tuple[str, int] | None = None  # the diff part (file, line) that made it a module by adding it whole
     build: str | None = None  # the Dockerfile whose image build copies it in (None: a compose mount)
+    reason: str | None = None  # a transformer's: what it edits
 
     @property
     def upstream_statement(self) -> str | None:
@@ -187,6 +190,10 @@ class _Importer:
         self._index: handdiffs.Index | None = None
         self._by_rel: dict[str, _Entry] = {}
         self._lock_files: list[str] = []  # the repository's own lock files that state pins
+        self.builds: list[str] = []  # the build scripts and Containerfiles read for patch queues
+        self.reading = shell.Reading()
+        self.applied: set[str] = set()  # patch files the build applies: series, not hand-kept diffs
+        self.unsure: set[str] = set()  # patch files an unreadable build step may apply: pinned as artifacts
 
     def issue(self, kind: str, file: str, line: int | None, message: str, fix: str | None = None) -> None:
         self.issues.append(Issue(kind, file, line, message, fix))
@@ -213,6 +220,8 @@ class _Importer:
                 "and no Dockerfile or Containerfile (at the top, or in docker/, deploy/, build/)",
                 "run patchkit import in the repository that holds the deployment's compose or build files",
             )
+        self.builds, self.reading = queue.read_build(self.root)
+        self.applied = queue.applied_files(self.reading)
         entries = self.entries(composes) + self.built_entries(builds, composes)
         # Provenance first: whether a file exists upstream is the table's to say, not a diff's /dev/null.
         self.provenance(entries)
@@ -225,6 +234,7 @@ class _Importer:
         self.check_modules(entries, upstreams)
         self.check_runs(entries, composes)
         self.check_sums(entries)
+        built = self.patchers(entries)
         patches = []
         for e in entries:
             if e.kind not in ("overlay", "module", "transformer"):
@@ -247,11 +257,18 @@ class _Importer:
                     refs=tuple(e.refs),
                     origin=origin,
                     build=RepoPath(e.build) if e.build else None,
+                    reason=e.reason,
                 )
             )
+        patches += built
         tuning = tuple(self.artifact(e) for e in entries if e.kind == "tuning")
         artifacts = [self.artifact(e) for e in entries if e.kind == "artifact"]
-        artifacts += self.unmounted({e.rel for e in entries} | {str(d.file) for d in hand})
+        artifacts += self.unmounted(
+            {e.rel for e in entries}
+            | {str(d.file) for d in hand}
+            | {str(p.file) for p in built}
+            | (self.applied | set(self.builds) if self.applied else set())
+        )
         for f in files:
             stem = f.rsplit(".", 1)[0].replace("docker-", "")
             artifacts.append(
@@ -267,7 +284,7 @@ class _Importer:
                 name, n = f"{a.name}-{n}", n + 1
             used.add(name)
             artifacts[k] = dataclasses.replace(a, name=name)
-        return Lockfile(
+        lock = Lockfile(
             name=_name(self.root.name),
             images=self.images(composes) + self.base_images(builds),
             model=self.model(composes),
@@ -277,6 +294,45 @@ class _Importer:
             artifacts=tuple(artifacts),
             diffs=tuple(hand),
         )
+        return self.with_queue(lock)
+
+    def with_queue(self, lock: Lockfile) -> Lockfile:
+        """Patch files the build applies (compose, then Containerfile, then script) are series, not hand-kept diffs."""
+        if not self.applied:
+            for u in self.reading.unknowns:  # a step that may apply patches: its files may be no hand-kept diffs
+                self.issue(
+                    "build-step-unknown",
+                    u.file,
+                    u.line,
+                    f"a build step that may apply patches cannot be read statically: {u.reason}",
+                    "write it in a form import reads (docs/import.md)",
+                )
+            return lock
+        found = queue.recognise(self.root, only=self.applied)
+        for kind, file, line, message, fix in found.issues:
+            self.issue(kind, file, line, message, fix)
+        q = queue.to_lockfile(self.root, found)
+        pinned = {str(a.file) for a in (*lock.artifacts, *lock.tuning)} | {str(p.file) for p in lock.patches}
+        used = {p.name for p in lock.patches} | {t.name for t in lock.tuning} | {a.name for a in lock.artifacts}
+        extra = []
+        for a in q.artifacts:
+            if str(a.file) in pinned:
+                continue
+            name, n = a.name, 2
+            while name in used:
+                name, n = f"{a.name}-{n}", n + 1
+            used.add(name)
+            extra.append(dataclasses.replace(a, name=name))
+        digests = {i.digest for i in lock.images}
+        images = [i for i in q.images if i.digest not in digests and i.name not in {x.name for x in lock.images}]
+        declared = {u.name for u in lock.upstreams}
+        return dataclasses.replace(
+            lock,
+            images=lock.images + tuple(images),
+            upstreams=lock.upstreams + tuple(u for u in q.upstreams if u.name not in declared),
+            artifacts=lock.artifacts + tuple(extra),
+            series=q.series,
+        )
 
     def patch_queue(self) -> Lockfile:
         """A repository that applies patch series at build time, and has no compose file (importing/queue.py)."""
@@ -285,13 +341,42 @@ class _Importer:
             self.issue(kind, file, line, message, fix)
         return queue.to_lockfile(self.root, found)
 
+    def patchers(self, entries: list[_Entry]) -> list[Patch]:
+        """Patcher scripts: mounted transformers get what they edit; those a Containerfile runs become transformers."""
+        for e in entries:
+            if e.kind == "transformer" and (p := patchers.read(e.data)) is not None:
+                e.reason = patchers.reason(p, None)
+                for issue in patchers.issues(p, e.rel):
+                    self.issue(*issue)
+        mounted = {e.rel for e in entries}
+        used = {e.name for e in entries}
+        out = []
+        for run in patchers.run_by_build(self.root, self.reading):
+            if run.rel in mounted or run.target is None or not run.target.startswith("/"):
+                continue
+            for issue in patchers.issues(run.patcher, run.rel):
+                self.issue(*issue)
+            name = queue.unique(_name(PurePosixPath(run.rel).stem), used)
+            used.add(name)
+            out.append(
+                Patch(
+                    name=name,
+                    kind=PatchKind.TRANSFORMER,
+                    sha256=Sha256(sha256_bytes(run.data)),
+                    target=ContainerPath(run.target),
+                    file=RepoPath(run.rel),
+                    reason=patchers.reason(run.patcher, f"{run.file}:{run.line}"),
+                )
+            )
+        return out
+
     def unmounted(self, known: set[str]) -> list[Artifact]:
         """Notes in patches/ and tuning/ (a provenance README) are pinned; other unmounted files reported."""
         out = []
         for rel in _files(self.root, ("patches", "tuning")):
             if rel in known:
                 continue
-            if rel.endswith((".md", ".txt", ".rst")):
+            if rel.endswith((".md", ".txt", ".rst")) or rel in self.unsure:
                 data = self.read(rel, "a note pinned as an artifact")
                 out.append(Artifact(_name(rel.replace("/", "-")), RepoPath(rel), Sha256(sha256_bytes(data))))
             else:
@@ -315,6 +400,9 @@ class _Importer:
         for cf in composes:
             for m in cf.mounts:
                 for rel, target in self.mounted_files(m):
+                    if rel in GENERATED:
+                        self.generated_mount(m, rel, target)
+                        continue
                     known = by_source.get(rel)
                     if known is not None:
                         if known.target != target:
@@ -343,6 +431,21 @@ class _Importer:
                     _add_refs(entry, m.comment, None)
                     by_source[rel] = by_target[target] = entry
         return list(by_source.values())
+
+    def generated_mount(self, m: compose.Mount, rel: str, target: str) -> None:
+        """A mount of a file patchkit writes from the lockfile (``SHA256SUMS``): fine, and never pinned.
+
+        The container may read it (a startup check runs ``sha256sum -c``);
+        ``patchkit sums`` keeps it true, so the lockfile cannot pin it, and
+        pinning it would make every later command refuse the lockfile.
+        """
+        self.issue(
+            "mount-generated",
+            m.compose,
+            m.line,
+            f"{rel} is mounted at {target}; patchkit generates it from the lockfile (patchkit sums), "
+            "so it is not pinned",
+        )
 
     def mounted_files(self, m: compose.Mount) -> list[tuple[str, str]]:
         """The repository files a bind mount brings into the container, with their container paths."""
@@ -417,23 +520,10 @@ class _Importer:
         sections_of: dict[str, list[_Section]] = {}
         for rel in self.diff_files():
             data = self.read(rel, "a diff")
-            try:
-                fds, repairs = diffs.parse_lenient(data)
-            except diffs.DiffError as err:
-                raise BadInput(
-                    f"{rel}: not a diff at all ({err.message})",
-                    "remove it from patches/ or replace it with a unified diff (diff -u / git diff)",
-                ) from err
-            for r in repairs:
-                self.issue(
-                    "diff-hunk-count",
-                    rel,
-                    r.line,
-                    f"hand-edited hunk: {r.message}",
-                    "patchkit import --normalize regenerates the diff",
-                )
-            sections = [self.section(rel, fd, overlays) for fd in fds]
+            sections = [self.section(rel, fd, overlays) for fd in self.parse_diff(rel, data)]
             covered = [s.entry for s in sections if s.entry is not None]
+            if not covered and self.maybe_applied(rel):
+                continue
             for s in sections:
                 if s.entry is None:
                     self.issue(
@@ -475,8 +565,51 @@ class _Importer:
                 )
         return out
 
+    def parse_diff(self, rel: str, data: bytes) -> list[diffs.FileDiff]:
+        """The file parts of a hand-kept diff; each hunk whose counts were edited by hand is reported."""
+        try:
+            fds, repairs = diffs.parse_lenient(data)
+        except diffs.DiffError as err:
+            raise BadInput(
+                f"{rel}: not a diff at all ({err.message})",
+                "remove it from patches/ or replace it with a unified diff (diff -u / git diff)",
+            ) from err
+        for r in repairs:
+            self.issue(
+                "diff-hunk-count",
+                rel,
+                r.line,
+                f"hand-edited hunk: {r.message}",
+                "patchkit import --normalize regenerates the diff",
+            )
+        return fds
+
+    def maybe_applied(self, rel: str) -> bool:
+        """A patch file no mounted file matches, that a build step import cannot read may apply: noted, pinned.
+
+        Calling it an unmatched hand-kept diff would be false when the step
+        applies it to the image; whether it does is unknown, and said so.
+        """
+        if not self.reading.unknowns:
+            return False
+        u = self.reading.unknowns[0]
+        self.unsure.add(rel)
+        self.issue(
+            "queue-apply-unknown",
+            u.file,
+            u.line,
+            f"{rel} matches no mounted file, and whether this build step applies it is unknown: {u.reason}",
+            "write the step in a form import reads (docs/import.md)",
+        )
+        return True
+
     def diff_files(self) -> list[str]:
-        return [rel for rel in _files(self.root, ("patches", "diffs")) if rel.endswith(_DIFF_SUFFIXES)]
+        """Hand-kept diffs: every diff under patches/ and diffs/ except the patch files the build applies."""
+        return [
+            rel
+            for rel in _files(self.root, ("patches", "diffs"))
+            if rel.endswith(_DIFF_SUFFIXES) and rel not in self.applied
+        ]
 
     def section(self, rel: str, fd: diffs.FileDiff, overlays: list[_Entry]) -> _Section:
         m = handdiffs.match(fd, self.index(overlays))
@@ -494,6 +627,14 @@ class _Importer:
             else:
                 entry.kind = "module"  # the diff adds the whole file, and no source says upstream has it
                 entry.dev_null = (rel, fd.line)
+        if entry is not None and m.against == "new" and (why := handdiffs.whole_file_stale(entry.data, fd)):
+            self.issue(
+                "diff-stale",
+                rel,
+                fd.line,
+                f"does not reproduce {entry.rel}: {why} (the file changed after the diff was made)",
+                f"regenerate this part of the diff from {entry.rel}, or drop it (a module needs no diff)",
+            )
         if entry is not None and m.upstream_path and "path" not in entry.origin:
             entry.origin["path"] = m.upstream_path
             entry.stated_in.append(f"{rel}:{fd.line}")

@@ -127,6 +127,22 @@ def undo(data: bytes, sections: list[tuple[str, diffs.FileDiff]]) -> Undone:
     return out
 
 
+def whole_file_stale(data: bytes, fd: diffs.FileDiff) -> str | None:
+    """Why a part that adds a file whole (``--- /dev/null``) no longer gives ``data``, or None when it does.
+
+    Such a part of a multi-file diff is easily left behind when the file
+    moves on: its body is the file as it was, so it is stale like any other.
+    """
+    body = b"".join(c for h in fd.hunks for t, c in h.lines if t == b"+")
+    if body == data:
+        return None
+    have, want = diffs.split_lines(body), diffs.split_lines(data)
+    first = next((k for k, (a, b) in enumerate(zip(have, want, strict=False)) if a != b), min(len(have), len(want)))
+    return (
+        f"it adds a file of {len(have)} lines, but the file has {len(want)} lines (they differ from line {first + 1})"
+    )
+
+
 @dataclass
 class Chains:
     """A lockfile's ``[[diffs]]`` read and sorted by patch.
@@ -146,6 +162,7 @@ class Chains:
     parts: dict[str, list[tuple[str, diffs.FileDiff]]] = field(default_factory=dict)
     adds_whole_file: set[str] = field(default_factory=set)
     new_file_parts: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    whole_parts: dict[str, list[tuple[str, diffs.FileDiff]]] = field(default_factory=dict)  # the parts themselves
     strict: dict[str, list[diffs.DiffError]] = field(default_factory=dict)
     first_line: dict[str, int] = field(default_factory=dict)
     unreadable: dict[str, str] = field(default_factory=dict)
@@ -198,6 +215,7 @@ def chains(lock: Lockfile, read: Callable[[HandDiff], bytes | None]) -> Chains:
                     out.whole_modules.setdefault(rel, set()).add(m.candidate.key)
                 out.adds_whole_file.add(m.candidate.key)
                 out.new_file_parts.setdefault(m.candidate.key, []).append((rel, fd.line))
+                out.whole_parts.setdefault(m.candidate.key, []).append((rel, fd))
             else:
                 out.parts.setdefault(m.candidate.key, []).append((rel, fd))
     return out

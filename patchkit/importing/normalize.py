@@ -51,6 +51,8 @@ class Normalized:
     failed: list[tuple[str, str]] = field(default_factory=list)
     written: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    # Replaced diffs kept because the repository's own scripts, tests or build files name them: (diff, where)
+    kept_referenced: list[tuple[str, str]] = field(default_factory=list)
     unneeded: list[str] = field(default_factory=list)  # of removed: diffs that only held such modules' whole files
     dropped_sums: list[str] = field(default_factory=list)  # SHA256SUMS entries for files nothing pins
     # Modules an upstream was asked about (with fetch): found there, so now overlays, as (patch, diff, line, message);
@@ -74,12 +76,20 @@ class Normalized:
             "written": self.written,
             "removed": self.removed,
             "removed_unneeded": self.unneeded,
+            "kept_referenced": [{"diff": d, "referenced_at": w} for d, w in self.kept_referenced],
             "sums_dropped": self.dropped_sums,
         }
 
 
-def normalize(repo: Repo, lock: Lockfile, store: BlobStore, fetch: Fetch | None = None) -> Normalized:
+def normalize(
+    repo: Repo, lock: Lockfile, store: BlobStore, fetch: Fetch | None = None, *, delete_referenced: bool = False
+) -> Normalized:
     """Rewrite every hand-kept diff that can be rebuilt into patchkit's canonical form, atomically.
+
+    A replaced diff that the repository's own scripts, tests or build files
+    name (a test applying it, a Makefile checking it) stays, pinned and
+    checked as before, unless ``delete_referenced``: deleting it would break
+    what the repository itself runs.
 
     With ``fetch``, each overlay whose origin states a full base commit gets
     its base from upstream: a base rebuilt from the diffs must equal it (else
@@ -98,6 +108,8 @@ def normalize(repo: Repo, lock: Lockfile, store: BlobStore, fetch: Fetch | None 
             chains = handdiffs.chains(lock, read)  # its /dev/null part now belongs to an overlay: it can be replaced
     patches = [_normalized(repo, lock, p, chains, fetch, store, result, extra) for p in lock.patches]
     kept, deletes = _replaced_diffs(lock, chains, result)
+    if deletes and not delete_referenced:
+        kept, deletes = _keep_referenced(repo, lock, kept, deletes, result)
     if not result.done and not deletes:
         return result
     new_lock = dataclasses.replace(lock, patches=tuple(patches), diffs=tuple(kept))
@@ -195,6 +207,24 @@ def _replaced_diffs(lock: Lockfile, chains: handdiffs.Chains, result: Normalized
             # It stays for what it still describes; the parts now replaced are no longer its patches'.
             kept.append(dataclasses.replace(d, patches=tuple(n for n in d.patches if n not in result.done)))
     return kept, deletes
+
+
+def _keep_referenced(
+    repo: Repo, lock: Lockfile, kept: list[HandDiff], deletes: list[str], result: Normalized
+) -> tuple[list[HandDiff], list[str]]:
+    """Move back to ``kept`` (whole, with every patch it covers) each diff to delete that the repository names."""
+    from patchkit.importing.reliance import referenced
+
+    named = referenced(repo.root, deletes)
+    by_file = {str(d.file): d for d in kept}
+    for d in lock.diffs:
+        if (rel := str(d.file)) in named:
+            by_file[rel] = d
+            result.kept_referenced.append((rel, named[rel]))
+            if rel in result.unneeded:
+                result.unneeded.remove(rel)
+    order = [by_file[str(d.file)] for d in lock.diffs if str(d.file) in by_file]
+    return order, [rel for rel in deletes if rel not in named]
 
 
 def _rebuilt(lock: Lockfile, p: Patch, data: bytes, chains: handdiffs.Chains) -> tuple[bytes | None, str]:

@@ -5,17 +5,22 @@ A patch queue keeps ordered diffs under ``patches/<upstream>/`` (or
 and from where, in this order of trust:
 
 - **order**: a quilt ``series`` file in the patch directory; else the order
-  of the ``git apply``/``patch -p1`` lines naming the patches in a
-  Containerfile, Dockerfile or build script (``*.sh``); else numeric
-  prefixes (``0001-…``). With none of them, the order is unknown and
-  reported;
+  the Containerfiles and build scripts (``*.sh``) apply the patches in, read
+  statically by :mod:`patchkit.importing.shell` (arrays, ``case`` branches,
+  loops over arrays and globs, ``git apply``, ``git am``, ``patch -pN -d``),
+  with the ``-p`` level and the directory; else numeric prefixes
+  (``0001-…``). A step that cannot be read makes the patches it may apply
+  unknown (with its file and line), never "never applied";
 - **upstream**: the patch directory's name; its git URL and commit from a
   JSON or TOML lock (``*lock*.json``/``*.toml``: ``{"vllm": {"repo": …,
   "commit": …}}`` at the top or under ``upstreams``), or the Containerfile's
   ``git clone URL`` and ``git checkout SHA``/``ARG <NAME>_COMMIT=SHA``;
 - **profiles**: files ``profiles/<name>.txt`` (or ``.list``, ``.series``)
-  listing patch files; the build argument that picks one (``ARG PROFILE=…``)
-  is reported with its default;
+  listing patch files; else the branches of a ``case`` on a value the
+  caller sets (``$PROFILE``, ``$1``), one profile per branch; the build
+  argument that picks one (``ARG PROFILE=…``) is reported with its default;
+- **pins of the repository's own**: a JSON lock (``*lock*.json``) naming a
+  patch file and its sha256 is checked against the file (``queue-lock-drift``);
 - **images**: the lock's image references by digest, and a ``FROM`` by
   digest.
 
@@ -33,17 +38,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from patchkit.hashing import sha256_bytes
-from patchkit.importing import read_inside
-from patchkit.lockfile.model import GitUpstream, Image, Lockfile, Upstream
+from patchkit.importing import patchers, read_inside, shell
+from patchkit.lockfile.model import GitUpstream, Image, Lockfile, Patch, PatchKind, Upstream
 from patchkit.series.model import Series, SeriesPatch, parse_series_file
 from patchkit.series.parse import PatchParseError, parse_patch, pr_numbers
-from patchkit.values import Digest, Reference, RepoPath, Revision, Sha256, check_name
+from patchkit.values import ContainerPath, Digest, Reference, RepoPath, Revision, Sha256, check_name
 
 _SUFFIXES = (".patch", ".diff")
-_APPLY = re.compile(
-    r"(?:git\s+(?:-C\s+\S+\s+)?apply|git\s+am|patch\s+(?:-\S+\s+)*<?)\s*(?:\S+\s+)*?(?P<file>[\w./${}-]+\.(?:patch|diff))"
-)
-_STRIP = re.compile(r"(?:^|\s)-p\s*(\d)\b")
 _CLONE = re.compile(r"git\s+clone\s+(?:-\S+\s+)*(?P<url>(?:https?|git|ssh|file)://\S+|[\w.-]+@[\w.-]+:\S+)")
 _CHECKOUT = re.compile(r"git\s+(?:-C\s+\S+\s+)?(?:checkout|reset\s+--hard)\s+(?P<rev>[0-9a-f]{40})\b")
 _ARG_COMMIT = re.compile(r"^\s*ARG\s+(?P<name>[A-Z0-9_]+?)_(?:COMMIT|REV|SHA)=(?P<rev>[0-9a-f]{40})\s*$", re.M)
@@ -61,6 +62,7 @@ class Found:
     upstreams: list[Upstream] = field(default_factory=list)
     images: list[Image] = field(default_factory=list)
     artifacts: list[tuple[str, str]] = field(default_factory=list)  # (name, repository path) to pin
+    patches: list[Patch] = field(default_factory=list)  # patcher scripts the build runs, as transformers
     issues: list[tuple[str, str, int | None, str, str | None]] = field(default_factory=list)
 
 
@@ -73,15 +75,38 @@ def has_queue(root: Path) -> bool:
     )
 
 
-def recognise(root: Path) -> Found:
-    """Read the patch queue of the repository at ``root``."""
+def read_build(root: Path) -> tuple[list[str], shell.Reading]:
+    """The repository's build files, and what they apply and run, read statically."""
+    builds = build_files(root)
+    reading = shell.BuildReader(root).read(
+        [rel for rel in builds if not rel.endswith(".sh")], [rel for rel in builds if rel.endswith(".sh")]
+    )
+    return builds, reading
+
+
+def applied_files(reading: shell.Reading) -> set[str]:
+    """The patch files under ``patches/`` a build step applies."""
+    return {a.repo for a in reading.applies if a.repo and a.repo.startswith("patches/") and a.repo.endswith(_SUFFIXES)}
+
+
+def recognise(root: Path, only: set[str] | None = None) -> Found:
+    """Read the patch queue of the repository at ``root``.
+
+    With ``only`` (a compose repository whose Containerfile applies patches),
+    just the patch directories holding those files are series, and patcher
+    scripts are left to the compose import.
+    """
     found = Found()
-    builds = _build_files(root)
+    builds, reading = read_build(root)
     texts = {rel: read_inside(root, rel, "a build file").decode("utf-8", "replace") for rel in builds}
     locks = _locks(root, found)
-    groups = _groups(root)
+    groups = {n: fs for n, fs in _groups(root).items() if only is None or any(f in only for f in fs)}
     for name, files in sorted(groups.items()):
-        _one(root, name, files, texts, locks, found)
+        _one(root, name, files, texts, reading, locks, found)
+    _unknowns(reading, found)
+    if only is None:
+        _patchers(root, reading, found)
+    stack_locks(root, [f for files in groups.values() for f in files], found)
     for rel, text in texts.items():
         for m in _FROM_DIGEST.finditer(text):
             _image(found, "base", m.group("ref"), rel)
@@ -101,11 +126,12 @@ def recognise(root: Path) -> Found:
     return found
 
 
-def _build_files(root: Path) -> list[str]:
+def build_files(root: Path) -> list[str]:
+    """Containerfiles, Dockerfiles and shell scripts of the repository (scripts under ``patches/`` too), sorted."""
     out = []
     for p in sorted(root.rglob("*")):
         rel = p.relative_to(root).as_posix()
-        if not p.is_file() or rel.startswith((".git/", "patches/")):
+        if not p.is_file() or rel.startswith(".git/") or (rel.startswith("patches/") and p.suffix != ".sh"):
             continue
         if p.name.startswith(("Containerfile", "Dockerfile")) or p.suffix == ".sh":
             out.append(rel)
@@ -123,7 +149,13 @@ def _groups(root: Path) -> dict[str, list[str]]:
 
 
 def _one(
-    root: Path, name: str, files: list[str], texts: dict[str, str], locks: dict[str, dict[str, Any]], found: Found
+    root: Path,
+    name: str,
+    files: list[str],
+    texts: dict[str, str],
+    reading: shell.Reading,
+    locks: dict[str, dict[str, Any]],
+    found: Found,
 ) -> None:
     here = f"patches/{name}" if name else "patches"
     if not name:
@@ -137,7 +169,7 @@ def _one(
             )
         )
         return
-    order, series_file = _order(root, here, files, texts, found)
+    order, series_file = _order(root, here, files, reading, found)
     pin = locks.get(name, {})
     url, commit = pin.get("url"), pin.get("commit")
     for rel, text in texts.items():
@@ -167,8 +199,9 @@ def _one(
             )
         )
     github = _GITHUB.search(url or "")
-    profiles = _profiles(root, files, found)
-    strip = _strip_level(texts, files)
+    profiles = _profiles(root, files, found) or _script_profiles(files, reading)
+    applies = [a for a in reading.applies if a.repo in files]
+    strip = _strip(here, applies, found)
     patches = []
     for rel in order:
         data = read_inside(root, rel, f"a patch of {here}")
@@ -203,8 +236,9 @@ def _one(
             upstream=name,
             patches=tuple(patches),
             commit=Revision(commit) if commit else None,
-            strip=strip,
             series_file=RepoPath(series_file) if series_file else None,
+            strip=strip,
+            target=_target(applies),
             series_sha256=Sha256(sha256_bytes(read_inside(root, series_file, "a series file")))
             if series_file
             else None,
@@ -212,24 +246,8 @@ def _one(
     )
 
 
-def _strip_level(texts: dict[str, str], files: list[str]) -> int:
-    """The ``-p`` level the build applies these patches with: ``git apply -p0 …``, ``patch -p0 < …``.
-
-    git's default, 1, when no command names one, or when the commands disagree (the patches then
-    say at their line which level they need).
-    """
-    names = {PurePosixPath(f).name for f in files}
-    levels = set()
-    for text in texts.values():
-        for m in _APPLY.finditer(text):
-            if PurePosixPath(m.group("file")).name in names:
-                level = _STRIP.search(m.group(0))
-                levels.add(int(level.group(1)) if level else 1)
-    return levels.pop() if len(levels) == 1 else 1
-
-
 def _order(
-    root: Path, here: str, files: list[str], texts: dict[str, str], found: Found
+    root: Path, here: str, files: list[str], reading: shell.Reading, found: Found
 ) -> tuple[list[str], str | None]:
     series = root / here / "series"
     if series.is_file():
@@ -251,19 +269,25 @@ def _order(
                 )
             )
         return [x for x in listed if x in files], f"{here}/series"
-    for rel, text in texts.items():
-        named = []
-        for m in _APPLY.finditer(text):
-            base = PurePosixPath(m.group("file")).name
-            hit = next((f for f in files if PurePosixPath(f).name == base), None)
-            if hit is not None and hit not in named:
-                named.append(hit)
-        if named:
-            for x in (f for f in files if f not in named):
-                found.issues.append(
-                    ("queue-order", rel, None, f"{x} is never applied by {rel}", "apply it or delete it")
-                )
-            return named, None
+    named = _applied_order(here, files, reading, found)
+    if named:
+        for x in (f for f in files if f not in named):
+            _not_applied(x, reading, found)
+        return named, None
+    if reading.unknowns:
+        for x in files:
+            _not_applied(x, reading, found)
+        u = reading.unknowns[0]
+        found.issues.append(
+            (
+                "queue-order",
+                here,
+                None,
+                f"the order is unknown ({u.file}:{u.line}: {u.reason}); taken by name",
+                f"write {here}/series, or apply the patches in a form import reads",
+            )
+        )
+        return files, None
     if all(re.match(r"\d+[-_]", PurePosixPath(f).name) for f in files):
         return sorted(files, key=lambda f: int(re.match(r"\d+", PurePosixPath(f).name).group())), None  # type: ignore[union-attr]
     found.issues.append(
@@ -276,6 +300,247 @@ def _order(
         )
     )
     return files, None
+
+
+def _patchers(root: Path, reading: shell.Reading, found: Found) -> None:
+    """The patcher scripts the build runs become transformers, each with what it edits."""
+    for run in patchers.run_by_build(root, reading):
+        where = f"{run.file}:{run.line}"
+        found.issues.extend(patchers.issues(run.patcher, run.rel))
+        if run.target is None or _container_path(run.target) is None:
+            found.issues.append(
+                (
+                    "patcher-outside-image",
+                    run.file,
+                    run.line,
+                    f"runs the patcher {run.rel} from outside the image, so it has no path in it to pin",
+                    "COPY it into the image and run it there",
+                )
+            )
+            continue
+        found.patches.append(
+            Patch(
+                name=unique(_patch_name(PurePosixPath(run.rel).stem), {p.name for p in found.patches}),
+                kind=PatchKind.TRANSFORMER,
+                sha256=Sha256(sha256_bytes(run.data)),
+                target=ContainerPath(run.target),
+                file=RepoPath(run.rel),
+                reason=patchers.reason(run.patcher, where),
+            )
+        )
+
+
+def _container_path(path: str) -> ContainerPath | None:
+    try:
+        return ContainerPath(path)
+    except ValueError:
+        return None
+
+
+def unique(name: str, used: set[str]) -> str:
+    """``name``, or ``name-2``, ``name-3``… : the first that ``used`` does not hold."""
+    out, n = name, 2
+    while out in used:
+        out, n = f"{name}-{n}", n + 1
+    return out
+
+
+def _applied_order(here: str, files: list[str], reading: shell.Reading, found: Found) -> list[str]:
+    """The order the build applies the patches of ``files`` in: each reading's order, merged.
+
+    A file one profile applies and another does not goes before the first
+    file after it that is already placed, so every profile's order holds;
+    two profiles applying the same files in different orders are reported.
+    """
+    sequences: dict[tuple[str, str | None], list[str]] = {}
+    for a in reading.applies:
+        if a.repo in files:
+            seq = sequences.setdefault((a.file, a.profile), [])
+            if a.repo not in seq:
+                seq.append(a.repo)
+    merged: list[str] = []
+    for seq in sequences.values():
+        for k, f in enumerate(seq):
+            if f in merged:
+                continue
+            after = next((merged.index(g) for g in seq[k + 1 :] if g in merged), len(merged))
+            merged.insert(after, f)
+    for (file, profile), seq in sequences.items():
+        if [f for f in merged if f in seq] != seq:
+            found.issues.append(
+                (
+                    "queue-order",
+                    file,
+                    None,
+                    f"{here}: profile {profile or '(every)'} applies its patches in another order than the others",
+                    "apply the patches in one order in every profile",
+                )
+            )
+    return merged
+
+
+def _not_applied(rel: str, reading: shell.Reading, found: Found) -> None:
+    """A patch no step read applies: never applied when everything was read; unknown when a step was not."""
+    read = ", ".join(sorted({a.file for a in reading.applies})) or "no build file"
+    if reading.unknowns:
+        u = reading.unknowns[0]
+        found.issues.append(
+            (
+                "queue-apply-unknown",
+                u.file,
+                u.line,
+                f"whether {rel} is applied is unknown: {u.reason}",
+                "write the step in a form import reads (docs/import.md), or list the order in a series file",
+            )
+        )
+        return
+    found.issues.append(("queue-order", rel, None, f"{rel} is never applied (read: {read})", "apply it or delete it"))
+
+
+def _unknowns(reading: shell.Reading, found: Found) -> None:
+    for u in reading.unknowns:
+        found.issues.append(
+            (
+                "build-step-unknown",
+                u.file,
+                u.line,
+                f"a build step that may apply patches cannot be read statically: {u.reason}",
+                "write it in a form import reads (docs/import.md)",
+            )
+        )
+
+
+def _script_profiles(files: list[str], reading: shell.Reading) -> dict[str, set[str]]:
+    """Profiles from the case branches of the build: each branch's patches; none when nothing picks one."""
+    if not reading.profiles:
+        return {}
+    out: dict[str, set[str]] = {p: set() for p in reading.profiles}
+    everywhere = {a.repo for a in reading.applies if a.profile is None and a.repo in files}
+    for a in reading.applies:
+        if a.repo in files and a.profile is not None:
+            out[a.profile].add(a.repo)
+    for chosen in out.values():
+        chosen |= everywhere
+    return out
+
+
+def _strip(here: str, applies: list[shell.Apply], found: Found) -> int:
+    """The ``-p`` level the build applies the series with; several, or patch(1) without ``-p``, reported."""
+    levels = {a.strip for a in applies}
+    if len(levels) > 1:
+        where = ", ".join(f"{a.file}:{a.line} -p{a.strip if a.strip is not None else ' (none)'}" for a in applies)
+        found.issues.append(
+            ("queue-strip", here, None, f"applied with different -p levels ({where})", "apply with one -p level")
+        )
+    elif levels == {None}:
+        a = applies[0]
+        found.issues.append(
+            (
+                "queue-strip",
+                a.file,
+                a.line,
+                f"{here}: patch without -p strips every directory of the paths; the series records -p1",
+                "give patch its -p level",
+            )
+        )
+    level = next((a.strip for a in applies if a.strip is not None), 1)
+    if not 0 <= level <= 8:
+        a = applies[0]
+        found.issues.append(
+            ("queue-strip", a.file, a.line, f"{here}: -p{level} strips more than a series records (0 to 8)", None)
+        )
+        return 1
+    return level
+
+
+def _target(applies: list[shell.Apply]) -> ContainerPath | None:
+    """Where the build applies the series in the image, when every step names the same absolute directory."""
+    dirs = {a.directory for a in applies}
+    if len(dirs) != 1:
+        return None
+    d = next(iter(dirs))
+    if d is None or not d.startswith("/") or d.startswith(shell.REPO) or d == "/":
+        return None
+    try:
+        return ContainerPath(d)
+    except ValueError:
+        return None
+
+
+def stack_locks(root: Path, files: list[str], found: Found) -> None:
+    """A JSON lock of the repository's own that pins each patch's sha256: every pin checked against the file.
+
+    Such a lock (``stack.lock.json``, ``patches.lock.json``) is what the
+    repository's build verifies; a pin the file no longer has is reported
+    (``queue-lock-drift``) at the lock's line, with the patch's sha256 now.
+    """
+    for rel in _json_locks(root):
+        text = read_inside(root, rel, "a lock of patch pins").decode("utf-8", "replace")
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            continue  # reported by _locks when it is at the top; a lock we cannot read pins nothing we check
+        if patch_pins(doc) and all(r != rel for _, r in found.artifacts):
+            found.artifacts.append((_artifact_name(rel), rel))  # pinned: check keeps comparing it
+        for name, digest in patch_pins(doc):
+            hit = next((f for f in files if f == name or PurePosixPath(f).name == PurePosixPath(name).name), None)
+            line = text[: max(text.find(digest), 0)].count("\n") + 1
+            if hit is None:
+                found.issues.append(
+                    ("queue-lock-drift", rel, line, f"pins {name}, which is no patch file", "remove the pin")
+                )
+                continue
+            now = sha256_bytes(read_inside(root, hit, "a patch"))
+            if now != digest.lower():
+                found.issues.append(
+                    (
+                        "queue-lock-drift",
+                        rel,
+                        line,
+                        f"pins {name} at sha256 {digest[:12]}…, but {hit} is {now[:12]}… now",
+                        f"update the pin to {now} (or restore the patch)",
+                    )
+                )
+
+
+def _json_locks(root: Path) -> list[str]:
+    out = []
+    for top in (root, root / "patches"):
+        if not top.is_dir():
+            continue
+        for p in sorted(top.rglob("*.json") if top != root else top.glob("*.json")):
+            if "lock" in p.name.lower() and p.is_file() and not p.is_symlink():
+                out.append(p.relative_to(root).as_posix())
+    return out
+
+
+def patch_pins(doc: Any) -> list[tuple[str, str]]:
+    """(patch file, sha256) for every object of the document naming a ``.patch``/``.diff`` and a sha256."""
+    out: list[tuple[str, str]] = []
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(reversed(node))
+        elif isinstance(node, dict):
+            name = next((v for v in node.values() if isinstance(v, str) and v.endswith(_SUFFIXES)), None)
+            digest = next(
+                (
+                    v.removeprefix("sha256:")
+                    for k, v in node.items()
+                    if isinstance(v, str)
+                    and "sha" in str(k).lower()
+                    and re.fullmatch(r"(?:sha256:)?[0-9a-fA-F]{64}", v)
+                ),
+                None,
+            )
+            if name is not None and digest is not None:
+                out.append((name, digest))
+            for k, v in node.items():
+                if isinstance(v, str) and str(k).endswith(_SUFFIXES) and re.fullmatch(r"(?:sha256:)?[0-9a-f]{64}", v):
+                    out.append((str(k), v.removeprefix("sha256:")))
+            stack.extend(v for v in node.values() if isinstance(v, dict | list))
+    return out
 
 
 def _profiles(root: Path, files: list[str], found: Found) -> dict[str, set[str]]:
@@ -390,14 +655,18 @@ def to_lockfile(root: Path, found: Found) -> Lockfile:
     """The lockfile of a patch-queue repository: upstreams, series, images, and its build files as artifacts."""
     from patchkit.lockfile.model import Artifact
 
-    artifacts = tuple(
-        Artifact(name=n, file=RepoPath(rel), sha256=Sha256(sha256_bytes(read_inside(root, rel, "a build file"))))
-        for n, rel in {rel: (n, rel) for n, rel in found.artifacts}.values()
-    )
+    used = {p.name for p in found.patches}
+    artifacts = []
+    for n, rel in {rel: (n, rel) for n, rel in found.artifacts}.values():
+        name = unique(n, used)
+        used.add(name)
+        data = read_inside(root, rel, "a build file")
+        artifacts.append(Artifact(name=name, file=RepoPath(rel), sha256=Sha256(sha256_bytes(data))))
     return Lockfile(
         name=_patch_name(root.name),
         images=tuple(found.images),
         upstreams=tuple(u for u in found.upstreams),
-        artifacts=artifacts,
+        artifacts=tuple(artifacts),
+        patches=tuple(found.patches),
         series=tuple(found.series),
     )

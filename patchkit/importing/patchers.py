@@ -1,0 +1,334 @@
+"""Patcher scripts: Python that replaces exact, anchored text in upstream files at build or start.
+
+Deployments that do not mount whole files often carry scripts such as::
+
+    import vllm
+    from pathlib import Path
+
+    path = Path(vllm.__file__).parent / "v1" / "core" / "sched" / "scheduler.py"
+    src = path.read_text()
+    assert OLD in src, "anchor not found"
+    path.write_text(src.replace(OLD, NEW))
+
+run by a Containerfile ``RUN python3 patch_x.py`` or by the entrypoint.
+The lockfile calls them transformers. This module tells such a script from
+any other Python file (it reads a file, replaces text with ``.replace`` and
+writes a file) and finds, without running it, the upstream files it edits:
+paths built from ``<module>.__file__`` (``Path(…).parent``, ``.parents[N]``,
+``os.path.dirname``, ``/`` and ``os.path.join``), ``importlib.util.find_spec
+("a.b").origin``, ``importlib.import_module("a.b").__file__``,
+``inspect.getfile``, literal ``…/site-packages/…`` paths, names assigned
+once, and loops over a literal table of edits. A file it opens through any
+other form is an unknown target, with the script's line that builds it.
+"""
+
+from __future__ import annotations
+
+import ast
+import posixpath
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from patchkit.importing import read_inside, shell
+from patchkit.values import ContainerPath
+
+_TREE = re.compile(r"(?:site|dist)-packages/(?P<rest>.+)")
+_READS = frozenset({"read_text", "read_bytes", "write_text", "write_bytes"})
+_PATH_CALLS = frozenset({"Path", "PurePath", "PosixPath", "pathlib.Path", "abspath", "realpath", "normpath", "fspath"})
+_SITE_ROOT = frozenset({"getsitepackages", "getusersitepackages", "get_python_lib"})
+_DEPTH = 12
+
+# A value as far as the reading can tell: ("path", upstream path) or ("str", text).
+_Value = tuple[str, str]
+
+
+@dataclass
+class Patcher:
+    """A patcher script: the upstream files it edits, and each file access whose target is unknown (line, why)."""
+
+    targets: list[tuple[str, int]] = field(default_factory=list)  # (upstream path, line that opens it)
+    unknown: list[tuple[int, str]] = field(default_factory=list)
+    anchored: bool = False  # it checks the old text is there before replacing (assert/if … in …)
+
+
+def read(source: bytes) -> Patcher | None:
+    """The patcher a Python script is, or None when it is not one (or does not parse)."""
+    try:
+        return _read(ast.parse(source))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def _read(tree: ast.Module) -> Patcher | None:
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    replaces = any(_method(c) == "replace" and len(c.args) >= 2 for c in calls)
+    writes = any(_method(c) in ("write_text", "write_bytes", "write") for c in calls)
+    if not (replaces and writes):
+        return None
+    out = Patcher(anchored=any(_anchor(n) for n in ast.walk(tree)))
+    _opened_files(_Reader(tree), calls, out)
+    for n in ast.walk(tree):
+        if not (isinstance(n, ast.Constant) and isinstance(n.value, str)):
+            continue
+        m = _TREE.search(n.value)
+        if m and m["rest"].endswith(".py") and all(m["rest"] != t for t, _ in out.targets):
+            out.targets.append((m["rest"], n.lineno))
+    out.unknown = [(line, why) for line, why in out.unknown if not any(line == t_line for _, t_line in out.targets)]
+    return out
+
+
+def _opened_files(reader: _Reader, calls: list[ast.Call], out: Patcher) -> None:
+    """Each file the script reads or writes: a target when its path can be told, else unknown at its line."""
+    for c in calls:
+        target = _opened(c)
+        if target is None:
+            continue
+        got = reader.value(target, 0)
+        paths = [v for k, v in got or [] if k == "path" and v.endswith(".py")]
+        if got is None or not paths:
+            why = f"the file it opens is built as {ast.unparse(target)[:80]!r}"
+            if (c.lineno, why) not in out.unknown:
+                out.unknown.append((c.lineno, why))
+            continue
+        for p in paths:
+            if all(p != t for t, _ in out.targets):
+                out.targets.append((p, c.lineno))
+
+
+def _method(c: ast.Call) -> str | None:
+    return c.func.attr if isinstance(c.func, ast.Attribute) else None
+
+
+def _anchor(n: ast.AST) -> bool:
+    """``assert OLD in src`` or ``if OLD not in src:`` — the old text is checked before it is replaced."""
+    test = n.test if isinstance(n, ast.Assert | ast.If) else None
+    return isinstance(test, ast.Compare) and any(isinstance(op, ast.In | ast.NotIn) for op in test.ops)
+
+
+def _opened(c: ast.Call) -> ast.expr | None:
+    """The path expression a call reads or writes: ``P.read_text()``, ``open(P)``, ``P.open()``."""
+    if isinstance(c.func, ast.Attribute) and c.func.attr in (*_READS, "open"):
+        return c.func.value
+    if isinstance(c.func, ast.Name) and c.func.id in ("open", "io.open") and c.args:
+        return c.args[0]
+    return None
+
+
+def _dotted(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and (base := _dotted(node.value)) is not None:
+        return f"{base}.{node.attr}"
+    return None
+
+
+class _Reader:
+    """Evaluates the path expressions of one script, as far as literals and module files go."""
+
+    def __init__(self, tree: ast.Module) -> None:
+        self.modules: dict[str, tuple[str, bool]] = {}  # local name -> (dotted module, is a package)
+        self.names: dict[str, list[ast.expr]] = {}  # name -> the expressions assigned to it
+        self.loops: dict[str, list[ast.expr]] = {}  # loop variable -> the values it takes
+        for n in ast.walk(tree):
+            self.note(n)
+
+    def note(self, n: ast.AST) -> None:
+        if isinstance(n, ast.Import):
+            for a in n.names:
+                top = a.name.split(".")[0]
+                self.modules[a.asname or top] = (a.name if a.asname else top, a.asname is None or "." not in a.name)
+        elif isinstance(n, ast.ImportFrom) and n.module and n.level == 0:
+            for a in n.names:
+                self.modules[a.asname or a.name] = (f"{n.module}.{a.name}", False)
+        elif isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
+            self.names.setdefault(n.targets[0].id, []).append(n.value)
+        elif isinstance(n, ast.For):
+            self.loop(n.target, n.iter)
+
+    def loop(self, target: ast.expr, it: ast.expr) -> None:
+        """``for rel, old, new in EDITS`` over a literal table: each name takes its column."""
+        rows = self.names.get(it.id, [it])[-1] if isinstance(it, ast.Name) else it
+        if not isinstance(rows, ast.List | ast.Tuple):
+            return
+        names = target.elts if isinstance(target, ast.Tuple) else [target]
+        for k, name in enumerate(names):
+            if not isinstance(name, ast.Name):
+                continue
+            column = [
+                row.elts[k] if isinstance(row, ast.Tuple | ast.List) and k < len(row.elts) else row for row in rows.elts
+            ]
+            if len(names) == 1 or all(isinstance(r, ast.Tuple | ast.List) for r in rows.elts):
+                self.loops.setdefault(name.id, []).extend(column)
+
+    def value(self, node: ast.expr, depth: int) -> list[_Value] | None:
+        """Every value ``node`` may have, or None when one of them cannot be told."""
+        if depth > _DEPTH:
+            return None
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            m = _TREE.search(node.value)
+            return [("path", m["rest"])] if m else [("str", node.value)]
+        if isinstance(node, ast.Name):
+            return self.name(node.id, depth)
+        if isinstance(node, ast.Attribute):
+            return self.attribute(node, depth)
+        if isinstance(node, ast.Subscript):
+            return self.subscript(node, depth)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            return self.join([node.left, node.right], depth)
+        if isinstance(node, ast.Call):
+            return self.call(node, depth)
+        return None
+
+    def name(self, name: str, depth: int) -> list[_Value] | None:
+        exprs = self.loops.get(name) or self.names.get(name, [])[-1:]
+        if not exprs:
+            return None
+        out: list[_Value] = []
+        for e in exprs:
+            got = self.value(e, depth + 1)
+            if got is None:
+                return None
+            out += got
+        return out
+
+    def attribute(self, node: ast.Attribute, depth: int) -> list[_Value] | None:
+        if node.attr == "__file__":
+            return self.module_file(node.value)
+        if node.attr == "origin" and isinstance(node.value, ast.Call):
+            return self.module_file(node.value)
+        if node.attr == "parent":
+            return _dirname(self.value(node.value, depth + 1))
+        return None
+
+    def subscript(self, node: ast.Subscript, depth: int) -> list[_Value] | None:
+        """``P.parents[N]``: N + 1 levels up."""
+        if isinstance(node.value, ast.Attribute) and node.value.attr == "parents":
+            got = self.value(node.value.value, depth + 1)
+            if isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, int):
+                for _ in range(node.slice.value + 1):
+                    got = _dirname(got)
+                return got
+        if isinstance(node.value, ast.Call) and _callee(node.value) in _SITE_ROOT:
+            return [("path", "")]
+        return None
+
+    def call(self, node: ast.Call, depth: int) -> list[_Value] | None:
+        callee = _callee(node)
+        if callee in _PATH_CALLS and node.args:
+            return self.value(node.args[0], depth + 1)
+        if callee == "dirname" and node.args:
+            return _dirname(self.value(node.args[0], depth + 1))
+        if callee in ("join", "joinpath"):
+            base = [node.func.value] if callee == "joinpath" and isinstance(node.func, ast.Attribute) else []
+            return self.join(base + list(node.args), depth)
+        if callee in ("resolve", "absolute", "expanduser") and isinstance(node.func, ast.Attribute):
+            return self.value(node.func.value, depth + 1)
+        if callee in ("getfile", "getsourcefile") and node.args:
+            return self.module_file(node.args[0])
+        if callee in _SITE_ROOT:
+            return [("path", "")]
+        return None
+
+    def join(self, parts: list[ast.expr], depth: int) -> list[_Value] | None:
+        out: list[_Value] | None = [("path", "")]
+        for part in parts:
+            got = self.value(part, depth + 1)
+            if got is None or out is None:
+                return None
+            out = [("path", posixpath.join(a, b).strip("/")) for _, a in out for _, b in got]
+        return out
+
+    def module_file(self, node: ast.expr) -> list[_Value] | None:
+        """The file of a module: ``vllm.__file__`` (a package's ``__init__.py``), ``find_spec("a.b").origin``."""
+        if isinstance(node, ast.Call) and _callee(node) in ("find_spec", "import_module") and node.args:
+            names = self.value(node.args[0], 1)
+            if names is None or any(k != "str" for k, _ in names):
+                return None
+            return [("path", v.replace(".", "/") + ".py") for _, v in names]
+        dotted = _dotted(node)
+        if dotted is None:
+            return None
+        head, _, rest = dotted.partition(".")
+        module, package = self.modules.get(head, (head, True))
+        full = f"{module}.{rest}" if rest else module
+        if rest or not package:
+            return [("path", full.replace(".", "/") + ".py")]
+        return [("path", full.replace(".", "/") + "/__init__.py")]
+
+
+def _callee(node: ast.Call) -> str | None:
+    f = node.func
+    if isinstance(f, ast.Name):
+        return f.id
+    if isinstance(f, ast.Attribute):
+        return "pathlib.Path" if _dotted(f) == "pathlib.Path" else f.attr
+    return None
+
+
+def _dirname(values: list[_Value] | None) -> list[_Value] | None:
+    if values is None:
+        return None
+    return [("path", posixpath.dirname(v)) for k, v in values if k == "path"] or None
+
+
+@dataclass(frozen=True)
+class Run:
+    """A patcher a build step runs: the script, where it is in the image, and the step that runs it."""
+
+    rel: str
+    target: str | None  # the script's path in the image; None when it runs from outside it
+    data: bytes
+    patcher: Patcher
+    file: str
+    line: int
+
+
+def run_by_build(root: Path, reading: shell.Reading) -> list[Run]:
+    """Every repository script a Containerfile or build script runs with Python that is a patcher, once each."""
+    out: dict[str, Run] = {}
+    for r in reading.runs:
+        if r.repo is None or r.repo in out or not r.repo.endswith(".py"):
+            continue
+        data = read_inside(root, r.repo, f"run by {r.file}:{r.line}")
+        patcher = read(data)
+        if patcher is None:
+            continue
+        target = r.script if r.script and r.script.startswith("/") and not r.script.startswith(shell.REPO) else None
+        try:
+            target = str(ContainerPath(target)) if target is not None else None
+        except ValueError:
+            target = None
+        out[r.repo] = Run(r.repo, target, data, patcher, r.file, r.line)
+    return list(out.values())
+
+
+def reason(p: Patcher, run: str | None) -> str:
+    """One line for the lockfile: what the patcher edits (or that it is unknown) and what runs it."""
+    edits = ", ".join(t for t, _ in p.targets) or "a file no static reading finds"
+    return f"replaces anchored text in {edits}" + (f"; run by {run}" if run else "")
+
+
+def issues(p: Patcher, rel: str) -> list[tuple[str, str, int | None, str, str | None]]:
+    """What is unknown or wrong about a patcher: a target built at run time, text replaced unchecked."""
+    out: list[tuple[str, str, int | None, str, str | None]] = [
+        (
+            "patcher-target-unknown",
+            rel,
+            line,
+            f"a patcher edits a file no static reading finds: {why}",
+            "build the path from <module>.__file__, importlib or a literal, or pin the target by hand",
+        )
+        for line, why in p.unknown
+    ]
+    if not p.anchored:
+        out.append(
+            (
+                "patcher-not-anchored",
+                rel,
+                None,
+                "replaces text without checking it is there: when upstream moves it, the patch is silently not applied",
+                "assert OLD in src (or raise) before replacing",
+            )
+        )
+    return out

@@ -1,0 +1,1132 @@
+"""A static reading of the shell that applies a patch queue: build scripts and Containerfile ``RUN`` lines.
+
+Repositories that keep a patch queue rarely write its order down in a
+``series`` file: a script holds it, one bash array per profile in a
+``case`` branch, and a loop applies the array; or a Containerfile copies a
+directory in and loops over its glob. This module reads those forms without
+running anything, and says which patch files each build applies, in which
+order, with which ``-p`` level, into which directory, for which profile.
+
+Read: arrays (``A=(…)``, ``A+=(…)``, ``declare -a``), variables with
+literal values, ``${V:-default}``, ``"${A[@]}"``, ``$@``/``$1``;
+``case`` branches (the branches of a ``case`` on a value no file sets,
+``$PROFILE`` or ``$1``, are the profiles: the script is read once per
+branch); ``for`` loops over words, arrays and globs (glob order is sorted
+order); functions; ``if`` on a string test of known values; ``cd``,
+``pushd``; ``git apply``, ``git am``, ``git -C DIR``, ``patch -pN -d DIR``
+with ``< FILE``, ``-i FILE`` or ``cat FILE |``; scripts a ``RUN`` line or a
+script runs (``bash x.sh ARGS``, ``./x.sh``, ``. x.sh``); and in a
+Containerfile ``ARG``, ``ENV``, ``WORKDIR``, ``COPY``/``ADD``, ``RUN
+--mount=type=bind``, and ``RUN``, ``ENTRYPOINT`` and ``CMD`` (shell or exec
+form). A script read on its own maps an image path to the file a
+Containerfile copied there. ``$(dirname "$0")`` and ``$(git rev-parse
+--show-toplevel)`` are read as the script's directory and the repository.
+
+Everything else that could apply a patch (a command substitution, a
+``while read`` loop, ``xargs``, ``eval``, a test on a value no file sets)
+is an :class:`Unknown` with the reason and the file and line that would
+settle it: never a guess, and never a silent "not applied".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import json
+import posixpath
+import re
+import shlex
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = "/@repo"  # the repository itself, as a path prefix
+_OPERATORS = (";;&", ";;", ";&", "&&", "||", ">>", "<<", "<&", ">&", "<", ">", "|", "&", ";", "(", ")")
+_SEPARATORS = frozenset({";", "\n", "&&", "||", "&", "|"})
+_SCRIPT_DIR = re.compile(r"""\$\(\s*dirname\s+"?\$(?:0|\{0\}|\{?BASH_SOURCE(?:\[0\])?\}?)"?\s*\)""")
+_CD_PWD = re.compile(r"""\$\(\s*cd\s+"?(@SD@(?:/\.\.)*)"?\s*(?:&&|;)\s*pwd(?:\s+-P)?\s*\)""")
+_TOPLEVEL = re.compile(r"\$\(\s*git\s+rev-parse\s+--show-toplevel\s*\)")
+_HEREDOC = re.compile(r"<<-?\s*['\"]?(\w+)['\"]?")
+_VAR = re.compile(
+    r"\$(?:\{(?P<braced>[#!]?[\w@*]+(?:\[[^]]*\])?)(?P<op>:?[-=+?][^}]*)?\}|(?P<plain>[A-Za-z_]\w*|[0-9@#?*]))"
+)
+_ARRAY_WORD = re.compile(r"\$\{(?P<name>\w+)\[[@*]\]\}|\$[@*]")
+_NAME_ASSIGN = re.compile(r"^(?P<name>[A-Za-z_]\w*)(?P<op>\+?=)(?P<value>.*)$", re.S)
+_GLOB = re.compile(r"[*?[]")
+_TEST = re.compile(r"^(?P<a>\S*)\s*(?:=|==)\s*(?P<b>\S*)$")
+_DEPTH = 6
+
+
+@dataclass(frozen=True)
+class Apply:
+    """One patch file a build step applies: where it is, how, and for which profile."""
+
+    path: str  # as the step names it, variables expanded
+    repo: str | None  # the repository file it is, when that could be told
+    tool: str  # git apply, git am, patch
+    strip: int | None  # the -p level; None: patch(1) without -p
+    directory: str | None  # where it is applied (-d, git -C, cd), when known
+    profile: str | None
+    file: str
+    line: int
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """A step that may apply patches but cannot be read statically: why, and where to look."""
+
+    file: str
+    line: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Run:
+    """A command a build step runs that is not a patch application (``python3 patch_x.py``)."""
+
+    words: tuple[str, ...]
+    cwd: str | None
+    profile: str | None
+    file: str
+    line: int
+    script: str | None = None  # the Python script it runs, as a path in the build
+    repo: str | None = None  # ... and the repository file that is, when it could be told
+
+
+@dataclass
+class Reading:
+    """What the build files apply, in order, per profile; and what could not be read."""
+
+    applies: list[Apply] = field(default_factory=list)
+    unknowns: list[Unknown] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)
+    profiles: dict[str, tuple[str, int]] = field(default_factory=dict)  # profile -> (file, line) of its branch
+    profile_variable: tuple[str, str, int] | None = None  # (name, file, line) of the case that picks the profile
+    followed: set[str] = field(default_factory=set)  # scripts read because a build step runs them
+    copies: list[tuple[str, str]] = field(default_factory=list)  # (repository path, container path)
+
+    def add_unknown(self, file: str, line: int, reason: str) -> None:
+        if all((u.file, u.line, u.reason) != (file, line, reason) for u in self.unknowns):
+            self.unknowns.append(Unknown(file, line, reason))
+
+
+# -- tokens and syntax
+
+
+@dataclass(frozen=True)
+class _Tok:
+    text: str
+    line: int
+
+
+@dataclass
+class _Node:
+    line: int
+
+
+@dataclass
+class _Simple(_Node):
+    words: list[str]
+    stdin: str | None = None
+    piped_from: _Simple | None = None
+    opaque: str | None = None  # why it cannot be read, when it cannot
+
+
+@dataclass
+class _Array(_Node):
+    name: str
+    append: bool
+    items: list[str]
+
+
+@dataclass
+class _For(_Node):
+    var: str
+    items: list[str]
+    body: list[_Node]
+
+
+@dataclass
+class _Case(_Node):
+    subject: str
+    branches: list[tuple[list[str], list[_Node], int]]
+
+
+@dataclass
+class _If(_Node):
+    cond: list[_Node]
+    then: list[_Node]
+    orelse: list[_Node]
+
+
+@dataclass
+class _Loop(_Node):
+    kind: str
+    body: list[_Node]
+
+
+@dataclass
+class _Group(_Node):
+    body: list[_Node]
+
+
+@dataclass
+class _Func(_Node):
+    name: str
+    body: list[_Node]
+
+
+def _split_operator(text: str) -> list[str]:
+    out = []
+    while text:
+        op = next((o for o in _OPERATORS if text.startswith(o)), text[0])
+        out.append(op)
+        text = text[len(op) :]
+    return out
+
+
+def tokens(text: str) -> tuple[list[_Tok], list[tuple[int, str]]]:
+    """The shell words and operators of ``text``, each with its line; and lines that do not tokenise."""
+    text = _CD_PWD.sub(r"\1", _SCRIPT_DIR.sub("@SD@", text))
+    text = _TOPLEVEL.sub(REPO, text)
+    out: list[_Tok] = []
+    bad: list[tuple[int, str]] = []
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        start, logical = i + 1, lines[i]
+        while logical.endswith("\\") and i + 1 < len(lines):
+            i += 1
+            logical = logical[:-1] + " " + lines[i]
+        i += 1
+        if m := _HEREDOC.search(logical):
+            end = next((k for k in range(i, len(lines)) if lines[k].strip() == m.group(1)), len(lines) - 1)
+            bad.append((start, f"a here-document (<<{m.group(1)}) is not read"))
+            i = end + 1
+            logical = logical[: m.start()]
+        lexer = shlex.shlex(logical, posix=True, punctuation_chars=";&|<>()")
+        lexer.whitespace_split = True
+        lexer.commenters = "#"
+        try:
+            words = list(lexer)
+        except ValueError as e:
+            bad.append((start, f"does not tokenise ({e})"))
+            continue
+        for w in words:
+            parts = _split_operator(w) if w and all(c in ";&|<>()" for c in w) else [w]
+            out.extend(_Tok(p, start) for p in parts)
+        out.append(_Tok("\n", start))
+    return out, bad
+
+
+class _Parser:
+    """Recursive descent over the tokens into the few node kinds the reading evaluates."""
+
+    def __init__(self, toks: list[_Tok]) -> None:
+        self.toks = toks
+        self.i = 0
+
+    def peek(self) -> str | None:
+        return self.toks[self.i].text if self.i < len(self.toks) else None
+
+    def line(self) -> int:
+        return self.toks[min(self.i, len(self.toks) - 1)].line if self.toks else 1
+
+    def take(self) -> str:
+        t = self.toks[self.i].text
+        self.i += 1
+        return t
+
+    def skip_separators(self) -> None:
+        while self.peek() in _SEPARATORS:
+            self.i += 1
+
+    def block(self, stops: frozenset[str]) -> list[_Node]:
+        nodes: list[_Node] = []
+        while True:
+            self.skip_separators()
+            tok = self.peek()
+            if tok is None or tok in stops:
+                return nodes
+            before = self.i
+            node = self.command(stops)
+            if node is not None:
+                nodes.append(node)
+            if self.i == before:  # a stray token: step over it
+                self.i += 1
+
+    def expect(self, word: str) -> None:
+        self.skip_separators()
+        if self.peek() == word:
+            self.i += 1
+
+    def command(self, stops: frozenset[str]) -> _Node | None:
+        tok, line = self.peek(), self.line()
+        keyword = {
+            "for": self.for_loop,
+            "case": self.case,
+            "if": self.if_,
+            "while": self.loop,
+            "until": self.loop,
+            "{": self.group,
+            "(": self.group,
+            "function": self.function,
+        }.get(tok or "")
+        if keyword is not None:
+            return keyword(line)
+        if self.i + 2 < len(self.toks) and self.toks[self.i + 1].text == "(" and self.toks[self.i + 2].text == ")":
+            self.i += 3
+            return self.function_body(tok or "", line)
+        if tok is not None and (m := _NAME_ASSIGN.match(tok)) and not m["value"] and self.following() == "(":
+            self.i += 2
+            return _Array(line, m["name"], m["op"] == "+=", self.words_until(")"))
+        return self.simple(stops, line)
+
+    def following(self) -> str | None:
+        return self.toks[self.i + 1].text if self.i + 1 < len(self.toks) else None
+
+    def words_until(self, end: str) -> list[str]:
+        out = []
+        while (tok := self.peek()) is not None and tok != end:
+            if tok != "\n":
+                out.append(tok)
+            self.i += 1
+        self.i += 1
+        return out
+
+    def simple(self, stops: frozenset[str], line: int) -> _Simple | _Group | _Array:
+        node = _Simple(line, [])
+        while (tok := self.peek()) is not None and tok not in _SEPARATORS and tok not in stops:
+            self.i += 1
+            if tok == "(" and node.words and (m := _NAME_ASSIGN.match(node.words[-1])) and not m["value"]:
+                return _Array(line, m["name"], m["op"] == "+=", self.words_until(")"))
+            if tok in (";;", ";&", ";;&", "(", ")") and not (
+                tok == "(" and node.words[-1:] and node.words[-1][-1:] == "$"
+            ):
+                self.i -= 1
+                break
+            self.word(node, tok)
+        if self.peek() == "|":
+            self.i += 1
+            after = self.command(stops)
+            if isinstance(after, _Simple):
+                after.piped_from = node
+                return after
+            if after is not None:
+                return _Group(line, [node, after])
+        return node
+
+    def word(self, node: _Simple, tok: str) -> None:
+        """One token of a simple command: a word, a redirection, or a command substitution's opening."""
+        if tok == "(":
+            self.words_until(")")
+            node.opaque = "a command substitution $(…) is not read"
+        elif tok in ("<", "<&"):
+            node.stdin = self.take() if self.peek() not in (None, "\n") else None
+        elif tok in (">", ">>", ">&", "<<"):
+            if self.peek() not in (None, "\n", ";"):
+                self.i += 1
+        else:
+            node.words.append(tok)
+
+    def for_loop(self, line: int) -> _Node:
+        self.i += 1
+        var = self.take() if self.peek() is not None else ""
+        items = ["$@"]
+        if self.peek() == "in":
+            self.i += 1
+            items = []
+            while (tok := self.peek()) is not None and tok not in (";", "\n"):
+                items.append(self.take())
+                if tok == "(" and len(items) > 1 and items[-2].endswith("$"):
+                    self.words_until(")")
+                    items[-2:] = ["$(…)"]
+        self.expect("do")
+        body = self.block(frozenset({"done"}))
+        self.expect("done")
+        return _For(line, var, items, body)
+
+    def case(self, line: int) -> _Node:
+        self.i += 1
+        subject = self.take() if self.peek() is not None else ""
+        self.expect("in")
+        branches: list[tuple[list[str], list[_Node], int]] = []
+        while True:
+            self.skip_separators()
+            tok = self.peek()
+            if tok is None or tok == "esac":
+                self.i += 1
+                return _Case(line, subject, branches)
+            bline = self.line()
+            if tok == "(":
+                self.i += 1
+            patterns = [w for w in self.words_until(")") if w != "|"]
+            body = self.block(frozenset({";;", ";&", ";;&", "esac"}))
+            if self.peek() in (";;", ";&", ";;&"):
+                self.i += 1
+            branches.append((patterns, body, bline))
+
+    def if_(self, line: int) -> _Node:
+        self.i += 1
+        cond = self.block(frozenset({"then"}))
+        self.expect("then")
+        then = self.block(frozenset({"elif", "else", "fi"}))
+        orelse: list[_Node] = []
+        if self.peek() == "elif":
+            orelse = [self.if_(self.line())]
+            return _If(line, cond, then, orelse)
+        if self.peek() == "else":
+            self.i += 1
+            orelse = self.block(frozenset({"fi"}))
+        self.expect("fi")
+        return _If(line, cond, then, orelse)
+
+    def loop(self, line: int) -> _Node:
+        kind = self.take()
+        self.block(frozenset({"do"}))
+        self.expect("do")
+        body = self.block(frozenset({"done"}))
+        self.expect("done")
+        return _Loop(line, kind, body)
+
+    def group(self, line: int) -> _Node:
+        end = "}" if self.take() == "{" else ")"
+        body = self.block(frozenset({end}))
+        self.expect(end)
+        return _Group(line, body)
+
+    def function(self, line: int) -> _Node:
+        self.i += 1
+        name = self.take() if self.peek() is not None else ""
+        if self.peek() == "(" and self.following() == ")":
+            self.i += 2
+        return self.function_body(name, line)
+
+    def function_body(self, name: str, line: int) -> _Node:
+        self.skip_separators()
+        body = self.command(frozenset())
+        return _Func(line, name, [body] if body is not None else [])
+
+
+def parse(text: str) -> tuple[list[_Node], list[tuple[int, str]]]:
+    """The syntax of a shell text, and the lines that could not be read."""
+    toks, bad = tokens(text)
+    try:
+        return _Parser(toks).block(frozenset()), bad
+    except RecursionError:
+        return [], [*bad, (1, "nested too deeply to read")]
+
+
+# -- evaluation
+
+
+class _Stop(Exception):
+    """``exit`` (or an unreadable ``case``) ends one reading of a script."""
+
+
+Locate = Callable[[str], str | None]
+
+
+@dataclass
+class _Context:
+    """What one reading of a script knows: variables, the directory, how paths map to the repository."""
+
+    file: str
+    profile: str | None
+    variables: dict[str, list[str]]
+    inputs: set[str]  # variables whose value a caller may set (ARG, ENV defaults, positional parameters)
+    chosen: dict[str, str]  # input variable -> the case branch this reading takes
+    cwd: str | None
+    script_dir: str
+    functions: dict[str, list[_Node]] = field(default_factory=dict)
+    depth: int = 0
+    aliases: dict[str, str] = field(default_factory=dict)  # a script's $1 … -> the caller's input it carries
+
+
+def _read_text(root: Path, rel: str) -> str:
+    """A repository file as text, never through a symlink (see ``importing.read_inside``)."""
+    from patchkit.importing import read_inside
+
+    return read_inside(root, rel, "a build file").decode("utf-8", "replace")
+
+
+class _Reader:
+    def text(self, rel: str) -> str:
+        return _read_text(self.root, rel)
+
+    def __init__(self, root: Path, reading: Reading, locate: Locate, expand_glob: Callable[[str], list[str]]) -> None:
+        self.root = root
+        self.reading = reading
+        self.locate = locate
+        self.expand_glob = expand_glob
+        self.split: tuple[str, list[str]] | None = None  # the input a case picks the profile on, and its branches
+
+    # values
+
+    def value(self, ctx: _Context, word: str, line: int) -> list[str] | str:
+        """The words ``word`` expands to, or why it cannot be told."""
+        if "`" in word or "$(" in word:
+            return "a command substitution is not read"
+        word = word.replace("@SD@", ctx.script_dir)
+        if m := _ARRAY_WORD.fullmatch(word):
+            name = m["name"] or "@"
+            if name in ctx.variables:
+                return list(ctx.variables[name])
+            return f"{word} is not set by anything read"
+        problem: list[str] = []
+
+        def one(m: re.Match[str]) -> str:
+            name = m["plain"] or m["braced"] or ""
+            op = m["op"] or ""
+            name = name.removesuffix("[0]")
+            got = ctx.variables.get(name)
+            if got is not None and (got or not op.startswith(":")) and not op.lstrip(":").startswith("+"):
+                return " ".join(got)
+            if op.lstrip(":")[:1] in ("-", "="):
+                return op.lstrip(":")[1:].strip("\"'")
+            problem.append(f"${name} is not set by anything read")
+            return ""
+
+        out = _VAR.sub(one, word)
+        if problem:
+            return problem[0]
+        return self.glob(ctx, out) if _GLOB.search(out) else [out]
+
+    def glob(self, ctx: _Context, pattern: str) -> list[str] | str:
+        """The files a glob matches (from the directory, else the script's or the repository's), sorted."""
+        where = [self.absolute(ctx, pattern)] if ctx.cwd is not None or pattern.startswith("/") else []
+        where = where or [posixpath.normpath(posixpath.join(d, pattern)) for d in (ctx.script_dir, REPO)]
+        for candidate in where:
+            if candidate is not None and (got := self.expand_glob(candidate)):
+                return got
+        return f"the glob {pattern} matches no file the build has"
+
+    def words(self, ctx: _Context, words: list[str], line: int) -> list[str] | str:
+        out: list[str] = []
+        for w in words:
+            got = self.value(ctx, w, line)
+            if isinstance(got, str):
+                return got
+            out.extend(got)
+        return out
+
+    @staticmethod
+    def absolute(ctx: _Context, path: str) -> str | None:
+        if path.startswith("/"):
+            return posixpath.normpath(path)
+        if ctx.cwd is None:
+            return None
+        return posixpath.normpath(posixpath.join(ctx.cwd, path))
+
+    # statements
+
+    def run(self, ctx: _Context, nodes: list[_Node]) -> None:
+        for node in nodes:
+            self.node(ctx, node)
+
+    def node(self, ctx: _Context, node: _Node) -> None:
+        if isinstance(node, _Simple):
+            self.simple(ctx, node)
+        elif isinstance(node, _Array):
+            got = self.words(ctx, node.items, node.line)
+            if isinstance(got, str):
+                self.unknown(ctx, node.line, f"the array {node.name}: {got}")
+                got = []
+            ctx.variables[node.name] = ((ctx.variables.get(node.name) or []) if node.append else []) + got
+        elif isinstance(node, _For):
+            self.for_loop(ctx, node)
+        elif isinstance(node, _Case):
+            self.case(ctx, node)
+        elif isinstance(node, _If):
+            self.if_(ctx, node)
+        elif isinstance(node, _Loop):
+            self.opaque_block(ctx, node.body, node.line, f"a {node.kind} loop is not read")
+        elif isinstance(node, _Group):
+            self.run(ctx, node.body)
+        elif isinstance(node, _Func):
+            ctx.functions[node.name] = node.body
+
+    def unknown(self, ctx: _Context, line: int, reason: str) -> None:
+        self.reading.add_unknown(ctx.file, line, reason)
+
+    def opaque_block(self, ctx: _Context, body: list[_Node], line: int, reason: str) -> None:
+        """A block that is not evaluated: only a patch application inside it matters, and it is unknown."""
+        if any(_applies_something(n) for n in _walk(body)):
+            self.unknown(ctx, line, reason)
+
+    def for_loop(self, ctx: _Context, node: _For) -> None:
+        items = self.words(ctx, node.items, node.line)
+        if isinstance(items, str):
+            self.opaque_block(ctx, node.body, node.line, f"the loop's list: {items}")
+            return
+        for item in items:
+            ctx.variables[node.var] = [item]
+            self.run(ctx, node.body)
+
+    def case(self, ctx: _Context, node: _Case) -> None:
+        name = _variable_name(node.subject)
+        if name is not None and name not in ctx.chosen and (name in ctx.inputs or name not in ctx.variables):
+            self.profile_case(ctx, node, name)
+        got = self.value(ctx, node.subject, node.line)
+        if isinstance(got, str):
+            self.opaque_block(ctx, [b for _, body, _ in node.branches for b in body], node.line, f"case: {got}")
+            return
+        subject = " ".join(got)
+        for patterns, body, _ in node.branches:
+            if any(fnmatch.fnmatchcase(subject, p) for p in patterns):
+                self.run(ctx, body)
+                return
+
+    def profile_case(self, ctx: _Context, node: _Case, name: str) -> None:
+        """A case on a value the caller sets: each branch is a profile, and the script is read once per branch."""
+        outer = ctx.aliases.get(name, name)
+        if self.split is not None and self.split[0] != outer:
+            self.unknown(ctx, node.line, f"a second profile variable ${name} (the first is ${self.split[0]})")
+            return
+        if self.reading.profile_variable is None:
+            self.reading.profile_variable = (outer, ctx.file, node.line)
+        labels = []
+        for patterns, body, bline in node.branches:
+            for p in patterns:
+                if _GLOB.search(p):
+                    self.opaque_block(ctx, body, bline, f"the branch {p}) of case ${name} is taken for any other value")
+                    continue
+                self.reading.profiles.setdefault(p, (ctx.file, bline))
+                labels.append(p)
+        self.split = (outer, list(dict.fromkeys(labels)))
+        raise _Stop
+
+    def if_(self, ctx: _Context, node: _If) -> None:
+        verdict = self.test(ctx, node.cond)
+        if verdict is None:
+            self.opaque_block(ctx, node.then + node.orelse, node.line, "runs only if a condition no file settles holds")
+        else:
+            self.run(ctx, node.then if verdict else node.orelse)
+
+    def test(self, ctx: _Context, cond: list[_Node]) -> bool | None:
+        if len(cond) != 1 or not isinstance(cond[0], _Simple):
+            return None
+        words = cond[0].words
+        negate = bool(words) and words[0] == "!"
+        words = words[1:] if negate else words
+        if len(words) >= 4 and words[0] in ("[", "[[", "test") and words[2] in ("=", "==", "!="):
+            a, b = self.value(ctx, words[1], cond[0].line), self.value(ctx, words[3], cond[0].line)
+            if isinstance(a, str) or isinstance(b, str):
+                return None
+            same = fnmatch.fnmatchcase(" ".join(a), " ".join(b)) if words[0] == "[[" else a == b
+            return (same != (words[2] == "!=")) != negate
+        return None
+
+    # commands
+
+    def simple(self, ctx: _Context, node: _Simple) -> None:
+        if node.opaque is not None:
+            if _applies_something(node):
+                self.unknown(ctx, node.line, node.opaque)
+            return
+        words = list(node.words)
+        while words and (m := _NAME_ASSIGN.match(words[0])) and len(words) >= 1:
+            if len(words) == 1:
+                self.assign(ctx, m["name"], m["op"], m["value"], node.line)
+                return
+            words.pop(0)  # an environment for one command
+        if not words:
+            return
+        head = words[0]
+        if head in ("export", "local", "declare", "typeset", "readonly"):
+            for w in words[1:]:
+                if m := _NAME_ASSIGN.match(w):
+                    self.assign(ctx, m["name"], m["op"], m["value"], node.line)
+            return
+        handler = {
+            "cd": self.cd,
+            "pushd": self.cd,
+            "popd": self.popd,
+            "exit": self.exit,
+            "set": self.set_,
+            "sudo": self.sudo,
+        }.get(head)
+        if handler is not None:
+            handler(ctx, node, words)
+            return
+        self.command(ctx, node, words)
+
+    def assign(self, ctx: _Context, name: str, op: str, value: str, line: int) -> None:
+        got = self.value(ctx, value, line)
+        if isinstance(got, str):
+            ctx.variables.pop(name, None)  # unknown from here on; a use of it says so
+            ctx.inputs.discard(name)
+            return
+        joined = " ".join(got)
+        ctx.variables[name] = [(" ".join(ctx.variables.get(name, [])) + joined) if op == "+=" else joined]
+
+    def cd(self, ctx: _Context, node: _Simple, words: list[str]) -> None:
+        args = [w for w in words[1:] if not w.startswith("-")]
+        got = self.value(ctx, args[0], node.line) if args else ["/root"]
+        ctx.cwd = None if isinstance(got, str) or len(got) != 1 else self.absolute(ctx, got[0])
+
+    def popd(self, ctx: _Context, node: _Simple, words: list[str]) -> None:
+        ctx.cwd = None
+
+    def exit(self, ctx: _Context, node: _Simple, words: list[str]) -> None:
+        raise _Stop
+
+    def set_(self, ctx: _Context, node: _Simple, words: list[str]) -> None:
+        if "--" in words:
+            got = self.words(ctx, words[words.index("--") + 1 :], node.line)
+            if not isinstance(got, str):
+                _positional(ctx, got)
+
+    def sudo(self, ctx: _Context, node: _Simple, words: list[str]) -> None:
+        self.command(ctx, node, [w for w in words[1:] if not w.startswith("-")])
+
+    def command(self, ctx: _Context, node: _Simple, raw: list[str]) -> None:
+        got = self.words(ctx, raw, node.line)
+        if isinstance(got, str):
+            body = ctx.functions.get(raw[0], [])
+            if _applies_something(node) or any(_applies_something(n) for n in _walk(body)):
+                self.unknown(ctx, node.line, f"{' '.join(raw[:3])}: {got}")
+            return
+        words = got
+        if not words:
+            return
+        if words[0] in ctx.functions and ctx.depth < _DEPTH:
+            self.call(ctx, ctx.functions[words[0]], words[1:])
+            return
+        if words[0] == "git":
+            self.git(ctx, node, words)
+        elif posixpath.basename(words[0]) == "patch":
+            self.patch(ctx, node, words)
+        elif words[0] in ("xargs", "find", "eval", "parallel") and _applies_something(node):
+            self.unknown(ctx, node.line, f"patches applied through {words[0]} are not read")
+        elif words[0] == "quilt" and words[1:2] == ["push"]:
+            self.unknown(ctx, node.line, "quilt push applies the quilt series file")
+        elif not self.script(ctx, node, words):
+            self.record_run(ctx, node, words)
+
+    def record_run(self, ctx: _Context, node: _Simple, words: list[str]) -> None:
+        """A command that applies no patch; for ``python x.py`` (or ``./x.py``), the script it runs."""
+        script = None
+        if re.fullmatch(r"python(?:3(?:\.\d+)?)?", posixpath.basename(words[0])):
+            script = next((w for w in words[1:] if not w.startswith("-")), None)
+            script = None if "-m" in words[1:] or "-c" in words[1:] else script
+        elif words[0].endswith(".py"):
+            script = words[0]
+        path = repo = None
+        if script is not None and script.endswith(".py"):
+            path = self.absolute(ctx, script)
+            candidates = [path] if path is not None else [posixpath.join(d, script) for d in (ctx.script_dir, REPO)]
+            repo = next((r for c in candidates if (r := self.locate(posixpath.normpath(c))) is not None), None)
+            path = path or posixpath.normpath(candidates[0])
+        self.reading.runs.append(Run(tuple(words), ctx.cwd, ctx.profile, ctx.file, node.line, path, repo))
+
+    def call(self, ctx: _Context, body: list[_Node], args: list[str]) -> None:
+        saved = {k: ctx.variables.get(k) for k in ("@", *map(str, range(1, 10)))}
+        _positional(ctx, args)
+        ctx.depth += 1
+        try:
+            self.run(ctx, body)
+        finally:
+            ctx.depth -= 1
+            for k, v in saved.items():
+                if v is None:
+                    ctx.variables.pop(k, None)
+                else:
+                    ctx.variables[k] = v
+
+    def git(self, ctx: _Context, node: _Simple, words: list[str]) -> None:
+        i, directory = 1, ctx.cwd
+        while i < len(words) and words[i].startswith("-"):
+            if words[i] == "-C" and i + 1 < len(words):
+                directory = self.absolute(ctx, words[i + 1])
+            i += 2 if words[i] in ("-C", "-c") else 1
+        if i >= len(words) or words[i] not in ("apply", "am"):
+            return
+        opts, files = _options(words[i + 1 :], _GIT_APPLY_VALUES)
+        if any(k in opts for k in _GIT_NOT_APPLYING):
+            return
+        if "dir" in opts:
+            directory = posixpath.join(directory or "", opts["dir"][-1])
+        strip = _int(opts["strip"][-1]) if "strip" in opts else 1
+        self.applied(ctx, node, f"git {words[i]}", files, strip, directory)
+
+    def patch(self, ctx: _Context, node: _Simple, words: list[str]) -> None:
+        opts, positional = _options(words[1:], _PATCH_VALUES)
+        if any(k in opts for k in ("--dry-run", "-C", "--check")):
+            return
+        directory = self.absolute(ctx, opts["dir"][-1]) if "dir" in opts else ctx.cwd
+        strip = _int(opts["strip"][-1]) if "strip" in opts else None
+        files = opts.get("input", []) + positional[1:2]  # patch [ORIGFILE [PATCHFILE]]
+        self.applied(ctx, node, "patch", files, strip, directory)
+
+    def applied(
+        self, ctx: _Context, node: _Simple, tool: str, files: list[str], strip: int | None, directory: str | None
+    ) -> None:
+        if not files:
+            source = node.stdin
+            if source is None and node.piped_from is not None and node.piped_from.words[:1] == ["cat"]:
+                source = " ".join(node.piped_from.words[1:2])
+            if source is None:
+                self.unknown(ctx, node.line, f"{tool} reads a patch from a pipe or input that is not read")
+                return
+            got = self.value(ctx, source, node.line)
+            if isinstance(got, str):
+                self.unknown(ctx, node.line, f"{tool} < {source}: {got}")
+                return
+            files = got
+        for f in files:
+            path = self.absolute(ctx, f)
+            repo = self.locate(path) if path is not None else None
+            for base in (ctx.script_dir, REPO) if path is None else ():
+                repo = repo or self.locate(posixpath.normpath(posixpath.join(base, f)))
+            self.reading.applies.append(
+                Apply(path or f, repo, tool, strip, directory, ctx.profile, ctx.file, node.line)
+            )
+
+    def script(self, ctx: _Context, node: _Simple, words: list[str]) -> bool:
+        """Follow a script the step runs (``bash x.sh ARGS``, ``./x.sh``, ``. x.sh``); whether it was one."""
+        head, args = words[0], words[1:]
+        if posixpath.basename(head) in ("bash", "sh", "dash", "zsh", ".", "source"):
+            opts = [a for a in args if a.startswith("-")]
+            if "-c" in opts:
+                return False
+            args = [a for a in args if not a.startswith("-")]
+            if not args:
+                return False
+            head, args = args[0], args[1:]
+        path = self.absolute(ctx, head) or posixpath.join(ctx.script_dir, head)
+        rel = self.locate(path)
+        if rel is None or not (head.endswith(".sh") or "/" in head) or ctx.depth >= _DEPTH:
+            return False
+        self.reading.followed.add(rel)
+        text = self.text(rel)
+        nodes, bad = parse(text)
+        for line, why in bad:
+            self.reading.add_unknown(rel, line, why)
+        inner = _Context(
+            rel,
+            ctx.profile,
+            dict(ctx.variables),
+            set(ctx.inputs),
+            dict(ctx.chosen),
+            ctx.cwd,
+            posixpath.dirname(path),
+            depth=ctx.depth + 1,
+        )
+        _positional(inner, args)
+        inner.inputs -= {"@", *map(str, range(1, 10))}
+        raw = node.words[len(node.words) - len(args) :] if len(node.words) >= len(args) else []
+        for k, word in enumerate(raw, start=1):
+            name = _variable_name(word)
+            if name is not None and (name in ctx.inputs or name not in ctx.variables):
+                outer = ctx.aliases.get(name, name)
+                inner.inputs.add(str(k))
+                inner.aliases[str(k)] = outer
+                if name in ctx.chosen:
+                    inner.chosen[str(k)] = ctx.chosen[name]
+        with contextlib.suppress(_Stop):
+            self.run(inner, nodes)
+        return True
+
+
+def _positional(ctx: _Context, args: list[str]) -> None:
+    ctx.variables["@"] = list(args)
+    for k in range(1, 10):
+        if k <= len(args):
+            ctx.variables[str(k)] = [args[k - 1]]
+        else:
+            ctx.variables.pop(str(k), None)
+
+
+_GIT_APPLY_VALUES = {"-p": "strip", "--directory": "dir", "--exclude": "", "--include": "", "--whitespace": ""}
+_GIT_NOT_APPLYING = ("--check", "--stat", "--numstat", "--summary", "--abort", "--skip", "--continue")
+_PATCH_VALUES = {
+    "-p": "strip",
+    "--strip": "strip",
+    "-d": "dir",
+    "--directory": "dir",
+    "-i": "input",
+    "--input": "input",
+    **dict.fromkeys(("-r", "-o", "-F", "-B", "-V", "-D", "-z", "-Y", "-g", "--fuzz", "--reject-file", "--output"), ""),
+}
+
+
+def _options(words: list[str], values: dict[str, str]) -> tuple[dict[str, list[str]], list[str]]:
+    """A command's options by meaning (``-p1``, ``-p 1``, ``--strip=1`` alike), and its other words."""
+    opts: dict[str, list[str]] = {}
+    positional = []
+    it = iter(words)
+    for w in it:
+        if not w.startswith("-") or w == "-":
+            positional.append(w)
+            continue
+        key, eq, val = w.partition("=") if w.startswith("--") else (w[:2], "", w[2:])
+        if key not in values:
+            key, val = w, ""
+        elif not eq and not val:
+            val = next(it, "")
+        opts.setdefault(values.get(key) or key, []).append(val)
+    return opts, positional
+
+
+def _int(text: str) -> int | None:
+    return int(text) if text.isdigit() else None
+
+
+def _variable_name(word: str) -> str | None:
+    m = _VAR.fullmatch(word)
+    if m is None:
+        return None
+    return (m["plain"] or m["braced"] or "").removesuffix("[0]")
+
+
+def _walk(nodes: list[_Node]) -> Iterator[_Node]:
+    for n in nodes:
+        yield n
+        for attr in ("body", "then", "orelse", "cond"):
+            yield from _walk(getattr(n, attr, []))
+        if isinstance(n, _Case):
+            for _, body, _ in n.branches:
+                yield from _walk(body)
+
+
+def _applies_something(node: _Node) -> bool:
+    """Whether a node (or a block) may apply a patch: read on its text (git apply, patch, a .patch or .diff)."""
+    if isinstance(node, _Simple):
+        text = " ".join(node.words)
+        return bool(re.search(r"\bgit\b.*\b(?:apply|am)\b|\bpatch\b|\.patch\b|\.diff\b", text))
+    return any(_applies_something(n) for n in _walk([node]) if n is not node)
+
+
+# -- build files
+
+
+@dataclass
+class _Build:
+    """A Containerfile's state while its instructions are read."""
+
+    file: str
+    variables: dict[str, list[str]] = field(default_factory=dict)
+    inputs: set[str] = field(default_factory=set)
+    workdir: str = "/"
+    copies: list[tuple[str, str]] = field(default_factory=list)
+
+
+class BuildReader:
+    """Reads a repository's Containerfiles and scripts into one :class:`Reading`."""
+
+    def text(self, rel: str) -> str:
+        return _read_text(self.root, rel)
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.reading = Reading()
+
+    def read(self, dockerfiles: list[str], scripts: list[str]) -> Reading:
+        """Every Containerfile, then every script no build step ran (read on its own, from its directory)."""
+        for rel in dockerfiles:
+            self.dockerfile(rel)
+        for rel in scripts:
+            if rel not in self.reading.followed:
+                self.standalone(rel)
+        return self.reading
+
+    # -- the two entry points
+
+    def standalone(self, rel: str) -> None:
+        here = posixpath.join(REPO, posixpath.dirname(rel))
+        ctx = _Context(rel, None, {}, set(map(str, range(1, 10))) | {"@"}, {}, None, here)
+        text = self.text(rel)
+        # A path in the image (an entrypoint's /opt/p/x.py) is the file a Containerfile copied there.
+        copies = list(self.reading.copies)
+        self.each_profile(ctx, text, lambda p: self.repo_path(p) or self.container_path(p, copies), copies)
+
+    def dockerfile(self, rel: str) -> None:
+        build = _Build(rel)
+        text = self.text(rel)
+        for line, instruction, rest in _instructions(text):
+            if instruction in ("ARG", "ENV"):
+                _build_variables(build, instruction, rest)
+            elif instruction == "WORKDIR":
+                build.workdir = posixpath.normpath(posixpath.join(build.workdir, rest.strip()))
+            elif instruction in ("COPY", "ADD"):
+                self.copy(build, rest)
+            elif instruction in ("RUN", "ENTRYPOINT", "CMD"):
+                self.run_step(build, line, rest)
+
+    def copy(self, build: _Build, rest: str) -> None:
+        try:
+            words = shlex.split(rest)
+        except ValueError:
+            return
+        if any(w.startswith("--from") for w in words):
+            return
+        words = [w for w in words if not w.startswith("--")]
+        if len(words) < 2:
+            return
+        dest = posixpath.normpath(posixpath.join(build.workdir, words[-1]))
+        for src in words[:-1]:
+            src_rel = self.context_path(build.file, src)
+            if src_rel is None:
+                continue
+            into_dir = words[-1].endswith("/") or words[-1] in (".", "..") or len(words) > 2
+            target = posixpath.join(dest, posixpath.basename(src_rel)) if into_dir else dest
+            if (self.root / src_rel).is_dir() and into_dir:
+                target = dest
+            build.copies.append((src_rel, target))
+            self.reading.copies.append((src_rel, target))
+
+    def context_path(self, dockerfile: str, src: str) -> str | None:
+        """A COPY source in the repository: relative to the repository, else to the Containerfile's directory."""
+        for base in ("", posixpath.dirname(dockerfile)):
+            rel = posixpath.normpath(posixpath.join(base, src.rstrip("/")))
+            if not rel.startswith("..") and (self.root / rel).exists():
+                return "" if rel == "." else rel
+        return None
+
+    def run_step(self, build: _Build, line: int, rest: str) -> None:
+        words = rest.split()
+        while words and words[0].startswith("--"):
+            flag = words.pop(0)
+            if flag.startswith("--mount=") and "type=bind" in flag:
+                opts = dict(kv.split("=", 1) for kv in flag[len("--mount=") :].split(",") if "=" in kv)
+                src = self.context_path(build.file, opts.get("source", opts.get("src", ".")))
+                dst = opts.get("target", opts.get("dst", opts.get("destination")))
+                if src is not None and dst:
+                    build.copies.append((src, posixpath.normpath(posixpath.join(build.workdir, dst))))
+        rest = rest[rest.index(words[0]) :] if words else ""
+        if rest.lstrip().startswith("["):
+            try:
+                argv = json.loads(rest)
+            except ValueError:
+                return
+            rest = argv[-1] if argv[:1] in (["bash"], ["sh"], ["/bin/sh"], ["/bin/bash"]) and "-c" in argv else ""
+            if not rest:
+                rest = shlex.join(str(a) for a in argv)
+        ctx = _Context(build.file, None, dict(build.variables), set(build.inputs), {}, build.workdir, build.workdir)
+        copies = list(build.copies)
+        self.each_profile(ctx, "\n" * (line - 1) + rest, lambda path: self.container_path(path, copies), copies)
+
+    # -- paths
+
+    def repo_path(self, path: str) -> str | None:
+        """A path as a standalone script names it: in the repository (never outside), when it exists."""
+        if path.startswith(REPO + "/") or path == REPO:
+            rel = posixpath.normpath(path[len(REPO) + 1 :] or ".")
+            return rel if not rel.startswith("..") and (self.root / rel).is_file() else None
+        return None
+
+    def container_path(self, path: str, copies: list[tuple[str, str]]) -> str | None:
+        """The repository file a container path is, through the build's COPY lines (the last one wins)."""
+        if path.startswith(REPO + "/"):
+            return self.repo_path(path)
+        for src, dst in reversed(copies):
+            if path == dst or path.startswith(dst.rstrip("/") + "/"):
+                rel = posixpath.normpath(posixpath.join(src, path[len(dst) :].lstrip("/")) if path != dst else src)
+                if not rel.startswith("..") and (self.root / rel).is_file():
+                    return rel
+        return None
+
+    def each_profile(self, ctx: _Context, text: str, locate: Locate, copies: list[tuple[str, str]]) -> None:
+        """Read ``text`` once; if a case on an input picks a profile, once more per profile."""
+        nodes, bad = parse(text)
+        for line, why in bad:
+            self.reading.add_unknown(ctx.file, line, why)
+        start = len(self.reading.applies), len(self.reading.runs)
+        reader = _Reader(self.root, self.reading, locate, lambda p: self.glob(p, copies))
+        try:
+            with contextlib.suppress(_Stop):
+                reader.run(_copy(ctx), nodes)
+        except RecursionError:
+            self.reading.add_unknown(ctx.file, 1, "nested too deeply to read")
+            return
+        if reader.split is None:
+            return
+        variable, profiles = reader.split
+        del self.reading.applies[start[0] :]
+        del self.reading.runs[start[1] :]
+        for profile in profiles:
+            one = _copy(ctx)
+            one.profile = profile
+            one.chosen[variable] = profile
+            one.variables[variable] = [profile]
+            with contextlib.suppress(_Stop, RecursionError):
+                reader.run(one, nodes)
+
+    def glob(self, pattern: str, copies: list[tuple[str, str]]) -> list[str]:
+        """The files a glob matches, sorted (as the shell sorts them), as paths in the build."""
+        fixed = re.split(r"[*?[]", pattern, maxsplit=1)[0]
+        directory = posixpath.dirname(fixed)
+        found = self.directory(directory, copies)
+        if found is None:
+            return []
+        folder = self.root / found
+        out = []
+        for p in folder.rglob("*"):
+            path = posixpath.join(directory, p.relative_to(folder).as_posix())
+            if p.is_file() and fnmatch.fnmatchcase(path, pattern) and path.count("/") == pattern.count("/"):
+                out.append(path)
+        return sorted(out)
+
+    def directory(self, directory: str, copies: list[tuple[str, str]]) -> str | None:
+        """The repository directory a directory of the build is (a repository path, or one a COPY filled)."""
+        if directory == REPO or directory.startswith(REPO + "/"):
+            rel = posixpath.normpath(directory[len(REPO) :].lstrip("/") or ".")
+            return rel if not rel.startswith("..") and (self.root / rel).is_dir() else None
+        for src, dst in reversed(copies):
+            if directory == dst or directory.startswith(dst.rstrip("/") + "/"):
+                rel = posixpath.normpath(posixpath.join(src, directory[len(dst) :].lstrip("/")))
+                if not rel.startswith("..") and (self.root / rel).is_dir():
+                    return rel
+        return None
+
+
+def _copy(ctx: _Context) -> _Context:
+    return _Context(
+        ctx.file,
+        ctx.profile,
+        dict(ctx.variables),
+        set(ctx.inputs),
+        dict(ctx.chosen),
+        ctx.cwd,
+        ctx.script_dir,
+        dict(ctx.functions),
+        ctx.depth,
+        dict(ctx.aliases),
+    )
+
+
+def _instructions(text: str) -> Iterator[tuple[int, str, str]]:
+    """A Containerfile's instructions: (line, INSTRUCTION, the rest), continuation lines joined."""
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        start, logical = i + 1, lines[i]
+        i += 1
+        if logical.lstrip().startswith("#") or not logical.strip():
+            continue
+        while logical.rstrip().endswith("\\") and i < len(lines):
+            nxt = lines[i]
+            i += 1
+            if nxt.lstrip().startswith("#"):
+                nxt = "\\"  # a comment inside a continued instruction: the line count stays right
+            logical = logical.rstrip() + "\n" + nxt
+        parts = logical.strip().split(None, 1)
+        yield start, parts[0].upper(), parts[1] if len(parts) > 1 else ""
+
+
+def _build_variables(build: _Build, instruction: str, rest: str) -> None:
+    try:
+        words = shlex.split(rest)
+    except ValueError:
+        return
+    if instruction == "ENV" and len(words) >= 2 and "=" not in words[0]:
+        words = [f"{words[0]}={' '.join(words[1:])}"]
+    for w in words:
+        name, eq, value = w.partition("=")
+        if not re.fullmatch(r"[A-Za-z_]\w*", name):
+            continue
+        if eq:
+            build.variables[name] = [value]
+        if instruction == "ARG":
+            build.inputs.add(name)

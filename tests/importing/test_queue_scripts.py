@@ -1,0 +1,364 @@
+"""``patchkit import`` of patch queues whose order and profiles live in build scripts and Containerfile loops.
+
+The repositories are laid out as such queues are kept: ``git format-patch``
+backports under ``patches/<upstream>/``, a JSON stack lock naming each
+patch's sha256, and either a profile script (one bash array per ``case``
+branch, a loop that applies the array) or a Containerfile that copies a
+directory in and loops over its glob. Each class of spelling is tried in
+several forms; every patch a loop applies must come out applied, in order,
+with its profiles, and nothing that cannot be read is called "never applied".
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from patchkit.hashing import sha256_bytes
+from patchkit.importing.shell import BuildReader
+from patchkit.lockfile.reader import loads
+from tests.conftest import Invoke
+from tests.series.queue import VLLM_NAMES, build_queue, clone_tree
+
+DIGEST = "sha256:" + "4c" * 32
+A, B, C = VLLM_NAMES  # mxfp4 backend, its env flag, the legacy scheduler
+
+
+def _repo(tmp_path: Path, url: str = "https://github.com/vllm-project/vllm") -> tuple[Path, str, Path]:
+    """The queue without its series files, a JSON stack lock pinning each patch, a Containerfile by digest."""
+    q = build_queue(tmp_path)
+    url = url or q.vllm.as_uri()
+    root = q.root
+    for s in ("patches/vllm/series", "patches/flashinfer/series"):
+        (root / s).unlink()
+    (root / "patches/flashinfer").rename(tmp_path / "fi-unused")
+    lock = {
+        "repository": "https://github.com/vllm-project/vllm",
+        "upstreams": {"vllm": {"repo": url, "commit": q.vllm_c1}},
+        "patches": [{"file": f"patches/vllm/{n}", "sha256": sha256_bytes(q.patches[n])} for n in VLLM_NAMES],
+    }
+    (root / "stack.lock.json").write_text(json.dumps(lock, indent=2) + "\n")
+    return root, q.vllm_c1, q.vllm
+
+
+PROFILE_SCRIPTS = {
+    # One array per case branch on $PROFILE (with a default), applied by git apply in a loop.
+    "case-on-env": (
+        "#!/usr/bin/env bash\nset -euo pipefail\n"
+        'ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"\n'
+        'case "${PROFILE:-tp1}" in\n'
+        f"  tp1) PATCHES=({B} {A}) ;;\n"
+        "  tp2|tp4)\n"
+        "    PATCHES=(\n"
+        f"      {B}   # the env flag first\n"
+        f"      {A}\n"
+        "    )\n"
+        f"    PATCHES+=({C})\n"
+        "    ;;\n"
+        '  *) echo "unknown profile $PROFILE" >&2; exit 1 ;;\n'
+        "esac\n"
+        "cd /opt/vllm\n"
+        'for p in "${PATCHES[@]}"; do\n'
+        '  git apply "$ROOT/patches/vllm/$p"\n'
+        "done\n"
+    ),
+    # The profile is the first argument; patch -p1 from stdin; a variable holds the directory.
+    "case-on-arg": (
+        "#!/bin/sh\nset -e\n"
+        'HERE=$(dirname "$0")\n'
+        "PDIR=$HERE/../patches/vllm\n"
+        'case "$1" in\n'
+        f'  tp1) set -- "$PDIR/{B}" "$PDIR/{A}" ;;\n'
+        f'  tp2) set -- "$PDIR/{B}" "$PDIR/{A}" "$PDIR/{C}" ;;\n'
+        "esac\n"
+        'for p in "$@"; do\n'
+        '  patch -p1 -d /opt/vllm < "$p"\n'
+        "done\n"
+    ),
+    # A function applies its arguments; declare -a arrays; git -C; -p 1 as two words; a test settles a step.
+    "function-and-if": (
+        "#!/usr/bin/env bash\n"
+        "ROOT=$(git rev-parse --show-toplevel)\n"
+        "apply_all() {\n"
+        '  for f in "$@"; do git -C /opt/vllm apply -p 1 --whitespace=nowarn "$ROOT/patches/vllm/$f"; done\n'
+        "}\n"
+        'MODE="${PROFILE:-tp1}"\n'
+        'if [ "$MODE" = "tp1" ]; then :; fi\n'
+        'case "$PROFILE" in\n'
+        f"  tp1) declare -a PATCHES=({B} {A}) ;;\n"
+        f"  tp2) declare -a PATCHES=({B} {A} {C}) ;;\n"
+        "esac\n"
+        'apply_all "${PATCHES[@]}"\n'
+    ),
+}
+
+
+@pytest.mark.parametrize("form", sorted(PROFILE_SCRIPTS))
+def test_a_profile_script_gives_the_order_and_one_profile_per_branch(tmp_path: Path, invoke: Invoke, form: str) -> None:
+    root, commit, upstream = _repo(tmp_path)
+    (root / "scripts").mkdir()
+    (root / "scripts/apply-patches.sh").write_text(PROFILE_SCRIPTS[form])
+    (root / "Containerfile").write_text(
+        f"FROM vllm/vllm-openai-rocm@{DIGEST}\nARG PROFILE=tp1\nCOPY . /src\n"
+        "RUN git clone https://github.com/vllm-project/vllm /opt/vllm\n"
+    )
+    run = invoke("import", str(root), "--format", "json")
+    assert run.exit_code == 0, run.stdout + run.stderr
+    issues = json.loads(run.stdout)["import"]["issues"]
+    kinds = sorted({i["kind"] for i in issues})
+    assert kinds == ["queue-profile-arg"], issues  # nothing "never applied", nothing unknown
+    lock = loads((root / "lockfile.toml").read_text())
+    (vllm,) = lock.series
+    assert [Path(str(p.file)).name for p in vllm.patches] == [B, A, C]
+    profiles = {"tp1": ("tp1", "tp2"), "tp2": ("tp2",)}
+    if form == "case-on-env":
+        profiles = {"tp1": ("tp1", "tp2", "tp4"), "tp2": ("tp2", "tp4")}
+    assert [p.profiles for p in vllm.patches] == [profiles["tp1"], profiles["tp1"], profiles["tp2"]]
+    assert vllm.strip == 1 and str(vllm.target) == "/opt/vllm" and str(vllm.commit) == commit
+    # What the build does, apply does: the tp1 profile gives the tree the two patches give.
+    tree = clone_tree(upstream, commit, tmp_path / "tree")
+    assert invoke("sums", repo=root).exit_code == 0
+    check = invoke("check", "--format", "json", repo=root)
+    assert [f for f in json.loads(check.stdout)["findings"] if f["severity"] == "error"] == [], check.stdout
+    applied = invoke("apply", "--series", "vllm", "--profile", "tp1", "--to", str(tree), repo=root)
+    assert applied.exit_code == 0, applied.stdout + applied.stderr
+    assert b"flashinfer-cutlass" in (tree / "vllm/model_executor/layers/quant/mxfp4.py").read_bytes()
+    assert b"priority" not in (tree / "vllm/legacy/sched.py").read_bytes()
+
+
+CONTAINERFILE_LOOPS = {
+    "copy-dir-glob": (
+        "COPY patches/vllm /tmp/patches-vllm\n"
+        "RUN for p in /tmp/patches-vllm/*.patch; do \\\n"
+        "      patch -p1 -d /usr/local/lib/python3.12/site-packages < $p; \\\n"
+        "    done\n"
+    ),
+    "workdir-relative": (
+        "WORKDIR /build\n"
+        "COPY patches/vllm/ patches/\n"
+        'RUN set -eux; for p in patches/*.patch; do patch --strip=1 --directory="$SITE" -i "$p"; done\n'
+    ),
+    "git-am-glob": (
+        "COPY patches/vllm /tmp/q\n"
+        "RUN cd /usr/local/lib/python3.12/site-packages && git am -3 --keep-cr /tmp/q/*.patch\n"
+    ),
+    "bind-mount": (
+        "RUN --mount=type=bind,source=patches/vllm,target=/p \\\n"
+        "    cd /usr/local/lib/python3.12/site-packages && \\\n"
+        "    for f in /p/*.patch; do cat $f | patch -p1; done\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("form", sorted(CONTAINERFILE_LOOPS))
+def test_a_containerfile_loop_over_a_staged_directory_applies_in_glob_order(
+    tmp_path: Path, invoke: Invoke, form: str
+) -> None:
+    root, _, _ = _repo(tmp_path)
+    (root / "Containerfile").write_text(
+        f"FROM vllm/vllm-openai-rocm@{DIGEST}\n"
+        "ARG SITE=/usr/local/lib/python3.12/site-packages\n" + CONTAINERFILE_LOOPS[form]
+    )
+    run = invoke("import", "--dry-run", str(root), "--format", "json")
+    assert run.exit_code == 0, run.stdout + run.stderr
+    issues = json.loads(run.stdout)["import"]["issues"]
+    assert issues == [], issues
+    lock = loads(json.loads(run.stdout)["import"].get("lockfile", "") or _dry_lock(invoke, root))
+    (vllm,) = lock.series
+    assert [Path(str(p.file)).name for p in vllm.patches] == sorted(VLLM_NAMES)  # the glob's order: sorted
+    assert all(p.profiles == () for p in vllm.patches)
+    assert vllm.strip == 1 and str(vllm.target) == "/usr/local/lib/python3.12/site-packages"
+
+
+def _dry_lock(invoke: Invoke, root: Path) -> str:
+    assert invoke("import", str(root)).exit_code == 0
+    return (root / "lockfile.toml").read_text()
+
+
+UNREADABLE = {
+    "command-substitution": ("for p in $(ls patches/vllm/*.patch | sort -r); do git apply $p; done\n", 1),
+    "while-read": ("ls patches/vllm | while read -r p; do git apply patches/vllm/$p; done\n", 1),
+    "xargs": ("find patches/vllm -name '*.patch' | sort | xargs -n1 git apply\n", 1),
+    "unset-variable": ('for p in "${QUEUE[@]}"; do git apply "$p"; done\n', 1),
+}
+
+
+@pytest.mark.parametrize("form", sorted(UNREADABLE))
+def test_a_loop_that_cannot_be_read_is_unknown_never_not_applied(tmp_path: Path, invoke: Invoke, form: str) -> None:
+    root, _, _ = _repo(tmp_path)
+    text, line = UNREADABLE[form]
+    (root / "build.sh").write_text("#!/bin/bash\nset -e\n" + text)
+    run = invoke("import", "--dry-run", str(root), "--format", "json")
+    assert run.exit_code == 0, run.stdout + run.stderr
+    issues = json.loads(run.stdout)["import"]["issues"]
+    assert not any("never applied" in i["message"] for i in issues), issues
+    unknown = [i for i in issues if i["kind"] == "build-step-unknown"]
+    assert [(i["file"], i["line"]) for i in unknown] == [("build.sh", 2 + line)], issues
+    per_patch = [i for i in issues if i["kind"] == "queue-apply-unknown"]
+    assert len(per_patch) == 3 and all(i["file"] == "build.sh" for i in per_patch), issues
+    (order,) = [i for i in issues if i["kind"] == "queue-order"]
+    assert order["message"].startswith("the order is unknown (build.sh:"), order
+    assert len(issues) == 5, issues
+
+
+def test_a_patch_no_step_applies_is_reported_and_a_stack_lock_pin_that_drifted_too(
+    tmp_path: Path, invoke: Invoke
+) -> None:
+    root, _, _ = _repo(tmp_path)
+    (root / "apply.sh").write_text(f"#!/bin/sh\nfor p in {B} {A}; do git apply patches/vllm/$p; done\n")
+    data = (root / "patches/vllm" / A).read_bytes()
+    (root / "patches/vllm" / A).write_bytes(data.replace(b"Subject:", b"X-Note: rebased\nSubject:", 1))
+    run = invoke("import", "--dry-run", str(root), "--format", "json")
+    issues = [(i["kind"], i["file"], i["line"], i["message"]) for i in json.loads(run.stdout)["import"]["issues"]]
+    assert ("queue-order", f"patches/vllm/{C}", None, f"patches/vllm/{C} is never applied (read: apply.sh)") in issues
+    drift = [i for i in issues if i[0] == "queue-lock-drift"]
+    assert len(drift) == 1 and drift[0][1] == "stack.lock.json" and A in drift[0][3], issues
+    assert drift[0][2] == 1 + next(
+        k for k, line in enumerate((root / "stack.lock.json").read_text().splitlines()) if sha256_bytes(data) in line
+    )
+
+
+def test_profiles_and_order_as_the_reader_sees_them(tmp_path: Path) -> None:
+    """The reader on its own: a Containerfile runs the profile script with its ARG; both branches are read."""
+    root = tmp_path
+    (root / "patches/x").mkdir(parents=True)
+    for n in ("a.patch", "b.patch", "c.patch"):
+        (root / "patches/x" / n).write_text("")
+    (root / "docker").mkdir()
+    (root / "docker/apply.sh").write_text(
+        '#!/bin/bash\ncase "$1" in\n  small) L=(b.patch) ;;\n  big) L=(a.patch b.patch c.patch) ;;\nesac\n'
+        'for p in "${L[@]}"; do patch -p0 -d /srv < "/opt/q/$p"; done\n'
+    )
+    (root / "docker/Containerfile").write_text(
+        "FROM scratch\nARG FLAVOR=small\nCOPY patches/x /opt/q\nCOPY docker/apply.sh /usr/local/bin/apply.sh\n"
+        'RUN bash /usr/local/bin/apply.sh "$FLAVOR"\n'
+    )
+    reading = BuildReader(root).read(["docker/Containerfile"], ["docker/apply.sh"])
+    got = [(a.repo, a.profile, a.strip, a.directory, a.file, a.line) for a in reading.applies]
+    assert got == [
+        ("patches/x/b.patch", "small", 0, "/srv", "docker/apply.sh", 6),
+        ("patches/x/a.patch", "big", 0, "/srv", "docker/apply.sh", 6),
+        ("patches/x/b.patch", "big", 0, "/srv", "docker/apply.sh", 6),
+        ("patches/x/c.patch", "big", 0, "/srv", "docker/apply.sh", 6),
+    ]
+    assert reading.profile_variable == ("FLAVOR", "docker/apply.sh", 2)
+    assert reading.unknowns == [] and reading.followed == {"docker/apply.sh"}
+
+
+def test_in_a_compose_repository_the_patches_its_containerfile_applies_are_a_series(
+    tmp_path: Path, invoke: Invoke
+) -> None:
+    """compose, then the Containerfile, then its loop: those files are a series, not hand-kept diffs."""
+    from patchkit import diffs
+    from tests.importing.test_relied_on import COMMIT, SUMS_MOUNTS, build
+
+    root = build(tmp_path / "deploy", sums_mount=SUMS_MOUNTS["short"])
+    queue_dir = root / "patches/vllm-extra"
+    queue_dir.mkdir()
+    for k, name in enumerate(("0002-env.patch", "0001-sched.patch", "0003-cfg.patch")):
+        body = diffs.make(b"a = 1\n", b"a = %d\n" % (k + 2), f"a/vllm/f{k}.py", f"b/vllm/f{k}.py")
+        (queue_dir / name).write_bytes(f"Subject: [PATCH] change {k}\n\n".encode() + body)
+    (root / "stack.lock.json").write_text(
+        json.dumps({"upstreams": {"vllm-extra": {"repo": "https://github.com/vllm-project/vllm", "commit": COMMIT}}})
+    )
+    (root / "Containerfile").write_text(
+        f"FROM vllm/vllm-openai@{DIGEST}\nCOPY patches/vllm-extra /tmp/patches-vllm\n"
+        "RUN for p in /tmp/patches-vllm/*.patch; do \\\n"
+        "      patch -p1 -d /usr/local/lib/python3.12/dist-packages < $p; done\n"
+    )
+    run = invoke("import", str(root), "--format", "json")
+    assert run.exit_code == 0, run.stdout + run.stderr
+    doc = json.loads(run.stdout)["import"]
+    assert [i["kind"] for i in doc["issues"]] == ["mount-generated"], doc["issues"]
+    assert doc["found"]["diffs"] == 3  # the hand-kept diffs of the overlays, not the queue
+    lock = loads((root / "lockfile.toml").read_text())
+    (series,) = lock.series
+    assert [Path(str(p.file)).name for p in series.patches] == ["0001-sched.patch", "0002-env.patch", "0003-cfg.patch"]
+    assert str(series.target) == "/usr/local/lib/python3.12/dist-packages" and str(series.commit) == COMMIT
+    assert {str(a.file) for a in lock.artifacts} >= {"Containerfile", "stack.lock.json"}
+    assert invoke("sums", repo=root).exit_code == 0
+    check = invoke("check", "--format", "json", repo=root)
+    assert [f for f in json.loads(check.stdout)["findings"] if f["severity"] == "error"] == [], check.stdout
+
+
+def test_check_reports_a_stack_lock_pin_a_later_patch_change_left_behind(tmp_path: Path, invoke: Invoke) -> None:
+    root, _, _ = _repo(tmp_path)
+    (root / "Containerfile").write_text(
+        f"FROM vllm/vllm-openai-rocm@{DIGEST}\nCOPY patches/vllm /q\n"
+        "RUN for p in /q/*.patch; do git -C /opt/vllm apply $p; done\n"
+    )
+    assert invoke("import", str(root)).exit_code == 0
+    assert invoke("sums", repo=root).exit_code == 0
+    check = invoke("check", "--format", "json", repo=root)
+    assert [f for f in json.loads(check.stdout)["findings"] if f["severity"] == "error"] == [], check.stdout
+    # The patch is rewritten (as a series rebase does) and re-pinned; the repository's own lock is not.
+    patch = root / "patches/vllm" / C
+    old = sha256_bytes(patch.read_bytes())
+    patch.write_bytes(patch.read_bytes().replace(b"Subject:", b"X-Rebased: yes\nSubject:", 1))
+    assert invoke("lock", repo=root).exit_code == 0
+    assert invoke("sums", repo=root).exit_code == 0
+    check = invoke("check", "--format", "json", repo=root)
+    errors = [
+        (f["code"], f["file"], f["line"]) for f in json.loads(check.stdout)["findings"] if f["severity"] == "error"
+    ]
+    line = 1 + next(k for k, t in enumerate((root / "stack.lock.json").read_text().splitlines()) if old in t)
+    assert errors == [("series-lock-drift", "stack.lock.json", line)], check.stdout
+
+
+def test_a_series_read_from_a_profile_script_rebases_and_keeps_its_profiles(tmp_path: Path, invoke: Invoke) -> None:
+    from tests.series.queue import commit
+
+    root, _, upstream = _repo(tmp_path, url="")
+    (root / "scripts").mkdir()
+    (root / "scripts/apply-patches.sh").write_text(PROFILE_SCRIPTS["case-on-env"])
+    assert invoke("import", str(root)).exit_code == 0
+    pins = {n: sha256_bytes((root / "patches/vllm" / n).read_bytes()) for n in VLLM_NAMES}
+    c2 = commit(upstream, {"vllm/other.py": b"x = 1\n"}, "an unrelated change")
+    run = invoke("rebase", "--series", "vllm", "--onto", "main", repo=root)
+    assert run.exit_code == 0, run.stdout + run.stderr
+    lock = loads((root / "lockfile.toml").read_text())
+    (vllm,) = lock.series
+    assert str(vllm.commit) == c2
+    assert [(Path(str(p.file)).name, p.profiles) for p in vllm.patches] == [
+        (B, ("tp1", "tp2", "tp4")),
+        (A, ("tp1", "tp2", "tp4")),
+        (C, ("tp2", "tp4")),
+    ]
+    assert invoke("sums", repo=root).exit_code == 0
+    # The rebase rewrote the patches; the repository's own stack lock still pins the old bytes: each is reported.
+    check = invoke("check", "--format", "json", repo=root)
+    errors = [(f["code"], f["line"]) for f in json.loads(check.stdout)["findings"] if f["severity"] == "error"]
+    text = (root / "stack.lock.json").read_text().splitlines()
+    lines = sorted(1 + next(k for k, t in enumerate(text) if pins[n] in t) for n in VLLM_NAMES)
+    rewritten = [n for n in VLLM_NAMES if sha256_bytes((root / "patches/vllm" / n).read_bytes()) != pins[n]]
+    assert len(rewritten) == 3
+    assert errors == [("series-lock-drift", line) for line in lines], check.stdout
+
+
+def test_in_a_compose_repository_patch_files_an_unreadable_step_may_apply_are_unknown_not_unmatched(
+    tmp_path: Path, invoke: Invoke
+) -> None:
+    from patchkit import diffs
+    from tests.importing.test_relied_on import SUMS_MOUNTS, build
+
+    root = build(tmp_path / "deploy", sums_mount=SUMS_MOUNTS["short"])
+    (root / "patches/extra").mkdir()
+    body = diffs.make(b"a = 1\n", b"a = 2\n", "a/vllm/f.py", "b/vllm/f.py")
+    (root / "patches/extra/0001-f.patch").write_bytes(body)
+    (root / "Containerfile").write_text(
+        f"FROM vllm/vllm-openai@{DIGEST}\nCOPY patches/extra /q\n"
+        "RUN for p in $(ls /q/*.patch | sort); do patch -p1 < $p; done\n"
+    )
+    run = invoke("import", str(root), "--format", "json")
+    assert run.exit_code == 0, run.stdout + run.stderr
+    issues = [(i["kind"], i["severity"], i["file"], i["line"]) for i in json.loads(run.stdout)["import"]["issues"]]
+    assert sorted(issues) == [
+        ("build-step-unknown", "note", "Containerfile", 3),
+        ("mount-generated", "note", "compose.yaml", 11),
+        ("queue-apply-unknown", "note", "Containerfile", 3),
+    ], issues
+    assert invoke("sums", repo=root).exit_code == 0
+    check = invoke("check", "--format", "json", repo=root)
+    assert [f for f in json.loads(check.stdout)["findings"] if f["severity"] == "error"] == [], check.stdout
