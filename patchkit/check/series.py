@@ -76,7 +76,7 @@ def own_locks(state: State) -> list[Finding]:
         text = data.decode("utf-8", "replace")
         try:
             doc = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # not a lock patchkit can compare (import reported it)
             continue
         for name, digest in patch_pins(doc):
             hit = files.get(name) or by_name.get(PurePosixPath(name).name)

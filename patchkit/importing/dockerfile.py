@@ -164,7 +164,7 @@ def _words(args: str) -> tuple[dict[str, str], list[str]]:
     if rest.startswith("["):
         try:
             items = json.loads(rest)
-        except ValueError:
+        except (ValueError, RecursionError):
             items = None
         if isinstance(items, list) and all(isinstance(i, str) for i in items):
             return flags, items

@@ -478,7 +478,7 @@ def stack_locks(root: Path, files: list[str], found: Found) -> None:
         text = read_inside(root, rel, "a lock of patch pins").decode("utf-8", "replace")
         try:
             doc = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue  # reported by _locks when it is at the top; a lock we cannot read pins nothing we check
         if patch_pins(doc) and all(r != rel for _, r in found.artifacts):
             found.artifacts.append((_artifact_name(rel), rel))  # pinned: check keeps comparing it
@@ -584,9 +584,10 @@ def _locks(root: Path, found: Found) -> dict[str, dict[str, Any]]:
         try:
             data = read_inside(root, rel, "a lock of upstream pins")
             doc = json.loads(data) if p.suffix == ".json" else tomllib.loads(data.decode())
-        except (ValueError, UnicodeDecodeError) as e:
+        except (ValueError, UnicodeDecodeError, RecursionError) as e:
+            why = "nested too deeply" if isinstance(e, RecursionError) else str(e)
             found.issues.append(
-                ("queue-lock", rel, None, f"does not parse ({e})", "fix it; its pins are not carried over")
+                ("queue-lock", rel, None, f"does not parse ({why})", "fix it; its pins are not carried over")
             )
             continue
         if not isinstance(doc, dict):

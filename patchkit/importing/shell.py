@@ -998,7 +998,7 @@ class BuildReader:
         if rest.lstrip().startswith("["):
             try:
                 argv = json.loads(rest)
-            except ValueError:
+            except (ValueError, RecursionError):
                 return
             rest = argv[-1] if argv[:1] in (["bash"], ["sh"], ["/bin/sh"], ["/bin/bash"]) and "-c" in argv else ""
             if not rest:
