@@ -1,0 +1,46 @@
+"""Names a deployment file leaves undefined that its upstream file defines: a NameError when the line runs.
+
+A rebase refuses such a merge as broken unless it is accepted (``--accept-broken``);
+accepted, it is committed as it is, and nothing else remembers it. ``check``
+(offline, against the pinned base) and ``check --deep`` (against the pinned
+upstream's file) say it again, as a note, until the file is fixed. A module
+has no upstream file: every name it leaves undefined is said.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from patchkit.findings import Finding
+from patchkit.trust.pycheck import parse, undefined_names
+
+CODE = "undefined-name"
+
+
+def new_undefined(patch: str, shown: str, data: bytes, upstream: bytes | None) -> list[Finding]:
+    """A note for each name ``data`` leaves undefined that ``upstream`` (its upstream file, if any) does not.
+
+    ``shown`` is the repository file the note names. A file that does not
+    parse is the offline check's or the rebase's finding, not one of these.
+    """
+    tree = parse(data)
+    if not isinstance(tree, ast.Module):
+        return []
+    names = undefined_names(tree, shown)
+    if upstream is not None:
+        theirs = parse(upstream)
+        if isinstance(theirs, ast.Module):
+            names = {n: line for n, line in names.items() if n not in undefined_names(theirs, shown)}
+    where = "its upstream file defines it" if upstream is not None else "nothing in the module defines it"
+    return [
+        Finding(
+            CODE,
+            shown,
+            line,
+            f"name '{name}' is undefined ({where}): a NameError when line {line} runs (patch '{patch}')",
+            fix="define or import the name (a merge committed with --accept-broken is reported until it is fixed)",
+            field=f"patches[{patch}]",
+            severity="note",
+        )
+        for name, line in sorted(names.items(), key=lambda item: (item[1], item[0]))
+    ]
