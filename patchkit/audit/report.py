@@ -13,6 +13,7 @@ import dataclasses
 import datetime as dt
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -115,8 +116,9 @@ class PatchSection:
 
     @property
     def status(self) -> Verified:
+        """The patch's one verdict, from its verification rows: the table and the section say the same."""
         states = {v.status for v in self.verification}
-        if Verified.FAILED in states or any(f.severity == "error" for f in self.findings):
+        if Verified.FAILED in states:
             return Verified.FAILED
         return Verified.UNVERIFIED if Verified.UNVERIFIED in states else Verified.OK
 
@@ -192,7 +194,10 @@ def build(
     result = check(repo, lock, lock_bytes, store)
     assessed = {a.patch: a for a in refs.assess(lock, refs.git_containment(lock, cache), now)}
     hand = handdiffs.chains(lock, lambda d: _read(repo, str(d.file)))
-    sections = tuple(_section(repo, lock, p, assessed[p.name], result, cache, hand) for p in lock.patches)
+    owners = _part_owners(repo, lock, hand)
+    sections = tuple(
+        _section(repo, lock, p, assessed[p.name], _Mine(result, owners), cache, hand) for p in lock.patches
+    )
     if since is not None:
         sections = tuple(_since(repo, lock, s, since) for s in sections)
     sections = _with_reviews(repo, lock, sections, now)
@@ -340,17 +345,67 @@ def _read(repo: Repo, rel: str) -> bytes | None:
         return None
 
 
+# Findings about a hand-kept diff as a whole (not one of its parts): they concern every patch it names.
+_WHOLE_DIFF = {"diff-incremental", "missing", "hash-mismatch", "unsafe-path", "unreadable"}
+
+
+@dataclass(frozen=True)
+class _Mine:
+    """Check's findings, with each hand-kept diff's parts: (first line, the patches that part describes)."""
+
+    result: CheckResult
+    owners: dict[str, list[tuple[int, frozenset[str]]]]
+
+
+def _part_owners(repo: Repo, lock: Lockfile, chains: handdiffs.Chains) -> dict[str, list[tuple[int, frozenset[str]]]]:
+    """For each hand-kept diff, where each of its parts starts and which patches that part describes.
+
+    A multi-file diff holds the parts of several patches: a finding inside one
+    part (a stale hunk, a bad hunk count) is about that part's patch only.
+    """
+    owned: dict[tuple[str, int], set[str]] = {}
+    for name, parts in chains.parts.items():
+        for rel, fd in parts:
+            owned.setdefault((rel, fd.line), set()).add(name)
+    for name, new_parts in chains.new_file_parts.items():
+        for rel, at in new_parts:
+            owned.setdefault((rel, at), set()).add(name)
+    out: dict[str, list[tuple[int, frozenset[str]]]] = {}
+    for d in lock.diffs:
+        rel = str(d.file)
+        starts = {line for r, line in owned if r == rel} | set(_part_starts(repo, rel))
+        out[rel] = sorted((line, frozenset(owned.get((rel, line), ()))) for line in starts)
+    return out
+
+
+def _part_starts(repo: Repo, rel: str) -> list[int]:
+    """The first line of every part of a diff, as ``patch`` reads it (none when it does not parse)."""
+    data = _read(repo, rel)
+    try:
+        return [fd.line for fd in diffs.parse_lenient(data)[0]] if data else []
+    except diffs.DiffError:
+        return []
+
+
+def _owned_by(f: Finding, name: str, parts: list[tuple[int, frozenset[str]]]) -> bool:
+    """Whether a finding on a hand-kept diff that names patch ``name`` is about that patch's part of it."""
+    if f.code in _WHOLE_DIFF or f.line is None:
+        return True
+    before = [owners for start, owners in parts if start <= f.line]
+    return not before or name in before[-1]
+
+
 def _section(
     repo: Repo,
     lock: Lockfile,
     p: Patch,
     assessed: refs.PatchRefs,
-    result: CheckResult,
+    found: _Mine,
     cache: Path,
     chains: handdiffs.Chains,
 ) -> PatchSection:
     hand = tuple(str(d.file) for d in lock.diffs if p.name in d.patches)
-    mine = tuple(f for f in result.findings if _concerns(f, p, hand))
+    mine = tuple(f for f in found.result.findings if _concerns(f, p, hand, found.owners))
     text, added, removed = "", 0, 0
     lines: tuple[DiffLine, ...] = ()
     if p.diff is not None:
@@ -387,9 +442,16 @@ def _section(
     )
 
 
-def _concerns(f: Finding, p: Patch, hand: tuple[str, ...] = ()) -> bool:
-    files = {str(x) for x in (p.file, p.diff.file if p.diff else None) if x is not None} | set(hand)
-    return (f.field or "").startswith(f"patches[{p.name}]") or f.file in files
+def _concerns(
+    f: Finding, p: Patch, hand: tuple[str, ...] = (), owners: dict[str, list[tuple[int, frozenset[str]]]] | None = None
+) -> bool:
+    """Whether a finding is about ``p``: its lockfile entry, its file, its diff, or its part of a hand-kept diff."""
+    field = f.field or ""
+    if field == f"patches[{p.name}]" or field.startswith(f"patches[{p.name}]."):
+        return True
+    if f.file in {str(x) for x in (p.file, p.diff.file if p.diff else None) if x is not None}:
+        return True
+    return f.file in hand and _owned_by(f, p.name, (owners or {}).get(f.file, []))
 
 
 def _hand_diff_lines(p: Patch, chains: handdiffs.Chains) -> tuple[str, tuple[DiffLine, ...], int, int]:
@@ -427,8 +489,12 @@ def _part_text(fd: diffs.FileDiff) -> str:
 
 
 def _verification(p: Patch, mine: tuple[Finding, ...], hand: tuple[str, ...] = ()) -> tuple[Verification, ...]:
+    """What was verified of each of the patch's own files; every error about the patch fails one of these rows."""
+    used: set[int] = set()
+
     def status(codes: set[str], fields: tuple[str, ...], files: tuple[str, ...]) -> tuple[Verified, str | None]:
         hits = [f for f in mine if f.code in codes and ((f.field or "") in fields or (f.file in files and not f.field))]
+        used.update(id(f) for f in hits)
         errors = [f for f in hits if f.severity == "error"]
         if errors:
             return Verified.FAILED, errors[0].message
@@ -443,30 +509,60 @@ def _verification(p: Patch, mine: tuple[Finding, ...], hand: tuple[str, ...] = (
         st, why = status(file_codes, (f"{prefix}.sha256", f"{prefix}.file"), (str(p.file),))
         out.append(Verification(str(p.file), "matches its pinned sha256", st, why))
     if p.diff is not None:
-        drel = str(p.diff.file)
-        st, why = status(file_codes, (f"{prefix}.diff.sha256", f"{prefix}.diff.file"), (drel,))
-        out.append(Verification(drel, "matches its pinned sha256", st, why))
-        if st is Verified.OK and p.base is not None:
-            codes = {"diff-invalid", "diff-header", "diff-stale", "base-mismatch", "base-unavailable", "hash-mismatch"}
-            fields = (f"{prefix}.base.sha256", f"{prefix}.base", f"{prefix}.sha256")
-            st, why = status(codes, fields, (drel,))
-            what = (
-                "reversed onto the overlay, gives exactly the pinned base"
-                if p.file is not None
-                else "applied to the pinned base, gives exactly the pinned sha256 of the file that runs"
-            )
-            out.append(Verification(drel, what, st, why))
+        out += _diff_rows(p, str(p.diff.file), status)
     # module-maybe-upstream (a note): a "module" that may be an upstream file is never shown as verified.
-    hand_codes = {"diff-invalid", "diff-stale", "diff-new-file", "module-maybe-upstream", "missing", "hash-mismatch"}
+    hand_codes = {
+        "diff-invalid",
+        "diff-stale",
+        "diff-new-file",
+        "diff-incremental",
+        "module-maybe-upstream",
+        "missing",
+        "hash-mismatch",
+    }
     for rel in hand:
         st, why = status(hand_codes, (), (rel,))
-        out.append(Verification(rel, "hand-kept diff: parses and undoes exactly on the overlay", st, why))
+        out.append(
+            Verification(rel, "hand-kept diff: parses, is against upstream, undoes exactly on the overlay", st, why)
+        )
     if p.kind is PatchKind.OVERLAY and p.base is None:
-        why = "the upstream base is not pinned, so the file cannot be compared with upstream"
+        # No diff to upstream is nothing to verify against, not a failure of the patch's files.
+        _, why = status({"no-diff"}, (f"{prefix}.name",), ())
+        why = why or "the upstream base is not pinned, so the file cannot be compared with upstream"
         out.append(
             Verification(str(p.file or p.target), "is a known upstream base plus its diff", Verified.UNVERIFIED, why)
         )
+    # Any other error about the patch's own files fails a row of its own: the verdict never hides one.
+    out += [
+        Verification(f.file if f.line is None else f"{f.file}:{f.line}", f"check: {f.code}", Verified.FAILED, f.message)
+        for f in mine
+        if f.severity == "error" and id(f) not in used
+    ]
     return tuple(out)
+
+
+def _diff_rows(
+    p: Patch, drel: str, status: Callable[[set[str], tuple[str, ...], tuple[str, ...]], tuple[Verified, str | None]]
+) -> list[Verification]:
+    """The rows of a patch's own diff: its pinned sha256, then that it rebuilds the base (or the file)."""
+    prefix = f"patches[{p.name}]"
+    st, why = status(
+        {"missing", "hash-mismatch", "unsafe-path", "unreadable"},
+        (f"{prefix}.diff.sha256", f"{prefix}.diff.file"),
+        (drel,),
+    )
+    out = [Verification(drel, "matches its pinned sha256", st, why)]
+    if st is Verified.OK and p.base is not None:
+        codes = {"diff-invalid", "diff-header", "diff-stale", "base-mismatch", "base-unavailable", "hash-mismatch"}
+        fields = (f"{prefix}.base.sha256", f"{prefix}.base", f"{prefix}.sha256")
+        st, why = status(codes, fields, (drel,))
+        what = (
+            "reversed onto the overlay, gives exactly the pinned base"
+            if p.file is not None
+            else "applied to the pinned base, gives exactly the pinned sha256 of the file that runs"
+        )
+        out.append(Verification(drel, what, st, why))
+    return out
 
 
 def _decode(data: bytes) -> str | None:

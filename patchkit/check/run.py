@@ -4,7 +4,7 @@ The rules are functions of a ``State`` (``check.state``), one module per
 concern: ``repository`` (pending writes, unsafe paths, orphans), ``pins`` (the
 pinned files, targets, canonical form), ``diffs`` (each patch's diff and base),
 ``hand_diffs`` (diffs adopted by import), ``series`` (patch series), ``sums`` (SHA256SUMS) and ``compose``
-(emitted and hand-kept compose files). ``RULES`` lists them in the order their
+(emitted and hand-kept compose files), ``names`` (undefined names). ``RULES`` lists them in the order their
 findings are reported; a rule that verifies diffs returns their count beside
 its findings. Two checks read through modules of their own: the model pin's
 manifest (``model.findings``), the signatures (``signing.signatures``) and,
@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from patchkit.check import build, compose, diffs, guard, hand_diffs, pins, repository, series, sums, verified
+from patchkit.check import build, compose, diffs, guard, hand_diffs, names, pins, repository, series, sums, verified
 from patchkit.check.state import RepoView, State, gather, hash_pinned
 from patchkit.findings import CheckResult, Finding
 from patchkit.lockfile.reader import collection_paused
@@ -47,6 +47,7 @@ RULES: tuple[Rule | VerifyingRule, ...] = (
     series.series,
     series.own_locks,
     diffs.overlays_have_diffs,
+    names.undefined,
     sums.sums_file,
     compose.emitted,
     compose.kubernetes,

@@ -130,7 +130,10 @@ def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, deep: b
     if deep:
         from patchkit.trust.deep import findings as deep_findings
 
-        result.findings.extend(deep_findings(repo, lock, cache_path(), blob_store()))
+        # The offline check already notes the undefined names it could compare: each is said once.
+        result.findings.extend(
+            f for f in deep_findings(repo, lock, cache_path(), blob_store()) if f not in result.findings
+        )
     click.echo(render(result, fmt), nl=False)
     if not result.ok:
         ctx.exit(EXIT_FINDINGS)

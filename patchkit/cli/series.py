@@ -69,8 +69,18 @@ def rebase_series(
 
         text = bump.summary_markdown(done) + review_summary(repo)
         atomic_write(output_target(summary, repo, lockf), text.encode())
+    _report(done, fmt, _stale_pins(repo, done))
+    ctx.exit(EXIT_OK if done.outcome is not None else EXIT_FINDINGS)
+    return True
+
+
+def _report(done: Any, fmt: str, stale: list[Any]) -> None:
+    """The rebase's report (JSON or text); each stale pin of the repository's own files as a note."""
+    from patchkit.series import bump
+
     if fmt == "json":
         doc = {
+            "stale_pins": [p.as_dict() for p in stale],
             "series": done.series.name,
             "from": done.old,
             "onto": done.new,
@@ -81,8 +91,15 @@ def rebase_series(
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
     else:
         _print_series_rebase(done)
-    ctx.exit(EXIT_OK if done.outcome is not None else EXIT_FINDINGS)
-    return True
+    for pin in stale:
+        click.echo(f"note: {pin.message()}", err=True)
+
+
+def _stale_pins(repo: Any, done: Any) -> list[Any]:
+    """The repository's own pins of the patches' old sha256 (a stack lock, a Containerfile), once committed."""
+    from patchkit.series.stalepins import stale_pins
+
+    return stale_pins(repo.root, done.outcome.changes) if done.outcome is not None else []
 
 
 def _print_series_rebase(done: Any) -> None:

@@ -1,11 +1,13 @@
-"""``check --deep``: do the imports of every overlay and module resolve in the pinned upstream?
+"""``check --deep``: do the imports of every overlay and module resolve in the pinned upstream, its names?
 
 The offline check proves the files are what the lockfile pins; it cannot see that an overlay
 imports a name the pinned upstream no longer has. This reads the pinned upstream tree (git,
 wheel, directory or image, through its source adapter) with every deployment file laid over it,
 and resolves each import of the upstream's own package that the upstream's own file at the same
-path does not make itself (a new module vouches for nothing). It is off the default ``check``
-because it needs the upstream tree.
+path does not make itself (a new module vouches for nothing), and notes each name the file leaves
+undefined that the upstream's file defines (``patchkit.trust.names``). A file is checked only
+against the upstream that ships it: the upstream of its pinned base, or, for a module, the upstream
+whose package directory holds it. It is off the default ``check`` because it needs the upstream tree.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from patchkit.hashing import sha256_bytes
 from patchkit.lockfile.model import Lockfile, Patch, PatchKind, Upstream
 from patchkit.repo import Repo
 from patchkit.trust.imports import Tree, Verdict, resolve
+from patchkit.trust.names import new_undefined
 from patchkit.trust.pycheck import Import, imports, is_python, package_of, parse
 
 CODE = "import-unresolved"
@@ -46,22 +49,43 @@ def findings(repo: Repo, lock: Lockfile, cache: Path, store: BlobStore) -> list[
 
 
 def _members(lock: Lockfile, up: Upstream) -> list[Member]:
-    roots = {
-        str(p.target)[: -len(str(p.base.path))]
-        for p in lock.patches
-        if p.base is not None and p.base.upstream == up.name and str(p.target).endswith("/" + str(p.base.path))
-    }
+    """The deployment's Python files that ``up`` ships, each at its path in ``up``'s tree."""
+    roots = _roots(lock)
+    mine = roots.get(up.name, {})
     out = []
     for p in lock.patches:
-        if p.kind not in (PatchKind.OVERLAY, PatchKind.MODULE):
+        if p.kind not in (PatchKind.OVERLAY, PatchKind.MODULE) or not is_python(str(p.target)):
             continue
         target = str(p.target)
-        root = next((r for r in sorted(roots) if target.startswith(r)), None)
-        if root is None or not is_python(target):
+        root = next((r for r in sorted(mine) if target.startswith(r)), None)
+        if root is None or not _ships(p, up.name, target[len(root) :], roots):
             continue
         shown = str(p.file) if p.file is not None else str(p.diff.file) if p.diff is not None else p.name
         out.append(Member(p, target[len(root) :], shown))
     return out
+
+
+def _roots(lock: Lockfile) -> dict[str, dict[str, set[str]]]:
+    """For each upstream, where its tree is installed: install root -> the top-level packages found there."""
+    out: dict[str, dict[str, set[str]]] = {}
+    for p in lock.patches:
+        if p.base is not None and str(p.target).endswith("/" + str(p.base.path)):
+            root = str(p.target)[: -len(str(p.base.path))]
+            out.setdefault(p.base.upstream, {}).setdefault(root, set()).add(str(p.base.path).split("/", 1)[0])
+    return out
+
+
+def _ships(p: Patch, name: str, path: str, roots: dict[str, dict[str, set[str]]]) -> bool:
+    """Whether upstream ``name`` ships the file at ``path``: its base is that upstream's, or it sits in its package.
+
+    A module in a package directory no upstream is known to ship (or a top-level
+    module) is checked against each upstream installed where it is.
+    """
+    if p.base is not None:
+        return p.base.upstream == name
+    top = path.split("/", 1)[0] if "/" in path else None
+    owners = {u for u, at in roots.items() for tops in at.values() if top in tops}
+    return not owners or name in owners
 
 
 def _check_upstream(
@@ -99,6 +123,7 @@ def _check_upstream(
             _imports_of(upstream_files.get(m.path), m.path, packages) if m.patch.kind is PatchKind.OVERLAY else set()
         )
         pending += [(m, i) for i in imports(tree, m.path, packages) if i.key not in vouched]
+    out += _undefined(members, files, upstream_files)
     verdicts = resolve(Tree(snap.read, dict(files)), (i for _, i in pending))
     for m, imp in pending:
         verdict, where = verdicts[imp.key]
@@ -115,6 +140,18 @@ def _check_upstream(
                     imp.line,
                 )
             )
+    return out
+
+
+def _undefined(
+    members: list[Member], files: dict[str, bytes], upstream_files: dict[str, bytes | None]
+) -> list[Finding]:
+    """The names each file leaves undefined that the upstream's own file at its path defines (modules: every one)."""
+    out: list[Finding] = []
+    for m in members:
+        if m.path in files:
+            theirs = upstream_files.get(m.path) if m.patch.kind is PatchKind.OVERLAY else None
+            out += new_undefined(m.patch.name, m.shown, files[m.path], theirs)
     return out
 
 

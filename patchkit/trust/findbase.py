@@ -82,6 +82,7 @@ class Found:
     best: Tried | None
     ties: tuple[str, ...]  # other candidates with the same file as the best
     base_bytes: bytes | None = dataclasses.field(default=None, repr=False)
+    pinned: bool = False  # the overlay's base sha256 is pinned: a candidate with that file is exact
 
     @property
     def exact(self) -> bool:
@@ -93,8 +94,15 @@ class Found:
         label = self.best.candidate.label
         also = f" (same file in {', '.join(self.ties)})" if self.ties else ""
         if self.best.exact:
-            return f"{label}: exact, the base its diff rebuilds{also}"
-        why = "its diff rebuilds a base no candidate has" if self.rebuilt else "it has no diff to rebuild its base"
+            what = "the base its diff rebuilds" if self.rebuilt else "the pinned base sha256"
+            return f"{label}: exact, {what}{also}"
+        why = (
+            "its diff rebuilds a base no candidate has"
+            if self.rebuilt
+            else "no candidate has its pinned base sha256"
+            if self.pinned
+            else "it has no diff to rebuild its base"
+        )
         n = self.best.distance
         return f"{label}: nearest, {n} line{'s' * (n != 1)} differ; no exact match ({why}){also}"
 
@@ -122,22 +130,33 @@ def distance(a: bytes, b: bytes) -> int:
 
 
 def rank(
-    name: str, path: str, overlay: bytes, rebuilt: bytes | None, files: list[tuple[Candidate, bytes | None]]
+    name: str,
+    path: str,
+    overlay: bytes,
+    rebuilt: bytes | None,
+    files: list[tuple[Candidate, bytes | None]],
+    pinned: str | None = None,
 ) -> Found:
-    """Rank the candidates' files for one overlay; pure."""
+    """Rank the candidates' files for one overlay; pure.
+
+    A candidate is exact when its file is the base the overlay's diffs rebuild,
+    or, when the base's sha256 is pinned (after ``import --normalize``, whose
+    hand-kept diffs are gone), when its file has that sha256.
+    """
     tried = []
     for cand, data in files:
         if data is None:
             tried.append(Tried(cand, None, None, False))
             continue
-        exact = rebuilt is not None and data == rebuilt
-        tried.append(Tried(cand, sha256_bytes(data), 0 if exact else distance(overlay, data), exact))
+        sha = sha256_bytes(data)
+        exact = (rebuilt is not None and data == rebuilt) or (pinned is not None and sha == pinned)
+        tried.append(Tried(cand, sha, 0 if exact else distance(overlay, data), exact))
     present = [t for t in tried if t.sha256 is not None]
     # Exact first, then fewest lines; among equals the later candidate (the newer version).
     best = min(reversed(present), key=lambda t: (not t.exact, t.distance or 0), default=None)
     ties = tuple(t.candidate.label for t in present if best is not None and t is not best and t.sha256 == best.sha256)
     chosen = next((d for c, d in files if best is not None and c == best.candidate), None)
-    return Found(name, path, tuple(tried), rebuilt is not None, best, ties, chosen)
+    return Found(name, path, tuple(tried), rebuilt is not None, best, ties, chosen, pinned is not None)
 
 
 def overlays(lock: Lockfile, names: tuple[str, ...]) -> list[Patch]:
@@ -231,7 +250,9 @@ def find(
         data = repo.read(str(p.file))
         upath = upstream_path_of(p, path)
         files = read(cands, upath)
-        out.append(rank(p.name, upath, data, rebuilt_base(repo, lock, p, data), list(zip(cands, files, strict=True))))
+        pinned = p.base.sha256.hex if p.base is not None else None
+        found = list(zip(cands, files, strict=True))
+        out.append(rank(p.name, upath, data, rebuilt_base(repo, lock, p, data), found, pinned))
     return out
 
 

@@ -194,3 +194,28 @@ def test_a_series_rebase_records_the_commit_and_image_it_was_verified_for(queue:
     assert run.exit_code == 1
     fields = [f["field"] for f in json.loads(run.stdout)["findings"] if f["code"] == "base-unverified"]
     assert sorted(fields) == ["series.flashinfer.verified.digest", "series.vllm.verified.digest"]
+
+
+def test_the_repositorys_own_pins_of_a_rewritten_patch_are_reported(queue: Queue, invoke: Invoke) -> None:
+    import hashlib
+
+    rel = "patches/flashinfer/flashinfer-1520-jit-cache-env.patch"
+    old = hashlib.sha256((queue.root / rel).read_bytes()).hexdigest()
+    # The repository's own pins: a JSON stack lock and a Containerfile check, as hand-kept queues write them.
+    stack = {"base_commit": queue.fi_c1, "patches": [{"file": rel, "sha256": old}]}
+    (queue.root / "stack.lock.json").write_text(json.dumps(stack, indent=2) + "\n")
+    (queue.root / "Containerfile").write_text(
+        f"FROM scratch\nCOPY patches /tmp/patches\nRUN echo '{old}  /tmp/{rel}' | sha256sum -c\n"
+    )
+    c2 = commit(queue.flashinfer, {"flashinfer/__init__.py": b'__version__ = "0.5.3"\n'}, "v0.5.3")
+    r = invoke("rebase", "--series", "flashinfer", "--onto", c2, repo=queue.root)
+    assert r.exit_code == 0, r.stdout + r.stderr
+    new = hashlib.sha256((queue.root / rel).read_bytes()).hexdigest()
+    assert new != old  # the rewrite moved the patch's sha256
+    what = "series.flashinfer.patches[flashinfer-1520-jit-cache-env].sha256"
+    notes = [line for line in r.stderr.splitlines() if line.startswith("note: ")]
+    assert notes == [
+        f"note: Containerfile:3 still pins sha256 {old} ({what}); the file's sha256 is now {new}: update it",
+        f"note: stack.lock.json:6 still pins sha256 {old} ({what}); the file's sha256 is now {new}: update it",
+    ]
+    assert old not in (queue.root / "lockfile.toml").read_text()  # patchkit's own pins moved with it

@@ -125,3 +125,20 @@ def test_a_stale_hand_diff_is_not_an_exact_match(invoke: Invoke, tmp_path: Path,
     assert (
         found["verdict"] == "v0.3: nearest, 1 line differ; no exact match (its diff rebuilds a base no candidate has)"
     )
+
+
+def test_a_pinned_base_is_matched_by_its_hash(invoke: Invoke, tmp_path: Path, upstream: Upstream) -> None:
+    # After normalize the hand-kept diffs are gone; the pinned base sha256 still names the candidate's file.
+    tagged(upstream)
+    overlay = fenced(version(5))
+    hand = diffs.make(version(5), overlay, "a/vllm/worker.py", "b/vllm/worker.py")
+    root = imported(invoke, tmp_path, upstream, overlay, hand)
+    assert invoke("upstream", "find-base", "--tags", "v0.*", "--record", repo=root).exit_code == 0
+    lock = (root / "lockfile.toml").read_text()
+    head, _, _ = lock.partition("\n[[diffs]]")
+    (root / "lockfile.toml").write_text(head + "\n")
+    (root / "patches" / "diffs" / "worker.diff").unlink()
+    code, doc = find(invoke, root, "worker", "--candidate", "v0.4", "--candidate", "v0.5", "--candidate", "v0.6")
+    (found,) = doc["found"]  # type: ignore[misc]
+    assert code == 0 and found["exact"] is True and found["best"] == "v0.5"
+    assert found["verdict"] == "v0.5: exact, the pinned base sha256"
