@@ -48,6 +48,9 @@ _CONFIG = (
     f"core.hooksPath={os.devnull}",
     f"core.attributesFile={os.devnull}",
     "core.abbrev=40",
+    # A scratch repository lives for one batch: zlib would cost more than the disk it saves.
+    "core.compression=0",
+    "pack.compression=0",
     "merge.conflictStyle=diff3",
     "merge.renames=false",
     "merge.renormalize=false",
