@@ -72,6 +72,10 @@ def _line(rng: random.Random) -> bytes:
 
 def _module(rng: random.Random) -> list[bytes]:
     size = rng.choice((0, 1, 2, 5, 20, 40, 80))
+    if rng.random() < 0.3:
+        # Few distinct lines, many repeats (blank lines, "return x", closing brackets): where diffs can align otherwise.
+        few = [b"\n", b"        return x\n", b"    )\n", _line(rng)]
+        return [rng.choice(few) for _ in range(size)]
     return [_line(rng) for _ in range(size)]
 
 
@@ -89,6 +93,9 @@ def _edit(rng: random.Random, lines: list[bytes]) -> list[bytes]:
                 out[at:at] = [_line(rng) for _ in range(rng.randint(1, 3))]
             case 3 if out:
                 out[at:at] = [rng.choice(out)] * rng.randint(1, 2)  # a repeated line
+            case 4 if len(out) > 1 and rng.random() < 0.3:
+                i, j = sorted(rng.sample(range(len(out)), 2))
+                out[i], out[j] = out[j], out[i]  # two lines swapped
             case _:
                 out[at : at + rng.randint(0, 2)] = [_line(rng) for _ in range(rng.randint(0, 2))]
     return out
@@ -318,3 +325,13 @@ def test_many_files_cost_a_handful_of_git_processes(monkeypatch: pytest.MonkeyPa
     assert [r.outcome for r in results[:200]] == [Outcome.CLEAN] * 200
     assert results[200].outcome is Outcome.CONFLICT
     assert len(calls) == 5
+
+
+def test_conflicts_the_scripts_do_not_explain_are_placed_by_their_markers() -> None:
+    """The fallback when git's scripts and markers disagree: sections counted, placed after the text before."""
+    merged = b"x\n<<<<<<< o\na\n||||||| b\nb\n=======\n=======\nc\n>>>>>>> t\n"
+    lines = gitmerge.lines_of(merged)
+    (span,) = gitmerge._spans([], [1], [9], lines)
+    assert (span.start, span.end) == (1, 9)
+    # The base section is "b" (the first separator ends it); theirs holds the second "=======" and "c".
+    assert (span.base, span.ours, span.theirs) == ((1, 1), (1, 1), (1, 2))
