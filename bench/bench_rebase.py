@@ -366,7 +366,7 @@ def _rewrite_assign(line: str, new_rhs: str) -> str:
     return f"{lhs} = {new_rhs}"
 
 
-def make_fileset(i: int) -> FileSet:
+def make_fileset(i: int, review_share: float = REVIEW_SHARE) -> FileSet:
     """The three versions of module ``i``; each depends on ``i`` and SEED only (not on ``--patches``)."""
     rng = random.Random(SEED * 1_000_003 + i)  # noqa: S311 - reproducible test data, not cryptography
     gen = Gen(rng)
@@ -389,7 +389,7 @@ def make_fileset(i: int) -> FileSet:
     pf.stmts.insert(j, guard)
 
     # Upstream: a new import, one changed line in a function away from the patch, sometimes a new function.
-    review = rng.random() < REVIEW_SHARE
+    review = rng.random() < review_share
     theirs_mod = base_mod.copy()
     theirs_mod.imports.append(rng.choice([m for m in STDLIB if m not in theirs_mod.imports]))
     tfuncs = theirs_mod.functions()
@@ -468,8 +468,8 @@ def git(cwd: Path, *args: str, date: str | None = None) -> str:
     return run_checked(PROG, ["git", "-c", "gc.auto=0", *args], cwd, env=env).stdout.decode().strip()
 
 
-def want_manifest(patches: int) -> dict[str, Any]:
-    return {"version": TREE_VERSION, "seed": SEED, "patches": patches}
+def want_manifest(patches: int, review_share: float = REVIEW_SHARE) -> dict[str, Any]:
+    return {"version": TREE_VERSION, "seed": SEED, "patches": patches, "review_share": review_share}
 
 
 def tree_is_current(layout: Layout, want: dict[str, Any]) -> dict[str, Any] | None:
@@ -494,9 +494,9 @@ def tree_is_current(layout: Layout, want: dict[str, Any]) -> dict[str, Any] | No
     return have
 
 
-def ensure_tree(layout: Layout, patches: int, patchkit: str, out: Out) -> Tree:
+def ensure_tree(layout: Layout, patches: int, patchkit: str, out: Out, review_share: float = REVIEW_SHARE) -> Tree:
     """Reuse the upstream and the pristine deployment when the manifest matches; rebuild them otherwise."""
-    want = want_manifest(patches)
+    want = want_manifest(patches, review_share)
     have = tree_is_current(layout, want)
     if have is not None:
         out.progress(f"reusing {layout.root} ({patches} patches, C1 {have['c1'][:12]}, C2 {have['c2'][:12]})")
@@ -516,7 +516,7 @@ def ensure_tree(layout: Layout, patches: int, patchkit: str, out: Out) -> Tree:
     started = time.perf_counter()
 
     out.progress(f"generating {patches} modules (base, patch, new upstream)")
-    files = [make_fileset(i) for i in range(patches)]
+    files = [make_fileset(i, review_share) for i in range(patches)]
 
     out.progress(f"building the upstream repository {layout.upstream}: C1, then C2")
     up = layout.upstream
@@ -946,6 +946,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--workdir", type=Path, default=BENCH_DIR / "work", help="where the trees live (default bench/work/)"
     )
     p.add_argument("--repeat", type=int, default=3, help="timed runs per candidate (default 3)")
+    p.add_argument(
+        "--review-share",
+        type=float,
+        default=REVIEW_SHARE,
+        help="share of files where upstream also edits the patched function, so the merge needs review "
+        f"(default {REVIEW_SHARE}; 0.1 for the second shape)",
+    )
     p.add_argument("--json", action="store_true", help="report to stderr, results as JSON to stdout")
     args = p.parse_args(argv)
     if args.patches < 1 or args.repeat < 1:
@@ -1016,7 +1023,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     patchkit = find_patchkit(PROG)
     workdir = args.workdir.resolve()
     layout = Layout(workdir / "rebase")
-    tree = ensure_tree(layout, args.patches, patchkit, out)
+    tree = ensure_tree(layout, args.patches, patchkit, out, args.review_share)
     n = len(tree.entries)
     env = patchkit_env(layout, workdir)
     notes: list[str] = []

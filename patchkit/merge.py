@@ -1,23 +1,22 @@
-"""Three-way rebase of one patched file onto a new upstream file: the pure merge core.
+"""Three-way rebase of patched files onto new upstream files: git merges, patchkit reads the result.
 
 Rebasing a patch merges three versions of one file: *base*, the upstream file
 the patch was made against; *ours*, the patched file; *theirs*, the same path
-at the new upstream revision. :func:`rebase_file` takes the three as bytes and
-returns what happened (an :class:`Outcome`), the merged bytes, every conflict
-with its line numbers, which of the patch's hunks upstream has taken, and where
-a clean merge still deserves a human look. It does no I/O, so the rebase
-command can plan a whole bump before it writes anything.
+at the new upstream revision. :func:`rebase_files` takes any number of such
+triples as bytes and returns, for each, what happened (an :class:`Outcome`),
+the merged bytes, every conflict with its line numbers, which of the patch's
+hunks upstream has taken, and where a clean merge still deserves a human look.
+It writes nothing the caller sees, so the rebase command can plan a whole bump
+before it writes anything.
 
-The merge is exact line-based diff3 and never fuzzes. Lines are split on
-``\\n`` only (:func:`patchkit.diffs.split_lines`), so CRLF endings, non-UTF-8
-bytes and a missing final newline survive byte for byte. merge3 (Breezy's
-diff3) aligns the three files into *sync regions*, lines that neither side
-changed; every stretch between two sync regions is then taken from the side
-that changed it, or is a conflict, by the same rules as merge3's
-``merge_regions``. We walk ``find_sync_regions`` ourselves rather than call
-``merge_regions`` because the outcome needs the base, ours and theirs ranges of
-every stretch, and ``merge_regions`` reports only one side's range for the
-stretches that merge cleanly.
+The merge is git's own (merge-ort, through :mod:`patchkit.gitmerge`): the
+merged bytes and the clean or conflict status are those of ``git merge-tree
+--write-tree`` (and of ``git cherry-pick``) with ``merge.conflictStyle=diff3``,
+for every input, in a handful of git processes per batch. Conflict markers are
+git's with patchkit's labels (:data:`OURS_MARKER` and the others). What
+patchkit adds on top is read from the three versions and git's result: which
+of the patch's hunks (as ``patchkit.diffs.make`` writes them) went upstream,
+and the review flags of the Python analysis below.
 """
 
 from __future__ import annotations
@@ -29,18 +28,19 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Literal, assert_never
+from typing import Literal
 
-import merge3
-
+from patchkit import gitmerge
 from patchkit.diffs import line_matcher, split_lines
 from patchkit.errors import BadInput
+from patchkit.fanout import map_items
 
 #: The conflict markers written into a conflicted file, diff3 style (the base section included).
 OURS_MARKER = b"<<<<<<< ours (patch)"
 BASE_MARKER = b"||||||| base"
 SEPARATOR = b"======="
 THEIRS_MARKER = b">>>>>>> theirs (upstream)"
+_LABELS = gitmerge.Labels(OURS_MARKER[8:], BASE_MARKER[8:], THEIRS_MARKER[8:])
 
 #: Lines of unchanged context around each hunk, as in the diffs patchkit writes.
 CONTEXT = 3
@@ -183,68 +183,100 @@ class MergeResult:
 
 
 def rebase_file(base: bytes, ours: bytes, theirs: bytes, *, path: str = "") -> MergeResult:
-    """Merge the patch (base -> ours) onto the new upstream file ``theirs``; pure, bytes in and out.
+    """Merge the patch (base -> ours) onto the new upstream file ``theirs``: one file of :func:`rebase_files`."""
+    return rebase_files([(base, ours, theirs, path)])[0]
+
+
+def rebase_files(items: Sequence[tuple[bytes, bytes, bytes, str]]) -> list[MergeResult]:
+    """Merge each patch (base -> ours) onto its new upstream file ``theirs``; items are (base, ours, theirs, path).
+
+    The merged bytes and whether a file conflicts are git's: what
+    ``git merge-tree --write-tree`` (merge-ort, as ``git cherry-pick`` runs
+    it) writes with ``merge.conflictStyle=diff3``, markers relabelled. All
+    the files that need a merge go to git in one batch.
 
     The outcome, decided in this order:
 
     - ``UNCHANGED``: theirs is base byte for byte; the result is ours. Even an
       empty patch (ours == base) is ``UNCHANGED`` then: there is nothing to do.
-    - ``CONFLICT``: both sides changed the same or adjacent lines differently
-      (diff3 semantics, as ``git merge-file``); ``conflicts`` lists every region.
-    - ``UPSTREAMED``: the clean merge equals theirs, so upstream already
-      contains the whole change and the patch is a drop candidate; every hunk
-      is in ``hunks_upstreamed``. An empty patch (ours == base) whose file
-      upstream changed is ``UPSTREAMED`` too, with no hunks: the merge is
-      theirs and the patch carries nothing.
+    - ``CONFLICT``: git's merge conflicts; ``conflicts`` lists every region,
+      with the lines each version has there.
+    - ``UPSTREAMED``: the merge equals theirs, so upstream already contains
+      the whole change and the patch is a drop candidate; every hunk is in
+      ``hunks_upstreamed``. An empty patch (ours == base) whose file upstream
+      changed is ``UPSTREAMED`` too, with no hunks: the merge is theirs and
+      the patch carries nothing.
     - ``PARTIALLY_UPSTREAMED``: the merge is clean and differs from theirs, but
       upstream already made every change of at least one of the patch's hunks
       (named in ``hunks_upstreamed``): the patch shrank by whole hunks.
     - ``CLEAN`` otherwise.
 
-    Which changes went upstream: each change of diff(base, ours) lies in one
-    stretch between two sync regions of the merge. It *went upstream* when that
-    stretch is the same in ours and theirs (both made the identical edit), so
-    the merge takes it from upstream and diff(theirs, merged) no longer
-    contains it; it *remains* when the merge takes the stretch from ours, which
-    is exactly where diff(theirs, merged) still shows it. A hunk went upstream
-    when all its changes did; a hunk with some changes gone and some left is
-    remaining and also listed in ``hunks_partly_upstreamed``.
+    Which changes went upstream: the changes of diff(base, ours) and of
+    diff(base, theirs) (patchkit's own diffs, so the hunks are those of the
+    patch's diff file) are grouped into *stretches*, runs of changes that
+    overlap or touch in base. A change of the patch *went upstream* when its
+    stretch reads the same in ours and in theirs (upstream made the identical
+    edit); otherwise it *remains*. A hunk went upstream when all its changes
+    did; a hunk with some changes gone and some left is remaining and also
+    listed in ``hunks_partly_upstreamed``.
 
     ``review_flags`` are set for ``CLEAN`` and ``PARTIALLY_UPSTREAMED`` merges of
     Python files (``path`` ends with ``.py``/``.pyi`` and all three versions parse);
     see :func:`_review_flags` for the rule.
 
-    Raises :class:`BinaryFileError` when any of the three holds a NUL byte.
+    Raises :class:`BinaryFileError` when any version of any file is binary as
+    git deems it (a NUL byte in its first 8,000 bytes): git cannot merge it
+    as text. ``GitFailed`` or ``GitMissing`` when git cannot run.
     """
+    for base, ours, theirs, path in items:
+        _refuse_binary(base, ours, theirs, path)
+    need = [k for k, (base, ours, theirs, _) in enumerate(items) if len({base, ours, theirs}) == 3]
+    merged: list[gitmerge.Merged | None] = [None] * len(items)
+    for k, m in zip(need, gitmerge.merge_many([items[k][:3] for k in need], _LABELS), strict=True):
+        merged[k] = m
+    return map_items(_analyse, [(*item, m) for item, m in zip(items, merged, strict=True)])
+
+
+def _refuse_binary(base: bytes, ours: bytes, theirs: bytes, path: str) -> None:
     for role, data in (("old upstream (base)", base), ("patched", ours), ("new upstream", theirs)):
-        if b"\0" in data:
+        if gitmerge.is_binary(data):
             raise BinaryFileError(
-                f"{path or 'file'}: the {role} version is binary (it contains a NUL byte); "
-                "patchkit merges text files only",
+                f"{path or 'file'}: the {role} version is binary (a NUL byte in its first "
+                f"{gitmerge.BINARY_PROBE} bytes, as git decides); patchkit merges text files only",
                 hint="ship binary files as artifacts pinned by sha256 in the lockfile instead of patching them",
             )
+
+
+def _trivial(base: bytes, ours: bytes, theirs: bytes) -> gitmerge.Merged:
+    """git's merge when two of the three are the same file: the side that changed, with no content merge."""
+    return gitmerge.Merged(ours if theirs == base else theirs)
+
+
+def _analyse(item: tuple[bytes, bytes, bytes, str, gitmerge.Merged | None]) -> MergeResult:
+    """One file's result from its three versions and git's merge of them (None: a trivial merge)."""
+    base, ours, theirs, path, git = item
     base_lines, our_lines, their_lines = split_lines(base), split_lines(ours), split_lines(theirs)
-    our_blocks = _matching_blocks(base_lines, our_lines)
-    our_changes = _changes(our_blocks)
+    our_changes = _changes(_matching_blocks(base_lines, our_lines))
     our_groups = _group(our_changes)
     if theirs == base:
         # The fast path: no merge and no Python analysis, since upstream did not touch the file.
         hunks = tuple(_hunk_ref(our_changes, g, len(base_lines), ()) for g in our_groups)
         return MergeResult(Outcome.UNCHANGED, ours, hunks_remaining=hunks)
-
-    their_blocks = _matching_blocks(base_lines, their_lines)
-    regions = _regions(base_lines, our_lines, their_lines, our_blocks, their_blocks)
-    merged_lines, conflicts = _render(regions, base_lines, our_lines, their_lines)
-    merged = b"".join(merged_lines)
+    result = git if git is not None else _trivial(base, ours, theirs)
+    merged = result.data
+    conflicts = tuple(
+        Conflict(c.start + 1, c.end, _range(c.base), _range(c.ours), _range(c.theirs)) for c in result.conflicts
+    )
+    their_changes = _changes(_matching_blocks(base_lines, their_lines))
+    our_kinds, their_kinds = _stretch_kinds(our_changes, their_changes, our_lines, their_lines)
 
     defs = None
-    if path.endswith((".py", ".pyi")) and _may_share_block(base_lines, our_changes, _changes(their_blocks)):
+    if path.endswith((".py", ".pyi")) and _may_share_block(base_lines, our_changes, their_changes):
         defs = _python_defs(base)
-    our_kinds = _locate(our_changes, regions, side="ours")
     our_hunks = [
         _hunk_ref(our_changes, g, len(base_lines), _names(defs, our_changes, g, our_lines)) for g in our_groups
     ]
-    gone = [[our_kinds[k] in ("same", "theirs") for k in g] for g in our_groups]
+    gone = [[our_kinds[k] == "same" for k in g] for g in our_groups]
 
     if conflicts:
         outcome = Outcome.CONFLICT
@@ -260,12 +292,11 @@ def rebase_file(base: bytes, ours: bytes, theirs: bytes, *, path: str = "") -> M
 
     flags: tuple[ReviewFlag, ...] = ()
     if defs is not None and outcome in (Outcome.CLEAN, Outcome.PARTIALLY_UPSTREAMED):
-        their_changes = _changes(their_blocks)
         flags = _review_flags(
             defs,
-            [(our_hunks[i], [our_changes[k] for k in g if our_kinds[k] == "ours"]) for i, g in enumerate(our_groups)],
+            [(our_hunks[i], [our_changes[k] for k in g if our_kinds[k] != "same"]) for i, g in enumerate(our_groups)],
             their_changes,
-            _locate(their_changes, regions, side="theirs"),
+            their_kinds,
             ours=our_lines,
             theirs=their_lines,
             base_len=len(base_lines),
@@ -278,12 +309,16 @@ def rebase_file(base: bytes, ours: bytes, theirs: bytes, *, path: str = "") -> M
     return MergeResult(
         outcome,
         merged,
-        conflicts=tuple(conflicts),
+        conflicts=conflicts,
         hunks_upstreamed=tuple(h for h, g in zip(our_hunks, gone, strict=True) if all(g)),
         hunks_remaining=tuple(h for h, g in zip(our_hunks, gone, strict=True) if not all(g)),
         hunks_partly_upstreamed=tuple(h for h, g in zip(our_hunks, gone, strict=True) if any(g) and not all(g)),
         review_flags=flags,
     )
+
+
+def _range(span: tuple[int, int]) -> LineRange:
+    return LineRange(span[0] + 1, span[0] + span[1])
 
 
 _DEF_START = (b"def ", b"async def ", b"class ")
@@ -462,7 +497,7 @@ def conflict_markers_remain(data: bytes) -> list[int]:
 _Block = tuple[int, int, int]
 # A half-open, 0-based span of line indices.
 _Span = tuple[int, int]
-_Kind = Literal["unchanged", "same", "ours", "theirs", "conflict"]
+_Kind = Literal["same", "ours", "theirs", "both"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -473,24 +508,12 @@ class _Change:
     side: _Span
 
 
-@dataclass(frozen=True, slots=True)
-class _Region:
-    """One stretch of the merge: a sync region (``unchanged``) or the stretch between two."""
-
-    kind: _Kind
-    base: _Span
-    ours: _Span
-    theirs: _Span
-
-
 def _matching_blocks(a: Sequence[bytes], b: Sequence[bytes]) -> list[_Block]:
     """The matching blocks of ``a`` and ``b``, after setting aside their common first and last lines.
 
     The same matcher as ``patchkit.diffs.make`` (``diffs.line_matcher``, patience
-    diff), so the hunks a merge reports match the patch's diff file. merge3's
-    default, difflib with autojunk, stops frequent lines (blank lines, closing
-    brackets) from anchoring a match in files over 200 lines, which makes
-    diffs coarser and conflicts spurious. The common first and last lines,
+    diff), so the hunks a merge reports match the patch's diff file. The
+    common first and last lines,
     usually most of a patched file, are matched here without the matcher.
     """
     n, m = len(a), len(b)
@@ -522,123 +545,49 @@ def _changes(blocks: list[_Block]) -> list[_Change]:
     return changes
 
 
-def _regions(
-    base: list[bytes],
-    ours: list[bytes],
-    theirs: list[bytes],
-    our_blocks: list[_Block],
-    their_blocks: list[_Block],
-) -> list[_Region]:
-    """The merge as a list of regions, from merge3's sync regions and merge3's rules for what lies between."""
-    known = {id(ours): our_blocks, id(theirs): their_blocks}
+def _stretch_kinds(
+    ours: list[_Change], theirs: list[_Change], our_lines: list[bytes], their_lines: list[bytes]
+) -> tuple[list[_Kind], list[_Kind]]:
+    """The kind of the stretch holding each change of diff(base, ours), and of each of diff(base, theirs).
 
-    class Matcher:
-        # merge3 asks its sequence matcher for the blocks of (base, ours) and
-        # (base, theirs): hand it the ones already computed.
-        def __init__(
-            self,
-            isjunk: object = None,
-            a: Sequence[bytes] = (),
-            b: Sequence[bytes] = (),
-            autojunk: bool = False,
-        ) -> None:
-            blocks = known.get(id(b)) if a is base else None
-            self.blocks = blocks if blocks is not None else _matching_blocks(a, b)
-
-        def get_matching_blocks(self) -> list[_Block]:
-            return self.blocks
-
-    m3 = merge3.Merge3(base, ours, theirs, sequence_matcher=Matcher)
-    regions = []
-    iz = ia = ib = 0
-    for zmatch, zend, amatch, aend, bmatch, bend in m3.find_sync_regions():
-        if iz < zmatch or ia < amatch or ib < bmatch:
-            a, b, z = ours[ia:amatch], theirs[ib:bmatch], base[iz:zmatch]
-            # merge3's merge_regions rules; both sides deleting the same lines is "same" (it emits nothing).
-            kind: _Kind
-            if a == b:
-                kind = "same"
-            elif a == z:
-                kind = "theirs"
-            elif b == z:
-                kind = "ours"
-            else:
-                kind = "conflict"
-            regions.append(_Region(kind, (iz, zmatch), (ia, amatch), (ib, bmatch)))
-        if zend > zmatch:
-            regions.append(_Region("unchanged", (zmatch, zend), (amatch, aend), (bmatch, bend)))
-        iz, ia, ib = zend, aend, bend
-    return regions
+    A stretch is a run of changes of either diff that overlap or touch in
+    base (an insertion touches the lines on both sides of it). It is
+    ``ours`` or ``theirs`` when only that side changed it, ``same`` when both
+    did and it reads the same in ours and in theirs, ``both`` otherwise.
+    """
+    changes = (ours, theirs)
+    order = sorted((c.base, side, k) for side in (0, 1) for k, c in enumerate(changes[side]))
+    stretches: list[list[tuple[int, int]]] = []
+    end = -1
+    for (start, stop), side, k in order:
+        if stretches and start <= end:
+            stretches[-1].append((side, k))
+            end = max(end, stop)
+        else:
+            stretches.append([(side, k)])
+            end = stop
+    kinds: tuple[list[_Kind], list[_Kind]] = (["ours"] * len(ours), ["theirs"] * len(theirs))
+    for members in stretches:
+        mine = [changes[0][k] for side, k in members if side == 0]
+        upstream = [changes[1][k] for side, k in members if side == 1]
+        if not mine or not upstream:
+            continue
+        lo = min(c.base[0] for c in mine + upstream)
+        hi = max(c.base[1] for c in mine + upstream)
+        kind: _Kind = "same" if _over(mine, lo, hi, our_lines) == _over(upstream, lo, hi, their_lines) else "both"
+        for side, k in members:
+            kinds[side][k] = kind
+    return kinds
 
 
-def _render(
-    regions: list[_Region], base: list[bytes], ours: list[bytes], theirs: list[bytes]
-) -> tuple[list[bytes], list[Conflict]]:
-    """The merged lines, with diff3-style markers around each conflict, and the conflicts' positions."""
-    first = next((lines[0] for lines in (ours, theirs, base) if lines), b"")
-    newline = b"\r\n" if first.endswith(b"\r\n") else b"\n"
-    out: list[bytes] = []
-    conflicts = []
-    for r in regions:
-        match r.kind:
-            case "unchanged":
-                out.extend(base[r.base[0] : r.base[1]])
-            case "same" | "ours":
-                out.extend(ours[r.ours[0] : r.ours[1]])
-            case "theirs":
-                out.extend(theirs[r.theirs[0] : r.theirs[1]])
-            case "conflict":
-                start = len(out) + 1
-                out.append(OURS_MARKER + newline)
-                out.extend(_terminated(ours[r.ours[0] : r.ours[1]], newline))
-                out.append(BASE_MARKER + newline)
-                out.extend(_terminated(base[r.base[0] : r.base[1]], newline))
-                out.append(SEPARATOR + newline)
-                out.extend(_terminated(theirs[r.theirs[0] : r.theirs[1]], newline))
-                out.append(THEIRS_MARKER + newline)
-                conflicts.append(Conflict(start, len(out), _lines(r.base), _lines(r.ours), _lines(r.theirs)))
-            case _:
-                assert_never(r.kind)
-    return out, conflicts
-
-
-def _terminated(lines: list[bytes], newline: bytes) -> list[bytes]:
-    # A section ending the file without a final newline gets one, so the next
-    # marker stays on its own line (as git merge-file does); resolving the
-    # conflict decides whether the file ends with a newline.
-    if lines and not lines[-1].endswith(b"\n"):
-        return [*lines[:-1], lines[-1] + newline]
-    return lines
+def _over(changes: list[_Change], lo: int, hi: int, lines: list[bytes]) -> list[bytes]:
+    """The side's lines over base lines ``lo``..``hi``: ``changes`` (in order) and the base lines between."""
+    first, last = changes[0], changes[-1]
+    return lines[first.side[0] - (first.base[0] - lo) : last.side[1] + (hi - last.base[1])]
 
 
 def _lines(span: _Span) -> LineRange:
     return LineRange(span[0] + 1, span[1])
-
-
-def _locate(changes: list[_Change], regions: list[_Region], side: Literal["ours", "theirs"]) -> list[_Kind]:
-    """The kind of the merge region holding each change of diff(base, ours) or diff(base, theirs).
-
-    A change lies between two matching blocks of its diff, and sync regions
-    are parts of matching blocks, so each change fits in exactly one region
-    between two sync regions; both lists are in file order.
-    """
-    kinds: list[_Kind] = []
-    r = 0
-    for c in changes:
-        while True:
-            region = regions[r]
-            span = region.ours if side == "ours" else region.theirs
-            if (
-                region.kind != "unchanged"
-                and region.base[0] <= c.base[0]
-                and c.base[1] <= region.base[1]
-                and span[0] <= c.side[0]
-                and c.side[1] <= span[1]
-            ):
-                break
-            r += 1
-        kinds.append(region.kind)
-    return kinds
 
 
 def _group(changes: list[_Change]) -> list[list[int]]:
@@ -925,7 +874,7 @@ def _review_flags(
         for k in group:
             hit = _touched(py, their_changes[k], theirs)
             touched |= hit
-            if their_kinds[k] == "theirs":
+            if their_kinds[k] != "same":
                 units |= {_unit(py, d) for d in hit}
         names = tuple(py.defs[d].name for d in sorted(touched))
         upstream.append((_hunk_ref(their_changes, group, base_len, names), units))

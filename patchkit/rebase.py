@@ -35,7 +35,7 @@ from patchkit.hashing import remembers_digests, require_pin, sha256_bytes
 from patchkit.importing import handdiffs
 from patchkit.lockfile.model import Base, DiffPin, Image, Lockfile, Patch, PatchKind, Upstream
 from patchkit.lockfile.writer import dumps
-from patchkit.merge import MergeResult, Outcome, conflict_markers_remain, rebase_file
+from patchkit.merge import MergeResult, Outcome, conflict_markers_remain, rebase_files
 from patchkit.outcome import Outcome as WriteOutcome
 from patchkit.persist import finish, sums_dropped
 from patchkit.repo import WORK_DIR, Escape, Repo, atomic_write
@@ -437,8 +437,8 @@ def _check_merges(
 
 
 def _merges(inputs: dict[str, tuple[bytes, bytes, bytes, str]]) -> dict[str, MergeResult]:
-    """Every patch's merge, on every core."""
-    return dict(zip(inputs, map_items(_merge, list(inputs.values())), strict=True))
+    """Every patch's merge: git merges them all in one batch, the analysis runs on every core."""
+    return dict(zip(inputs, rebase_files(list(inputs.values())), strict=True))
 
 
 def _diffs(files: dict[str, tuple[bytes, bytes, str]]) -> dict[str, bytes]:
@@ -449,12 +449,6 @@ def _diffs(files: dict[str, tuple[bytes, bytes, str]]) -> dict[str, bytes]:
 def _diff(item: tuple[bytes, bytes, str]) -> bytes:
     theirs, new, path = item
     return canonical_diff(theirs, new, UpstreamPath(path))
-
-
-def _merge(item: tuple[bytes, bytes, bytes, str]) -> MergeResult:
-    """One file's three-way merge, from (base, ours, theirs, path): what ``map_items`` runs on every core."""
-    base, ours, theirs, path = item
-    return rebase_file(base, ours, theirs, path=path)
 
 
 def mark_broken(

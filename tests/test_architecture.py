@@ -32,7 +32,6 @@ VOCABULARY = {
     "patchkit.series",
     "patchkit.series.model",
     "patchkit.diffs",
-    "patchkit.merge",
     "patchkit.sums",
     "patchkit.hashing",
     "patchkit.fanout",
@@ -47,6 +46,8 @@ VOCABULARY = {
 ADAPTERS = {
     "patchkit.repo",
     "patchkit.gitclient",
+    "patchkit.gitmerge",
+    "patchkit.merge",
     "patchkit.cache",
     "patchkit.images",
     "patchkit.images.errors",

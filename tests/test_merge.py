@@ -4,7 +4,6 @@ import random
 import time
 from typing import Any
 
-import merge3
 import pytest
 
 from patchkit import diffs
@@ -20,9 +19,9 @@ from patchkit.merge import (
     LineRange,
     MergeResult,
     Outcome,
-    _matching_blocks,
     conflict_markers_remain,
     rebase_file,
+    rebase_files,
 )
 
 # A vLLM-like KV offloading worker. Line numbers used below: 30 `def restore_blocks`,
@@ -517,6 +516,7 @@ def _apply(base: list[bytes], edits: list[tuple[int, int, list[bytes]]]) -> byte
 
 def test_random_disjoint_edits_merge_cleanly_in_either_order() -> None:
     rng = random.Random(2024)
+    cases: list[tuple[int, bytes, tuple[bytes, bytes, bytes, str]]] = []
     for case in range(300):
         base = [f"base {case}.{i}\n".encode() for i in range(rng.randint(1, 50))]
         edits: dict[str, list[tuple[int, int, list[bytes]]]] = {"ours": [], "theirs": []}
@@ -532,57 +532,12 @@ def test_random_disjoint_edits_merge_cleanly_in_either_order() -> None:
         old, ours, theirs = b"".join(base), _apply(base, edits["ours"]), _apply(base, edits["theirs"])
         both = _apply(base, edits["ours"] + edits["theirs"])
         for a, b in ((ours, theirs), (theirs, ours)):
-            result = rebase_file(old, a, b)
-            assert result.outcome is Outcome.CLEAN, case
-            assert result.merged == both, case
-            assert result.hunks_upstreamed == ()
-
-
-def test_random_merges_agree_with_merge3() -> None:
-    """Our walk over merge3's sync regions renders what merge3's own merge_lines renders."""
-
-    class Matcher:
-        def __init__(self, isjunk: object, a: list[bytes], b: list[bytes], autojunk: bool = False) -> None:
-            self.blocks = _matching_blocks(a, b)
-
-        def get_matching_blocks(self) -> list[tuple[int, int, int]]:
-            return self.blocks
-
-    rng = random.Random(5)
-    alphabet = [b"a\n", b"b\n", b"c\n", b"\n", b"    pass\n"]
-
-    def mutate(lines: list[bytes]) -> list[bytes]:
-        out = list(lines)
-        for _ in range(rng.randint(0, 3)):
-            at = rng.randint(0, len(out))
-            out[at : at + rng.randint(0, 2)] = rng.choices(alphabet, k=rng.randint(0, 2))
-        return out
-
-    outcomes = set()
-    for _ in range(500):
-        base = rng.choices(alphabet, k=rng.randint(0, 20))
-        ours, theirs = mutate(base), mutate(base)
-        result = rebase_file(b"".join(base), b"".join(ours), b"".join(theirs))
-        outcomes.add(result.outcome)
-        # merge3 cannot tell bytes from str when all three are empty, and rebase_file returns
-        # ours unmerged when upstream did not change the file.
-        if theirs != base and (base or ours or theirs):
-            m3 = merge3.Merge3(base, ours, theirs, sequence_matcher=Matcher)
-            expected = b"".join(
-                m3.merge_lines(
-                    name_a=b"ours (patch)", name_b=b"theirs (upstream)", name_base=b"base", base_marker=b"|||||||"
-                )
-            )
-            assert result.merged == expected
-        lines = result.merged.splitlines(keepends=True)
-        markers = []
-        for c in result.conflicts:
-            assert lines[c.start - 1] == OURS_MARKER + b"\n"
-            assert lines[c.end - 1] == THEIRS_MARKER + b"\n"
-            assert c.end - c.start + 1 == 4 + c.base.count + c.ours.count + c.theirs.count
-            markers += [c.start, c.start + 1 + c.ours.count, c.end - 1 - c.theirs.count, c.end]
-        assert conflict_markers_remain(result.merged) == markers
-    assert outcomes >= {Outcome.CLEAN, Outcome.CONFLICT, Outcome.UPSTREAMED, Outcome.UNCHANGED}
+            cases.append((case, both, (old, a, b, "")))
+    # One batch: git merges them all at once, as a rebase does.
+    for (case, both, _), result in zip(cases, rebase_files([item for _, _, item in cases]), strict=True):
+        assert result.outcome is Outcome.CLEAN, case
+        assert result.merged == both, case
+        assert result.hunks_upstreamed == ()
 
 
 def test_a_large_repetitive_file_merges_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -696,18 +651,20 @@ def test_the_review_flag_prefilter_never_hides_a_flag(monkeypatch: pytest.Monkey
 
     rng = random.Random(7)
     exact = merge._may_share_block
-    flagged = 0
+    items = []
     for _ in range(1500):
         base_lines = _decorated_module(rng)
         base = b"".join(base_lines)
         mine = b"".join(_edit_one_line(rng, base_lines, b"patched"))
         new = b"".join(_edit_one_line(rng, base_lines, b"upstream"))
-        filtered = rebase_file(base, mine, new, path="m.py").review_flags
-        monkeypatch.setattr(merge, "_may_share_block", lambda *a: True)
-        unfiltered = rebase_file(base, mine, new, path="m.py").review_flags
-        monkeypatch.setattr(merge, "_may_share_block", exact)
-        assert filtered == unfiltered, (base.decode(), mine.decode(), new.decode())
-        flagged += bool(unfiltered)
+        items.append((base, mine, new, "m.py"))
+    filtered = [r.review_flags for r in rebase_files(items)]
+    monkeypatch.setattr(merge, "_may_share_block", lambda *a: True)
+    unfiltered = [r.review_flags for r in rebase_files(items)]
+    monkeypatch.setattr(merge, "_may_share_block", exact)
+    for item, with_filter, without in zip(items, filtered, unfiltered, strict=True):
+        assert with_filter == without, item
+    flagged = sum(bool(flags) for flags in unfiltered)
     assert flagged > 50  # the generated edits do meet in one definition, often enough to test the filter
 
 

@@ -41,8 +41,8 @@ def test_the_same_rebase_again_merges_again_and_writes_the_same_files(
     git(root, "clean", "-qfdx")
 
     merged: list[object] = []
-    real = rebase._merge
-    monkeypatch.setattr(rebase, "_merge", lambda item: merged.append(item) or real(item))
+    real = rebase.rebase_files
+    monkeypatch.setattr(rebase, "rebase_files", lambda items: merged.extend(items) or real(items))
     code, second = rebase_json(invoke, root, "--onto", c2)
     assert code == 0 and second == first
     assert len(merged) == 2  # each file merged again, from its pinned inputs

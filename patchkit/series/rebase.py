@@ -43,7 +43,7 @@ from typing import Any, Protocol
 
 from patchkit import diffs
 from patchkit.errors import BadInput, Refused
-from patchkit.merge import Conflict, MergeResult, conflict_markers_remain, rebase_file
+from patchkit.merge import BinaryFileError, Conflict, MergeResult, conflict_markers_remain, rebase_file, rebase_files
 from patchkit.merge import Outcome as FileOutcome
 from patchkit.series.apply import Item, Reader, refuse_nested
 from patchkit.series.checks import ProducedFile, interdiffs, semantic_checks
@@ -191,6 +191,7 @@ class _Rebasing:
     memory: Memory | None = None
     regenerated: list[tuple[FileChange, bytes | None, bytes | None]] = field(default_factory=list)
     kept_absent: list[FileChange] = field(default_factory=list)
+    premerged: dict[_Triple, MergeResult] = field(default_factory=dict)
 
     def change(self, change: FileChange) -> None:
         """Replay one file change: kept as it is when the old tree lacks the file, else moved or merged."""
@@ -215,7 +216,12 @@ class _Rebasing:
         """A rename or copy, merged at its old path and moved (see ``_rebase_move``)."""
         result = self.result
         moved = _rebase_move(
-            self.it, change, base, ours or b"", theirs, self.new_state.get(dest), self.resolved, result
+            self.it,
+            change,
+            (base, ours or b"", theirs, self.new_state.get(dest)),
+            self.resolved,
+            result,
+            self.premerged,
         )
         self.regenerated.append(moved)
         if dest not in result.conflicted and moved[2] is not None:
@@ -228,7 +234,7 @@ class _Rebasing:
     def merge(self, change: FileChange, base: bytes, ours: bytes | None, theirs_before: bytes | None) -> None:
         """A new file, a deletion or a modification merged onto the new tree; a resolution given for it wins."""
         result, src = self.result, change.old_path
-        merged, outcome, regions = _merge_change(change, base, ours, theirs_before, self.new_state)
+        merged, outcome, regions = _merge_change(change, base, ours, theirs_before, self.new_state, self.premerged)
         if outcome is FileOutcome.UPSTREAMED and _changes_mode(change):
             outcome = FileOutcome.CLEAN  # the bytes are upstream's; the mode is still the patch's
         path = change.new_path or src or ""
@@ -293,13 +299,59 @@ def _rebase_patch(
     """One patch rebased from the old tree onto the new; both states advance past it."""
     result = PatchRebase(it.name, it.file, PatchOutcome.CLEAN)
     rebasing = _Rebasing(it, old_state, new_state, resolved, result, memory)
+    rebasing.premerged = _premerge(it, old_state, new_state)
     for change in it.patch.files:
         rebasing.change(change)
     return rebasing.finish()
 
 
+# A file merge's inputs: (base, ours, theirs, path).
+_Triple = tuple[bytes, bytes, bytes, str]
+
+
+def _premerge(
+    it: Item, old_state: dict[str, bytes | None], new_state: dict[str, bytes | None]
+) -> dict[_Triple, MergeResult]:
+    """The merges the patch's changes will most likely ask for, all in one git batch.
+
+    Each new file, deletion or modification is merged as the trees stand
+    before the patch; a merge asked for with other inputs (a patch that
+    changes one path twice, a rename) is run on its own when asked. A file
+    that cannot be merged here is left for the replay to report.
+    """
+    wanted = [t for t in (_likely(it, c, old_state, new_state) for c in it.patch.files) if t is not None]
+    wanted = [t for t in dict.fromkeys(wanted) if t[1] != t[2]]
+    try:
+        return dict(zip(wanted, rebase_files(wanted), strict=True))
+    except BinaryFileError:
+        return {}
+
+
+def _likely(
+    it: Item, change: FileChange, old_state: dict[str, bytes | None], new_state: dict[str, bytes | None]
+) -> _Triple | None:
+    """The inputs ``_merge_change`` will merge for ``change`` if the trees stay as they are; None: no merge."""
+    src, dest = change.old_path, change.new_path
+    base = old_state.get(src) if src is not None else b""
+    if change.kind in ("rename", "copy") or base is None:
+        return None
+    try:
+        ours = _apply(it, change, base) or b""
+    except Refused:
+        return None
+    theirs = new_state.get(src if src is not None else dest or "")
+    if theirs is None:
+        return None
+    return (base, ours, theirs, (dest if src is None else src if dest is None else dest) or "")
+
+
 def _merge_change(
-    change: FileChange, base: bytes, ours: bytes | None, theirs: bytes | None, new_state: dict[str, bytes | None]
+    change: FileChange,
+    base: bytes,
+    ours: bytes | None,
+    theirs: bytes | None,
+    new_state: dict[str, bytes | None],
+    premerged: dict[_Triple, MergeResult],
 ) -> tuple[bytes | None, FileOutcome, tuple[str, ...]]:
     """A new file, a deletion or a modification merged onto the new tree: (merged bytes or None, outcome, regions)."""
     src, dest = change.old_path, change.new_path
@@ -307,33 +359,33 @@ def _merge_change(
         there = new_state.get(dest or "")
         if there is None:
             return ours, FileOutcome.CLEAN, ()
-        return _merge(b"", ours or b"", there, dest or "")
+        return _merge(b"", ours or b"", there, dest or "", premerged)
     if dest is None:  # a deletion
         if theirs == base:
             return None, FileOutcome.CLEAN, ()
-        merged, outcome, regions = _merge(base, b"", theirs or b"", src)
+        merged, outcome, regions = _merge(base, b"", theirs or b"", src, premerged)
         return (None if outcome is FileOutcome.UPSTREAMED or merged == b"" else merged), outcome, regions
-    return _merge(base, ours or b"", theirs or b"", dest)
+    return _merge(base, ours or b"", theirs or b"", dest, premerged)
 
 
 def _rebase_move(
     it: Item,
     change: FileChange,
-    base: bytes,
-    ours: bytes,
-    theirs: bytes | None,
-    there: bytes | None,
+    sides: tuple[bytes, bytes, bytes | None, bytes | None],
     resolved: dict[str, bytes],
     result: PatchRebase,
+    premerged: dict[_Triple, MergeResult],
 ) -> tuple[FileChange, bytes | None, bytes | None]:
     """A rename or copy: the content merged at the old path, moved; or upstream already made the move.
 
-    Returns the change to regenerate (a plain modification of the new path
-    when upstream made the move itself), the new tree's bytes before it and
-    the merged bytes.
+    ``sides`` are (base, ours, theirs at the old path, the new tree's file
+    at the new path). Returns the change to regenerate (a plain modification
+    of the new path when upstream made the move itself), the new tree's
+    bytes before it and the merged bytes.
     """
     import dataclasses
 
+    base, ours, theirs, there = sides
     src, dest = change.old_path or "", change.new_path or ""
     if theirs is None and there is None:
         result.files.append(FileResult(src, "deleted"))
@@ -341,7 +393,7 @@ def _rebase_move(
     if theirs is None or (change.kind == "copy" and there is not None):
         # Upstream moved (or copied) the file itself: what is left of the patch is a change of the new path.
         assert there is not None  # noqa: S101 (the first branch took theirs and there both missing)
-        merged, outcome, regions = _merge(base, ours, there, dest)
+        merged, outcome, regions = _merge(base, ours, there, dest, premerged)
         as_modify = dataclasses.replace(change, old_path=dest, new_path=dest, copy=False)
         before: bytes | None = there
     elif there is not None:
@@ -351,7 +403,7 @@ def _rebase_move(
         result.files.append(FileResult(dest, "conflict", (f"the patch {change.kind}s {src} to it; upstream has it",)))
         return dataclasses.replace(as_modify, new_mode=None), before, merged
     else:
-        m = rebase_file(base, ours, theirs, path=dest)
+        m = premerged.get((base, ours, theirs, dest)) or rebase_file(base, ours, theirs, path=dest)
         merged, outcome = m.merged, m.outcome
         regions = tuple(f"lines {c.start}-{c.end}" for c in m.conflicts)
         if outcome in (FileOutcome.UNCHANGED, FileOutcome.UPSTREAMED):
@@ -384,10 +436,12 @@ def _apply(it: Item, change: FileChange, base: bytes) -> bytes | None:
     return None if change.new_path is None else out
 
 
-def _merge(base: bytes, ours: bytes, theirs: bytes, path: str) -> tuple[bytes, FileOutcome, tuple[str, ...]]:
+def _merge(
+    base: bytes, ours: bytes, theirs: bytes, path: str, premerged: dict[_Triple, MergeResult]
+) -> tuple[bytes, FileOutcome, tuple[str, ...]]:
     if ours == theirs:
         return theirs, FileOutcome.UPSTREAMED, ()
-    m = rebase_file(base, ours, theirs, path=path)
+    m = premerged.get((base, ours, theirs, path)) or rebase_file(base, ours, theirs, path=path)
     regions = tuple(f"lines {c.start}-{c.end}" for c in m.conflicts)
     return m.merged, m.outcome, regions
 

@@ -99,3 +99,28 @@ def test_a_rename_upstream_already_made_leaves_only_the_edit(patch: bytes) -> No
     assert r.new_bytes is not None
     kinds = [(f.kind, f.old_path) for f in parse_patch(r.new_bytes, "n").files]
     assert ("modify", "old/renamed.py") in kinds and ("rename", "old/name.py") not in kinds
+
+
+def test_a_patchs_files_merge_in_one_git_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four files changed on both sides cost one batch of git processes, not one batch per file."""
+    from patchkit import gitmerge
+
+    files = {f"pkg/m{k}.py": b"".join(b"line %d\n" % i for i in range(20)) for k in range(4)}
+    repo = tmp_path / "r"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    base = commit(repo, dict(files), "base")
+    commit(repo, {p: d.replace(b"line 3\n", b"line three\n") for p, d in files.items()}, "Edit (#1)")
+    patch = subprocess.run(
+        ["git", "format-patch", "--stdout", f"{base}..HEAD"], cwd=repo, check=True, capture_output=True
+    ).stdout
+    batches: list[int] = []
+    real = gitmerge.merge_many
+    monkeypatch.setattr(
+        gitmerge, "merge_many", lambda triples, labels: batches.append(len(triples)) or real(triples, labels)
+    )
+    new = {p: d.replace(b"line 15\n", b"line fifteen\n") for p, d in files.items()}
+    result = rebase_series([Item("edit", "p.patch", parse_patch(patch, "p.patch"))], _reader(files), _reader(new))
+    (r,) = result.patches
+    assert r.outcome is PatchOutcome.CLEAN
+    assert batches == [4]
