@@ -106,9 +106,25 @@ def merge_many(triples: Sequence[tuple[bytes, bytes, bytes]], labels: Labels) ->
     """
     if not triples:
         return []
-    with tempfile.TemporaryDirectory(prefix="patchkit-merge-") as tmp:
+    room = 3 * sum(len(blob) for triple in triples for blob in triple)
+    with tempfile.TemporaryDirectory(prefix="patchkit-merge-", dir=_memory_dir(room)) as tmp:
         git_dir = _scratch(Path(tmp))
         return _Batch(git_dir, triples).run(labels)
+
+
+def _memory_dir(room: int) -> str | None:
+    """``/dev/shm`` when it is a writable file system with ``room`` bytes free, else None (the default temp dir).
+
+    The scratch repository lives for one batch: in memory, git's thousand
+    object writes cost half what they cost on disk. A small ``/dev/shm``
+    (containers default to 64 MiB) is passed over, never filled.
+    """
+    shm = "/dev/shm"  # noqa: S108 (mkdtemp makes a private 0700 directory in it, as in any temp dir)
+    try:
+        st = os.statvfs(shm)
+    except OSError:
+        return None
+    return shm if os.access(shm, os.W_OK | os.X_OK) and st.f_bavail * st.f_frsize > room else None
 
 
 def _scratch(tmp: Path) -> Path:
@@ -187,7 +203,9 @@ class _Batch:
             chunks += [b"M 100644 :%d %d\n" % (3 * k + side + 1, k) for k in range(n)]
             chunks.append(b"\n")
         chunks.append(b"done\n")
-        self.git(["fast-import", "--quiet", "--done", f"--export-marks={marks}"], stdin=b"".join(chunks))
+        # --depth=0: no deltas. The pack is read once and thrown away; delta search was a third of the batch.
+        args = ["fast-import", "--quiet", "--done", "--depth=0", f"--export-marks={marks}"]
+        self.git(args, stdin=b"".join(chunks))
         want = b":%d " % (3 * n + 1)
         for line in marks.read_bytes().splitlines():
             if line.startswith(want):
