@@ -140,6 +140,7 @@ def audit(ctx: click.Context, output: Path | None, fmt: str | None, since: str |
       patchkit audit certify NAME --delta --criteria safe-to-deploy --key KEY
       patchkit audit status          # what the policy's criteria cover, and what changed since
       patchkit audit statement N     # the bytes audit N's signature covers (for ssh-keygen -Y verify)
+      patchkit audit import NAME --from URL --rev REV --trust PRINCIPAL   # another repository's audits
     """
     if ctx.invoked_subcommand is not None:
         if output is not None or fmt is not None or since is not None:
