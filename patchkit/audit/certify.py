@@ -586,6 +586,7 @@ def _principal(repo: Repo, lock: Lockfile, key_wire: bytes, identity: str | None
     """Who signs: ``identity``, or the one principal of the allowed-signers line holding the key."""
     from patchkit.signing import signers
     from patchkit.signing.signatures import load_signers
+    from patchkit.signing.sshsig import BadSignature
 
     if lock.signing is None:
         raise BadInput(
@@ -595,7 +596,7 @@ def _principal(repo: Repo, lock: Lockfile, key_wire: bytes, identity: str | None
     allowed = load_signers(repo.root / str(lock.signing.allowed_signers), str(lock.signing.allowed_signers))
     try:
         match = signers.find(allowed, key_wire, NAMESPACE, identity, now)
-    except Exception as e:  # BadSignature: the key may not sign audits as anyone
+    except BadSignature as e:  # the key may not sign audits, as anyone or as ``identity``
         raise BadInput(
             f"this key may not sign audits ({e})",
             f'allow it in {lock.signing.allowed_signers}: PRINCIPAL namespaces="patchkit,{NAMESPACE}" ssh-ed25519 …',
