@@ -102,73 +102,291 @@ class _Stage:
     files: dict[str, Copied] = field(default_factory=dict)  # container path -> what put it there
 
 
-def instructions(text: str) -> list[tuple[int, str, str, str]]:
-    """``(line, INSTRUCTION, arguments, comment above)`` for each instruction, continuations joined."""
-    out: list[tuple[int, str, str, str]] = []
+# -- the file: directives, instructions, continuations, comments, here-documents
+
+
+class Unreadable(ValueError):
+    """A Dockerfile line ``docker build`` itself would refuse (an unclosed quote or here-document)."""
+
+
+@dataclass(frozen=True)
+class Heredoc:
+    """A here-document of a ``RUN``, ``COPY`` or ``ADD`` (``<<EOF`` … ``EOF``): its body, from its first line."""
+
+    name: str
+    body: str
+    line: int  # the line its body starts on
+    quoted: bool  # ``<<"EOF"``: no variables are replaced in the body
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """One instruction, as the builder reads it: continuation lines joined, comment lines inside dropped."""
+
+    line: int
+    word: str  # upper case (instructions are not case-sensitive)
+    args: str
+    comment: str = ""  # the comment lines written above it
+    heredocs: tuple[Heredoc, ...] = ()
+
+    def options(self) -> tuple[list[tuple[str, str]], str]:
+        """Leading ``--name=value`` options (``--from``, ``--chown``, ``--mount`` …), in order, and what follows."""
+        options: list[tuple[str, str]] = []
+        rest = self.args
+        while m := _FLAG.match(rest):
+            options.append((m["name"], m["value"] or ""))
+            rest = rest[m.end() :]
+        return options, rest.strip()
+
+    def flags(self) -> tuple[dict[str, str], str]:
+        """The options by name (the first of each), and what follows them."""
+        options, rest = self.options()
+        return dict(reversed(options)), rest
+
+    def exec_form(self) -> list[str] | None:
+        """The JSON form's words (``RUN ["bash", "-c", "…"]``), or None for the shell form."""
+        rest = self.flags()[1]
+        if not rest.startswith("["):
+            return None
+        try:
+            items = json.loads(rest)
+        except (ValueError, RecursionError):
+            return None  # not JSON: docker runs it in the shell form
+        return items if isinstance(items, list) and all(isinstance(i, str) for i in items) else None
+
+
+@dataclass
+class Parsed:
+    """A Dockerfile's instructions, its escape character, and what stops ``docker build`` reading it."""
+
+    instructions: list[Instruction] = field(default_factory=list)
+    escape: str = "\\"
+    problems: list[tuple[int, str]] = field(default_factory=list)  # (line, what)
+
+
+_FLAG = re.compile(r"\s*--(?P<name>[a-z][a-z-]*)(?:=(?P<value>\S*))?(?=\s|$)")
+_DIRECTIVE = re.compile(r"#\s*(?P<key>[A-Za-z][A-Za-z0-9_-]*)\s*=\s*(?P<value>.*?)\s*$")
+_DIRECTIVES = ("escape", "syntax", "check")
+HEREDOC_AT = re.compile(r"(?:^|\s)\d*<<(?P<chomp>-?)(?P<q>[\"']?)(?P<name>[A-Za-z0-9_.-]+)(?P=q)(?=\s|$)")
+_HEREDOC_WORDS = ("RUN", "COPY", "ADD")
+
+
+def parse(text: str) -> Parsed:
+    """The instructions of a Dockerfile with their lines, read as the builder reads them.
+
+    Parser directives at the top (``# escape=`` picks the continuation and
+    escape character, ``\\`` or a backtick); comment lines, also inside a
+    continued instruction, are dropped; a line ending in the escape
+    character continues on the next, joined without a space, as docker joins
+    it; a ``RUN``, ``COPY`` or ``ADD`` with ``<<EOF`` takes the lines up to
+    ``EOF`` as its here-document. What docker would refuse is a problem.
+    """
+    lines = text.removeprefix("\ufeff").splitlines()
+    out = Parsed()
+    n = _directives(lines, out)
     comment: list[str] = []
-    buf: list[str] = []
-    start = 0
-    for n, raw in enumerate(text.splitlines(), 1):
-        stripped = raw.strip()
-        if stripped.startswith("#"):
-            if not buf:
-                comment.append(stripped[1:].strip())
-            continue  # a comment line inside a continuation is dropped, as docker does
-        if not stripped and not buf:
-            comment = []
+    while n < len(lines):
+        stripped = lines[n].strip()
+        if stripped.startswith("#") or not stripped:
+            comment = [*comment, stripped[1:].strip()] if stripped else []
+            n += 1
             continue
-        if not buf:
-            start = n
-        if stripped.endswith("\\"):
-            buf.append(stripped[:-1])
-            continue
-        buf.append(stripped)
-        joined = " ".join(b.strip() for b in buf if b.strip())
-        buf = []
-        word, _, rest = joined.partition(" ")
-        out.append((start, word.upper(), rest.strip(), " ".join(comment)))
+        start = n + 1
+        logical, n = _logical(lines, n, out.escape)
+        word, rest = [*re.split(r"\s+", logical.strip(), maxsplit=1), ""][:2]
+        heredocs: tuple[Heredoc, ...] = ()
+        if word.upper() in _HEREDOC_WORDS and "<<" in rest:
+            heredocs, n = _heredocs(lines, n, rest, out, start)
+        out.instructions.append(Instruction(start, word.upper(), rest.strip(), " ".join(comment), heredocs))
         comment = []
     return out
 
 
-def substitute(value: str, env: dict[str, str]) -> str | None:
-    """``value`` with its variables replaced; None when one has no value and no default."""
-    missing = False
+def instructions(text: str) -> list[Instruction]:
+    """The instructions of a Dockerfile (see :func:`parse`), without what could not be read."""
+    return parse(text).instructions
 
-    def one(m: re.Match[str]) -> str:
-        nonlocal missing
-        name = m["name"] or m["bare"]
-        have = env.get(name)
-        op = m["op"]
+
+def _directives(lines: list[str], out: Parsed) -> int:
+    """Read the parser directives at the top; the index of the first line that is not one."""
+    n, seen = 0, set()
+    while n < len(lines) and (m := _DIRECTIVE.fullmatch(lines[n].strip())) and m["key"].lower() in _DIRECTIVES:
+        key = m["key"].lower()
+        if key in seen:
+            out.problems.append((n + 1, f"the directive {key} is given twice"))
+        seen.add(key)
+        if key == "escape" and m["value"] in ("\\", "`"):
+            out.escape = m["value"]
+        elif key == "escape":
+            out.problems.append((n + 1, f"escape={m['value']}: the escape character is a backslash or a backtick"))
+        n += 1
+    return n
+
+
+def _logical(lines: list[str], n: int, escape: str) -> tuple[str, int]:
+    """The instruction starting at line ``n`` with its continuation lines joined; and the line after it."""
+    ends = re.compile(re.escape(escape) + r"[ \t]*$")
+    logical = lines[n].lstrip()
+    n += 1
+    while ends.search(logical):
+        logical = ends.sub("", logical, count=1)
+        while n < len(lines) and (not lines[n].strip() or lines[n].lstrip().startswith("#")):
+            n += 1  # comment and empty lines inside an instruction are dropped
+        if n >= len(lines):
+            break
+        logical += lines[n]
+        n += 1
+    return logical, n
+
+
+def _heredocs(lines: list[str], n: int, rest: str, out: Parsed, start: int) -> tuple[tuple[Heredoc, ...], int]:
+    """The here-documents an instruction opens, read from line ``n`` on, in order; and the line after them."""
+    docs: list[Heredoc] = []
+    for m in HEREDOC_AT.finditer(rest):
+        name, chomp = m["name"], bool(m["chomp"])
+        body: list[str] = []
+        first = n + 1
+        while n < len(lines) and (lines[n].lstrip("\t") if chomp else lines[n]) != name:
+            body.append(lines[n].lstrip("\t") if chomp else lines[n])
+            n += 1
+        if n >= len(lines):
+            out.problems.append((start, f"the here-document <<{name} is not closed: no line reads {name}"))
+            return tuple(docs), n
+        n += 1
+        docs.append(Heredoc(name, "".join(f"{b}\n" for b in body), first, bool(m["q"])))
+    return tuple(docs), n
+
+
+# -- words: quotes, escapes and variables, as the builder replaces them
+
+
+def split_words(text: str, escape: str = "\\") -> list[str]:
+    """``text`` split at blanks outside quotes, the quotes kept (``A="x y" B=z`` is two words)."""
+    words: list[str] = []
+    word: list[str] = []
+    quote = ""
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == escape and quote != "'" and i + 1 < len(text):
+            word += [c, text[i + 1]]
+            i += 2
+            continue
+        if quote:
+            quote = "" if c == quote else quote
+        elif c in "\"'":
+            quote = c
+        elif c.isspace():
+            if word:
+                words.append("".join(word))
+            word, i = [], i + 1
+            continue
+        word.append(c)
+        i += 1
+    return [*words, "".join(word)] if word else words
+
+
+class _Expander:
+    """Docker's word processing: quotes removed, the escape character honoured, variables replaced."""
+
+    def __init__(self, env: dict[str, str], escape: str) -> None:
+        self.env = env
+        self.escape = escape
+        self.missing = False
+
+    def word(self, word: str) -> str:
+        out: list[str] = []
+        i = 0
+        while i < len(word):
+            c = word[i]
+            if c == self.escape and i + 1 < len(word):
+                out.append(word[i + 1])
+                i += 2
+            elif c == "'":
+                end = word.find("'", i + 1)
+                if end < 0:
+                    raise Unreadable(f"{word}: a single quote is not closed")
+                out.append(word[i + 1 : end])
+                i = end + 1
+            elif c == '"':
+                i = self.double(word, i + 1, out)
+            elif c == "$":
+                i = self.variable(word, i, out)
+            else:
+                out.append(c)
+                i += 1
+        return "".join(out)
+
+    def double(self, word: str, i: int, out: list[str]) -> int:
+        """A double-quoted part from ``i``: escapes and variables replaced; the index after its closing quote."""
+        while i < len(word) and word[i] != '"':
+            if word[i] == self.escape and i + 1 < len(word) and word[i + 1] in (self.escape, '"', "$"):
+                out.append(word[i + 1])
+                i += 2
+            elif word[i] == "$":
+                i = self.variable(word, i, out)
+            else:
+                out.append(word[i])
+                i += 1
+        if i >= len(word):
+            raise Unreadable(f"{word}: a double quote is not closed")
+        return i + 1
+
+    def variable(self, word: str, i: int, out: list[str]) -> int:
+        m = _VAR.match(word, i)
+        if m is None:
+            out.append("$")
+            return i + 1
+        name, op, arg = m["name"] or m["bare"], m["op"] or "", m["arg"] or ""
+        have = self.env.get(name)
         if op in (":-", "-"):
-            return have if have or (op == "-" and have is not None) else (m["arg"] or "")
-        if op in (":+", "+"):
-            return (m["arg"] or "") if have else ""
-        if have is None:
-            missing = True
-            return m.group(0)
-        return have
+            out.append(have if have or (op == "-" and have is not None) else self.word(arg))
+        elif op in (":+", "+"):
+            out.append(self.word(arg) if have or (op == "+" and have is not None) else "")
+        elif have is None or (op == ":?" and not have):
+            self.missing = True
+            out.append(m.group(0))
+        else:
+            out.append(have)
+        return m.end()
 
-    out = _VAR.sub(one, value)
-    return None if missing else out
+
+def expand(word: str, env: dict[str, str], escape: str = "\\") -> str | None:
+    """``word`` as the builder reads it: quotes removed, variables replaced; None when one has no value.
+
+    Raises :class:`Unreadable` for a quote that is not closed (``docker
+    build`` refuses it too).
+    """
+    expander = _Expander(env, escape)
+    out = expander.word(word)
+    return None if expander.missing else out
 
 
-def _words(args: str) -> tuple[dict[str, str], list[str]]:
-    """A COPY/ADD's ``--flag=value`` options and its paths (shell or JSON form)."""
-    flags: dict[str, str] = {}
-    parts = args.split()
-    while parts and parts[0].startswith("--"):
-        name, _, value = parts.pop(0)[2:].partition("=")
-        flags[name] = value
-    rest = " ".join(parts)
-    if rest.startswith("["):
-        try:
-            items = json.loads(rest)
-        except (ValueError, RecursionError):
-            items = None
-        if isinstance(items, list) and all(isinstance(i, str) for i in items):
-            return flags, items
-    return flags, parts
+def assignments(ins: Instruction, env: dict[str, str], escape: str = "\\") -> list[tuple[str, str | None, str | None]]:
+    """``(name, value, written)`` of an ``ARG`` or ``ENV``: ``ENV A=1 B="x y"``, ``ENV A x y``, ``ARG A``, ``ARG A=1``.
+
+    ``value`` is None where a variable in it has no value, ``written`` (the
+    value as written) None for an ``ARG`` with no default. Raises
+    :class:`Unreadable` for an unclosed quote.
+    """
+    words = split_words(ins.args, escape)
+    if ins.word == "ENV" and words and "=" not in words[0]:  # the old form: ENV NAME the rest of the line
+        rest = ins.args.strip()[len(words[0]) :].strip()
+        return [(words[0], expand(rest, env, escape), rest)] if rest else []
+    out: list[tuple[str, str | None, str | None]] = []
+    for w in words:
+        name, eq, value = w.partition("=")
+        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            out.append((name, expand(value, env, escape), value) if eq else (name, None, None))
+    return out
+
+
+def _words(args: str, escape: str = "\\") -> tuple[dict[str, str], list[str]]:
+    """A COPY/ADD's ``--flag=value`` options and its paths (shell or JSON form), as written."""
+    ins = Instruction(0, "COPY", args)
+    flags, _ = ins.flags()
+    exec_form = ins.exec_form()
+    return flags, exec_form if exec_form is not None else ins.flags()[1].split()
 
 
 class _Reader:
@@ -179,24 +397,23 @@ class _Reader:
         self.target = target
         self.globals: dict[str, str] = {}
         self.stages: list[_Stage] = []
+        self.escape = "\\"
 
     def problem(self, kind: str, line: int, message: str, fix: str) -> None:
         self.b.problems.append((kind, line, message, fix))
 
     def run(self, text: str) -> None:
-        for line, word, args, comment in instructions(text):
-            if word == "ARG":
-                self.arg(line, args)
-            elif word == "FROM":
-                self.from_(line, args)
-            elif not self.stages:
-                continue
-            elif word == "ENV":
-                self.env(line, args)
-            elif word == "WORKDIR":
-                self.workdir(line, args)
-            elif word in ("COPY", "ADD"):
-                self.copy(line, word, args, comment)
+        parsed = parse(text)
+        self.escape = parsed.escape
+        for line, what in parsed.problems:
+            self.problem("build-unreadable", line, what, "fix the Dockerfile: docker build refuses it too")
+        for ins in parsed.instructions:
+            try:
+                self.instruction(ins)
+            except Unreadable as e:
+                self.problem(
+                    "build-unreadable", ins.line, f"{ins.word} {e}", "close the quote: docker build refuses it too"
+                )
         final = next((s for s in self.stages if self.target and s.name == self.target), None)
         final = final or (self.stages[-1] if self.stages else None)
         if final is not None:
@@ -206,33 +423,41 @@ class _Reader:
                 base.file, base.line, base.written, base.ref, base.stage, base.stage == (final and final.name)
             )
 
+    def instruction(self, ins: Instruction) -> None:
+        if ins.word == "ARG":
+            self.arg(ins)
+        elif ins.word == "FROM":
+            self.from_(ins.line, ins.args)
+        elif not self.stages:
+            return
+        elif ins.word == "ENV":
+            self.env(ins)
+        elif ins.word == "WORKDIR":
+            self.workdir(ins.line, ins.args)
+        elif ins.word in ("COPY", "ADD"):
+            self.copy(ins)
+
     def scope(self) -> dict[str, str]:
         return self.stages[-1].env if self.stages else self.globals
 
-    def arg(self, line: int, args: str) -> None:
-        for item in args.split():
-            name, eq, default = item.partition("=")
-            env = self.scope()
+    def arg(self, ins: Instruction) -> None:
+        env = self.scope()
+        for name, default, written in assignments(ins, env, self.escape):
             value = self.given.get(name)
-            if value is None and eq:
-                value = substitute(default.strip("\"'"), env) or default.strip("\"'")
+            if value is None and written is not None:
+                value = default if default is not None else written.strip("\"'")
             if value is None and self.stages:
                 value = self.globals.get(name)  # a global ARG re-declared in a stage
             if value is not None:
                 env[name] = value
-                self.b.args.setdefault(name, (value, line))
+                self.b.args.setdefault(name, (value, ins.line))
 
-    def env(self, line: int, args: str) -> None:
+    def env(self, ins: Instruction) -> None:
         env = self.scope()
-        items = args.split()
-        pairs = [i.partition("=") for i in items] if all("=" in i for i in items) else []
-        if not pairs and len(items) >= 2:
-            pairs = [(items[0], "=", " ".join(items[1:]))]
-        for name, _, value in pairs:
-            resolved = substitute(value.strip("\"'"), env)
-            if resolved is not None:
-                env[name] = resolved
-                self.b.args.setdefault(name, (resolved, line))
+        for name, value, _ in assignments(ins, env, self.escape):
+            if value is not None:
+                env[name] = value
+                self.b.args.setdefault(name, (value, ins.line))
 
     def from_(self, line: int, args: str) -> None:
         words = [w for w in args.split() if not w.startswith("--")]
@@ -240,7 +465,7 @@ class _Reader:
             return
         written = words[0]
         name = words[2] if len(words) >= 3 and words[1].lower() == "as" else None
-        ref = substitute(written, self.globals)
+        ref = expand(written, self.globals, self.escape)
         parent = next((s for s in self.stages if s.name is not None and s.name == ref), None)
         stage = _Stage(name)
         if parent is not None:
@@ -259,23 +484,25 @@ class _Reader:
 
     def workdir(self, line: int, args: str) -> None:
         stage = self.stages[-1]
-        value = substitute(args.strip().strip("\"'"), stage.env)
+        value = expand(args.strip(), stage.env, self.escape)
         if value is None:
             self.problem("copy-unresolved", line, f"WORKDIR {args}: a variable in it has no value", "give it a default")
             return
         stage.workdir = str(PurePosixPath(stage.workdir) / value)
 
-    def copy(self, line: int, word: str, args: str, comment: str) -> None:
+    def copy(self, ins: Instruction) -> None:
         stage = self.stages[-1]
-        flags, paths = _words(args)
+        flags, paths = _words(ins.args, self.escape)
+        inline = {f"<<{h.name}" for h in ins.heredocs} | {f"<<-{h.name}" for h in ins.heredocs}
+        paths = [p for p in paths if p.strip("\"'") not in inline and not HEREDOC_AT.fullmatch(p)]
         if len(paths) < 2:
             return
-        resolved = [substitute(p, stage.env) for p in paths]
+        resolved = [expand(p, stage.env, self.escape) for p in paths]
         if any(r is None for r in resolved):
             self.problem(
                 "copy-unresolved",
-                line,
-                f"{word} {' '.join(paths)}: a variable in it has no value; what it copies is unknown",
+                ins.line,
+                f"{ins.word} {' '.join(paths)}: a variable in it has no value; what it copies is unknown",
                 "give the ARG or ENV a default",
             )
             return
@@ -289,7 +516,7 @@ class _Reader:
         for src in sources:
             if re.match(r"[a-z]+://", src) or src.startswith("git@"):
                 continue  # ADD of a URL: nothing of the repository
-            self.copy_context(stage, line, src, dest_path, into_dir, comment)
+            self.copy_context(stage, ins.line, src, dest_path, into_dir, ins.comment)
 
     def copy_from(self, stage: _Stage, name: str, sources: list[str], dest: PurePosixPath, into_dir: bool) -> None:
         """``COPY --from=<stage>``: what that stage holds from the context follows; an image holds none of it."""
@@ -379,7 +606,7 @@ def _guess_context(root: Path, rel: str, text: str) -> str:
     here = str(PurePosixPath(rel).parent)
     if here == ".":
         return "."
-    sources = [p for _, word, args, _ in instructions(text) if word in ("COPY", "ADD") for p in _words(args)[1][:-1]]
+    sources = [p for i in instructions(text) if i.word in ("COPY", "ADD") for p in _words(i.args)[1][:-1]]
     sources = [s for s in sources if "$" not in s and not re.match(r"[a-z]+://", s)]
     at_top = sum(bool(glob.glob(str(root / s))) for s in sources)
     at_here = sum(bool(glob.glob(str(root / here / s))) for s in sources)

@@ -32,13 +32,23 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import json
 import posixpath
 import re
 import shlex
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from patchkit.importing.dockerfile import (
+    HEREDOC_AT,
+    Instruction,
+    Unreadable,
+    assignments,
+    expand,
+)
+from patchkit.importing.dockerfile import (
+    parse as parse_dockerfile,
+)
 
 REPO = "/@repo"  # the repository itself, as a path prefix
 _OPERATORS = (";;&", ";;", ";&", "&&", "||", ">>", "<<", "<&", ">&", "<", ">", "|", "&", ";", "(", ")")
@@ -943,26 +953,27 @@ class BuildReader:
 
     def dockerfile(self, rel: str) -> None:
         build = _Build(rel)
-        text = self.text(rel)
-        for line, instruction, rest in _instructions(text):
-            if instruction in ("ARG", "ENV"):
-                _build_variables(build, instruction, rest)
-            elif instruction == "WORKDIR":
-                build.workdir = posixpath.normpath(posixpath.join(build.workdir, rest.strip()))
-            elif instruction in ("COPY", "ADD"):
-                self.copy(build, rest)
-            elif instruction in ("RUN", "ENTRYPOINT", "CMD"):
-                self.run_step(build, line, rest)
+        parsed = parse_dockerfile(self.text(rel))
+        for line, why in parsed.problems:
+            self.reading.add_unknown(rel, line, why)
+        for ins in parsed.instructions:
+            if ins.word in ("ARG", "ENV"):
+                _build_variables(build, ins, parsed.escape)
+            elif ins.word == "WORKDIR":
+                where = _expand(build, ins.args.strip(), parsed.escape) or ins.args.strip()
+                build.workdir = posixpath.normpath(posixpath.join(build.workdir, where))
+            elif ins.word in ("COPY", "ADD"):
+                self.copy(build, ins, parsed.escape)
+            elif ins.word in ("RUN", "ENTRYPOINT", "CMD"):
+                self.run_step(build, ins)
 
-    def copy(self, build: _Build, rest: str) -> None:
-        try:
-            words = shlex.split(rest)
-        except ValueError:
+    def copy(self, build: _Build, ins: Instruction, escape: str) -> None:
+        flags, rest = ins.flags()
+        if "from" in flags:
             return
-        if any(w.startswith("--from") for w in words):
-            return
-        words = [w for w in words if not w.startswith("--")]
-        if len(words) < 2:
+        written = ins.exec_form() or rest.split()
+        words = [w for w in (_expand(build, w, escape) for w in written) if w is not None]
+        if len(words) < 2 or len(words) != len(written):
             return
         dest = posixpath.normpath(posixpath.join(build.workdir, words[-1]))
         for src in words[:-1]:
@@ -984,25 +995,20 @@ class BuildReader:
                 return "" if rel == "." else rel
         return None
 
-    def run_step(self, build: _Build, line: int, rest: str) -> None:
-        words = rest.split()
-        while words and words[0].startswith("--"):
-            flag = words.pop(0)
-            if flag.startswith("--mount=") and "type=bind" in flag:
-                opts = dict(kv.split("=", 1) for kv in flag[len("--mount=") :].split(",") if "=" in kv)
+    def run_step(self, build: _Build, ins: Instruction) -> None:
+        options, rest = ins.options()
+        for name, value in options:
+            if name == "mount" and "type=bind" in value:
+                opts = dict(kv.split("=", 1) for kv in value.split(",") if "=" in kv)
                 src = self.context_path(build.file, opts.get("source", opts.get("src", ".")))
                 dst = opts.get("target", opts.get("dst", opts.get("destination")))
                 if src is not None and dst:
                     build.copies.append((src, posixpath.normpath(posixpath.join(build.workdir, dst))))
-        rest = rest[rest.index(words[0]) :] if words else ""
-        if rest.lstrip().startswith("["):
-            try:
-                argv = json.loads(rest)
-            except (ValueError, RecursionError):
-                return
+        argv = ins.exec_form()
+        if argv is not None:
             rest = argv[-1] if argv[:1] in (["bash"], ["sh"], ["/bin/sh"], ["/bin/bash"]) and "-c" in argv else ""
-            if not rest:
-                rest = shlex.join(str(a) for a in argv)
+            rest = rest or shlex.join(argv)
+        line, rest = _script(ins, rest)
         ctx = _Context(build.file, None, dict(build.variables), set(build.inputs), {}, build.workdir, build.workdir)
         copies = list(build.copies)
         self.each_profile(ctx, "\n" * (line - 1) + rest, lambda path: self.container_path(path, copies), copies)
@@ -1096,37 +1102,44 @@ def _copy(ctx: _Context) -> _Context:
     )
 
 
-def _instructions(text: str) -> Iterator[tuple[int, str, str]]:
-    """A Containerfile's instructions: (line, INSTRUCTION, the rest), continuation lines joined."""
-    lines = text.split("\n")
-    i = 0
-    while i < len(lines):
-        start, logical = i + 1, lines[i]
-        i += 1
-        if logical.lstrip().startswith("#") or not logical.strip():
-            continue
-        while logical.rstrip().endswith("\\") and i < len(lines):
-            nxt = lines[i]
-            i += 1
-            if nxt.lstrip().startswith("#"):
-                nxt = "\\"  # a comment inside a continued instruction: the line count stays right
-            logical = logical.rstrip() + "\n" + nxt
-        parts = logical.strip().split(None, 1)
-        yield start, parts[0].upper(), parts[1] if len(parts) > 1 else ""
+_SHELLS = re.compile(r"(?:/usr)?(?:/bin/)?(?:ba|da)?sh(?:\s+-[a-z]+)*")
 
 
-def _build_variables(build: _Build, instruction: str, rest: str) -> None:
+def _script(ins: Instruction, command: str) -> tuple[int, str]:
+    """The shell a ``RUN`` runs, and its first line: the here-document a shell reads, else the command.
+
+    ``RUN <<EOF`` (or ``RUN bash <<EOF``) runs the here-document as the
+    script; a here-document another command reads (``patch -p1 <<EOF``) is
+    that command's input, which the reading then says it cannot see.
+    """
+    if len(ins.heredocs) == 1:
+        doc = ins.heredocs[0]
+        head = HEREDOC_AT.sub(" ", command).strip()
+        shebang = doc.body.split("\n", 1)[0]
+        if (not head or _SHELLS.fullmatch(head)) and (not shebang.startswith("#!") or "sh" in shebang):
+            return doc.line, doc.body
+    return ins.line, HEREDOC_AT.sub(" ", command) if ins.heredocs else command
+
+
+def _expand(build: _Build, word: str, escape: str) -> str | None:
+    """A Containerfile word with the values read so far; None when it cannot be told."""
+    env = {k: " ".join(v) for k, v in build.variables.items()}
     try:
-        words = shlex.split(rest)
-    except ValueError:
-        return
-    if instruction == "ENV" and len(words) >= 2 and "=" not in words[0]:
-        words = [f"{words[0]}={' '.join(words[1:])}"]
-    for w in words:
-        name, eq, value = w.partition("=")
-        if not re.fullmatch(r"[A-Za-z_]\w*", name):
-            continue
-        if eq:
+        return expand(word, env, escape)
+    except Unreadable:
+        return None
+
+
+def _build_variables(build: _Build, ins: Instruction, escape: str) -> None:
+    env = {k: " ".join(v) for k, v in build.variables.items()}
+    try:
+        pairs = assignments(ins, env, escape)
+    except Unreadable:
+        return  # import reports the line (build-unreadable)
+    for name, value, written in pairs:
+        if value is not None:
             build.variables[name] = [value]
-        if instruction == "ARG":
+        elif written is not None:
+            build.variables.pop(name, None)  # a value no file sets: a use of it says so
+        if ins.word == "ARG":
             build.inputs.add(name)
