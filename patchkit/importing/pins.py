@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ from patchkit.importing import dockerfile, read_inside
 _COMMIT = re.compile(r"[0-9a-f]{7,40}")
 _VERSION = re.compile(r"v?\d+(?:\.\d+)*(?:[.+-]?[A-Za-z0-9.+-]*)?")
 _OWNER_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
-_URL = re.compile(r"(?:git\+)?(?:https?|ssh|git)://\S+|git@[\w.-]+:\S+")
+_URL = re.compile(r"(?:git\+)?(?:https?|ssh|git|file)://\S+|git@[\w.-]+:\S+")
 _GITHUB = re.compile(r"github\.com[/:](?P<repo>[\w.-]+/[\w.-]+?)(?:\.git)?/?$")
 _ROLES = (
     ("git", re.compile(r"(?:^|_)(?:repo|repository|url|git|git_url|remote|source_repo)$")),
@@ -56,6 +57,8 @@ class Pin:
     value: str
     file: str
     line: int
+    key: str = ""  # the key it is written under (``base_commit``)
+    under: str | None = None  # the key of the object holding it (``{"vllm-extra": {"commit": …}}``)
 
     @property
     def where(self) -> str:
@@ -170,7 +173,7 @@ def _walk(node: Any, context: str | None, rel: str, lines: list[str], out: list[
             named = context if context not in _LIST_KEYS else None
             pin = _pin(key, value, rel, _line_of(lines, key, value), own or named)
             if pin is not None:
-                out.append(Pin(own, pin.what, pin.value, pin.file, pin.line) if own else pin)
+                out.append(Pin(own or pin.name, pin.what, pin.value, pin.file, pin.line, key, context))
     for key, value in node.items():
         if isinstance(value, (dict, list)):
             _walk(value, str(key), rel, lines, out, None)
@@ -178,8 +181,20 @@ def _walk(node: Any, context: str | None, rel: str, lines: list[str], out: list[
 
 def json_lock(rel: str, text: str) -> list[Pin]:
     """Pins of a JSON lock, at any depth; ``ValueError`` when it is not JSON."""
+    return document_pins(rel, text, json.loads(text))
+
+
+def document(rel: str, data: bytes) -> Any:
+    """A JSON or TOML lock (by its name) as data; ``ValueError`` when it does not parse, ``RecursionError`` too deep."""
+    if rel.endswith(".toml"):
+        return tomllib.loads(data.decode())
+    return json.loads(data)
+
+
+def document_pins(rel: str, text: str, doc: Any) -> list[Pin]:
+    """Pins of a parsed JSON or TOML lock (``document``), at any depth; ``text`` gives their lines."""
     out: list[Pin] = []
-    _walk(json.loads(text), None, rel, text.splitlines(), out, None)
+    _walk(doc, None, rel, text.splitlines(), out, None)
     return out
 
 
@@ -223,6 +238,26 @@ def from_build(build: dockerfile.Build) -> list[Pin]:
     for key, (value, line) in build.args.items():
         if (pin := _pin(key, value, build.file, line, None)) is not None:
             out.append(pin)
+    return out
+
+
+def from_dockerfile(rel: str, text: str) -> list[Pin]:
+    """Pins stated by a Containerfile's ``ARG``/``ENV`` defaults as written, without reading what it copies."""
+    out = []
+    env: dict[str, str] = {}
+    parsed = dockerfile.parse(text)
+    for ins in parsed.instructions:
+        if ins.word not in ("ARG", "ENV"):
+            continue
+        try:
+            pairs = dockerfile.assignments(ins, env, parsed.escape)
+        except dockerfile.Unreadable:
+            continue  # reported as build-unreadable where the build is read
+        for key, value, _ in pairs:
+            if value is not None:
+                env[key] = value
+                if (pin := _pin(key, value, rel, ins.line, None)) is not None:
+                    out.append(Pin(pin.name, pin.what, pin.value, rel, ins.line, key))
     return out
 
 

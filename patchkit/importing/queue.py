@@ -12,9 +12,11 @@ and from where, in this order of trust:
   (``0001-…``). A step that cannot be read makes the patches it may apply
   unknown (with its file and line), never "never applied";
 - **upstream**: the patch directory's name; its git URL and commit from a
-  JSON or TOML lock (``*lock*.json``/``*.toml``: ``{"vllm": {"repo": …,
-  "commit": …}}`` at the top or under ``upstreams``), or the Containerfile's
-  ``git clone URL`` and ``git checkout SHA``/``ARG <NAME>_COMMIT=SHA``;
+  JSON or TOML lock (``*lock*.json``/``*lock*.toml``), read by
+  :mod:`patchkit.importing.pins` by what the keys mean (``{"vllm": {"repo": …,
+  "base_commit": …}}``, at any depth; the object's key, else the repository
+  it names, is the upstream), or the Containerfile's ``git clone URL`` and
+  ``ARG``/``ENV`` ``<NAME>_COMMIT=SHA`` (or ``_REV``, ``_SHA``, …);
 - **profiles**: files ``profiles/<name>.txt`` (or ``.list``, ``.series``)
   listing patch files; else the branches of a ``case`` on a value the
   caller sets (``$PROFILE``, ``$1``), one profile per branch; the build
@@ -30,15 +32,13 @@ is invented.
 
 from __future__ import annotations
 
-import json
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from patchkit.hashing import sha256_bytes
-from patchkit.importing import patchers, read_inside, shell
+from patchkit.importing import dockerfile, patchers, pins, read_inside, shell
 from patchkit.lockfile.model import GitUpstream, Image, Lockfile, Patch, PatchKind, Upstream
 from patchkit.series.model import Series, SeriesPatch, parse_series_file
 from patchkit.series.parse import PatchParseError, parse_patch, pr_numbers
@@ -46,10 +46,9 @@ from patchkit.values import ContainerPath, Digest, Reference, RepoPath, Revision
 
 _SUFFIXES = (".patch", ".diff")
 _CLONE = re.compile(r"git\s+clone\s+(?:-\S+\s+)*(?P<url>(?:https?|git|ssh|file)://\S+|[\w.-]+@[\w.-]+:\S+)")
-_CHECKOUT = re.compile(r"git\s+(?:-C\s+\S+\s+)?(?:checkout|reset\s+--hard)\s+(?P<rev>[0-9a-f]{40})\b")
-_ARG_COMMIT = re.compile(r"^\s*ARG\s+(?P<name>[A-Z0-9_]+?)_(?:COMMIT|REV|SHA)=(?P<rev>[0-9a-f]{40})\s*$", re.M)
-_ARG_PROFILE = re.compile(r"^\s*ARG\s+(?P<name>[A-Z_]*PROFILE[A-Z_]*)(?:=(?P<default>\S+))?\s*$", re.M)
-_FROM_DIGEST = re.compile(r"^\s*FROM\s+(?P<ref>\S+@sha256:[0-9a-f]{64})", re.M)
+_PROFILE_ARG = re.compile(r"[A-Z_]*PROFILE[A-Z_]*")
+_FROM_DIGEST = re.compile(r"\S+@sha256:[0-9a-f]{64}")
+_FULL_COMMIT = re.compile(r"[0-9a-f]{40}")
 _DIGEST_REF = re.compile(r"^(?P<repo>[^@\s]+?)(?::[\w.-]+)?@(?P<digest>sha256:[0-9a-f]{64})$")
 _GITHUB = re.compile(r"github\.com[/:](?P<owner>[\w.-]+)/(?P<repo>[\w.-]+?)(?:\.git)?/?$")
 
@@ -108,22 +107,32 @@ def recognise(root: Path, only: set[str] | None = None) -> Found:
         _patchers(root, reading, found)
     stack_locks(root, [f for files in groups.values() for f in files], found)
     for rel, text in texts.items():
-        for m in _FROM_DIGEST.finditer(text):
-            _image(found, "base", m.group("ref"), rel)
-        for m in _ARG_PROFILE.finditer(text):
+        if not rel.endswith(".sh"):
+            _containerfile(rel, text, found)
+        found.artifacts.append((_artifact_name(rel), rel))
+    return found
+
+
+def _containerfile(rel: str, text: str, found: Found) -> None:
+    """A base image written by digest is pinned; an ``ARG`` named for a profile picks one, and is said."""
+    for ins in dockerfile.instructions(text):
+        words = ins.flags()[1].split()
+        if ins.word == "FROM" and words and _FROM_DIGEST.match(words[0]):
+            _image(found, "base", words[0], rel)
+        if ins.word != "ARG" or len(words) != 1:
+            continue
+        name, _, default = words[0].partition("=")
+        if _PROFILE_ARG.fullmatch(name):
             found.issues.append(
                 (
                     "queue-profile-arg",
                     rel,
-                    text[: m.start()].count("\n") + 1,
-                    f"the build argument {m.group('name')} picks the profile "
-                    f"(default {m.group('default') or 'unset'}); "
+                    ins.line,
+                    f"the build argument {name} picks the profile (default {default or 'unset'}); "
                     "patchkit apply --profile and emit --series-profile take its value",
                     None,
                 )
             )
-        found.artifacts.append((_artifact_name(rel), rel))
-    return found
 
 
 def build_files(root: Path) -> list[str]:
@@ -174,10 +183,11 @@ def _one(
     url, commit = pin.get("url"), pin.get("commit")
     for rel, text in texts.items():
         url = url or _clone_url(text, name)
-        if commit is None:
-            m = next((m for m in _ARG_COMMIT.finditer(text) if m.group("name").lower() == name.replace("-", "_")), None)
-            commit = m.group("rev") if m else None
-        del rel
+        if commit is None and not rel.endswith(".sh"):
+            stated = pins.from_dockerfile(rel, text)
+            commit = next(
+                (p.value for p in stated if _states_commit(p, name) and _FULL_COMMIT.fullmatch(p.value)), None
+            )
     if commit is None:
         found.issues.append(
             (
@@ -475,9 +485,10 @@ def stack_locks(root: Path, files: list[str], found: Found) -> None:
     (``queue-lock-drift``) at the lock's line, with the patch's sha256 now.
     """
     for rel in _json_locks(root):
-        text = read_inside(root, rel, "a lock of patch pins").decode("utf-8", "replace")
+        data = read_inside(root, rel, "a lock of patch pins")
+        text = data.decode("utf-8", "replace")
         try:
-            doc = json.loads(text)
+            doc = pins.document(rel, data)
         except (ValueError, RecursionError):
             continue  # reported by _locks when it is at the top; a lock we cannot read pins nothing we check
         if patch_pins(doc) and all(r != rel for _, r in found.artifacts):
@@ -575,15 +586,15 @@ def _all(root: Path) -> list[str]:
 
 
 def _locks(root: Path, found: Found) -> dict[str, dict[str, Any]]:
-    """Upstream pins from a hand-made JSON or TOML lock; its image references become image pins."""
-    pins: dict[str, dict[str, Any]] = {}
+    """Upstream pins from a hand-made JSON or TOML lock (read by ``pins``); its image references become image pins."""
+    out: dict[str, dict[str, Any]] = {}
     for p in sorted(root.iterdir()):
         if not p.is_file() or "lock" not in p.name.lower() or p.suffix not in (".json", ".toml"):
             continue
         rel = p.name
+        data = read_inside(root, rel, "a lock of upstream pins")
         try:
-            data = read_inside(root, rel, "a lock of upstream pins")
-            doc = json.loads(data) if p.suffix == ".json" else tomllib.loads(data.decode())
+            doc = pins.document(rel, data)
         except (ValueError, UnicodeDecodeError, RecursionError) as e:
             why = "nested too deeply" if isinstance(e, RecursionError) else str(e)
             found.issues.append(
@@ -593,29 +604,45 @@ def _locks(root: Path, found: Found) -> dict[str, dict[str, Any]]:
         if not isinstance(doc, dict):
             continue
         found.artifacts.append((_artifact_name(rel), rel))
-        ups = doc.get("upstreams", doc)
-        for key, value in ups.items() if isinstance(ups, dict) else ():
-            if isinstance(value, dict) and isinstance(value.get("commit"), str):
-                commit = value["commit"]
-                if not re.fullmatch(r"[0-9a-f]{40}", commit):
-                    found.issues.append(
-                        (
-                            "queue-lock",
-                            rel,
-                            None,
-                            f"{key}.commit {commit!r} is not a full commit",
-                            "pin the full 40-hex commit",
-                        )
-                    )
-                    continue
-                url = value.get("repo") or value.get("url") or value.get("git")
-                pins[str(key)] = {"commit": commit, "url": url if isinstance(url, str) else None}
+        try:
+            stated = pins.document_pins(rel, data.decode("utf-8", "replace"), doc)
+        except RecursionError:
+            stated = []
+        _lock_upstreams(rel, stated, out, found)
         images = doc.get("images", {})
         for key, value in images.items() if isinstance(images, dict) else ():
             ref = value if isinstance(value, str) else value.get("image") if isinstance(value, dict) else None
             if isinstance(ref, str):
                 _image(found, str(key), ref, rel)
-    return pins
+    return out
+
+
+def _states_commit(pin: pins.Pin, name: str) -> bool:
+    """Whether ``pin`` is the base commit of the upstream ``name`` (a patch directory's name)."""
+    return pin.what == "commit" and name.lower() in (pin.name, (pin.under or "").lower())
+
+
+def _lock_upstreams(rel: str, stated: list[pins.Pin], out: dict[str, dict[str, Any]], found: Found) -> None:
+    """Each upstream a lock pins the commit of (by the object's key, else by what the pin names), with its git URL."""
+    for pin in stated:
+        if pin.what != "commit":
+            continue
+        name = pin.under if pin.under not in (None, "upstreams") else pin.name
+        if not name or name in out:
+            continue
+        if not _FULL_COMMIT.fullmatch(pin.value):
+            found.issues.append(
+                (
+                    "queue-lock",
+                    rel,
+                    None,
+                    f"{name}.{pin.key} {pin.value!r} is not a full commit",
+                    "pin the full 40-hex commit",
+                )
+            )
+            continue
+        url = next((p.value for p in stated if p.what == "git" and (p.under, p.name) == (pin.under, pin.name)), None)
+        out[name] = {"commit": pin.value, "url": url}
 
 
 def _image(found: Found, name: str, ref: str, rel: str) -> None:
