@@ -34,7 +34,7 @@ NAMES = re.compile(
 # Where repositories keep their build and compose files, besides the top level.
 PLACES = ("docker", "deploy", "build", "container", "containers", ".devcontainer")
 _VAR = re.compile(
-    r"\$(?:\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-+])(?P<arg>[^}]*))?\}|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))"
+    r"\$(?:\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-+?])(?P<arg>[^}]*))?\}|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))"
 )
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _SKIP = ("__pycache__/", ".pyc")
@@ -194,9 +194,11 @@ def parse(text: str) -> Parsed:
         start = n + 1
         logical, n = _logical(lines, n, out.escape)
         word, rest = [*re.split(r"\s+", logical.strip(), maxsplit=1), ""][:2]
-        heredocs: tuple[Heredoc, ...] = ()
+        heredocs: tuple[Heredoc, ...] | None = ()
         if word.upper() in _HEREDOC_WORDS and "<<" in rest:
             heredocs, n = _heredocs(lines, n, rest, out, start)
+        if heredocs is None:
+            break  # not closed: the rest of the file is its body, and docker refuses the file
         out.instructions.append(Instruction(start, word.upper(), rest.strip(), " ".join(comment), heredocs))
         comment = []
     return out
@@ -239,8 +241,8 @@ def _logical(lines: list[str], n: int, escape: str) -> tuple[str, int]:
     return logical, n
 
 
-def _heredocs(lines: list[str], n: int, rest: str, out: Parsed, start: int) -> tuple[tuple[Heredoc, ...], int]:
-    """The here-documents an instruction opens, read from line ``n`` on, in order; and the line after them."""
+def _heredocs(lines: list[str], n: int, rest: str, out: Parsed, start: int) -> tuple[tuple[Heredoc, ...] | None, int]:
+    """The here-documents an instruction opens, read from line ``n`` on, in order (None: one is not closed)."""
     docs: list[Heredoc] = []
     for m in HEREDOC_AT.finditer(rest):
         name, chomp = m["name"], bool(m["chomp"])
@@ -251,7 +253,7 @@ def _heredocs(lines: list[str], n: int, rest: str, out: Parsed, start: int) -> t
             n += 1
         if n >= len(lines):
             out.problems.append((start, f"the here-document <<{name} is not closed: no line reads {name}"))
-            return tuple(docs), n
+            return None, n
         n += 1
         docs.append(Heredoc(name, "".join(f"{b}\n" for b in body), first, bool(m["q"])))
     return tuple(docs), n
@@ -337,7 +339,13 @@ class _Expander:
         if m is None:
             out.append("$")
             return i + 1
-        name, op, arg = m["name"] or m["bare"], m["op"] or "", m["arg"] or ""
+        name, op, arg, end = m["name"] or m["bare"], m["op"] or "", m["arg"] or "", m.end()
+        if op:  # the default runs to the brace that closes this one: ${A:-${B}}
+            depth, k = 1, m.start("arg")
+            while k < len(word) and depth:
+                depth += {"{": 1, "}": -1}.get(word[k], 0) if word[k - 1 : k + 1] != "\\}" else 0
+                k += 1
+            arg, end = word[m.start("arg") : k - 1], k
         have = self.env.get(name)
         if op in (":-", "-"):
             out.append(have if have or (op == "-" and have is not None) else self.word(arg))
@@ -348,7 +356,7 @@ class _Expander:
             out.append(m.group(0))
         else:
             out.append(have)
-        return m.end()
+        return end
 
 
 def expand(word: str, env: dict[str, str], escape: str = "\\") -> str | None:

@@ -144,3 +144,113 @@ def test_dockerfiles_are_found_by_name_in_the_usual_places(tmp_path: Path, name:
         (tmp_path / place / name).write_text("FROM x\n")
     want = [f"{p}{name}" for p in ("", "build/", "deploy/", "docker/")] if found else []
     assert sorted(dockerfile.find(tmp_path)) == sorted(want)
+
+
+class TestTheFormsRealDockerfilesUse:
+    """The one reader of Dockerfile syntax, on the forms the field writes and on what docker refuses."""
+
+    def test_a_multi_stage_build_with_a_global_arg_and_defaults(self, tmp_path: Path) -> None:
+        _tree(tmp_path, "src/vllm/a.py", "src/vllm/b.py")
+        text = (
+            "# syntax=docker/dockerfile:1\n"
+            "ARG BASE=scratch\n"
+            "ARG PY=3.12\n"
+            "FROM ${BASE} AS builder\n"
+            "WORKDIR /build\n"
+            "COPY src/ ./src/\n"
+            f"FROM rocm/vllm@{DIGEST} AS runtime\n"
+            "ARG PY\n"
+            "ENV SITE=/usr/local/lib/python${PY}/${KIND:-site-packages}\n"
+            "COPY --from=builder --chown=1000:1000 /build/src/vllm/ ${SITE}/vllm/\n"
+        )
+        build = dockerfile.read(tmp_path, "Dockerfile", text)
+        assert build.problems == []
+        assert {c.target: c.rel for c in build.copied} == {
+            f"{SITE}/vllm/a.py": "src/vllm/a.py",
+            f"{SITE}/vllm/b.py": "src/vllm/b.py",
+        }
+        assert [(b.stage, b.final, b.digest) for b in build.bases] == [("runtime", True, DIGEST)]
+
+    def test_continuations_join_as_docker_joins_them_and_comments_between_are_dropped(self) -> None:
+        text = "RUN echo a\\\n# a comment inside\n\nb \\\n   && echo c\nCOPY x \\\n  # indented comment\n  /y/\n"
+        got = [(i.line, i.word, i.args) for i in dockerfile.instructions(text)]
+        assert got == [(1, "RUN", "echo ab    && echo c"), (6, "COPY", "x   /y/")]
+
+    def test_lowercase_instructions_flags_and_the_exec_form(self) -> None:
+        text = 'from base AS one\nrun --mount=type=bind,src=.,dst=/s --network=none ["bash", "-c", "make"]\n'
+        first, second = dockerfile.instructions(text)
+        assert (first.word, first.args) == ("FROM", "base AS one")
+        assert second.word == "RUN" and second.exec_form() == ["bash", "-c", "make"]
+        assert second.options() == (
+            [("mount", "type=bind,src=.,dst=/s"), ("network", "none")],
+            '["bash", "-c", "make"]',
+        )
+        assert dockerfile.Instruction(1, "RUN", "[not json").exec_form() is None  # docker runs it as shell
+
+    def test_the_escape_directive_changes_the_continuation_character(self, tmp_path: Path) -> None:
+        _tree(tmp_path, "a.py")
+        text = f"# escape=`\nFROM base@{DIGEST}\nCOPY a`\n.py C:\\app\\`\n  {SITE}/vllm/\n"
+        parsed = dockerfile.parse(text)
+        assert parsed.escape == "`" and [i.args for i in parsed.instructions][1] == f"a.py C:\\app\\  {SITE}/vllm/"
+        assert dockerfile.parse("#escape=\\\nFROM x\n").escape == "\\"
+        late = dockerfile.parse("FROM x\n# escape=`\nRUN a`\n")  # a directive only counts at the top
+        assert late.escape == "\\" and late.instructions[1].args == "a`"
+
+    def test_here_documents_are_bodies_not_instructions(self, tmp_path: Path) -> None:
+        _tree(tmp_path, "a.py")
+        text = (
+            f"FROM base@{DIGEST}\n"
+            "RUN <<EOF\nFROM evil\nCOPY a.py /nowhere/\nEOF\n"
+            f"COPY <<-'CONF' {SITE}/vllm/conf.py\n\tx = 1\n\tCONF\n"
+            "run python3 <<PY >/tmp/out\nprint(1)\nPY\n"
+            f"COPY a.py {SITE}/vllm/a.py\n"
+        )
+        parsed = dockerfile.parse(text)
+        assert [(i.line, i.word) for i in parsed.instructions] == [
+            (1, "FROM"),
+            (2, "RUN"),
+            (6, "COPY"),
+            (9, "RUN"),
+            (12, "COPY"),
+        ]
+        run, conf = parsed.instructions[1].heredocs[0], parsed.instructions[2].heredocs[0]
+        assert (run.name, run.body, run.line, run.quoted) == ("EOF", "FROM evil\nCOPY a.py /nowhere/\n", 3, False)
+        assert (conf.name, conf.body, conf.quoted) == ("CONF", "x = 1\n", True)
+        build = dockerfile.read(tmp_path, "Dockerfile", text)
+        assert build.problems == [] and [b.written for b in build.bases] == [f"base@{DIGEST}"]
+        assert {c.target: c.rel for c in build.copied} == {f"{SITE}/vllm/a.py": "a.py"}  # inline files are no patches
+
+    def test_quotes_and_variables_in_words_as_the_builder_replaces_them(self) -> None:
+        env = {"A": "x", "E": ""}
+        cases = {
+            '"$A y"': "x y",
+            "'$A'": "$A",
+            "\\$A": "$A",
+            "${A}b": "xb",
+            "${E:-d}": "d",
+            "${E-d}": "",
+            "${A:+set}": "set",
+            "${NOPE:-${A}}": "x",
+        }
+        assert {w: dockerfile.expand(w, env) for w in cases} == cases
+        assert dockerfile.expand("$NOPE/x", env) is None
+        ins = dockerfile.Instruction(1, "ENV", 'A="x y" B=$A')
+        assert dockerfile.assignments(ins, {}) == [("A", "x y", '"x y"'), ("B", None, "$A")]
+        assert dockerfile.assignments(dockerfile.Instruction(1, "ENV", "K  a b"), {}) == [("K", "a b", "a b")]
+
+    @pytest.mark.parametrize(
+        ("text", "line", "says"),
+        [
+            (f"FROM base@{DIGEST}\nRUN <<EOF\necho never closed\n", 2, "<<EOF is not closed"),
+            (f"FROM base@{DIGEST}\nCOPY <<A <<B /x/\nbody\nA\n", 2, "<<B is not closed"),
+            (f'FROM base@{DIGEST}\nCOPY "a.py {SITE}/vllm/\n', 2, "double quote is not closed"),
+            (f"FROM base@{DIGEST}\nENV A='x\n", 2, "single quote is not closed"),
+            (f"# escape=/\nFROM base@{DIGEST}\n", 1, "backslash or a backtick"),
+        ],
+    )
+    def test_what_docker_refuses_is_one_clear_problem(self, tmp_path: Path, text: str, line: int, says: str) -> None:
+        _tree(tmp_path, "a.py")
+        build = dockerfile.read(tmp_path, "Dockerfile", text)
+        (problem,) = build.problems
+        assert problem[:2] == ("build-unreadable", line) and says in problem[2], problem
+        assert build.copied == []

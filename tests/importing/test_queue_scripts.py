@@ -362,3 +362,88 @@ def test_in_a_compose_repository_patch_files_an_unreadable_step_may_apply_are_un
     assert invoke("sums", repo=root).exit_code == 0
     check = invoke("check", "--format", "json", repo=root)
     assert [f for f in json.loads(check.stdout)["findings"] if f["severity"] == "error"] == [], check.stdout
+
+
+def _queue(root: Path, containerfile: str) -> None:
+    (root / "patches/x").mkdir(parents=True)
+    for n in ("a.patch", "b.patch"):
+        (root / "patches/x" / n).write_text("")
+    (root / "Containerfile").write_text(containerfile)
+
+
+def test_a_here_document_run_is_read_as_the_script_it_is(tmp_path: Path) -> None:
+    """``RUN <<EOF`` runs its body: the loop in it applies the patches; its lines are the file's lines."""
+    _queue(
+        tmp_path,
+        "FROM scratch\ncopy patches/x /q\nRUN <<EOF\nset -e\nfor p in /q/*.patch; do\n"
+        "  git -C /opt/x apply -p1 $p\ndone\nEOF\nRUN bash -e <<'SH'\npatch -p1 -d /opt/x < /q/a.patch\nSH\n",
+    )
+    reading = BuildReader(tmp_path).read(["Containerfile"], [])
+    got = [(a.repo, a.tool, a.directory, a.line) for a in reading.applies]
+    assert got == [
+        ("patches/x/a.patch", "git apply", "/opt/x", 6),
+        ("patches/x/b.patch", "git apply", "/opt/x", 6),
+        ("patches/x/a.patch", "patch", "/opt/x", 10),
+    ]
+    assert reading.unknowns == []
+
+
+@pytest.mark.parametrize(
+    ("containerfile", "line", "reason"),
+    [
+        ("FROM scratch\nRUN patch -p1 -d /opt/x <<EOF\n--- a/f\n+++ b/f\nEOF\n", 2, "patch reads a patch from"),
+        ("FROM scratch\nCOPY patches/x /q\nRUN <<EOF\nfor p in /q/*.patch; do git apply $p; done\n", 3, "not closed"),
+        ('FROM scratch\nRUN for p in /q/*.patch; do \\\n  git apply "$p; done\n', 2, "does not tokenise"),
+    ],
+)
+def test_a_build_step_that_cannot_be_read_is_one_unknown_at_its_line(
+    tmp_path: Path, containerfile: str, line: int, reason: str
+) -> None:
+    _queue(tmp_path, containerfile)
+    reading = BuildReader(tmp_path).read(["Containerfile"], [])
+    assert reading.applies == []
+    (unknown,) = reading.unknowns
+    assert (unknown.file, unknown.line) == ("Containerfile", line) and reason in unknown.reason, unknown
+
+
+@pytest.mark.parametrize(
+    ("name", "lock"),
+    [
+        (
+            "stack.lock.json",
+            {"repository": "https://github.com/o/x", "base_commit": "c" * 40, "release_commit": "d" * 40},
+        ),
+        ("stack.lock.json", {"upstreams": {"x": {"git": "https://github.com/o/other", "commit": "c" * 40}}}),
+        ("deps-lock.toml", {"x": {"repo": "https://github.com/o/x", "rev": "c" * 40}}),
+    ],
+)
+def test_the_queue_takes_its_upstream_pins_by_meaning(tmp_path: Path, name: str, lock: dict[str, object]) -> None:
+    import tomli_w
+
+    from patchkit.importing.queue import recognise
+
+    _queue(tmp_path, "FROM scratch\nCOPY patches/x /q\nRUN for p in /q/*.patch; do git -C /o apply $p; done\n")
+    data = json.dumps(lock) if name.endswith(".json") else tomli_w.dumps(lock)
+    (tmp_path / name).write_text(data)
+    found = recognise(tmp_path)
+    (up,) = found.upstreams
+    assert (up.name, str(up.commit), up.git) == ("x", "c" * 40, next(v for v in _strings(lock) if "github" in v))
+    assert not [i for i in found.issues if i[0] in ("queue-commit-unknown", "queue-url-unknown", "queue-lock")]
+
+
+def _strings(node: object) -> list[str]:
+    if isinstance(node, dict):
+        return [s for v in node.values() for s in _strings(v)]
+    return [node] if isinstance(node, str) else []
+
+
+def test_a_short_commit_in_a_lock_is_reported_not_taken(tmp_path: Path) -> None:
+    from patchkit.importing.queue import recognise
+
+    _queue(tmp_path, "FROM scratch\nCOPY patches/x /q\nRUN for p in /q/*.patch; do git -C /o apply $p; done\n")
+    (tmp_path / "stack.lock.json").write_text(json.dumps({"x": {"repo": "o/x", "commit": "abc1234"}}))
+    found = recognise(tmp_path)
+    assert ("queue-lock", "stack.lock.json", None, "x.commit 'abc1234' is not a full commit") in [
+        i[:4] for i in found.issues
+    ]
+    assert found.upstreams[0].commit is None
