@@ -37,6 +37,7 @@ _VAR = re.compile(
     r"\$(?:\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-+?])(?P<arg>[^}]*))?\}|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))"
 )
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+_NESTED = 64  # defaults in defaults (${A:-${B:-…}}) read; deeper is refused, not read slowly
 _SKIP = ("__pycache__/", ".pyc")
 # Files named after a Dockerfile that are not one: its ignore file, notes about it.
 _NOT_BUILDS = (".dockerignore", ".md", ".txt", ".rst", ".orig", ".bak", ".swp")
@@ -295,6 +296,7 @@ class _Expander:
         self.env = env
         self.escape = escape
         self.missing = False
+        self.nested = 0
 
     def word(self, word: str) -> str:
         out: list[str] = []
@@ -334,6 +336,16 @@ class _Expander:
             raise Unreadable(f"{word}: a double quote is not closed")
         return i + 1
 
+    def inner(self, word: str) -> str:
+        """A default inside a variable (``${A:-$B}``), which may hold defaults of its own, up to a depth."""
+        self.nested += 1
+        if self.nested > _NESTED:
+            raise RecursionError
+        try:
+            return self.word(word)
+        finally:
+            self.nested -= 1
+
     def variable(self, word: str, i: int, out: list[str]) -> int:
         m = _VAR.match(word, i)
         if m is None:
@@ -348,9 +360,9 @@ class _Expander:
             arg, end = word[m.start("arg") : k - 1], k
         have = self.env.get(name)
         if op in (":-", "-"):
-            out.append(have if have or (op == "-" and have is not None) else self.word(arg))
+            out.append(have if have or (op == "-" and have is not None) else self.inner(arg))
         elif op in (":+", "+"):
-            out.append(self.word(arg) if have or (op == "+" and have is not None) else "")
+            out.append(self.inner(arg) if have or (op == "+" and have is not None) else "")
         elif have is None or (op == ":?" and not have):
             self.missing = True
             out.append(m.group(0))
@@ -366,7 +378,10 @@ def expand(word: str, env: dict[str, str], escape: str = "\\") -> str | None:
     build`` refuses it too).
     """
     expander = _Expander(env, escape)
-    out = expander.word(word)
+    try:
+        out = expander.word(word)
+    except RecursionError:
+        raise Unreadable(f"{word[:40]}…: defaults nested too deeply") from None
     return None if expander.missing else out
 
 

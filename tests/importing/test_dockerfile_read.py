@@ -246,6 +246,7 @@ class TestTheFormsRealDockerfilesUse:
             (f'FROM base@{DIGEST}\nCOPY "a.py {SITE}/vllm/\n', 2, "double quote is not closed"),
             (f"FROM base@{DIGEST}\nENV A='x\n", 2, "single quote is not closed"),
             (f"# escape=/\nFROM base@{DIGEST}\n", 1, "backslash or a backtick"),
+            (f"FROM base@{DIGEST}\nCOPY {'${A:-' * 1200}a.py{'}' * 1200} /x/\n", 2, "nested too deeply"),
         ],
     )
     def test_what_docker_refuses_is_one_clear_problem(self, tmp_path: Path, text: str, line: int, says: str) -> None:
@@ -254,3 +255,23 @@ class TestTheFormsRealDockerfilesUse:
         (problem,) = build.problems
         assert problem[:2] == ("build-unreadable", line) and says in problem[2], problem
         assert build.copied == []
+
+    def test_random_text_never_ends_the_readers_with_an_exception(self, tmp_path: Path) -> None:
+        """Seeded: fragments of Dockerfile and shell syntax in any order give problems and unknowns, never a crash."""
+        import random
+
+        from patchkit.importing.shell import BuildReader
+
+        atoms = (
+            *("FROM ", "from ", "RUN ", "COPY ", "ADD ", "ARG ", "ENV ", "WORKDIR ", "AS b", "--from=", "--chown=1"),
+            *("<<EOF", "<<-'X'", "EOF", "X", "\\", "`", "\n", " ", "\t", '"', "'", "${", "}", "$A", ":-", ":?"),
+            *("=", "[", "]", '["a", "b"]', "# escape=`", "#", "a.py", "/t/", "*.py", "patch -p1 <", "git apply "),
+            *("for p in /t/*; do ", "; done", "\ufeff", "\r\n", "$(x)", "--mount=type=bind,src=.,dst=/t"),
+        )
+        _tree(tmp_path, "a.py", "patches/p.patch")
+        rng = random.Random(33)
+        for _ in range(300):
+            text = "".join(rng.choice(atoms) for _ in range(rng.randint(1, 60)))
+            (tmp_path / "Containerfile").write_text(text)
+            dockerfile.read(tmp_path, "Containerfile", text)
+            BuildReader(tmp_path).read(["Containerfile"], [])
