@@ -2,12 +2,18 @@
 
 Some deployments deliver their overlays with the image build rather than with
 bind mounts: ``COPY overlay/vllm/ /usr/local/lib/python3.12/site-packages/vllm/``.
-This reader follows a build the way ``docker build`` would, statically:
+This reader follows a build the way ``docker build`` would, statically. It
+is the one reader of Dockerfile syntax (:func:`parse`, :func:`expand`):
+``importing.shell`` reads ``RUN`` steps and ``importing.pins`` ``ARG`` pins
+through it.
 
-- instructions joined over ``\\`` continuations, comment lines dropped;
+- parser directives (``# escape=``); instructions in any case, joined over
+  continuations as docker joins them, comment lines dropped; here-documents
+  of ``RUN``, ``COPY`` and ``ADD`` taken as their bodies;
 - ``ARG`` (global before the first ``FROM``, re-declared in a stage) and
-  ``ENV`` values, with ``$VAR``, ``${VAR}``, ``${VAR:-default}`` and
-  ``${VAR-default}``; build arguments given by compose override the defaults;
+  ``ENV`` values, with quotes, ``$VAR``, ``${VAR}``, ``${VAR:-default}``,
+  ``${VAR-default}`` and ``${VAR:+x}``; build arguments given by compose
+  override the defaults;
 - stages (``FROM … AS name``), ``WORKDIR`` (relative ones join the previous);
 - ``COPY``/``ADD`` in shell and JSON form, with ``--chown``, ``--chmod``,
   ``--link``; ``--from=<stage>`` carries what that stage copied from the
@@ -15,7 +21,8 @@ This reader follows a build the way ``docker build`` would, statically:
 - the last stage (or compose's ``build.target``) is the image.
 
 It reports what it cannot resolve (a variable with no value, a source
-missing from the context) rather than guessing. Nothing here writes.
+missing from the context) rather than guessing, and what docker refuses (an
+unclosed here-document or quote) as ``build-unreadable``. Nothing here writes.
 """
 
 from __future__ import annotations
