@@ -16,9 +16,10 @@ order); functions; ``if`` on a string test of known values; ``cd``,
 ``pushd``; ``git apply``, ``git am``, ``git -C DIR``, ``patch -pN -d DIR``
 with ``< FILE``, ``-i FILE`` or ``cat FILE |``; scripts a ``RUN`` line or a
 script runs (``bash x.sh ARGS``, ``./x.sh``, ``. x.sh``); and in a
-Containerfile ``ARG``, ``ENV``, ``WORKDIR``, ``COPY``/``ADD``, ``RUN
---mount=type=bind``, and ``RUN``, ``ENTRYPOINT`` and ``CMD`` (shell or exec
-form). A script read on its own maps an image path to the file a
+Containerfile (read by :mod:`patchkit.importing.dockerfile`) ``ARG``,
+``ENV``, ``WORKDIR``, ``COPY``/``ADD``, ``RUN --mount=type=bind``, and
+``RUN``, ``ENTRYPOINT`` and ``CMD`` (shell or exec form; ``RUN <<EOF`` is
+its here-document's script). A script read on its own maps an image path to the file a
 Containerfile copied there. ``$(dirname "$0")`` and ``$(git rev-parse
 --show-toplevel)`` are read as the script's directory and the repository.
 
