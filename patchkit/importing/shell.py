@@ -40,16 +40,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from patchkit.importing.dockerfile import (
-    HEREDOC_AT,
-    Instruction,
-    Unreadable,
-    assignments,
-    expand,
-)
-from patchkit.importing.dockerfile import (
-    parse as parse_dockerfile,
-)
+from patchkit.importing import dockerfile as containerfile  # not "dockerfile": BuildReader.dockerfile reads one
 
 REPO = "/@repo"  # the repository itself, as a path prefix
 _OPERATORS = (";;&", ";;", ";&", "&&", "||", ">>", "<<", "<&", ">&", "<", ">", "|", "&", ";", "(", ")")
@@ -954,7 +945,7 @@ class BuildReader:
 
     def dockerfile(self, rel: str) -> None:
         build = _Build(rel)
-        parsed = parse_dockerfile(self.text(rel))
+        parsed = containerfile.parse(self.text(rel))
         for line, why in parsed.problems:
             self.reading.add_unknown(rel, line, why)
         for ins in parsed.instructions:
@@ -968,7 +959,7 @@ class BuildReader:
             elif ins.word in ("RUN", "ENTRYPOINT", "CMD"):
                 self.run_step(build, ins)
 
-    def copy(self, build: _Build, ins: Instruction, escape: str) -> None:
+    def copy(self, build: _Build, ins: containerfile.Instruction, escape: str) -> None:
         flags, rest = ins.flags()
         if "from" in flags:
             return
@@ -996,7 +987,7 @@ class BuildReader:
                 return "" if rel == "." else rel
         return None
 
-    def run_step(self, build: _Build, ins: Instruction) -> None:
+    def run_step(self, build: _Build, ins: containerfile.Instruction) -> None:
         options, rest = ins.options()
         for name, value in options:
             if name == "mount" and "type=bind" in value:
@@ -1106,7 +1097,7 @@ def _copy(ctx: _Context) -> _Context:
 _SHELLS = re.compile(r"(?:/usr)?(?:/bin/)?(?:ba|da)?sh(?:\s+-[a-z]+)*")
 
 
-def _script(ins: Instruction, command: str) -> tuple[int, str]:
+def _script(ins: containerfile.Instruction, command: str) -> tuple[int, str]:
     """The shell a ``RUN`` runs, and its first line: the here-document a shell reads, else the command.
 
     ``RUN <<EOF`` (or ``RUN bash <<EOF``) runs the here-document as the
@@ -1115,27 +1106,27 @@ def _script(ins: Instruction, command: str) -> tuple[int, str]:
     """
     if len(ins.heredocs) == 1:
         doc = ins.heredocs[0]
-        head = HEREDOC_AT.sub(" ", command).strip()
+        head = containerfile.HEREDOC_AT.sub(" ", command).strip()
         shebang = doc.body.split("\n", 1)[0]
         if (not head or _SHELLS.fullmatch(head)) and (not shebang.startswith("#!") or "sh" in shebang):
             return doc.line, doc.body
-    return ins.line, HEREDOC_AT.sub(" ", command) if ins.heredocs else command
+    return ins.line, containerfile.HEREDOC_AT.sub(" ", command) if ins.heredocs else command
 
 
 def _expand(build: _Build, word: str, escape: str) -> str | None:
     """A Containerfile word with the values read so far; None when it cannot be told."""
     env = {k: " ".join(v) for k, v in build.variables.items()}
     try:
-        return expand(word, env, escape)
-    except Unreadable:
+        return containerfile.expand(word, env, escape)
+    except containerfile.Unreadable:
         return None
 
 
-def _build_variables(build: _Build, ins: Instruction, escape: str) -> None:
+def _build_variables(build: _Build, ins: containerfile.Instruction, escape: str) -> None:
     env = {k: " ".join(v) for k, v in build.variables.items()}
     try:
-        pairs = assignments(ins, env, escape)
-    except Unreadable:
+        pairs = containerfile.assignments(ins, env, escape)
+    except containerfile.Unreadable:
         return  # import reports the line (build-unreadable)
     for name, value, written in pairs:
         if value is not None:
