@@ -298,6 +298,13 @@ def test_compose_files_in_build_directories_mount_relative_to_themselves(
             "stack.lock.json",
             None,
         ),
+        # A here-document docker would refuse (never closed): one problem at its line, the rest unread.
+        (
+            ("docker/Dockerfile", "COPY entrypoint.sh /opt/entrypoint.sh", "RUN <<EOF\necho never closed"),
+            "build-unreadable",
+            "docker/Dockerfile",
+            "RUN <<EOF",
+        ),
         # A compose build naming a Dockerfile that is not there.
         (
             ("docker/compose.yaml", "dockerfile: docker/Dockerfile", "dockerfile: docker/Dockerfile.gone"),
