@@ -40,12 +40,13 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from patchkit import bundletar, sums
 from patchkit.errors import BadInput, LockfileError
-from patchkit.hashing import require_pin, sha256_bytes
+from patchkit.hashing import Blob, require_pin
 from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
 from patchkit.lockfile.reader import loads
 from patchkit.progress import Meter
@@ -93,7 +94,12 @@ def bundle_epoch(value: int | None = None) -> int:
     return value
 
 
-def _read_repo_file(repo: Repo, rel: str, what: str) -> tuple[bytes, bool]:
+def _blob(data: bytes | Blob | None) -> Blob | None:
+    """``data`` as a ``Blob`` (a caller may hand plain bytes)."""
+    return data if data is None or isinstance(data, Blob) else Blob(data)
+
+
+def _read_repo_file(repo: Repo, rel: str, what: str) -> tuple[Blob, bool]:
     try:
         path, st = repo.check_inside_stat(rel)
     except FileNotFoundError as e:
@@ -104,34 +110,38 @@ def _read_repo_file(repo: Repo, rel: str, what: str) -> tuple[bytes, bool]:
         data = path.read_bytes()
     except OSError as e:
         raise BadInput(f"{rel}: cannot read ({e.strerror}); refusing to bundle") from e
-    return data, bool(st.st_mode & stat.S_IXUSR)
+    return Blob(data), bool(st.st_mode & stat.S_IXUSR)
 
 
 class _Files:
-    """The bundle's members as they are gathered: name -> (bytes, executable), one content per name."""
+    """The bundle's members as they are gathered: name -> (bytes and digest, executable), one content per name.
+
+    Each member's digest is computed once, where its pin is checked, and
+    reused for SHA256SUMS.
+    """
 
     def __init__(self, lock_bytes: bytes) -> None:
-        self.files: dict[str, tuple[bytes, bool]] = {LOCKFILE_NAME: (lock_bytes, False)}
+        self.files: dict[str, tuple[Blob, bool]] = {LOCKFILE_NAME: (Blob(lock_bytes), False)}
 
-    def add(self, name: str, data: bytes, executable: bool) -> None:
-        if name in self.files and self.files[name][0] != data:
+    def add(self, name: str, data: Blob, executable: bool) -> None:
+        if name in self.files and self.files[name][0].data != data.data:
             raise BadInput(f"{name}: two different files would be bundled under this name; refusing to bundle")
         self.files[name] = (data, executable)
 
     def pinned(self, repo: Repo, lock: Lockfile) -> None:
         """Every file the lockfile pins, at its repository path, each checked against its pin."""
         for field, rel, sha in lock.files():
-            data, executable = _read_repo_file(repo, str(rel), f"pinned by {LOCKFILE_NAME} {field}")
-            actual = sha256_bytes(data)
+            blob, executable = _read_repo_file(repo, str(rel), f"pinned by {LOCKFILE_NAME} {field}")
+            actual = blob.sha256
             if actual != sha.hex:
                 raise BadInput(
                     f"{rel}: sha256 {actual[:12]}… is not the pinned {sha.short}… ({LOCKFILE_NAME} {field}); "
                     "refusing to bundle",
                     "run `patchkit check` and re-lock or restore the file",
                 )
-            self.add(str(rel), data, executable)
+            self.add(str(rel), blob, executable)
 
-    def materialized(self, lock: Lockfile, files_that_run: dict[str, bytes]) -> None:
+    def materialized(self, lock: Lockfile, files_that_run: Mapping[str, bytes | Blob]) -> None:
         """Each diff-only patch's given file under build/, checked against its pin.
 
         A file given for a committed patch must be that file; one given for no patch's target is refused.
@@ -142,9 +152,9 @@ class _Files:
                 raise BadInput(f"{target}: not the target of any patch in {LOCKFILE_NAME}; refusing to bundle")
         for p in lock.patches:
             target = str(p.target)
-            given = files_that_run.get(target)
+            given = _blob(files_that_run.get(target))
             if p.file is not None:
-                if given is not None and given != self.files[str(p.file)][0]:
+                if given is not None and given.data != self.files[str(p.file)][0].data:
                     raise BadInput(f"{target}: the file given for '{p.name}' is not the committed {p.file}")
                 continue
             if given is None:
@@ -160,7 +170,7 @@ class _Files:
                     f"not the pinned {p.sha256.short}…; refusing to bundle"  # noqa: B023
                 ),
             )
-            self.add(build_target(target), given, given.startswith(b"#!"))
+            self.add(build_target(target), given, given.data.startswith(b"#!"))
 
     def deployment(self, repo: Repo) -> None:
         """Every compose profile (compose.yaml required) and the root deployment files that exist."""
@@ -192,7 +202,7 @@ class _Files:
 
         for name in composes:
             try:
-                text = self.files[name][0].decode("utf-8")
+                text = self.files[name][0].data.decode("utf-8")
             except UnicodeDecodeError as e:
                 raise BadInput(f"{name}: not UTF-8 ({e.reason} at byte {e.start}); refusing to bundle") from e
             for mount in compose.read(name, text).mounts:
@@ -202,7 +212,7 @@ class _Files:
 
 
 def _bundle_files(
-    repo: Repo, lock: Lockfile, lock_bytes: bytes, files_that_run: dict[str, bytes]
+    repo: Repo, lock: Lockfile, lock_bytes: bytes, files_that_run: Mapping[str, bytes | Blob]
 ) -> dict[str, tuple[bytes, bool]]:
     """Every bundle member: name -> (bytes, executable), each pin verified, SHA256SUMS included."""
     gathered = _Files(lock_bytes)
@@ -212,8 +222,8 @@ def _bundle_files(
     files = gathered.files
     if SUMS_NAME in files:
         raise BadInput(f"{SUMS_NAME}: generated by the bundle, it cannot also be a bundled file")
-    out = {n: (d, bundletar.executable(d, x)) for n, (d, x) in files.items()}
-    out[SUMS_NAME] = (sums.render((n, sha256_bytes(d)) for n, (d, _) in files.items()), False)
+    out = {n: (b.data, bundletar.executable(b.data, x)) for n, (b, x) in files.items()}
+    out[SUMS_NAME] = (sums.render((n, b.sha256) for n, (b, _) in files.items()), False)
     return out
 
 
@@ -221,7 +231,7 @@ def build_bundle(
     repo: Repo,
     lock: Lockfile,
     lock_bytes: bytes,
-    files_that_run: dict[str, bytes],
+    files_that_run: Mapping[str, bytes | Blob],
     *,
     source_date_epoch: int | None = None,
 ) -> bytes:
@@ -252,13 +262,13 @@ def build_bundle(
     return bundletar.compress(writer.close())
 
 
-def collect_files_that_run(repo: Repo, lock: Lockfile, store: BlobStore, cache: Path) -> dict[str, bytes]:
+def collect_files_that_run(repo: Repo, lock: Lockfile, store: BlobStore, cache: Path) -> dict[str, Blob]:
     """Every diff-only patch materialized and verified: container target -> bytes."""
     from patchkit.materialize import materialize
 
     # Only the diff-only patches, in memory: committed ones are read (and
     # checked against their pins) by build_bundle itself.
-    files: dict[str, bytes] = {}
+    files: dict[str, Blob] = {}
     results = materialize(repo, lock, store, cache, diff_only=True, keep=files)
     bad = [r for r in results if not r.ok]
     if bad:

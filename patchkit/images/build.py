@@ -426,16 +426,16 @@ def runtime_files(
     series writes), added as given. A file that does not match its pin
     stops the build.
     """
-    from patchkit.hashing import sha256_bytes
+    from patchkit.hashing import Blob, sha256_bytes
     from patchkit.materialize import materialize
 
-    keep: dict[str, bytes] = {}
+    keep: dict[str, Blob] = {}
     bad = [m for m in materialize(repo, lock, store, cache, keep=keep) if not m.ok]
     if bad:
         raise BadInput(
             f"'{bad[0].name}': {bad[0].how}", "fix the file or re-pin it: patchkit lock; then patchkit check"
         )
-    out = [LayerFile(target, data) for target, data in keep.items()]
+    out = [LayerFile(target, blob.data) for target, blob in keep.items()]
     names = set(executables)
     for kind, items in (("tuning", lock.tuning), ("artifacts", lock.artifacts)):
         for a in items:
