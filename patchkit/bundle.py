@@ -132,13 +132,15 @@ class _Files:
         """Every file the lockfile pins, at its repository path, each checked against its pin."""
         for field, rel, sha in lock.files():
             blob, executable = _read_repo_file(repo, str(rel), f"pinned by {LOCKFILE_NAME} {field}")
-            actual = blob.sha256
-            if actual != sha.hex:
-                raise BadInput(
-                    f"{rel}: sha256 {actual[:12]}… is not the pinned {sha.short}… ({LOCKFILE_NAME} {field}); "
-                    "refusing to bundle",
-                    "run `patchkit check` and re-lock or restore the file",
-                )
+            require_pin(
+                blob,
+                sha.hex,
+                lambda actual: (  # called at once, in this iteration
+                    f"{rel}: sha256 {actual[:12]}… is not the pinned {sha.short}… "  # noqa: B023
+                    f"({LOCKFILE_NAME} {field}); refusing to bundle"  # noqa: B023
+                ),
+                "run `patchkit check` and re-lock or restore the file",
+            )
             self.add(str(rel), blob, executable)
 
     def materialized(self, lock: Lockfile, files_that_run: Mapping[str, bytes | Blob]) -> None:
