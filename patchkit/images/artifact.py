@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -431,8 +430,10 @@ def _try(
 
 
 def _move_in(staging: Path, out: Path, written: tuple[str, ...], result: FileResult) -> Pulled:
-    """Move the verified files from ``staging`` into ``out``."""
+    """Move the verified files from ``staging`` into ``out``, each whole or not at all."""
+    from patchkit.repo import move_into
+
     out.mkdir(exist_ok=True)
     for rel in written:
-        os.replace(staging / rel, out / rel)
+        move_into(staging / rel, out / rel)
     return Pulled(tuple(sorted(written)), result.signer, result.details)
