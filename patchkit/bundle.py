@@ -38,6 +38,7 @@ bundled lockfile.
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 from collections.abc import Mapping
@@ -282,24 +283,68 @@ def collect_files_that_run(repo: Repo, lock: Lockfile, store: BlobStore, cache: 
 
 
 def read_bundle(
-    path: Path, *, max_member: int = MAX_MEMBER, max_total: int = MAX_TOTAL, max_members: int = MAX_MEMBERS
+    source: Path | bytes,
+    *,
+    name: str | None = None,
+    max_member: int = MAX_MEMBER,
+    max_total: int = MAX_TOTAL,
+    max_members: int = MAX_MEMBERS,
 ) -> bundletar.Contents:
-    """The bundle at ``path`` read once: its files, its SHA256SUMS and lockfile bytes, and every problem.
+    """The bundle read once: its files, its SHA256SUMS and lockfile bytes, and every problem.
 
-    ``problems`` holds the format's (``bundletar.read``: anything but the
-    bytes ``patchkit bundle`` writes) and, for a bundle read to its end, the
-    contents' (SHA256SUMS and every pin of the bundled lockfile). Nothing is
-    unpacked to disk.
+    The one reading of a bundle, for ``verify-bundle``, ``attest``, ``push``
+    and ``pull``, with one set of limits (``bundletar.LIMITS``: bytes per
+    member, in all, members, and so the archive's own size). ``source`` is
+    the archive's path or, for a bundle already in memory, its bytes
+    (``name`` then names it in messages). ``problems`` holds the format's
+    (``bundletar.read``: anything but the bytes ``patchkit bundle`` writes,
+    which also refuses every link member, an absolute or ``..`` path, a
+    duplicate) and, for a bundle read to its end, the contents' (SHA256SUMS
+    and every pin of the bundled lockfile). Nothing is unpacked to disk.
     """
     limits = bundletar.Limits(max_member, max_total, max_members)
-    try:
-        f = path.open("rb")
-    except OSError as e:
-        return bundletar.Contents(problems=[f"{path}: cannot read ({e.strerror})"])
+    shown = name or str(source if isinstance(source, Path) else "the bundle")
+    size = len(source) if isinstance(source, bytes) else _size(source)
+    if isinstance(size, str):
+        return bundletar.Contents(problems=[f"{shown}: {size}"])
+    if size > limits.archive:
+        return bundletar.Contents(problems=[f"{shown}: {size} bytes, over the {limits.archive} a bundle may have"])
     # Sums and pins are checked only over a bundle read to its end: a
     # bundle cut short would add a "missing" problem for every unread file.
+    if isinstance(source, bytes):
+        return bundletar.read(io.BytesIO(source), shown, (SUMS_NAME, LOCKFILE_NAME), limits, check_contents)
+    try:
+        f = source.open("rb")
+    except OSError as e:
+        return bundletar.Contents(problems=[f"{shown}: cannot read ({e.strerror})"])
     with f:
-        return bundletar.read(f, str(path), (SUMS_NAME, LOCKFILE_NAME), limits, check_contents)
+        return bundletar.read(f, shown, (SUMS_NAME, LOCKFILE_NAME), limits, check_contents)
+
+
+def _size(path: Path) -> int | str:
+    """The file's size, or why it cannot be read."""
+    try:
+        return path.stat().st_size
+    except OSError as e:
+        return f"cannot read ({e.strerror})"
+
+
+def verified(source: Path | bytes, name: str | None = None) -> bundletar.Contents:
+    """The bundle read by ``read_bundle``; ``BadInput`` naming its first problem unless ``verify-bundle`` accepts it.
+
+    What ``attest``, ``push`` and ``pull`` take: a bundle with any problem
+    ``verify_bundle`` reports is refused by them too.
+    """
+    read = read_bundle(source, name=name)
+    if read.problems:
+        first = read.problems[0]
+        more = f" (and {len(read.problems) - 1} more)" if len(read.problems) > 1 else ""
+        if not isinstance(source, Path):  # the caller says where the bytes came from
+            raise BadInput(f"{first}{more}", "build it with: patchkit bundle -o PATH")
+        shown = name or str(source)
+        line = first if first.startswith(f"{shown}:") else f"{shown}: {first}"
+        raise BadInput(f"{line}{more}", f"see every problem: patchkit verify-bundle {source}")
+    return read
 
 
 def verify_bundle(
