@@ -8,12 +8,10 @@ import fcntl
 import hashlib
 import json
 import os
-import secrets
 import stat
 import sys
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -827,6 +825,8 @@ def _stage_all(root: Path, items: list[tuple[str, bytes]]) -> list[tuple[str, Pa
     if len(items) > 32:
         # Creating a file costs about a millisecond on some file systems; the
         # system calls overlap well on a few threads (they release the GIL).
+        from concurrent.futures import ThreadPoolExecutor  # only for a large write: sums --check starts without it
+
         with ThreadPoolExecutor(max_workers=8, thread_name_prefix="stage") as pool:
             results = list(pool.map(stage, items))
     else:
@@ -1097,7 +1097,7 @@ def _binding(root: Path, tree: bool) -> dict[str, Any]:
         "dev": st.st_dev,
         "ino": st.st_ino,
         "pid": os.getpid(),
-        "run": secrets.token_hex(16),
+        "run": os.urandom(16).hex(),
     }
 
 
@@ -1289,7 +1289,7 @@ def _stage_in(dirs: Dirs, parent: str, name: str, data: bytes, sync: bool, mode:
     """
     path = Path(dirs.root, parent, name)
     # The writer's pid in the name: recovery removes only the staging of dead processes.
-    tmp_name = f"{TMP_PREFIX}{os.getpid()}-{name}.{secrets.token_hex(4)}.tmp"
+    tmp_name = f"{TMP_PREFIX}{os.getpid()}-{name}.{os.urandom(4).hex()}.tmp"
     tmp_rel = f"{parent}/{tmp_name}" if parent else tmp_name
     try:
         directory, _ = dirs.at(tmp_rel, create=True)
