@@ -52,6 +52,7 @@ to stdout.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import math
@@ -323,6 +324,15 @@ def best_quiet(timing: Timing, rounds: list[Round]) -> tuple[float, bool]:
 # --------------------------------------------------------------------------- main
 
 
+def baseline_env(env: dict[str, str], baseline: Path | None) -> dict[str, str] | None:
+    """The environment that runs the patchkit of the source tree ``baseline`` instead, or None."""
+    if baseline is None:
+        return None
+    if not (baseline / "patchkit" / "__init__.py").is_file():
+        fail(PROG, f"--baseline {baseline}: no patchkit/__init__.py there")
+    return {**env, "PYTHONPATH": str(baseline.resolve())}
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0] if __doc__ else None)
     p.add_argument("--size-gb", type=float, default=2.0, help="size of the deployment tree in GB (default 2)")
@@ -337,6 +347,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="mixed: 3 large files and thousands of small ones (default); large: 16 equal files",
     )
     p.add_argument("--json", action="store_true", help="report to stderr, results as JSON to stdout")
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="DIR",
+        help="another patchkit source tree (e.g. a `git archive` of main) timed beside this one, rows a' and s'",
+    )
     args = p.parse_args(argv)
     if args.size_gb <= 0 or args.repeat < 1:
         p.error("--size-gb must be > 0 and --repeat >= 1")
@@ -483,6 +499,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     hint = f"\n(was the tree modified? delete {tree.root} and {tree.root}.json to rebuild it)"
 
     candidates = make_candidates(tree.root, patchkit, sha256sum, paths, cores, env, meter, hint, workdir)
+    base_env = baseline_env(env, args.baseline)
+    if base_env is not None:
+        argv = [patchkit, "sums", "--check"]
+        row = Timing("baseline", "a'", f"  same, {args.baseline.name} (baseline)")
+        candidates.insert(1, (row, functools.partial(run_measured_ok, PROG, argv, tree.root, base_env, meter, hint)))
 
     out.progress("warm-up: one untimed pass of every candidate (also checks they all pass)")
     for timing, run in candidates:
@@ -499,7 +520,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         startup("python -c pass", [sys.executable, "-c", "pass"], REPO_ROOT, 20),
         startup("patchkit --help", [patchkit, "--help"], REPO_ROOT, 20, env),
         startup(f"patchkit check ({REPO_ROOT})", [patchkit, "check"], REPO_ROOT, 10, env),
+        startup("patchkit sums --check (its 11 files)", [patchkit, "sums", "--check"], REPO_ROOT, 20, env),
     ]
+    if base_env is not None:
+        starts.append(startup("  same, baseline", [patchkit, "sums", "--check"], REPO_ROOT, 20, base_env))
 
     def rate(key: str) -> float:
         return total / by_key[key].best
@@ -580,6 +604,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "patchkit_share_of_ceiling": round(pk_share, 4) if pk_share is not None else None,
             "share_from_contended_rounds": pk_flagged,
             "cli_overhead_s": round(by_key["patchkit"].best - by_key["library"].best, 4),
+            "patchkit_over_baseline": round(rate("patchkit") / rate("baseline"), 3) if "baseline" in by_key else None,
             "target_share": TARGET_SHARE,
             "target_peak_rss_mib": TARGET_PEAK_MIB,
             "target_met": (
@@ -625,6 +650,12 @@ def ratio_rows(r: dict[str, Any]) -> list[tuple[str, str]]:
     verdict = "met" if ratios["peak_target_met"] else "MISSED"
     rows.append(("patchkit peak RSS", f"{peak:.1f} MiB  (target < {ratios['target_peak_rss_mib']} MiB: {verdict})"))
     rows.append(("CLI overhead, a - d (best)", f"{ratios['cli_overhead_s'] * 1000:.0f} ms"))
+    if ratios["patchkit_over_baseline"] is not None:
+        rows.append(("patchkit / baseline (throughput)", f"{ratios['patchkit_over_baseline']:.2f}x"))
+        base = r["hashing"]["baseline"]
+        if "openssl_dgst" in r["hashing"]:
+            over = r["hashing"]["openssl_dgst"]["best_s"] / base["best_s"]
+            rows.append(("baseline / openssl dgst (throughput)", f"{over:.2f}x"))
     return rows
 
 

@@ -38,14 +38,16 @@ bundled lockfile.
 
 from __future__ import annotations
 
+import io
 import os
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from patchkit import bundletar, sums
 from patchkit.errors import BadInput, LockfileError
-from patchkit.hashing import require_pin, sha256_bytes
+from patchkit.hashing import Blob, require_pin
 from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
 from patchkit.lockfile.reader import loads
 from patchkit.progress import Meter
@@ -93,7 +95,12 @@ def bundle_epoch(value: int | None = None) -> int:
     return value
 
 
-def _read_repo_file(repo: Repo, rel: str, what: str) -> tuple[bytes, bool]:
+def _blob(data: bytes | Blob | None) -> Blob | None:
+    """``data`` as a ``Blob`` (a caller may hand plain bytes)."""
+    return data if data is None or isinstance(data, Blob) else Blob(data)
+
+
+def _read_repo_file(repo: Repo, rel: str, what: str) -> tuple[Blob, bool]:
     try:
         path, st = repo.check_inside_stat(rel)
     except FileNotFoundError as e:
@@ -104,34 +111,40 @@ def _read_repo_file(repo: Repo, rel: str, what: str) -> tuple[bytes, bool]:
         data = path.read_bytes()
     except OSError as e:
         raise BadInput(f"{rel}: cannot read ({e.strerror}); refusing to bundle") from e
-    return data, bool(st.st_mode & stat.S_IXUSR)
+    return Blob(data), bool(st.st_mode & stat.S_IXUSR)
 
 
 class _Files:
-    """The bundle's members as they are gathered: name -> (bytes, executable), one content per name."""
+    """The bundle's members as they are gathered: name -> (bytes and digest, executable), one content per name.
+
+    Each member's digest is computed once, where its pin is checked, and
+    reused for SHA256SUMS.
+    """
 
     def __init__(self, lock_bytes: bytes) -> None:
-        self.files: dict[str, tuple[bytes, bool]] = {LOCKFILE_NAME: (lock_bytes, False)}
+        self.files: dict[str, tuple[Blob, bool]] = {LOCKFILE_NAME: (Blob(lock_bytes), False)}
 
-    def add(self, name: str, data: bytes, executable: bool) -> None:
-        if name in self.files and self.files[name][0] != data:
+    def add(self, name: str, data: Blob, executable: bool) -> None:
+        if name in self.files and self.files[name][0].data != data.data:
             raise BadInput(f"{name}: two different files would be bundled under this name; refusing to bundle")
         self.files[name] = (data, executable)
 
     def pinned(self, repo: Repo, lock: Lockfile) -> None:
         """Every file the lockfile pins, at its repository path, each checked against its pin."""
         for field, rel, sha in lock.files():
-            data, executable = _read_repo_file(repo, str(rel), f"pinned by {LOCKFILE_NAME} {field}")
-            actual = sha256_bytes(data)
-            if actual != sha.hex:
-                raise BadInput(
-                    f"{rel}: sha256 {actual[:12]}… is not the pinned {sha.short}… ({LOCKFILE_NAME} {field}); "
-                    "refusing to bundle",
-                    "run `patchkit check` and re-lock or restore the file",
-                )
-            self.add(str(rel), data, executable)
+            blob, executable = _read_repo_file(repo, str(rel), f"pinned by {LOCKFILE_NAME} {field}")
+            require_pin(
+                blob,
+                sha.hex,
+                lambda actual: (  # called at once, in this iteration
+                    f"{rel}: sha256 {actual[:12]}… is not the pinned {sha.short}… "  # noqa: B023
+                    f"({LOCKFILE_NAME} {field}); refusing to bundle"  # noqa: B023
+                ),
+                "run `patchkit check` and re-lock or restore the file",
+            )
+            self.add(str(rel), blob, executable)
 
-    def materialized(self, lock: Lockfile, files_that_run: dict[str, bytes]) -> None:
+    def materialized(self, lock: Lockfile, files_that_run: Mapping[str, bytes | Blob]) -> None:
         """Each diff-only patch's given file under build/, checked against its pin.
 
         A file given for a committed patch must be that file; one given for no patch's target is refused.
@@ -142,9 +155,9 @@ class _Files:
                 raise BadInput(f"{target}: not the target of any patch in {LOCKFILE_NAME}; refusing to bundle")
         for p in lock.patches:
             target = str(p.target)
-            given = files_that_run.get(target)
+            given = _blob(files_that_run.get(target))
             if p.file is not None:
-                if given is not None and given != self.files[str(p.file)][0]:
+                if given is not None and given.data != self.files[str(p.file)][0].data:
                     raise BadInput(f"{target}: the file given for '{p.name}' is not the committed {p.file}")
                 continue
             if given is None:
@@ -160,7 +173,7 @@ class _Files:
                     f"not the pinned {p.sha256.short}…; refusing to bundle"  # noqa: B023
                 ),
             )
-            self.add(build_target(target), given, given.startswith(b"#!"))
+            self.add(build_target(target), given, given.data.startswith(b"#!"))
 
     def deployment(self, repo: Repo) -> None:
         """Every compose profile (compose.yaml required) and the root deployment files that exist."""
@@ -192,7 +205,7 @@ class _Files:
 
         for name in composes:
             try:
-                text = self.files[name][0].decode("utf-8")
+                text = self.files[name][0].data.decode("utf-8")
             except UnicodeDecodeError as e:
                 raise BadInput(f"{name}: not UTF-8 ({e.reason} at byte {e.start}); refusing to bundle") from e
             for mount in compose.read(name, text).mounts:
@@ -202,7 +215,7 @@ class _Files:
 
 
 def _bundle_files(
-    repo: Repo, lock: Lockfile, lock_bytes: bytes, files_that_run: dict[str, bytes]
+    repo: Repo, lock: Lockfile, lock_bytes: bytes, files_that_run: Mapping[str, bytes | Blob]
 ) -> dict[str, tuple[bytes, bool]]:
     """Every bundle member: name -> (bytes, executable), each pin verified, SHA256SUMS included."""
     gathered = _Files(lock_bytes)
@@ -212,8 +225,8 @@ def _bundle_files(
     files = gathered.files
     if SUMS_NAME in files:
         raise BadInput(f"{SUMS_NAME}: generated by the bundle, it cannot also be a bundled file")
-    out = {n: (d, bundletar.executable(d, x)) for n, (d, x) in files.items()}
-    out[SUMS_NAME] = (sums.render((n, sha256_bytes(d)) for n, (d, _) in files.items()), False)
+    out = {n: (b.data, bundletar.executable(b.data, x)) for n, (b, x) in files.items()}
+    out[SUMS_NAME] = (sums.render((n, b.sha256) for n, (b, _) in files.items()), False)
     return out
 
 
@@ -221,7 +234,7 @@ def build_bundle(
     repo: Repo,
     lock: Lockfile,
     lock_bytes: bytes,
-    files_that_run: dict[str, bytes],
+    files_that_run: Mapping[str, bytes | Blob],
     *,
     source_date_epoch: int | None = None,
 ) -> bytes:
@@ -252,13 +265,13 @@ def build_bundle(
     return bundletar.compress(writer.close())
 
 
-def collect_files_that_run(repo: Repo, lock: Lockfile, store: BlobStore, cache: Path) -> dict[str, bytes]:
+def collect_files_that_run(repo: Repo, lock: Lockfile, store: BlobStore, cache: Path) -> dict[str, Blob]:
     """Every diff-only patch materialized and verified: container target -> bytes."""
     from patchkit.materialize import materialize
 
     # Only the diff-only patches, in memory: committed ones are read (and
     # checked against their pins) by build_bundle itself.
-    files: dict[str, bytes] = {}
+    files: dict[str, Blob] = {}
     results = materialize(repo, lock, store, cache, diff_only=True, keep=files)
     bad = [r for r in results if not r.ok]
     if bad:
@@ -270,24 +283,68 @@ def collect_files_that_run(repo: Repo, lock: Lockfile, store: BlobStore, cache: 
 
 
 def read_bundle(
-    path: Path, *, max_member: int = MAX_MEMBER, max_total: int = MAX_TOTAL, max_members: int = MAX_MEMBERS
+    source: Path | bytes,
+    *,
+    name: str | None = None,
+    max_member: int = MAX_MEMBER,
+    max_total: int = MAX_TOTAL,
+    max_members: int = MAX_MEMBERS,
 ) -> bundletar.Contents:
-    """The bundle at ``path`` read once: its files, its SHA256SUMS and lockfile bytes, and every problem.
+    """The bundle read once: its files, its SHA256SUMS and lockfile bytes, and every problem.
 
-    ``problems`` holds the format's (``bundletar.read``: anything but the
-    bytes ``patchkit bundle`` writes) and, for a bundle read to its end, the
-    contents' (SHA256SUMS and every pin of the bundled lockfile). Nothing is
-    unpacked to disk.
+    The one reading of a bundle, for ``verify-bundle``, ``attest``, ``push``
+    and ``pull``, with one set of limits (``bundletar.LIMITS``: bytes per
+    member, in all, members, and so the archive's own size). ``source`` is
+    the archive's path or, for a bundle already in memory, its bytes
+    (``name`` then names it in messages). ``problems`` holds the format's
+    (``bundletar.read``: anything but the bytes ``patchkit bundle`` writes,
+    which also refuses every link member, an absolute or ``..`` path, a
+    duplicate) and, for a bundle read to its end, the contents' (SHA256SUMS
+    and every pin of the bundled lockfile). Nothing is unpacked to disk.
     """
     limits = bundletar.Limits(max_member, max_total, max_members)
-    try:
-        f = path.open("rb")
-    except OSError as e:
-        return bundletar.Contents(problems=[f"{path}: cannot read ({e.strerror})"])
+    shown = name or str(source if isinstance(source, Path) else "the bundle")
+    size = len(source) if isinstance(source, bytes) else _size(source)
+    if isinstance(size, str):
+        return bundletar.Contents(problems=[f"{shown}: {size}"])
+    if size > limits.archive:
+        return bundletar.Contents(problems=[f"{shown}: {size} bytes, over the {limits.archive} a bundle may have"])
     # Sums and pins are checked only over a bundle read to its end: a
     # bundle cut short would add a "missing" problem for every unread file.
+    if isinstance(source, bytes):
+        return bundletar.read(io.BytesIO(source), shown, (SUMS_NAME, LOCKFILE_NAME), limits, check_contents)
+    try:
+        f = source.open("rb")
+    except OSError as e:
+        return bundletar.Contents(problems=[f"{shown}: cannot read ({e.strerror})"])
     with f:
-        return bundletar.read(f, str(path), (SUMS_NAME, LOCKFILE_NAME), limits, check_contents)
+        return bundletar.read(f, shown, (SUMS_NAME, LOCKFILE_NAME), limits, check_contents)
+
+
+def _size(path: Path) -> int | str:
+    """The file's size, or why it cannot be read."""
+    try:
+        return path.stat().st_size
+    except OSError as e:
+        return f"cannot read ({e.strerror})"
+
+
+def verified(source: Path | bytes, name: str | None = None) -> bundletar.Contents:
+    """The bundle read by ``read_bundle``; ``BadInput`` naming its first problem unless ``verify-bundle`` accepts it.
+
+    What ``attest``, ``push`` and ``pull`` take: a bundle with any problem
+    ``verify_bundle`` reports is refused by them too.
+    """
+    read = read_bundle(source, name=name)
+    if read.problems:
+        first = read.problems[0]
+        more = f" (and {len(read.problems) - 1} more)" if len(read.problems) > 1 else ""
+        if not isinstance(source, Path):  # the caller says where the bytes came from
+            raise BadInput(f"{first}{more}", "build it with: patchkit bundle -o PATH")
+        shown = name or str(source)
+        line = first if first.startswith(f"{shown}:") else f"{shown}: {first}"
+        raise BadInput(f"{line}{more}", f"see every problem: patchkit verify-bundle {source}")
+    return read
 
 
 def verify_bundle(

@@ -62,6 +62,16 @@ class Limits:
         """The most tar bytes read: the data plus room for headers and padding."""
         return self.total + _HEADER_SLACK
 
+    @property
+    def archive(self) -> int:
+        """The most bytes a ``.tar.gz`` of ``stream`` tar bytes can have: deflate's worst case and gzip's frame.
+
+        Deflate stores what it cannot compress in blocks of at most 65,535
+        bytes with 5 bytes of header each; gzip adds its header and trailer.
+        A larger file is refused before it is read or sent.
+        """
+        return self.stream + self.stream // 8192 + 4096
+
 
 LIMITS = Limits()
 

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from patchkit.errors import WriteFailed
-from patchkit.hashing import pin_mismatch, sha256_bytes
+from patchkit.hashing import Blob, pin_mismatch, sha256_bytes
 from patchkit.repo import atomic_write
 
 
@@ -40,11 +40,11 @@ class BlobStore:
             return None
         return data if pin_mismatch(data, hexdigest) is None else None  # a damaged entry is a miss
 
-    def put(self, data: bytes) -> str:
-        """Store ``data``; a cache that cannot be written is not an error, only slower."""
+    def put(self, data: bytes | Blob) -> str:
+        """Store ``data`` under its sha256 (a ``Blob``'s own); a cache that cannot be written only costs time."""
         digest = sha256_bytes(data)
         path = self.root / digest
         if not path.exists():
             with contextlib.suppress(WriteFailed):
-                atomic_write(path, data, durable=False)  # a cache: rebuilt if lost
+                atomic_write(path, data.data if isinstance(data, Blob) else data, durable=False)  # rebuilt if lost
         return digest

@@ -20,18 +20,14 @@ which no pin describes.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import errno
-import functools
 import hashlib
 import heapq
 import os
-import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import Any, Generic, TypeVar
 
 # Bytes read at a time, per thread: the size of its buffer. Small enough that the copy out of the page
 # cache stays in the core's L2 cache while SHA-256 reads it: 128 KiB costs less CPU than a memory map
@@ -43,8 +39,6 @@ SERVING = 8 * 1024 * 1024  # small files a worker takes at once, in bytes: a few
 SERVING_FILES = 128  # and at most this many of them, however small
 
 Progress = Callable[[int], None]
-P = ParamSpec("P")
-R = TypeVar("R")
 F = TypeVar("F", Path, str)  # how a caller names its files: its results are keyed the same way
 
 _GRAIN = 64 * 1024  # buffer sizes are a multiple of this
@@ -59,100 +53,41 @@ class Changed(OSError):
         )
 
 
-class _Remembered:
-    """Digests of the byte strings hashed lately, found again by identity; what only it keeps alive is bounded.
+class Blob:
+    """Bytes and their SHA-256, hashed at most once, on the first ask.
 
-    A rebase meets each file version several times over (its pin, its merge
-    key, its semantic-check key, its journal entry), mostly as the same
-    ``bytes`` object. Keyed by the object's id, and holding the object so the
-    id cannot be reused while it is remembered: a lookup costs no pass over
-    the bytes (keying by content would hash them all again, for the dict).
-    Only ``bytes`` are kept: they are immutable, so a digest never goes
-    stale.
-
-    When the remembered bytes pass ``sweep_at`` (at first ``limit``), the
-    oldest strings that only this memo keeps alive are forgotten until half
-    the limit is left. A string something else still holds costs no memory
-    here, and its digest is likely to be asked for again (a rebase holds
-    every file version until it writes): it stays, where forgetting it made
-    a rebase of 5,000 patches hash the same strings again and again. The
-    next sweep then waits until the remembered bytes have doubled, so
-    sweeping stays linear in what is remembered, and what the memo alone
-    keeps alive stays under ``limit`` or twice what others held at the last
-    sweep.
+    A value that carries its digest: code that needs the digest of the same
+    bytes in several places (a pin check, then a SHA256SUMS line, then a
+    statement) hands the ``Blob`` along instead of the bytes, and the bytes
+    are hashed once. ``data`` is ``bytes``, which cannot change, so the
+    digest never goes stale.
     """
 
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.size = 0
-        self.sweep_at = limit
-        self.digests: dict[int, tuple[bytes, str]] = {}
-        self.lock = threading.Lock()
+    __slots__ = ("_sha256", "data")
 
-    def sha256(self, data: bytes) -> str:
-        found = self.digests.get(id(data))
-        if found is not None and found[0] is data:
-            return found[1]
-        digest = hashlib.sha256(data).hexdigest()
-        with self.lock:
-            self.digests[id(data)] = (data, digest)
-            self.size += len(data)
-            if self.size > self.sweep_at:
-                self._forget_unheld()
-        return digest
+    def __init__(self, data: bytes) -> None:
+        self.data = bytes(data) if type(data) is not bytes else data
+        self._sha256: str | None = None
 
-    def _forget_unheld(self) -> None:
-        """Forget the oldest strings only this memo holds until half the limit is left (a dict keeps their order)."""
-        for key, entry in list(self.digests.items()):
-            if self.size <= self.limit // 2:
-                break
-            if sys.getrefcount(entry[0]) <= _HELD_HERE_ONLY:
-                del self.digests[key]
-                self.size -= len(entry[0])
-        self.sweep_at = max(self.limit, 2 * self.size)
+    @property
+    def sha256(self) -> str:
+        """The hex SHA-256 of ``data``, computed on the first ask only."""
+        if self._sha256 is None:
+            self._sha256 = hashlib.sha256(self.data).hexdigest()
+        return self._sha256
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __repr__(self) -> str:
+        return f"Blob({len(self.data)} bytes)"
 
 
-# References to a remembered string when only the memo holds it: its entry's tuple and getrefcount's argument.
-_HELD_HERE_ONLY = 2
-
-REMEMBER = 128 * 1024 * 1024  # bytes a rebase's memo may keep alive on its own (see _Remembered)
-_SMALL = 4096  # shorter strings are hashed again: cheaper than remembering them
-# The memo of the innermost ``remembering`` block of this thread (or task), if any.
-_memo: contextvars.ContextVar[_Remembered | None] = contextvars.ContextVar("patchkit_digests", default=None)
-
-
-@contextlib.contextmanager
-def remembering(limit: int = REMEMBER) -> Iterator[None]:
-    """Within the block, ``sha256_bytes`` remembers the digests it computes (see ``_Remembered``).
-
-    Scoped to the commands that ask for the same digests many times over (a
-    rebase): elsewhere nothing is kept, so no command holds bytes longer than
-    it would.
-    """
-    token = _memo.set(_Remembered(limit))
-    try:
-        yield
-    finally:
-        _memo.reset(token)
-
-
-def remembers_digests(fn: Callable[P, R]) -> Callable[P, R]:
-    """Run ``fn`` inside ``remembering()``."""
-
-    @functools.wraps(fn)
-    def run(*args: P.args, **kwargs: P.kwargs) -> R:
-        with remembering():
-            return fn(*args, **kwargs)
-
-    return run
-
-
-def sha256_bytes(data: bytes) -> str:
-    """The hex SHA-256 of ``data``; inside ``remembering``, the same bytes are not hashed twice."""
-    memo = _memo.get()
-    if memo is None or len(data) < _SMALL or type(data) is not bytes:
-        return hashlib.sha256(data).hexdigest()
-    return memo.sha256(data)
+def sha256_bytes(data: bytes | Blob) -> str:
+    """The hex SHA-256 of ``data``; a ``Blob`` gives the digest it carries (hashed once, on the first ask)."""
+    if isinstance(data, Blob):
+        return data.sha256
+    return hashlib.sha256(data).hexdigest()
 
 
 _local = threading.local()
@@ -501,7 +436,7 @@ def digest_many(
     return hasher.results
 
 
-def pin_mismatch(data: bytes, pinned: str) -> str | None:
+def pin_mismatch(data: bytes | Blob, pinned: str) -> str | None:
     """The sha256 of ``data`` when it is not the pinned hex digest ``pinned``; None when the bytes match the pin.
 
     The one comparison of bytes with their pin: every place that verifies
@@ -513,7 +448,7 @@ def pin_mismatch(data: bytes, pinned: str) -> str | None:
     return None if got == pinned else got
 
 
-def require_pin(data: bytes, pinned: str, message: Callable[[str], str], hint: str | None = None) -> None:
+def require_pin(data: bytes | Blob, pinned: str, message: Callable[[str], str], hint: str | None = None) -> None:
     """Raise ``PinMismatch`` (``message`` given the sha256 found) unless ``data`` matches the pinned digest."""
     from patchkit.errors import PinMismatch
 

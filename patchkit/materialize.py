@@ -15,7 +15,7 @@ from pathlib import Path
 from patchkit import diffs
 from patchkit.cache import BlobStore
 from patchkit.errors import BadInput
-from patchkit.hashing import require_pin, sha256_bytes
+from patchkit.hashing import Blob, require_pin
 from patchkit.lockfile.model import Lockfile, Patch
 from patchkit.repo import Repo, atomic_write
 
@@ -45,15 +45,16 @@ def _base(repo: Repo, lock: Lockfile, p: Patch, store: BlobStore, cache: Path) -
     if data is None:
         raise BadInput(f"'{p.name}': {p.base.path} does not exist in {up.name} at {ref or up.pin_text}")
     base = p.base
+    blob = Blob(data)
     require_pin(
-        data,
+        blob,
         base.sha256.hex,
         lambda got: (
             f"'{p.name}': {base.path} from {up.name} has sha256 {got[:12]}…, not the pinned base {base.sha256.short}…"
         ),
         "the upstream source does not serve the pinned base; check the upstream's pin",
     )
-    store.put(data)
+    store.put(blob)  # the digest just checked, not computed again
     return data
 
 
@@ -65,13 +66,13 @@ def materialize(
     out: Path | None = None,
     *,
     diff_only: bool = False,
-    keep: dict[str, bytes] | None = None,
+    keep: dict[str, Blob] | None = None,
 ) -> list[Materialized]:
     """Every patch's running file, verified against its pin; written under ``out`` if given.
 
     ``diff_only`` limits the work to the diff-only patches; ``keep`` receives
-    each verified file's bytes by container target (for the bundle, which
-    needs them in memory, not on disk).
+    each verified file's bytes, with the digest checked, by container target
+    (for the bundle, which needs them in memory, not on disk).
     """
     results = []
     for p in lock.patches:
@@ -90,13 +91,14 @@ def materialize(
             except (diffs.DiffError, diffs.ApplyError) as e:
                 raise BadInput(f"{p.diff.file}:{e.line}: {e.message}") from e
             how = "base + diff"
-        digest = sha256_bytes(data)
+        blob = Blob(data)
+        digest = blob.sha256
         ok = digest == p.sha256.hex
         if not ok:
             how = f"sha256 {digest[:12]}… is not the pinned {p.sha256.short}…"
         elif out is not None:
             atomic_write(out / str(p.target).lstrip("/"), data)
         if ok and keep is not None:
-            keep[str(p.target)] = data
+            keep[str(p.target)] = blob
         results.append(Materialized(p.name, str(p.target), digest, ok, how))
     return results

@@ -31,7 +31,7 @@ from patchkit.diffs import canonical_diff
 from patchkit.edit import apply_diff_only, read_pinned, recover_base
 from patchkit.errors import BadInput, PatchkitError, PinMismatch
 from patchkit.fanout import map_items
-from patchkit.hashing import remembers_digests, require_pin, sha256_bytes
+from patchkit.hashing import require_pin, sha256_bytes
 from patchkit.importing import handdiffs
 from patchkit.lockfile.model import Base, DiffPin, Image, Lockfile, Patch, PatchKind, Upstream
 from patchkit.lockfile.writer import dumps
@@ -1237,7 +1237,6 @@ def _pick_upstream(lock: Lockfile, name: str | None) -> Upstream:
     )
 
 
-@remembers_digests
 def start(
     repo: Repo,
     lock: Lockfile,
@@ -1369,7 +1368,6 @@ class RebaseBroken(RebaseBlocked):
         )
 
 
-@remembers_digests
 def resume(
     repo: Repo,
     lock: Lockfile,

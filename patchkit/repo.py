@@ -8,12 +8,10 @@ import fcntl
 import hashlib
 import json
 import os
-import secrets
 import stat
 import sys
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -569,16 +567,58 @@ def _holder(fd: int) -> str:
     return f"pid {pid}: patchkit {command}".rstrip()
 
 
-def atomic_write(path: Path, data: bytes, *, durable: bool = True) -> None:
+def atomic_write(
+    path: Path, data: bytes, *, durable: bool = True, mode: int | None = None, overwrite: bool = True
+) -> None:
     """Write ``data`` to ``path`` so that readers see the old file or the new one, never half.
 
-    Temporary file in the same directory, fsync, rename over, fsync the
-    directory. ``durable=False`` skips the fsyncs, for caches that can be
-    rebuilt: the rename still keeps readers from ever seeing half a file.
+    The one atomic write: a temporary file in the same directory (created
+    when missing), fsync, rename over (``move_into``), fsync the directory.
+    ``durable=False`` skips the fsyncs, for caches that can be rebuilt: the
+    rename still keeps readers from ever seeing half a file. ``mode``: the
+    new file's permission bits (default: the old file's, else what the umask
+    gives). ``overwrite=False``: the file is linked into place instead, and
+    ``FileExistsError`` says something is already there (a key never
+    replaces another).
     """
-    tmp = _stage(path, data, sync=durable)
+    tmp = _stage(path, data, sync=durable, mode=mode)
+    _put(tmp, path, durable=durable, overwrite=overwrite)
+
+
+def move_into(tmp: Path, path: Path, *, durable: bool = True, overwrite: bool = True) -> None:
+    """Put the finished file ``tmp`` at ``path`` in one step; ``tmp`` is gone afterwards, whatever happened.
+
+    For a file made whole by something else (a wheel pip downloaded, a
+    pulled bundle verified in its staging directory, a configuration git's
+    parser wrote): ``tmp`` on the same file system as ``path``, fsynced
+    first when ``durable``; otherwise as ``atomic_write``, which ends here.
+    """
+    if durable:
+        try:
+            fd = os.open(tmp, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise _write_failed(path, e) from e
+    _put(tmp, path, durable=durable, overwrite=overwrite)
+
+
+def _put(tmp: Path, path: Path, *, durable: bool, overwrite: bool) -> None:
+    """Rename (or, ``overwrite=False``, link) the staged ``tmp`` to ``path``; fsync the directory when ``durable``."""
     try:
-        os.replace(tmp, path)
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)
+            tmp.unlink()
+    except FileExistsError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise FileExistsError(e.errno, e.strerror, str(path)) from None
     except OSError as e:
         with contextlib.suppress(OSError):
             tmp.unlink()
@@ -587,14 +627,14 @@ def atomic_write(path: Path, data: bytes, *, durable: bool = True) -> None:
         _fsync_dir(path.parent)
 
 
-def _stage(path: Path, data: bytes, sync: bool = True) -> Path:
+def _stage(path: Path, data: bytes, sync: bool = True, mode: int | None = None) -> Path:
     """Stage ``data`` beside ``path`` (its directory created when missing); the temporary file's path."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise _write_failed(path, e) from e
     with Dirs(path.parent) as dirs:
-        return _stage_in(dirs, "", path.name, data, sync)
+        return _stage_in(dirs, "", path.name, data, sync, mode)
 
 
 def _write_failed(path: Path, e: OSError) -> WriteFailed:
@@ -785,6 +825,8 @@ def _stage_all(root: Path, items: list[tuple[str, bytes]]) -> list[tuple[str, Pa
     if len(items) > 32:
         # Creating a file costs about a millisecond on some file systems; the
         # system calls overlap well on a few threads (they release the GIL).
+        from concurrent.futures import ThreadPoolExecutor  # only for a large write: sums --check starts without it
+
         with ThreadPoolExecutor(max_workers=8, thread_name_prefix="stage") as pool:
             results = list(pool.map(stage, items))
     else:
@@ -1055,7 +1097,7 @@ def _binding(root: Path, tree: bool) -> dict[str, Any]:
         "dev": st.st_dev,
         "ino": st.st_ino,
         "pid": os.getpid(),
-        "run": secrets.token_hex(16),
+        "run": os.urandom(16).hex(),
     }
 
 
@@ -1236,17 +1278,18 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _stage_in(dirs: Dirs, parent: str, name: str, data: bytes, sync: bool) -> Path:
+def _stage_in(dirs: Dirs, parent: str, name: str, data: bytes, sync: bool, mode: int | None = None) -> Path:
     """Write ``data`` to a new temporary file beside ``parent/name`` (below ``dirs``), made when missing.
 
     The directory is resolved through ``dirs`` (no symlink followed, created
     when missing), so the temporary file lands where the rename will look
-    for it, never outside. Its mode is the target's when it exists, else
-    what the umask gives a new file. Returns the temporary file's path.
+    for it, never outside. Its mode is ``mode`` when given, else the
+    target's when it exists, else what the umask gives a new file. Returns
+    the temporary file's path.
     """
     path = Path(dirs.root, parent, name)
     # The writer's pid in the name: recovery removes only the staging of dead processes.
-    tmp_name = f"{TMP_PREFIX}{os.getpid()}-{name}.{secrets.token_hex(4)}.tmp"
+    tmp_name = f"{TMP_PREFIX}{os.getpid()}-{name}.{os.urandom(4).hex()}.tmp"
     tmp_rel = f"{parent}/{tmp_name}" if parent else tmp_name
     try:
         directory, _ = dirs.at(tmp_rel, create=True)
@@ -1259,17 +1302,22 @@ def _stage_in(dirs: Dirs, parent: str, name: str, data: bytes, sync: bool) -> Pa
             f.flush()
             if sync:
                 os.fsync(f.fileno())
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
-            with contextlib.suppress(FileNotFoundError):
-                mode = stat.S_IMODE(os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode)
-            os.fchmod(f.fileno(), mode)
+            os.fchmod(f.fileno(), _new_mode(directory, name) if mode is None else mode)
     except OSError as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp_name, dir_fd=directory)
         raise _write_failed(path, e) from e
     return path.parent / tmp_name
+
+
+def _new_mode(directory: int, name: str) -> int:
+    """The mode a file written over ``name`` gets: the old file's, else what the umask gives a new file."""
+    umask = os.umask(0)
+    os.umask(umask)
+    mode = 0o666 & ~umask
+    with contextlib.suppress(FileNotFoundError):
+        mode = stat.S_IMODE(os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode)
+    return mode
 
 
 def _sync(dirs: Dirs, rels: list[str]) -> None:

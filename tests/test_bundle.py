@@ -292,6 +292,19 @@ def test_verify_refuses_a_bundle_over_the_total_limit(good: bytes, tmp_path: Pat
     assert any("exceeds 2048 bytes" in p for p in problems), problems
 
 
+def test_a_bundle_larger_than_any_the_limits_allow_is_refused_unread_by_every_reader(tmp_path: Path) -> None:
+    from patchkit.bundletar import LIMITS
+    from patchkit.images.artifact import MAX_BUNDLE_BYTES, sums_of
+
+    assert LIMITS.archive == MAX_BUNDLE_BYTES  # push and pull send and take what verify-bundle could accept
+    big = tmp_path / "big.tar.gz"
+    with big.open("wb") as f:
+        f.truncate(LIMITS.archive + 1)  # sparse: nothing is written, and nothing must be read
+    assert verify_bundle(big) == [f"{big}: {LIMITS.archive + 1} bytes, over the {LIMITS.archive} a bundle may have"]
+    with pytest.raises(BadInput, match=r"over the \d+ a bundle may have"):
+        sums_of(big)
+
+
 def test_verify_refuses_a_duplicate_and_a_device(good: bytes, tmp_path: Path) -> None:
     def dev(tar: tarfile.TarFile) -> None:
         ti = tarfile.TarInfo("dev/sda")

@@ -184,39 +184,35 @@ def test_kept_files_are_read_once_and_hash_to_the_bytes_kept(tmp_path: Path) -> 
     assert isinstance(hashing.sha256_many([tmp_path / "link"], keep=keep)[tmp_path / "link"], OSError)  # never followed
 
 
-def test_remembered_digests_are_found_again_and_never_go_stale() -> None:
-    one = os.urandom(8192)
-    assert hashing.sha256_bytes(one) == hashlib.sha256(one).hexdigest()
-    assert hashing._memo.get() is None  # outside a remembering block nothing is kept
-    with hashing.remembering(limit=3 * 8192):
-        memo = hashing._memo.get()
-        assert memo is not None
-        assert hashing.sha256_bytes(one) == hashing.sha256_bytes(one) == hashlib.sha256(one).hexdigest()
-        assert memo.digests == {id(one): (one, hashlib.sha256(one).hexdigest())}
-        same = bytes(bytearray(one))  # equal content, another object: its own entry, the same digest
-        assert hashing.sha256_bytes(same) == hashlib.sha256(one).hexdigest()
-        # A mutable buffer is hashed each time: a remembered digest of it could go stale.
-        buf = bytearray(one)
-        assert hashing.sha256_bytes(buf) == hashlib.sha256(one).hexdigest()
-        buf[0] ^= 1
-        assert hashing.sha256_bytes(buf) == hashlib.sha256(bytes(buf)).hexdigest()
-        # Past its limit the memo forgets the oldest strings only it keeps alive, and every digest stays right.
-        held = [os.urandom(8192) for _ in range(5)]  # held here: they cost the memo nothing and stay
-        assert [hashing.sha256_bytes(b) for b in held] == [hashlib.sha256(b).hexdigest() for b in held]
-        assert all(id(b) in memo.digests for b in (one, *held))
-        for _ in range(40):  # held by nothing but the memo once hashed
-            dropped = os.urandom(8192)
-            assert hashing.sha256_bytes(dropped) == hashlib.sha256(dropped).hexdigest()
-        del dropped
-        assert all(id(b) in memo.digests for b in (one, *held))
-        only_memo = [d for d, _ in memo.digests.values() if not any(d is b for b in (one, same, *held))]
-        assert 8192 * len(only_memo) <= max(memo.limit, memo.sweep_at)  # the sweeps forgot the rest
-        assert len(only_memo) < 40
-        assert memo.size == sum(len(data) for data, _ in memo.digests.values())
-        for b in (one, *held):
-            assert hashing.sha256_bytes(b) == hashlib.sha256(b).hexdigest()
-        # Short strings are hashed directly, not kept.
-        kept = dict(memo.digests)
-        assert hashing.sha256_bytes(b"short") == hashlib.sha256(b"short").hexdigest()
-        assert memo.digests == kept
-    assert hashing._memo.get() is None  # and the block's memo is gone with it
+def test_a_blob_carries_the_digest_of_its_bytes_hashed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = os.urandom(8192)
+    want = hashlib.sha256(data).hexdigest()
+    blob = hashing.Blob(data)
+    assert blob.data is data and len(blob) == 8192
+    calls: list[int] = []
+    real = hashlib.sha256
+
+    def counted(b: bytes = b"") -> object:
+        calls.append(len(b))
+        return real(b)
+
+    monkeypatch.setattr(hashing.hashlib, "sha256", counted)
+    assert blob.sha256 == hashing.sha256_bytes(blob) == hashing.sha256_bytes(data) == want
+    assert hashing.pin_mismatch(blob, want) is None
+    assert hashing.pin_mismatch(blob, "0" * 64) == want
+    assert calls == [8192, 8192]  # once for the blob however often it is asked, once for the plain bytes
+    # A mutable buffer is copied: the digest it carries cannot go stale.
+    buf = bytearray(data)
+    copied = hashing.Blob(buf)  # type: ignore[arg-type]
+    buf[0] ^= 1
+    assert copied.sha256 == want
+
+
+def test_require_pin_takes_a_blob_and_names_the_digest_found() -> None:
+    from patchkit.errors import PinMismatch
+
+    blob = hashing.Blob(b"served\n")
+    hashing.require_pin(blob, hashlib.sha256(b"served\n").hexdigest(), str)
+    with pytest.raises(PinMismatch) as e:
+        hashing.require_pin(blob, "0" * 64, lambda got: f"x: sha256 {got}")
+    assert str(e.value) == f"x: sha256 {blob.sha256}"

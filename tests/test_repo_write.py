@@ -295,12 +295,12 @@ from pathlib import Path
 import patchkit.repo as repo
 real = repo._stage_in
 count = 0
-def stage(dirs, parent, name, data, sync):
+def stage(dirs, parent, name, data, sync, mode=None):
     global count
     count += 1
     if count == 6:  # the journal, lockfile.toml, tuning/new.csv, two files in directories of their own
         os.kill(os.getpid(), signal.SIGKILL)
-    return real(dirs, parent, name, data, sync)
+    return real(dirs, parent, name, data, sync, mode)
 repo._stage_in = stage
 new = {k: bytes.fromhex(v) for k, v in __import__("json").loads(sys.argv[2]).items()}
 repo.write_all(Path(sys.argv[1]), new)
@@ -318,3 +318,22 @@ def test_a_crash_while_staging_is_undone_and_leaves_no_staged_file(tmp_path: Pat
     assert _contents(root) == OLD
     assert not list(root.rglob(".patchkit-tmp-*"))
     assert not journal_place(root).journal.exists()
+
+
+def test_the_one_atomic_write_sets_a_mode_refuses_to_overwrite_when_asked_and_moves_finished_files(
+    tmp_path: Path,
+) -> None:
+    from patchkit.repo import atomic_write, move_into
+
+    key = tmp_path / "keys" / "k"
+    atomic_write(key, b"secret", mode=0o600, overwrite=False)
+    assert key.read_bytes() == b"secret" and key.stat().st_mode & 0o777 == 0o600
+    with pytest.raises(FileExistsError) as e:
+        atomic_write(key, b"other", overwrite=False)
+    assert e.value.filename == str(key)  # the file in the way, not the staged one
+    assert key.read_bytes() == b"secret"
+    assert sorted(p.name for p in key.parent.iterdir()) == ["k"]  # nothing staged stays behind
+    made = tmp_path / "keys" / "made-elsewhere"
+    made.write_bytes(b"new")
+    move_into(made, key)
+    assert key.read_bytes() == b"new" and not made.exists()

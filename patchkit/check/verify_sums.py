@@ -7,6 +7,9 @@ the lockfile is loaded, and its drift checked, while the files hash.
 
 from __future__ import annotations
 
+import contextlib
+import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from patchkit import sums
@@ -32,7 +35,7 @@ def check_sums(repo: Repo) -> CheckResult:
     except Escape as err:
         raise BadInput(f"{sums.FILENAME} {err}") from err
     entries, _ = sums.parse(data or b"")
-    with Hasher[str](opener=repo.dirs.open_regular) as hasher:
+    with Hasher[str](opener=repo.dirs.open_regular) as hasher, _handing_over_often():
         paths, unsafe = _listed_files(repo, entries, hasher)
         from patchkit.findings import CheckResult
 
@@ -42,6 +45,24 @@ def check_sums(repo: Repo) -> CheckResult:
     result.findings += _listing_findings(unsafe, entries, paths, hashes)
     result.findings.extend(generated)
     return result
+
+
+# How long the thread reading the lockfile keeps the interpreter lock while a hashing thread waits for it.
+# Python's default, 5 ms, is 40 windows' worth of hashing: each thread needs the lock twice per 128 KiB
+# window, so with the default a lockfile of thousands of pins, parsed meanwhile, stalls the hashing (a
+# thread hashing one file beside a pure-Python loop: 2.4-2.8 s at 5 ms, 1.7-1.8 s at 0.5 ms, 0.9 s alone).
+_SWITCH_INTERVAL = 0.0005
+
+
+@contextlib.contextmanager
+def _handing_over_often() -> Iterator[None]:
+    """Within the block, a thread waiting for the interpreter lock gets it within ``_SWITCH_INTERVAL``."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(min(before, _SWITCH_INTERVAL))
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
 
 
 def _against_lockfile(repo: Repo, data: bytes | None) -> list[Finding]:

@@ -28,9 +28,7 @@ fetched one at a time, each signature tried before the next is fetched.
 from __future__ import annotations
 
 import contextlib
-import io
 import json
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -38,6 +36,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from patchkit.bundletar import LIMITS
 from patchkit.errors import BadInput, Refused
 from patchkit.values import Digest
 
@@ -57,7 +56,7 @@ EMPTY_MEDIA_TYPE = "application/vnd.oci.empty.v1+json"
 EMPTY = b"{}"
 TITLE = "org.opencontainers.image.title"
 # A bundle holds patches and tables, never a model; anything larger is refused before it is read.
-MAX_BUNDLE_BYTES = 2 << 30
+MAX_BUNDLE_BYTES = LIMITS.archive  # the bundle reader's own limit: a larger one could never verify
 MAX_SMALL_BYTES = 4 << 20
 #: Signature and attestation referrers considered per pull (in digest order); any more are not fetched.
 MAX_REFERRERS = 16
@@ -94,24 +93,25 @@ def artifact_manifest(artifact_type: str, layers: list[dict[str, Any]], subject:
     return _json(doc)
 
 
-def sums_of(bundle: bytes) -> bytes:
-    """The ``SHA256SUMS`` member of a bundle (.tar.gz), read by the one bundle reader.
+def sums_of(bundle: bytes | Path) -> bytes:
+    """The ``SHA256SUMS`` member of a bundle (.tar.gz, its bytes or its path), read by the one bundle reader.
 
     ``BadInput`` unless the bundle verifies as ``verify-bundle`` checks it
-    (the bytes ``patchkit bundle`` writes, its sums and pins holding): what
-    is pushed or pulled is only ever such a bundle.
+    (``bundle.verified``: the bytes ``patchkit bundle`` writes, within its
+    limits, its sums and pins holding): what is pushed or pulled is only
+    ever such a bundle.
     """
-    from patchkit.bundle import check_contents
-    from patchkit.bundletar import read
+    from patchkit.bundle import verified
+    from patchkit.sums import FILENAME
 
-    contents = read(io.BytesIO(bundle), "the bundle", ("SHA256SUMS", "lockfile.toml"), check=check_contents)
-    if contents.problems:
-        more = f" (and {len(contents.problems) - 1} more)" if len(contents.problems) > 1 else ""
+    try:
+        contents = verified(bundle, "the bundle")
+    except BadInput as e:
         raise BadInput(
-            f"the bundle is not one patchkit bundle writes or it does not verify: {contents.problems[0]}{more}",
+            f"the bundle is not one patchkit bundle writes or it does not verify: {e.message}",
             "build it with: patchkit bundle -o PATH; check it with: patchkit verify-bundle PATH",
-        )
-    return contents.kept["SHA256SUMS"]
+        ) from e
+    return contents.kept[FILENAME]
 
 
 @dataclass(frozen=True)
@@ -271,7 +271,7 @@ def pull(
             shutil.rmtree(staging)
 
 
-def _bundle_sums(bundle: bytes, what: str) -> bytes:
+def _bundle_sums(bundle: bytes | Path, what: str) -> bytes:
     """The pulled bundle's SHA256SUMS; a bundle that does not verify refuses the pull."""
     try:
         return sums_of(bundle)
@@ -295,7 +295,7 @@ def _fetch(client: RegistryClient, ref: ImageRef, digest: Digest, staging: Path)
     with (staging / name).open("xb") as f:
         client.blob_into(ref, bundle_desc, f, limit=MAX_BUNDLE_BYTES)
     sums = client.blob(ref, sums_desc, limit=MAX_SMALL_BYTES)
-    if _bundle_sums((staging / name).read_bytes(), what) != sums:
+    if _bundle_sums(staging / name, what) != sums:
         raise Refused(f"{what}: its SHA256SUMS layer is not the bundle's own SHA256SUMS; refusing it")
     (staging / "SHA256SUMS").write_bytes(sums)
     return name, "SHA256SUMS"
@@ -431,8 +431,10 @@ def _try(
 
 
 def _move_in(staging: Path, out: Path, written: tuple[str, ...], result: FileResult) -> Pulled:
-    """Move the verified files from ``staging`` into ``out``."""
+    """Move the verified files from ``staging`` into ``out``, each whole or not at all."""
+    from patchkit.repo import move_into
+
     out.mkdir(exist_ok=True)
     for rel in written:
-        os.replace(staging / rel, out / rel)
+        move_into(staging / rel, out / rel)
     return Pulled(tuple(sorted(written)), result.signer, result.details)

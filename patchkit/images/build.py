@@ -426,27 +426,28 @@ def runtime_files(
     series writes), added as given. A file that does not match its pin
     stops the build.
     """
-    from patchkit.hashing import sha256_bytes
+    from patchkit.hashing import Blob, require_pin
     from patchkit.materialize import materialize
 
-    keep: dict[str, bytes] = {}
+    keep: dict[str, Blob] = {}
     bad = [m for m in materialize(repo, lock, store, cache, keep=keep) if not m.ok]
     if bad:
         raise BadInput(
             f"'{bad[0].name}': {bad[0].how}", "fix the file or re-pin it: patchkit lock; then patchkit check"
         )
-    out = [LayerFile(target, data) for target, data in keep.items()]
+    out = [LayerFile(target, blob.data) for target, blob in keep.items()]
     names = set(executables)
     for kind, items in (("tuning", lock.tuning), ("artifacts", lock.artifacts)):
         for a in items:
             if a.target is None:
                 continue
             data = repo.read_pinned(str(a.file), f"{kind} '{a.name}'; refusing to build")
-            if sha256_bytes(data) != a.sha256.hex:
-                raise BadInput(
-                    f"{a.file} ({kind} '{a.name}') does not match its pin",
-                    "if the change is intended: patchkit lock; if not: git checkout -- " + str(a.file),
-                )
+            require_pin(
+                data,
+                a.sha256.hex,
+                lambda _: f"{a.file} ({kind} '{a.name}') does not match its pin",  # noqa: B023 - called at once
+                "if the change is intended: patchkit lock; if not: git checkout -- " + str(a.file),
+            )
             out.append(LayerFile(str(a.target), data, a.name in names))
     out.extend(extra)
     return sorted(out, key=lambda f: f.target)

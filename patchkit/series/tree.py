@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from patchkit.errors import BadInput, Refused
-from patchkit.hashing import sha256_bytes
+from patchkit.hashing import require_pin, sha256_bytes
 from patchkit.repo import Repo, contained, recover, write_all
 from patchkit.series.apply import Applied, Item, apply_series
 from patchkit.series.model import Series
@@ -61,11 +61,12 @@ def load(repo: Repo, series: Series, profile: str | None) -> list[Item]:
     for p in series.selected(profile):
         path = repo.check_inside(p.file)
         data = path.read_bytes()
-        if sha256_bytes(data) != p.sha256.hex:
-            raise Refused(
-                f"{p.file}: patch '{p.name}' does not match its pin in lockfile.toml",
-                f"if the change is intended: patchkit lock; if not: git checkout -- {p.file}",
-            )
+        require_pin(
+            data,
+            p.sha256.hex,
+            lambda _: f"{p.file}: patch '{p.name}' does not match its pin in lockfile.toml",  # noqa: B023 - called at once
+            f"if the change is intended: patchkit lock; if not: git checkout -- {p.file}",
+        )
         items.append(Item(p.name, str(p.file), parse_patch(data, str(p.file), strip=series.strip)))
     return items
 

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from patchkit import __version__
-from patchkit.errors import BadInput
 from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
 from patchkit.lockfile.reader import loads
 from patchkit.signing.signers import AllowedSigner, Match, find
@@ -68,24 +67,19 @@ def attestation_path(bundle: Path) -> Path:
 
 
 def read_bundle(path: Path) -> BundleContents:
-    """The bundle read by the one bundle reader (``bundle.read_bundle``); ``BadInput`` unless it verifies.
+    """The bundle as ``verify-bundle`` reads it (``bundle.verified``); ``BadInput`` unless it verifies.
 
     Provenance is written only for a bundle ``verify-bundle`` accepts: the
     archive ``patchkit bundle`` writes, its SHA256SUMS and pins holding. Its
     subjects are then exactly the files ``tar -xzf`` unpacks.
     """
-    from patchkit.bundle import read_bundle as read
+    from patchkit.bundle import verified
 
-    return contents_of(path, read(path))
+    return contents_of(path, verified(path))
 
 
 def contents_of(path: Path, read: Contents) -> BundleContents:
-    """What a statement names of a bundle already read: ``BadInput`` naming the first problem, if any."""
-    if read.problems:
-        first = read.problems[0]
-        more = f" (and {len(read.problems) - 1} more)" if len(read.problems) > 1 else ""
-        shown = first if first.startswith(f"{path}:") else f"{path}: {first}"
-        raise BadInput(f"{shown}{more}", f"see every problem: patchkit verify-bundle {path}")
+    """What a statement names of a bundle already read and found sound (no ``problems``)."""
     lock_data = read.kept[LOCKFILE_NAME]  # a bundle that verifies holds its lockfile
     lock = loads(lock_data.decode("utf-8"), f"{path.name}:{LOCKFILE_NAME}")
     return BundleContents(read.sha256, dict(read.files), lock, hashlib.sha256(lock_data).hexdigest())

@@ -8,7 +8,6 @@ so the core never touches a terminal.
 
 from __future__ import annotations
 
-import os
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -152,49 +151,26 @@ def generate(path: Path, comment: str, passphrase: bytes | None) -> NewKey:
 
 
 def _write_both(path: Path, files: tuple[tuple[Path, bytes, int], ...]) -> None:
-    """Write every file or none: each is staged in full, then hard-linked into place.
+    """Write every file or none, each with its mode, by ``repo.atomic_write`` without overwriting.
 
-    A link fails rather than replace a file that appeared meanwhile; then the
-    ones already linked are removed again. The staged files never stay behind.
+    A file that appeared meanwhile is never replaced: the write fails, and
+    the ones already written are removed again.
     """
-    import contextlib
+    from patchkit.repo import atomic_write
 
-    staged: list[Path] = []
-    linked: list[Path] = []
+    written: list[Path] = []
     try:
         for target, data, mode in files:
-            staged.append(_stage(target, data, mode))
-        for tmp, (target, _, _) in zip(staged, files, strict=True):
-            os.link(tmp, target)
-            linked.append(target)
+            atomic_write(target, data, mode=mode, overwrite=False)
+            written.append(target)
     except FileExistsError as e:
-        for p in linked:
-            p.unlink()
+        _remove(written)
         raise BadInput(f"{e.filename}: already exists; refusing to overwrite a key", "choose another -f PATH") from e
-    except OSError as e:
-        for p in linked:
-            p.unlink()
-        raise WriteFailed(f"{path}: cannot write the key: {e.strerror}") from e
-    finally:
-        for tmp in staged:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-
-
-def _stage(target: Path, data: bytes, mode: int) -> Path:
-    """A temporary file beside ``target`` holding ``data``, created with ``mode`` (never wider)."""
-    import contextlib
-    import tempfile
-
-    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(name)
+    except WriteFailed:
+        _remove(written)
         raise
-    return Path(name)
+
+
+def _remove(paths: list[Path]) -> None:
+    for p in paths:
+        p.unlink()

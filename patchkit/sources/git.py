@@ -182,7 +182,7 @@ class GitSource(UpstreamSource):
         try:
             _write_config(self.path, self.url)
             (self.path / "objects" / "info" / "alternates").unlink(missing_ok=True)
-        except (gitclient.GitFailed, OSError) as e:
+        except (gitclient.GitFailed, OSError, WriteFailed) as e:
             if _config_is(self.path, self.url) and not (self.path / "objects" / "info" / "alternates").exists():
                 self._owned = True  # a read-only cache that holds patchkit's own clone
                 return
@@ -461,11 +461,13 @@ def _write_config(git_dir: Path, url: str) -> None:
     Written beside it and renamed over it, so a reader sees the old file or
     this one, and nothing of the old survives.
     """
+    from patchkit.repo import move_into
+
     fd, tmp = tempfile.mkstemp(prefix=".config-", dir=git_dir)
     os.close(fd)
     try:
         gitclient.write_config(Path(tmp), _config(url))
-        os.replace(tmp, git_dir / "config")
+        move_into(Path(tmp), git_dir / "config", durable=False)  # a cache: fetched again if lost
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)

@@ -12,7 +12,6 @@ extracting it; member names are the upstream paths (``vllm/envs.py``).
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -187,17 +186,12 @@ class WheelSource(UpstreamSource):
 
     def _store(self, downloaded: Path, digest: str) -> Path:
         """Move a verified wheel into ``wheels/<sha256>/`` atomically (same file system: a rename)."""
-        with downloaded.open("rb") as f:
-            os.fsync(f.fileno())
+        from patchkit.repo import move_into
+
         directory = self.wheels / digest
         directory.mkdir(exist_ok=True)
         dest = directory / downloaded.name
-        os.replace(downloaded, dest)
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        move_into(downloaded, dest)
         return dest
 
 

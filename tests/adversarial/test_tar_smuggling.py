@@ -616,3 +616,31 @@ def test_attest_push_and_pull_refuse_what_verify_bundle_refuses(bundle: Bundle, 
             artifact.sums_of(generated[label])
         with pytest.raises(Refused):
             artifact._bundle_sums(generated[label], "registry.example/deploy@sha256:…")
+
+
+def test_the_attest_command_refuses_a_link_or_an_escaping_path_as_verify_bundle_does(
+    bundle: Bundle, tmp_path: Path
+) -> None:
+    """attest reads a bundle as verify-bundle does: a symlink member or a path out of the tree gets no provenance."""
+    key = tmp_path / "id_ed25519"
+    made = subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], capture_output=True, check=False
+    )
+    assert made.returncode == 0, made.stderr
+    good = _write(tmp_path / "good.tar.gz", _gz(bundle.raw))
+    assert patchkit("attest", str(good), "--key", str(key), cwd=tmp_path).returncode == 0  # the control
+    hostile = {
+        "symlink": ("evil.yaml", _header("evil.yaml", b"2", 0, "/etc/passwd")),
+        "escape": ("../escape.yaml", _header("../escape.yaml", b"0", len(EVIL)) + _padded(EVIL)),
+    }
+    for what, (member, extra) in hostile.items():
+        path = _write(tmp_path / f"{what}.tar.gz", _gz(bundle.appended(extra)))
+        verified = patchkit("verify-bundle", str(path), cwd=tmp_path)
+        assert verified.returncode == 1 and member in verified.stdout, (what, verified.stdout)
+        attested = patchkit("attest", str(path), "--key", str(key), cwd=tmp_path)
+        assert attested.returncode == 2, (what, attested.stdout, attested.stderr)
+        assert attested.stdout == ""
+        line = attested.stderr.splitlines()[0]
+        assert line.startswith(f"patchkit: error: {path}: {member}: ") and _clear(line), (what, attested.stderr)
+        assert f"patchkit verify-bundle {path}" in attested.stderr
+        assert not Path(f"{path}.intoto.jsonl").exists()
