@@ -186,3 +186,24 @@ def test_the_shipped_deployment_has_none_of_these_findings(invoke: Invoke) -> No
     root = Path(__file__).resolve().parents[2]
     run = invoke("check", "--format", "json", repo=root)
     assert not any(f["code"] in CODES for f in json.loads(run.stdout)["findings"]), run.stdout
+
+
+def test_in_a_compose_repository_a_patch_file_an_unreadable_step_may_apply_stays_unknown_until_read(
+    tmp_path: Path, invoke: Invoke
+) -> None:
+    from patchkit import diffs
+    from tests.importing.test_relied_on import SUMS_MOUNTS, build
+
+    root = build(tmp_path / "deploy", sums_mount=SUMS_MOUNTS["short"])
+    (root / "patches/extra").mkdir()
+    (root / "patches/extra/0001-f.patch").write_bytes(diffs.make(b"a = 1\n", b"a = 2\n", "a/vllm/f.py", "b/vllm/f.py"))
+    containerfile = f"FROM vllm/vllm-openai@{DIGEST}\nCOPY patches/extra /q\n"
+    (root / "Containerfile").write_text(
+        containerfile + "RUN for p in $(ls /q/*.patch | sort); do patch -p1 < $p; done\n"
+    )
+    want = [("build-step-unknown", "note", "Containerfile", 3), ("queue-apply-unknown", "note", "Containerfile", 3)]
+    assert _imported(root, invoke) == want
+    assert _checked(root, invoke) == (0, want)
+    # Written as a loop over the directory's glob, the step is read: nothing unknown is left.
+    fixed = containerfile + "RUN for p in /q/*.patch; do patch -p1 -d /usr/lib/python3/dist-packages < $p; done\n"
+    assert _fixed(root, invoke, "Containerfile", fixed) == (0, [])
