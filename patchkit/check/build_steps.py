@@ -42,9 +42,27 @@ def build_steps(state: State) -> list[Finding]:
     if not imported(state.lock):
         return []
     out = patcher_findings(state)
-    if isinstance(state.view, RepoView) and (reading := state.view.build_reading) is not None:
-        out += step_findings(state.lock, reading)
-    return out
+    if not isinstance(state.view, RepoView):
+        return out  # the build is read from the repository on disk
+    reading = state.view.build_reading
+    if isinstance(reading, str):
+        return [*out, _unreadable(reading)]
+    return out + step_findings(state.lock, reading)
+
+
+def _unreadable(why: str) -> Finding:
+    """A build file that cannot be read safely: nothing of the build is read, and that is said, on that file."""
+    file, sep, rest = why.partition(": ")
+    if not sep or " " in file:
+        file, rest = "lockfile.toml", why
+    return Finding(
+        "build-step-unknown",
+        file,
+        None,
+        f"no build file is read, so how the build applies patches is unknown: {rest}",
+        "make it a regular file inside the repository, or remove it",
+        severity="note",
+    )
 
 
 def imported(lock: Lockfile) -> bool:

@@ -114,18 +114,20 @@ class RepoView:
         return bool(provenance.rows_naming(self.repo.root, rel))
 
     @cached_property
-    def build_reading(self) -> shell.Reading | None:
+    def build_reading(self) -> shell.Reading | str:
         """The repository's Containerfiles and build scripts read statically, as import reads them; read once.
 
-        None when one of them cannot be read safely (a symlink, not a regular
-        file): the pinned-file rules report a pinned one.
+        When one of them cannot be read safely (a symlink out of the
+        repository, unreadable), why: nothing of the build is read then.
         """
         from patchkit.importing import queue
 
         try:
             return queue.read_build(self.repo.root)[1]
-        except (BadInput, OSError):
-            return None
+        except BadInput as e:
+            return e.message
+        except OSError as e:
+            return f"{e.filename}: {e.strerror}" if e.filename else str(e)
 
 
 class Named(NamedTuple):

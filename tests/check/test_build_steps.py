@@ -207,3 +207,17 @@ def test_in_a_compose_repository_a_patch_file_an_unreadable_step_may_apply_stays
     # Written as a loop over the directory's glob, the step is read: nothing unknown is left.
     fixed = containerfile + "RUN for p in /q/*.patch; do patch -p1 -d /usr/lib/python3/dist-packages < $p; done\n"
     assert _fixed(root, invoke, "Containerfile", fixed) == (0, [])
+
+
+def test_a_build_script_that_cannot_be_read_safely_is_said_never_a_crash(tmp_path: Path, invoke: Invoke) -> None:
+    root, _, _ = _repo(tmp_path)
+    (root / "build.sh").write_text(READABLE)
+    _imported(root, invoke)
+    outside = tmp_path / "outside.sh"
+    outside.write_text("#!/bin/sh\n")
+    (root / "apply.sh").symlink_to(outside)
+    run = invoke("check", "--format", "json", repo=root)
+    assert run.exit_code == 0, run.stdout + run.stderr
+    (found,) = [f for f in json.loads(run.stdout)["findings"] if f["code"] in CODES]
+    assert (found["code"], found["severity"], found["file"]) == ("build-step-unknown", "note", "apply.sh")
+    assert "is a symlink" in found["message"] and "no build file is read" in found["message"]
