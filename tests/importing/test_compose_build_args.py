@@ -146,3 +146,18 @@ def test_a_patch_queue_whose_commit_compose_passes_is_pinned_at_it(tmp_path: Pat
     assert (lock["upstreams"]["vllm"]["git"], lock["upstreams"]["vllm"]["commit"]) == (REPO, d.VLLM_COMMIT)  # type: ignore[index]
     assert _pin_codes(issues, "kind") == [], issues
     assert [f for f in findings if f["severity"] == "error"] == [], findings
+
+
+def test_a_build_argument_compose_takes_from_its_env_file_is_stated_there(tmp_path: Path, invoke: Invoke) -> None:
+    """``VLLM_COMMIT: ${VLLM_COMMIT}`` with the value in the compose project's ``.env``: the Dockerfile's default is
+    overridden (by a value only ``.env`` states), so the pin is ``.env``'s, never the default's."""
+    root = _overlay_repo(tmp_path / "repo", "mapping")
+    compose = root / "docker/compose.yaml"
+    compose.write_text(compose.read_text().replace(f"VLLM_COMMIT: {d.VLLM_COMMIT}", "VLLM_COMMIT: ${VLLM_COMMIT}"))
+    df = root / "docker/Dockerfile"
+    df.write_text(df.read_text().replace("ARG VLLM_COMMIT\n", f"ARG VLLM_COMMIT={d.RELEASE_COMMIT}\n"))
+    d.write(root, "docker/.env", f"VLLM_COMMIT={d.VLLM_COMMIT}\n")
+    lock, issues, findings = _run(root, invoke)
+    vllm = lock["upstreams"]["vllm"]  # type: ignore[index]
+    assert vllm["commit"] == d.VLLM_COMMIT and vllm["note"].startswith("imported: commit from docker/.env:1;")
+    assert _pin_codes(issues, "kind") == [] and _pin_codes(findings, "code") == []
