@@ -33,7 +33,7 @@ from patchkit.errors import BadInput, PatchkitError, PinMismatch
 from patchkit.fanout import map_items
 from patchkit.hashing import require_pin, sha256_bytes
 from patchkit.importing import handdiffs
-from patchkit.lockfile.model import Base, DiffPin, Image, Lockfile, Patch, PatchKind, Upstream
+from patchkit.lockfile.model import Accepted, Base, DiffPin, Image, Lockfile, Patch, PatchKind, Upstream
 from patchkit.lockfile.writer import dumps
 from patchkit.merge import MergeResult, Outcome, conflict_markers_remain, rebase_files
 from patchkit.outcome import Outcome as WriteOutcome
@@ -659,6 +659,7 @@ def prepare(
             base=base,
             diff=diff_pin,
             target=ContainerPath(r.new_target),
+            accepted=_accepted_record(result, r) or p.accepted,
         )
         outcome.changes.append(_change(p.name, r, "resolved" if p.name in resolved else r.outcome.value))
         patches.append(new_patch)
@@ -669,6 +670,17 @@ def prepare(
     image = next(iter(result.image_pins)) if len(result.image_pins) == 1 else None
     new_lock = record_verified(new_lock, moved, image=image, root=root)
     return new_lock, files, deletes, outcome
+
+
+def _accepted_record(result: Plan, r: PatchResult) -> Accepted | None:
+    """What ``--accept-broken`` committed of ``r``, for the lockfile: the reason, each blocking problem's kind and name.
+
+    ``check`` notes each while the file still has it, so the decision stays visible until it is fixed.
+    """
+    if r.name not in result.accepted:
+        return None
+    problems = dict.fromkeys(f"{p.kind} {p.name}".strip() for p in r.problems if p.blocking)
+    return Accepted(result.accepted[r.name], tuple(problems))
 
 
 def _moved_image(image: Image, result: Plan, outcome: WriteOutcome) -> Image:

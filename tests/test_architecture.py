@@ -209,7 +209,10 @@ def test_the_core_never_imports_the_command_line() -> None:
 
 
 # check's rules: functions of the gathered state, one module per concern (check/state.py does the I/O).
-CHECK_RULES = {f"patchkit.check.{m}" for m in ("repository", "pins", "diffs", "hand_diffs", "sums", "compose")}
+CHECK_RULES = {
+    f"patchkit.check.{m}"
+    for m in ("repository", "pins", "diffs", "hand_diffs", "sums", "compose", "accepted", "build_steps")
+}
 IO_MODULES = {"os", "subprocess", "shutil", "tempfile", "socket", "requests", "git", "docker"}
 
 

@@ -34,11 +34,15 @@ def image_builds(state: State) -> list[Finding]:
 
     composes = _composes(state)
     out: list[Finding] = []
+    uses: dict[str, compose.BuildUse] = {}
     for c in composes:
         out += [_unpinned_service(u) for u in c.images if u.digest is None]
-        out += [_build_missing(u) for u in c.builds if state.view.kind(u.dockerfile) != "file"]
+        for u in c.builds:
+            rel = _built_file(state, u)
+            uses.setdefault(rel, u)
+            if state.view.kind(rel) != "file":
+                out.append(_build_missing(u, rel))
         out += [f for u in c.builds if (f := _build_comment(u)) is not None]
-    uses = {b.dockerfile: b for c in composes for b in c.builds}
     # The Dockerfiles import read (a Dockerfile pinned by hand is the deployment's own business).
     files = [str(a.file) for a in lock.artifacts if a.note == "image build"]
     files += [str(p.build) for p in lock.patches if p.build is not None]
@@ -61,7 +65,7 @@ def image_builds(state: State) -> list[Finding]:
     out += _copied(state, builds)
     out += [f for b in builds.values() for f in _copy_comments(state, b)]
     out += _kind_unknown(state)
-    out += _pins(state, list(builds.values()))
+    out += _pins(state, list(builds.values()), {rel: u.stated_at() for rel, u in uses.items()})
     out += _unplaced(state)
     return out
 
@@ -124,7 +128,7 @@ def _copied(state: State, builds: dict[str, dockerfile.Build]) -> list[Finding]:
     return out
 
 
-def _pins(state: State, builds: list[dockerfile.Build]) -> list[Finding]:
+def _pins(state: State, builds: list[dockerfile.Build], given: dict[str, dict[str, tuple[str, int]]]) -> list[Finding]:
     """The repository's own pins, read again: files that disagree, a lock that does not parse, a commit of nothing."""
     from patchkit.importing import pins
 
@@ -137,7 +141,7 @@ def _pins(state: State, builds: list[dockerfile.Build]) -> list[Finding]:
         return []  # a lock file that is not a regular file inside the repository: the file checks report it
     out = [Finding("pin-unreadable", rel, None, why, "fix the file; its pins are not carried over") for rel, why in bad]
     for b in builds:
-        found += pins.from_build(b)
+        found += pins.from_build(b, given.get(b.file))
     stated, conflicts = pins.agree(found)
     out += [
         Finding(
@@ -166,12 +170,18 @@ def _pins(state: State, builds: list[dockerfile.Build]) -> list[Finding]:
     return out
 
 
-def _build_missing(use: compose.BuildUse) -> Finding:
+def _built_file(state: State, use: compose.BuildUse) -> str:
+    from patchkit.importing import compose
+
+    return compose.built_file(use, lambda rel: state.view.kind(rel) == "file")
+
+
+def _build_missing(use: compose.BuildUse, rel: str) -> Finding:
     return Finding(
         "build-missing",
         use.compose,
         use.line,
-        f"services.{use.service}.build names {use.dockerfile}, which is not a file of the repository",
+        f"services.{use.service}.build names {rel}, which is not a file of the repository",
         "fix build.context or build.dockerfile",
     )
 

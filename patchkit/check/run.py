@@ -4,7 +4,9 @@ The rules are functions of a ``State`` (``check.state``), one module per
 concern: ``repository`` (pending writes, unsafe paths, orphans), ``pins`` (the
 pinned files, targets, canonical form), ``diffs`` (each patch's diff and base),
 ``hand_diffs`` (diffs adopted by import), ``series`` (patch series), ``sums`` (SHA256SUMS) and ``compose``
-(emitted and hand-kept compose files), ``names`` (undefined names). ``RULES`` lists them in the order their
+(emitted and hand-kept compose files), ``names`` (undefined names), ``accepted`` (broken merges committed
+all the same, while their problems hold), ``build`` and ``build_steps`` (what a hand-kept build delivers,
+and how it applies patches, read again as import read them). ``RULES`` lists them in the order their
 findings are reported; a rule that verifies diffs returns their count beside
 its findings. Two checks read through modules of their own: the model pin's
 manifest (``model.findings``), the signatures (``signing.signatures``) and,
@@ -20,6 +22,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from patchkit.check import build, compose, diffs, guard, hand_diffs, names, pins, repository, series, sums, verified
+from patchkit.check.accepted import accepted_broken
+from patchkit.check.build_steps import build_steps
 from patchkit.check.state import RepoView, State, gather, hash_pinned
 from patchkit.findings import CheckResult, Finding
 from patchkit.lockfile.reader import collection_paused
@@ -48,12 +52,14 @@ RULES: tuple[Rule | VerifyingRule, ...] = (
     series.own_locks,
     diffs.overlays_have_diffs,
     names.undefined,
+    accepted_broken,
     sums.sums_file,
     compose.emitted,
     compose.kubernetes,
     compose.derived_stale,
     compose.mounts,
     build.image_builds,
+    build_steps,
     guard.guard_script,
     guard.guard_runtime,
 )

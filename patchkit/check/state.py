@@ -43,6 +43,7 @@ from patchkit.values import RepoPath
 
 if TYPE_CHECKING:
     from patchkit.cache import BlobStore
+    from patchkit.importing import shell
     from patchkit.series.apply import Reader
 
 REBASE_STATE = f"{WORK_DIR}/rebase/state.json"
@@ -111,6 +112,22 @@ class RepoView:
         from patchkit.importing import provenance
 
         return bool(provenance.rows_naming(self.repo.root, rel))
+
+    @cached_property
+    def build_reading(self) -> shell.Reading | str:
+        """The repository's Containerfiles and build scripts read statically, as import reads them; read once.
+
+        When one of them cannot be read safely (a symlink out of the
+        repository, unreadable), why: nothing of the build is read then.
+        """
+        from patchkit.importing import queue
+
+        try:
+            return queue.read_build(self.repo.root)[1]
+        except BadInput as e:
+            return e.message
+        except OSError as e:
+            return f"{e.filename}: {e.strerror}" if e.filename else str(e)
 
 
 class Named(NamedTuple):

@@ -409,6 +409,11 @@ def _accepts(names: tuple[str, ...], reason: str | None) -> dict[str, str]:
 @click.option("--tag", "tags", multiple=True, metavar="TAG", help="With --latest-clean: try only these tags.")
 @click.option("--tags", "tag_glob", metavar="GLOB", help="With --latest-clean: only the tags matching GLOB.")
 @click.option("--apply", is_flag=True, help="With --latest-clean: bump onto the tag found.")
+@click.option(
+    "--no-remembered",
+    is_flag=True,
+    help="Do not replay recorded resolutions (resolutions/): every conflict waits to be resolved by hand.",
+)
 @FORMAT
 @click.pass_context
 def bump(
@@ -421,6 +426,7 @@ def bump(
     tags: tuple[str, ...],
     tag_glob: str | None,
     apply: bool,
+    no_remembered: bool,
     fmt: str,
 ) -> None:
     """Move the deployment to a new image: rebase its overlays onto the image's files, re-pin it.
@@ -450,14 +456,14 @@ def bump(
     with registry_client() as client:
         search = None
         if latest_clean:
-            which = (tags, tag_glob, upstream_name, apply)
+            which = (tags, tag_glob, upstream_name, apply, not no_remembered)
             image_ref, search = _latest_clean(ctx, repo, lockf, image_ref, client, which, fmt)
             if not apply:
                 return
         from patchkit.images.bumping import bump_plan
 
         target = bump_plan(lockf, image_ref, client, upstream_name)
-    _bump_onto(ctx, repo, lockf, data, target, drop, summary, fmt, search)
+    _bump_onto(ctx, repo, lockf, data, target, drop, summary, fmt, search, remembered=not no_remembered)
 
 
 def _latest_clean(
@@ -477,7 +483,7 @@ def _latest_clean(
             f"--image {ref.display_repository} (name tags with --tag TAG or --tags GLOB)",
         )
     repository = ref.display_repository
-    tags, glob, upstream_name, apply = which
+    tags, glob, upstream_name, apply, remembered = which
     click.echo(f"trying the tags of {repository}, newest image first (by its creation time):", err=True)
     tried, best = newest_clean(
         repo,
@@ -490,6 +496,7 @@ def _latest_clean(
         cache=cache_path(),
         store=blob_store(),
         progress=lambda cand: click.echo(f"  {cand.line()}", err=True),
+        remembered=remembered,
     )
     doc = {
         "repository": repository,
@@ -520,16 +527,20 @@ def _bump_onto(
     summary: Path | None,
     fmt: str,
     search: dict[str, Any] | None = None,
+    remembered: bool = True,
 ) -> None:
     """The bump itself: rebase, re-pin, summary; the report as text or JSON, exit 0 committed, 1 waiting.
 
-    ``search``: the --latest-clean report that chose the image, part of the JSON document.
+    ``search``: the --latest-clean report that chose the image, part of the JSON document;
+    ``remembered``: replay the recorded resolutions (``--no-remembered``: not).
     """
     from patchkit import rebase as rb
     from patchkit.images import bumping
     from patchkit.sources.image import commit_prefix
 
-    started = bumping.start(repo, lockf, data, target, cache=cache_path(), store=blob_store(), drop=drop)
+    started = bumping.start(
+        repo, lockf, data, target, cache=cache_path(), store=blob_store(), drop=drop, remembered=remembered
+    )
     version = started.plan.new_pin.version
     series = bumping.series_notes(lockf, target.upstream, version)
     adopted = bumping.adopted_notes(lockf, target.upstream)

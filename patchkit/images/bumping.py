@@ -190,6 +190,7 @@ def start(
     cache: Path,
     store: Any,
     drop: tuple[str, ...] = (),
+    remembered: bool = True,
 ) -> Any:
     """Rebase every overlay in the image's tree onto the new image and re-pin it: ``rebase.start``'s ``Started``.
 
@@ -221,6 +222,7 @@ def start(
         drop=drop,
         image_pins=target.pins,
         image_upstream=upstream_state(target.upstream),
+        remembered=remembered,
     )
 
 
@@ -330,13 +332,15 @@ def newest_clean(
     cache: Path,
     store: Any,
     progress: Any = None,
+    remembered: bool = True,
 ) -> tuple[list[Candidate], Candidate | None]:
     """Dry-run the bump onto each candidate tag, newest first; stop at the first onto which every patch moves clean.
 
     Newest is the image's ``created`` time (what the builder recorded), not
     the tag's spelling; a tag without one is tried after those with one.
     Writes nothing to the repository (the cache keeps the files read). Each
-    tag tried is handed to ``progress`` as it is decided.
+    tag tried is handed to ``progress`` as it is decided. ``remembered``:
+    a conflict resolved as recorded counts as clean (off: it is a conflict).
     """
     from patchkit.errors import PatchkitError
     from patchkit.rebase import plan
@@ -356,7 +360,8 @@ def newest_clean(
             if cand.error is None:
                 source = ImageSource(repository, str(up.prefix), client=client, platform=up.platform or "linux/amd64")
                 try:
-                    result = plan(repo, work, up.name, source.snapshot(str(cand.digest)), old_source, store)
+                    snapshot = source.snapshot(str(cand.digest))
+                    result = plan(repo, work, up.name, snapshot, old_source, store, replay=remembered)
                     cand.version = result.new_pin.version
                     cand.outcomes = {r.name: r.outcome.value for r in result.results}
                 except PatchkitError as e:

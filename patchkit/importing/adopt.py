@@ -194,6 +194,7 @@ class _Importer:
         self.reading = shell.Reading()
         self.applied: set[str] = set()  # patch files the build applies: series, not hand-kept diffs
         self.unsure: set[str] = set()  # patch files an unreadable build step may apply: pinned as artifacts
+        self._given: dict[str, dict[str, tuple[str, int]]] = {}  # by Dockerfile: where compose states its build args
 
     def issue(self, kind: str, file: str, line: int | None, message: str, fix: str | None = None) -> None:
         self.issues.append(Issue(kind, file, line, message, fix))
@@ -294,9 +295,9 @@ class _Importer:
             artifacts=tuple(artifacts),
             diffs=tuple(hand),
         )
-        return self.with_queue(lock)
+        return self.with_queue(lock, stated)
 
-    def with_queue(self, lock: Lockfile) -> Lockfile:
+    def with_queue(self, lock: Lockfile, stated: dict[str, pins.Stated]) -> Lockfile:
         """Patch files the build applies (compose, then Containerfile, then script) are series, not hand-kept diffs."""
         if not self.applied:
             for u in self.reading.unknowns:  # a step that may apply patches: its files may be no hand-kept diffs
@@ -309,8 +310,10 @@ class _Importer:
                 )
             return lock
         found = queue.recognise(self.root, only=self.applied)
+        settled = self.settle_series(found, stated)
         for kind, file, line, message, fix in found.issues:
-            self.issue(kind, file, line, message, fix)
+            if (kind, file) not in settled:
+                self.issue(kind, file, line, message, fix)
         q = queue.to_lockfile(self.root, found)
         pinned = {str(a.file) for a in (*lock.artifacts, *lock.tuning)} | {str(p.file) for p in lock.patches}
         used = {p.name for p in lock.patches} | {t.name for t in lock.tuning} | {a.name for a in lock.artifacts}
@@ -333,6 +336,26 @@ class _Importer:
             artifacts=lock.artifacts + tuple(extra),
             series=q.series,
         )
+
+    def settle_series(self, found: queue.Found, stated: dict[str, pins.Stated]) -> set[tuple[str, str]]:
+        """A series whose commit no queue file states takes the one the build's pins state (an ``ARG`` compose's
+        ``build.args`` sets, a lock file); returns the queue's issues that settles, as (kind, file)."""
+        settled = set()
+        for k, s in enumerate(found.series):
+            pin = stated.get(s.name)
+            if s.commit is not None or pin is None or pin.commit is None or len(pin.commit) != 40:
+                continue
+            found.series[k] = dataclasses.replace(s, commit=Revision(pin.commit))
+            settled.add(("queue-commit-unknown", f"patches/{s.name}"))
+            where = pin.where["commit"]
+            for j, u in enumerate(found.upstreams):
+                if u.name == s.name and u.commit is None:
+                    found.upstreams[j] = dataclasses.replace(
+                        u, commit=Revision(pin.commit), note=f"imported: commit from {where}"
+                    )
+            if any(u.name == s.name and u.git for u in found.upstreams):  # the build's clone names the repository
+                self.issues = [i for i in self.issues if (i.kind, f"{i.file}:{i.line}") != ("pin-no-repository", where)]
+        return settled
 
     def patch_queue(self) -> Lockfile:
         """A repository that applies patch series at build time, and has no compose file (importing/queue.py)."""
@@ -723,21 +746,21 @@ class _Importer:
                     "every file it delivers: which patch it belongs to is not said; not recorded",
                     "cite it in the provenance table row of the patch it belongs to, or above its COPY",
                 )
-            if use.dockerfile in out:
+            rel = compose.built_file(use, lambda r: not r.startswith("../") and (self.root / r).is_file())
+            if rel in out:
                 continue
-            if use.dockerfile.startswith("../") or not (self.root / use.dockerfile).is_file():
+            if rel.startswith("../") or not (self.root / rel).is_file():
                 self.issue(
                     "build-missing",
                     use.compose,
                     use.line,
-                    f"services.{use.service}.build names {use.dockerfile}, which is not a file of the repository",
+                    f"services.{use.service}.build names {rel}, which is not a file of the repository",
                     "fix build.context or build.dockerfile",
                 )
                 continue
-            text = self.read_text(use.dockerfile, f"built by {use.compose}:{use.line}")
-            out[use.dockerfile] = dockerfile.read(
-                self.root, use.dockerfile, text, use.context, dict(use.args), use.target
-            )
+            text = self.read_text(rel, f"built by {use.compose}:{use.line}")
+            out[rel] = dockerfile.read(self.root, rel, text, use.context, dict(use.args), use.target)
+            self._given[rel] = use.stated_at()
         for rel in dockerfile.find(self.root):
             if rel not in out:
                 out[rel] = dockerfile.read(self.root, rel, self.read_text(rel, "a Dockerfile"))
@@ -818,7 +841,7 @@ class _Importer:
         for rel, why in bad:
             self.issue("pin-unreadable", rel, None, why, "fix the file; its pins are not carried over")
         for b in builds:
-            found += pins.from_build(b)
+            found += pins.from_build(b, self._given.get(b.file))
         self.lock_refs(entries)
         stated, conflicts = pins.agree(found)
         for a, b_ in conflicts:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
@@ -97,6 +97,21 @@ class BuildUse:
     target: str | None = None
     args: tuple[tuple[str, str], ...] = ()
     comment: str = ""  # the comment lines written above ``build:``
+    arg_lines: tuple[tuple[str, int], ...] = ()  # the line of the compose file stating each argument
+    dockerfile_stated: bool = True  # False: ``dockerfile:`` is not written, the context's default is built
+
+    def stated_at(self) -> dict[str, tuple[str, int]]:
+        """Where each build argument is stated: ``{name: (compose file, line)}``."""
+        return {name: (self.compose, line) for name, line in self.arg_lines}
+
+
+def built_file(use: BuildUse, is_file: Callable[[str], bool]) -> str:
+    """The file a compose ``build:`` builds: its ``dockerfile:``; else the context's ``Dockerfile``, else its
+    ``Containerfile`` (the name podman and podman-compose build when there is no ``Dockerfile``)."""
+    if use.dockerfile_stated or is_file(use.dockerfile):
+        return use.dockerfile
+    other = os.path.normpath(os.path.join(use.context, "Containerfile"))
+    return other if is_file(other) else use.dockerfile
 
 
 @dataclass(frozen=True)
@@ -276,13 +291,7 @@ def _build(path: str, service: str, node: Any) -> BuildUse | None:
     df = fields.get("dockerfile")
     dockerfile = interpolate(str(df.value)) if isinstance(df, yaml.ScalarNode) else "Dockerfile"
     target = fields.get("target")
-    args: list[tuple[str, str]] = []
-    raw = fields.get("args")
-    if isinstance(raw, yaml.MappingNode):
-        args = [(str(k.value), interpolate(str(v.value))) for k, v in _pairs(raw) if isinstance(v, yaml.ScalarNode)]
-    elif isinstance(raw, yaml.SequenceNode):
-        items = [interpolate(str(v.value)) for v in raw.value if isinstance(v, yaml.ScalarNode)]
-        args = [(k, v) for k, eq, v in (i.partition("=") for i in items) if eq]
+    args = _args(fields.get("args"))
     return BuildUse(
         path,
         node.start_mark.line + 1,
@@ -290,8 +299,33 @@ def _build(path: str, service: str, node: Any) -> BuildUse | None:
         context,
         os.path.normpath(os.path.join(context, dockerfile)),
         interpolate(str(target.value)) if isinstance(target, yaml.ScalarNode) else None,
-        tuple(args),
+        tuple((k, v) for k, v, _ in args),
+        arg_lines=tuple((k, line) for k, _, line in args),
+        dockerfile_stated=df is not None,
     )
+
+
+def _args(raw: Any) -> list[tuple[str, str, int]]:
+    """``build.args`` as (name, value, line), in mapping (``KEY: value``) or list (``- KEY=value``) form.
+
+    An argument without a value (``KEY:`` or ``- KEY``) is passed from the
+    environment when it is set there; as with every variable here, it is
+    taken as not set: not passed, so the Dockerfile's default holds.
+    """
+    if isinstance(raw, yaml.MappingNode):
+        return [
+            (str(k.value), interpolate(str(v.value)), v.start_mark.line + 1)
+            for k, v in _pairs(raw)
+            if isinstance(v, yaml.ScalarNode) and v.tag != _NULL
+        ]
+    if isinstance(raw, yaml.SequenceNode):
+        items = [(v.value, v.start_mark.line + 1) for v in raw.value if isinstance(v, yaml.ScalarNode)]
+        parts = [(str(item).partition("="), line) for item, line in items]
+        return [(k, interpolate(v), line) for (k, eq, v), line in parts if eq]
+    return []
+
+
+_NULL = "tag:yaml.org,2002:null"
 
 
 def _pairs(node: Any) -> Iterator[tuple[Any, Any]]:

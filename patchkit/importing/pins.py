@@ -232,11 +232,18 @@ def read(root: Path, files: list[str]) -> tuple[list[Pin], list[tuple[str, str]]
     return pins, bad
 
 
-def from_build(build: dockerfile.Build) -> list[Pin]:
-    """Pins stated by a Dockerfile's ``ARG``/``ENV`` defaults (after build arguments)."""
+def from_build(build: dockerfile.Build, given: dict[str, tuple[str, int]] | None = None) -> list[Pin]:
+    """Pins stated by a Dockerfile's ``ARG``/``ENV`` defaults (after build arguments).
+
+    ``given`` says where each build argument the build was read with is
+    written (compose's ``build.args``: file and line); a pin it sets is
+    stated there, not at the ``ARG`` that declares it.
+    """
     out = []
+    given = given or {}
     for key, (value, line) in build.args.items():
-        if (pin := _pin(key, value, build.file, line, None)) is not None:
+        file, line = given.get(key, (build.file, line))
+        if (pin := _pin(key, value, file, line, None)) is not None:
             out.append(pin)
     return out
 

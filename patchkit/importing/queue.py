@@ -463,6 +463,13 @@ def _strip(here: str, applies: list[shell.Apply], found: Found) -> int:
     return level
 
 
+def strip_issues(here: str, applies: list[shell.Apply]) -> list[tuple[str, str, int | None, str, str | None]]:
+    """What ``_strip`` reports of the steps applying the series at ``here``: several ``-p`` levels, or none."""
+    found = Found()
+    _strip(here, applies, found)
+    return found.issues
+
+
 def _target(applies: list[shell.Apply]) -> ContainerPath | None:
     """Where the build applies the series in the image, when every step names the same absolute directory."""
     dirs = {a.directory for a in applies}

@@ -683,6 +683,35 @@ ORIGIN = Record(
 
 
 @dataclass(frozen=True)
+class Accepted:
+    """A broken merge committed all the same (``rebase --accept-broken``): the reason, and what was broken.
+
+    ``problems`` are ``"<kind> <name>"`` as the rebase's checks found them
+    (``undefined-name logging``, ``unresolved-import vllm.utils.cdiv``,
+    ``syntax``); ``check`` notes those that still hold in the file.
+    """
+
+    reason: str
+    problems: tuple[str, ...] = ()
+
+
+def _accepted_problem(problem: str) -> str:
+    kind, _, name = problem.partition(" ")
+    if not re.fullmatch(r"[a-z][a-z-]*", kind) or (name and not re.fullmatch(r"[\w.]+", name)):
+        raise ValueError(f"'{problem}' is not '<kind> <name>' (undefined-name logging)")
+    return problem
+
+
+ACCEPTED = Record(
+    Accepted,
+    (
+        text("reason", required=True),
+        strings("problems", _accepted_problem, "must be an array of strings, got {got}"),
+    ),
+)
+
+
+@dataclass(frozen=True)
 class HandDiff:
     """A hand-kept diff adopted by ``patchkit import``, pinned as it is.
 
@@ -745,6 +774,7 @@ class Patch:
     drop_when: str | None = None
     origin: Origin | None = None
     build: RepoPath | None = None  # the Dockerfile whose image build copies it in (None: a mount delivers it)
+    accepted: Accepted | None = None  # committed broken by a rebase (--accept-broken)
 
     @property
     def committed(self) -> bool:
@@ -808,6 +838,7 @@ PATCH = Record(
         table("base", BASE),
         table("diff", DIFF_PIN),
         table("origin", ORIGIN),
+        table("accepted", ACCEPTED),
     ),
     rules=(_overlay_parts, _committed, _unique_patch_name),
 )

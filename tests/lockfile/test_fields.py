@@ -15,6 +15,7 @@ from patchkit.errors import LockfileError
 from patchkit.lockfile import model
 from patchkit.lockfile.fields import Context, Record, integer, strings, text
 from patchkit.lockfile.model import (
+    Accepted,
     Artifact,
     Base,
     Derived,
@@ -103,6 +104,7 @@ def every_field() -> Lockfile:
                 Base("vllm", UpstreamPath("a.py"), H, C, "1", Verified("vllm", D, "upstream", str(C))),
                 DiffPin(RepoPath("upstream/p1.diff"), H),
                 "r", (Reference("o/r#1"), Reference("o/r#2")), "w",
+                accepted=Accepted("injected at start", ("undefined-name logging", "syntax")),
             ),
             Patch(
                 "p2", PatchKind.OVERLAY, H, ContainerPath("/x/b.py"), RepoPath("patches/b.py"),
@@ -157,7 +159,8 @@ def _tables_of(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any], Record]]:
     for section, record in listed.items():
         out += [(f"{section}[{i}]", t, record) for i, t in enumerate(doc[section])]
     for i, p in enumerate(doc["patches"]):
-        for key, record in (("base", model.BASE), ("diff", model.DIFF_PIN), ("origin", model.ORIGIN)):
+        subtables = (("base", model.BASE), ("diff", model.DIFF_PIN), ("origin", model.ORIGIN))
+        for key, record in (*subtables, ("accepted", model.ACCEPTED)):
             if key in p:
                 out.append((f"patches[{i}].{key}", p[key], record))
         if "verified" in p.get("base", {}):
@@ -176,7 +179,7 @@ def _tables_of(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any], Record]]:
 def test_written_order_is_the_table_order() -> None:
     doc = tomllib.loads(dumps(every_field()))
     tables = _tables_of(doc)
-    assert len(tables) == 27
+    assert len(tables) == 28
     written: dict[int, set[str]] = {}
     for where, t, record in tables:
         assert list(t) == [k for k in record.keys if k in t], where

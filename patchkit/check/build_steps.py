@@ -1,0 +1,146 @@
+"""Rules about how a hand-kept build applies its patches: the steps and patcher scripts import could not read.
+
+``patchkit import`` reads the repository's Containerfiles and build scripts
+statically (``importing/shell.py``) and the patcher scripts it runs
+(``importing/patchers.py``). What that reading could not settle it reports,
+and these rules read the same files the same way on every check, so each
+report stays while it holds and goes once the file is fixed: a step that
+may apply patches and cannot be read (``build-step-unknown``, a note), a
+pinned patch file whether such a step applies is unknown
+(``queue-apply-unknown``, a note), a series applied with several ``-p``
+levels or none (``queue-strip``), a patcher whose target is built at run
+time (``patcher-target-unknown``, a note) or that replaces text without
+checking it is there (``patcher-not-anchored``).
+
+Only a lockfile ``import`` wrote is read this way (one with a file an image
+build delivers, a patch origin, a hand-kept diff, or a series beside its
+pinned build files): a deployment patchkit built itself has no hand-kept
+build for these problems to come from.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
+
+from patchkit.check.state import RepoView, State
+from patchkit.findings import Finding
+from patchkit.lockfile.model import Lockfile, PatchKind
+
+if TYPE_CHECKING:
+    from patchkit.importing import shell
+
+# Notes of import's (``adopt.NOTES``): the kinds these rules report that are not defects.
+_NOTES = frozenset({"build-step-unknown", "queue-apply-unknown", "patcher-target-unknown"})
+_IMPORTED_NOTES = frozenset({"compose", "image build", "lock"})
+_DIFF_SUFFIXES = (".patch", ".diff")
+
+
+def build_steps(state: State) -> list[Finding]:
+    """Import's problems with the build's patch steps and patcher scripts, read again while they hold."""
+    if not imported(state.lock):
+        return []
+    out = patcher_findings(state)
+    if not isinstance(state.view, RepoView):
+        return out  # the build is read from the repository on disk
+    reading = state.view.build_reading
+    if isinstance(reading, str):
+        return [*out, _unreadable(reading)]
+    return out + step_findings(state.lock, reading)
+
+
+def _unreadable(why: str) -> Finding:
+    """A build file that cannot be read safely: nothing of the build is read, and that is said, on that file."""
+    file, sep, rest = why.partition(": ")
+    if not sep or " " in file:
+        file, rest = "lockfile.toml", why
+    return Finding(
+        "build-step-unknown",
+        file,
+        None,
+        f"no build file is read, so how the build applies patches is unknown: {rest}",
+        "make it a regular file inside the repository, or remove it",
+        severity="note",
+    )
+
+
+def imported(lock: Lockfile) -> bool:
+    """Whether ``lock`` describes a hand-kept build ``patchkit import`` read (see the module's docstring)."""
+    if lock.diffs or any(a.note in _IMPORTED_NOTES for a in lock.artifacts):
+        return True
+    if any(p.build is not None or p.origin is not None for p in lock.patches):
+        return True
+    return bool(lock.series) and any(_build_file(str(a.file)) for a in lock.artifacts)
+
+
+def _build_file(rel: str) -> bool:
+    name = PurePosixPath(rel).name
+    return name.startswith(("Containerfile", "Dockerfile")) or name.endswith(".sh")
+
+
+def _finding(issue: tuple[str, str, int | None, str, str | None]) -> Finding:
+    kind, file, line, message, fix = issue
+    return Finding(kind, file, line, message, fix, severity="note" if kind in _NOTES else "error")
+
+
+def patcher_findings(state: State) -> list[Finding]:
+    """Each pinned transformer that is a patcher script: a target it builds at run time, an edit it does not anchor."""
+    from patchkit.importing import patchers
+
+    out = []
+    for p in state.lock.patches:
+        if p.kind is not PatchKind.TRANSFORMER or p.file is None:
+            continue
+        data = state.readable(str(p.file))  # None: missing or changed, which the file rules report
+        patcher = patchers.read(data) if data is not None else None
+        if patcher is not None:
+            out += [_finding(i) for i in patchers.issues(patcher, str(p.file))]
+    return out
+
+
+def step_findings(lock: Lockfile, reading: shell.Reading) -> list[Finding]:
+    """What the static reading of the build leaves unknown or finds inconsistent, for the files ``lock`` pins."""
+    from patchkit.importing import queue
+
+    out = [
+        Finding(
+            "build-step-unknown",
+            u.file,
+            u.line,
+            f"a build step that may apply patches cannot be read statically: {u.reason}",
+            "write it in a form import reads (docs/import.md)",
+            severity="note",
+        )
+        for u in reading.unknowns
+    ]
+    applied = {a.repo for a in reading.applies if a.repo is not None}
+    if reading.unknowns:
+        u = reading.unknowns[0]
+        out += [
+            Finding(
+                "queue-apply-unknown",
+                u.file,
+                u.line,
+                f"whether {rel} is applied is unknown: {u.reason}",
+                "write the step in a form import reads (docs/import.md), or list the order in a series file",
+                severity="note",
+            )
+            for rel in _maybe_applied(lock)
+            if rel not in applied
+        ]
+    for s in lock.series:
+        files = {str(p.file) for p in s.patches}
+        applies = [a for a in reading.applies if a.repo in files]
+        if applies:
+            here = posixpath.dirname(posixpath.commonprefix(sorted(files))) or "."
+            out += [_finding(i) for i in queue.strip_issues(here, applies)]
+    return out
+
+
+def _maybe_applied(lock: Lockfile) -> list[str]:
+    """Pinned patch files whose application only the build states: series without a series file, and the
+    diffs import pinned as artifacts because an unreadable step may apply them."""
+    out = [str(p.file) for s in lock.series if s.series_file is None for p in s.patches]
+    out += [str(a.file) for a in lock.artifacts if str(a.file).endswith(_DIFF_SUFFIXES)]
+    return list(dict.fromkeys(out))
