@@ -237,7 +237,7 @@ def parse(data: bytes) -> Audits:
     except UnicodeDecodeError as e:
         raise _fail("", f"not UTF-8 ({e})", "fix the file, or restore it: git checkout -- audits.toml") from e
     if isinstance(doc, Problem):
-        raise AuditsError(doc.render(), "fix the file, or restore it: git checkout -- audits.toml")
+        raise AuditsError(doc.render(), f"{doc.hint or 'fix the file'}, or restore it: git checkout -- audits.toml")
     unknown = sorted(set(doc) - {"criteria", "policy", "audit", "imports"})
     if unknown:
         raise _fail(unknown[0], "unknown table (criteria, policy, audit, imports)")
