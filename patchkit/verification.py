@@ -12,12 +12,12 @@ and how the base was established. ``patchkit check`` compares the two offline
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from collections.abc import Iterable
 from pathlib import Path
 
-from patchkit.errors import BadInput
+from patchkit.errors import BadInput, Problem
 from patchkit.lockfile.model import Base, GitUpstream, Image, ImageUpstream, Lockfile, Patch, PatchKind, Upstream
+from patchkit.lockfile.tomlpos import parse as parse_toml
 from patchkit.lockfile.verified import Verified
 from patchkit.series.model import Series
 
@@ -52,8 +52,10 @@ def _deploy_inference_image(root: Path) -> str | None:
     if not path.is_file() or path.is_symlink():
         return None
     try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        doc = parse_toml(path.read_bytes().decode("utf-8"), DEPLOY_CONFIG)  # any TOML it cannot read: a Problem
+    except (OSError, UnicodeDecodeError):
+        return None
+    if isinstance(doc, Problem):
         return None
     inference = doc.get("inference")
     image = inference.get("image") if isinstance(inference, dict) else None

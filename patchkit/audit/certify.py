@@ -29,15 +29,15 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
-import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from patchkit.errors import BadInput
+from patchkit.errors import BadInput, Problem
 from patchkit.findings import Finding
 from patchkit.lockfile.model import Lockfile, PatchKind
+from patchkit.lockfile.tomlpos import parse as parse_toml
 from patchkit.repo import Escape, Repo
 
 #: The repository file that holds the criteria, the policy and the audits.
@@ -226,11 +226,18 @@ def _criteria(doc: dict[str, Any]) -> tuple[dict[str, tuple[str, ...]], dict[str
 
 
 def parse(data: bytes) -> Audits:
-    """Read audits.toml; ``AuditsError`` naming the entry and field of the first problem."""
+    """Read audits.toml; ``AuditsError`` naming the entry and field of the first problem.
+
+    The TOML is ``tomllib``'s, read as the lockfile is (``tomlpos.parse``): text
+    it refuses in any way, an integer too long to convert included, is one
+    line naming where.
+    """
     try:
-        doc = tomllib.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise _fail("", f"not valid TOML ({e})", "fix the file, or restore it: git checkout -- audits.toml") from e
+        doc = parse_toml(data.decode("utf-8"), AUDITS_FILE)
+    except UnicodeDecodeError as e:
+        raise _fail("", f"not UTF-8 ({e})", "fix the file, or restore it: git checkout -- audits.toml") from e
+    if isinstance(doc, Problem):
+        raise AuditsError(doc.render(), f"{doc.hint or 'fix the file'}, or restore it: git checkout -- audits.toml")
     unknown = sorted(set(doc) - {"criteria", "policy", "audit", "imports"})
     if unknown:
         raise _fail(unknown[0], "unknown table (criteria, policy, audit, imports)")

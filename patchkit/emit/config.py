@@ -188,14 +188,18 @@ def load_config(path: Path | str) -> DeployConfig:
 
 
 def _read_text(path: Path) -> str:
-    """The text of ``deploy.toml``; never through a symlink, and a missing file says how to get one."""
+    """The text of ``deploy.toml``; never through a symlink, and a missing file says how to get one.
+
+    Read as bytes, then decoded: text mode would turn a lone CR into a line
+    end, and accept a file ``check`` (and TOML) refuses, or shift its lines.
+    """
     if path.is_symlink():
         raise BadInput(
             f"{path}: is a symlink (to {os.readlink(path)}); refusing to read it",
             f"commit {path.name} itself in place of the link",
         )
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_bytes().decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise BadInput(
             f"{path}: cannot read ({e})", f"create {CONFIG_NAME} (patchkit init writes a starter; fields: {DOCS})"

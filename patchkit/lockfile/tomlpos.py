@@ -37,6 +37,16 @@ _BARE_DOTTED = re.compile(rf"{_BARE}(?:\.{_BARE})*")
 _PLAIN_KEYLINE = re.compile(rf'({_BARE}) = "[^"\\]*"\Z')
 
 
+# TOML's escapes in a basic string (tomllib has checked them): the short ones and \uXXXX, \UXXXXXXXX.
+_ESCAPE = re.compile(r"\\(?:u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|(.))")
+_SHORT = {"b": "\b", "t": "\t", "n": "\n", "f": "\f", "r": "\r", '"': '"', "\\": "\\"}
+
+
+def _unescape(m: re.Match[str]) -> str:
+    code = m.group(1) or m.group(2)
+    return chr(int(code, 16)) if code else _SHORT.get(m.group(3), m.group(0))
+
+
 def _split_key(dotted: str) -> tuple[str, ...]:
     if _BARE_DOTTED.fullmatch(dotted):  # bare parts, no space around the dots: nothing to unquote
         return tuple(dotted.split("."))
@@ -44,7 +54,7 @@ def _split_key(dotted: str) -> tuple[str, ...]:
     for m in _PART.finditer(dotted):
         raw = m.group(0)
         if raw.startswith('"'):
-            parts.append(raw[1:-1].encode().decode("unicode_escape"))
+            parts.append(_ESCAPE.sub(_unescape, raw[1:-1]))
         elif raw.startswith("'"):
             parts.append(raw[1:-1])
         else:
@@ -81,7 +91,9 @@ class LineIndex:
         current: Path = ()
         pending_close: str | None = None
         depth = 0
-        for lineno, line in enumerate(text.splitlines(), start=1):
+        # Lines end at LF (CRLF's CR stays on the line, where the patterns allow it), as tomllib counts
+        # them: str.splitlines would also end one at a U+2028 or U+0085 a string or comment may hold.
+        for lineno, line in enumerate(text.split("\n"), start=1):
             if pending_close is not None:
                 if pending_close in line:
                     pending_close = None
@@ -111,6 +123,8 @@ class LineIndex:
             names = _split_key(m.group(1))
             parent = self._resolve(names[:-1], counters)
             counters[names] = counters.get(names, -1) + 1
+            for inner in [k for k in counters if k[: len(names)] == names and len(k) > len(names)]:
+                del counters[inner]  # an array of tables inside this one starts again under its new entry
             current = (*parent, names[-1], counters[names])
             self._lines.setdefault(current, lineno)
             self._lines.setdefault(current[:-1], lineno)

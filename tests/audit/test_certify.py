@@ -209,6 +209,10 @@ def test_a_forged_or_re_signed_entry_counts_for_nothing(
         (lambda t: t.replace('reviewed_sha256 = "', 'reviewed_sha256 = "zz'), "is not a sha256"),
         (lambda t: t + "\n[extra]\n", "extra: unknown table"),
         (lambda t: "not = [toml", "not valid TOML"),
+        # What tomllib fails on without a TOMLDecodeError: an integer too long to convert, nesting past the stack.
+        (lambda t: t + "\nx = " + "1" * 4301 + "\n", "holds an integer of more than"),
+        (lambda t: t + "\nx = " + "[" * 100_000 + "]" * 100_000 + "\n", "nested too deeply"),
+        (lambda t: t.replace("\n", "\r \n", 1), "audits.toml:1: not valid TOML"),
     ],
 )
 def test_a_broken_audits_file_is_one_clear_line(
@@ -216,7 +220,7 @@ def test_a_broken_audits_file_is_one_clear_line(
 ) -> None:
     certify(invoke, deployment, keys[0], "a")
     audits = deployment / "audits.toml"
-    audits.write_text(edit(audits.read_text()))  # type: ignore[operator]
+    audits.write_bytes(edit(audits.read_text()).encode())  # type: ignore[operator]
     for args in (("check",), ("audit", "status")):
         r = invoke(*args, repo=deployment)
         assert r.exit_code == 2, (args, r.stdout, r.stderr)

@@ -291,6 +291,17 @@ def test_config_syntax_error_and_missing_pieces(tmp_path: Path) -> None:
         config.profile("tp4")
 
 
+def test_a_deploy_toml_is_read_as_tomllib_reads_a_file(tmp_path: Path) -> None:
+    # A CR that ends no line is refused at its line, as check refuses it; text mode would make it a line end.
+    lines = CONFIG_TEXT.split("\n")
+    (tmp_path / "deploy.toml").write_bytes("\n".join([lines[0] + "\r  ", *lines[1:]]).encode())
+    with pytest.raises(ConfigError, match=r"^deploy.toml:1: not valid TOML"):
+        load_config(tmp_path / "deploy.toml")
+    # Windows line ends are line ends: the same configuration.
+    (tmp_path / "deploy.toml").write_bytes(CONFIG_TEXT.replace("\n", "\r\n").encode())
+    assert load_config(tmp_path / "deploy.toml") == load_config(ROOT / "deploy.toml")
+
+
 @pytest.mark.parametrize(
     "value",
     ["plain", "yes", "1", "null", "~", "a: b", "- x", "# c", 'q"uote', "back\\slash", "new\nline", "tab\t", "\u2028",

@@ -106,6 +106,22 @@ def test_bad_image_digest_located(bad: str, expect: str) -> None:
     assert expect in msg
 
 
+@pytest.mark.parametrize(
+    ("header", "line"),
+    [
+        ('[images."vllm-é"]', 3),  # a quoted name, not ASCII
+        ('[images."vllm\\u00E9"]', 3),  # an escape in it
+        ('[images."vllm-\\U0001F600"]', 3),
+    ],
+)
+def test_a_problem_under_a_quoted_name_is_at_its_line(header: str, line: int) -> None:
+    (msg,) = problems_of(GOOD.replace("[images.vllm]", header))
+    assert msg.startswith(f"lockfile.toml:{line}: images."), msg
+    # A line separator a comment may hold (U+2028, U+0085) ends no line for TOML, nor for the lines reported.
+    (msg,) = problems_of(GOOD.replace("[images.vllm]", "# a\u2028b\x85c\n" + header))
+    assert msg.startswith(f"lockfile.toml:{line + 1}: images."), msg
+
+
 def test_branch_as_model_revision() -> None:
     text = GOOD.replace('revision = "7872f01b1d1fe23eabc4c98b48bffcef5a386062"', 'revision = "main"')
     (msg,) = problems_of(text)
