@@ -337,7 +337,8 @@ def test_the_objects_written_without_git_are_what_git_writes(tmp_path: Path) -> 
     """Blobs, the tree and the commits the scratch repository gets are the objects git itself would write."""
     git_dir = gitmerge._scratch(tmp_path)
     store = gitmerge._Objects(git_dir / "objects")
-    blobs = [b"", b"a\n", b"no newline", b"\0binary\r\n" * 5000, b"a\n"]  # the last one twice: written once
+    # Stored deflate blocks hold 65,535 bytes: one object fills one exactly ("blob 65524\0" is 11 bytes).
+    blobs = [b"", b"a\n", b"no newline", b"\0binary\r\n" * 20000, b"y" * 65524, b"a\n"]  # the last one twice
     ids = [store.blob(data) for data in blobs]
     tree = store.tree(ids)
     commit = store.commit(store.tree(ids[:1]), None)
@@ -352,14 +353,14 @@ def test_the_objects_written_without_git_are_what_git_writes(tmp_path: Path) -> 
         assert git("cat-file", "blob", blob_id.hex()) == data
     listing = git("ls-tree", "-z", tree.hex()).split(b"\0")[:-1]
     # Sorted as git sorts a tree's names (bytewise: "10" would come before "2"), at the modes git writes.
-    assert [entry.split(b"\t")[1] for entry in listing] == [b"0", b"1", b"2", b"3", b"4"]
+    assert [entry.split(b"\t")[1] for entry in listing] == [b"0", b"1", b"2", b"3", b"4", b"5"]
     assert git("rev-parse", f"{child.hex()}^").decode().strip() == commit.hex()
     git("fsck", "--strict", "--no-dangling")
-    assert store.files(tree.hex(), 5) == blobs
-    assert store.files(tree.hex(), 6) is None  # a path the tree does not have
+    assert store.files(tree.hex(), 6) == blobs
+    assert store.files(tree.hex(), 7) is None  # a path the tree does not have
     (git_dir / "objects" / ids[1].hex()[:2] / ids[1].hex()[2:]).chmod(0o644)
     (git_dir / "objects" / ids[1].hex()[:2] / ids[1].hex()[2:]).write_bytes(b"not zlib")
-    assert store.files(tree.hex(), 5) is None  # a damaged object: the caller asks git instead
+    assert store.files(tree.hex(), 6) is None  # a damaged object: the caller asks git instead
 
 
 def test_merged_files_read_through_git_when_not_loose(monkeypatch: pytest.MonkeyPatch) -> None:
