@@ -197,11 +197,11 @@ class _Batch:
         """Write the three versions of every file and the three commits as loose objects; the base commit's id.
 
         The objects are written here, not by ``git fast-import``: a loose
-        object is the zlib stream of ``TYPE SIZE\0DATA`` stored under its
-        SHA-1, and stored uncompressed (zlib level 0) it costs one hash and
-        one write per file, a fraction of fast-import's pack (its stdin
-        copied to a file, hashed again by git, indexed). Git reads them as
-        any loose object, checking each id against its content.
+        object is the zlib stream of its type, size, a NUL byte and its data,
+        stored under the SHA-1 of those bytes. In stored (uncompressed)
+        deflate blocks it costs one hash and one write per file, a fraction
+        of fast-import's pack (its stdin copied to a file, hashed again by
+        git, indexed). Git reads them as it reads any loose object.
         """
         store = self.store
         trees = [store.tree([store.blob(triple[side]) for triple in self.triples]) for side in range(3)]
