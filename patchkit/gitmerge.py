@@ -2,13 +2,14 @@
 
 patchkit does not merge text itself. For a batch of (base, ours, theirs)
 triples it builds a scratch bare repository in a temporary directory, writes
-the three versions of every file into three commits with one
-``git fast-import`` (the two sides children of the base, every file at the
-same path in all three, so no rename or add/delete case can arise), merges
-them with one ``git merge-tree --write-tree -z --name-only OURS THEIRS`` and
-reads the merged files back with one ``git cat-file --batch``: three git
-processes for any number of files, plus two ``git diff-tree`` when some
-file conflicts (they locate each conflict in the three versions, below).
+the three versions of every file and three commits into it as loose objects
+(the two sides children of the base, every file at the same path in all
+three, so no rename or add/delete case can arise), merges them with one
+``git merge-tree --write-tree -z --name-only OURS THEIRS`` and reads the
+merged files back from the loose objects merge-ort wrote (``git cat-file
+--batch`` if any is not there): one git process for any number of files,
+plus two ``git diff-tree`` when some file conflicts (they locate each
+conflict in the three versions, below).
 
 The result is byte for byte what ``git cherry-pick`` or ``git merge-tree``
 gives for that file with ``merge.conflictStyle=diff3``: the same clean or
@@ -30,10 +31,13 @@ conflicting chunks, and each one is checked against the markers git wrote.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import secrets
+import struct
 import tempfile
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,6 +160,7 @@ class _Batch:
         self.git_dir = git_dir
         self.triples = triples
         self.env = _env(git_dir)
+        self.store = _Objects(git_dir / "objects")
         nonce = secrets.token_hex(16)
         self.refs = (f"refs/patchkit/{nonce}/base", f"refs/patchkit/{nonce}/ours", f"refs/patchkit/{nonce}/theirs")
 
@@ -176,7 +181,8 @@ class _Batch:
         fields = out.split(b"\0")
         tree = fields[0].decode("ascii")
         conflicted = {int(name) for name in fields[1 : fields.index(b"", 1)]} if status == 1 else set()
-        data = self.read([f"{tree}:{k}" for k in range(len(self.triples))])
+        # merge-ort writes its results as loose objects: read straight from them, else through cat-file.
+        data = self.store.files(tree, len(self.triples)) or self.read([f"{tree}:{k}" for k in range(len(self.triples))])
         scripts = self.scripts(sorted(conflicted)) if conflicted else {}
         git_labels = Labels(self.refs[1].encode(), base_id.encode(), self.refs[2].encode())
         results = []
@@ -188,29 +194,23 @@ class _Batch:
         return results
 
     def load(self) -> str:
-        """Write the three commits with one ``git fast-import``; the base commit's id (git's label for it)."""
-        marks = self.git_dir / "marks"
-        chunks: list[bytes] = []
-        n = len(self.triples)
-        for k, triple in enumerate(self.triples):
-            for side, blob in enumerate(triple):
-                chunks += [b"blob\nmark :%d\ndata %d\n" % (3 * k + side + 1, len(blob)), blob, b"\n"]
-        for side, ref in enumerate(self.refs):
-            header = b"commit %s\nmark :%d\ncommitter patchkit <patchkit> 0 +0000\ndata 0\n"
-            chunks.append(header % (ref.encode(), 3 * n + side + 1))
-            if side:
-                chunks.append(b"from :%d\n" % (3 * n + 1))
-            chunks += [b"M 100644 :%d %d\n" % (3 * k + side + 1, k) for k in range(n)]
-            chunks.append(b"\n")
-        chunks.append(b"done\n")
-        # --depth=0: no deltas. The pack is read once and thrown away; delta search was a third of the batch.
-        args = ["fast-import", "--quiet", "--done", "--depth=0", f"--export-marks={marks}"]
-        self.git(args, stdin=b"".join(chunks))
-        want = b":%d " % (3 * n + 1)
-        for line in marks.read_bytes().splitlines():
-            if line.startswith(want):
-                return line[len(want) :].decode("ascii")
-        raise GitFailed("git fast-import in a scratch merge repository did not report the base commit")
+        """Write the three versions of every file and the three commits as loose objects; the base commit's id.
+
+        The objects are written here, not by ``git fast-import``: a loose
+        object is the zlib stream of its type, size, a NUL byte and its data,
+        stored under the SHA-1 of those bytes. In stored (uncompressed)
+        deflate blocks it costs one hash and one write per file, a fraction
+        of fast-import's pack (its stdin copied to a file, hashed again by
+        git, indexed). Git reads them as it reads any loose object.
+        """
+        store = self.store
+        trees = [store.tree([store.blob(triple[side]) for triple in self.triples]) for side in range(3)]
+        base = store.commit(trees[0], None)
+        for side in (1, 2):
+            (self.git_dir / self.refs[side]).parent.mkdir(parents=True, exist_ok=True)
+            (self.git_dir / self.refs[side]).write_bytes(store.commit(trees[side], base).hex().encode() + b"\n")
+        (self.git_dir / self.refs[0]).write_bytes(base.hex().encode() + b"\n")
+        return base.hex()
 
     def read(self, names: list[str]) -> list[bytes]:
         """The blobs ``names`` name, through one ``git cat-file --batch``."""
@@ -237,6 +237,122 @@ class _Batch:
             for k, script in _parse_scripts(out).items():
                 found[k][side - 1].extend(script)
         return found
+
+
+class _Objects:
+    """Loose objects of the scratch repository, written and read without a git process.
+
+    Only for the scratch repository this module makes: every object in it is
+    one this class or git's merge wrote, never a stranger's.
+    """
+
+    def __init__(self, objects: Path) -> None:
+        self.objects = objects
+        self.made: set[str] = set()
+
+    def _path(self, hex_id: str) -> Path:
+        return self.objects / hex_id[:2] / hex_id[2:]
+
+    def write(self, kind: bytes, data: bytes) -> bytes:
+        """Store ``data`` as an object of type ``kind`` (unless it is there); its 20-byte id."""
+        header = b"%s %d\0" % (kind, len(data))
+        digest = hashlib.sha1(header, usedforsecurity=False)
+        digest.update(data)
+        hex_id = digest.hexdigest()
+        if hex_id in self.made:
+            return digest.digest()
+        if hex_id[:2] not in self.made:
+            (self.objects / hex_id[:2]).mkdir(exist_ok=True)
+            self.made.add(hex_id[:2])
+        body = _stored(header + data)
+        fd = os.open(self._path(hex_id), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+        try:
+            _write_all(fd, body)
+        finally:
+            os.close(fd)
+        self.made.add(hex_id)
+        return digest.digest()
+
+    def blob(self, data: bytes) -> bytes:
+        """A blob of ``data``; its id."""
+        return self.write(b"blob", data)
+
+    def tree(self, blobs: list[bytes]) -> bytes:
+        """A tree with blob ``blobs[k]`` at path ``k`` (mode 100644); its id."""
+        # git orders a tree's entries by name, bytewise: "10" before "2".
+        names = sorted(b"%d" % k for k in range(len(blobs)))
+        return self.write(b"tree", b"".join(b"100644 " + name + b"\0" + blobs[int(name)] for name in names))
+
+    def commit(self, tree: bytes, parent: bytes | None) -> bytes:
+        """A commit of ``tree`` with the one ``parent`` (or none), an empty message and a fixed date; its id."""
+        text = b"tree %s\n" % tree.hex().encode()
+        if parent is not None:
+            text += b"parent %s\n" % parent.hex().encode()
+        text += b"author patchkit <patchkit> 0 +0000\ncommitter patchkit <patchkit> 0 +0000\n\n"
+        return self.write(b"commit", text)
+
+    def read(self, hex_id: str, kind: bytes) -> bytes | None:
+        """The data of loose object ``hex_id`` if it is of type ``kind`` and reads back to its id, else None."""
+        try:
+            raw = zlib.decompress(self._path(hex_id).read_bytes())
+        except (OSError, zlib.error):
+            return None
+        nul = raw.find(b"\0")
+        if raw[:nul] != b"%s %d" % (kind, len(raw) - nul - 1):
+            return None
+        if hashlib.sha1(raw, usedforsecurity=False).hexdigest() != hex_id:
+            return None
+        return raw[nul + 1 :]
+
+    def files(self, tree_id: str, n: int) -> list[bytes] | None:
+        """The blobs at paths 0..n-1 of tree ``tree_id`` as git's merge wrote it, or None when any is not loose here."""
+        tree = self.read(tree_id, b"tree")
+        if tree is None:
+            return None
+        ids: dict[int, str] = {}
+        at = 0
+        while at < len(tree):
+            nul = tree.index(b"\0", at)
+            mode, _, name = tree[at:nul].partition(b" ")
+            if mode != b"100644" or not name.isdigit():
+                return None
+            ids[int(name)] = tree[nul + 1 : nul + 21].hex()
+            at = nul + 21
+        out = []
+        for k in range(n):
+            data = self.read(ids[k], b"blob") if k in ids else None
+            if data is None:
+                return None
+            out.append(data)
+        return out
+
+
+def _stored(data: bytes) -> bytes:
+    """``data`` as a zlib stream of stored (uncompressed) deflate blocks: what ``zlib.compress(data, 0)`` gives.
+
+    Built here, not by zlib: at level 0 zlib still runs its deflate loop
+    over every byte, several times slower than copying the blocks and
+    computing the checksum.
+    """
+    parts = [b"\x78\x01"]  # deflate, 32 KiB window, no dictionary, fastest level
+    size = len(data)
+    for at in range(0, size, _STORED_MAX):
+        block = data[at : at + _STORED_MAX]
+        final = at + _STORED_MAX >= size
+        parts += [struct.pack("<BHH", final, len(block), len(block) ^ 0xFFFF), block]
+    if not size:
+        parts.append(b"\x01\x00\x00\xff\xff")
+    parts.append(struct.pack(">I", zlib.adler32(data)))
+    return b"".join(parts)
+
+
+_STORED_MAX = 0xFFFF  # the most bytes one stored deflate block holds
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _parse_scripts(out: bytes) -> dict[int, list[tuple[_Span, _Span]]]:

@@ -32,11 +32,15 @@ def deployed_image(lock: Lockfile, root: Path | None = None, upstream: Upstream 
     lockfile's only image. Several images and no deploy.toml: None, as a guess
     between them could record the proxy's image for a vLLM overlay.
     """
+    return _deployed(lock, _deploy_inference_image(root) if root is not None else None, upstream)
+
+
+def _deployed(lock: Lockfile, named: str | None, upstream: Upstream | None) -> Image | None:
+    """:func:`deployed_image` with deploy.toml's ``inference.image`` already read (``named``)."""
     if isinstance(upstream, ImageUpstream):
         same = [i for i in lock.images if i.repository == upstream.image]
         if len(same) == 1:
             return same[0]
-    named = _deploy_inference_image(root) if root is not None else None
     found = next((i for i in lock.images if i.name == named), None)
     if found is None and len(lock.images) == 1:
         found = lock.images[0]
@@ -95,27 +99,31 @@ def record_verified(
     recorded. A lockfile with no image to name is returned as it is.
     """
     wanted, wanted_series = set(patches), set(series)
-    new_patches = tuple(_recorded(lock, p, image, root, against_image) if p.name in wanted else p for p in lock.patches)
+    # deploy.toml read once for every base, not once per base (a rebase records a thousand).
+    named = _deploy_inference_image(root) if root is not None else None
+    new_patches = tuple(
+        _recorded(lock, p, image, named, against_image) if p.name in wanted else p for p in lock.patches
+    )
     new_series = tuple(
-        _recorded_series(lock, s, image, root, against_image) if s.name in wanted_series else s for s in lock.series
+        _recorded_series(lock, s, image, named, against_image) if s.name in wanted_series else s for s in lock.series
     )
     return dataclasses.replace(lock, patches=new_patches, series=new_series)
 
 
-def _image(lock: Lockfile, name: str | None, root: Path | None, upstream: Upstream | None) -> Image | None:
+def _image(lock: Lockfile, name: str | None, named: str | None, upstream: Upstream | None) -> Image | None:
     if name is not None:
         found = next((i for i in lock.images if i.name == name), None)
         if found is None:
             raise BadInput(f"no image named '{name}' in the lockfile", "patchkit image pin NAME REF")
         return found
-    return deployed_image(lock, root, upstream)
+    return _deployed(lock, named, upstream)
 
 
 def _verified(
-    lock: Lockfile, upstream_name: str, old: Verified | None, name: str | None, root: Path | None, against: bool
+    lock: Lockfile, upstream_name: str, old: Verified | None, name: str | None, named: str | None, against: bool
 ) -> Verified | None:
     upstream = lock.upstream(upstream_name)
-    found = _image(lock, name or (old.image if old is not None else None), root, upstream)
+    found = _image(lock, name or (old.image if old is not None else None), named, upstream)
     if found is None:
         return None
     if against:
@@ -123,16 +131,16 @@ def _verified(
     return verified_for(found, upstream)
 
 
-def _recorded(lock: Lockfile, p: Patch, image: str | None, root: Path | None, against: bool) -> Patch:
+def _recorded(lock: Lockfile, p: Patch, image: str | None, named: str | None, against: bool) -> Patch:
     if p.base is None or p.kind is PatchKind.MODULE:
         return p
-    verified = _verified(lock, p.base.upstream, p.base.verified, image, root, against)
+    verified = _verified(lock, p.base.upstream, p.base.verified, image, named, against)
     base: Base = dataclasses.replace(p.base, verified=verified)
     return dataclasses.replace(p, base=base)
 
 
-def _recorded_series(lock: Lockfile, s: Series, image: str | None, root: Path | None, against: bool) -> Series:
-    verified = _verified(lock, s.upstream, s.verified, image, root, against)
+def _recorded_series(lock: Lockfile, s: Series, image: str | None, named: str | None, against: bool) -> Series:
+    verified = _verified(lock, s.upstream, s.verified, image, named, against)
     own = series_pin(lock, s)
     if verified is not None and verified.against == "upstream" and own is not None:
         verified = dataclasses.replace(verified, pin=own)  # a series states its own commit

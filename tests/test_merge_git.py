@@ -25,6 +25,7 @@ import pytest
 from patchkit import gitmerge
 from patchkit.diffs import split_lines
 from patchkit.merge import (
+    _LABELS,
     BASE_MARKER,
     OURS_MARKER,
     THEIRS_MARKER,
@@ -324,7 +325,51 @@ def test_many_files_cost_a_handful_of_git_processes(monkeypatch: pytest.MonkeyPa
     results = rebase_files(items)
     assert [r.outcome for r in results[:200]] == [Outcome.CLEAN] * 200
     assert results[200].outcome is Outcome.CONFLICT
-    assert len(calls) == 5
+    # The objects are written and the results read without git: merge-tree, and diff-tree twice.
+    assert [call.split("', '")[len(gitmerge._CONFIG) * 2 + 1] for call in calls] == [
+        "merge-tree",
+        "diff-tree",
+        "diff-tree",
+    ]
+
+
+def test_the_objects_written_without_git_are_what_git_writes(tmp_path: Path) -> None:
+    """Blobs, the tree and the commits the scratch repository gets are the objects git itself would write."""
+    git_dir = gitmerge._scratch(tmp_path)
+    store = gitmerge._Objects(git_dir / "objects")
+    # Stored deflate blocks hold 65,535 bytes: one object fills one exactly ("blob 65524\0" is 11 bytes).
+    blobs = [b"", b"a\n", b"no newline", b"\0binary\r\n" * 20000, b"y" * 65524, b"a\n"]  # the last one twice
+    ids = [store.blob(data) for data in blobs]
+    tree = store.tree(ids)
+    commit = store.commit(store.tree(ids[:1]), None)
+    child = store.commit(tree, commit)
+    env = {**os.environ, "GIT_DIR": str(git_dir), "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull}
+
+    def git(*args: str, stdin: bytes | None = None) -> bytes:
+        return subprocess.run(["git", *args], env=env, input=stdin, capture_output=True, check=True).stdout
+
+    for data, blob_id in zip(blobs, ids, strict=True):
+        assert git("hash-object", "--stdin", stdin=data).decode().strip() == blob_id.hex()
+        assert git("cat-file", "blob", blob_id.hex()) == data
+    listing = git("ls-tree", "-z", tree.hex()).split(b"\0")[:-1]
+    # Sorted as git sorts a tree's names (bytewise: "10" would come before "2"), at the modes git writes.
+    assert [entry.split(b"\t")[1] for entry in listing] == [b"0", b"1", b"2", b"3", b"4", b"5"]
+    assert git("rev-parse", f"{child.hex()}^").decode().strip() == commit.hex()
+    git("fsck", "--strict", "--no-dangling")
+    assert store.files(tree.hex(), 6) == blobs
+    assert store.files(tree.hex(), 7) is None  # a path the tree does not have
+    (git_dir / "objects" / ids[1].hex()[:2] / ids[1].hex()[2:]).chmod(0o644)
+    (git_dir / "objects" / ids[1].hex()[:2] / ids[1].hex()[2:]).write_bytes(b"not zlib")
+    assert store.files(tree.hex(), 6) is None  # a damaged object: the caller asks git instead
+
+
+def test_merged_files_read_through_git_when_not_loose(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When the merge's objects cannot be read directly, cat-file reads them: the same results."""
+    items = [(b"a\nb\nc\n", b"A\nb\nc\n", b"a\nb\nC\n"), (b"x\n", b"y\n", b"z\n")]
+    direct = gitmerge.merge_many(items, _LABELS)
+    monkeypatch.setattr(gitmerge._Objects, "files", lambda self, tree, n: None)
+    assert gitmerge.merge_many(items, _LABELS) == direct
+    assert direct[0].data == b"A\nb\nC\n"
 
 
 def test_conflicts_the_scripts_do_not_explain_are_placed_by_their_markers() -> None:
