@@ -18,7 +18,7 @@ def _nothing_in_progress() -> Refused:
 
 
 def _abort(ctx: click.Context) -> None:
-    from patchkit.series import bump
+    from patchkit.rebase import bump
 
     repo = find_repo(ctx)
     hold_lock(ctx, repo.root)
@@ -40,14 +40,14 @@ def rebase_series(
     remembered: bool = True,
 ) -> bool:
     """Start, continue or abort the rebase of one series (False: this rebase is not one); exit 1 on a stop."""
-    from patchkit.series.rebase import in_progress
+    from patchkit.rebase.series import in_progress
 
     if name is None:
         if not (cont or abort):
             return False
         if not in_progress(find_repo(ctx).root):
             return False
-    from patchkit.series import bump
+    from patchkit.rebase import bump
 
     if abort:
         _abort(ctx)
@@ -76,7 +76,7 @@ def rebase_series(
 
 def _report(done: Any, fmt: str, stale: list[Any]) -> None:
     """The rebase's report (JSON or text); each stale pin of the repository's own files as a note."""
-    from patchkit.series import bump
+    from patchkit.rebase import bump
 
     if fmt == "json":
         doc = {
@@ -104,7 +104,7 @@ def _stale_pins(repo: Any, done: Any) -> list[Any]:
 
 def _print_series_rebase(done: Any) -> None:
     """The text report of a series rebase: its table, then what was written or what waits to be resolved or fixed."""
-    from patchkit.series import bump
+    from patchkit.rebase import bump
 
     for line in bump.table(done):
         click.echo(line)

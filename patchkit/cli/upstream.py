@@ -281,8 +281,8 @@ def rebase(
     Each conflict, broken merge or hunk now upstream is explained by the
     upstream commits (and PRs) that touched its lines, or a version range.
     """
-    from patchkit import rebase as rb
     from patchkit.cli.series import rebase_series
+    from patchkit.rebase import overlays as rb
 
     accept = _accepts(accept_broken, reason)
     remembered = not no_remembered
@@ -338,8 +338,8 @@ def _write_summary(summary: Path | None, repo: Any, lockf: Any, plan: Any) -> No
     """With ``--summary``, the rebase's Markdown summary for the pull request, written atomically."""
     if summary is None:
         return
-    from patchkit import rebase as rb
     from patchkit.audit.certify import review_summary
+    from patchkit.rebase import overlays as rb
     from patchkit.repo import atomic_write, output_target
 
     text = rb.summary_markdown(plan) + review_summary(repo)
@@ -348,7 +348,7 @@ def _write_summary(summary: Path | None, repo: Any, lockf: Any, plan: Any) -> No
 
 def _started_json(started: Any) -> dict[str, Any]:
     """A started rebase as ``--format json`` shows it: the plan, whether it was committed, and its work files."""
-    from patchkit import rebase as rb
+    from patchkit.rebase import overlays as rb
 
     doc = rb.result_json(started.plan)
     doc["committed"] = started.outcome is not None
@@ -361,7 +361,7 @@ def _started_json(started: Any) -> dict[str, Any]:
 
 def _print_started(started: Any) -> None:
     """A started rebase as text: the table, then why nothing moved, what was written, or what waits resolved."""
-    from patchkit import rebase as rb
+    from patchkit.rebase import overlays as rb
 
     click.echo(rb.table(started.plan), nl=False)
     if started.nothing_moved is not None:
@@ -525,8 +525,8 @@ def _bump_onto(
 
     ``search``: the --latest-clean report that chose the image, part of the JSON document.
     """
-    from patchkit import rebase as rb
     from patchkit.images import bumping
+    from patchkit.rebase import overlays as rb
     from patchkit.sources.image import commit_prefix
 
     started = bumping.start(repo, lockf, data, target, cache=cache_path(), store=blob_store(), drop=drop)
@@ -569,7 +569,7 @@ def _bump_onto(
 
 def _print_bump(started: Any, target: Any, version: str | None) -> None:
     """A bump as text: the image upstream when derived, the table, the version, the pins, what waits."""
-    from patchkit import rebase as rb
+    from patchkit.rebase import overlays as rb
     from patchkit.sources.image import commit_prefix
 
     up = target.upstream

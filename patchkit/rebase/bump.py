@@ -13,8 +13,8 @@ from patchkit.hashing import sha256_bytes
 from patchkit.lockfile.model import GitUpstream, Lockfile
 from patchkit.outcome import Change, Outcome
 from patchkit.persist import finish
+from patchkit.rebase import series as core
 from patchkit.repo import Repo
-from patchkit.series import rebase as core
 from patchkit.series.model import Series
 from patchkit.series.tree import find_series, load
 from patchkit.values import Revision, Sha256

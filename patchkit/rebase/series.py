@@ -3,7 +3,7 @@
 Each patch in order is merged three-way, file by file: base = the file in
 the old upstream tree with the earlier patches applied, ours = that plus
 this patch, theirs = the file in the new tree with the earlier patches as
-rebased (:func:`patchkit.merge.rebase_file`). Per patch, one outcome:
+rebased (:func:`patchkit.rebase.merge.rebase_file`). Per patch, one outcome:
 
 - ``clean``: every file merged;
 - ``conflict``: a file's merge conflicts; the rebase stops there, as ``git
@@ -43,8 +43,15 @@ from typing import Any, Protocol
 
 from patchkit import diffs
 from patchkit.errors import BadInput, Refused
-from patchkit.merge import BinaryFileError, Conflict, MergeResult, conflict_markers_remain, rebase_file, rebase_files
-from patchkit.merge import Outcome as FileOutcome
+from patchkit.rebase.merge import (
+    BinaryFileError,
+    Conflict,
+    MergeResult,
+    conflict_markers_remain,
+    rebase_file,
+    rebase_files,
+)
+from patchkit.rebase.merge import Outcome as FileOutcome
 from patchkit.series.apply import Item, Reader, refuse_nested
 from patchkit.series.checks import ProducedFile, interdiffs, semantic_checks
 from patchkit.series.headers import prefixes, quote
@@ -574,7 +581,7 @@ def state_file(root: Path) -> Path:
 
 def in_progress(root: Path) -> bool:
     """Whether a series rebase waits: its state file exists, or its work area is something patchkit never makes."""
-    from patchkit import rebasestate
+    from patchkit.rebase import state as rebasestate
 
     return rebasestate.present(root, STATE_DIR, f"{STATE_DIR}/state.json")
 
@@ -595,7 +602,7 @@ def save_state(root: Path, doc: dict[str, Any], conflicted: dict[str, bytes], pa
 
 def load_state(root: Path) -> dict[str, Any]:
     """The series rebase's state, every field checked (``rebasestate``): bad input naming the field, else the doc."""
-    from patchkit import rebasestate
+    from patchkit.rebase import state as rebasestate
 
     rel, hint = f"{STATE_DIR}/state.json", "patchkit rebase --abort, then run the rebase again"
     doc = rebasestate.read(root, rel, hint)
@@ -633,7 +640,7 @@ def encode_resolved(resolved: dict[str, dict[str, bytes]]) -> dict[str, dict[str
 
 def clear(root: Path) -> bool:
     """Remove the series rebase's work area (a link in its place, not its target); whether there was one."""
-    from patchkit.rebasestate import remove_work_area
+    from patchkit.rebase.state import remove_work_area
 
     return remove_work_area(root, STATE_DIR)
 

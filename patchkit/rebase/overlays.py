@@ -35,9 +35,9 @@ from patchkit.hashing import remembers_digests, require_pin, sha256_bytes
 from patchkit.importing import handdiffs
 from patchkit.lockfile.model import Base, DiffPin, Image, Lockfile, Patch, PatchKind, Upstream
 from patchkit.lockfile.writer import dumps
-from patchkit.merge import MergeResult, Outcome, conflict_markers_remain, rebase_files
 from patchkit.outcome import Outcome as WriteOutcome
 from patchkit.persist import finish, sums_dropped
+from patchkit.rebase.merge import MergeResult, Outcome, conflict_markers_remain, rebase_files
 from patchkit.repo import WORK_DIR, Escape, Repo, atomic_write
 from patchkit.sources.factory import KINDS, repinned
 from patchkit.sources.interface import Pin, Snapshot, UpstreamSource
@@ -779,7 +779,7 @@ def _state_path(repo: Repo) -> Path:
 
 def in_progress(repo: Repo) -> bool:
     """Whether a rebase waits: its state file exists, or its work area is something patchkit never makes."""
-    from patchkit import rebasestate
+    from patchkit.rebase import state as rebasestate
 
     return rebasestate.present(repo.root, STATE_DIR, STATE_FILE)
 
@@ -887,7 +887,7 @@ def _read_state(repo: Repo, lock_bytes: bytes) -> dict[str, Any]:
 
 def _checked_state(repo: Repo) -> dict[str, Any] | None:
     """The state file, every field it names checked (``rebasestate``); None when there is none."""
-    from patchkit import rebasestate
+    from patchkit.rebase import state as rebasestate
 
     hint = "patchkit rebase --abort, then run the rebase again"
     state = rebasestate.read(repo.root, STATE_FILE, hint)
@@ -988,7 +988,7 @@ def abort(repo: Repo) -> bool:
 
 def clear(repo: Repo) -> bool:
     """Remove the work area (never what a link in its place points at); whether there was one."""
-    from patchkit.rebasestate import remove_work_area
+    from patchkit.rebase.state import remove_work_area
 
     return remove_work_area(repo.root, STATE_DIR)
 
