@@ -14,6 +14,7 @@ from patchkit.lockfile.model import GitUpstream, Lockfile
 from patchkit.outcome import Change, Outcome
 from patchkit.persist import finish
 from patchkit.rebase import series as core
+from patchkit.rebase.state import SeriesState
 from patchkit.repo import Repo
 from patchkit.series.model import Series
 from patchkit.series.tree import find_series, load
@@ -75,16 +76,16 @@ def start(
 
 def resume(repo: Repo, lock: Lockfile, lock_bytes: bytes, cache: Path, accept: dict[str, str] | None = None) -> Done:
     """Go on with the series rebase in progress, with the resolved (or fixed) files of the patch it stopped at."""
-    doc = core.load_state(repo.root)
-    if doc.get("lockfile_sha256") != sha256_bytes(lock_bytes):
+    state = core.load_state(repo.root)
+    if state.lockfile_sha256 != sha256_bytes(lock_bytes):
         raise Refused(
             "lockfile.toml changed since the series rebase started",
             "patchkit rebase --abort, then start the rebase again",
         )
-    resolved = core.read_resolved(repo.root, doc)
-    s = find_series(lock.series, str(doc["series"]))
-    accepted = {**{str(k): str(v) for k, v in doc.get("accepted", {}).items()}, **(accept or {})}
-    return _run(repo, lock, lock_bytes, s, str(doc["onto"]), cache, resolved, accepted, accept or {})
+    resolved = core.read_resolved(repo.root, state)
+    s = find_series(lock.series, state.series)
+    accepted = {**state.accepted, **(accept or {})}
+    return _run(repo, lock, lock_bytes, s, state.onto, cache, resolved, accepted, accept or {})
 
 
 def abort(repo: Repo) -> bool:
@@ -129,17 +130,17 @@ def _run(
             )
     if result.stopped is not None:
         waiting = result.stopped.waiting
-        doc = {
-            "series": s.name,
-            "onto": commit,
-            "lockfile_sha256": sha256_bytes(lock_bytes),
-            "stopped": result.stopped.name,
-            "conflicts": sorted(waiting),
-            "broken": sorted(result.stopped.broken),
-            "resolved": core.encode_resolved({k: v for k, v in resolved.items() if k != result.stopped.name}),
-            "accepted": accept,
-        }
-        done.work_files = tuple(core.save_state(repo.root, doc, waiting, result.stopped.name))
+        state = SeriesState(
+            series=s.name,
+            onto=commit,
+            lockfile_sha256=sha256_bytes(lock_bytes),
+            stopped=result.stopped.name,
+            conflicts=tuple(sorted(waiting)),
+            broken=tuple(sorted(result.stopped.broken)),
+            resolved={k: v for k, v in resolved.items() if k != result.stopped.name},
+            accepted=accept,
+        )
+        done.work_files = tuple(core.save_state(repo.root, state, waiting))
         return done
     done.outcome = _commit(repo, lock, s, commit, result)
     done.outcome.written += resolutions.save(repo, [rec for r in result.patches for rec in r.learned])

@@ -17,7 +17,6 @@ file. ``resume`` (``--continue``) picks up the resolved files and commits;
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -38,7 +37,8 @@ from patchkit.lockfile.writer import dumps
 from patchkit.outcome import Outcome as WriteOutcome
 from patchkit.persist import finish, sums_dropped
 from patchkit.rebase.merge import MergeResult, Outcome, conflict_markers_remain, rebase_files
-from patchkit.repo import WORK_DIR, Escape, Repo, atomic_write
+from patchkit.rebase.state import OVERLAYS, OverlayState, read_overlays
+from patchkit.repo import Escape, Repo
 from patchkit.sources.factory import KINDS, repinned
 from patchkit.sources.interface import Pin, Snapshot, UpstreamSource
 from patchkit.trust import interdiff, semantic
@@ -47,11 +47,9 @@ from patchkit.trust.pycheck import Problem
 from patchkit.values import ContainerPath, Digest, Sha256, UpstreamPath
 from patchkit.verification import record_verified
 
-STATE_DIR = f"{WORK_DIR}/rebase"
-STATE_FILE = f"{STATE_DIR}/state.json"
-STATE_VERSION = 1
-
 BLOCKING = (Outcome.CONFLICT, Outcome.DELETED, Outcome.BROKEN)
+# The outcomes a saved state may name (``check_rebase``).
+OUTCOMES = {o.value for o in Outcome}
 
 
 class RebaseInProgress(BadInput):
@@ -773,26 +771,20 @@ def _change(name: str, r: PatchResult, what: str) -> Any:
 # --------------------------------------------------------------------------- the work area
 
 
-def _state_path(repo: Repo) -> Path:
-    return repo.root / STATE_FILE
-
-
 def in_progress(repo: Repo) -> bool:
     """Whether a rebase waits: its state file exists, or its work area is something patchkit never makes."""
-    from patchkit.rebase import state as rebasestate
-
-    return rebasestate.present(repo.root, STATE_DIR, STATE_FILE)
+    return OVERLAYS.present(repo.root)
 
 
 def conflict_file(r: PatchResult) -> str:
     """Where a conflicted (or broken) file waits for its resolution, relative to the repository."""
     where = "broken" if r.outcome is Outcome.BROKEN and r.text_outcome is not Outcome.CONFLICT else "conflicts"
-    return f"{STATE_DIR}/{where}/{r.name}/{Path(r.new_path).name}"
+    return f"{OVERLAYS.directory}/{where}/{r.name}/{Path(r.new_path).name}"
 
 
 def save(repo: Repo, lock_bytes: bytes, result: Plan, store: BlobStore) -> list[str]:
     """Write the work area for a blocked plan; the state file last, so a crash leaves no half state."""
-    files: list[str] = []
+    files: dict[str, bytes] = {}
     for r in result.results:
         if r.merge is None:
             continue
@@ -800,21 +792,18 @@ def save(repo: Repo, lock_bytes: bytes, result: Plan, store: BlobStore) -> list[
         if r.name in result.ours:
             store.put(result.ours[r.name])
         if r.outcome in (Outcome.CONFLICT, Outcome.BROKEN):
-            rel = conflict_file(r)
-            atomic_write(repo.root / rel, r.merge.merged)
-            files.append(rel)
-    state = {
-        "version": STATE_VERSION,
-        "upstream": result.upstream,
-        "old_pin": result.old_pin,
-        "new_pin": dataclasses.asdict(result.new_pin),
-        "lockfile_sha256": sha256_bytes(lock_bytes),
-        "image_pins": result.image_pins,
-        "remembered": {name: list(ids) for name, ids in result.remembered.items()},
-        "causes": {name: cause.as_dict() for name, cause in result.causes.items()},
-        "image_upstream": result.image_upstream,
-        "skipped": [sk.as_dict() for sk in result.skipped],
-        "patches": [
+            files[conflict_file(r)] = r.merge.merged
+    state = OverlayState(
+        upstream=result.upstream,
+        old_pin=result.old_pin,
+        new_pin=dataclasses.asdict(result.new_pin),
+        lockfile_sha256=sha256_bytes(lock_bytes),
+        image_pins=result.image_pins,
+        remembered={name: list(ids) for name, ids in result.remembered.items()},
+        causes={name: cause.as_dict() for name, cause in result.causes.items()},
+        image_upstream=result.image_upstream,
+        skipped=tuple(sk.as_dict() for sk in result.skipped),
+        patches=tuple(
             {
                 **r.as_dict(),
                 "old_path": r.old_path,
@@ -827,10 +816,10 @@ def save(repo: Repo, lock_bytes: bytes, result: Plan, store: BlobStore) -> list[
                 "text_outcome": r.text_outcome.value if r.text_outcome else None,
             }
             for r in result.results
-        ],
-    }
-    atomic_write(_state_path(repo), json.dumps(state, indent=2, sort_keys=True).encode())
-    return files
+        ),
+    )
+    OVERLAYS.save(repo.root, files, state.as_doc())
+    return list(files)
 
 
 def load(repo: Repo, lock_bytes: bytes, store: BlobStore) -> Plan:
@@ -843,41 +832,41 @@ def load(repo: Repo, lock_bytes: bytes, store: BlobStore) -> Plan:
         return _load(repo, lock_bytes, store)
     except (KeyError, TypeError, AttributeError, ValueError) as e:
         raise BadInput(
-            f"{STATE_FILE}: malformed ({type(e).__name__}: {str(e)[:120]}); it is not what patchkit wrote",
+            f"{OVERLAYS.state_file}: malformed ({type(e).__name__}: {str(e)[:120]}); it is not what patchkit wrote",
             "patchkit rebase --abort, then run the rebase again",
         ) from e
 
 
 def _load(repo: Repo, lock_bytes: bytes, store: BlobStore) -> Plan:
     state = _read_state(repo, lock_bytes)
-    result = Plan(state["upstream"], state["old_pin"], Pin(**state["new_pin"]))
-    result.image_pins = dict(state.get("image_pins", {}))
-    result.image_upstream = state.get("image_upstream")
+    result = Plan(state.upstream, state.old_pin, Pin(**state.new_pin))
+    result.image_pins = dict(state.image_pins)
+    result.image_upstream = state.image_upstream
     if result.image_upstream is not None:
         from patchkit.images.adopt import upstream_from_state
 
         upstream_from_state(result.image_upstream)  # a malformed one is refused here, not at commit
-    result.skipped = [Skipped(**sk) for sk in state.get("skipped", [])]
-    result.remembered = resolutions.saved_remembered(state)
-    result.causes = explain.saved_causes(state.get("causes"))
-    for entry in state["patches"]:
+    result.skipped = [Skipped(**sk) for sk in state.skipped]
+    result.remembered = resolutions.saved_remembered({"remembered": state.remembered})
+    result.causes = explain.saved_causes(state.causes)
+    for entry in state.patches:
         result.results.append(_saved_result(entry, result, store))
     return result
 
 
-def _read_state(repo: Repo, lock_bytes: bytes) -> dict[str, Any]:
+def _read_state(repo: Repo, lock_bytes: bytes) -> OverlayState:
     """The state file as an object, when it belongs to this patchkit and this lockfile.
 
     Refuses when there is none, when another version wrote it, or when the
     lockfile changed since (the plan no longer applies); ``RebaseFinished``
     when the lockfile is the one the rebase committed.
     """
-    state = _checked_state(repo)
+    state = read_overlays(repo.root, OUTCOMES)
     if state is None:
         raise BadInput("no rebase in progress", "start one with patchkit rebase --onto REV")
-    if state.get("committed_lockfile_sha256") == sha256_bytes(lock_bytes):
+    if state.committed_lockfile_sha256 == sha256_bytes(lock_bytes):
         raise RebaseFinished()
-    if state["lockfile_sha256"] != sha256_bytes(lock_bytes):
+    if state.lockfile_sha256 != sha256_bytes(lock_bytes):
         raise BadInput(
             "lockfile.toml changed since the rebase started; the saved plan no longer applies",
             "patchkit rebase --abort, then run the rebase again",
@@ -885,18 +874,10 @@ def _read_state(repo: Repo, lock_bytes: bytes) -> dict[str, Any]:
     return state
 
 
-def _checked_state(repo: Repo) -> dict[str, Any] | None:
-    """The state file, every field it names checked (``rebasestate``); None when there is none."""
-    from patchkit.rebase import state as rebasestate
-
-    hint = "patchkit rebase --abort, then run the rebase again"
-    state = rebasestate.read(repo.root, STATE_FILE, hint)
-    if state is None:
-        return None
-    if state.get("version") != STATE_VERSION:
-        raise BadInput(f"{STATE_FILE}: written by another patchkit version", "patchkit rebase --abort")
-    rebasestate.check_rebase(state, STATE_FILE, hint, {o.value for o in Outcome})
-    return state
+def _saved_doc(repo: Repo) -> dict[str, Any] | None:
+    """The saved state as its file's object, for what reads it leniently (``resolutions.learned``)."""
+    state = read_overlays(repo.root, OUTCOMES)
+    return None if state is None else state.as_doc()
 
 
 def _saved_result(entry: dict[str, Any], result: Plan, store: BlobStore) -> PatchResult:
@@ -988,9 +969,7 @@ def abort(repo: Repo) -> bool:
 
 def clear(repo: Repo) -> bool:
     """Remove the work area (never what a link in its place points at); whether there was one."""
-    from patchkit.rebase.state import remove_work_area
-
-    return remove_work_area(repo.root, STATE_DIR)
+    return OVERLAYS.clear(repo.root)
 
 
 class RebaseFinished(Exception):
@@ -998,11 +977,10 @@ class RebaseFinished(Exception):
 
 
 def _mark_committing(repo: Repo, new_lock_sha256: str) -> None:
-    state = _checked_state(repo)
+    state = read_overlays(repo.root, OUTCOMES)
     if state is None:
         return
-    state["committed_lockfile_sha256"] = new_lock_sha256
-    atomic_write(_state_path(repo), json.dumps(state, indent=2, sort_keys=True).encode())
+    OVERLAYS.rewrite(repo.root, dataclasses.replace(state, committed_lockfile_sha256=new_lock_sha256).as_doc())
 
 
 # --------------------------------------------------------------------------- the commands
@@ -1221,7 +1199,7 @@ def resume(
             [p.text(conflict_file(r)) for r in still for p in r.problems if p.blocking], [r.name for r in still]
         )
     learned = resolutions.learned(
-        repo, _checked_state(repo), result.results, resolved, result.ours, lambda s: _their_file(result, store, s)
+        repo, _saved_doc(repo), result.results, resolved, result.ours, lambda s: _their_file(result, store, s)
     )
     outcome = commit(repo, lock, result, store, resolved, dropped)
     outcome.written += resolutions.save(repo, learned)
@@ -1239,15 +1217,15 @@ def status(repo: Repo) -> dict[str, Any]:
 
 def _status(repo: Repo) -> dict[str, Any]:
     state: dict[str, Any] = {"rebase": None}
-    saved = _checked_state(repo)
+    saved = read_overlays(repo.root, OUTCOMES)
     if saved is None:
         return state
     files = []
-    for entry in saved.get("patches", []):
+    for entry in saved.patches:
         if entry["outcome"] not in (Outcome.CONFLICT.value, Outcome.BROKEN.value):
             continue
         where = "broken" if entry["outcome"] == Outcome.BROKEN.value else "conflicts"
-        rel = f"{STATE_DIR}/{where}/{entry['name']}/{Path(entry['new_path']).name}"
+        rel = f"{OVERLAYS.directory}/{where}/{entry['name']}/{Path(entry['new_path']).name}"
         try:
             markers = conflict_markers_remain(repo.read(rel))
         except (FileNotFoundError, Escape):
@@ -1257,11 +1235,11 @@ def _status(repo: Repo) -> dict[str, Any]:
             {"patch": entry["name"], "file": rel, "markers": markers, "resolved": not markers, "broken": broken}
         )
     state["rebase"] = {
-        "upstream": saved["upstream"],
-        "from": saved["old_pin"],
-        "to": Pin(**saved["new_pin"]).describe(),
+        "upstream": saved.upstream,
+        "from": saved.old_pin,
+        "to": Pin(**saved.new_pin).describe(),
         "conflicts": files,
-        "deleted": [e["name"] for e in saved.get("patches", []) if e["outcome"] == Outcome.DELETED.value],
-        "patches": {e["name"]: e["outcome"] for e in saved.get("patches", [])},
+        "deleted": [e["name"] for e in saved.patches if e["outcome"] == Outcome.DELETED.value],
+        "patches": {e["name"]: e["outcome"] for e in saved.patches},
     }
     return state
