@@ -825,20 +825,20 @@ BESIDE = -1  # the depth of a row that runs on a thread of its own, beside the r
 # The functions `patchkit rebase` calls, timed where they are looked up: (module, attribute, depth, label).
 TIMED = (
     ("patchkit.sources.git:GitSnapshot", "read", BESIDE, "read new files (git cat-file --batch, own thread)"),
-    ("patchkit.rebase", "_bases", 0, "bases (blob cache, sha256 checked)"),
-    ("patchkit.rebase", "_read_ours", 0, "read patches"),
-    ("patchkit.rebase", "_theirs", 0, "wait for the new files (and follow renames)"),
-    ("patchkit.rebase", "_sides", 0, "new files into the blob cache (sha256 each)"),
-    ("patchkit.rebase", "_merges", 0, "merges: git's, then the analysis on every core"),
+    ("patchkit.rebase.overlays", "_bases", 0, "bases (blob cache, sha256 checked)"),
+    ("patchkit.rebase.overlays", "_read_ours", 0, "read patches"),
+    ("patchkit.rebase.overlays", "_theirs", 0, "wait for the new files (and follow renames)"),
+    ("patchkit.rebase.overlays", "_sides", 0, "new files into the blob cache (sha256 each)"),
+    ("patchkit.rebase.overlays", "_merges", 0, "merges: git's, then the analysis on every core"),
     ("patchkit.gitmerge", "merge_many", 1, "git's merge of every file (scratch repository)"),
     ("patchkit.gitmerge:_Batch", "load", 2, "objects written (SHA-1, zlib level 0)"),
     ("patchkit.gitmerge:_Objects", "files", 2, "merged files read back (the rest: merge-tree)"),
-    ("patchkit.rebase", "mark_broken", 0, "semantic checks: parse, pyflakes, imports (trust.semantic)"),
-    ("patchkit.rebase", "interdiffs", 0, "interdiffs (committed diff against the new one)"),
-    ("patchkit.rebase", "prepare", 0, "prepare: new pins and diffs"),
-    ("patchkit.rebase", "_diffs", 1, "diffs: canonical_diff on every core"),
-    ("patchkit.rebase", "sums_dropped", 0, "SHA256SUMS entries dropped (read the old one)"),
-    ("patchkit.rebase", "finish", 0, "persist.finish: render and write"),
+    ("patchkit.rebase.overlays", "mark_broken", 0, "semantic checks: parse, pyflakes, imports (trust.semantic)"),
+    ("patchkit.rebase.overlays", "interdiffs", 0, "interdiffs (committed diff against the new one)"),
+    ("patchkit.rebase.overlays", "prepare", 0, "prepare: new pins and diffs"),
+    ("patchkit.rebase.overlays", "_diffs", 1, "diffs: canonical_diff on every core"),
+    ("patchkit.rebase.overlays", "sums_dropped", 0, "SHA256SUMS entries dropped (read the old one)"),
+    ("patchkit.rebase.overlays", "finish", 0, "persist.finish: render and write"),
     ("patchkit.persist", "dumps", 1, "render lockfile.toml"),
     ("patchkit.persist", "expected_sums", 1, "render SHA256SUMS"),
     ("patchkit.persist", "write_all", 1, "write_all: journal, in-place writes, renames, sync"),
@@ -882,8 +882,8 @@ def breakdown(layout: Layout, tree: Tree) -> Breakdown:
     """
     import resource
 
-    from patchkit import rebase as rb
     from patchkit.cache import BlobStore
+    from patchkit.rebase import overlays as rb
     from patchkit.repo import Repo
     from patchkit.sources import git as git_source  # imported here so that no stage pays for gitpython
 
@@ -1280,7 +1280,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.progress("start-up times")
     python_pass = median_wall([sys.executable, "-c", "pass"], REPO_ROOT, env, 10)
     imports = median_wall(
-        [sys.executable, "-c", "import patchkit.cli, patchkit.rebase, patchkit.merge, patchkit.sources.git"],
+        [
+            sys.executable,
+            "-c",
+            "import patchkit.cli, patchkit.rebase.overlays, patchkit.rebase.merge, patchkit.sources.git",
+        ],
         REPO_ROOT,
         env,
         10,

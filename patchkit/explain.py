@@ -29,7 +29,7 @@ from typing import Any
 
 from patchkit import gitclient
 from patchkit.diffs import line_matcher, split_lines
-from patchkit.merge import LineRange, MergeResult, Outcome
+from patchkit.rebase.merge import LineRange, MergeResult, Outcome
 
 #: The most commits listed for one patch; the rest are counted.
 MAX_COMMITS = 8

@@ -37,7 +37,7 @@ from typing import Any
 
 from patchkit.diffs import line_matcher, split_lines
 from patchkit.errors import BadInput
-from patchkit.merge import Conflict, LineRange, MergeResult, Outcome
+from patchkit.rebase.merge import Conflict, LineRange, MergeResult, Outcome
 from patchkit.repo import Repo, write_all
 
 DIR = "resolutions"
@@ -345,7 +345,7 @@ def saved_remembered(state: dict[str, Any] | None) -> dict[str, tuple[str, ...]]
 
 
 class Memory:
-    """The recorded resolutions of one repository, as a series rebase uses them (``patchkit.series.rebase.Memory``).
+    """The recorded resolutions of one repository, as a series rebase uses them (``patchkit.rebase.series.Memory``).
 
     ``replay`` off (``--no-remembered``): no conflict is resolved as recorded;
     resolutions given are still learned.
@@ -363,7 +363,7 @@ class Memory:
 
     def learn(self, patch: str, path: str, base: bytes, ours: bytes, theirs: bytes, resolved: bytes) -> list[Record]:
         """The records of the conflicts of merging ``base``/``ours``/``theirs``, as ``resolved`` resolves them."""
-        from patchkit.merge import rebase_file
+        from patchkit.rebase.merge import rebase_file
 
         m = rebase_file(base, ours, theirs, path=path)
         if m.outcome is not Outcome.CONFLICT:

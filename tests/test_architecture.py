@@ -47,7 +47,7 @@ ADAPTERS = {
     "patchkit.repo",
     "patchkit.gitclient",
     "patchkit.gitmerge",
-    "patchkit.merge",
+    "patchkit.rebase.merge",
     "patchkit.cache",
     "patchkit.images",
     "patchkit.images.errors",

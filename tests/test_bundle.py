@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 from conftest import Invoke
-from test_rebase import FENCED, WORKER, Upstream
 
 from patchkit.bundle import build_bundle, collect_files_that_run, parse_epoch, verify_bundle
 from patchkit.cache import BlobStore, cache_dir
 from patchkit.errors import BadInput
 from patchkit.repo import Repo
+from tests.rebase.test_overlays import FENCED, WORKER, Upstream
 
 COMPOSE = b"services:\n  vllm:\n    image: vllm@sha256:" + b"a" * 64 + b"\n"
 REPLICAS = b"services:\n  vllm-0:\n    image: vllm@sha256:" + b"a" * 64 + b"\n"

@@ -8,12 +8,12 @@ from types import SimpleNamespace
 
 import pytest
 from conftest import Invoke
-from test_rebase import WORKER, Upstream, make_deploy, rebase_json
 
 from patchkit import explain
 from patchkit.lockfile.model import Base
-from patchkit.merge import Outcome, rebase_file
+from patchkit.rebase.merge import Outcome, rebase_file
 from patchkit.values import Sha256, UpstreamPath
+from tests.rebase.test_overlays import WORKER, Upstream, make_deploy, rebase_json
 
 
 @pytest.fixture

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 from conftest import Invoke
-from test_rebase import FENCED, WORKER, Upstream
+
+from tests.rebase.test_overlays import FENCED, WORKER, Upstream
 
 
 @pytest.fixture

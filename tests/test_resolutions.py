@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 from conftest import Invoke, git, snapshot
-from test_rebase import WORKER, Upstream, make_deploy, rebase_json
 
 from patchkit import resolutions
-from patchkit.merge import rebase_file
+from patchkit.rebase.merge import rebase_file
+from tests.rebase.test_overlays import WORKER, Upstream, make_deploy, rebase_json
 
 FENCE = b"        for b in blocks:\n"
 PATCHED = WORKER.replace(FENCE, b"        self.stream.synchronize()\n" + FENCE)

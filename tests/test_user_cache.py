@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import Invoke, listing
-from tests.test_rebase import FENCED, WORKER, Upstream, make_deploy, upstream  # noqa: F401
+from tests.rebase.test_overlays import FENCED, WORKER, Upstream, make_deploy, upstream  # noqa: F401
 
 
 def _cache_of_a_process(env: dict[str, str]) -> Path:

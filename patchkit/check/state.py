@@ -25,11 +25,11 @@ from patchkit.findings import Finding
 from patchkit.hashing import sha256_many
 from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
 from patchkit.lockfile.tomlpos import FieldPath, LineIndex
+from patchkit.rebase.state import OVERLAYS, SERIES
 from patchkit.repo import JOURNAL as REPO_JOURNAL
 from patchkit.repo import (
     MANAGED_DIRS,
     TMP_PREFIX,
-    WORK_DIR,
     Dirs,
     Escape,
     Repo,
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from patchkit.importing import shell
     from patchkit.series.apply import Reader
 
-REBASE_STATE = f"{WORK_DIR}/rebase/state.json"
+REBASE_STATE = OVERLAYS.state_file
 JOURNAL = REPO_JOURNAL  # where an interrupted write of several files is recorded
 DEPLOY_CONFIG = "deploy.toml"
 
@@ -459,7 +459,7 @@ def gather(
     return state
 
 
-SERIES_REBASE_STATE = f"{WORK_DIR}/series-rebase/state.json"
+SERIES_REBASE_STATE = SERIES.state_file
 
 
 def _series_tree(repo: Repo, lock: Lockfile) -> Callable[[Series], Reader | str] | None:

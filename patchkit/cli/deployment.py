@@ -301,9 +301,9 @@ def diff(ctx: click.Context, names: tuple[str, ...], show_stat: bool, write: boo
 @click.pass_context
 def status(ctx: click.Context, fmt: str) -> None:
     """Where the repository stands: a rebase in progress and its files, or an interrupted write."""
-    from patchkit import rebase as rb
+    from patchkit.rebase import overlays as rb
+    from patchkit.rebase.series import status as series_status
     from patchkit.repo import recover
-    from patchkit.series.rebase import status as series_status
 
     repo = find_repo(ctx)
     hold_lock(ctx, repo.root)

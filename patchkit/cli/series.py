@@ -18,7 +18,7 @@ def _nothing_in_progress() -> Refused:
 
 
 def _abort(ctx: click.Context) -> None:
-    from patchkit.series import bump
+    from patchkit.rebase import bump
 
     repo = find_repo(ctx)
     hold_lock(ctx, repo.root)
@@ -40,14 +40,14 @@ def rebase_series(
     remembered: bool = True,
 ) -> bool:
     """Start, continue or abort the rebase of one series (False: this rebase is not one); exit 1 on a stop."""
-    from patchkit.series.rebase import in_progress
+    from patchkit.rebase.series import in_progress
 
     if name is None:
         if not (cont or abort):
             return False
         if not in_progress(find_repo(ctx).root):
             return False
-    from patchkit.series import bump
+    from patchkit.rebase import bump
 
     if abort:
         _abort(ctx)
@@ -65,9 +65,10 @@ def rebase_series(
         done = bump.start(repo, lockf, data, name, onto, cache_path(), accept, remembered)
     if summary is not None:
         from patchkit.audit.certify import review_summary
+        from patchkit.formats import rebase as report
         from patchkit.repo import atomic_write, output_target
 
-        text = bump.summary_markdown(done) + review_summary(repo)
+        text = report.series_summary_markdown(done) + review_summary(repo)
         atomic_write(output_target(summary, repo, lockf), text.encode())
     _report(done, fmt, _stale_pins(repo, done))
     ctx.exit(EXIT_OK if done.outcome is not None else EXIT_FINDINGS)
@@ -76,7 +77,7 @@ def rebase_series(
 
 def _report(done: Any, fmt: str, stale: list[Any]) -> None:
     """The rebase's report (JSON or text); each stale pin of the repository's own files as a note."""
-    from patchkit.series import bump
+    from patchkit.formats import rebase as report
 
     if fmt == "json":
         doc = {
@@ -85,7 +86,7 @@ def _report(done: Any, fmt: str, stale: list[Any]) -> None:
             "from": done.old,
             "onto": done.new,
             "committed": done.outcome is not None,
-            "patches": [bump.patch_json(r, done.causes) for r in done.result.patches],
+            "patches": [report.series_patch_json(r, done.causes) for r in done.result.patches],
             "work_files": list(done.work_files),
         }
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
@@ -104,9 +105,9 @@ def _stale_pins(repo: Any, done: Any) -> list[Any]:
 
 def _print_series_rebase(done: Any) -> None:
     """The text report of a series rebase: its table, then what was written or what waits to be resolved or fixed."""
-    from patchkit.series import bump
+    from patchkit.formats import rebase as report
 
-    for line in bump.table(done):
+    for line in report.series_table(done):
         click.echo(line)
     if done.outcome is not None:
         for rel in done.outcome.written:

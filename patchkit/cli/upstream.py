@@ -281,8 +281,8 @@ def rebase(
     Each conflict, broken merge or hunk now upstream is explained by the
     upstream commits (and PRs) that touched its lines, or a version range.
     """
-    from patchkit import rebase as rb
     from patchkit.cli.series import rebase_series
+    from patchkit.rebase import overlays as rb
 
     accept = _accepts(accept_broken, reason)
     remembered = not no_remembered
@@ -338,19 +338,19 @@ def _write_summary(summary: Path | None, repo: Any, lockf: Any, plan: Any) -> No
     """With ``--summary``, the rebase's Markdown summary for the pull request, written atomically."""
     if summary is None:
         return
-    from patchkit import rebase as rb
     from patchkit.audit.certify import review_summary
+    from patchkit.formats import rebase as report
     from patchkit.repo import atomic_write, output_target
 
-    text = rb.summary_markdown(plan) + review_summary(repo)
+    text = report.summary_markdown(plan) + review_summary(repo)
     atomic_write(output_target(summary, repo, lockf), text.encode())
 
 
 def _started_json(started: Any) -> dict[str, Any]:
     """A started rebase as ``--format json`` shows it: the plan, whether it was committed, and its work files."""
-    from patchkit import rebase as rb
+    from patchkit.formats import rebase as report
 
-    doc = rb.result_json(started.plan)
+    doc = report.result_json(started.plan)
     doc["committed"] = started.outcome is not None
     doc["work_files"] = started.conflict_files
     doc["nothing_moved"] = started.nothing_moved
@@ -361,9 +361,9 @@ def _started_json(started: Any) -> dict[str, Any]:
 
 def _print_started(started: Any) -> None:
     """A started rebase as text: the table, then why nothing moved, what was written, or what waits resolved."""
-    from patchkit import rebase as rb
+    from patchkit.formats import rebase as report
 
-    click.echo(rb.table(started.plan), nl=False)
+    click.echo(report.table(started.plan), nl=False)
     if started.nothing_moved is not None:
         click.echo(f"nothing in the repository changed: {started.nothing_moved}")
         for fix in dict.fromkeys(sk.fix for sk in started.plan.skipped if sk.fix):
@@ -534,7 +534,7 @@ def _bump_onto(
     ``search``: the --latest-clean report that chose the image, part of the JSON document;
     ``remembered``: replay the recorded resolutions (``--no-remembered``: not).
     """
-    from patchkit import rebase as rb
+    from patchkit.formats import rebase as report
     from patchkit.images import bumping
     from patchkit.sources.image import commit_prefix
 
@@ -548,7 +548,7 @@ def _bump_onto(
         from patchkit.audit.certify import review_summary
         from patchkit.repo import atomic_write, output_target
 
-        text = rb.summary_markdown(started.plan)
+        text = report.summary_markdown(started.plan)
         text += "".join(
             f"\n## {title}\n\n" + "".join(f"- {line}\n" for line in lines)
             for title, lines in (("Bases moved onto the image", adopted), ("Series not moved by the bump", series))
@@ -560,7 +560,7 @@ def _bump_onto(
         click.echo(f"note: {note}", err=True)
     up = target.upstream
     if fmt == "json":
-        doc = rb.result_json(started.plan)
+        doc = report.result_json(started.plan)
         doc.update(
             committed=started.outcome is not None,
             images=target.pins,
@@ -580,13 +580,13 @@ def _bump_onto(
 
 def _print_bump(started: Any, target: Any, version: str | None) -> None:
     """A bump as text: the image upstream when derived, the table, the version, the pins, what waits."""
-    from patchkit import rebase as rb
+    from patchkit.formats import rebase as report
     from patchkit.sources.image import commit_prefix
 
     up = target.upstream
     if target.derived:
         click.echo(f"image upstream {up.name}: the files under {up.prefix} in {up.image} (from [images])")
-    click.echo(rb.table(started.plan), nl=False)
+    click.echo(report.table(started.plan), nl=False)
     if version:
         click.echo(f"runtime version {version} (upstream commit {commit_prefix(version) or 'unknown'})")
     for name, digest in sorted(target.pins.items()):

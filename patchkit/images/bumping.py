@@ -148,7 +148,7 @@ def warm_bases(repo: Repo, lock: Lockfile, up: ImageUpstream, cache: Path, store
     from the image, whose files are not what it was based on. Each base is
     verified against its pinned sha256 on the way.
     """
-    from patchkit import rebase as rb
+    from patchkit.rebase import overlays as rb
     from patchkit.sources.factory import open_source
     from patchkit.sources.interface import UpstreamSource
 
@@ -201,7 +201,7 @@ def start(
     written. Refused before anything is read when an overlay in the image
     has no base to rebase.
     """
-    from patchkit import rebase as rb
+    from patchkit.rebase import overlays as rb
 
     if rb.in_progress(repo):  # refused before any base is downloaded
         raise rb.RebaseInProgress(
@@ -245,7 +245,7 @@ class Candidate:
     @property
     def clean(self) -> bool:
         """Whether every patch moves onto this image clean: no conflict, nothing broken or deleted."""
-        from patchkit.rebase import BLOCKING
+        from patchkit.rebase.overlays import BLOCKING
 
         blocking = {o.value for o in BLOCKING}
         return self.error is None and not blocking & set(self.outcomes.values())
@@ -266,7 +266,7 @@ class Candidate:
 
 
 def _moves(outcome: str) -> bool:
-    from patchkit.rebase import BLOCKING
+    from patchkit.rebase.overlays import BLOCKING
 
     return outcome not in {o.value for o in BLOCKING}
 
@@ -343,7 +343,7 @@ def newest_clean(
     a conflict resolved as recorded counts as clean (off: it is a conflict).
     """
     from patchkit.errors import PatchkitError
-    from patchkit.rebase import plan
+    from patchkit.rebase.overlays import plan
     from patchkit.sources.factory import open_source
     from patchkit.sources.image import ImageSource
 

@@ -30,7 +30,7 @@ import patchkit as patchkit_package
 from patchkit.lockfile.reader import loads
 from tests.adversarial.conftest import patchkit
 from tests.conftest import Invoke, git, snapshot
-from tests.test_rebase import WORKER, Upstream, make_deploy
+from tests.rebase.test_overlays import WORKER, Upstream, make_deploy
 
 MARKER = "planted-code-ran"
 FENCED = WORKER.replace(b"        for b in blocks:\n", b"        self.stream.synchronize()\n        for b in blocks:\n")

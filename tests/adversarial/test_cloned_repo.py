@@ -22,7 +22,7 @@ import pytest
 
 from tests.adversarial.conftest import patchkit
 from tests.conftest import Invoke, git
-from tests.test_rebase import FENCED, WORKER, Upstream, make_deploy, rebase_json, upstream  # noqa: F401
+from tests.rebase.test_overlays import FENCED, WORKER, Upstream, make_deploy, rebase_json, upstream  # noqa: F401
 
 
 def git_tree_digest(git_dir: Path) -> dict[str, str]:

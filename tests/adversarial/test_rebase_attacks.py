@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from patchkit.merge import conflict_markers_remain
+from patchkit.rebase.merge import conflict_markers_remain
 from tests.conftest import Invoke, git
-from tests.test_rebase import FENCED, WORKER, Upstream, make_deploy, rebase_json, upstream  # noqa: F401
+from tests.rebase.test_overlays import FENCED, WORKER, Upstream, make_deploy, rebase_json, upstream  # noqa: F401
 
 
 def _conflicted(invoke: Invoke, tmp_path: Path, up: Upstream) -> tuple[Path, Path, bytes]:

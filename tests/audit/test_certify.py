@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Invoke, git
+from tests.rebase.test_overlays import WORKER, Upstream, make_deploy
 from tests.signing.conftest import KeyPair, make_key, ssh_keygen
-from tests.test_rebase import WORKER, Upstream, make_deploy
 
 A = b"import os\n\n" + WORKER.replace(b"class Restorer", b"class RestorerA")
 B = b"import sys\n\n" + WORKER.replace(b"class Restorer", b"class RestorerB")

@@ -157,7 +157,7 @@ def test_a_base_read_from_the_image_has_no_upstream_pin(invoke: Invoke, deploy: 
 
 
 def test_after_a_bare_repin_the_rebase_moves_the_base_and_records_the_image(invoke: Invoke, tmp_path: Path) -> None:
-    from tests.test_rebase import FENCED, WORKER, Upstream, make_deploy
+    from tests.rebase.test_overlays import FENCED, WORKER, Upstream, make_deploy
 
     upstream = Upstream(tmp_path / "vllm")
     c1 = upstream.commit({"vllm/worker.py": WORKER})

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from patchkit import diffs
+from patchkit.rebase.series import _file_diff
 from patchkit.series.apply import Applied, Item, SeriesApplyError, _current, apply_series
 from patchkit.series.parse import FileChange, parse_patch
-from patchkit.series.rebase import _file_diff
 
 
 def _fail(path: str, message: str, line: int | None = None) -> SeriesApplyError:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from patchkit.hashing import sha256_bytes
+from patchkit.rebase.series import canonical_patch
 from patchkit.series.apply import Item, apply_series
 from patchkit.series.parse import PatchParseError, parse_patch
-from patchkit.series.rebase import canonical_patch
 from tests.conftest import Invoke
 from tests.series.queue import commit, git
 

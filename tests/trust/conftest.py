@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_rebase import Upstream
+from tests.rebase.test_overlays import Upstream
 
 
 @pytest.fixture

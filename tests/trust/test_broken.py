@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from tests.conftest import Invoke, snapshot
-from tests.test_rebase import Upstream, make_deploy, outcomes, rebase_json
+from tests.rebase.test_overlays import Upstream, make_deploy, outcomes, rebase_json
 
 # An upstream file whose module-level logger upstream moves to its own helper, far from the patch.
 WORKER = b"""import logging

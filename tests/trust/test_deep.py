@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from tests.conftest import Invoke, git
-from tests.test_rebase import Upstream, make_deploy
+from tests.rebase.test_overlays import Upstream, make_deploy
 from tests.trust.test_broken import UTILS, WORKER
 
 RENAMED = UTILS.replace(b"cdiv", b"ceil_div")

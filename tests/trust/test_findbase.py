@@ -8,7 +8,7 @@ from pathlib import Path
 
 from patchkit import diffs
 from tests.conftest import Invoke, git
-from tests.test_rebase import WORKER, Upstream
+from tests.rebase.test_overlays import WORKER, Upstream
 
 TARGET = "/usr/lib/python3/dist-packages/vllm/worker.py"
 

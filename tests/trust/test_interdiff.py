@@ -10,7 +10,7 @@ import pytest
 from patchkit import diffs
 from patchkit.trust.interdiff import compare
 from tests.conftest import Invoke
-from tests.test_rebase import FENCED, WORKER, Upstream, make_deploy, outcomes, rebase_json
+from tests.rebase.test_overlays import FENCED, WORKER, Upstream, make_deploy, outcomes, rebase_json
 
 FILLER = b"".join(b"def f%d():\n    return %d\n\n\n" % (i, i) for i in range(8))
 

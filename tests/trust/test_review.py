@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.conftest import Invoke
-from tests.test_rebase import Upstream, make_deploy, outcomes, rebase_json
+from tests.rebase.test_overlays import Upstream, make_deploy, outcomes, rebase_json
 
 BASE = b"""import torch
 

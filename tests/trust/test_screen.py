@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from patchkit.merge import rebase_file
+from patchkit.rebase.merge import rebase_file
 from patchkit.trust import screen, semantic
 from tests.trust.test_broken import NO_LOGGING, PATCHED, WORKER
 

@@ -13,8 +13,9 @@ from patchkit.hashing import sha256_bytes
 from patchkit.lockfile.model import GitUpstream, Lockfile
 from patchkit.outcome import Change, Outcome
 from patchkit.persist import finish
+from patchkit.rebase import series as core
+from patchkit.rebase.state import SeriesState
 from patchkit.repo import Repo
-from patchkit.series import rebase as core
 from patchkit.series.model import Series
 from patchkit.series.tree import find_series, load
 from patchkit.values import Revision, Sha256
@@ -75,16 +76,16 @@ def start(
 
 def resume(repo: Repo, lock: Lockfile, lock_bytes: bytes, cache: Path, accept: dict[str, str] | None = None) -> Done:
     """Go on with the series rebase in progress, with the resolved (or fixed) files of the patch it stopped at."""
-    doc = core.load_state(repo.root)
-    if doc.get("lockfile_sha256") != sha256_bytes(lock_bytes):
+    state = core.load_state(repo.root)
+    if state.lockfile_sha256 != sha256_bytes(lock_bytes):
         raise Refused(
             "lockfile.toml changed since the series rebase started",
             "patchkit rebase --abort, then start the rebase again",
         )
-    resolved = core.read_resolved(repo.root, doc)
-    s = find_series(lock.series, str(doc["series"]))
-    accepted = {**{str(k): str(v) for k, v in doc.get("accepted", {}).items()}, **(accept or {})}
-    return _run(repo, lock, lock_bytes, s, str(doc["onto"]), cache, resolved, accepted, accept or {})
+    resolved = core.read_resolved(repo.root, state)
+    s = find_series(lock.series, state.series)
+    accepted = {**state.accepted, **(accept or {})}
+    return _run(repo, lock, lock_bytes, s, state.onto, cache, resolved, accepted, accept or {})
 
 
 def abort(repo: Repo) -> bool:
@@ -129,17 +130,17 @@ def _run(
             )
     if result.stopped is not None:
         waiting = result.stopped.waiting
-        doc = {
-            "series": s.name,
-            "onto": commit,
-            "lockfile_sha256": sha256_bytes(lock_bytes),
-            "stopped": result.stopped.name,
-            "conflicts": sorted(waiting),
-            "broken": sorted(result.stopped.broken),
-            "resolved": core.encode_resolved({k: v for k, v in resolved.items() if k != result.stopped.name}),
-            "accepted": accept,
-        }
-        done.work_files = tuple(core.save_state(repo.root, doc, waiting, result.stopped.name))
+        state = SeriesState(
+            series=s.name,
+            onto=commit,
+            lockfile_sha256=sha256_bytes(lock_bytes),
+            stopped=result.stopped.name,
+            conflicts=tuple(sorted(waiting)),
+            broken=tuple(sorted(result.stopped.broken)),
+            resolved={k: v for k, v in resolved.items() if k != result.stopped.name},
+            accepted=accept,
+        )
+        done.work_files = tuple(core.save_state(repo.root, state, waiting))
         return done
     done.outcome = _commit(repo, lock, s, commit, result)
     done.outcome.written += resolutions.save(repo, [rec for r in result.patches for rec in r.learned])
@@ -181,107 +182,3 @@ def _commit(repo: Repo, lock: Lockfile, s: Series, commit: str, result: core.Ser
     new_lock = record_verified(new_lock, series=(s.name,), root=repo.root)
     outcome.written = finish(repo, new_lock, files, deletes)
     return outcome
-
-
-def table(done: Done) -> list[str]:
-    """The per-patch table ``patchkit rebase --series`` prints."""
-    from patchkit.formats.safe import printable
-
-    lines = [f"rebase series {done.series.name}: {done.old[:12]} -> {done.new[:12]}"]
-    width = max((len(p.name) for p in done.series.patches), default=0)
-    for r in done.result.patches:
-        detail = []
-        for f in r.files:
-            if f.outcome == "conflict":
-                detail.append(f"{f.path} conflicts at {', '.join(f.regions)}")
-            elif f.outcome in ("deleted", "upstreamed", "partially-upstreamed"):
-                detail.append(f"{f.path} {f.outcome}")
-        detail += [f"{p} not in the source (kept as is)" for p in r.absent]
-        lines.append(
-            f"  {printable(r.name).ljust(width)}  {r.outcome.value:<20}  {printable('; '.join(detail))}".rstrip()
-        )
-        lines += [f"    {printable(line)}" for line in _trust_lines(r)]
-        lines += [f"    {printable(line)}" for line in _memory_lines(done, r)]
-    waiting = [p for p in done.series.patches if p.name not in {r.name for r in done.result.patches}]
-    lines += [f"  {p.name.ljust(width)}  waiting" for p in waiting]
-    return lines
-
-
-def _memory_lines(done: Done, r: core.PatchRebase) -> list[str]:
-    """The resolutions replayed into the patch's files, and what upstream did to the lines of each conflict."""
-    lines = [f"{path}: resolved as recorded ({i[:12]})" for path, ids in r.remembered.items() for i in ids]
-    for (name, path), cause in done.causes.items():
-        if name == r.name:
-            lines += [f"{path}: {line}" for line in cause.lines()]
-    return lines
-
-
-def _trust_lines(r: core.PatchRebase) -> list[str]:
-    """What the semantic checks found in the patch's files, the acceptance, and each file's interdiff."""
-    lines = [
-        f"{'broken' if p.blocking else 'not checked'}: {p.text(path)}"
-        for path, problems in r.problems.items()
-        for p in problems
-    ]
-    if r.accepted is not None:
-        lines.append(f"accepted as broken: {r.accepted}")
-    for path, found in r.interdiffs.items():
-        head, *rest = found.lines()
-        lines.append(f"interdiff {path}: {head}")
-        lines += [f"  {line}" for line in rest]
-    return lines
-
-
-def patch_json(r: core.PatchRebase, causes: dict[tuple[str, str], explain.Cause] | None = None) -> dict[str, Any]:
-    """One patch's result for ``--format json``; ``causes``: the rebase's explanations (``Done.causes``)."""
-    mine = {path: cause.as_dict() for (name, path), cause in (causes or {}).items() if name == r.name}
-    return {
-        "resolved_as_recorded": {path: list(ids) for path, ids in r.remembered.items()},
-        "upstream_changes": mine,
-        "name": r.name,
-        "outcome": r.outcome.value,
-        "files": [{"path": f.path, "outcome": f.outcome, "regions": list(f.regions)} for f in r.files],
-        "absent": r.absent,
-        "problems": {path: [p.as_dict() for p in problems] for path, problems in r.problems.items()},
-        "accepted_broken": r.accepted,
-        "interdiffs": {path: found.as_dict() for path, found in r.interdiffs.items()},
-    }
-
-
-def summary_markdown(done: Done) -> str:
-    """A pull-request description of a series rebase: outcomes, drop candidates, broken files, interdiffs."""
-    out = [
-        f"## Rebase of series `{done.series.name}`",
-        "",
-        f"From `{done.old}` to `{done.new}`.",
-        "",
-        "| patch | outcome | notes |",
-        "| --- | --- | --- |",
-    ]
-    for r in done.result.patches:
-        notes = [f"`{f.path}` {f.outcome}" for f in r.files if f.outcome in ("conflict", "deleted", "upstreamed")]
-        notes += [f"`{path}:{p.line}`: {p.kind}" for path, ps in r.problems.items() for p in ps if p.blocking]
-        notes += [f"`{path}` resolved as recorded (`{i[:12]}`)" for path, ids in r.remembered.items() for i in ids]
-        notes += [f"`{path}`: {c.markdown()}" for (name, path), c in done.causes.items() if name == r.name]
-        out.append(f"| `{r.name}` | {r.outcome.value} | {'; '.join(notes)} |")
-    seen = {r.name for r in done.result.patches}
-    out += [f"| `{p.name}` | waiting | |" for p in done.series.patches if p.name not in seen]
-    drops = [r for r in done.result.patches if r.outcome is core.PatchOutcome.UPSTREAMED]
-    if drops:
-        out += ["", "### Drop candidates", ""]
-        out += [f"- `{r.name}`: upstream has the change (dropped from the series)" for r in drops]
-    broken = [r for r in done.result.patches if r.broken]
-    if broken:
-        out += ["", "### Broken (the merge would fail when imported)", ""]
-        for r in broken:
-            out.append(f"- `{r.name}`" + (f": **accepted as broken**: {r.accepted}" if r.accepted is not None else ":"))
-            out += [f"  - `{path}:{p.line}`: {p.message}" for path, ps in r.problems.items() for p in ps if p.blocking]
-    changed = [r for r in done.result.patches if r.interdiffs]
-    if changed:
-        out += ["", "### What changed in each patch (old patch against new)", ""]
-        for r in changed:
-            for path, found in r.interdiffs.items():
-                head, *rest = found.lines()
-                out += [f"- `{r.name}` `{path}`: {head}"]
-                out += ["", "  ```diff", *(f"  {line}" for line in rest), "  ```"] if rest else []
-    return "\n".join(out) + "\n"

@@ -9,7 +9,7 @@ import pytest
 from patchkit import diffs
 from patchkit.diffs import split_lines
 from patchkit.errors import EXIT_BAD_INPUT, BadInput
-from patchkit.merge import (
+from patchkit.rebase.merge import (
     BASE_MARKER,
     OURS_MARKER,
     SEPARATOR,
@@ -562,7 +562,7 @@ def test_a_large_repetitive_file_merges_exactly(monkeypatch: pytest.MonkeyPatch)
 
 def _analysed(monkeypatch: pytest.MonkeyPatch, base: bytes, ours: bytes, theirs: bytes, path: str) -> MergeResult:
     """The merge with the review-flag analysis run whatever the pre-filter says."""
-    from patchkit import merge
+    from patchkit.rebase import merge
 
     with monkeypatch.context() as m:
         m.setattr(merge, "_may_share_block", lambda *a: True)
@@ -647,7 +647,7 @@ def test_the_review_flag_prefilter_never_hides_a_flag(monkeypatch: pytest.Monkey
     several lines, comments and blank lines between methods, nested classes
     and functions): the flags with the pre-filter are those without it.
     """
-    from patchkit import merge
+    from patchkit.rebase import merge
 
     rng = random.Random(7)
     exact = merge._may_share_block
@@ -675,7 +675,7 @@ def test_scanning_only_the_segments_both_sides_touch_gives_the_whole_scans_answe
     both sides (a decorator, a column-0 statement after a function, a class line): the answer of
     ``_may_share_block`` equals that of ``_Blocks`` over every line, and both answers occur.
     """
-    from patchkit import merge
+    from patchkit.rebase import merge
 
     rng = random.Random(11)
     answers = set()
@@ -693,7 +693,7 @@ def test_scanning_only_the_segments_both_sides_touch_gives_the_whole_scans_answe
 
 def _changes(base: bytes, new: bytes) -> list[Any]:
     """The changes of diff(base, new), as the merge finds them."""
-    from patchkit import merge
+    from patchkit.rebase import merge
 
     return merge._changes(merge._matching_blocks(split_lines(base), split_lines(new)))
 
@@ -703,7 +703,7 @@ def test_a_column_0_statement_after_a_function_is_in_the_functions_segment() -> 
     ours = base.replace(b"LIMIT = f(1)\n", b"LIMIT = f(2)\n")
     theirs = base.replace(b"    return x\n", b"    return x + 1\n")
     assert [f.definition for f in rebase_file(base, ours, theirs, path="m.py").review_flags] == []
-    from patchkit import merge
+    from patchkit.rebase import merge
 
     lines = split_lines(base)
     assert merge._segment_starts(lines) == [0, 7]
@@ -770,7 +770,7 @@ def test_whether_an_edited_file_parses_is_told_from_the_pieces_it_changed() -> N
     the syntax in every way a piece could hide (an open bracket or string, a clause with nothing
     before it, an indentation, a continuation), or not.
     """
-    from patchkit import merge
+    from patchkit.rebase import merge
 
     rng = random.Random(13)
     seen = set()
@@ -797,7 +797,7 @@ def test_whether_an_edited_file_parses_is_told_from_the_pieces_it_changed() -> N
     ],
 )
 def test_what_reads_a_file_as_a_whole_sends_it_to_the_parser_whole(first: bytes, piece: bytes) -> None:
-    from patchkit import merge
+    from patchkit.rebase import merge
 
     base = first + b"\n\ndef f():\n    return 1\n"
     side = first + b"\n\ndef f():\n    return 1\n" + piece

@@ -9,8 +9,9 @@ interdiff and a skipped patch at once.
 from __future__ import annotations
 
 from patchkit.diffs import canonical_diff
-from patchkit.merge import MergeResult, Outcome, rebase_file
-from patchkit.rebase import PatchResult, Plan, Skipped, summary_markdown, table
+from patchkit.formats.rebase import summary_markdown, table
+from patchkit.rebase.merge import MergeResult, Outcome, rebase_file
+from patchkit.rebase.overlays import PatchResult, Plan, Skipped
 from patchkit.sources.interface import Pin
 from patchkit.trust import interdiff
 from patchkit.trust.pycheck import Problem

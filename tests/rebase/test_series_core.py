@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from patchkit.rebase.series import PatchOutcome, rebase_series
 from patchkit.series.apply import Item, apply_series
 from patchkit.series.parse import parse_patch
-from patchkit.series.rebase import PatchOutcome, rebase_series
 from tests.series.queue import commit, git
 
 OLD = {

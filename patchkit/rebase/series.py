@@ -3,7 +3,7 @@
 Each patch in order is merged three-way, file by file: base = the file in
 the old upstream tree with the earlier patches applied, ours = that plus
 this patch, theirs = the file in the new tree with the earlier patches as
-rebased (:func:`patchkit.merge.rebase_file`). Per patch, one outcome:
+rebased (:func:`patchkit.rebase.merge.rebase_file`). Per patch, one outcome:
 
 - ``clean``: every file merged;
 - ``conflict``: a file's merge conflicts; the rebase stops there, as ``git
@@ -32,9 +32,7 @@ broken with a reason. Each regenerated patch gets its interdiff, file by file.
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -43,8 +41,16 @@ from typing import Any, Protocol
 
 from patchkit import diffs
 from patchkit.errors import BadInput, Refused
-from patchkit.merge import BinaryFileError, Conflict, MergeResult, conflict_markers_remain, rebase_file, rebase_files
-from patchkit.merge import Outcome as FileOutcome
+from patchkit.rebase.merge import (
+    BinaryFileError,
+    Conflict,
+    MergeResult,
+    conflict_markers_remain,
+    rebase_file,
+    rebase_files,
+)
+from patchkit.rebase.merge import Outcome as FileOutcome
+from patchkit.rebase.state import SERIES, SeriesState, read_series
 from patchkit.series.apply import Item, Reader, refuse_nested
 from patchkit.series.checks import ProducedFile, interdiffs, semantic_checks
 from patchkit.series.headers import prefixes, quote
@@ -565,77 +571,55 @@ def _render(change: FileChange, strip: int = 1) -> bytes:
 
 # --------------------------------------------------------------------------- the resumable state
 
-STATE_DIR = ".patchkit/series-rebase"
-
-
-def state_file(root: Path) -> Path:
-    return root / STATE_DIR / "state.json"
-
 
 def in_progress(root: Path) -> bool:
     """Whether a series rebase waits: its state file exists, or its work area is something patchkit never makes."""
-    from patchkit import rebasestate
-
-    return rebasestate.present(root, STATE_DIR, f"{STATE_DIR}/state.json")
+    return SERIES.present(root)
 
 
 def work_file(patch: str, path: str) -> str:
     """Where the conflicted ``path`` of ``patch`` waits, relative to the repository."""
-    return f"{STATE_DIR}/work/{patch}/{path}"
+    return f"{SERIES.directory}/work/{patch}/{path}"
 
 
-def save_state(root: Path, doc: dict[str, Any], conflicted: dict[str, bytes], patch: str) -> list[str]:
-    from patchkit.repo import write_all
-
-    files = {work_file(patch, p): data for p, data in conflicted.items()}
-    files[f"{STATE_DIR}/state.json"] = (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
-    write_all(root, files)
-    return sorted(work_file(patch, p) for p in conflicted)
+def save_state(root: Path, state: SeriesState, conflicted: dict[str, bytes]) -> list[str]:
+    """Write the stopped patch's files to resolve and the state, as one transaction; the files, sorted."""
+    files = {work_file(state.stopped, p): data for p, data in conflicted.items()}
+    SERIES.save(root, files, state.as_doc())
+    return sorted(files)
 
 
-def load_state(root: Path) -> dict[str, Any]:
-    """The series rebase's state, every field checked (``rebasestate``): bad input naming the field, else the doc."""
-    from patchkit import rebasestate
-
-    rel, hint = f"{STATE_DIR}/state.json", "patchkit rebase --abort, then run the rebase again"
-    doc = rebasestate.read(root, rel, hint)
-    if doc is None:
+def load_state(root: Path) -> SeriesState:
+    """The series rebase's state, every field checked (``rebase.state``); bad input naming the field if one is bad."""
+    state = read_series(root)
+    if state is None:
         raise BadInput("no series rebase in progress", "start one: patchkit rebase --series NAME --onto REV")
-    rebasestate.check_series(doc, rel, hint)
-    return doc
+    return state
 
 
-def read_resolved(root: Path, doc: dict[str, Any]) -> dict[str, dict[str, bytes]]:
+def read_resolved(root: Path, state: SeriesState) -> dict[str, dict[str, bytes]]:
     """Every resolution so far: the earlier ones kept in the state, and the stopped patch's work files."""
     from patchkit.repo import contained
 
-    out = {name: {p: base64.b64decode(v) for p, v in files.items()} for name, files in doc.get("resolved", {}).items()}
-    stopped = doc.get("stopped")
-    if stopped:
-        files = {}
-        for path in doc.get("conflicts", []):
-            rel = work_file(stopped, path)
-            data = contained(root, rel).read_bytes()
-            if conflict_markers_remain(data):
-                lines = ", ".join(str(n) for n in conflict_markers_remain(data)[:5])
-                raise Refused(
-                    f"{rel}: conflict markers remain (lines {lines})",
-                    "resolve them, then patchkit rebase --continue (or --abort)",
-                )
-            files[path] = data
-        out[stopped] = files
+    out = dict(state.resolved)
+    files = {}
+    for path in state.conflicts:
+        rel = work_file(state.stopped, path)
+        data = contained(root, rel).read_bytes()
+        if conflict_markers_remain(data):
+            lines = ", ".join(str(n) for n in conflict_markers_remain(data)[:5])
+            raise Refused(
+                f"{rel}: conflict markers remain (lines {lines})",
+                "resolve them, then patchkit rebase --continue (or --abort)",
+            )
+        files[path] = data
+    out[state.stopped] = files
     return out
-
-
-def encode_resolved(resolved: dict[str, dict[str, bytes]]) -> dict[str, dict[str, str]]:
-    return {n: {p: base64.b64encode(d).decode() for p, d in files.items()} for n, files in resolved.items()}
 
 
 def clear(root: Path) -> bool:
     """Remove the series rebase's work area (a link in its place, not its target); whether there was one."""
-    from patchkit.rebasestate import remove_work_area
-
-    return remove_work_area(root, STATE_DIR)
+    return SERIES.clear(root)
 
 
 def status(root: Path) -> dict[str, Any] | None:
@@ -643,17 +627,17 @@ def status(root: Path) -> dict[str, Any] | None:
     if not in_progress(root):
         return None
     try:
-        doc = load_state(root)
+        state = load_state(root)
     except BadInput as e:
         return {"error": f"{e.message} (fix: {e.hint})" if e.hint else e.message}
-    stopped = str(doc.get("stopped", ""))
+    stopped = state.stopped
     files = []
-    for path in doc.get("conflicts", []):
-        rel = work_file(stopped, str(path))
+    for path in state.conflicts:
+        rel = work_file(stopped, path)
         try:
             markers = conflict_markers_remain((root / rel).read_bytes())
         except OSError:
             markers = []
-        broken = path in doc.get("broken", [])
+        broken = path in state.broken
         files.append({"file": rel, "path": path, "resolved": not markers, "markers": markers, "broken": broken})
-    return {"series": doc.get("series"), "onto": doc.get("onto"), "stopped": stopped, "conflicts": files}
+    return {"series": state.series, "onto": state.onto, "stopped": stopped, "conflicts": files}

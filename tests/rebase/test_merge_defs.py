@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from patchkit.merge import Outcome, rebase_file
+from patchkit.rebase.merge import Outcome, rebase_file
 
 # A fallback defined under ``except ImportError`` and a class defined per platform under ``match``:
 # both are common in upstream code that supports optional accelerators.

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 from conftest import Invoke, git, snapshot
-from test_rebase import WORKER, Upstream, make_deploy, rebase_json
 
-from patchkit import rebase
+from patchkit.rebase import overlays as rebase
+from tests.rebase.test_overlays import WORKER, Upstream, make_deploy, rebase_json
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ file. ``resume`` (``--continue``) picks up the resolved files and commits;
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -35,10 +34,11 @@ from patchkit.hashing import require_pin, sha256_bytes
 from patchkit.importing import handdiffs
 from patchkit.lockfile.model import Accepted, Base, DiffPin, Image, Lockfile, Patch, PatchKind, Upstream
 from patchkit.lockfile.writer import dumps
-from patchkit.merge import MergeResult, Outcome, conflict_markers_remain, rebase_files
 from patchkit.outcome import Outcome as WriteOutcome
 from patchkit.persist import finish, sums_dropped
-from patchkit.repo import WORK_DIR, Escape, Repo, atomic_write
+from patchkit.rebase.merge import MergeResult, Outcome, conflict_markers_remain, rebase_files
+from patchkit.rebase.state import OVERLAYS, OverlayState, read_overlays
+from patchkit.repo import Escape, Repo
 from patchkit.sources.factory import KINDS, repinned
 from patchkit.sources.interface import Pin, Snapshot, UpstreamSource
 from patchkit.trust import interdiff, semantic
@@ -47,11 +47,9 @@ from patchkit.trust.pycheck import Problem
 from patchkit.values import ContainerPath, Digest, Sha256, UpstreamPath
 from patchkit.verification import record_verified
 
-STATE_DIR = f"{WORK_DIR}/rebase"
-STATE_FILE = f"{STATE_DIR}/state.json"
-STATE_VERSION = 1
-
 BLOCKING = (Outcome.CONFLICT, Outcome.DELETED, Outcome.BROKEN)
+# The outcomes a saved state may name (``check_rebase``).
+OUTCOMES = {o.value for o in Outcome}
 
 
 class RebaseInProgress(BadInput):
@@ -785,26 +783,20 @@ def _change(name: str, r: PatchResult, what: str) -> Any:
 # --------------------------------------------------------------------------- the work area
 
 
-def _state_path(repo: Repo) -> Path:
-    return repo.root / STATE_FILE
-
-
 def in_progress(repo: Repo) -> bool:
     """Whether a rebase waits: its state file exists, or its work area is something patchkit never makes."""
-    from patchkit import rebasestate
-
-    return rebasestate.present(repo.root, STATE_DIR, STATE_FILE)
+    return OVERLAYS.present(repo.root)
 
 
 def conflict_file(r: PatchResult) -> str:
     """Where a conflicted (or broken) file waits for its resolution, relative to the repository."""
     where = "broken" if r.outcome is Outcome.BROKEN and r.text_outcome is not Outcome.CONFLICT else "conflicts"
-    return f"{STATE_DIR}/{where}/{r.name}/{Path(r.new_path).name}"
+    return f"{OVERLAYS.directory}/{where}/{r.name}/{Path(r.new_path).name}"
 
 
 def save(repo: Repo, lock_bytes: bytes, result: Plan, store: BlobStore) -> list[str]:
     """Write the work area for a blocked plan; the state file last, so a crash leaves no half state."""
-    files: list[str] = []
+    files: dict[str, bytes] = {}
     for r in result.results:
         if r.merge is None:
             continue
@@ -812,21 +804,18 @@ def save(repo: Repo, lock_bytes: bytes, result: Plan, store: BlobStore) -> list[
         if r.name in result.ours:
             store.put(result.ours[r.name])
         if r.outcome in (Outcome.CONFLICT, Outcome.BROKEN):
-            rel = conflict_file(r)
-            atomic_write(repo.root / rel, r.merge.merged)
-            files.append(rel)
-    state = {
-        "version": STATE_VERSION,
-        "upstream": result.upstream,
-        "old_pin": result.old_pin,
-        "new_pin": dataclasses.asdict(result.new_pin),
-        "lockfile_sha256": sha256_bytes(lock_bytes),
-        "image_pins": result.image_pins,
-        "remembered": {name: list(ids) for name, ids in result.remembered.items()},
-        "causes": {name: cause.as_dict() for name, cause in result.causes.items()},
-        "image_upstream": result.image_upstream,
-        "skipped": [sk.as_dict() for sk in result.skipped],
-        "patches": [
+            files[conflict_file(r)] = r.merge.merged
+    state = OverlayState(
+        upstream=result.upstream,
+        old_pin=result.old_pin,
+        new_pin=dataclasses.asdict(result.new_pin),
+        lockfile_sha256=sha256_bytes(lock_bytes),
+        image_pins=result.image_pins,
+        remembered={name: list(ids) for name, ids in result.remembered.items()},
+        causes={name: cause.as_dict() for name, cause in result.causes.items()},
+        image_upstream=result.image_upstream,
+        skipped=tuple(sk.as_dict() for sk in result.skipped),
+        patches=tuple(
             {
                 **r.as_dict(),
                 "old_path": r.old_path,
@@ -839,10 +828,10 @@ def save(repo: Repo, lock_bytes: bytes, result: Plan, store: BlobStore) -> list[
                 "text_outcome": r.text_outcome.value if r.text_outcome else None,
             }
             for r in result.results
-        ],
-    }
-    atomic_write(_state_path(repo), json.dumps(state, indent=2, sort_keys=True).encode())
-    return files
+        ),
+    )
+    OVERLAYS.save(repo.root, files, state.as_doc())
+    return list(files)
 
 
 def load(repo: Repo, lock_bytes: bytes, store: BlobStore) -> Plan:
@@ -855,41 +844,41 @@ def load(repo: Repo, lock_bytes: bytes, store: BlobStore) -> Plan:
         return _load(repo, lock_bytes, store)
     except (KeyError, TypeError, AttributeError, ValueError) as e:
         raise BadInput(
-            f"{STATE_FILE}: malformed ({type(e).__name__}: {str(e)[:120]}); it is not what patchkit wrote",
+            f"{OVERLAYS.state_file}: malformed ({type(e).__name__}: {str(e)[:120]}); it is not what patchkit wrote",
             "patchkit rebase --abort, then run the rebase again",
         ) from e
 
 
 def _load(repo: Repo, lock_bytes: bytes, store: BlobStore) -> Plan:
     state = _read_state(repo, lock_bytes)
-    result = Plan(state["upstream"], state["old_pin"], Pin(**state["new_pin"]))
-    result.image_pins = dict(state.get("image_pins", {}))
-    result.image_upstream = state.get("image_upstream")
+    result = Plan(state.upstream, state.old_pin, Pin(**state.new_pin))
+    result.image_pins = dict(state.image_pins)
+    result.image_upstream = state.image_upstream
     if result.image_upstream is not None:
         from patchkit.images.adopt import upstream_from_state
 
         upstream_from_state(result.image_upstream)  # a malformed one is refused here, not at commit
-    result.skipped = [Skipped(**sk) for sk in state.get("skipped", [])]
-    result.remembered = resolutions.saved_remembered(state)
-    result.causes = explain.saved_causes(state.get("causes"))
-    for entry in state["patches"]:
+    result.skipped = [Skipped(**sk) for sk in state.skipped]
+    result.remembered = resolutions.saved_remembered({"remembered": state.remembered})
+    result.causes = explain.saved_causes(state.causes)
+    for entry in state.patches:
         result.results.append(_saved_result(entry, result, store))
     return result
 
 
-def _read_state(repo: Repo, lock_bytes: bytes) -> dict[str, Any]:
+def _read_state(repo: Repo, lock_bytes: bytes) -> OverlayState:
     """The state file as an object, when it belongs to this patchkit and this lockfile.
 
     Refuses when there is none, when another version wrote it, or when the
     lockfile changed since (the plan no longer applies); ``RebaseFinished``
     when the lockfile is the one the rebase committed.
     """
-    state = _checked_state(repo)
+    state = read_overlays(repo.root, OUTCOMES)
     if state is None:
         raise BadInput("no rebase in progress", "start one with patchkit rebase --onto REV")
-    if state.get("committed_lockfile_sha256") == sha256_bytes(lock_bytes):
+    if state.committed_lockfile_sha256 == sha256_bytes(lock_bytes):
         raise RebaseFinished()
-    if state["lockfile_sha256"] != sha256_bytes(lock_bytes):
+    if state.lockfile_sha256 != sha256_bytes(lock_bytes):
         raise BadInput(
             "lockfile.toml changed since the rebase started; the saved plan no longer applies",
             "patchkit rebase --abort, then run the rebase again",
@@ -897,18 +886,10 @@ def _read_state(repo: Repo, lock_bytes: bytes) -> dict[str, Any]:
     return state
 
 
-def _checked_state(repo: Repo) -> dict[str, Any] | None:
-    """The state file, every field it names checked (``rebasestate``); None when there is none."""
-    from patchkit import rebasestate
-
-    hint = "patchkit rebase --abort, then run the rebase again"
-    state = rebasestate.read(repo.root, STATE_FILE, hint)
-    if state is None:
-        return None
-    if state.get("version") != STATE_VERSION:
-        raise BadInput(f"{STATE_FILE}: written by another patchkit version", "patchkit rebase --abort")
-    rebasestate.check_rebase(state, STATE_FILE, hint, {o.value for o in Outcome})
-    return state
+def _saved_doc(repo: Repo) -> dict[str, Any] | None:
+    """The saved state as its file's object, for what reads it leniently (``resolutions.learned``)."""
+    state = read_overlays(repo.root, OUTCOMES)
+    return None if state is None else state.as_doc()
 
 
 def _saved_result(entry: dict[str, Any], result: Plan, store: BlobStore) -> PatchResult:
@@ -1000,195 +981,7 @@ def abort(repo: Repo) -> bool:
 
 def clear(repo: Repo) -> bool:
     """Remove the work area (never what a link in its place points at); whether there was one."""
-    from patchkit.rebasestate import remove_work_area
-
-    return remove_work_area(repo.root, STATE_DIR)
-
-
-# --------------------------------------------------------------------------- reporting
-
-
-def table(result: Plan) -> str:
-    """The outcome of each patch, one line each, for a terminal."""
-    lines = [f"rebase {result.upstream}: {result.old_pin} -> {result.new_pin.describe()}"]
-    width = max((len(n) for n in [*(r.name for r in result.results), *(s.name for s in result.skipped)]), default=4)
-    for r in result.results:
-        lines += _table_rows(result, r, width)
-    for sk in result.skipped:
-        lines.append(f"  {sk.name.ljust(width)}  {'skipped':<21} {sk.reason}")
-        if sk.fix:
-            lines.append(f"  {'':{width}}  {'':<21} fix: {sk.fix}")
-    lines.append(_table_counts(result))
-    return "\n".join(lines) + "\n"
-
-
-def _table_detail(r: PatchResult) -> str:
-    """What a patch's line says after its outcome: the move, the conflict regions, what upstream took, the decision."""
-    if r.outcome is Outcome.MOVED or r.new_path != r.old_path:
-        return f"{r.old_path} -> {r.new_path}"
-    if r.outcome is Outcome.CONFLICT and r.merge is not None:
-        regions = ", ".join(f"lines {c.start}-{c.end}" for c in r.merge.conflicts)
-        return f"{conflict_file(r)}: {regions}"
-    if r.outcome is Outcome.PARTIALLY_UPSTREAMED and r.merge is not None:
-        return "upstream took " + ", ".join(h.header for h in r.merge.hunks_upstreamed)
-    if r.outcome is Outcome.UPSTREAMED:
-        return "drop candidate: upstream has the change"
-    if r.outcome is Outcome.DELETED:
-        return f"{r.old_path} is gone upstream: decide (--drop {r.name})"
-    return ""
-
-
-def _table_rows(result: Plan, r: PatchResult, width: int) -> list[str]:
-    """One patch's lines: its outcome, then indented under it the problems, acceptance, review and interdiff."""
-    pad = f"  {'':{width}}  "
-    lines = [f"  {r.name.ljust(width)}  {r.outcome.value:<21} {_table_detail(r)}".rstrip()]
-    lines += [f"{pad}resolved as recorded ({i[:12]})" for i in result.remembered.get(r.name, ())]
-    if r.name in result.causes:
-        lines += [f"{pad}{line}" for line in result.causes[r.name].lines()]
-    lines += [f"{pad}{_problem_line(r, p)}" for p in r.problems]
-    if r.name in result.accepted:
-        lines.append(f"{pad}accepted as broken: {result.accepted[r.name]}")
-    if r.merge is not None:
-        lines += [f"{pad}review: {line}" for line in review_lines(r.merge.review_flags)]
-    if r.name in result.interdiffs:
-        head, *rest = result.interdiffs[r.name].lines()
-        lines.append(f"{pad}interdiff: {head}")
-        lines += [f"{pad}  {line}" for line in rest]
-    return lines
-
-
-def _table_counts(result: Plan) -> str:
-    """The closing line: how many patches had each outcome (and were skipped), or that there were none."""
-    counts: dict[str, int] = {}
-    for r in result.results:
-        counts[r.outcome.value] = counts.get(r.outcome.value, 0) + 1
-    if result.skipped:
-        counts["skipped"] = len(result.skipped)
-    return "  " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) if counts else "  no patches"
-
-
-def _problem_line(r: PatchResult, p: Problem) -> str:
-    return f"{'broken' if p.blocking else 'not checked'}: {p.text(r.new_path)}"
-
-
-def summary_markdown(result: Plan) -> str:
-    """A pull-request description: revisions, outcomes, drop candidates, what to review."""
-    out = [
-        f"## Rebase of `{result.upstream}`",
-        "",
-        f"From `{result.old_pin}` to `{result.new_pin.describe()}`.",
-        "",
-        "| patch | outcome | notes |",
-        "| --- | --- | --- |",
-    ]
-    out += [f"| `{r.name}` | {r.outcome.value} | {'; '.join(_summary_notes(r, result))} |" for r in result.results]
-    out += _summary_drops(result)
-    out += _summary_skipped(result)
-    out += _summary_broken(result)
-    out += _summary_interdiffs(result)
-    out += _summary_review(result)
-    return "\n".join(out) + "\n"
-
-
-def _summary_notes(r: PatchResult, result: Plan) -> list[str]:
-    """The notes cell of a patch's row: its move, what upstream took, the conflicts, the blocking problems.
-
-    Then the recorded resolutions replayed, and the upstream commits (with their PRs) that touched its lines.
-    """
-    notes = [f"resolved as recorded (`{i[:12]}`)" for i in result.remembered.get(r.name, ())]
-    if r.new_path != r.old_path:
-        notes.append(f"moved `{r.old_path}` → `{r.new_path}`")
-    if r.merge is not None and r.merge.hunks_upstreamed:
-        notes.append("upstream took " + ", ".join(f"`{h.header}`" for h in r.merge.hunks_upstreamed))
-    if r.merge is not None and r.merge.conflicts:
-        notes.append(", ".join(f"conflict at lines {c.start}-{c.end}" for c in r.merge.conflicts))
-    notes += [f"line {p.line}: {p.kind}" + (f" `{p.name}`" if p.name else "") for p in r.problems if p.blocking]
-    if r.name in result.causes:
-        notes.append(result.causes[r.name].markdown())
-    return notes
-
-
-def _summary_drops(result: Plan) -> list[str]:
-    """The section naming the patches that may go: upstream has their change, or their file is gone."""
-    drops = [r for r in result.results if r.outcome in (Outcome.UPSTREAMED, Outcome.DELETED)]
-    if not drops:
-        return []
-    return ["", "### Drop candidates", ""] + [
-        f"- `{r.name}`: {'upstream has the change' if r.outcome is Outcome.UPSTREAMED else 'file deleted upstream'}"
-        for r in drops
-    ]
-
-
-def _summary_skipped(result: Plan) -> list[str]:
-    """The section naming the patches the rebase did not move, with why and the fix."""
-    if not result.skipped:
-        return []
-    return ["", "### Not rebased", ""] + [
-        f"- `{sk.name}`: {sk.reason}" + (f"; fix: {_code(sk.fix)}" if sk.fix else "") for sk in result.skipped
-    ]
-
-
-def _summary_broken(result: Plan) -> list[str]:
-    """The section naming the merges that would fail when imported, each problem at its line."""
-    broken = [r for r in result.results if any(p.blocking for p in r.problems)]
-    if not broken:
-        return []
-    out = ["", "### Broken (the merge would fail when imported)", ""]
-    for r in broken:
-        accepted = result.accepted.get(r.name)
-        head = f"- `{r.name}`" + (f": **accepted as broken**: {accepted}" if accepted is not None else ":")
-        out.append(head)
-        out += [f"  - `{r.new_path}:{p.line}`: {p.message}" for p in r.problems if p.blocking]
-    return out
-
-
-def _summary_interdiffs(result: Plan) -> list[str]:
-    """The section showing how each patch itself changed (old patch against new), as a diff block."""
-    if not result.interdiffs:
-        return []
-    out = ["", "### What changed in each patch (old patch against new)", ""]
-    for name, found in result.interdiffs.items():
-        head, *rest = found.lines()
-        out += [f"- `{name}`: {head}"] + (["", "  ```diff", *(f"  {line}" for line in rest), "  ```"] if rest else [])
-    return out
-
-
-def _summary_review(result: Plan) -> list[str]:
-    """The section listing, per patch, the definitions both sides changed, for a reviewer to check."""
-    review = [r for r in result.results if r.merge is not None and r.merge.review_flags]
-    if not review:
-        return []
-    out = ["", "### Review", ""]
-    for r in review:
-        flags = r.merge.review_flags if r.merge is not None else ()
-        out += [f"- `{r.name}`: {line}" for line in review_lines(flags)]
-    return out
-
-
-def _code(fix: str) -> str:
-    """A fix in Markdown: the command in backticks, the prose around it as it is."""
-    head, sep, command = fix.rpartition("patchkit ")
-    return f"{head}`{sep}{command}`" if sep else fix
-
-
-def result_json(result: Plan) -> dict[str, Any]:
-    return {
-        "upstream": result.upstream,
-        "from": result.old_pin,
-        "to": dataclasses.asdict(result.new_pin),
-        "patches": [
-            {
-                **r.as_dict(),
-                "resolved_as_recorded": list(result.remembered.get(r.name, ())),
-                "upstream_changes": result.causes[r.name].as_dict() if r.name in result.causes else None,
-            }
-            for r in result.results
-        ],
-        "skipped": [sk.as_dict() for sk in result.skipped],
-        "blocked": [r.name for r in result.blocked],
-        "accepted_broken": dict(result.accepted),
-        "interdiffs": {name: found.as_dict() for name, found in result.interdiffs.items()},
-    }
+    return OVERLAYS.clear(repo.root)
 
 
 class RebaseFinished(Exception):
@@ -1196,11 +989,10 @@ class RebaseFinished(Exception):
 
 
 def _mark_committing(repo: Repo, new_lock_sha256: str) -> None:
-    state = _checked_state(repo)
+    state = read_overlays(repo.root, OUTCOMES)
     if state is None:
         return
-    state["committed_lockfile_sha256"] = new_lock_sha256
-    atomic_write(_state_path(repo), json.dumps(state, indent=2, sort_keys=True).encode())
+    OVERLAYS.rewrite(repo.root, dataclasses.replace(state, committed_lockfile_sha256=new_lock_sha256).as_doc())
 
 
 # --------------------------------------------------------------------------- the commands
@@ -1417,7 +1209,7 @@ def resume(
             [p.text(conflict_file(r)) for r in still for p in r.problems if p.blocking], [r.name for r in still]
         )
     learned = resolutions.learned(
-        repo, _checked_state(repo), result.results, resolved, result.ours, lambda s: _their_file(result, store, s)
+        repo, _saved_doc(repo), result.results, resolved, result.ours, lambda s: _their_file(result, store, s)
     )
     outcome = commit(repo, lock, result, store, resolved, dropped)
     outcome.written += resolutions.save(repo, learned)
@@ -1435,15 +1227,15 @@ def status(repo: Repo) -> dict[str, Any]:
 
 def _status(repo: Repo) -> dict[str, Any]:
     state: dict[str, Any] = {"rebase": None}
-    saved = _checked_state(repo)
+    saved = read_overlays(repo.root, OUTCOMES)
     if saved is None:
         return state
     files = []
-    for entry in saved.get("patches", []):
+    for entry in saved.patches:
         if entry["outcome"] not in (Outcome.CONFLICT.value, Outcome.BROKEN.value):
             continue
         where = "broken" if entry["outcome"] == Outcome.BROKEN.value else "conflicts"
-        rel = f"{STATE_DIR}/{where}/{entry['name']}/{Path(entry['new_path']).name}"
+        rel = f"{OVERLAYS.directory}/{where}/{entry['name']}/{Path(entry['new_path']).name}"
         try:
             markers = conflict_markers_remain(repo.read(rel))
         except (FileNotFoundError, Escape):
@@ -1453,11 +1245,11 @@ def _status(repo: Repo) -> dict[str, Any]:
             {"patch": entry["name"], "file": rel, "markers": markers, "resolved": not markers, "broken": broken}
         )
     state["rebase"] = {
-        "upstream": saved["upstream"],
-        "from": saved["old_pin"],
-        "to": Pin(**saved["new_pin"]).describe(),
+        "upstream": saved.upstream,
+        "from": saved.old_pin,
+        "to": Pin(**saved.new_pin).describe(),
         "conflicts": files,
-        "deleted": [e["name"] for e in saved.get("patches", []) if e["outcome"] == Outcome.DELETED.value],
-        "patches": {e["name"]: e["outcome"] for e in saved.get("patches", [])},
+        "deleted": [e["name"] for e in saved.patches if e["outcome"] == Outcome.DELETED.value],
+        "patches": {e["name"]: e["outcome"] for e in saved.patches},
     }
     return state

@@ -24,7 +24,7 @@ import pytest
 
 from patchkit import gitmerge
 from patchkit.diffs import split_lines
-from patchkit.merge import (
+from patchkit.rebase.merge import (
     _LABELS,
     BASE_MARKER,
     OURS_MARKER,

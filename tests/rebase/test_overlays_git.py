@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from conftest import Invoke
-from test_rebase import WORKER, Upstream, make_deploy, outcomes, rebase_json
 
-from patchkit.merge import BASE_MARKER, OURS_MARKER, THEIRS_MARKER
+from patchkit.rebase.merge import BASE_MARKER, OURS_MARKER, THEIRS_MARKER
+from tests.rebase.test_overlays import WORKER, Upstream, make_deploy, outcomes, rebase_json
 
 # Edits where patchkit's old merge and git's disagreed, and ordinary ones.
 OTHER = b"def a():\n    return 1\n\n\ndef b():\n    return 2\n"

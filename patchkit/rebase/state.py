@@ -1,8 +1,10 @@
-"""The saved state of a rebase in progress, read as untrusted input: every field checked before it is used.
+"""The work area of a rebase in progress and its saved state, read as untrusted input: every field checked.
 
-A state file lies in the work tree (``.patchkit/rebase/state.json``,
-``.patchkit/series-rebase/state.json``), where a hand edit, a truncation or a
-clone can put anything. It is read like the lockfile: not through a link, a
+A rebase that stops waits in its work area (``OVERLAYS``, ``SERIES``): the
+files to resolve and a state file, written as one journaled transaction and
+read back as a typed record (``OverlayState``, ``SeriesState``). The state
+file lies in the work tree, where a hand edit, a truncation or a clone can
+put anything. It is read like the lockfile: not through a link, a
 size cap, JSON nested no deeper than patchkit writes it, and every field the
 rebase uses checked for its type and form (a name, a repository or upstream
 path, an absolute container target, a sha256), so that a bad one is one line
@@ -12,17 +14,19 @@ leads out of the repository, into ``.git`` or out of the cache.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
 import shutil
 import stat
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from patchkit.errors import BadInput
-from patchkit.repo import contained
+from patchkit.repo import WORK_DIR, atomic_write, contained, write_all
 from patchkit.values import ContainerPath, UpstreamPath, check_name
 
 MAX_STATE_BYTES = 256 << 20
@@ -258,3 +262,168 @@ def check_series(doc: dict[str, Any], shown: str, hint: str) -> None:
             c.form(path, f"resolved.{patch}", plain_path)
             if not isinstance(data, str):
                 raise c.fail(f"resolved.{patch}.{path}", "not base64 text")
+
+
+# --------------------------------------------------------------------------- the work areas and their records
+
+# What a state file names when it was written by this patchkit (an overlays' rebase records it).
+STATE_VERSION = 1
+REBASE_HINT = "patchkit rebase --abort, then run the rebase again"
+
+
+@dataclass(frozen=True)
+class WorkArea:
+    """Where one kind of rebase waits: a directory of patchkit's work area, its state file inside."""
+
+    directory: str
+
+    @property
+    def state_file(self) -> str:
+        """The state file, relative to the repository."""
+        return f"{self.directory}/state.json"
+
+    def present(self, root: Path) -> bool:
+        """Whether a rebase waits here (``present``)."""
+        return present(root, self.directory, self.state_file)
+
+    def read(self, root: Path, hint: str = REBASE_HINT) -> dict[str, Any] | None:
+        """The state file's JSON object, not yet checked field by field (``read``); None when there is none."""
+        return read(root, self.state_file, hint)
+
+    def save(self, root: Path, files: dict[str, bytes], doc: dict[str, Any]) -> None:
+        """Write the files waiting to be resolved and the state as one journaled transaction."""
+        write_all(root, {**files, self.state_file: _dumps(doc)})
+
+    def rewrite(self, root: Path, doc: dict[str, Any]) -> None:
+        """Replace the state alone (atomically), the files to resolve left as they are."""
+        atomic_write(root / self.state_file, _dumps(doc))
+
+    def clear(self, root: Path) -> bool:
+        """Remove the work area (a link in its place, not its target); whether there was one."""
+        return remove_work_area(root, self.directory)
+
+
+def _dumps(doc: dict[str, Any]) -> bytes:
+    return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
+
+
+OVERLAYS = WorkArea(f"{WORK_DIR}/rebase")
+SERIES = WorkArea(f"{WORK_DIR}/series-rebase")
+
+
+@dataclass(frozen=True)
+class OverlayState:
+    """What a stopped rebase of an upstream's overlays saved; ``patches`` are checked entries (``check_rebase``)."""
+
+    upstream: str
+    old_pin: str
+    new_pin: dict[str, Any]
+    lockfile_sha256: str
+    patches: tuple[dict[str, Any], ...]
+    skipped: tuple[dict[str, Any], ...] = ()
+    image_pins: dict[str, str] = field(default_factory=dict)
+    image_upstream: dict[str, Any] | None = None
+    # Read leniently where they are used (``resolutions.saved_remembered``, ``explain.saved_causes``).
+    remembered: Any = None
+    causes: Any = None
+    # Where the lockfile is going once the commit began (a crash before the clean-up is a finished rebase).
+    committed_lockfile_sha256: str | None = None
+
+    def as_doc(self) -> dict[str, Any]:
+        """The state file's object."""
+        doc = {
+            "version": STATE_VERSION,
+            "upstream": self.upstream,
+            "old_pin": self.old_pin,
+            "new_pin": self.new_pin,
+            "lockfile_sha256": self.lockfile_sha256,
+            "image_pins": self.image_pins,
+            "remembered": self.remembered,
+            "causes": self.causes,
+            "image_upstream": self.image_upstream,
+            "skipped": list(self.skipped),
+            "patches": list(self.patches),
+        }
+        if self.committed_lockfile_sha256 is not None:
+            doc["committed_lockfile_sha256"] = self.committed_lockfile_sha256
+        return doc
+
+
+def read_overlays(root: Path, outcomes: set[str]) -> OverlayState | None:
+    """The overlays' saved rebase, every field checked; None when none waits."""
+    shown = OVERLAYS.state_file
+    doc = OVERLAYS.read(root)
+    if doc is None:
+        return None
+    if doc.get("version") != STATE_VERSION:
+        raise BadInput(f"{shown}: written by another patchkit version", "patchkit rebase --abort")
+    check_rebase(doc, shown, REBASE_HINT, outcomes)
+    return OverlayState(
+        upstream=doc["upstream"],
+        old_pin=doc["old_pin"],
+        new_pin=doc["new_pin"],
+        lockfile_sha256=doc["lockfile_sha256"],
+        patches=tuple(doc["patches"]),
+        committed_lockfile_sha256=doc.get("committed_lockfile_sha256"),
+        image_pins=dict(doc.get("image_pins") or {}),
+        image_upstream=doc.get("image_upstream"),
+        skipped=tuple(doc.get("skipped") or ()),
+        remembered=doc.get("remembered"),
+        causes=doc.get("causes"),
+    )
+
+
+@dataclass(frozen=True)
+class SeriesState:
+    """What a stopped series rebase saved: where it stopped, the files waiting there, the resolutions so far."""
+
+    series: str
+    onto: str
+    lockfile_sha256: str
+    stopped: str
+    conflicts: tuple[str, ...]
+    broken: tuple[str, ...]
+    # The resolutions of the patches before the one it stopped at: patch -> path -> bytes.
+    resolved: dict[str, dict[str, bytes]]
+    accepted: dict[str, str]
+
+    def as_doc(self) -> dict[str, Any]:
+        """The state file's object (resolutions in base64)."""
+        return {
+            "series": self.series,
+            "onto": self.onto,
+            "lockfile_sha256": self.lockfile_sha256,
+            "stopped": self.stopped,
+            "conflicts": list(self.conflicts),
+            "broken": list(self.broken),
+            "resolved": {
+                n: {p: base64.b64encode(d).decode() for p, d in files.items()} for n, files in self.resolved.items()
+            },
+            "accepted": self.accepted,
+        }
+
+
+def read_series(root: Path) -> SeriesState | None:
+    """The series' saved rebase, every field checked; None when none waits."""
+    doc = SERIES.read(root)
+    if doc is None:
+        return None
+    check_series(doc, SERIES.state_file, REBASE_HINT)
+    return SeriesState(
+        series=doc["series"],
+        onto=doc["onto"],
+        lockfile_sha256=doc["lockfile_sha256"],
+        stopped=doc["stopped"],
+        conflicts=tuple(doc["conflicts"]),
+        broken=tuple(doc["broken"]),
+        resolved=_decoded(doc.get("resolved") or {}),
+        accepted={str(k): str(v) for k, v in (doc.get("accepted") or {}).items()},
+    )
+
+
+def _decoded(resolved: dict[str, dict[str, str]]) -> dict[str, dict[str, bytes]]:
+    """The saved resolutions' bytes; text that is not base64 is a state patchkit did not write."""
+    try:
+        return {n: {p: base64.b64decode(v, validate=True) for p, v in files.items()} for n, files in resolved.items()}
+    except ValueError as e:
+        raise Checker(SERIES.state_file, REBASE_HINT).fail("resolved", f"not base64 ({e})") from e
