@@ -51,7 +51,8 @@ class FileChange:
     ``None`` for a new file, ``new_path`` ``None`` for a deleted one. ``diff``
     holds the hunks, ``None`` for a change without any (a pure rename, a mode
     change, an empty new file). ``line`` is the line of its header in the
-    patch file.
+    patch file; ``mail`` the 0-based index of the mail it belongs to in a
+    file of several ``git format-patch`` mails (0 in a plain diff).
     """
 
     old_path: str | None
@@ -61,6 +62,7 @@ class FileChange:
     new_mode: str | None = None
     copy: bool = False
     old_mode: str | None = None
+    mail: int = 0
 
     @property
     def kind(self) -> str:
@@ -112,7 +114,8 @@ def parse_patch(data: bytes, file: str, *, strip: int = 1) -> ParsedPatch:
     if len(starts) <= 1:
         return dataclasses.replace(_parse_mail(lines, 0, file, strip), strip=strip)
     mails = [_parse_mail(lines[a:b], a, file, strip) for a, b in zip(starts, [*starts[1:], len(lines)], strict=True)]
-    return dataclasses.replace(mails[0], files=tuple(f for m in mails for f in m.files), strip=strip)
+    files = tuple(dataclasses.replace(f, mail=k) for k, m in enumerate(mails) for f in m.files)
+    return dataclasses.replace(mails[0], files=files, strip=strip)
 
 
 def _parse_mail(lines: list[bytes], first: int, file: str, strip: int) -> ParsedPatch:
