@@ -307,7 +307,11 @@ def _patchkit_applies(case: Case) -> dict[str, bytes] | str:
         # The whole pre-image is there: a file it lacks is a failure, as for git, not a part not carried.
         items = [Item("p", "p.patch", parsed)]
         result = apply_series(items, lambda paths: {p: before.get(p) for p in paths}, carried=lambda _: True)
-    except SeriesApplyError:
+    except SeriesApplyError as e:
+        if any(path.startswith(f"{e.path}/") for path in before):
+            # The change's file is a directory of the tree (a name that lost a component at -p2):
+            # git reads a directory as a submodule and "renames" it to an empty directory, no file.
+            return "refused: a directory"
         return "refused"
     executable = {p for p, (_, x) in case.before.files.items() if x}
     for f in parsed.files:
@@ -352,7 +356,8 @@ def _disagreement(case: Case) -> str | None:
         return f"git reads a binary change, patchkit reads {read}"
     if read != expected:
         return f"patchkit reads {read}, git {expected}"
-    if _patchkit_applies(case) != git_tree:
+    ours = _patchkit_applies(case)
+    if ours not in (git_tree, "refused: a directory"):
         return f"the trees differ after applying {case.patch[:4000]!r}"
     return None
 
@@ -427,3 +432,19 @@ def test_in_a_file_of_several_mails_a_copy_reads_what_the_earlier_mails_made(tmp
     result = apply_series([Item("p", "p.patch", parsed)], lambda paths: {p: {"a.py": _TEXT}.get(p) for p in paths})
     assert result.files == {"a.py": (repo / "a.py").read_bytes(), "b.py": (repo / "b.py").read_bytes()}
     assert result.files["b.py"] == copied
+
+
+def test_at_p2_a_rename_whose_source_names_a_directory_is_refused(tmp_path: Path) -> None:
+    """Rename lines lose one component fewer than -p2 strips: ``rename from dq/back`` reads ``back``, a directory.
+
+    git reads that directory as a submodule and leaves an empty directory
+    where the file should go; patchkit refuses the patch, naming the path.
+    """
+    before = Tree({"dq/back": (_TEXT, False), "back/f.py": (b"x = 1\n", False)})
+    after = Tree({"back/f.py": (b"x = 1\n", False), "sp/new.py": (_TEXT, False)})
+    case = next(c for c in _forms(tmp_path, before, after) if c.label.startswith("format-patch --src-prefix"))
+    assert b"rename from dq/back" in case.patch
+    assert _patchkit_reads(case) == _git_reads(case)[0] == [("back", "new.py", "rename", None)]
+    assert _git_applies(case) == {"back/f.py": b"x = 1\n", "dq/back": _TEXT}  # new.py is an empty directory
+    assert (case.root / "git-applied" / "new.py").is_dir()
+    assert _patchkit_applies(case) == "refused: a directory"
