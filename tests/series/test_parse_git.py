@@ -251,26 +251,28 @@ def _git_reads(case: Case) -> tuple[list[Entry], bool] | str:
         names.append(name.decode("utf-8", "surrogateescape"))
     # GNU diff's "Binary files … differ" line: git skips that change silently, patchkit refuses the patch.
     binary |= re.search(rb"(?m)^Binary files .* differ$", case.patch) is not None
-    kinds: dict[str, tuple[str | None, str, str | None]] = {}
-    last = None
+    # Each name's summary lines in patch order, as numstat lists them: -p2 can give two sections one name.
+    kinds: dict[str, list[tuple[str | None, str, str | None]]] = {}
+    last = ""
     for raw in summary.decode("utf-8", "surrogateescape").split("\n"):
         if m := re.fullmatch(r" (create|delete)(?: mode (\d{6}))? (.*)", raw):  # no mode: a plain diff
-            kinds[m[3]] = (None, "add", m[2]) if m[1] == "create" else (m[3], "delete", None)
+            kinds.setdefault(m[3], []).append((None, "add", m[2]) if m[1] == "create" else (m[3], "delete", None))
         elif m := re.fullmatch(r" (rename|copy) (.*)\{(.*) => (.*)\} \(\d+%\)", raw) or re.fullmatch(
             r" (rename|copy) ()(.*) => (.*) \(\d+%\)", raw
         ):
             last = m[2] + m[4]
-            kinds[last] = (m[2] + m[3], m[1], None)
-        elif m := re.fullmatch(r" mode change \d{6} => (\d{6})(?: (.*))?", raw):
-            target = m[2] if m[2] is not None else last
-            assert target is not None, raw
-            old, kind, _ = kinds.get(target, (target, "modify", None))
-            kinds[target] = (old, kind, m[1])
+            kinds.setdefault(last, []).append((m[2] + m[3], m[1], None))
+        elif m := re.fullmatch(r" mode change \d{6} => (\d{6}) (.*)", raw):  # a file's own mode change
+            kinds.setdefault(m[2], []).append((m[2], "modify", m[1]))
+        elif m := re.fullmatch(r" mode change \d{6} => (\d{6})", raw):  # the rename or copy above's
+            old, kind, _ = kinds[last][-1]
+            kinds[last][-1] = (old, kind, m[1])
         elif raw.strip():
             raise AssertionError(f"unread summary line {raw!r}")
     entries: list[Entry] = []
     for name in names:
-        old, kind, mode = kinds.get(name, (name, "modify", None))
+        queue = kinds.get(name)
+        old, kind, mode = queue.pop(0) if queue else (name, "modify", None)
         entries.append((old if kind != "delete" else name, None if kind == "delete" else name, kind, mode))
     return entries, binary
 
@@ -448,3 +450,16 @@ def test_at_p2_a_rename_whose_source_names_a_directory_is_refused(tmp_path: Path
     assert _git_applies(case) == {"back/f.py": b"x = 1\n", "dq/back": _TEXT}  # new.py is an empty directory
     assert (case.root / "git-applied" / "new.py").is_dir()
     assert _patchkit_applies(case) == "refused: a directory"
+
+
+def test_at_p2_a_rename_and_a_new_file_that_read_as_one_name_are_two_changes_both_refused(tmp_path: Path) -> None:
+    """``rename to q/日本.py`` loses ``q/`` at -p2, as the new file ``s/x/日本.py`` loses ``s/x/``: both are 日本.py.
+
+    git lists both changes, in patch order, and refuses to apply them; so does patchkit.
+    """
+    before = Tree({"x/a34/-dash.txt": (_TEXT, False)})
+    after = Tree({"q/日本.py": (_TEXT, False), "日本.py": (b"new = 1\n", False)})
+    case = next(c for c in _forms(tmp_path, before, after) if c.label.startswith("format-patch --src-prefix"))
+    read = [("a34/-dash.txt", "日本.py", "rename", None), (None, "日本.py", "add", "100644")]
+    assert _patchkit_reads(case) == _git_reads(case)[0] == read
+    assert _git_applies(case) == _patchkit_applies(case) == "refused"
