@@ -198,29 +198,48 @@ def parse(data: bytes) -> list[FileDiff]:
         if line.startswith(b"--- ") and i + 1 < n and lines[i + 1].startswith(b"+++ "):
             header_line = i + 1
             old_path, new_path = _path(line, i + 1), _path(lines[i + 1], i + 2)
-            i += 2
-            hunks: list[Hunk] = []
-            while i < n and lines[i].startswith(b"@@"):
-                hunk, i = _parse_hunk(lines, i)
-                hunks.append(hunk)
+            hunks, i = read_hunks(lines, i + 2)
             if not hunks:
                 raise DiffError(header_line, "file header without any hunk")
-            files.append(FileDiff(old_path, new_path, tuple(hunks), header_line))
+            files.append(FileDiff(old_path, new_path, hunks, header_line))
             continue
-        if line.startswith(b"@@"):
-            raise DiffError(i + 1, "hunk without a '--- '/'+++ ' file header before it")
-        if files and line[:1] in (b"+", b"-", b" ") and not line.startswith((b"--- ", b"+++ ")):
-            last = files[-1].hunks[-1]
-            raise DiffError(
-                last.line,
-                f"hunk declares {last.old_len} old / {last.new_len} new lines but line {i + 1} "
-                "continues it: its header counts too few lines",
-            )
-        # Anything else (diff --git, index, mode lines, prose) is a header line.
+        # Anything else (diff --git, index, mode lines, prose) is a header line, unless it belongs to a hunk.
+        refuse_stray(lines, i, files[-1].hunks[-1] if files else None)
         i += 1
     if not files:
         raise DiffError(1, "no file diff found (expected '--- a/…', '+++ b/…' and '@@' hunks)")
     return files
+
+
+def read_hunks(lines: list[bytes], i: int) -> tuple[tuple[Hunk, ...], int]:
+    """The hunks starting at line ``i`` (0-based) of ``lines``, each read strictly; and the index after them.
+
+    Every hunk holds exactly the lines its header counts, as ``git apply``
+    reads it; a wrong count raises ``DiffError`` with the diff's 1-based line.
+    """
+    hunks: list[Hunk] = []
+    while i < len(lines) and lines[i].startswith(b"@@"):
+        hunk, i = _parse_hunk(lines, i)
+        hunks.append(hunk)
+    return tuple(hunks), i
+
+
+def refuse_stray(lines: list[bytes], i: int, last: Hunk | None) -> None:
+    """Raise ``DiffError`` when line ``i``, outside every file's hunks, is a hunk's line.
+
+    A hunk header with no file header before it, or a ``+``/``-``/`` `` line
+    after the hunks of a file (``last`` the hunk before it): its header counts
+    too few lines, and ``git apply`` would drop the rest without a word.
+    """
+    line = lines[i]
+    if line.startswith(b"@@"):
+        raise DiffError(i + 1, "hunk without a '--- '/'+++ ' file header before it")
+    if last is not None and line[:1] in (b"+", b"-", b" ") and not line.startswith((b"--- ", b"+++ ")):
+        raise DiffError(
+            last.line,
+            f"hunk declares {last.old_len} old / {last.new_len} new lines but line {i + 1} "
+            "continues it: its header counts too few lines",
+        )
 
 
 def parse_lenient(data: bytes) -> tuple[list[FileDiff], list[DiffError]]:

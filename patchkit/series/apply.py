@@ -17,7 +17,7 @@ is missing, the patch does not apply.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from patchkit import diffs
@@ -125,11 +125,14 @@ def apply_series(items: Sequence[Item], read: Reader, *, carried: Callable[[str]
     state: dict[str, bytes | None] = dict(before)
     for it in items:
         touched: list[str] = []
+        mail, found = 0, dict[str, bytes | None]()
         for change in it.patch.files:
+            if change.mail != mail:
+                mail, found = change.mail, {}
             if any(_top(p) in missing for p in change.paths) and not _exists(change, state):
                 out.absent.append(Absent(it.name, change.paths[-1], change.kind, change.line))
                 continue
-            touched.extend(_apply_change(it, change, state, out))
+            touched.extend(_apply_change(it, change, state, found, out))
         refuse_nested(it, state, touched)
         out.steps.append(Step(it.name, tuple(dict.fromkeys(touched))))
     out.files = {p: state[p] for p in wanted}
@@ -172,17 +175,28 @@ def _top(path: str) -> str:
     return path.split("/", 1)[0]
 
 
-def _current(change: FileChange, state: dict[str, bytes | None], fail: Callable[..., SeriesApplyError]) -> bytes:
+def _current(
+    change: FileChange,
+    state: Mapping[str, bytes | None],
+    fail: Callable[..., SeriesApplyError],
+    found: Mapping[str, bytes | None] | None = None,
+) -> bytes:
     """The bytes a change applies to: none for a new file, which must not exist yet, else the tree's file.
 
-    A rename or copy must not land on a file the tree already has.
+    ``found`` holds the files the current mail has changed so far, as the mail
+    found them. ``git apply`` (and so ``git am``, a mail at a time) reads the
+    source of a rename or a copy from the tree the mail applies to, not from
+    what an earlier section of the same mail made of it: a mail that empties
+    a file and copies it elsewhere with an edit copies the original. Every
+    other change reads what the earlier sections left. A rename or copy must
+    not land on a file the tree already has.
     """
     old, new = change.old_path, change.new_path
     if old is None:
         if state.get(new or "") is not None:
             raise fail(new or "", "the patch creates it, but the tree already has it")
         return b""
-    current = state.get(old)
+    current = found[old] if found and old in found and change.kind in ("rename", "copy") else state.get(old)
     if current is None:
         raise fail(old, "the tree does not have it")
     if new is not None and new != old and state.get(new) is not None:
@@ -190,8 +204,18 @@ def _current(change: FileChange, state: dict[str, bytes | None], fail: Callable[
     return current
 
 
-def _apply_change(it: Item, change: FileChange, state: dict[str, bytes | None], out: Applied) -> list[str]:
-    """Apply one file change to ``state``; the paths it touched."""
+def _apply_change(
+    it: Item, change: FileChange, state: dict[str, bytes | None], found: dict[str, bytes | None], out: Applied
+) -> list[str]:
+    """Apply one file change to ``state``, noting in ``found`` what a file was before the mail changed it.
+
+    Returns the paths it touched.
+    """
+
+    def write(path: str, data: bytes | None) -> None:
+        found.setdefault(path, state.get(path))
+        state[path] = data
+
     old, new = change.old_path, change.new_path
     if old is None:
         new = new or ""
@@ -199,18 +223,18 @@ def _apply_change(it: Item, change: FileChange, state: dict[str, bytes | None], 
     def fail(path: str, message: str, line: int | None = None) -> SeriesApplyError:
         return SeriesApplyError(it.name, it.file, line or change.line, path, message)
 
-    current = _current(change, state, fail)
+    current = _current(change, state, fail, found)
     result = current
     if change.diff is not None:
         result = _apply_hunks(it, change, current, fail, out)
     if new is None:
         if result != b"":
             raise fail(old or "", "the patch deletes it, but the tree's file has lines the patch does not remove")
-        state[old or ""] = None
+        write(old or "", None)
         return [old or ""]
     if old is not None and old != new and change.kind == "rename":
-        state[old] = None
-    state[new] = result
+        write(old, None)
+    write(new, result)
     if change.new_mode is not None:
         out.modes[new] = change.new_mode
     return [p for p in (old, new) if p is not None]

@@ -13,13 +13,16 @@ copied, a mode change, binary), follows git's rules for each form:
   timestamp makes it a new or deleted file. A plain diff never renames.
 
 Names are bytes until the end, then decoded as UTF-8 with surrogate escapes,
-so no name is changed on the way. Nothing here reads a hunk: the hunks are
-:func:`patchkit.diffs.parse`'s, and ``hunks_at`` says where each file's
-begin, so the two readers can be held against each other.
+so no name is changed on the way. Each section's hunks are read where git
+reads them, in the same pass, by :func:`patchkit.diffs.read_hunks` (byte for
+byte, each holding exactly the lines its header counts): one reader finds
+the files and their hunks, and what ``git apply`` would drop without a word
+(a hunk line after a file's hunks, a hunk without a file header) is refused.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import re
 from dataclasses import dataclass
@@ -65,7 +68,7 @@ class Header:
 
     ``line`` is the 0-based index of its first line, ``end`` that of the
     first line after its header; ``hunks_at`` that of its ``---`` line when
-    hunks follow, else ``None``.
+    hunks follow, else ``None``; ``hunks`` its hunks, their ``line`` 1-based.
     """
 
     old: str | None
@@ -77,6 +80,7 @@ class Header:
     copy: bool = False
     binary: bool = False
     end: int = 0
+    hunks: tuple[diffs.Hunk, ...] = ()
 
 
 @dataclass
@@ -95,12 +99,19 @@ class _Git:
 
 
 def read_headers(lines: list[bytes], strip: int) -> list[Header]:
-    """Every file section of ``lines`` (a diff's lines, each with its ``\\n``), in order."""
+    """Every file section of ``lines`` (a diff's lines, each with its ``\\n``), in order, with its hunks.
+
+    Raises :class:`HeaderError` for a header git would not read, and
+    :class:`patchkit.diffs.DiffError` (its ``line`` 1-based) for a hunk that
+    does not hold the lines its header counts or a hunk line outside a hunk.
+    """
     out: list[Header] = []
+    last: diffs.Hunk | None = None
     i, n = 0, len(lines)
     while i < n:
         line = lines[i]
-        if line.startswith(b"diff --git "):
+        # A 'diff --git' line with no header line after it begins no section for git: it is skipped.
+        if line.startswith(b"diff --git ") and i + 1 < n and lines[i + 1].startswith((b"--- ", b"+++ ", *_EXTENDED)):
             header, i = _git_section(lines, i, strip)
         elif binary_files(line):
             # GNU diff's mark of a binary change: git skips it silently; patchkit cannot apply it.
@@ -109,10 +120,13 @@ def read_headers(lines: list[bytes], strip: int) -> list[Header]:
         elif line.startswith(b"--- ") and i + 2 < n and lines[i + 1].startswith(b"+++ ") and _is_hunk(lines[i + 2]):
             header, i = _plain_section(lines, i, strip), i + 2
         else:
+            diffs.refuse_stray(lines, i, last)
             i += 1
             continue
+        hunks, i = diffs.read_hunks(lines, i)
+        if hunks:
+            header, last = dataclasses.replace(header, hunks=hunks), hunks[-1]
         out.append(header)
-        i = _skip_hunks(lines, i)
     return out
 
 
@@ -123,32 +137,6 @@ def binary_files(line: bytes) -> bool:
 
 def _is_hunk(line: bytes) -> bool:
     return line.startswith(b"@@ -")
-
-
-def _skip_hunks(lines: list[bytes], i: int) -> int:
-    """The index after the hunks starting at ``i`` (their bodies counted from their headers)."""
-    while i < len(lines) and _is_hunk(lines[i]):
-        m = diffs._HUNK.match(lines[i].rstrip(b"\r\n"))
-        if m is None:
-            return i + 1
-        old = 1 if m.group(2) is None else int(m.group(2))
-        new = 1 if m.group(4) is None else int(m.group(4))
-        i += 1
-        while i < len(lines) and (old > 0 or new > 0 or lines[i].startswith(b"\\")):
-            tag = lines[i][:1]
-            if tag == b"\\":
-                i += 1
-                continue
-            if tag in (b" ", b"\n", b"\r"):
-                old, new = old - 1, new - 1
-            elif tag == b"-":
-                old -= 1
-            elif tag == b"+":
-                new -= 1
-            else:
-                break
-            i += 1
-    return i
 
 
 def _git_section(lines: list[bytes], i: int, strip: int) -> tuple[Header, int]:

@@ -1,15 +1,16 @@
 """Reading one patch of a series: ``git format-patch`` mail or a plain unified diff.
 
-The structure (which files, git's extended headers: new and deleted files,
-renames, copies, modes, binary markers) is read with unidiff; the hunks are
-read byte for byte with :func:`patchkit.diffs.parse`, the parser patchkit
-applies with, and the two must agree on every file and hunk.
+One reader reads it: :mod:`patchkit.series.headers` finds the files as
+``git apply`` does (git's extended headers: new and deleted files, renames,
+copies, modes, binary markers) and reads their hunks byte for byte with
+:func:`patchkit.diffs.read_hunks`, the parser patchkit applies with. unidiff
+cross-checks it: it must find the same hunks in the same files.
 
 unidiff works on text: its own readers decode UTF-8 and split lines the way
 Python's text mode does, which turns ``\\r\\n`` into ``\\n`` and fails on
 bytes that are not UTF-8. Neither may change a patch. So unidiff is handed
 the patch decoded as Latin-1 (every byte one character, nothing lost) and
-split on ``\\n`` only, and is used only for the structure; the bytes of every
+split on ``\\n`` only, and only cross-checks; the bytes of every
 line that is applied (a CRLF file's ``\\r``, a Latin-1 ``é``) come from
 :mod:`patchkit.diffs`, which never decodes. Binary hunks (``GIT binary
 patch``, ``Binary files … differ``) are refused: patchkit applies text.
@@ -51,7 +52,8 @@ class FileChange:
     ``None`` for a new file, ``new_path`` ``None`` for a deleted one. ``diff``
     holds the hunks, ``None`` for a change without any (a pure rename, a mode
     change, an empty new file). ``line`` is the line of its header in the
-    patch file.
+    patch file; ``mail`` the 0-based index of the mail it belongs to in a
+    file of several ``git format-patch`` mails (0 in a plain diff).
     """
 
     old_path: str | None
@@ -61,6 +63,7 @@ class FileChange:
     new_mode: str | None = None
     copy: bool = False
     old_mode: str | None = None
+    mail: int = 0
 
     @property
     def kind(self) -> str:
@@ -112,7 +115,8 @@ def parse_patch(data: bytes, file: str, *, strip: int = 1) -> ParsedPatch:
     if len(starts) <= 1:
         return dataclasses.replace(_parse_mail(lines, 0, file, strip), strip=strip)
     mails = [_parse_mail(lines[a:b], a, file, strip) for a, b in zip(starts, [*starts[1:], len(lines)], strict=True)]
-    return dataclasses.replace(mails[0], files=tuple(f for m in mails for f in m.files), strip=strip)
+    files = tuple(dataclasses.replace(f, mail=k) for k, m in enumerate(mails) for f in m.files)
+    return dataclasses.replace(mails[0], files=files, strip=strip)
 
 
 def _parse_mail(lines: list[bytes], first: int, file: str, strip: int) -> ParsedPatch:
@@ -189,28 +193,24 @@ def _header(value: object) -> str | None:
 
 
 def _changes(body: list[bytes], offset: int, file: str, strip: int) -> list[FileChange]:
-    """The file changes of the diff section: headers read as git reads them, hunks by patchkit's parser.
+    """The file changes of the diff section, read once, as ``git apply -p<strip>`` reads them; then cross-checked.
 
-    Two readers, held against each other: :mod:`patchkit.series.headers`
-    finds each file section and its paths as ``git apply -p<strip>`` does,
-    and :func:`patchkit.diffs.parse` reads the hunks byte for byte; every
-    section with hunks must be where the hunk parser found a file, and
-    unidiff must read the same hunks, file by file. Any disagreement
-    refuses the patch at its line: it would be read one way here and
-    another way by git.
+    :func:`patchkit.series.headers.read_headers` is the one reader: it finds
+    each file section and its paths as git does and reads its hunks there,
+    byte for byte (:func:`patchkit.diffs.read_hunks`, the parser patchkit
+    applies with). unidiff, a reader written apart from it, must then find
+    the same hunks in the same files and no binary change: a disagreement
+    refuses the patch at its line, since another tool would read the patch
+    another way. Nothing is read twice to be used: what is applied is the
+    one reader's.
     """
-    hunks: list[diffs.FileDiff] = []
-    if any(line.startswith(b"@@") for line in body):
-        # The byte parser first: a hunk whose counts are wrong would mislead the header reader.
-        try:
-            hunks = diffs.parse(b"".join(body))
-        except diffs.DiffError as e:
-            raise PatchParseError(file, offset + e.line, e.message) from e
     try:
         found = headers.read_headers(body, strip)
     except headers.HeaderError as e:
         hint = _STRIP_HINT if f"-p{strip}" in e.message else "regenerate the patch with git format-patch"
         raise PatchParseError(file, offset + e.line + 1, e.message, hint) from e
+    except diffs.DiffError as e:
+        raise PatchParseError(file, offset + e.line, e.message) from e
     for h in found:
         if h.binary:
             raise PatchParseError(
@@ -219,20 +219,9 @@ def _changes(body: list[bytes], offset: int, file: str, strip: int) -> list[File
                 f"changes the binary file {h.new or h.old!r} (a binary hunk); patchkit applies text patches only",
                 "ship the file as an artifact pinned by sha256 ([[artifacts]]), or drop it from the patch",
             )
-    by_line = {fd.line - 1: fd for fd in hunks}
-    sections = {h.hunks_at for h in found if h.hunks_at is not None}
-    if sections != set(by_line):
-        first = min(sections ^ set(by_line))
-        raise PatchParseError(
-            file,
-            offset + first + 1,
-            "the hunk parser and git's header reading disagree on whether a file's hunks start here "
-            "(a hunk line that looks like a header?)",
-            "regenerate the patch with git format-patch",
-        )
-    ours = [by_line[h.hunks_at] for h in found if h.hunks_at is not None]
-    _agree_with_unidiff(_for_unidiff(body, found), ours, offset, file)
-    return [_change(h, by_line.get(h.hunks_at) if h.hunks_at is not None else None, offset, file) for h in found]
+    changes = [_change(h, offset, file) for h in found]
+    _agree_with_unidiff(_for_unidiff(body, found), [c.diff for c in changes if c.diff is not None], offset, file)
+    return changes
 
 
 _STRIP_HINT = "set strip in [series.NAME] to the patch's -p level (0 for --no-prefix), or regenerate it with git"
@@ -267,7 +256,7 @@ def _placeholder(line: str, k: int) -> str:
 
 
 def _agree_with_unidiff(text: list[str], ours: list[diffs.FileDiff], offset: int, file: str) -> None:
-    """unidiff must read the same hunks, in the same files, as patchkit's parser; and no binary change."""
+    """unidiff must read the same hunks, in the same files, as patchkit's reader (``ours``); and no binary change."""
     import unidiff  # type: ignore[import-untyped]  # unidiff ships no type information
 
     try:
@@ -286,7 +275,7 @@ def _agree_with_unidiff(text: list[str], ours: list[diffs.FileDiff], offset: int
     binary = any(pf.is_binary_file for pf in patch_set)
     if theirs != mine or binary:
         k = next((k for k, (a, b) in enumerate(zip(theirs, mine, strict=False)) if a != b), min(len(theirs), len(mine)))
-        where = offset + ours[k].line if k < len(ours) else offset + 1
+        where = ours[k].line if k < len(ours) else offset + 1
         what = "a binary change" if binary else f"{len(theirs)} files with hunks where patchkit reads {len(mine)}"
         raise PatchParseError(
             file,
@@ -300,14 +289,16 @@ def _count(hunk: diffs.Hunk, tag: bytes) -> int:
     return sum(1 for t, _ in hunk.lines if t == tag)
 
 
-def _change(h: headers.Header, fd: diffs.FileDiff | None, offset: int, file: str) -> FileChange:
+def _change(h: headers.Header, offset: int, file: str) -> FileChange:
     line = offset + h.line + 1
-    if fd is not None:
-        shifted = tuple(dataclasses.replace(x, line=x.line + offset) for x in fd.hunks)
-        fd = diffs.FileDiff(fd.old_path, fd.new_path, shifted, offset + fd.line)
+    old_path, new_path = _inside(h.old, file, line), _inside(h.new, file, line)
+    fd = None
+    if h.hunks:
+        shifted = tuple(dataclasses.replace(x, line=x.line + offset) for x in h.hunks)
+        fd = diffs.FileDiff(old_path, new_path, shifted, offset + (h.line if h.hunks_at is None else h.hunks_at) + 1)
     return FileChange(
-        old_path=_inside(h.old, file, line),
-        new_path=_inside(h.new, file, line),
+        old_path=old_path,
+        new_path=new_path,
         diff=fd,
         line=line,
         new_mode=h.new_mode,
@@ -322,7 +313,7 @@ def _inside(path: str | None, file: str, line: int) -> str | None:
         return None
     parts = path.split("/")
     if path.startswith("/") or any(p in ("", ".", "..") for p in parts):
-        raise PatchParseError(file, line, f"the path {path!r} is not inside the tree")
+        raise PatchParseError(file, line, f"names {path!r}, a path outside the tree; a patch changes files inside it")
     if into_git_dir(parts):
         raise PatchParseError(
             file,

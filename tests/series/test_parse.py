@@ -138,3 +138,61 @@ def test_pull_request_numbers_come_from_the_name_and_the_subject() -> None:
     assert pr_numbers("0002-fix.patch", "[Quant] fix scales (#48512)") == (48512,)
     assert pr_numbers("flashinfer-1520-jit.patch", "jit cache (#1520)") == (1520,)
     assert pr_numbers("local-tweak.patch", "no reference") == ()
+
+
+def _git_apply(tmp: Path, patch: bytes, files: dict[str, bytes]) -> dict[str, bytes] | str:
+    """What ``git apply`` makes of ``files`` with ``patch``: the files after it, or its error."""
+    import subprocess
+
+    work = tmp / "work"
+    work.mkdir(parents=True)
+    for name, data in files.items():
+        (work / name).write_bytes(data)
+    (tmp / "p.patch").write_bytes(patch)
+    done = subprocess.run(["git", "apply", str(tmp / "p.patch")], cwd=work, capture_output=True, check=False)
+    if done.returncode != 0:
+        return done.stderr.decode()
+    return {p.name: p.read_bytes() for p in work.iterdir()}
+
+
+def test_hunks_are_read_once_in_the_section_git_reads_them_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One pass finds the files and reads their hunks: a git section's hunks need no '---'/'+++' lines.
+
+    ``git apply`` reads the hunks after an ``index`` line as that file's; a bare
+    ``diff --git`` line begins nothing, so a hunk after it has no file header.
+    """
+    from patchkit import diffs
+
+    def no_second_reader(data: bytes) -> list[diffs.FileDiff]:
+        raise AssertionError("a series patch is read once, by the header reader and its hunks")
+
+    monkeypatch.setattr(diffs, "parse", no_second_reader)
+    data = b"diff --git a/x b/x\nindex 7898192..6178079 100644\n@@ -1 +1 @@\n-a\n+b\n"
+    parsed = parse_patch(data, "p.patch")
+    assert [(f.kind, f.old_path, f.diff is not None and f.diff.line) for f in parsed.files] == [("modify", "x", 1)]
+    result = apply_series([Item("p", "p.patch", parsed)], lambda paths: dict.fromkeys(paths, b"a\n"))
+    assert _git_apply(tmp_path / "1", data, {"x": b"a\n"}) == {"x": b"b\n"} == result.files
+
+    bare = b"diff --git a/x b/x\n@@ -1 +1 @@\n-a\n+b\n"
+    assert "patch fragment without header" in str(_git_apply(tmp_path / "2", bare, {"x": b"a\n"}))
+    with pytest.raises(PatchParseError) as e:
+        parse_patch(bare, "p.patch")
+    assert e.value.line == 2 and "hunk without a '--- '/'+++ ' file header" in e.value.detail
+
+
+def test_a_hunk_line_after_the_lines_its_header_counts_is_refused_not_dropped(tmp_path: Path) -> None:
+    """``git apply`` drops the line without a word; patchkit refuses the patch at the hunk's header."""
+    data = b"--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n+c\n"
+    assert _git_apply(tmp_path, data, {"x": b"a\n"}) == {"x": b"b\n"}
+    with pytest.raises(PatchParseError) as e:
+        parse_patch(data, "p.patch")
+    assert e.value.line == 3 and "line 6 continues it: its header counts too few lines" in e.value.detail
+
+
+def test_when_unidiff_reads_the_patch_otherwise_it_is_refused() -> None:
+    """The cross-check: unidiff calls 'Binary file y has changed' a binary change, which patchkit's reader skips."""
+    data = b"--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\nBinary file y has changed\n"
+    with pytest.raises(PatchParseError) as e:
+        parse_patch(data, "p.patch")
+    assert "unidiff reads a binary change" in e.value.detail
+    assert e.value.hint == "regenerate the patch with git format-patch"

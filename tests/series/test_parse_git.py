@@ -204,21 +204,25 @@ class Case:
 def _cases(tmp: Path, seed: int, count: int) -> Iterable[Case]:
     rng = random.Random(seed)
     for k in range(count):
-        root = tmp / f"case{k}"
-        repo = root / "repo"
-        repo.mkdir(parents=True)
-        _git(repo, "init", "-q", "-b", "main")
         before = _base(rng)
         after = _change(rng, before)
-        base, head = _commit(repo, before), _commit(repo, after)
-        for label, command, strip in FORMS:
-            if command[0] == "diff":
-                before.write(root / "a")
-                after.write(root / "b")
-                patch = _run(root, *command, ok=False).stdout
-            else:
-                patch = _git(repo, *(c.format(base=base, head=head) for c in command[1:]))
-            yield Case(root, before, patch, strip, label)
+        yield from _forms(tmp / f"case{k}", before, after)
+
+
+def _forms(root: Path, before: Tree, after: Tree) -> Iterable[Case]:
+    """The change from ``before`` to ``after``, committed in a repository under ``root``, in every form."""
+    repo = root / "repo"
+    repo.mkdir(parents=True)
+    _git(repo, "init", "-q", "-b", "main")
+    base, head = _commit(repo, before), _commit(repo, after)
+    for label, command, strip in FORMS:
+        if command[0] == "diff":
+            before.write(root / "a")
+            after.write(root / "b")
+            patch = _run(root, *command, ok=False).stdout
+        else:
+            patch = _git(repo, *(c.format(base=base, head=head) for c in command[1:]))
+        yield Case(root, before, patch, strip, label)
 
 
 # --------------------------------------------------------------------------- what git reads
@@ -247,26 +251,28 @@ def _git_reads(case: Case) -> tuple[list[Entry], bool] | str:
         names.append(name.decode("utf-8", "surrogateescape"))
     # GNU diff's "Binary files … differ" line: git skips that change silently, patchkit refuses the patch.
     binary |= re.search(rb"(?m)^Binary files .* differ$", case.patch) is not None
-    kinds: dict[str, tuple[str | None, str, str | None]] = {}
-    last = None
+    # Each name's summary lines in patch order, as numstat lists them: -p2 can give two sections one name.
+    kinds: dict[str, list[tuple[str | None, str, str | None]]] = {}
+    last = ""
     for raw in summary.decode("utf-8", "surrogateescape").split("\n"):
         if m := re.fullmatch(r" (create|delete)(?: mode (\d{6}))? (.*)", raw):  # no mode: a plain diff
-            kinds[m[3]] = (None, "add", m[2]) if m[1] == "create" else (m[3], "delete", None)
+            kinds.setdefault(m[3], []).append((None, "add", m[2]) if m[1] == "create" else (m[3], "delete", None))
         elif m := re.fullmatch(r" (rename|copy) (.*)\{(.*) => (.*)\} \(\d+%\)", raw) or re.fullmatch(
             r" (rename|copy) ()(.*) => (.*) \(\d+%\)", raw
         ):
             last = m[2] + m[4]
-            kinds[last] = (m[2] + m[3], m[1], None)
-        elif m := re.fullmatch(r" mode change \d{6} => (\d{6})(?: (.*))?", raw):
-            target = m[2] if m[2] is not None else last
-            assert target is not None, raw
-            old, kind, _ = kinds.get(target, (target, "modify", None))
-            kinds[target] = (old, kind, m[1])
+            kinds.setdefault(last, []).append((m[2] + m[3], m[1], None))
+        elif m := re.fullmatch(r" mode change \d{6} => (\d{6}) (.*)", raw):  # a file's own mode change
+            kinds.setdefault(m[2], []).append((m[2], "modify", m[1]))
+        elif m := re.fullmatch(r" mode change \d{6} => (\d{6})", raw):  # the rename or copy above's
+            old, kind, _ = kinds[last][-1]
+            kinds[last][-1] = (old, kind, m[1])
         elif raw.strip():
             raise AssertionError(f"unread summary line {raw!r}")
     entries: list[Entry] = []
     for name in names:
-        old, kind, mode = kinds.get(name, (name, "modify", None))
+        queue = kinds.get(name)
+        old, kind, mode = queue.pop(0) if queue else (name, "modify", None)
         entries.append((old if kind != "delete" else name, None if kind == "delete" else name, kind, mode))
     return entries, binary
 
@@ -303,7 +309,11 @@ def _patchkit_applies(case: Case) -> dict[str, bytes] | str:
         # The whole pre-image is there: a file it lacks is a failure, as for git, not a part not carried.
         items = [Item("p", "p.patch", parsed)]
         result = apply_series(items, lambda paths: {p: before.get(p) for p in paths}, carried=lambda _: True)
-    except SeriesApplyError:
+    except SeriesApplyError as e:
+        if any(path.startswith(f"{e.path}/") for path in before):
+            # The change's file is a directory of the tree (a name that lost a component at -p2):
+            # git reads a directory as a submodule and "renames" it to an empty directory, no file.
+            return "refused: a directory"
         return "refused"
     executable = {p for p, (_, x) in case.before.files.items() if x}
     for f in parsed.files:
@@ -323,30 +333,133 @@ def disagreements(tmp: Path, seed: int, count: int) -> tuple[int, list[str]]:
     compared = 0
     for case in _cases(tmp, seed, count):
         compared += 1
-        git_read = _git_reads(case)
-        try:
-            read = _patchkit_reads(case)
-        except PatchParseError as e:
-            if isinstance(git_read, str):
-                continue  # both refuse
-            expected, binary = git_read
-            if not (binary and "binary" in e.detail):
-                found.append(f"{case.label}: patchkit refuses ({e}); git reads {expected}")
-            continue
-        if isinstance(git_read, str):
-            found.append(f"{case.label}: git refuses ({git_read}), patchkit reads {read}")
-            continue
-        expected, binary = git_read
-        if binary:
-            found.append(f"{case.label}: git reads a binary change, patchkit reads {read}")
-        elif read != expected:
-            found.append(f"{case.label}: patchkit reads {read}, git {expected}")
-        elif _patchkit_applies(case) != _git_applies(case):
-            found.append(f"{case.label}: the trees differ after applying {case.patch[:4000]!r}")
+        problem = _disagreement(case)
+        if problem is not None:
+            found.append(f"{case.label}: {problem}")
     return compared, found
+
+
+def _disagreement(case: Case) -> str | None:
+    """How patchkit's reading or applying of ``case`` differs from git's; None when they agree."""
+    git_read = _git_reads(case)
+    try:
+        read = _patchkit_reads(case)
+    except PatchParseError as e:
+        if isinstance(git_read, str):
+            return None  # both refuse
+        expected, binary = git_read
+        return None if binary and "binary" in e.detail else f"patchkit refuses ({e}); git reads {expected}"
+    if isinstance(git_read, str):
+        return f"git refuses ({git_read}), patchkit reads {read}"
+    expected, binary = git_read
+    git_tree = _git_applies(case)
+    expected = _as_git_applies(expected, git_tree)
+    if binary:
+        return f"git reads a binary change, patchkit reads {read}"
+    if read != expected:
+        return f"patchkit reads {read}, git {expected}"
+    ours = _patchkit_applies(case)
+    if ours not in (git_tree, "refused: a directory"):
+        return f"the trees differ after applying {case.patch[:4000]!r}"
+    return None
+
+
+def _as_git_applies(entries: list[Entry], tree: dict[str, bytes] | str) -> list[Entry]:
+    """git's reading, a deletion ``git apply`` leaves in place read as what it is: the file emptied.
+
+    A plain diff that removes every line of a file, with neither ``/dev/null``
+    nor the epoch on its ``+++`` line (``diff -ruN`` of a file that became
+    empty), leaves apply.c's ``is_delete`` undecided (-1): ``--summary`` prints
+    that as a deletion, while ``git apply`` (and GNU ``patch``) writes the
+    empty file. What the tree gets is the reading patchkit must equal.
+    """
+    if isinstance(tree, str):
+        return entries
+    return [
+        (old, old, "modify", None)
+        if kind == "delete" and old is not None and tree.get(old) in (b"", b"\0x")
+        else (old, new, kind, mode)
+        for old, new, kind, mode in entries
+    ]
 
 
 def test_every_form_of_a_generated_patch_is_read_and_applied_as_git_does(tmp_path: Path) -> None:
     compared, found = disagreements(tmp_path, SEED, CASES)
     assert compared == CASES * len(FORMS)
     assert found == [], "\n".join(found[:5])
+
+
+_TEXT = b"".join(b"line %d of the script\n" % i for i in range(12))
+
+
+def test_a_file_emptied_with_a_mode_change_and_copied_with_an_edit_reads_and_applies_as_git(tmp_path: Path) -> None:
+    """The copy reads the file as the patch found it; the emptied file stays, empty, in every form.
+
+    ``format-patch -C -C`` writes the emptying (and ``old mode``/``new mode``)
+    before the copy whose hunks expect the original lines: git applies the
+    copy to the original. ``diff -ruN`` writes the emptying as a plain hunk
+    removing every line: ``git apply --summary`` calls that a deletion, but
+    ``git apply`` leaves the empty file, and so does patchkit.
+    """
+    before = Tree({"sp ace": (_TEXT, True), "keep.py": (b"x = 1\n", False)})
+    copied = _TEXT.replace(b"line 3 of", b"line 3, edited, of")
+    after = Tree({"sp ace": (b"", False), "t\tab": (copied, True), "keep.py": (b"x = 1\n", False)})
+    problems = [f"{c.label}: {p}" for c in _forms(tmp_path, before, after) if (p := _disagreement(c)) is not None]
+    assert problems == []
+    cases = {c.label: c for c in _forms(tmp_path / "again", before, after)}
+    copies = cases["format-patch -C -C"]
+    assert b"copy from sp ace" in copies.patch and b"new mode 100644" in copies.patch
+    assert _patchkit_applies(copies) == {"sp ace": b"", "t\tab": copied + b"\0x", "keep.py": b"x = 1\n"}
+    plain = cases["diff -ruN"]
+    assert _patchkit_reads(plain)[0] == ("sp ace", "sp ace", "modify", None)
+    assert _git_applies(plain)["sp ace"] == b"\0x"  # git keeps it: empty, still executable (a plain diff has no modes)
+
+
+def test_in_a_file_of_several_mails_a_copy_reads_what_the_earlier_mails_made(tmp_path: Path) -> None:
+    """Each mail applies to the tree the mails before it left, as ``git am`` applies them one at a time."""
+    edited = _TEXT.replace(b"line 1 of", b"line 1, edited, of")
+    copied = edited.replace(b"line 9 of", b"line 9, edited, of")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    base = _commit(repo, Tree({"a.py": (_TEXT, False)}))
+    _commit(repo, Tree({"a.py": (edited, False)}))
+    _commit(repo, Tree({"a.py": (edited, False), "b.py": (copied, False)}))
+    patch = _git(repo, "format-patch", "--stdout", "-C", "-C", f"{base}..HEAD")
+    assert patch.count(b"\nFrom: ") == 2 and b"copy from a.py" in patch
+    (tmp_path / "p.patch").write_bytes(patch)
+    _git(repo, "checkout", "-q", base)
+    _git(repo, "am", "-q", str(tmp_path / "p.patch"))
+    parsed = parse_patch(patch, "p.patch")
+    result = apply_series([Item("p", "p.patch", parsed)], lambda paths: {p: {"a.py": _TEXT}.get(p) for p in paths})
+    assert result.files == {"a.py": (repo / "a.py").read_bytes(), "b.py": (repo / "b.py").read_bytes()}
+    assert result.files["b.py"] == copied
+
+
+def test_at_p2_a_rename_whose_source_names_a_directory_is_refused(tmp_path: Path) -> None:
+    """Rename lines lose one component fewer than -p2 strips: ``rename from dq/back`` reads ``back``, a directory.
+
+    git reads that directory as a submodule and leaves an empty directory
+    where the file should go; patchkit refuses the patch, naming the path.
+    """
+    before = Tree({"dq/back": (_TEXT, False), "back/f.py": (b"x = 1\n", False)})
+    after = Tree({"back/f.py": (b"x = 1\n", False), "sp/new.py": (_TEXT, False)})
+    case = next(c for c in _forms(tmp_path, before, after) if c.label.startswith("format-patch --src-prefix"))
+    assert b"rename from dq/back" in case.patch
+    assert _patchkit_reads(case) == _git_reads(case)[0] == [("back", "new.py", "rename", None)]
+    assert _git_applies(case) == {"back/f.py": b"x = 1\n", "dq/back": _TEXT}  # new.py is an empty directory
+    assert (case.root / "git-applied" / "new.py").is_dir()
+    assert _patchkit_applies(case) == "refused: a directory"
+
+
+def test_at_p2_a_rename_and_a_new_file_that_read_as_one_name_are_two_changes_both_refused(tmp_path: Path) -> None:
+    """``rename to q/日本.py`` loses ``q/`` at -p2, as the new file ``s/x/日本.py`` loses ``s/x/``: both are 日本.py.
+
+    git lists both changes, in patch order, and refuses to apply them; so does patchkit.
+    """
+    before = Tree({"x/a34/-dash.txt": (_TEXT, False)})
+    after = Tree({"q/日本.py": (_TEXT, False), "日本.py": (b"new = 1\n", False)})
+    case = next(c for c in _forms(tmp_path, before, after) if c.label.startswith("format-patch --src-prefix"))
+    read = [("a34/-dash.txt", "日本.py", "rename", None), (None, "日本.py", "add", "100644")]
+    assert _patchkit_reads(case) == _git_reads(case)[0] == read
+    assert _git_applies(case) == _patchkit_applies(case) == "refused"
