@@ -17,7 +17,7 @@ import pytest
 from patchkit.check.accepted import holding
 from patchkit.lockfile.reader import loads
 from tests.conftest import Invoke
-from tests.test_rebase import Upstream, make_deploy
+from tests.rebase.test_overlays import Upstream, make_deploy
 from tests.trust.test_broken import LOGGER, NO_LOGGING, RENAMED, UTILS, WORKER
 from tests.trust.test_broken import PATCHED as LOGS
 
