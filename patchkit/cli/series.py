@@ -70,8 +70,7 @@ def rebase_series(
         text = bump.summary_markdown(done) + review_summary(repo)
         atomic_write(output_target(summary, repo, lockf), text.encode())
     _report(done, fmt, _stale_pins(repo, done))
-    ctx.exit(EXIT_OK if done.outcome is not None else EXIT_FINDINGS)
-    return True
+    return ctx.exit(EXIT_OK if done.outcome is not None else EXIT_FINDINGS)  # never returns: exit 0 or 1
 
 
 def _report(done: Any, fmt: str, stale: list[Any]) -> None:
