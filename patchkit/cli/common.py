@@ -12,11 +12,19 @@ import json
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from patchkit.errors import LockfileError, PatchkitError
+
+if TYPE_CHECKING:  # for the annotations only: each command imports what it runs when it runs
+    from patchkit.cache import BlobStore
+    from patchkit.github import GitHubTracker
+    from patchkit.images.registry import RegistryClient
+    from patchkit.lockfile.model import Lockfile
+    from patchkit.outcome import Outcome
+    from patchkit.repo import Repo
 
 EXIT_INTERNAL = 4
 
@@ -193,7 +201,7 @@ class RootGroup(ErrorGroup):
         return super().make_context(info_name, args, parent, **extra)
 
 
-def find_repo(ctx: click.Context) -> Any:
+def find_repo(ctx: click.Context) -> Repo:
     """The deployment repository: --repo, or the nearest one upward from here."""
     from patchkit.repo import Repo, find_root
 
@@ -215,7 +223,7 @@ def _given_root(given: Path) -> Path:
     return given.resolve()
 
 
-def open_repo(ctx: click.Context, *, writes: bool = False, locks: bool = False) -> tuple[Any, Any, bytes]:
+def open_repo(ctx: click.Context, *, writes: bool = False, locks: bool = False) -> tuple[Repo, Lockfile, bytes]:
     """The repository and its lockfile; a writing command first takes the write lock.
 
     Under the lock it finishes an interrupted write and only then reads the
@@ -255,20 +263,20 @@ def cache_path() -> Path:
     return cache_dir()
 
 
-def blob_store() -> Any:
+def blob_store() -> BlobStore:
     from patchkit.cache import BlobStore, cache_dir
 
     return BlobStore(cache_dir())
 
 
-def registry_client(insecure: Iterable[str] = ()) -> Any:
+def registry_client(insecure: Iterable[str] = ()) -> RegistryClient:
     """The registry client a command hands the core: plain HTTP for ``--insecure-registry`` hosts, the Docker config."""
     from patchkit.images.registry import RegistryClient
 
     return RegistryClient(insecure=tuple(insecure))
 
 
-def github_tracker() -> Any:
+def github_tracker() -> GitHubTracker:
     """The GitHub adapter a command hands the core: ``GITHUB_API_URL`` (default api.github.com), ``GITHUB_TOKEN``."""
     import os
 
@@ -284,10 +292,10 @@ def source_date_epoch() -> str | None:
     return os.environ.get("SOURCE_DATE_EPOCH") or None
 
 
-def print_changes(outcome: Any, fmt: str, nothing: str) -> None:
+def print_changes(outcome: Outcome, fmt: str, nothing: str) -> None:
     from patchkit.formats.safe import json_safe, printable
 
-    for note in getattr(outcome, "notes", ()):
+    for note in outcome.notes:
         click.echo(f"note: {printable(note)}", err=True)
     if fmt == "json":
         doc = {
@@ -326,10 +334,10 @@ FORMAT = click.option(
 )
 
 
-def pinned_or_given(ctx: click.Context, text: str, lookup: Any) -> str:
+def pinned_or_given(ctx: click.Context, text: str, lookup: Callable[[Lockfile, str], str]) -> str:
     """A pinned image's name maps to its digest reference when a lockfile is at hand."""
     try:
         _, lockf, _ = open_repo(ctx)
     except PatchkitError:
         return text
-    return str(lookup(lockf, text))
+    return lookup(lockf, text)

@@ -11,12 +11,17 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from patchkit.cli.common import FORMAT, SubGroup, open_repo, print_changes
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK, BadInput, Refused
+
+if TYPE_CHECKING:
+    from patchkit.lockfile.model import Lockfile, Model
+    from patchkit.model.verify import VerifyResult
+    from patchkit.repo import Repo
 
 HF_CACHE = click.option(
     "--hf-cache",
@@ -117,7 +122,7 @@ def model_fetch(ctx: click.Context, hf_cache: Path | None, jobs: int | None, fmt
     ctx.exit(EXIT_OK if result.ok else EXIT_FINDINGS)
 
 
-def _pinned(lockf: Any) -> Any:
+def _pinned(lockf: Lockfile) -> Model:
     from patchkit.errors import BadInput
 
     if lockf.model is None:
@@ -132,7 +137,7 @@ def _tty() -> bool:
     return enabled()
 
 
-def _verify(repo: Any, lockf: Any, hf_cache: Path | None, jobs: int | None, full: bool) -> Any:
+def _verify(repo: Repo, lockf: Lockfile, hf_cache: Path | None, jobs: int | None, full: bool) -> VerifyResult:
     from patchkit.cache import cache_dir
     from patchkit.model.hub import default_cache_dir, repo_folder
     from patchkit.model.manifest import pinned_files
@@ -179,7 +184,7 @@ def _progress(quiet: bool) -> Iterator[Callable[[int], Callable[[int], None]] | 
             bar.close()
 
 
-def _render(result: Any, fmt: str) -> None:
+def _render(result: VerifyResult, fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps(result.as_dict(), indent=2, sort_keys=True))
         return
@@ -244,7 +249,8 @@ def model_sign(
         raise Refused("the cached model is not the pinned revision: nothing was signed", "patchkit model fetch")
     signer = oms.Signer(private_key, os.environ.get(PASSPHRASE_ENV), certificate, chain)
     atomic_write(target, oms.sign(result.snapshot, signer))
-    click.echo(f"signed {result.files} files of {lockf.model.repo}@{lockf.model.revision.short} -> {target}", err=True)
+    pinned = _pinned(lockf)
+    click.echo(f"signed {result.files} files of {pinned.repo}@{pinned.revision.short} -> {target}", err=True)
 
 
 @model.command("verify-signature")
