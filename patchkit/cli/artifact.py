@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from patchkit.cli.common import FORMAT, INSECURE, Command
+from patchkit.cli.common import FORMAT, INSECURE, Command, registry_client
 
 
 @click.command(cls=Command)
@@ -24,14 +24,13 @@ def push(bundle: Path, ref: str, insecure: tuple[str, ...], fmt: str) -> None:
     """
     from patchkit.images.artifact import push as run
     from patchkit.images.ref import ImageRef
-    from patchkit.images.registry import RegistryClient
 
     target = ImageRef.parse(ref)
     if target.digest is not None:
         from patchkit.errors import BadInput
 
         raise BadInput(f"{ref}: push to a repository and tag, not a digest")
-    with RegistryClient(insecure=insecure) as client:
+    with registry_client(insecure) as client:
         pushed = run(client, bundle, target)
     if fmt == "json":
         doc = {
@@ -65,9 +64,8 @@ def pull(ref: str, out: Path, allowed_signers: Path, identity: str | None, insec
     """
     from patchkit.images.artifact import pull as run
     from patchkit.images.ref import ImageRef
-    from patchkit.images.registry import RegistryClient
 
-    with RegistryClient(insecure=insecure) as client:
+    with registry_client(insecure) as client:
         pulled = run(client, ImageRef.parse(ref), out, allowed_signers, identity)
     for rel in pulled.written:
         click.echo(f"wrote {out / rel}")

@@ -16,9 +16,12 @@ from patchkit.cli.common import (
     blob_store,
     cache_path,
     find_repo,
+    hf_hub,
     hold_lock,
     open_repo,
     print_changes,
+    registry_client,
+    run_context,
 )
 from patchkit.errors import EXIT_BAD_INPUT, EXIT_EXTERNAL, EXIT_FINDINGS, EXIT_OK, PatchkitError
 
@@ -132,7 +135,7 @@ def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, deep: b
 
         # The offline check already notes the undefined names it could compare: each is said once.
         result.findings.extend(
-            f for f in deep_findings(repo, lock, cache_path(), blob_store()) if f not in result.findings
+            f for f in deep_findings(repo, lock, run_context(), blob_store()) if f not in result.findings
         )
     click.echo(render(result, fmt), nl=False)
     if not result.ok:
@@ -378,15 +381,11 @@ COMMANDS: tuple[click.Command, ...] = (
 
 
 def _registry(insecure: tuple[str, ...]) -> RegistryClient:
-    from patchkit.images.registry import RegistryClient
-
-    return RegistryClient(insecure=tuple(insecure))
+    return registry_client(insecure)
 
 
 def _hub() -> Hub:
-    from patchkit.model.hub import HfHub
-
-    return HfHub()
+    return hf_hub()
 
 
 def _build_adds(repo: Repo, lock: Lockfile) -> dict[str, str]:

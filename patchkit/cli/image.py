@@ -17,11 +17,12 @@ from patchkit.cli.common import (
     PLATFORM,
     SubGroup,
     blob_store,
-    cache_path,
+    docker_engine,
     open_repo,
     pinned_or_given,
     print_changes,
     registry_client,
+    run_context,
     source_date_epoch,
 )
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK
@@ -37,11 +38,10 @@ def _via_registry(insecure: tuple[str, ...]) -> ImageReader:
 
 
 def _via_docker(insecure: tuple[str, ...]) -> ImageReader:
-    from patchkit.images.engine import DockerEngine
     from patchkit.images.reader import EngineReader
 
     del insecure  # the engine has its own registry settings
-    return EngineReader(DockerEngine())
+    return EngineReader(docker_engine())
 
 
 #: ``--via``: the ``ImageReader`` adapter each name opens (the first is the default).
@@ -173,7 +173,7 @@ def image_build(
             repo,
             lockf,
             blob_store(),
-            cache_path(),
+            run_context(insecure),
             push,
             client=client,
             source_date_epoch=source_date_epoch(),

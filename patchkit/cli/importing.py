@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from patchkit.cli.common import FORMAT, Command, blob_store, hold_lock
+from patchkit.cli.common import FORMAT, Command, blob_store, hold_lock, run_context
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK
 
 
@@ -74,7 +74,11 @@ def import_(
         repo = Repo(root)
         lock, _ = repo.read_lockfile()
         normalized = run(
-            repo, lock, blob_store(), source_fetch(repo) if fetch else None, delete_referenced=delete_referenced
+            repo,
+            lock,
+            blob_store(),
+            source_fetch(repo, run_context()) if fetch else None,
+            delete_referenced=delete_referenced,
         )
     payload: dict[str, Any] = {}
     if result is not None:

@@ -12,9 +12,9 @@ from patchkit.cli.common import (
     FORMAT,
     Command,
     blob_store,
-    cache_path,
     open_repo,
     print_changes,
+    run_context,
     source_date_epoch,
 )
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK
@@ -43,7 +43,7 @@ def materialize(ctx: click.Context, out: Path | None, fmt: str) -> None:
     repo, lockf, _ = open_repo(ctx)
     if out is not None and not out.is_absolute():
         out = repo.root / out
-    results = run(repo, lockf, blob_store(), cache_path(), out)
+    results = run(repo, lockf, blob_store(), run_context(), out)
     if fmt == "json":
         click.echo(json.dumps([r.__dict__ for r in results], indent=2, sort_keys=True))
     else:
@@ -125,7 +125,7 @@ def emit(
 
 def _emit_containerfile(ctx: click.Context, rel: str, image: str | None, profile: str | None) -> None:
     """``emit --containerfile``: the build file and the files it copies, written as one transaction."""
-    from patchkit.emit.containerfile import emit_containerfile
+    from patchkit.emit.containerfile import emit_containerfile, image_tree
     from patchkit.repo import write_all
     from patchkit.values import RepoPath
 
@@ -136,7 +136,7 @@ def _emit_containerfile(ctx: click.Context, rel: str, image: str | None, profile
         from patchkit.errors import BadInput
 
         raise BadInput(f"--containerfile {rel}: {e}", "name a path inside the repository (the build context)") from e
-    out = emit_containerfile(repo, lockf, image, profile)
+    out = emit_containerfile(repo, lockf, image, profile, lambda ref: image_tree(ref, run_context()))
     for written in write_all(repo.root, {rel: out.containerfile, **out.files}):
         click.echo(f"wrote {written}")
 
@@ -166,8 +166,10 @@ def bundle(ctx: click.Context, output: Path) -> None:
     repo, lockf, data = open_repo(ctx)
     to_stdout = str(output) == "-"
     target = None if to_stdout else output_target(output, repo, lockf, outside=True)
-    files = collect_files_that_run(repo, lockf, blob_store(), cache_path())
-    archive = build_bundle(repo, lockf, data, files, source_date_epoch=parse_epoch(source_date_epoch()))
+    files = collect_files_that_run(repo, lockf, blob_store(), run_context())
+    archive = build_bundle(
+        repo, lockf, data, files, source_date_epoch=parse_epoch(source_date_epoch()), progress=run_context().progress
+    )
     if target is None:
         sys.stdout.buffer.write(archive)
         sys.stdout.buffer.flush()

@@ -14,12 +14,12 @@ from patchkit.cli.common import (
     Command,
     SubGroup,
     blob_store,
-    cache_path,
     find_repo,
     hold_lock,
     open_repo,
     print_changes,
     registry_client,
+    run_context,
 )
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK, BadInput, Refused
 
@@ -72,7 +72,7 @@ def upstream_add(
         repo,
         lockf,
         name,
-        cache_path(),
+        run_context(),
         git=git_url,
         commit=commit,
         wheel=wheel,
@@ -151,7 +151,7 @@ def upstream_find_base(
     targets = findbase.overlays(lockf, names)
     if not targets:
         raise BadInput("no overlay without a pinned base: name the patches to look for")
-    cands, read = findbase.candidates(up, cache_path(), repo.root, wanted, tags)
+    cands, read = findbase.candidates(up, run_context(), repo.root, wanted, tags)
     if not cands:
         raise BadInput(f"no candidate to try in upstream '{up.name}'" + (f" (no tag matches {tags!r})" if tags else ""))
     found = findbase.find(repo, lockf, targets, path, cands, read)
@@ -306,7 +306,7 @@ def rebase(
         output_target(summary, repo, lockf)  # refused before anything is committed
     store = blob_store()
     if cont:
-        result, outcome = rb.resume(repo, lockf, data, store, drop, accept=accept, cache=cache_path())
+        result, outcome = rb.resume(repo, lockf, data, store, drop, accept=accept, cache=run_context())
         if not result.upstream:
             click.echo("the rebase had already been committed; cleaned up its work area")
             return
@@ -320,7 +320,7 @@ def rebase(
         onto=onto,
         upstream=upstream_name,
         source=source,
-        cache=cache_path(),
+        cache=run_context(),
         store=store,
         drop=drop,
         accept=accept,
@@ -487,7 +487,7 @@ def _latest_clean(
         tags=tags,
         glob=glob,
         upstream=upstream_name,
-        cache=cache_path(),
+        cache=run_context(),
         store=blob_store(),
         progress=lambda cand: click.echo(f"  {cand.line()}", err=True),
     )
@@ -529,7 +529,7 @@ def _bump_onto(
     from patchkit.images import bumping
     from patchkit.sources.image import commit_prefix
 
-    started = bumping.start(repo, lockf, data, target, cache=cache_path(), store=blob_store(), drop=drop)
+    started = bumping.start(repo, lockf, data, target, cache=run_context(), store=blob_store(), drop=drop)
     version = started.plan.new_pin.version
     series = bumping.series_notes(lockf, target.upstream, version)
     adopted = bumping.adopted_notes(lockf, target.upstream)
