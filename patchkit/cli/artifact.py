@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -32,21 +31,9 @@ def push(bundle: Path, ref: str, insecure: tuple[str, ...], fmt: str) -> None:
         raise BadInput(f"{ref}: push to a repository and tag, not a digest")
     with registry_client(insecure) as client:
         pushed = run(client, bundle, target)
-    if fmt == "json":
-        doc = {
-            "reference": pushed.reference,
-            "digest": pushed.digest.text,
-            "signature": pushed.signature.text,
-            "attestation": pushed.attestation.text if pushed.attestation else None,
-            "referrers_api": pushed.referrers_api,
-        }
-        click.echo(json.dumps(doc, indent=2, sort_keys=True))
-        return
-    click.echo(pushed.reference)
-    click.echo(f"  signature   {pushed.signature}")
-    if pushed.attestation is not None:
-        click.echo(f"  attestation {pushed.attestation}")
-    click.echo("  referrers: " + ("the registry's referrers API" if pushed.referrers_api else "the referrers tag"))
+    from patchkit.formats import images
+
+    click.echo(images.pushed(pushed, fmt), nl=False)
 
 
 @click.command(cls=Command)

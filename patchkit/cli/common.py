@@ -8,7 +8,6 @@ and its exit code.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -326,23 +325,14 @@ def source_date_epoch() -> str | None:
 
 
 def print_changes(outcome: Outcome, fmt: str, nothing: str) -> None:
-    from patchkit.formats.safe import json_safe, printable
+    """What a write changed, on stdout (its notes on stderr)."""
+    from patchkit.formats import changes
+    from patchkit.formats.safe import printable
 
     for note in outcome.notes:
         click.echo(f"note: {printable(note)}", err=True)
-    if fmt == "json":
-        doc = {
-            "changes": [c.as_dict() for c in outcome.changes],
-            "written": outcome.written,
-            "removed": outcome.removed,
-        }
-        click.echo(json.dumps(json_safe(doc), indent=2, sort_keys=True))
-        return
-    lines = [printable(f"{c.what}: {c.old} -> {c.new}") for c in outcome.changes]
-    lines += [f"removed {printable(rel)}" for rel in outcome.removed]
-    lines += [f"wrote {printable(rel)}" for rel in outcome.written]
     # One write: a bump of 1,000 patches lists 2,000 files, and click flushes after every echo.
-    click.echo("\n".join(lines) if lines else nothing)
+    click.echo(changes.render(outcome, fmt, nothing), nl=False)
 
 
 PLATFORM = click.option("--platform", default="linux/amd64", show_default=True, help="os/architecture[/variant].")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -267,36 +266,9 @@ def diff(ctx: click.Context, names: tuple[str, ...], show_stat: bool, write: boo
         outcome = write_diffs(repo, lockf, result)
         print_changes(outcome, fmt, "diffs are up to date")
         return
-    if fmt == "json":
-        click.echo(
-            json.dumps(
-                [
-                    {
-                        "name": d.name,
-                        "path": d.path,
-                        "added": d.added,
-                        "removed": d.removed,
-                        "diff": d.diff.decode("utf-8", "replace"),
-                    }
-                    for d in result
-                ],
-                indent=2,
-                sort_keys=True,
-            )
-        )
-        return
-    if show_stat:
-        width = max((len(d.name) for d in result), default=0)
-        for d in result:
-            click.echo(f" {d.name.ljust(width)} | +{d.added} -{d.removed}  {d.path}")
-        total_a, total_r = sum(d.added for d in result), sum(d.removed for d in result)
-        patches = "patch" if len(result) == 1 else "patches"
-        click.echo(f" {len(result)} {patches}, {total_a} insertions(+), {total_r} deletions(-)")
-        return
-    out = sys.stdout.buffer
-    for d in result:
-        out.write(d.diff)
-    out.flush()
+    from patchkit.formats import diffs
+
+    click.echo(diffs.render(result, show_stat, fmt), nl=False)  # the diffs' own bytes, never re-encoded
 
 
 @click.command(cls=Command)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -70,12 +69,9 @@ def image_resolve(ref: str, platform: str, insecure: tuple[str, ...], fmt: str) 
 
     with registry_client(insecure) as client:
         found = resolve(client, ref, platform)
-    if fmt == "json":
-        click.echo(json.dumps(found, indent=2, sort_keys=True))
-        return
-    click.echo(f"{found['repository']}@{found['digest']}")
-    if found["platform_digest"] != found["digest"]:
-        click.echo(f"  {found['platform']}: {found['platform_digest']}")
+    from patchkit.formats import images
+
+    click.echo(images.resolved(found, fmt), nl=False)
 
 
 @image.command("pin")
@@ -180,34 +176,10 @@ def image_build(
             profile=profile,
             chunk_size=chunk_size,
         )
-    if fmt == "json":
-        doc = {
-            "digest": built.digest.text,
-            "repository": built.repository,
-            "tag": built.tag,
-            "base_digest": built.base_digest.text,
-            "layer_digest": built.layer.digest.text,
-            "diff_id": built.layer.diff_id.text,
-            "created": built.created,
-            "platforms": {p: d.text for p, d in built.platforms},
-            "uploaded": list(built.upload.uploaded),
-            "mounted": list(built.upload.mounted),
-            "present": list(built.upload.present),
-            "bytes_uploaded": built.upload.bytes_sent,
-            "written": outcome.written,
-        }
-        click.echo(json.dumps(doc, indent=2, sort_keys=True))
-        return
-    click.echo(f"{built.repository}@{built.digest}")
-    click.echo(f"  layer {built.layer.digest} ({built.layer.files} files, {built.layer.size} bytes)")
-    for p, d in built.platforms:
-        click.echo(f"  {p}: {d}")
-    up = built.upload
-    click.echo(
-        f"  uploaded {len(up.uploaded)} blobs ({up.bytes_sent} bytes), "
-        f"mounted {len(up.mounted)}, already there {len(up.present)}"
-    )
-    print_changes(outcome, fmt, "derived image unchanged")
+    from patchkit.formats import changes, images
+
+    click.echo(changes.notes(outcome, fmt), err=True, nl=False)
+    click.echo(images.built(built, outcome, fmt), nl=False)
 
 
 # The top-level commands of this family; `patchkit.cli.app` registers them on the root group.

@@ -6,7 +6,6 @@ its result; the Hub is reached through patchkit.model.hub.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -177,19 +176,9 @@ def _progress() -> Iterator[Callable[[int], Callable[[int], None]] | None]:
 
 
 def _render(result: VerifyResult, fmt: str) -> None:
-    if fmt == "json":
-        click.echo(json.dumps(result.as_dict(), indent=2, sort_keys=True))
-        return
-    for p in result.problems:
-        click.echo(f"{p.path}: {p.message}")
-    gb = (result.bytes_hashed + result.bytes_trusted) / 1e9
-    trusted = (
-        f" ({result.bytes_trusted / 1e9:.2f} GB unchanged since the last verification)" if result.bytes_trusted else ""
-    )
-    if result.ok:
-        click.echo(f"model verify: ok: {result.files} files, {gb:.2f} GB{trusted} in {result.snapshot}")
-    else:
-        click.echo(f"model verify: FAILED: {len(result.problems)} problem(s) in {result.cache}; fix: {result.fix}")
+    from patchkit.formats.model import verified
+
+    click.echo(verified(result, fmt), nl=False)
 
 
 _PEM = click.Path(dir_okay=False, exists=True, path_type=Path)
@@ -285,10 +274,9 @@ def model_verify_signature(
     if not snapshot.is_dir():
         raise Refused(f"{snapshot}: the pinned revision is not in the cache", "patchkit model fetch")
     oms.verify(snapshot, signature, oms.Verifier(public_key, chain))
-    if fmt == "json":
-        click.echo(json.dumps({"ok": True, "signature": str(signature), "snapshot": str(snapshot)}, sort_keys=True))
-    else:
-        click.echo(f"{signature}: verified over {pinned.repo}@{pinned.revision.short}")
+    from patchkit.formats.model import signature_verified
+
+    click.echo(signature_verified(signature, snapshot, pinned, fmt), nl=False)
 
 
 # The top-level commands of this family; `patchkit.cli.app` registers them on the root group.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -44,14 +43,9 @@ def materialize(ctx: click.Context, out: Path | None, fmt: str) -> None:
     if out is not None and not out.is_absolute():
         out = repo.root / out
     results = run(repo, lockf, blob_store(), run_context(), out)
-    if fmt == "json":
-        click.echo(json.dumps([r.__dict__ for r in results], indent=2, sort_keys=True))
-    else:
-        width = max((len(r.name) for r in results), default=0)
-        for r in results:
-            click.echo(f"{'ok  ' if r.ok else 'FAIL'} {r.name.ljust(width)}  {r.how}  {r.target}")
-        bad = sum(not r.ok for r in results)
-        click.echo(f"materialize: {len(results) - bad} ok, {bad} failed" + (f"; written under {out}" if out else ""))
+    from patchkit.formats import ship
+
+    click.echo(ship.materialized(results, out, fmt), nl=False)
     ctx.exit(EXIT_OK if all(r.ok for r in results) else EXIT_FINDINGS)
 
 
@@ -190,17 +184,10 @@ def verify_bundle(path: Path, fmt: str) -> None:
     duplicates) is refused; nothing is written to disk.
     """
     from patchkit.bundle import verify_bundle as run
-    from patchkit.formats.safe import json_safe
+    from patchkit.formats import ship
 
     problems = run(path)
-    if fmt == "json":
-        click.echo(json.dumps({"ok": not problems, "problems": json_safe(problems)}, indent=2))
-    else:
-        from patchkit.formats.safe import printable
-
-        for problem in problems:
-            click.echo(printable(problem))
-        click.echo("verify-bundle: " + ("ok" if not problems else f"FAILED: {len(problems)} problem(s)"))
+    click.echo(ship.bundle_verified(problems, fmt), nl=False)
     sys.exit(EXIT_FINDINGS if problems else EXIT_OK)
 
 
@@ -227,12 +214,10 @@ def apply_command(ctx: click.Context, dest: Path, series_name: str | None, profi
 
     repo, lockf, _ = open_repo(ctx)
     done = apply_to_dir(repo, find_series(lockf.series, series_name), profile, dest)
+    from patchkit.formats import ship
+
     lines, doc = report(done)
-    if fmt == "json":
-        click.echo(json.dumps(doc, indent=2, sort_keys=True))
-    else:
-        for line in lines:
-            click.echo(line)
+    click.echo(ship.applied(lines, doc, fmt), nl=False)
 
 
 # The top-level commands of this family; `patchkit.cli.app` registers them on the root group.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -176,17 +175,9 @@ def verify(
         identity = identity or signing.identity
     results = verify_files(targets, load_signers(allowed_path), identity)
     failed = [r for r in results if r.outcome is Outcome.FAILED]
-    if fmt == "json":
-        click.echo(json.dumps({"ok": not failed, "files": [r.as_dict() for r in results]}, indent=2, sort_keys=True))
-    else:
-        from patchkit.formats.safe import printable  # names and principals come from files: no raw controls
+    from patchkit.formats.signing import verified
 
-        for r in results:
-            by = f"  signed by {printable(r.signer)} ({r.key})" if r.signer else ""
-            click.echo(f"{'ok  ' if r.outcome is Outcome.VERIFIED else 'FAIL'} {printable(r.file)}{by}")
-            for line in (*r.problems, *r.details):
-                click.echo(f"       {printable(line)}")
-        click.echo(f"verify: {len(results) - len(failed)} ok, {len(failed)} failed")
+    click.echo(verified(results, fmt), nl=False)
     ctx.exit(EXIT_FINDINGS if failed else EXIT_OK)
 
 

@@ -94,16 +94,9 @@ def upstream_list(ctx: click.Context, fmt: str) -> None:
 
     _, lockf, _ = open_repo(ctx)
     rows = listing(lockf)
-    if fmt == "json":
-        click.echo(json.dumps(rows, indent=2, sort_keys=True))
-        return
-    if not rows:
-        click.echo("no upstreams (register one: patchkit upstream add NAME --git URL --commit REV)")
-        return
-    width = max(len(r["name"]) for r in rows)
-    for r in rows:
-        patches = f"{len(r['patches'])} patch{'es' * (len(r['patches']) != 1)}"
-        click.echo(f"{r['name'].ljust(width)}  {r['source']:<5}  {r['pin']}  {patches}  {r['location'] or ''}".rstrip())
+    from patchkit.formats import upstreams as report
+
+    click.echo(report.listing(rows, fmt), nl=False)
 
 
 @upstream.command("find-base")
@@ -162,34 +155,10 @@ def upstream_find_base(
         new_lock, files, outcome = findbase.record(repo, lockf, up, found, nearest)
         if outcome.changes:
             outcome.written = finish(repo, new_lock, files)
-    if fmt == "json":
-        doc = {
-            "upstream": up.name,
-            "found": [f.as_dict() for f in found],
-            "recorded": bool(outcome and outcome.changes),
-        }
-        click.echo(json.dumps(doc, indent=2, sort_keys=True))
-    else:
-        _print_found(up.name, found, outcome)
+    from patchkit.formats import upstreams as report
+
+    click.echo(report.found(up.name, found, outcome, fmt), nl=False)
     ctx.exit(EXIT_OK if all(f.exact for f in found) else EXIT_FINDINGS)
-
-
-def _print_found(upstream: str, found: list[Any], outcome: Any) -> None:
-    """The text report of find-base: every candidate's evidence per overlay, then what was recorded."""
-    for f in found:
-        click.echo(f"{f.patch} ({f.path}) in upstream {upstream}, {len(f.tried)} candidates:")
-        width = max(len(t.candidate.label) for t in f.tried)
-        for t in f.tried:
-            what = "absent" if t.sha256 is None else "exact" if t.exact else f"{t.distance} lines differ"
-            click.echo(f"  {t.candidate.label.ljust(width)}  {t.candidate.ref[:12]:<12}  {what}")
-        click.echo(f"  -> {f.verdict()}")
-    if outcome is not None:
-        for c in outcome.changes:
-            click.echo(f"{c.what}: {c.old} -> {c.new}")
-        for rel in outcome.written:
-            click.echo(f"wrote {rel}")
-    elif any(f.best is not None for f in found):
-        click.echo("nothing recorded; pin what was found with --record")
 
 
 def _only_upstream(lockf: Any, name: str | None) -> Any:
