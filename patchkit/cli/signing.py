@@ -6,13 +6,18 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from patchkit.cli.common import FORMAT, Command, find_repo, hold_lock
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK, PatchkitError
 from patchkit.signing.keys import KEY_ENV, PASSPHRASE_ENV
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from patchkit.lockfile.model import Signing
 
 _NO_SIGNERS_HINT = 'pass --allowed-signers FILE, or add [signing] with allowed_signers = "PATH" (docs/signing.md)'
 DEFAULT_FILES = ("SHA256SUMS", "lockfile.toml")
@@ -40,17 +45,15 @@ def _passphrase(path: Path) -> Callable[[], bytes | None]:
     return ask
 
 
-def load_key(path: Path) -> Any:
+def load_key(path: Path) -> Ed25519PrivateKey:
     from patchkit.signing.keys import load_private_key
 
     return load_private_key(path, _passphrase(path))
 
 
-def _repo_defaults(ctx: click.Context) -> tuple[Path, Any]:
+def _repo_defaults(ctx: click.Context) -> tuple[Path, Signing | None]:
     """The repository root and its [signing] table (or None): where default files come from."""
-    from patchkit.repo import Repo
-
-    repo: Repo = find_repo(ctx)
+    repo = find_repo(ctx)
     lock, _ = repo.read_lockfile()
     return repo.root, lock.signing
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -22,6 +22,11 @@ from patchkit.cli.common import (
     run_context,
 )
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK, BadInput, Refused
+
+if TYPE_CHECKING:
+    from patchkit.images.registry import RegistryClient
+    from patchkit.lockfile.model import Lockfile, Upstream
+    from patchkit.repo import Repo
 
 
 @click.group(cls=SubGroup)
@@ -161,7 +166,7 @@ def upstream_find_base(
     ctx.exit(EXIT_OK if all(f.exact for f in found) else EXIT_FINDINGS)
 
 
-def _only_upstream(lockf: Any, name: str | None) -> Any:
+def _only_upstream(lockf: Lockfile, name: str | None) -> Upstream:
     if name is not None:
         up = lockf.upstream(name)
         if up is None:
@@ -303,7 +308,7 @@ def rebase(
     ctx.exit(EXIT_OK if started.outcome is not None else EXIT_FINDINGS)
 
 
-def _write_summary(summary: Path | None, repo: Any, lockf: Any, plan: Any) -> None:
+def _write_summary(summary: Path | None, repo: Repo, lockf: Lockfile, plan: Any) -> None:
     """With ``--summary``, the rebase's Markdown summary for the pull request, written atomically."""
     if summary is None:
         return
@@ -430,7 +435,7 @@ def bump(
 
 
 def _latest_clean(
-    ctx: click.Context, repo: Any, lockf: Any, text: str, client: Any, which: tuple[Any, ...], fmt: str
+    ctx: click.Context, repo: Repo, lockf: Lockfile, text: str, client: RegistryClient, which: tuple[Any, ...], fmt: str
 ) -> tuple[str, dict[str, Any]]:
     """--latest-clean: report every tag tried and the newest clean one; its pinned reference, or exit 1.
 
@@ -481,8 +486,8 @@ def _latest_clean(
 
 def _bump_onto(
     ctx: click.Context,
-    repo: Any,
-    lockf: Any,
+    repo: Repo,
+    lockf: Lockfile,
     data: bytes,
     target: Any,
     drop: tuple[str, ...],
