@@ -7,7 +7,16 @@ from pathlib import Path
 
 import click
 
-from patchkit.cli.common import FORMAT, Command, SubGroup, blob_store, cache_path, github_tracker, open_repo
+from patchkit.cli.common import (
+    FORMAT,
+    Command,
+    SubGroup,
+    blob_store,
+    cache_path,
+    github_tracker,
+    open_repo,
+    run_context,
+)
 from patchkit.cli.signing import KEY, load_key
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK, BadInput
 
@@ -44,7 +53,9 @@ def refs_command(ctx: click.Context, refresh: bool, fmt: str) -> None:
         result = refs.refresh(lock, github_tracker(), now)
         written = refs.record(repo, lock, result)
         lock = refs.with_states(lock, result)
-    assessed = refs.assess(lock, refs.git_containment(lock, cache_path(), fetch=refresh), now)
+    assessed = refs.assess(
+        lock, refs.git_containment(lock, cache_path(), fetch=refresh, progress=run_context().progress), now
+    )
     from patchkit.formats import refs as report
 
     click.echo(report.render(assessed, result, written, fmt), nl=False)
@@ -210,7 +221,7 @@ def audit_import(
     from patchkit.repo import write_all
 
     repo, _, _ = open_repo(ctx, writes=True)
-    imp, files = audits.import_audits(repo, name, source, rev, path, trust, cache_path())
+    imp, files = audits.import_audits(repo, name, source, rev, path, trust, run_context())
     write_all(repo.root, files)
     from patchkit.formats import certify as report
 

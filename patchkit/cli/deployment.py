@@ -13,7 +13,6 @@ from patchkit.cli.common import (
     INSECURE,
     Command,
     blob_store,
-    cache_path,
     find_repo,
     hf_hub,
     hold_lock,
@@ -121,7 +120,7 @@ def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, deep: b
             online_findings(
                 lock,
                 index.line_of,
-                cache_path(),
+                run_context(),
                 registry=lambda: _registry(insecure),
                 hub=_hub,
                 tracker=_tracker,
