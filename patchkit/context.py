@@ -32,8 +32,11 @@ class Context:
     progress: StartProgress = no_progress
     #: Whether progress is shown at all: tools that draw their own bar (pip, the Hub) follow it.
     shows_progress: bool = False
-    registry_factory: Callable[[], RegistryClient] | None = None
+    #: Makes a registry client allowing plain HTTP to the given hosts (``--insecure-registry``).
+    registry_factory: Callable[[tuple[str, ...]], RegistryClient] | None = None
     engine_factory: Callable[[], DockerEngine] | None = None
+    #: The hosts this command allows plain HTTP to (loopback registries always may).
+    insecure: tuple[str, ...] = ()
 
     @property
     def blobs(self) -> BlobStore:
@@ -46,7 +49,7 @@ class Context:
         """A registry client as the command configured it (plain-HTTP hosts, the Docker config)."""
         if self.registry_factory is None:
             raise BadInput("this operation reads an image from a registry, and no registry client was given")
-        return self.registry_factory()
+        return self.registry_factory(self.insecure)
 
     def engine(self) -> DockerEngine:
         """A connection to the Docker engine the command named."""

@@ -8,6 +8,7 @@ and its exit code.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -241,18 +242,17 @@ def hold_lock(ctx: click.Context, root: Path) -> None:
 def run_context(insecure: Iterable[str] = ()) -> Context:
     """What this run hands the core (cache, progress, clients), built once from the options and the environment.
 
-    ``insecure`` (``--insecure-registry`` hosts) goes to the registry clients it makes.
+    ``insecure`` (the command's ``--insecure-registry`` hosts) goes to the registry clients it makes.
     """
     root = click.get_current_context().find_root()
     root.obj = root.obj or {}
-    key = ("context", tuple(insecure))
-    made: Context | None = root.obj.get(key)
+    made: Context | None = root.obj.get("context")
     if made is None:
-        made = root.obj[key] = build_context(root.obj, os.environ, tuple(insecure))
-    return made
+        made = root.obj["context"] = build_context(root.obj, os.environ)
+    return dataclasses.replace(made, insecure=tuple(insecure)) if insecure else made
 
 
-def build_context(options: Mapping[str, Any], environ: Mapping[str, str], insecure: tuple[str, ...] = ()) -> Context:
+def build_context(options: Mapping[str, Any], environ: Mapping[str, str]) -> Context:
     """The ``Context`` of a run: the global options given (``options``) over the environment, which only this reads."""
     from patchkit.cache import cache_dir
     from patchkit.cli.progress import bars, shown
@@ -261,7 +261,7 @@ def build_context(options: Mapping[str, Any], environ: Mapping[str, str], insecu
     quiet = bool(options.get("quiet"))
     progress = bars(quiet)
 
-    def registry() -> RegistryClient:
+    def registry(insecure: tuple[str, ...]) -> RegistryClient:
         from patchkit.images.credentials import default_docker_config
         from patchkit.images.registry import RegistryClient
 
