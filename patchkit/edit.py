@@ -489,7 +489,7 @@ def _add_patch(
     new: _NewEntry,
     extra: dict[str, bytes],
     store: BlobStore,
-    context: Context | None,
+    context: Context,
 ) -> Outcome:
     """Pin a patch; an overlay also gets its base pinned (and cached) and its diff written under upstream/."""
     kind, name, rel = new.kind, new.name, new.rel
@@ -497,8 +497,7 @@ def _add_patch(
         raise BadInput(f"--target is required for a {kind}")
     base = diff = None
     if kind == "overlay":
-        ctx = context if context is not None else Context(store.cache)
-        base, base_bytes, diff_bytes = _overlay_base(repo, lock, req, name, new.data, ctx)
+        base, base_bytes, diff_bytes = _overlay_base(repo, lock, req, name, new.data, context)
         store.put(base_bytes)
         diff_rel = f"upstream/{name}.diff"
         if repo.path(diff_rel).exists():
@@ -541,8 +540,11 @@ class _NewEntry:
         return Sha256(sha256_bytes(self.data))
 
 
-def add(repo: Repo, lock: Lockfile, req: AddRequest, store: BlobStore, context: Context | None = None) -> Outcome:
-    """Pin a new file: a patch (overlay, module, transformer), a tuning table or an artifact."""
+def add(repo: Repo, lock: Lockfile, req: AddRequest, store: BlobStore, context: Context) -> Outcome:
+    """Pin a new file: a patch (overlay, module, transformer), a tuning table or an artifact.
+
+    ``context`` opens the upstream's source when an overlay's base is read from it (no ``--base``).
+    """
     src, rel = _source_path(repo, req)
     kind = _infer_kind(req, rel)
     if kind not in _KINDS:

@@ -227,7 +227,7 @@ def add(ctx: click.Context, /, path: Path, fmt: str, **options: Any) -> None:
 
     repo, lockf, _ = open_repo(ctx, writes=True)
     options["refs"] = tuple(options["refs"])
-    outcome = do_add(repo, lockf, AddRequest(path=path, **options), blob_store())
+    outcome = do_add(repo, lockf, AddRequest(path=path, **options), blob_store(), run_context())
     print_changes(outcome, fmt, "nothing changed")
 
 
