@@ -10,6 +10,7 @@ drawn: the output is exactly the command's result.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TextIO
 
@@ -30,6 +31,19 @@ def shown(quiet: bool, stream: TextIO | None = None) -> bool:
         return False
 
 
+def _size(stream: TextIO) -> dict[str, int]:
+    """tqdm's width and height for ``stream``: its own reading, unless the terminal reports no size.
+
+    A terminal of 0 columns (a pseudo-terminal nobody sized) makes tqdm draw
+    nothing at all; there the line is drawn without a bar, its text never cut.
+    """
+    try:
+        size = os.get_terminal_size(stream.fileno())
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return {"ncols": 0, "nrows": 20} if size.columns == 0 else {}
+
+
 def bars(quiet: bool, stream: TextIO | None = None) -> StartProgress:
     """The progress a command hands the core: tqdm bars on ``stream`` (stderr) when ``shown``, else nothing."""
     if not shown(quiet, stream):
@@ -39,7 +53,7 @@ def bars(quiet: bool, stream: TextIO | None = None) -> StartProgress:
     def start(label: str, total: int | None = None, *, unit: str | None = "bytes") -> Task:
         from tqdm import tqdm  # type: ignore[import-untyped]  # a declared dependency; it ships no stubs
 
-        common = {"desc": printable(label), "file": out, "leave": False, "mininterval": _INTERVAL}
+        common = {"desc": printable(label), "file": out, "leave": False, "mininterval": _INTERVAL, **_size(out)}
         if unit is None:  # a step with no count: its name alone
             bar: Task = tqdm(bar_format="{desc} …", **common)
         elif unit == "bytes":
