@@ -214,10 +214,22 @@ def test_the_cache_the_environment_names(tmp_path: Path) -> None:
     assert build_context({}, {}).cache_dir == Path.home() / ".cache" / "patchkit"
 
 
-def test_quiet_hands_the_core_no_progress() -> None:
-    """-q (or PATCHKIT_QUIET=1, which click reads for the option): no bars, and pip's and the Hub's stay off."""
-    from patchkit.cli.common import build_context
+def test_quiet_hands_the_core_no_progress(deploy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """-q anywhere, or PATCHKIT_QUIET=1 (click reads it for the option): no bars, and pip's and the Hub's stay off."""
+    from patchkit.cli import common
     from patchkit.progress import no_progress
 
-    quiet = build_context({"quiet": True}, {})
+    quiet = common.build_context({"quiet": True}, {})
     assert quiet.progress is no_progress and not quiet.shows_progress
+    asked: list[bool] = []
+    real = common.build_context
+
+    def spy(options: Any, environ: Any) -> Any:
+        asked.append(bool(options.get("quiet")))
+        return real(options, environ)
+
+    monkeypatch.setattr(common, "build_context", spy)
+    runs = [(["-q", "check"], {}), (["check", "--quiet"], {}), (["check"], {"PATCHKIT_QUIET": "1"}), (["check"], {})]
+    for argv, env in runs:
+        assert CliRunner().invoke(cli, [*argv, "-C", str(deploy)], env=env).exit_code == 0
+    assert asked == [True, True, True, False]
