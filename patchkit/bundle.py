@@ -46,11 +46,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from patchkit import bundletar, sums
+from patchkit.context import Context
 from patchkit.errors import BadInput, LockfileError
 from patchkit.hashing import Blob, require_pin
 from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
 from patchkit.lockfile.reader import loads
-from patchkit.progress import Meter
+from patchkit.progress import StartProgress, no_progress
 from patchkit.repo import Escape, Repo
 from patchkit.sums import FILENAME as SUMS_NAME
 
@@ -237,8 +238,11 @@ def build_bundle(
     files_that_run: Mapping[str, bytes | Blob],
     *,
     source_date_epoch: int | None = None,
+    progress: StartProgress = no_progress,
 ) -> bytes:
     """The bundle's ``.tar.gz`` bytes; raises ``BadInput`` naming the file when a pin does not hold.
+
+    ``progress`` is told the bytes archived.
 
     ``files_that_run`` maps a patch's container target to the file that runs
     there. Every diff-only patch needs its entry (see ``collect_files_that_run``);
@@ -254,7 +258,7 @@ def build_bundle(
 
     writer = bundletar.Writer(epoch)
     total = sum(len(m[0]) for _, m in entries if m is not None)
-    with Meter("bundle: writing the archive", total) as meter:
+    with progress("bundle: writing the archive", total) as meter:
         for name, member in entries:
             if member is None:
                 writer.directory(name)
@@ -265,7 +269,7 @@ def build_bundle(
     return bundletar.compress(writer.close())
 
 
-def collect_files_that_run(repo: Repo, lock: Lockfile, store: BlobStore, cache: Path) -> dict[str, Blob]:
+def collect_files_that_run(repo: Repo, lock: Lockfile, store: BlobStore, cache: Context) -> dict[str, Blob]:
     """Every diff-only patch materialized and verified: container target -> bytes."""
     from patchkit.materialize import materialize
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from patchkit.errors import WriteFailed
@@ -17,12 +18,13 @@ from patchkit.hashing import Blob, pin_mismatch, sha256_bytes
 from patchkit.repo import atomic_write
 
 
-def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
+def cache_dir(environ: Mapping[str, str], override: str | os.PathLike[str] | None = None) -> Path:
+    """The user cache: ``override`` (--cache-dir), else $PATCHKIT_CACHE, else $XDG_CACHE_HOME/patchkit."""
     if override:
         return Path(override)
-    if env := os.environ.get("PATCHKIT_CACHE"):
+    if env := environ.get("PATCHKIT_CACHE"):
         return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    xdg = environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(xdg) / "patchkit"
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from patchkit import diffs, gitclient, sums
 from patchkit.cache import BlobStore
 from patchkit.check.diffs import base_of_committed
+from patchkit.context import Context
 from patchkit.diffs import canonical_diff
 from patchkit.emit.config import CONFIG_NAME
 from patchkit.errors import BadInput, Refused
@@ -482,7 +483,13 @@ def _add_artifact(repo: Repo, lock: Lockfile, req: AddRequest, new: _NewEntry, e
 
 
 def _add_patch(
-    repo: Repo, lock: Lockfile, req: AddRequest, new: _NewEntry, extra: dict[str, bytes], store: BlobStore
+    repo: Repo,
+    lock: Lockfile,
+    req: AddRequest,
+    new: _NewEntry,
+    extra: dict[str, bytes],
+    store: BlobStore,
+    context: Context,
 ) -> Outcome:
     """Pin a patch; an overlay also gets its base pinned (and cached) and its diff written under upstream/."""
     kind, name, rel = new.kind, new.name, new.rel
@@ -490,7 +497,7 @@ def _add_patch(
         raise BadInput(f"--target is required for a {kind}")
     base = diff = None
     if kind == "overlay":
-        base, base_bytes, diff_bytes = _overlay_base(repo, lock, req, name, new.data)
+        base, base_bytes, diff_bytes = _overlay_base(repo, lock, req, name, new.data, context)
         store.put(base_bytes)
         diff_rel = f"upstream/{name}.diff"
         if repo.path(diff_rel).exists():
@@ -533,8 +540,11 @@ class _NewEntry:
         return Sha256(sha256_bytes(self.data))
 
 
-def add(repo: Repo, lock: Lockfile, req: AddRequest, store: BlobStore) -> Outcome:
-    """Pin a new file: a patch (overlay, module, transformer), a tuning table or an artifact."""
+def add(repo: Repo, lock: Lockfile, req: AddRequest, store: BlobStore, context: Context) -> Outcome:
+    """Pin a new file: a patch (overlay, module, transformer), a tuning table or an artifact.
+
+    ``context`` opens the upstream's source when an overlay's base is read from it (no ``--base``).
+    """
     src, rel = _source_path(repo, req)
     kind = _infer_kind(req, rel)
     if kind not in _KINDS:
@@ -547,10 +557,12 @@ def add(repo: Repo, lock: Lockfile, req: AddRequest, store: BlobStore) -> Outcom
     new = _NewEntry(kind, name, rel, data, target, refs)
     if kind in ("tuning", "artifact"):
         return _add_artifact(repo, lock, req, new, extra)
-    return _add_patch(repo, lock, req, new, extra, store)
+    return _add_patch(repo, lock, req, new, extra, store, context)
 
 
-def _overlay_base(repo: Repo, lock: Lockfile, req: AddRequest, name: str, data: bytes) -> tuple[Base, bytes, bytes]:
+def _overlay_base(
+    repo: Repo, lock: Lockfile, req: AddRequest, name: str, data: bytes, ctx: Context
+) -> tuple[Base, bytes, bytes]:
     if req.upstream is None or req.upstream_path is None:
         raise BadInput(
             "an overlay needs --upstream NAME and --upstream-path P (and --base FILE, unless the upstream "
@@ -577,7 +589,7 @@ def _overlay_base(repo: Repo, lock: Lockfile, req: AddRequest, name: str, data: 
         except OSError as e:
             raise BadInput(f"--base {req.base_file}: cannot read ({e.strerror})") from e
     else:
-        base_bytes = _base_from_source(repo, up, upath, req.commit)
+        base_bytes = _base_from_source(repo, up, upath, req.commit, ctx)
     if b"\0" in base_bytes[:8192] or b"\0" in data[:8192]:
         raise BadInput(f"{name}: binary file; patchkit diffs text files only")
     diff_bytes = canonical_diff(base_bytes, data, upath)
@@ -593,12 +605,11 @@ def _overlay_base(repo: Repo, lock: Lockfile, req: AddRequest, name: str, data: 
     return base, base_bytes, diff_bytes
 
 
-def _base_from_source(repo: Repo, up: Upstream, path: UpstreamPath, ref: str | None) -> bytes:
+def _base_from_source(repo: Repo, up: Upstream, path: UpstreamPath, ref: str | None, ctx: Context) -> bytes:
     """The base file read from the upstream's source at its pin (or at ``ref``)."""
-    from patchkit.cache import cache_dir
     from patchkit.sources.factory import open_source, pinned_snapshot
 
-    source = open_source(up, cache_dir(), repo.root)
+    source = open_source(up, ctx, repo.root)
     data = pinned_snapshot(source, up, ref).read([str(path)]).get(str(path))
     if data is None:
         raise BadInput(

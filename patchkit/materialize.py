@@ -14,6 +14,7 @@ from pathlib import Path
 
 from patchkit import diffs
 from patchkit.cache import BlobStore
+from patchkit.context import Context
 from patchkit.errors import BadInput
 from patchkit.hashing import Blob, require_pin
 from patchkit.lockfile.model import Lockfile, Patch
@@ -29,7 +30,7 @@ class Materialized:
     how: str  # "committed", "base + diff", or what went wrong
 
 
-def _base(repo: Repo, lock: Lockfile, p: Patch, store: BlobStore, cache: Path) -> bytes:
+def _base(repo: Repo, lock: Lockfile, p: Patch, store: BlobStore, cache: Context) -> bytes:
     from patchkit.sources.factory import open_source, pinned_snapshot
 
     if p.base is None:
@@ -62,7 +63,7 @@ def materialize(
     repo: Repo,
     lock: Lockfile,
     store: BlobStore,
-    cache: Path,
+    cache: Context,
     out: Path | None = None,
     *,
     diff_only: bool = False,

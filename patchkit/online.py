@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from patchkit.context import Context
 from patchkit.errors import ExternalFailure
 from patchkit.findings import Finding
 from patchkit.hashing import pin_mismatch
@@ -39,7 +39,7 @@ Locate = Callable[[tuple[str | int, ...]], int | None]
 def online_findings(
     lock: Lockfile,
     locate: Locate,
-    cache: Path,
+    cache: Context,
     *,
     registry: Callable[[], RegistryClient],
     hub: Callable[[], Hub],

@@ -22,10 +22,12 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from patchkit.context import Context
 from patchkit.errors import PatchkitError
 from patchkit.findings import Finding
 from patchkit.github import AnswerStatus, IssueTracker, RateLimit, split_reference, web_url
 from patchkit.lockfile.model import LOCKFILE_NAME, GitUpstream, Lockfile, Patch, RefState, Upstream
+from patchkit.progress import StartProgress, no_progress
 from patchkit.repo import Repo
 from patchkit.values import Reference, Revision
 
@@ -265,11 +267,14 @@ def upstream_for(lock: Lockfile, repo: str) -> Upstream | None:
     return None
 
 
-def git_containment(lock: Lockfile, cache: Path, *, fetch: bool = False) -> Containment:
+def git_containment(
+    lock: Lockfile, cache: Path, *, fetch: bool = False, progress: StartProgress = no_progress
+) -> Containment:
     """A ``Containment`` answered by the cached clone of the matching git upstream.
 
     Without ``fetch`` it never uses the network (unknown when the pinned
-    commit is not cached); with it, the pinned commit is fetched if needed.
+    commit is not cached); with it, the pinned commit is fetched if needed
+    (shown on ``progress``).
     """
     from patchkit.sources.git import GitSource
 
@@ -277,7 +282,7 @@ def git_containment(lock: Lockfile, cache: Path, *, fetch: bool = False) -> Cont
         up = upstream_for(lock, repo)
         if up is None or up.git is None or up.commit is None:
             return Contained(None, None, None)
-        found = GitSource(up.git, cache).contains(commit.sha, up.commit.sha, fetch=fetch)
+        found = GitSource(up.git, cache, progress=progress).contains(commit.sha, up.commit.sha, fetch=fetch)
         return Contained(up.name, up.commit.short, found)
 
     return ask
@@ -505,7 +510,7 @@ def _drop_when(patch: Patch) -> str:
 
 
 def ref_findings(
-    lock: Lockfile, locate: Locate, cache: Path, tracker: Callable[[], IssueTracker] | IssueTracker
+    lock: Lockfile, locate: Locate, cache: Context, tracker: Callable[[], IssueTracker] | IssueTracker
 ) -> list[Finding]:
     """``check --online``: refresh every reference in memory (nothing is recorded) and report what it means.
 
@@ -519,5 +524,7 @@ def ref_findings(
     if result.failure is not None:
         raise result.failure
     fresh = with_states(lock, result)
-    assessed = assess(fresh, git_containment(fresh, cache, fetch=True), dt.datetime.now(dt.UTC))
+    assessed = assess(
+        fresh, git_containment(fresh, cache.cache_dir, fetch=True, progress=cache.progress), dt.datetime.now(dt.UTC)
+    )
     return findings(fresh, assessed, result, locate)

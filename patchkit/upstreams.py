@@ -6,6 +6,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from patchkit.context import Context
 from patchkit.errors import BadInput
 from patchkit.lockfile.model import (
     DirUpstream,
@@ -28,7 +29,7 @@ def register(
     repo: Repo,
     lock: Lockfile,
     name: str,
-    cache: Path,
+    cache: Context,
     *,
     git: str | None = None,
     commit: str | None = None,
@@ -53,13 +54,13 @@ def register(
     if len(chosen) != 1:
         raise BadInput("give exactly one of --git URL, --wheel PROJECT==VERSION, --dir PATH or --image REF")
     if image is not None:
-        up = _image_upstream(name, image, prefix, platform, note)
+        up = _image_upstream(name, image, prefix, platform, note, cache)
     elif git is not None:
         from patchkit.sources.git import GitSource
 
         if commit is None:
             raise BadInput("--git needs --commit (a commit, branch or tag; patchkit pins the full commit)")
-        pin = GitSource(git, cache).snapshot(commit).pin
+        pin = GitSource(git, cache.cache_dir, progress=cache.progress).snapshot(commit).pin
         up = GitUpstream(name=name, git=git, commit=Revision(pin.commit or ""), note=note)
     elif wheel is not None:
         from patchkit.sources.wheel import WheelSource
@@ -67,7 +68,7 @@ def register(
         project, sep, version = wheel.partition("==")
         if not sep or not project or not version:
             raise BadInput(f"--wheel {wheel!r}: expected PROJECT==VERSION, e.g. vllm==0.26.0")
-        pin = WheelSource(project, cache).snapshot(version).pin
+        pin = WheelSource(project, cache.cache_dir, shows_progress=cache.shows_progress).snapshot(version).pin
         up = _wheel_upstream(name, project, pin, note)
     else:
         from patchkit.sources.directory import DirSource
@@ -83,7 +84,9 @@ def register(
     return outcome
 
 
-def _image_upstream(name: str, text: str, prefix: str | None, platform: str, note: str | None) -> Upstream:
+def _image_upstream(
+    name: str, text: str, prefix: str | None, platform: str, note: str | None, ctx: Context
+) -> Upstream:
     from patchkit.images.ref import ImageRef
     from patchkit.sources.image import ImageSource
 
@@ -94,7 +97,7 @@ def _image_upstream(name: str, text: str, prefix: str | None, platform: str, not
         )
     if prefix.rstrip("/") == "":
         raise BadInput("--prefix /: name the directory the upstream tree is in, not the root")
-    with ImageSource(ImageRef.parse(text).display_repository, prefix, platform=platform) as source:
+    with ImageSource(ImageRef.parse(text).display_repository, prefix, platform=platform, context=ctx) as source:
         snap = source.snapshot(text)
         version = snap.version
         return ImageUpstream(

@@ -73,7 +73,7 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     from patchkit.cache import cache_dir
 
-    user = cache_dir()
+    user = cache_dir(os.environ)
     session = Path(tempfile.mkdtemp(prefix="patchkit-tests-cache-"))
     USER_CACHE.update(path=user, before=listing(user), session=session)
     os.environ["XDG_CACHE_HOME"] = str(session)

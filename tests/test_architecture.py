@@ -49,6 +49,7 @@ ADAPTERS = {
     "patchkit.gitmerge",
     "patchkit.rebase.merge",
     "patchkit.cache",
+    "patchkit.context",
     "patchkit.images",
     "patchkit.images.errors",
     "patchkit.images.credentials",
@@ -206,6 +207,69 @@ def test_the_core_never_imports_the_command_line() -> None:
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
                 clicky += [f"{module} imports {n}" for n in names if n == "click" or n.startswith("click.")]
     assert clicky == []
+
+
+# The runtime guard is a script of its own, run inside the container by its entrypoint: its environment is its edge.
+OWN_ENTRY_POINTS = {"patchkit.guard.runtime"}
+# The adapters a command builds and hands the core (through its Context, or as an argument).
+CLIENTS = {"RegistryClient", "DockerEngine", "HfHub", "GitHubTracker"}
+ENVIRONMENT = ("environ", "environb", "getenv")
+
+
+def _environment_reads(tree: ast.AST) -> list[int]:
+    """Lines reading the process environment: ``os.environ``, ``os.getenv``, ``os.environb``.
+
+    ``{**os.environ, ...}``, the environment handed to a subprocess as it is
+    and added to, is not a read: the child, not patchkit, reads it.
+    """
+    handed = {
+        id(value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Dict)
+        for key, value in zip(node.keys, node.values, strict=True)
+        if key is None
+    }
+    found = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in ("environ", "environb", "getenv")
+            and id(node) not in handed
+        ):
+            found.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.module == "os":
+            found += [node.lineno for a in node.names if a.name in ENVIRONMENT]
+    return found
+
+
+def test_only_the_command_line_reads_the_environment() -> None:
+    """Below ``patchkit.cli`` nothing reads the environment: the command line reads it once and hands down values."""
+    wrong = []
+    for module, path in _modules(PACKAGE).items():
+        if _is_cli(module) or module in OWN_ENTRY_POINTS:
+            continue
+        wrong += [f"{module}:{line}" for line in _environment_reads(ast.parse(path.read_text()))]
+    assert wrong == []
+
+
+def test_the_rule_sees_environment_reads() -> None:
+    reads = "import os\nfrom os import getenv\na = os.environ['X']\nb = os.getenv('Y')\nc = os.environ.get('Z')\n"
+    assert _environment_reads(ast.parse(reads)) == [2, 3, 4, 5]
+    assert _environment_reads(ast.parse("import os\nenv = {**os.environ, 'HOME': '/h'}\n")) == []
+
+
+def test_no_client_is_built_below_the_command_line() -> None:
+    """Registry clients, engine connections, the Hub and GitHub are built by the command line and handed down."""
+    wrong = []
+    for module, path in _modules(PACKAGE).items():
+        if _is_cli(module):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+                if name in CLIENTS:
+                    wrong.append(f"{module}:{node.lineno} builds a {name}")
+    assert wrong == []
 
 
 # check's rules: functions of the gathered state, one module per concern (check/state.py does the I/O).

@@ -18,6 +18,7 @@ from conftest import Invoke
 
 from patchkit.bundle import build_bundle, collect_files_that_run, parse_epoch, verify_bundle
 from patchkit.cache import BlobStore, cache_dir
+from patchkit.context import Context
 from patchkit.errors import BadInput
 from patchkit.repo import Repo
 from tests.rebase.test_overlays import FENCED, WORKER, Upstream
@@ -61,7 +62,7 @@ def deployment(invoke: Invoke, tmp_path: Path) -> Path:
 def bundle_of(root: Path, **kw: int) -> bytes:
     repo = Repo(root.resolve())
     lock, lock_bytes = repo.read_lockfile()
-    files = collect_files_that_run(repo, lock, BlobStore(cache_dir()), cache_dir())
+    files = collect_files_that_run(repo, lock, BlobStore(cache_dir(os.environ)), Context(cache_dir(os.environ)))
     return build_bundle(repo, lock, lock_bytes, files, **kw)
 
 

@@ -240,7 +240,7 @@ def test_diff_recovers_the_base_from_the_cache(invoke: Invoke, deploy: Path) -> 
     from patchkit.cache import BlobStore, cache_dir
     from patchkit.hashing import sha256_bytes
 
-    assert BlobStore(cache_dir()).get(sha256_bytes(BASE)) == BASE  # stored by add --base
+    assert BlobStore(cache_dir(os.environ)).get(sha256_bytes(BASE)) == BASE  # stored by add --base
     diff = deploy / "upstream" / "kv-restore-fence.diff"
     diff.write_text("garbage\n")
     r = invoke("diff", "--write", repo=deploy)

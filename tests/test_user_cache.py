@@ -20,7 +20,7 @@ from tests.rebase.test_overlays import FENCED, WORKER, Upstream, make_deploy, up
 
 def _cache_of_a_process(env: dict[str, str]) -> Path:
     out = subprocess.run(
-        [sys.executable, "-c", "from patchkit.cache import cache_dir; print(cache_dir())"],
+        [sys.executable, "-c", "import os; from patchkit.cache import cache_dir; print(cache_dir(os.environ))"],
         env=env,
         capture_output=True,
         text=True,

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from patchkit.context import Context
 from patchkit.errors import BadInput, Problem
 from patchkit.findings import Finding
 from patchkit.lockfile.model import Lockfile, PatchKind
@@ -688,7 +689,7 @@ def certify(
 
 
 def import_audits(
-    repo: Repo, name: str, source: str, rev: str, path: str, trust: tuple[str, ...], cache: Any
+    repo: Repo, name: str, source: str, rev: str, path: str, trust: tuple[str, ...], cache: Context
 ) -> tuple[Import, dict[str, bytes]]:
     """Copy another repository's audits file (``path`` at ``rev`` of the git repository ``source``) in, pinned.
 
@@ -702,7 +703,7 @@ def import_audits(
     check_name(name, "import name")
     if not trust:
         raise BadInput("say whose audits count: --trust PRINCIPAL (an allowed signer's principal)")
-    snapshot = GitSource(source, cache).snapshot(rev)
+    snapshot = GitSource(source, cache.cache_dir, progress=cache.progress).snapshot(rev)
     data = snapshot.read([path]).get(path)
     if data is None:
         raise BadInput(f"{source} at {rev}: no file {path}", "name the audits file: --path PATH")

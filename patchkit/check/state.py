@@ -452,7 +452,7 @@ def gather(
         lockfile_unsafe=_lockfile_unsafe(repo),
         sums=_sums_bytes(repo),
         has_deploy_config=(repo.root / DEPLOY_CONFIG).exists(),
-        series_tree=_series_tree(repo, lock),
+        series_tree=_series_tree(repo, lock, store),
         series_rebase_pending=(repo.root / SERIES_REBASE_STATE).exists(),
     )
     state.files = hash_pinned(repo, lock, state.named())
@@ -462,11 +462,10 @@ def gather(
 SERIES_REBASE_STATE = SERIES.state_file
 
 
-def _series_tree(repo: Repo, lock: Lockfile) -> Callable[[Series], Reader | str] | None:
-    """The offline reader of each series' upstream (opened lazily, per series), when there are series."""
-    if not lock.series:
+def _series_tree(repo: Repo, lock: Lockfile, store: BlobStore | None) -> Callable[[Series], Reader | str] | None:
+    """The offline reader of each series' upstream (opened lazily, per series), when there are series and a cache."""
+    if not lock.series or store is None:
         return None
-    from patchkit.cache import cache_dir
     from patchkit.series.source import offline_tree
 
-    return offline_tree(lock, cache_dir(), repo.root)
+    return offline_tree(lock, store.cache, repo.root)  # the user cache the store is kept in

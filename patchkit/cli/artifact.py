@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
-from patchkit.cli.common import FORMAT, INSECURE, Command
+from patchkit.cli.common import FORMAT, INSECURE, Command, registry_client
 
 
 @click.command(cls=Command)
@@ -24,30 +23,17 @@ def push(bundle: Path, ref: str, insecure: tuple[str, ...], fmt: str) -> None:
     """
     from patchkit.images.artifact import push as run
     from patchkit.images.ref import ImageRef
-    from patchkit.images.registry import RegistryClient
 
     target = ImageRef.parse(ref)
     if target.digest is not None:
         from patchkit.errors import BadInput
 
         raise BadInput(f"{ref}: push to a repository and tag, not a digest")
-    with RegistryClient(insecure=insecure) as client:
+    with registry_client(insecure) as client:
         pushed = run(client, bundle, target)
-    if fmt == "json":
-        doc = {
-            "reference": pushed.reference,
-            "digest": pushed.digest.text,
-            "signature": pushed.signature.text,
-            "attestation": pushed.attestation.text if pushed.attestation else None,
-            "referrers_api": pushed.referrers_api,
-        }
-        click.echo(json.dumps(doc, indent=2, sort_keys=True))
-        return
-    click.echo(pushed.reference)
-    click.echo(f"  signature   {pushed.signature}")
-    if pushed.attestation is not None:
-        click.echo(f"  attestation {pushed.attestation}")
-    click.echo("  referrers: " + ("the registry's referrers API" if pushed.referrers_api else "the referrers tag"))
+    from patchkit.formats import images
+
+    click.echo(images.pushed(pushed, fmt), nl=False)
 
 
 @click.command(cls=Command)
@@ -65,9 +51,8 @@ def pull(ref: str, out: Path, allowed_signers: Path, identity: str | None, insec
     """
     from patchkit.images.artifact import pull as run
     from patchkit.images.ref import ImageRef
-    from patchkit.images.registry import RegistryClient
 
-    with RegistryClient(insecure=insecure) as client:
+    with registry_client(insecure) as client:
         pulled = run(client, ImageRef.parse(ref), out, allowed_signers, identity)
     for rel in pulled.written:
         click.echo(f"wrote {out / rel}")

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 from pathlib import Path
-from typing import Any
 
 import click
 
-from patchkit.cli.common import FORMAT, Command, SubGroup, blob_store, cache_path, github_tracker, open_repo
+from patchkit.cli.common import (
+    FORMAT,
+    Command,
+    SubGroup,
+    blob_store,
+    cache_path,
+    github_tracker,
+    open_repo,
+    run_context,
+)
 from patchkit.cli.signing import KEY, load_key
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK, BadInput
 
@@ -46,69 +53,15 @@ def refs_command(ctx: click.Context, refresh: bool, fmt: str) -> None:
         result = refs.refresh(lock, github_tracker(), now)
         written = refs.record(repo, lock, result)
         lock = refs.with_states(lock, result)
-    assessed = refs.assess(lock, refs.git_containment(lock, cache_path(), fetch=refresh), now)
-    if fmt == "json":
-        doc: dict[str, Any] = {"patches": [a.as_dict() for a in assessed], "written": written}
-        if result is not None:
-            doc["refresh"] = {
-                "outcomes": {o.ref.text: o.status.value for o in result.outcomes},
-                "head_moved": [
-                    {"ref": m.ref.text, "recorded": m.recorded.sha, "now": m.now.sha} for m in result.head_moves
-                ],
-                "rate_limit": result.rate.__dict__ if result.rate else None,
-                "error": result.failure.message if result.failure else None,
-            }
-        click.echo(json.dumps(doc, indent=2, sort_keys=True, default=str))
-    else:
-        _print_refs(assessed, result, written)
+    assessed = refs.assess(
+        lock, refs.git_containment(lock, cache_path(), fetch=refresh, progress=run_context().progress), now
+    )
+    from patchkit.formats import refs as report
+
+    click.echo(report.render(assessed, result, written, fmt), nl=False)
     if result is not None and result.failure is not None:
         raise result.failure
     ctx.exit(EXIT_FINDINGS if result is not None and result.not_found else EXIT_OK)
-
-
-def _print_refs(assessed: Any, result: Any, written: list[str]) -> None:
-    """The text report of ``patchkit refs``: each patch's references, what a refresh found, drop candidates."""
-    outcomes = {o.ref: o.status for o in result.outcomes} if result is not None else {}
-    for pr in assessed:
-        if pr.refs:
-            _print_patch_refs(pr, outcomes)
-    if result is not None:
-        _print_refresh(result, written)
-    drops = [pr.patch for pr in assessed if pr.drop_candidate]
-    if drops:
-        click.echo(f"drop candidates: {', '.join(drops)}")
-    if not any(pr.refs for pr in assessed):
-        click.echo("no patch has upstream references")
-
-
-def _print_patch_refs(pr: Any, outcomes: dict[Any, Any]) -> None:
-    """One patch's standing and each reference's state, with what this refresh did to it unless it changed."""
-    from patchkit.refs import RefreshStatus
-
-    click.echo(f"{pr.patch}: {pr.standing.value}")
-    for v in pr.refs:
-        title = f"  {v.title}" if v.title else ""
-        checked = f" (checked {v.age})" if v.age else ""
-        how = outcomes.get(v.ref)
-        fresh = f" [{how.value}]" if how is not None and how is not RefreshStatus.CHANGED else ""
-        click.echo(f"  {v.ref.text}: {v.summary}{checked}{fresh}{title}")
-
-
-def _print_refresh(result: Any, written: list[str]) -> None:
-    """What a refresh found beyond the states: moved heads, references not found, the rate limit, files written."""
-    for m in result.head_moves:
-        click.echo(
-            f"head moved: {m.ref.text} {m.recorded.short} -> {m.now.short} "
-            "(force-push or new commits): the backport may be out of date"
-        )
-    for ref in result.not_found:
-        click.echo(f"not found: {ref.text} does not exist upstream (or is private)")
-    if result.rate is not None:
-        click.echo(f"GitHub API: {result.rate.describe()}")
-    for rel in written:
-        click.echo(f"wrote {rel}")
-    if not written and result.failure is None:
-        click.echo("recorded states are up to date")
 
 
 @click.group(cls=SubGroup, invoke_without_command=True)
@@ -214,11 +167,9 @@ def audit_certify(
         repo, lock, name, criteria, key=key, identity=identity, delta=delta, notes=notes, now=now
     )
     write_all(repo.root, files)
-    if fmt == "json":
-        click.echo(json.dumps({"audit": made.index, **made.fields()}, indent=2, sort_keys=True))
-        return
-    what = f"the change since {made.delta_from[:12]}" if made.delta_from else "in full"
-    click.echo(f"recorded audit[{made.index}]: {name} ({what}) for {', '.join(criteria)} by {made.who}")
+    from patchkit.formats import certify as report
+
+    click.echo(report.certified(made, name, criteria, fmt), nl=False)
 
 
 @audit.command("status")
@@ -239,41 +190,11 @@ def audit_status(ctx: click.Context, fmt: str) -> None:
         raise BadInput(f"no {audits.AUDITS_FILE} here yet", "record the first audit: patchkit audit certify NAME")
     found, problems = audits.statuses(repo, lock, table, dt.datetime.now(dt.UTC))
     failing = [s for s in found if s.coverage in (audits.Coverage.NEEDS_DELTA, audits.Coverage.UNAUDITED)]
-    if fmt == "json":
-        doc = {
-            "patches": [_status_json(s) for s in found],
-            "problems": [p.as_dict() for p in problems],
-            "ok": not failing and not any(p.severity == "error" for p in problems),
-        }
-        click.echo(json.dumps(doc, indent=2, sort_keys=True))
-    else:
-        for s in found:
-            click.echo(_status_line(s))
-            for line in s.change if s.coverage is audits.Coverage.NEEDS_DELTA else ():
-                click.echo(f"    {line}")
-        for p in problems:
-            click.echo(f"{p.severity}: {p.message}")
+    from patchkit.formats import certify as report
+
     bad = failing or any(p.severity == "error" for p in problems)
+    click.echo(report.statuses(found, problems, not bad, fmt), nl=False)
     ctx.exit(EXIT_FINDINGS if bad else EXIT_OK)
-
-
-def _status_line(s: Any) -> str:
-    by = "; ".join(
-        f"{a.who} {a.date}{' (delta)' if a.delta_from else ''}{f' via import {a.source}' if a.source else ''}"
-        for a in s.audits
-    )
-    return f"{s.patch}: {s.criterion}: {s.coverage.value}" + (f" ({by})" if by else "")
-
-
-def _status_json(s: Any) -> dict[str, Any]:
-    return {
-        "patch": s.patch,
-        "criterion": s.criterion,
-        "status": s.coverage.value,
-        "audits": [a.index for a in s.audits],
-        "since": s.since,
-        "change": list(s.change),
-    }
 
 
 @audit.command("import")
@@ -300,14 +221,11 @@ def audit_import(
     from patchkit.repo import write_all
 
     repo, _, _ = open_repo(ctx, writes=True)
-    imp, files = audits.import_audits(repo, name, source, rev, path, trust, cache_path())
+    imp, files = audits.import_audits(repo, name, source, rev, path, trust, run_context())
     write_all(repo.root, files)
-    if fmt == "json":
-        click.echo(json.dumps({"name": imp.name, **imp.fields()}, indent=2, sort_keys=True))
-        return
-    click.echo(
-        f"imported {imp.source} at {imp.rev} as {imp.file} (sha256 {imp.sha256[:12]}), trusting {', '.join(imp.trust)}"
-    )
+    from patchkit.formats import certify as report
+
+    click.echo(report.imported(imp, fmt), nl=False)
 
 
 @audit.command("statement")

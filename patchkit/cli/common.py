@@ -8,15 +8,27 @@ and its exit code.
 
 from __future__ import annotations
 
-import json
+import dataclasses
+import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from patchkit.errors import LockfileError, PatchkitError
+
+if TYPE_CHECKING:  # for the annotations only: each command imports what it runs when it runs
+    from patchkit.cache import BlobStore
+    from patchkit.context import Context
+    from patchkit.github import GitHubTracker
+    from patchkit.images.engine import DockerEngine
+    from patchkit.images.registry import RegistryClient
+    from patchkit.lockfile.model import Lockfile
+    from patchkit.model.hub import HfHub
+    from patchkit.outcome import Outcome
+    from patchkit.repo import Repo
 
 EXIT_INTERNAL = 4
 
@@ -97,21 +109,8 @@ def _remember(key: str) -> Callable[[click.Context, click.Parameter, Any], None]
         root = ctx.find_root()
         root.obj = root.obj or {}
         root.obj[key] = value
-        if key == "cache_dir":
-            import os
-
-            # One place decides the cache: the core reads PATCHKIT_CACHE.
-            os.environ["PATCHKIT_CACHE"] = str(value)
 
     return store
-
-
-def _quiet(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
-    """``--quiet`` anywhere on the command line silences progress for the whole process."""
-    if value:
-        from patchkit.progress import set_quiet
-
-        set_quiet(True)
 
 
 def global_options() -> list[click.Option]:
@@ -144,7 +143,7 @@ def global_options() -> list[click.Option]:
             is_flag=True,
             envvar="PATCHKIT_QUIET",
             expose_value=False,
-            callback=_quiet,
+            callback=_remember("quiet"),  # anywhere on the command line: no progress for the whole run
             help="No progress lines (there are none when stderr is not a terminal).",
         ),
         click.Option(
@@ -183,17 +182,8 @@ class RootGroup(ErrorGroup):
     command_class = Command
     group_class = SubGroup
 
-    def make_context(
-        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
-    ) -> click.Context:
-        """Each invocation starts with progress allowed; ``--quiet`` (parsed next) may turn it off."""
-        from patchkit.progress import set_quiet
 
-        set_quiet(False)
-        return super().make_context(info_name, args, parent, **extra)
-
-
-def find_repo(ctx: click.Context) -> Any:
+def find_repo(ctx: click.Context) -> Repo:
     """The deployment repository: --repo, or the nearest one upward from here."""
     from patchkit.repo import Repo, find_root
 
@@ -215,7 +205,7 @@ def _given_root(given: Path) -> Path:
     return given.resolve()
 
 
-def open_repo(ctx: click.Context, *, writes: bool = False, locks: bool = False) -> tuple[Any, Any, bytes]:
+def open_repo(ctx: click.Context, *, writes: bool = False, locks: bool = False) -> tuple[Repo, Lockfile, bytes]:
     """The repository and its lockfile; a writing command first takes the write lock.
 
     Under the lock it finishes an interrupted write and only then reads the
@@ -249,59 +239,100 @@ def hold_lock(ctx: click.Context, root: Path) -> None:
     top.call_on_close(held.release)
 
 
-def cache_path() -> Path:
+def run_context(insecure: Iterable[str] = ()) -> Context:
+    """What this run hands the core (cache, progress, clients), built once from the options and the environment.
+
+    ``insecure`` (the command's ``--insecure-registry`` hosts) goes to the registry clients it makes.
+    """
+    root = click.get_current_context().find_root()
+    root.obj = root.obj or {}
+    made: Context | None = root.obj.get("context")
+    if made is None:
+        made = root.obj["context"] = build_context(root.obj, os.environ)
+    return dataclasses.replace(made, insecure=tuple(insecure)) if insecure else made
+
+
+def build_context(options: Mapping[str, Any], environ: Mapping[str, str]) -> Context:
+    """The ``Context`` of a run: the global options given (``options``) over the environment, which only this reads."""
     from patchkit.cache import cache_dir
+    from patchkit.cli.progress import bars, shown
+    from patchkit.context import Context
 
-    return cache_dir()
+    quiet = bool(options.get("quiet"))
+    progress = bars(quiet)
+
+    def registry(insecure: tuple[str, ...]) -> RegistryClient:
+        from patchkit.images.credentials import default_docker_config
+        from patchkit.images.registry import RegistryClient
+
+        return RegistryClient(insecure=insecure, docker_config=default_docker_config(environ), progress=progress)
+
+    return Context(
+        cache_dir(environ, options.get("cache_dir")),
+        progress=progress,
+        shows_progress=shown(quiet),
+        registry_factory=registry,
+        engine_factory=lambda: docker_engine(environ),
+    )
 
 
-def blob_store() -> Any:
-    from patchkit.cache import BlobStore, cache_dir
+def docker_engine(environ: Mapping[str, str] | None = None) -> DockerEngine:
+    """The Docker engine ``$DOCKER_HOST`` names (as for the docker CLI), else the local socket."""
+    from patchkit.images.engine import DockerEngine, docker_host
 
-    return BlobStore(cache_dir())
+    return DockerEngine(docker_host(os.environ if environ is None else environ))
 
 
-def registry_client(insecure: Iterable[str] = ()) -> Any:
+def cache_path() -> Path:
+    """The user cache directory: --cache-dir, else $PATCHKIT_CACHE, else $XDG_CACHE_HOME/patchkit."""
+    return run_context().cache_dir
+
+
+def blob_store() -> BlobStore:
+    """The base files kept by sha256 in the user cache."""
+    return run_context().blobs
+
+
+def registry_client(insecure: Iterable[str] = ()) -> RegistryClient:
     """The registry client a command hands the core: plain HTTP for ``--insecure-registry`` hosts, the Docker config."""
-    from patchkit.images.registry import RegistryClient
-
-    return RegistryClient(insecure=tuple(insecure))
+    return run_context(insecure).registry()
 
 
-def github_tracker() -> Any:
+def github_tracker() -> GitHubTracker:
     """The GitHub adapter a command hands the core: ``GITHUB_API_URL`` (default api.github.com), ``GITHUB_TOKEN``."""
-    import os
-
     from patchkit.github import DEFAULT_API_URL, GitHubTracker
 
     return GitHubTracker(os.environ.get("GITHUB_API_URL") or DEFAULT_API_URL, os.environ.get("GITHUB_TOKEN") or None)
 
 
+def hf_hub() -> HfHub:
+    """The Hugging Face Hub as huggingface_hub configures itself: HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE."""
+    from patchkit.model.hub import HfHub
+
+    return HfHub.from_environment(os.environ)
+
+
+def hf_cache(given: Path | None) -> Path:
+    """--hf-cache, else the Hugging Face cache the environment names (HF_HUB_CACHE, else $HF_HOME/hub)."""
+    from patchkit.model.hub import default_cache_dir
+
+    return given or default_cache_dir(os.environ)
+
+
 def source_date_epoch() -> str | None:
     """``$SOURCE_DATE_EPOCH`` as the user set it (None when unset or empty); the core takes it as an argument."""
-    import os
-
     return os.environ.get("SOURCE_DATE_EPOCH") or None
 
 
-def print_changes(outcome: Any, fmt: str, nothing: str) -> None:
-    from patchkit.formats.safe import json_safe, printable
+def print_changes(outcome: Outcome, fmt: str, nothing: str) -> None:
+    """What a write changed, on stdout (its notes on stderr)."""
+    from patchkit.formats import changes
+    from patchkit.formats.safe import printable
 
-    for note in getattr(outcome, "notes", ()):
+    for note in outcome.notes:
         click.echo(f"note: {printable(note)}", err=True)
-    if fmt == "json":
-        doc = {
-            "changes": [c.as_dict() for c in outcome.changes],
-            "written": outcome.written,
-            "removed": outcome.removed,
-        }
-        click.echo(json.dumps(json_safe(doc), indent=2, sort_keys=True))
-        return
-    lines = [printable(f"{c.what}: {c.old} -> {c.new}") for c in outcome.changes]
-    lines += [f"removed {printable(rel)}" for rel in outcome.removed]
-    lines += [f"wrote {printable(rel)}" for rel in outcome.written]
     # One write: a bump of 1,000 patches lists 2,000 files, and click flushes after every echo.
-    click.echo("\n".join(lines) if lines else nothing)
+    click.echo(changes.render(outcome, fmt, nothing), nl=False)
 
 
 PLATFORM = click.option("--platform", default="linux/amd64", show_default=True, help="os/architecture[/variant].")
@@ -326,10 +357,10 @@ FORMAT = click.option(
 )
 
 
-def pinned_or_given(ctx: click.Context, text: str, lookup: Any) -> str:
+def pinned_or_given(ctx: click.Context, text: str, lookup: Callable[[Lockfile, str], str]) -> str:
     """A pinned image's name maps to its digest reference when a lockfile is at hand."""
     try:
         _, lockf, _ = open_repo(ctx)
     except PatchkitError:
         return text
-    return str(lookup(lockf, text))
+    return lookup(lockf, text)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,11 +13,13 @@ from patchkit.cli.common import (
     INSECURE,
     Command,
     blob_store,
-    cache_path,
     find_repo,
+    hf_hub,
     hold_lock,
     open_repo,
     print_changes,
+    registry_client,
+    run_context,
 )
 from patchkit.errors import EXIT_BAD_INPUT, EXIT_EXTERNAL, EXIT_FINDINGS, EXIT_OK, PatchkitError
 
@@ -119,7 +120,7 @@ def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, deep: b
             online_findings(
                 lock,
                 index.line_of,
-                cache_path(),
+                run_context(),
                 registry=lambda: _registry(insecure),
                 hub=_hub,
                 tracker=_tracker,
@@ -132,7 +133,7 @@ def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, deep: b
 
         # The offline check already notes the undefined names it could compare: each is said once.
         result.findings.extend(
-            f for f in deep_findings(repo, lock, cache_path(), blob_store()) if f not in result.findings
+            f for f in deep_findings(repo, lock, run_context(), blob_store()) if f not in result.findings
         )
     click.echo(render(result, fmt), nl=False)
     if not result.ok:
@@ -226,7 +227,7 @@ def add(ctx: click.Context, /, path: Path, fmt: str, **options: Any) -> None:
 
     repo, lockf, _ = open_repo(ctx, writes=True)
     options["refs"] = tuple(options["refs"])
-    outcome = do_add(repo, lockf, AddRequest(path=path, **options), blob_store())
+    outcome = do_add(repo, lockf, AddRequest(path=path, **options), blob_store(), run_context())
     print_changes(outcome, fmt, "nothing changed")
 
 
@@ -264,36 +265,9 @@ def diff(ctx: click.Context, names: tuple[str, ...], show_stat: bool, write: boo
         outcome = write_diffs(repo, lockf, result)
         print_changes(outcome, fmt, "diffs are up to date")
         return
-    if fmt == "json":
-        click.echo(
-            json.dumps(
-                [
-                    {
-                        "name": d.name,
-                        "path": d.path,
-                        "added": d.added,
-                        "removed": d.removed,
-                        "diff": d.diff.decode("utf-8", "replace"),
-                    }
-                    for d in result
-                ],
-                indent=2,
-                sort_keys=True,
-            )
-        )
-        return
-    if show_stat:
-        width = max((len(d.name) for d in result), default=0)
-        for d in result:
-            click.echo(f" {d.name.ljust(width)} | +{d.added} -{d.removed}  {d.path}")
-        total_a, total_r = sum(d.added for d in result), sum(d.removed for d in result)
-        patches = "patch" if len(result) == 1 else "patches"
-        click.echo(f" {len(result)} {patches}, {total_a} insertions(+), {total_r} deletions(-)")
-        return
-    out = sys.stdout.buffer
-    for d in result:
-        out.write(d.diff)
-    out.flush()
+    from patchkit.formats import diffs
+
+    click.echo(diffs.render(result, show_stat, fmt), nl=False)  # the diffs' own bytes, never re-encoded
 
 
 @click.command(cls=Command)
@@ -378,15 +352,11 @@ COMMANDS: tuple[click.Command, ...] = (
 
 
 def _registry(insecure: tuple[str, ...]) -> RegistryClient:
-    from patchkit.images.registry import RegistryClient
-
-    return RegistryClient(insecure=tuple(insecure))
+    return registry_client(insecure)
 
 
 def _hub() -> Hub:
-    from patchkit.model.hub import HfHub
-
-    return HfHub()
+    return hf_hub()
 
 
 def _build_adds(repo: Repo, lock: Lockfile) -> dict[str, str]:

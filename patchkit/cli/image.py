@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -17,11 +16,12 @@ from patchkit.cli.common import (
     PLATFORM,
     SubGroup,
     blob_store,
-    cache_path,
+    docker_engine,
     open_repo,
     pinned_or_given,
     print_changes,
     registry_client,
+    run_context,
     source_date_epoch,
 )
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK
@@ -37,11 +37,10 @@ def _via_registry(insecure: tuple[str, ...]) -> ImageReader:
 
 
 def _via_docker(insecure: tuple[str, ...]) -> ImageReader:
-    from patchkit.images.engine import DockerEngine
     from patchkit.images.reader import EngineReader
 
     del insecure  # the engine has its own registry settings
-    return EngineReader(DockerEngine())
+    return EngineReader(docker_engine())
 
 
 #: ``--via``: the ``ImageReader`` adapter each name opens (the first is the default).
@@ -70,12 +69,9 @@ def image_resolve(ref: str, platform: str, insecure: tuple[str, ...], fmt: str) 
 
     with registry_client(insecure) as client:
         found = resolve(client, ref, platform)
-    if fmt == "json":
-        click.echo(json.dumps(found, indent=2, sort_keys=True))
-        return
-    click.echo(f"{found['repository']}@{found['digest']}")
-    if found["platform_digest"] != found["digest"]:
-        click.echo(f"  {found['platform']}: {found['platform_digest']}")
+    from patchkit.formats import images
+
+    click.echo(images.resolved(found, fmt), nl=False)
 
 
 @image.command("pin")
@@ -173,41 +169,17 @@ def image_build(
             repo,
             lockf,
             blob_store(),
-            cache_path(),
+            run_context(insecure),
             push,
             client=client,
             source_date_epoch=source_date_epoch(),
             profile=profile,
             chunk_size=chunk_size,
         )
-    if fmt == "json":
-        doc = {
-            "digest": built.digest.text,
-            "repository": built.repository,
-            "tag": built.tag,
-            "base_digest": built.base_digest.text,
-            "layer_digest": built.layer.digest.text,
-            "diff_id": built.layer.diff_id.text,
-            "created": built.created,
-            "platforms": {p: d.text for p, d in built.platforms},
-            "uploaded": list(built.upload.uploaded),
-            "mounted": list(built.upload.mounted),
-            "present": list(built.upload.present),
-            "bytes_uploaded": built.upload.bytes_sent,
-            "written": outcome.written,
-        }
-        click.echo(json.dumps(doc, indent=2, sort_keys=True))
-        return
-    click.echo(f"{built.repository}@{built.digest}")
-    click.echo(f"  layer {built.layer.digest} ({built.layer.files} files, {built.layer.size} bytes)")
-    for p, d in built.platforms:
-        click.echo(f"  {p}: {d}")
-    up = built.upload
-    click.echo(
-        f"  uploaded {len(up.uploaded)} blobs ({up.bytes_sent} bytes), "
-        f"mounted {len(up.mounted)}, already there {len(up.present)}"
-    )
-    print_changes(outcome, fmt, "derived image unchanged")
+    from patchkit.formats import changes, images
+
+    click.echo(changes.notes(outcome, fmt), err=True, nl=False)
+    click.echo(images.built(built, outcome, fmt), nl=False)
 
 
 # The top-level commands of this family; `patchkit.cli.app` registers them on the root group.

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
-from patchkit.cli.common import FORMAT, Command, blob_store, hold_lock
+from patchkit.cli.common import FORMAT, Command, blob_store, hold_lock, run_context
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK
 
 
@@ -74,78 +72,17 @@ def import_(
         repo = Repo(root)
         lock, _ = repo.read_lockfile()
         normalized = run(
-            repo, lock, blob_store(), source_fetch(repo) if fetch else None, delete_referenced=delete_referenced
+            repo,
+            lock,
+            blob_store(),
+            source_fetch(repo, run_context()) if fetch else None,
+            delete_referenced=delete_referenced,
         )
-    payload: dict[str, Any] = {}
-    if result is not None:
-        payload["import"] = result.as_dict()
-    if normalized is not None:
-        payload["normalize"] = normalized.as_dict()
-    if fmt == "json":
-        click.echo(json.dumps(payload, indent=2, sort_keys=True))
-    else:
-        if result is not None:
-            _print_import(result, dry_run)
-        if normalized is not None:
-            _print_normalize(normalized)
+    from patchkit.formats import importing as report
+
+    click.echo(report.render(result, normalized, dry_run, fmt), nl=False)
     undecided = normalized is not None and (normalized.failed or normalized.unknown)
     sys.exit(EXIT_FINDINGS if undecided else EXIT_OK)
-
-
-def _print_import(result: Any, dry_run: bool) -> None:
-    found = result.summary
-    head = "would write" if dry_run else "wrote" if result.written else "unchanged:"
-    click.echo(f"import: {head} lockfile.toml")
-    if result.ignored:
-        click.echo(f"import: {'would add' if dry_run else 'added'} .patchkit/ to .gitignore (patchkit's work area)")
-    click.echo(
-        "found: {images} image(s), {model} model, {upstreams} upstream(s), {overlays} overlay(s), "
-        "{modules} module(s), {transformers} transformer(s), {tuning} tuning table(s), {artifacts} other "
-        "file(s), {diffs} hand-kept diff(s), {references} upstream reference(s)".format(**found)
-    )
-    if result.issues:
-        notes = sum(1 for i in result.issues if i.severity == "note")
-        problems = len(result.issues) - notes
-        click.echo(f"\n{problems} problem(s) and {notes} note(s) in the hand-kept repository:")
-        for i in result.issues:
-            where = i.file if i.line is None else f"{i.file}:{i.line}"
-            click.echo(f"  {where}: {i.kind}{' (note)' if i.severity == 'note' else ''}: {i.message}")
-            if i.fix:
-                click.echo(f"      fix: {i.fix}")
-    click.echo("\nnext:")
-    for cmd in result.next_commands:
-        click.echo(f"  {cmd}")
-
-
-def _print_normalize(n: Any) -> None:
-    click.echo(f"\nnormalize: {len(n.done)} patch(es) now have a canonical diff under upstream/")
-    for name in n.done:
-        where = " (base read from upstream)" if name in n.from_upstream else ""
-        click.echo(f"  {name}: upstream/{name}.diff{where}")
-    for _name, rel, line, message in n.found_upstream:
-        click.echo(f"  diff-new-file {rel}:{line}: {message}")
-    asked = dict(n.not_upstream)
-    for name in n.modules:
-        click.echo(f"  {name}: {asked.pop(name, 'a whole new file')}; needs no diff to upstream")
-    for name, why in asked.items():
-        click.echo(f"  {name}: {why}; needs no diff to upstream")
-    for name, why, fix in n.unknown:
-        click.echo(f"  {name}: {why}\n    fix: {fix}")
-    _print_files(n)
-    if n.failed:
-        click.echo(f"{len(n.failed)} patch(es) keep their hand-kept diffs:")
-        for name, why in n.failed:
-            click.echo(f"  {name}: {why}")
-
-
-def _print_files(n: Any) -> None:
-    """The hand-kept diffs normalize deleted or kept, and the SHA256SUMS entries it dropped."""
-    for rel in n.removed:
-        click.echo(f"  removed {rel} ({'only a new module' if rel in n.unneeded else 'replaced'})")
-    for rel, where in n.kept_referenced:
-        click.echo(f"  kept {rel}: replaced, but {where} names it (--delete-referenced deletes it)")
-    for rel in n.dropped_sums:
-        click.echo(f"  SHA256SUMS: dropped {rel} (the lockfile does not pin it)")
 
 
 # The top-level commands of this family; `patchkit.cli.app` registers them on the root group.

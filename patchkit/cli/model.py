@@ -6,17 +6,23 @@ its result; the Hub is reached through patchkit.model.hub.
 
 from __future__ import annotations
 
-import json
-import sys
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
-from patchkit.cli.common import FORMAT, SubGroup, open_repo, print_changes
+from patchkit.cli.common import FORMAT, SubGroup, cache_path, hf_hub, open_repo, print_changes, run_context
+from patchkit.cli.common import hf_cache as cache_of
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK, BadInput, Refused
+
+if TYPE_CHECKING:
+    from patchkit.lockfile.model import Lockfile, Model
+    from patchkit.model.verify import VerifyResult
+    from patchkit.progress import Task
+    from patchkit.repo import Repo
 
 HF_CACHE = click.option(
     "--hf-cache",
@@ -57,11 +63,10 @@ def model_lock(ctx: click.Context, repo_id: str | None, revision: str | None, fm
     files, together with SHA256SUMS. The branch itself is never pinned; it
     is recorded as `ref` so that `model verify` can check refs/<ref>.
     """
-    from patchkit.model.hub import HfHub
     from patchkit.model.pin import lock
 
     repo, lockf, _ = open_repo(ctx, writes=True)
-    outcome = lock(repo, lockf, HfHub(), repo_id, revision)
+    outcome = lock(repo, lockf, hf_hub(), repo_id, revision)
     print_changes(outcome, fmt, "model pin is up to date")
 
 
@@ -105,19 +110,20 @@ def model_fetch(ctx: click.Context, hf_cache: Path | None, jobs: int | None, fmt
 
     Exit 1 if the downloaded files do not verify against the manifest.
     """
-    from patchkit.model.hub import HfHub, default_cache_dir
     from patchkit.model.manifest import pinned_files
 
     repo, lockf, _ = open_repo(ctx)
     pinned = _pinned(lockf)
     pinned_files(repo, pinned)  # refuses before any download when there is nothing to verify against
-    HfHub().download(pinned.repo, pinned.revision.sha, hf_cache or default_cache_dir(), quiet=not _tty())
+    # HF_HUB_DISABLE_PROGRESS_BARS, when set, is huggingface_hub's own to decide.
+    quiet = not run_context().shows_progress and "HF_HUB_DISABLE_PROGRESS_BARS" not in os.environ
+    hf_hub().download(pinned.repo, pinned.revision.sha, cache_of(hf_cache), quiet=quiet)
     result = _verify(repo, lockf, hf_cache, jobs, full=True)
     _render(result, fmt)
     ctx.exit(EXIT_OK if result.ok else EXIT_FINDINGS)
 
 
-def _pinned(lockf: Any) -> Any:
+def _pinned(lockf: Lockfile) -> Model:
     from patchkit.errors import BadInput
 
     if lockf.model is None:
@@ -125,74 +131,54 @@ def _pinned(lockf: Any) -> Any:
     return lockf.model
 
 
-def _tty() -> bool:
-    """Progress bars only on a terminal, and not with --quiet (patchkit.progress decides for every command)."""
-    from patchkit.progress import enabled
-
-    return enabled()
-
-
-def _verify(repo: Any, lockf: Any, hf_cache: Path | None, jobs: int | None, full: bool) -> Any:
-    from patchkit.cache import cache_dir
-    from patchkit.model.hub import default_cache_dir, repo_folder
+def _verify(repo: Repo, lockf: Lockfile, hf_cache: Path | None, jobs: int | None, full: bool) -> VerifyResult:
+    from patchkit.model.hub import repo_folder
     from patchkit.model.manifest import pinned_files
     from patchkit.model.record import VerifyRecord
     from patchkit.model.verify import verify_cache
 
     pinned = _pinned(lockf)
     files = pinned_files(repo, pinned)
-    cache = hf_cache or default_cache_dir()
-    record = VerifyRecord.for_cache(cache_dir(), cache, repo_folder(pinned.repo))
-    with _progress(not _tty()) as start:
+    cache = cache_of(hf_cache)
+    record = VerifyRecord.for_cache(cache_path(), cache, repo_folder(pinned.repo))
+    with _progress() as start:
         result = verify_cache(cache, pinned, files, jobs=jobs, start_progress=start, record=None if full else record)
     record.save()
     return result
 
 
 @contextmanager
-def _progress(quiet: bool) -> Iterator[Callable[[int], Callable[[int], None]] | None]:
-    """A byte progress bar (rate and time left) on stderr, started once the total is known."""
-    if quiet:
+def _progress() -> Iterator[Callable[[int], Callable[[int], None]] | None]:
+    """A byte bar (rate and time left) for the hashing, started once the total is known; None without progress."""
+    if not run_context().shows_progress:
         yield None
         return
-    bars: list[Any] = []
+    tasks: list[Task] = []
 
     def start(total: int) -> Callable[[int], None]:
         import threading
 
-        from tqdm import tqdm  # type: ignore[import-untyped]  # installed with huggingface_hub; no stubs
-
-        bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1000, desc="verify", file=sys.stderr)
-        bars.append(bar)
+        task = run_context().progress("verify", total)
+        tasks.append(task)
         lock = threading.Lock()  # the hashing threads all report here
 
         def update(n: int) -> None:
             with lock:
-                bar.update(n)
+                task.update(n)
 
         return update
 
     try:
         yield start
     finally:
-        for bar in bars:
-            bar.close()
+        for task in tasks:
+            task.close()
 
 
-def _render(result: Any, fmt: str) -> None:
-    if fmt == "json":
-        click.echo(json.dumps(result.as_dict(), indent=2, sort_keys=True))
-        return
-    for p in result.problems:
-        click.echo(f"{p.path}: {p.message}")
-    gb = (result.bytes_hashed + result.bytes_trusted) / 1e9
-    trusted = (
-        f" ({result.bytes_trusted / 1e9:.2f} GB unchanged since the last verification)" if result.bytes_trusted else ""
-    )
-    if result.ok:
-        click.echo(f"model verify: ok: {result.files} files, {gb:.2f} GB{trusted} in {result.snapshot}")
-    else:
-        click.echo(f"model verify: FAILED: {len(result.problems)} problem(s) in {result.cache}; fix: {result.fix}")
+def _render(result: VerifyResult, fmt: str) -> None:
+    from patchkit.formats.model import verified
+
+    click.echo(verified(result, fmt), nl=False)
 
 
 _PEM = click.Path(dir_okay=False, exists=True, path_type=Path)
@@ -230,7 +216,6 @@ def model_sign(
       model_signing verify key --allow_symlinks --signature model.sig \\
         --public_key pub.pem ~/.cache/huggingface/hub/models--ORG--NAME/snapshots/REV
     """
-    import os
 
     from patchkit.model import signature as oms
     from patchkit.repo import atomic_write, output_target
@@ -244,7 +229,8 @@ def model_sign(
         raise Refused("the cached model is not the pinned revision: nothing was signed", "patchkit model fetch")
     signer = oms.Signer(private_key, os.environ.get(PASSPHRASE_ENV), certificate, chain)
     atomic_write(target, oms.sign(result.snapshot, signer))
-    click.echo(f"signed {result.files} files of {lockf.model.repo}@{lockf.model.revision.short} -> {target}", err=True)
+    pinned = _pinned(lockf)
+    click.echo(f"signed {result.files} files of {pinned.repo}@{pinned.revision.short} -> {target}", err=True)
 
 
 @model.command("verify-signature")
@@ -274,7 +260,7 @@ def model_verify_signature(
       --chain (certificate method).
     """
     from patchkit.model import signature as oms
-    from patchkit.model.hub import default_cache_dir, repo_folder
+    from patchkit.model.hub import repo_folder
     from patchkit.model.manifest import pinned_files
 
     if (public_key is None) == (not chain):
@@ -284,14 +270,13 @@ def model_verify_signature(
     problems = oms.against_pin(oms.signed_files(signature.read_bytes(), str(signature)), pinned_files(repo, pinned))
     if problems:
         raise Refused(f"{signature}: not a signature of the pinned revision: {oms.summary(problems)}")
-    snapshot = (hf_cache or default_cache_dir()) / repo_folder(pinned.repo) / "snapshots" / pinned.revision.sha
+    snapshot = cache_of(hf_cache) / repo_folder(pinned.repo) / "snapshots" / pinned.revision.sha
     if not snapshot.is_dir():
         raise Refused(f"{snapshot}: the pinned revision is not in the cache", "patchkit model fetch")
     oms.verify(snapshot, signature, oms.Verifier(public_key, chain))
-    if fmt == "json":
-        click.echo(json.dumps({"ok": True, "signature": str(signature), "snapshot": str(snapshot)}, sort_keys=True))
-    else:
-        click.echo(f"{signature}: verified over {pinned.repo}@{pinned.revision.short}")
+    from patchkit.formats.model import signature_verified
+
+    click.echo(signature_verified(signature, snapshot, pinned, fmt), nl=False)
 
 
 # The top-level commands of this family; `patchkit.cli.app` registers them on the root group.

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from patchkit.cli.common import cache_path, find_repo, hold_lock, open_repo
+from patchkit.cli.common import find_repo, hold_lock, open_repo, run_context
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK, Refused
 
 
@@ -60,9 +60,9 @@ def rebase_series(
 
         output_target(summary, repo, lockf)  # refused before anything is written
     if cont:
-        done = bump.resume(repo, lockf, data, cache_path(), accept)
+        done = bump.resume(repo, lockf, data, run_context(), accept)
     else:
-        done = bump.start(repo, lockf, data, name, onto, cache_path(), accept, remembered)
+        done = bump.start(repo, lockf, data, name, onto, run_context(), accept, remembered)
     if summary is not None:
         from patchkit.audit.certify import review_summary
         from patchkit.formats import rebase as report
@@ -71,8 +71,7 @@ def rebase_series(
         text = report.series_summary_markdown(done) + review_summary(repo)
         atomic_write(output_target(summary, repo, lockf), text.encode())
     _report(done, fmt, _stale_pins(repo, done))
-    ctx.exit(EXIT_OK if done.outcome is not None else EXIT_FINDINGS)
-    return True
+    return ctx.exit(EXIT_OK if done.outcome is not None else EXIT_FINDINGS)  # never returns: exit 0 or 1
 
 
 def _report(done: Any, fmt: str, stale: list[Any]) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -12,9 +11,9 @@ from patchkit.cli.common import (
     FORMAT,
     Command,
     blob_store,
-    cache_path,
     open_repo,
     print_changes,
+    run_context,
     source_date_epoch,
 )
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK
@@ -43,15 +42,10 @@ def materialize(ctx: click.Context, out: Path | None, fmt: str) -> None:
     repo, lockf, _ = open_repo(ctx)
     if out is not None and not out.is_absolute():
         out = repo.root / out
-    results = run(repo, lockf, blob_store(), cache_path(), out)
-    if fmt == "json":
-        click.echo(json.dumps([r.__dict__ for r in results], indent=2, sort_keys=True))
-    else:
-        width = max((len(r.name) for r in results), default=0)
-        for r in results:
-            click.echo(f"{'ok  ' if r.ok else 'FAIL'} {r.name.ljust(width)}  {r.how}  {r.target}")
-        bad = sum(not r.ok for r in results)
-        click.echo(f"materialize: {len(results) - bad} ok, {bad} failed" + (f"; written under {out}" if out else ""))
+    results = run(repo, lockf, blob_store(), run_context(), out)
+    from patchkit.formats import ship
+
+    click.echo(ship.materialized(results, out, fmt), nl=False)
     ctx.exit(EXIT_OK if all(r.ok for r in results) else EXIT_FINDINGS)
 
 
@@ -125,7 +119,7 @@ def emit(
 
 def _emit_containerfile(ctx: click.Context, rel: str, image: str | None, profile: str | None) -> None:
     """``emit --containerfile``: the build file and the files it copies, written as one transaction."""
-    from patchkit.emit.containerfile import emit_containerfile
+    from patchkit.emit.containerfile import emit_containerfile, image_tree
     from patchkit.repo import write_all
     from patchkit.values import RepoPath
 
@@ -136,7 +130,7 @@ def _emit_containerfile(ctx: click.Context, rel: str, image: str | None, profile
         from patchkit.errors import BadInput
 
         raise BadInput(f"--containerfile {rel}: {e}", "name a path inside the repository (the build context)") from e
-    out = emit_containerfile(repo, lockf, image, profile)
+    out = emit_containerfile(repo, lockf, image, profile, lambda ref: image_tree(ref, run_context()))
     for written in write_all(repo.root, {rel: out.containerfile, **out.files}):
         click.echo(f"wrote {written}")
 
@@ -166,8 +160,10 @@ def bundle(ctx: click.Context, output: Path) -> None:
     repo, lockf, data = open_repo(ctx)
     to_stdout = str(output) == "-"
     target = None if to_stdout else output_target(output, repo, lockf, outside=True)
-    files = collect_files_that_run(repo, lockf, blob_store(), cache_path())
-    archive = build_bundle(repo, lockf, data, files, source_date_epoch=parse_epoch(source_date_epoch()))
+    files = collect_files_that_run(repo, lockf, blob_store(), run_context())
+    archive = build_bundle(
+        repo, lockf, data, files, source_date_epoch=parse_epoch(source_date_epoch()), progress=run_context().progress
+    )
     if target is None:
         sys.stdout.buffer.write(archive)
         sys.stdout.buffer.flush()
@@ -188,17 +184,10 @@ def verify_bundle(path: Path, fmt: str) -> None:
     duplicates) is refused; nothing is written to disk.
     """
     from patchkit.bundle import verify_bundle as run
-    from patchkit.formats.safe import json_safe
+    from patchkit.formats import ship
 
     problems = run(path)
-    if fmt == "json":
-        click.echo(json.dumps({"ok": not problems, "problems": json_safe(problems)}, indent=2))
-    else:
-        from patchkit.formats.safe import printable
-
-        for problem in problems:
-            click.echo(printable(problem))
-        click.echo("verify-bundle: " + ("ok" if not problems else f"FAILED: {len(problems)} problem(s)"))
+    click.echo(ship.bundle_verified(problems, fmt), nl=False)
     sys.exit(EXIT_FINDINGS if problems else EXIT_OK)
 
 
@@ -225,12 +214,10 @@ def apply_command(ctx: click.Context, dest: Path, series_name: str | None, profi
 
     repo, lockf, _ = open_repo(ctx)
     done = apply_to_dir(repo, find_series(lockf.series, series_name), profile, dest)
+    from patchkit.formats import ship
+
     lines, doc = report(done)
-    if fmt == "json":
-        click.echo(json.dumps(doc, indent=2, sort_keys=True))
-    else:
-        for line in lines:
-            click.echo(line)
+    click.echo(ship.applied(lines, doc, fmt), nl=False)
 
 
 # The top-level commands of this family; `patchkit.cli.app` registers them on the root group.

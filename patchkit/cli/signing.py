@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from patchkit.cli.common import FORMAT, Command, find_repo, hold_lock
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK, PatchkitError
 from patchkit.signing.keys import KEY_ENV, PASSPHRASE_ENV
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from patchkit.lockfile.model import Signing
 
 _NO_SIGNERS_HINT = 'pass --allowed-signers FILE, or add [signing] with allowed_signers = "PATH" (docs/signing.md)'
 DEFAULT_FILES = ("SHA256SUMS", "lockfile.toml")
@@ -41,17 +45,15 @@ def _passphrase(path: Path) -> Callable[[], bytes | None]:
     return ask
 
 
-def load_key(path: Path) -> Any:
+def load_key(path: Path) -> Ed25519PrivateKey:
     from patchkit.signing.keys import load_private_key
 
     return load_private_key(path, _passphrase(path))
 
 
-def _repo_defaults(ctx: click.Context) -> tuple[Path, Any]:
+def _repo_defaults(ctx: click.Context) -> tuple[Path, Signing | None]:
     """The repository root and its [signing] table (or None): where default files come from."""
-    from patchkit.repo import Repo
-
-    repo: Repo = find_repo(ctx)
+    repo = find_repo(ctx)
     lock, _ = repo.read_lockfile()
     return repo.root, lock.signing
 
@@ -176,17 +178,9 @@ def verify(
         identity = identity or signing.identity
     results = verify_files(targets, load_signers(allowed_path), identity)
     failed = [r for r in results if r.outcome is Outcome.FAILED]
-    if fmt == "json":
-        click.echo(json.dumps({"ok": not failed, "files": [r.as_dict() for r in results]}, indent=2, sort_keys=True))
-    else:
-        from patchkit.formats.safe import printable  # names and principals come from files: no raw controls
+    from patchkit.formats.signing import verified
 
-        for r in results:
-            by = f"  signed by {printable(r.signer)} ({r.key})" if r.signer else ""
-            click.echo(f"{'ok  ' if r.outcome is Outcome.VERIFIED else 'FAIL'} {printable(r.file)}{by}")
-            for line in (*r.problems, *r.details):
-                click.echo(f"       {printable(line)}")
-        click.echo(f"verify: {len(results) - len(failed)} ok, {len(failed)} failed")
+    click.echo(verified(results, fmt), nl=False)
     ctx.exit(EXIT_FINDINGS if failed else EXIT_OK)
 
 

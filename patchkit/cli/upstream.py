@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -14,14 +14,19 @@ from patchkit.cli.common import (
     Command,
     SubGroup,
     blob_store,
-    cache_path,
     find_repo,
     hold_lock,
     open_repo,
     print_changes,
     registry_client,
+    run_context,
 )
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK, BadInput, Refused
+
+if TYPE_CHECKING:
+    from patchkit.images.registry import RegistryClient
+    from patchkit.lockfile.model import Lockfile, Upstream
+    from patchkit.repo import Repo
 
 
 @click.group(cls=SubGroup)
@@ -72,7 +77,7 @@ def upstream_add(
         repo,
         lockf,
         name,
-        cache_path(),
+        run_context(),
         git=git_url,
         commit=commit,
         wheel=wheel,
@@ -94,16 +99,9 @@ def upstream_list(ctx: click.Context, fmt: str) -> None:
 
     _, lockf, _ = open_repo(ctx)
     rows = listing(lockf)
-    if fmt == "json":
-        click.echo(json.dumps(rows, indent=2, sort_keys=True))
-        return
-    if not rows:
-        click.echo("no upstreams (register one: patchkit upstream add NAME --git URL --commit REV)")
-        return
-    width = max(len(r["name"]) for r in rows)
-    for r in rows:
-        patches = f"{len(r['patches'])} patch{'es' * (len(r['patches']) != 1)}"
-        click.echo(f"{r['name'].ljust(width)}  {r['source']:<5}  {r['pin']}  {patches}  {r['location'] or ''}".rstrip())
+    from patchkit.formats import upstreams as report
+
+    click.echo(report.listing(rows, fmt), nl=False)
 
 
 @upstream.command("find-base")
@@ -151,7 +149,7 @@ def upstream_find_base(
     targets = findbase.overlays(lockf, names)
     if not targets:
         raise BadInput("no overlay without a pinned base: name the patches to look for")
-    cands, read = findbase.candidates(up, cache_path(), repo.root, wanted, tags)
+    cands, read = findbase.candidates(up, run_context(), repo.root, wanted, tags)
     if not cands:
         raise BadInput(f"no candidate to try in upstream '{up.name}'" + (f" (no tag matches {tags!r})" if tags else ""))
     found = findbase.find(repo, lockf, targets, path, cands, read)
@@ -162,37 +160,13 @@ def upstream_find_base(
         new_lock, files, outcome = findbase.record(repo, lockf, up, found, nearest)
         if outcome.changes:
             outcome.written = finish(repo, new_lock, files)
-    if fmt == "json":
-        doc = {
-            "upstream": up.name,
-            "found": [f.as_dict() for f in found],
-            "recorded": bool(outcome and outcome.changes),
-        }
-        click.echo(json.dumps(doc, indent=2, sort_keys=True))
-    else:
-        _print_found(up.name, found, outcome)
+    from patchkit.formats import upstreams as report
+
+    click.echo(report.found(up.name, found, outcome, fmt), nl=False)
     ctx.exit(EXIT_OK if all(f.exact for f in found) else EXIT_FINDINGS)
 
 
-def _print_found(upstream: str, found: list[Any], outcome: Any) -> None:
-    """The text report of find-base: every candidate's evidence per overlay, then what was recorded."""
-    for f in found:
-        click.echo(f"{f.patch} ({f.path}) in upstream {upstream}, {len(f.tried)} candidates:")
-        width = max(len(t.candidate.label) for t in f.tried)
-        for t in f.tried:
-            what = "absent" if t.sha256 is None else "exact" if t.exact else f"{t.distance} lines differ"
-            click.echo(f"  {t.candidate.label.ljust(width)}  {t.candidate.ref[:12]:<12}  {what}")
-        click.echo(f"  -> {f.verdict()}")
-    if outcome is not None:
-        for c in outcome.changes:
-            click.echo(f"{c.what}: {c.old} -> {c.new}")
-        for rel in outcome.written:
-            click.echo(f"wrote {rel}")
-    elif any(f.best is not None for f in found):
-        click.echo("nothing recorded; pin what was found with --record")
-
-
-def _only_upstream(lockf: Any, name: str | None) -> Any:
+def _only_upstream(lockf: Lockfile, name: str | None) -> Upstream:
     if name is not None:
         up = lockf.upstream(name)
         if up is None:
@@ -306,7 +280,7 @@ def rebase(
         output_target(summary, repo, lockf)  # refused before anything is committed
     store = blob_store()
     if cont:
-        result, outcome = rb.resume(repo, lockf, data, store, drop, accept=accept, cache=cache_path())
+        result, outcome = rb.resume(repo, lockf, data, store, drop, accept=accept, cache=run_context())
         if not result.upstream:
             click.echo("the rebase had already been committed; cleaned up its work area")
             return
@@ -320,7 +294,7 @@ def rebase(
         onto=onto,
         upstream=upstream_name,
         source=source,
-        cache=cache_path(),
+        cache=run_context(),
         store=store,
         drop=drop,
         accept=accept,
@@ -334,7 +308,7 @@ def rebase(
     ctx.exit(EXIT_OK if started.outcome is not None else EXIT_FINDINGS)
 
 
-def _write_summary(summary: Path | None, repo: Any, lockf: Any, plan: Any) -> None:
+def _write_summary(summary: Path | None, repo: Repo, lockf: Lockfile, plan: Any) -> None:
     """With ``--summary``, the rebase's Markdown summary for the pull request, written atomically."""
     if summary is None:
         return
@@ -467,7 +441,7 @@ def bump(
 
 
 def _latest_clean(
-    ctx: click.Context, repo: Any, lockf: Any, text: str, client: Any, which: tuple[Any, ...], fmt: str
+    ctx: click.Context, repo: Repo, lockf: Lockfile, text: str, client: RegistryClient, which: tuple[Any, ...], fmt: str
 ) -> tuple[str, dict[str, Any]]:
     """--latest-clean: report every tag tried and the newest clean one; its pinned reference, or exit 1.
 
@@ -493,7 +467,7 @@ def _latest_clean(
         tags=tags,
         glob=glob,
         upstream=upstream_name,
-        cache=cache_path(),
+        cache=run_context(),
         store=blob_store(),
         progress=lambda cand: click.echo(f"  {cand.line()}", err=True),
         remembered=remembered,
@@ -519,8 +493,8 @@ def _latest_clean(
 
 def _bump_onto(
     ctx: click.Context,
-    repo: Any,
-    lockf: Any,
+    repo: Repo,
+    lockf: Lockfile,
     data: bytes,
     target: Any,
     drop: tuple[str, ...],
@@ -539,7 +513,7 @@ def _bump_onto(
     from patchkit.sources.image import commit_prefix
 
     started = bumping.start(
-        repo, lockf, data, target, cache=cache_path(), store=blob_store(), drop=drop, remembered=remembered
+        repo, lockf, data, target, cache=run_context(), store=blob_store(), drop=drop, remembered=remembered
     )
     version = started.plan.new_pin.version
     series = bumping.series_notes(lockf, target.upstream, version)

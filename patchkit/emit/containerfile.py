@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from patchkit.context import Context
 from patchkit.errors import BadInput
 from patchkit.lockfile.model import Lockfile
 from patchkit.repo import Repo
@@ -39,8 +40,8 @@ class Emitted:
     files: dict[str, bytes]
 
 
-def image_tree(reference: str) -> Callable[[Series], Reader | str]:
-    """A ``tree_for``: the files of the image ``repository@digest`` below each series' target."""
+def image_tree(reference: str, ctx: Context) -> Callable[[Series], Reader | str]:
+    """A ``tree_for``: the files of the image ``repository@digest`` below each series' target (``ctx``'s client)."""
     from patchkit.sources.image import ImageSource
 
     repository, _, digest = reference.partition("@")
@@ -48,7 +49,7 @@ def image_tree(reference: str) -> Callable[[Series], Reader | str]:
     def tree_for(s: Series) -> Reader | str:
         if s.target is None:
             return f"series '{s.name}' has no 'target'"
-        return ImageSource(repository, str(s.target)).snapshot(digest).read
+        return ImageSource(repository, str(s.target), context=ctx).snapshot(digest).read
 
     return tree_for
 
@@ -123,11 +124,11 @@ def emit_containerfile(
     lock: Lockfile,
     image: str | None,
     profile: str | None,
-    tree_for: Callable[[str], Callable[[Series], Reader | str]] = image_tree,
+    tree_for: Callable[[str], Callable[[Series], Reader | str]],
 ) -> Emitted:
     """The Containerfile for the lockfile's series under ``profile``, on the pinned image ``image``.
 
-    ``tree_for(image reference)`` gives the reader of each series' tree (default: the image's files).
+    ``tree_for(image reference)`` gives the reader of each series' tree (``image_tree``: the image's files).
     """
     base = _image(lock, image)
     trees = tree_for(base)

@@ -27,9 +27,9 @@ import json
 import tarfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from patchkit.context import Context
 from patchkit.errors import BadInput
 from patchkit.values import Digest
 
@@ -411,7 +411,7 @@ def runtime_files(
     repo: Repo,
     lock: Lockfile,
     store: BlobStore,
-    cache: Path,
+    cache: Context,
     *,
     executables: Iterable[str] = (),
     extra: Iterable[LayerFile] = (),
@@ -454,20 +454,26 @@ def runtime_files(
 
 
 def series_files(
-    repo: Repo, lock: Lockfile, profile: str, base: str, trees: Callable[[Series], Reader | str] | None = None
+    repo: Repo,
+    lock: Lockfile,
+    profile: str,
+    base: str,
+    ctx: Context,
+    trees: Callable[[Series], Reader | str] | None = None,
 ) -> list[LayerFile]:
     """What the lockfile's patch series produce on the base image, at their targets, with their records.
 
     Each series is applied, under ``profile`` when it has that profile (else every patch), to
     the base image's own files below its ``target`` (``trees``; default: read from the
-    registry), exactly as ``emit --containerfile`` copies them: each produced file at
-    ``target/path``, and the record of what was applied at ``target/.patchkit/series/NAME.json``.
+    registry with ``ctx``'s client), exactly as ``emit --containerfile`` copies them: each
+    produced file at ``target/path``, and the record of what was applied at
+    ``target/.patchkit/series/NAME.json``.
     """
     if not lock.series:
         return []
     from patchkit.emit.containerfile import image_tree, series_outputs
 
-    outputs = series_outputs(repo, lock, profile, trees if trees is not None else image_tree(base))
+    outputs = series_outputs(repo, lock, profile, trees if trees is not None else image_tree(base, ctx))
     return [LayerFile(target, data) for out in outputs for target, data in out.placed()]
 
 
@@ -515,7 +521,7 @@ def build_image(
     repo: Repo,
     lock: Lockfile,
     store: BlobStore,
-    cache: Path,
+    cache: Context,
     push: str,
     *,
     client: RegistryClient,
@@ -563,7 +569,7 @@ def build_image(
     guard = image_files(lock, config.deploy) if config.deploy is not None else {}
     extra = [
         *extra,
-        *series_files(repo, lock, name, img.reference),
+        *series_files(repo, lock, name, img.reference, cache),
         *(LayerFile(path, data) for path, data in guard.items()),
     ]
     executables = (config.entrypoint,) if config.entrypoint is not None else ()

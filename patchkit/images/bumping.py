@@ -17,9 +17,9 @@ which every patch moves clean.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from patchkit.context import Context
 from patchkit.errors import BadInput
 from patchkit.images.adopt import adopt, based_overlays, in_image, upstream_state
 from patchkit.lockfile.model import ImageUpstream, Lockfile, Patch
@@ -139,7 +139,7 @@ def derive_upstream(lock: Lockfile, repository: str) -> ImageUpstream:
     )
 
 
-def warm_bases(repo: Repo, lock: Lockfile, up: ImageUpstream, cache: Path, store: Any) -> None:
+def warm_bases(repo: Repo, lock: Lockfile, up: ImageUpstream, cache: Context, store: Any) -> None:
     """Put the old base of every overlay ``adopt`` moves onto ``up`` in the cache, read where it was taken.
 
     The rebase reads an old base offline first (the cache, the committed
@@ -187,7 +187,7 @@ def start(
     lock_bytes: bytes,
     target: BumpTarget,
     *,
-    cache: Path,
+    cache: Context,
     store: Any,
     drop: tuple[str, ...] = (),
     remembered: bool = True,
@@ -329,7 +329,7 @@ def newest_clean(
     tags: tuple[str, ...] = (),
     glob: str | None = None,
     upstream: str | None = None,
-    cache: Path,
+    cache: Context,
     store: Any,
     progress: Any = None,
     remembered: bool = True,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import os
 import re
 import shutil
 from collections.abc import Mapping
@@ -50,8 +49,9 @@ def parse_challenge(header: str) -> Challenge | None:
     return Challenge(m.group(1).lower(), params)
 
 
-def default_docker_config() -> Path:
-    base = os.environ.get("DOCKER_CONFIG")
+def default_docker_config(environ: Mapping[str, str]) -> Path:
+    """The Docker config ``environ`` names, as for the docker CLI: ``$DOCKER_CONFIG/config.json``, else ~/.docker."""
+    base = environ.get("DOCKER_CONFIG")
     return Path(base) / "config.json" if base else Path.home() / ".docker" / "config.json"
 
 

@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import re
 import shutil
 import socket
 import tarfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, Protocol, cast
 
@@ -128,6 +127,11 @@ def _canonical(entry: str) -> str | None:
         return None
 
 
+def docker_host(environ: Mapping[str, str]) -> str:
+    """The engine the environment names, as for the docker CLI: ``$DOCKER_HOST``, else the local socket."""
+    return environ.get("DOCKER_HOST") or DEFAULT_HOST
+
+
 class DockerEngine:
     """A connection to a Docker engine, for finding, pulling and reading images.
 
@@ -141,7 +145,7 @@ class DockerEngine:
     """
 
     def __init__(self, base_url: str | None = None, timeout: float = 60, max_file_size: int = MAX_FILE_SIZE) -> None:
-        self.url = base_url or os.environ.get("DOCKER_HOST") or DEFAULT_HOST
+        self.url = base_url or DEFAULT_HOST  # the command line passes $DOCKER_HOST (docker_host)
         self.timeout = timeout
         self.max_file_size = max_file_size
         # The SDK's own version detection leaks its sockets when the engine is unreachable, so a

@@ -75,7 +75,7 @@ from patchkit.images.oci import (
 )
 from patchkit.images.ref import ImageRef
 from patchkit.images.streams import CHUNK, BadLayer, BlobReader, Interrupted, TarStream, scan_tar, verified_chunks
-from patchkit.progress import Meter
+from patchkit.progress import StartProgress, no_progress
 from patchkit.transport import Allowance, Bounds, Http, HttpError, TooLong, network_hint, one_line, origin
 from patchkit.values import Digest, host_only, is_loopback
 
@@ -137,8 +137,9 @@ class RegistryClient:
     and for GET and HEAD after a 5xx, a timeout or a dropped connection, with
     exponential backoff from ``backoff`` seconds; a layer whose body breaks
     off mid-stream is fetched again as often.
-    Credentials come from ``docker_config`` (default ``$DOCKER_CONFIG/config.json``
-    or ``~/.docker/config.json``). ``session`` lets a caller hand in its own
+    Credentials come from ``docker_config`` (default ``~/.docker/config.json``;
+    the command line passes the one ``$DOCKER_CONFIG`` names). ``progress``
+    shows each layer streamed. ``session`` lets a caller hand in its own
     requests session (adapters, proxies, counting in tests). A file read out of
     an image larger than ``max_file_size`` bytes is refused.
     Credentials (a Bearer token, Basic) go only to the registry's own origin
@@ -161,14 +162,16 @@ class RegistryClient:
         backoff: float = 0.5,
         max_file_size: int = MAX_FILE_BYTES,
         max_blob_seconds: float = MAX_BLOB_SECONDS,
+        progress: StartProgress = no_progress,
     ) -> None:
         self._insecure = frozenset(auth_host(h) for h in insecure)
         self._timeout = timeout
         self._retries = max(0, retries)
         self._backoff = backoff
         self._max_file = max_file_size
+        self._progress = progress  # each layer streamed is one bar
         self._blob_allowance = Allowance(MIN_BLOB_RATE, max(deadline, max_blob_seconds))
-        self._creds = DockerCredentials(docker_config if docker_config is not None else default_docker_config())
+        self._creds = DockerCredentials(docker_config if docker_config is not None else default_docker_config({}))
         self._http = Http(Bounds(timeout, deadline, self._retries, backoff), session)
         self._challenges: dict[str, Challenge] = {}
         self._tokens: dict[tuple[str, str], _Token] = {}
@@ -635,7 +638,7 @@ class RegistryClient:
         what: str,
     ) -> LayerScan:
         desc = layer.descriptor
-        meter = Meter(f"streaming {what.replace(desc.digest.text, desc.digest.text[:19] + '…')}", desc.size)
+        meter = self._progress(f"streaming {what.replace(desc.digest.text, desc.digest.text[:19] + '…')}", desc.size)
         blob = BlobReader(resp.raw, desc.size, what, meter, lambda n: self._http.received(resp, n))
         stream = TarStream(blob, gzip=desc.media_type in GZIP_LAYERS)
         bad: str | None = None

@@ -28,7 +28,7 @@ from patchkit.errors import BadInput
 from patchkit.images.errors import RegistryError
 from patchkit.images.layers import LayerScan, link_target, member_path
 from patchkit.images.oci import Descriptor
-from patchkit.progress import Meter
+from patchkit.progress import Task
 from patchkit.transport import describe
 
 #: Read and decompress in chunks this big: small enough to stay in the CPU cache
@@ -56,7 +56,7 @@ class BlobReader:
         raw: Any,
         size: int,
         what: str,
-        meter: Meter | None = None,
+        meter: Task | None = None,
         progress: Callable[[int], None] | None = None,
     ) -> None:
         self._raw = raw

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from patchkit.cache import BlobStore
+from patchkit.context import Context
 from patchkit.diffs import canonical_diff
 from patchkit.errors import PatchkitError
 from patchkit.hashing import sha256_bytes
@@ -438,13 +439,12 @@ def upstream_path(p: Patch) -> UpstreamPath | None:
     return UpstreamPath(parts[1]) if len(parts) == 2 else None
 
 
-def source_fetch(repo: Repo) -> Fetch:
-    """A ``Fetch`` that reads from each upstream's own source (a git clone in the cache, a wheel, …)."""
-    from patchkit.cache import cache_dir
+def source_fetch(repo: Repo, ctx: Context) -> Fetch:
+    """A ``Fetch`` that reads from each upstream's own source (a git clone in ``ctx``'s cache, a wheel, …)."""
     from patchkit.sources.factory import open_source, pinned_snapshot
 
     def fetch(up: Upstream, path: UpstreamPath, commit: str) -> bytes | None:
-        source = open_source(up, cache_dir(), repo.root)
+        source = open_source(up, ctx, repo.root)
         return pinned_snapshot(source, up, commit).read([str(path)]).get(str(path))
 
     return fetch

@@ -10,7 +10,7 @@ foreign exception into a patchkit error with a hint. Tests hand the core an
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,12 +62,12 @@ def _is_true(value: str | None) -> bool:
     return value is not None and value.strip().upper() in {"1", "ON", "YES", "TRUE"}
 
 
-def default_cache_dir() -> Path:
-    """The Hugging Face cache, as huggingface_hub finds it: HF_HUB_CACHE, else $HF_HOME/hub."""
-    given = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
+def default_cache_dir(environ: Mapping[str, str]) -> Path:
+    """The Hugging Face cache, as huggingface_hub finds it in ``environ``: HF_HUB_CACHE, else $HF_HOME/hub."""
+    given = environ.get("HF_HUB_CACHE") or environ.get("HUGGINGFACE_HUB_CACHE")
     if given:
         return Path(given).expanduser()
-    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
+    home = environ.get("HF_HOME") or os.path.join(environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
     return Path(home).expanduser() / "hub"
 
 
@@ -77,13 +77,17 @@ def repo_folder(repo: str) -> str:
 
 
 class HfHub:
-    """The Hub through huggingface_hub, configured from the environment at construction."""
+    """The Hub through huggingface_hub: its endpoint, token (None: the one `hf auth login` saved) and offline mode."""
 
-    def __init__(self, endpoint: str | None = None, token: str | None = None, offline: bool | None = None) -> None:
-        self.endpoint = (endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
-        # None lets huggingface_hub use the token saved by `hf auth login`.
-        self.token = token or os.environ.get("HF_TOKEN") or None
-        self.offline = _is_true(os.environ.get("HF_HUB_OFFLINE")) if offline is None else offline
+    def __init__(self, endpoint: str | None = None, token: str | None = None, offline: bool = False) -> None:
+        self.endpoint = (endpoint or DEFAULT_ENDPOINT).rstrip("/")
+        self.token = token or None
+        self.offline = offline
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str]) -> HfHub:
+        """Configured as huggingface_hub configures itself: HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE."""
+        return cls(environ.get("HF_ENDPOINT"), environ.get("HF_TOKEN"), _is_true(environ.get("HF_HUB_OFFLINE")))
 
     def _api(self, what: str):  # type: ignore[no-untyped-def]  # HfApi is imported lazily
         if self.offline:
@@ -140,8 +144,9 @@ class HfHub:
         from huggingface_hub import snapshot_download
         from huggingface_hub.utils.tqdm import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
-        # HF_HUB_DISABLE_PROGRESS_BARS, when set, decides (huggingface_hub warns if overridden).
-        toggle = quiet and "HF_HUB_DISABLE_PROGRESS_BARS" not in os.environ and not are_progress_bars_disabled()
+        # HF_HUB_DISABLE_PROGRESS_BARS, when set, decides (huggingface_hub warns if overridden): then the
+        # command line passes quiet=False and huggingface_hub's own setting stands.
+        toggle = quiet and not are_progress_bars_disabled()
         if toggle:
             disable_progress_bars()
         try:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any
 
 from patchkit import explain
+from patchkit.context import Context
 from patchkit.errors import BadInput, Refused
 from patchkit.hashing import sha256_bytes
 from patchkit.lockfile.model import GitUpstream, Lockfile
@@ -36,7 +37,7 @@ class Done:
     causes: dict[tuple[str, str], explain.Cause] = dataclasses.field(default_factory=dict)
 
 
-def _snapshots(repo: Repo, lock: Lockfile, s: Series, onto: str, cache: Path) -> tuple[Any, Any, str]:
+def _snapshots(repo: Repo, lock: Lockfile, s: Series, onto: str, cache: Context) -> tuple[Any, Any, str]:
     from patchkit.sources.factory import open_source
 
     up = lock.upstream(s.upstream)
@@ -57,7 +58,7 @@ def start(
     lock_bytes: bytes,
     name: str | None,
     onto: str | None,
-    cache: Path,
+    cache: Context,
     accept: dict[str, str] | None = None,
     remembered: bool = True,
 ) -> Done:
@@ -74,7 +75,7 @@ def start(
     return _run(repo, lock, lock_bytes, s, onto, cache, {}, accept or {}, accept or {}, remembered=remembered)
 
 
-def resume(repo: Repo, lock: Lockfile, lock_bytes: bytes, cache: Path, accept: dict[str, str] | None = None) -> Done:
+def resume(repo: Repo, lock: Lockfile, lock_bytes: bytes, cache: Context, accept: dict[str, str] | None = None) -> Done:
     """Go on with the series rebase in progress, with the resolved (or fixed) files of the patch it stopped at."""
     state = core.load_state(repo.root)
     if state.lockfile_sha256 != sha256_bytes(lock_bytes):
@@ -98,7 +99,7 @@ def _run(
     lock_bytes: bytes,
     s: Series,
     onto: str,
-    cache: Path,
+    cache: Context,
     resolved: dict[str, dict[str, bytes]],
     accept: dict[str, str],
     given: dict[str, str],

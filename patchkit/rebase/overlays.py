@@ -26,6 +26,7 @@ from typing import Any
 
 from patchkit import explain, resolutions
 from patchkit.cache import BlobStore
+from patchkit.context import Context
 from patchkit.diffs import canonical_diff
 from patchkit.edit import apply_diff_only, read_pinned, recover_base
 from patchkit.errors import BadInput, PatchkitError, PinMismatch
@@ -1049,7 +1050,7 @@ def start(
     onto: str | None,
     upstream: str | None,
     source: str | None,
-    cache: Path,
+    cache: Context,
     store: BlobStore,
     drop: Iterable[str] = (),
     image_pins: dict[str, str] | None = None,
@@ -1123,7 +1124,7 @@ def _accepted(result: Plan, accept: dict[str, str] | None) -> dict[str, str]:
 
 
 def recheck(
-    repo: Repo, lock: Lockfile, result: Plan, resolved: dict[str, bytes], store: BlobStore, cache: Path | None
+    repo: Repo, lock: Lockfile, result: Plan, resolved: dict[str, bytes], store: BlobStore, cache: Context | None
 ) -> None:
     """The semantic checks again, on the files resolved in the work area: parses, undefined names, imports.
 
@@ -1146,7 +1147,7 @@ def recheck(
 
 
 def _snapshots(
-    repo: Repo, lock: Lockfile, result: Plan, cache: Path | None
+    repo: Repo, lock: Lockfile, result: Plan, cache: Context | None
 ) -> tuple[Snapshot | None, Callable[[], Snapshot | None]]:
     from patchkit.sources.factory import open_source, pinned_snapshot
 
@@ -1180,7 +1181,7 @@ def resume(
     drop: Iterable[str] = (),
     *,
     accept: dict[str, str] | None = None,
-    cache: Path | None = None,
+    cache: Context | None = None,
 ) -> tuple[Plan, WriteOutcome]:
     """--continue: take the resolved files, check them again, and commit the saved bump."""
     try:

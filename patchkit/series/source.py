@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from patchkit.context import Context
 from patchkit.errors import PatchkitError
 from patchkit.lockfile.model import DirUpstream, GitUpstream, Lockfile
 from patchkit.series.apply import Reader
@@ -22,7 +23,7 @@ def offline_tree(lock: Lockfile, cache: Path, repo_root: Path) -> Callable[[Seri
         if isinstance(up, GitUpstream) and up.git is not None and s.commit is not None:
             from patchkit.sources.git import GitSource
 
-            source = GitSource(up.git, cache)
+            source = GitSource(up.git, cache)  # the cache only: no fetch, so no progress
             local = up.git.startswith(("file://", "/")) or Path(up.git).is_dir()
             if not (local or source.cached(str(s.commit))):
                 return (
@@ -37,7 +38,7 @@ def offline_tree(lock: Lockfile, cache: Path, repo_root: Path) -> Callable[[Seri
             from patchkit.sources.factory import open_source
 
             try:
-                return open_source(up, cache, repo_root).snapshot("").read
+                return open_source(up, Context(cache), repo_root).snapshot("").read  # a directory: no client
             except PatchkitError as e:
                 return f"upstream '{up.name}' could not be read ({e.message}); not applied"
         return f"upstream '{up.name}' ({up.source}) is not read offline by check; not applied"

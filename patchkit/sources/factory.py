@@ -17,6 +17,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import ClassVar
 
+from patchkit.context import Context
 from patchkit.errors import BadInput
 from patchkit.lockfile.model import (
     DirUpstream,
@@ -37,7 +38,7 @@ class SourceKind(ABC):
     onto_must_agree: ClassVar[bool] = False
 
     @abstractmethod
-    def open(self, up: Upstream, cache: Path, repo_root: Path) -> UpstreamSource:
+    def open(self, up: Upstream, ctx: Context, repo_root: Path) -> UpstreamSource:
         """The adapter for an upstream as the lockfile records it."""
 
     def snapshot(self, source: UpstreamSource, up: Upstream, ref: str | None) -> Snapshot:
@@ -48,7 +49,7 @@ class SourceKind(ABC):
         return source.snapshot(pinned)
 
     @abstractmethod
-    def parse(self, arg: str, up: Upstream, cache: Path, repo_root: Path) -> tuple[UpstreamSource, str | None] | None:
+    def parse(self, arg: str, up: Upstream, ctx: Context, repo_root: Path) -> tuple[UpstreamSource, str | None] | None:
         """A ``--source KIND:ARG`` option's adapter and the ref it implies; None when ``arg`` is not one."""
 
     @abstractmethod
@@ -71,7 +72,7 @@ class GitKind(SourceKind):
     upstream = GitUpstream
     onto_must_agree = True
 
-    def open(self, up: Upstream, cache: Path, repo_root: Path) -> UpstreamSource:
+    def open(self, up: Upstream, ctx: Context, repo_root: Path) -> UpstreamSource:
         from patchkit.sources.git import GitSource
 
         if up.git is None:
@@ -79,7 +80,7 @@ class GitKind(SourceKind):
                 f"upstream '{up.name}' has no source: its table names no git URL, wheel or directory",
                 "register one: patchkit upstream add NAME (--git URL --commit SHA | --wheel P==V | --dir PATH)",
             )
-        return GitSource(up.git, cache)
+        return GitSource(up.git, ctx.cache_dir, progress=ctx.progress)
 
     def snapshot(self, source: UpstreamSource, up: Upstream, ref: str | None) -> Snapshot:
         commit = ref or up.pinned_ref
@@ -87,13 +88,13 @@ class GitKind(SourceKind):
             raise BadInput(f"upstream '{up.name}': no commit pinned", "pin one: patchkit upstream add")
         return source.snapshot(commit)
 
-    def parse(self, arg: str, up: Upstream, cache: Path, repo_root: Path) -> tuple[UpstreamSource, str | None] | None:
+    def parse(self, arg: str, up: Upstream, ctx: Context, repo_root: Path) -> tuple[UpstreamSource, str | None] | None:
         from patchkit.sources.git import GitSource
 
         if not arg:
             return None
         url, rev = _url_and_ref(arg)
-        return GitSource(url, cache), rev
+        return GitSource(url, ctx.cache_dir, progress=ctx.progress), rev
 
     def base_fields(self, pin: Pin) -> tuple[Revision | None, str | None]:
         return (Revision(pin.commit) if pin.commit else None), None
@@ -108,12 +109,12 @@ class WheelKind(SourceKind):
     upstream = WheelUpstream
     onto_must_agree = True
 
-    def open(self, up: Upstream, cache: Path, repo_root: Path) -> UpstreamSource:
+    def open(self, up: Upstream, ctx: Context, repo_root: Path) -> UpstreamSource:
         from patchkit.sources.wheel import WheelSource
 
         if up.wheel_project is None:
             raise BadInput(f"upstream '{up.name}': a wheel upstream needs 'wheel = \"project==version\"'")
-        return WheelSource(up.wheel_project, cache)
+        return WheelSource(up.wheel_project, ctx.cache_dir, shows_progress=ctx.shows_progress)
 
     def snapshot(self, source: UpstreamSource, up: Upstream, ref: str | None) -> Snapshot:
         from patchkit.sources.wheel import WheelSource
@@ -126,13 +127,13 @@ class WheelKind(SourceKind):
             return source.snapshot(version, sha256=pinned)
         return source.snapshot(version)
 
-    def parse(self, arg: str, up: Upstream, cache: Path, repo_root: Path) -> tuple[UpstreamSource, str | None] | None:
+    def parse(self, arg: str, up: Upstream, ctx: Context, repo_root: Path) -> tuple[UpstreamSource, str | None] | None:
         from patchkit.sources.wheel import WheelSource
 
         if "==" not in arg:
             return None
         project, version = arg.split("==", 1)
-        return WheelSource(project, cache), version
+        return WheelSource(project, ctx.cache_dir, shows_progress=ctx.shows_progress), version
 
     def base_fields(self, pin: Pin) -> tuple[Revision | None, str | None]:
         return None, pin.version
@@ -153,7 +154,7 @@ class WheelKind(SourceKind):
 class DirKind(SourceKind):
     upstream = DirUpstream
 
-    def open(self, up: Upstream, cache: Path, repo_root: Path) -> UpstreamSource:
+    def open(self, up: Upstream, ctx: Context, repo_root: Path) -> UpstreamSource:
         from patchkit.sources.directory import DirSource
 
         if up.dir is None:
@@ -163,7 +164,7 @@ class DirKind(SourceKind):
     def snapshot(self, source: UpstreamSource, up: Upstream, ref: str | None) -> Snapshot:
         return source.snapshot(ref or "")
 
-    def parse(self, arg: str, up: Upstream, cache: Path, repo_root: Path) -> tuple[UpstreamSource, str | None] | None:
+    def parse(self, arg: str, up: Upstream, ctx: Context, repo_root: Path) -> tuple[UpstreamSource, str | None] | None:
         from patchkit.sources.directory import DirSource
 
         return (DirSource(_dir(arg, repo_root)), arg) if arg else None
@@ -175,12 +176,12 @@ class DirKind(SourceKind):
 class ImageKind(SourceKind):
     upstream = ImageUpstream
 
-    def open(self, up: Upstream, cache: Path, repo_root: Path) -> UpstreamSource:
+    def open(self, up: Upstream, ctx: Context, repo_root: Path) -> UpstreamSource:
         from patchkit.sources.image import ImageSource
 
         if up.image is None or up.prefix is None:
             raise BadInput(f"upstream '{up.name}': an image upstream needs 'image' and 'prefix'")
-        return ImageSource(up.image, str(up.prefix), platform=up.platform or "linux/amd64")
+        return ImageSource(up.image, str(up.prefix), platform=up.platform or "linux/amd64", context=ctx)
 
     def snapshot(self, source: UpstreamSource, up: Upstream, ref: str | None) -> Snapshot:
         digest = ref or up.pinned_ref
@@ -188,7 +189,7 @@ class ImageKind(SourceKind):
             raise BadInput(f"upstream '{up.name}': no image digest pinned")
         return source.snapshot(digest)
 
-    def parse(self, arg: str, up: Upstream, cache: Path, repo_root: Path) -> tuple[UpstreamSource, str | None] | None:
+    def parse(self, arg: str, up: Upstream, ctx: Context, repo_root: Path) -> tuple[UpstreamSource, str | None] | None:
         from patchkit.images.ref import ImageRef
         from patchkit.sources.image import ImageSource
 
@@ -197,7 +198,9 @@ class ImageKind(SourceKind):
         if up.prefix is None:
             raise BadInput(f"--source image: upstream '{up.name}' has no 'prefix' (where its files are in the image)")
         ref = ImageRef.parse(arg)
-        return ImageSource(ref.display_repository, str(up.prefix), platform=up.platform or "linux/amd64"), arg
+        return ImageSource(
+            ref.display_repository, str(up.prefix), platform=up.platform or "linux/amd64", context=ctx
+        ), arg
 
     def base_fields(self, pin: Pin) -> tuple[Revision | None, str | None]:
         return None, pin.version
@@ -223,9 +226,9 @@ def kind_of(up: Upstream) -> SourceKind:
     return KINDS[up.source]
 
 
-def open_source(up: Upstream, cache: Path, repo_root: Path) -> UpstreamSource:
+def open_source(up: Upstream, ctx: Context, repo_root: Path) -> UpstreamSource:
     """The adapter for an upstream as the lockfile records it."""
-    return kind_of(up).open(up, cache, repo_root)
+    return kind_of(up).open(up, ctx, repo_root)
 
 
 def pinned_snapshot(source: UpstreamSource, up: Upstream, ref: str | None = None) -> Snapshot:
@@ -238,19 +241,19 @@ def repinned(up: Upstream, pin: Pin) -> Upstream:
     return KINDS[pin.kind].repin(up, pin)
 
 
-def parse_source(text: str, up: Upstream, cache: Path, repo_root: Path) -> tuple[UpstreamSource, str | None]:
+def parse_source(text: str, up: Upstream, ctx: Context, repo_root: Path) -> tuple[UpstreamSource, str | None]:
     """A --source option (``git``, ``git:URL[@REV]``, ``dir:PATH``, ``wheel:P==V``) and the ref it implies."""
     if text == "git":
         if up.git is None:
             raise BadInput(f"--source git: upstream '{up.name}' has no git URL", "set 'git' in its table")
         from patchkit.sources.git import GitSource
 
-        return GitSource(up.git, cache), None
+        return GitSource(up.git, ctx.cache_dir, progress=ctx.progress), None
     if _GIT_URL.match(text):
         text = f"git:{text}"  # a URL alone is a git repository, as git clone reads it
     name, _, arg = text.partition(":")
     kind = KINDS.get(name)
-    parsed = kind.parse(arg, up, cache, repo_root) if kind is not None else None
+    parsed = kind.parse(arg, up, ctx, repo_root) if kind is not None else None
     if parsed is None:
         raise BadInput(f"--source {text!r}: expected git, git:URL[@REV], dir:PATH, wheel:PROJECT==VERSION or image:REF")
     return parsed

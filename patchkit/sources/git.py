@@ -31,7 +31,7 @@ from pathlib import Path
 
 from patchkit import gitclient
 from patchkit.errors import BadInput, WriteFailed
-from patchkit.progress import Meter
+from patchkit.progress import StartProgress, no_progress
 from patchkit.sources.interface import Pin, Snapshot, SourceError, UpstreamSource, check_path
 
 _FULL_SHA = re.compile(r"[0-9a-fA-F]{40}")
@@ -57,7 +57,7 @@ class GitSource(UpstreamSource):
 
     kind = "git"
 
-    def __init__(self, url: str, cache_dir: Path) -> None:
+    def __init__(self, url: str, cache_dir: Path, *, progress: StartProgress = no_progress) -> None:
         if not url or url.startswith("-") or any(c in url for c in "\x00\n\r"):
             raise BadInput(f"{url!r} is not a git URL", "give the repository's URL, e.g. https://github.com/o/r")
         self.url = url
@@ -66,6 +66,7 @@ class GitSource(UpstreamSource):
         #: The bare clone of ``url`` (exists once a snapshot has been taken).
         self.path = base / name
         self._lock_path = base / f"{name}.lock"
+        self._progress = progress  # a fetch shows as one step: its URL
         self._owned = False  # whether this process has made the clone's configuration its own (``_own``)
 
     def __repr__(self) -> str:
@@ -207,7 +208,7 @@ class GitSource(UpstreamSource):
         return sha if status == 0 and _FULL_SHA.fullmatch(sha) else None
 
     def _fetch(self, *refspecs: str) -> tuple[int, str]:
-        with Meter(f"git fetch {re.sub(r'//[^/@]*@', '//', self.url)}", unit=None):  # never a token on screen
+        with self._progress(f"git fetch {re.sub(r'//[^/@]*@', '//', self.url)}", unit=None):  # never a token on screen
             status, _, err = self._git("fetch", "--no-tags", "--quiet", "origin", *refspecs)
         return status, err
 

@@ -46,18 +46,20 @@ import posixpath
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from patchkit.context import Context
 from patchkit.errors import BadInput
 from patchkit.images.oci import Platform, Resolved
 from patchkit.images.reader import EngineReader, ImageReader, RegistryReader
 from patchkit.images.ref import ImageRef
-from patchkit.images.registry import RegistryClient
 from patchkit.sources.interface import Pin, Snapshot, UpstreamSource, check_path
 from patchkit.values import Digest
 
 if TYPE_CHECKING:
     from patchkit.images.engine import DockerEngine
+    from patchkit.images.registry import RegistryClient
 
 #: Upstream paths of the runtime version file, tried in order (setuptools-scm's ``write_to``).
 VERSION_FILES = ("vllm/_version.py",)
@@ -96,9 +98,9 @@ class ImageSource(UpstreamSource):
     ``ghcr.io/org/app``, ``127.0.0.1:5000/team/app``): no tag, no digest.
     ``prefix`` is an absolute container path; upstream path ``p`` is read at
     ``<prefix>/<p>``. ``platform`` picks the manifest of a multi-platform
-    image. ``client`` is the registry client to use (one is made, with the
-    user's Docker config, when none is given); ``via="docker"`` reads files
-    through ``engine`` (default: the engine the environment names) instead of
+    image. ``client`` is the registry client to use (when none is given, one
+    is made on first use by ``context``, the command's); ``via="docker"``
+    reads files through ``engine`` (likewise, the context's engine) instead of
     the registry. Raises ``BadInput`` for a malformed repository, prefix,
     platform or ``via``.
     """
@@ -114,7 +116,9 @@ class ImageSource(UpstreamSource):
         platform: str = "linux/amd64",
         via: str = "registry",
         engine: DockerEngine | None = None,
+        context: Context | None = None,
     ) -> None:
+        self._context = context if context is not None else Context(Path())
         self._image = _repository_ref(repository)
         #: The repository as compose writes it (``vllm/vllm-openai``, ``ghcr.io/o/r``).
         self.repository = self._image.display_repository
@@ -137,16 +141,14 @@ class ImageSource(UpstreamSource):
     def client(self) -> RegistryClient:
         """The registry client (made on first use when none was given)."""
         if self._client is None:
-            self._client = RegistryClient()
+            self._client = self._context.registry()
         return self._client
 
     @property
     def engine(self) -> DockerEngine:
         """The Docker engine (connected on first use when none was given); only for ``via="docker"``."""
         if self._engine is None:
-            from patchkit.images.engine import DockerEngine
-
-            self._engine = DockerEngine()
+            self._engine = self._context.engine()
         return self._engine
 
     def close(self) -> None:

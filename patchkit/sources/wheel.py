@@ -25,7 +25,6 @@ from pathlib import Path
 
 from patchkit.errors import BadInput, WriteFailed
 from patchkit.hashing import sha256_file
-from patchkit.progress import enabled as progress_enabled
 from patchkit.sources.interface import Pin, Snapshot, SourceError, UpstreamSource, check_path
 from patchkit.values import Sha256
 
@@ -60,11 +59,14 @@ class WheelSource(UpstreamSource):
 
     kind = "wheel"
 
-    def __init__(self, project: str, cache_dir: Path, pip_args: Sequence[str] = ()) -> None:
+    def __init__(
+        self, project: str, cache_dir: Path, pip_args: Sequence[str] = (), *, shows_progress: bool = False
+    ) -> None:
         if not _PROJECT.fullmatch(project):
             raise BadInput(f"{project!r} is not a Python project name", "give the name as on the index, e.g. vllm")
         self.project = project
         self.pip_args = tuple(pip_args)
+        self._shows_progress = shows_progress  # pip's own bar, when the command shows progress
         #: Verified wheels, by sha256: ``wheels/<sha256>/<filename>``.
         self.wheels = cache_dir / "wheels"
 
@@ -165,7 +167,7 @@ class WheelSource(UpstreamSource):
             requirement, "-d", str(directory), *self.pip_args,
         ]  # fmt: skip
         stdout: int = subprocess.PIPE
-        if progress_enabled():
+        if self._shows_progress:
             sys.stderr.flush()
             stdout = sys.stderr.fileno()  # pip draws its progress bar on stdout: show it on stderr
         try:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from pathlib import Path
 
 from patchkit.cache import BlobStore
+from patchkit.context import Context
 from patchkit.errors import PatchkitError
 from patchkit.findings import Finding
 from patchkit.hashing import sha256_bytes
@@ -38,7 +38,7 @@ class Member:
     shown: str  # the repository file a finding names (the diff of a diff-only patch)
 
 
-def findings(repo: Repo, lock: Lockfile, cache: Path, store: BlobStore) -> list[Finding]:
+def findings(repo: Repo, lock: Lockfile, cache: Context, store: BlobStore) -> list[Finding]:
     """Every import of an overlay or module that the pinned upstream (with the deployment laid over it) lacks."""
     out: list[Finding] = []
     for up in lock.upstreams:
@@ -89,7 +89,7 @@ def _ships(p: Patch, name: str, path: str, roots: dict[str, dict[str, set[str]]]
 
 
 def _check_upstream(
-    repo: Repo, lock: Lockfile, up: Upstream, members: list[Member], cache: Path, store: BlobStore
+    repo: Repo, lock: Lockfile, up: Upstream, members: list[Member], cache: Context, store: BlobStore
 ) -> list[Finding]:
     from patchkit.sources.factory import open_source, pinned_snapshot
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from patchkit.context import Context
 from patchkit.diffs import canonical_diff, line_matcher, split_lines
 from patchkit.errors import BadInput
 from patchkit.hashing import sha256_bytes
@@ -201,7 +202,7 @@ def rebuilt_base(repo: Repo, lock: Lockfile, p: Patch, data: bytes) -> bytes | N
 
 
 def candidates(
-    up: Upstream, cache: Path, repo_root: Path, wanted: tuple[str, ...], tags: str | None
+    up: Upstream, cache: Context, repo_root: Path, wanted: tuple[str, ...], tags: str | None
 ) -> tuple[list[Candidate], ReadAt]:
     """The candidates and a reader of one path at all of them, for the upstream's kind of source."""
     from patchkit.sources.factory import open_source

@@ -159,6 +159,7 @@ def test_bundle_materialize_and_emit_never_read_through_a_link(
 def test_layer_building_refuses_a_linked_artifact(deploy: Path, invoke: Invoke, outside: Path) -> None:
     """The layer's own reader (``runtime_files``), without a registry: the tuning table is refused by name."""
     from patchkit.cache import BlobStore
+    from patchkit.context import Context
     from patchkit.errors import BadInput
     from patchkit.images.build import runtime_files
     from patchkit.repo import Repo
@@ -168,7 +169,7 @@ def test_layer_building_refuses_a_linked_artifact(deploy: Path, invoke: Invoke, 
     lock, _ = repo.read_lockfile()
     cache = outside / "cache"
     with pytest.raises(BadInput) as e:
-        runtime_files(repo, lock, BlobStore(cache / "blobs"), cache)
+        runtime_files(repo, lock, BlobStore(cache / "blobs"), Context(cache))
     assert str(e.value).startswith("tuning/moe.csv: is a symlink to /etc/passwd, outside the repository (tuning 'moe'")
 
 

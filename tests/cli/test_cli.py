@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
@@ -180,9 +181,55 @@ def test_verbose_after_the_command_shows_the_traceback(deploy: Path) -> None:
 
 
 def test_cache_dir_after_the_command(deploy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--cache-dir, before or after the command, is the cache the core is handed; the environment is left alone."""
     import os
+
+    from patchkit.cli import common
 
     monkeypatch.delenv("PATCHKIT_CACHE", raising=False)
     cache = tmp_path / "mycache"
-    CliRunner().invoke(cli, ["check", "--cache-dir", str(cache), "-C", str(deploy)])
-    assert os.environ["PATCHKIT_CACHE"] == str(cache)
+    handed: list[Path] = []
+    real = common.build_context
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        made = real(*args, **kwargs)
+        handed.append(made.cache_dir)
+        return made
+
+    monkeypatch.setattr(common, "build_context", spy)
+    for argv in (["check", "--cache-dir", str(cache)], ["--cache-dir", str(cache), "check"]):
+        assert CliRunner().invoke(cli, [*argv, "-C", str(deploy)]).exit_code == 0
+        assert handed[-1:] == [cache]
+    assert "PATCHKIT_CACHE" not in os.environ
+
+
+def test_the_cache_the_environment_names(tmp_path: Path) -> None:
+    """--cache-dir, else PATCHKIT_CACHE, else $XDG_CACHE_HOME/patchkit, else ~/.cache/patchkit: read by the CLI."""
+    from patchkit.cli.common import build_context
+
+    env = {"PATCHKIT_CACHE": str(tmp_path / "pk"), "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    assert build_context({"cache_dir": tmp_path / "given"}, env).cache_dir == tmp_path / "given"
+    assert build_context({}, env).cache_dir == tmp_path / "pk"
+    assert build_context({}, {**env, "PATCHKIT_CACHE": ""}).cache_dir == tmp_path / "xdg" / "patchkit"
+    assert build_context({}, {}).cache_dir == Path.home() / ".cache" / "patchkit"
+
+
+def test_quiet_hands_the_core_no_progress(deploy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """-q anywhere, or PATCHKIT_QUIET=1 (click reads it for the option): no bars, and pip's and the Hub's stay off."""
+    from patchkit.cli import common
+    from patchkit.progress import no_progress
+
+    quiet = common.build_context({"quiet": True}, {})
+    assert quiet.progress is no_progress and not quiet.shows_progress
+    asked: list[bool] = []
+    real = common.build_context
+
+    def spy(options: Any, environ: Any) -> Any:
+        asked.append(bool(options.get("quiet")))
+        return real(options, environ)
+
+    monkeypatch.setattr(common, "build_context", spy)
+    runs = [(["-q", "check"], {}), (["check", "--quiet"], {}), (["check"], {"PATCHKIT_QUIET": "1"}), (["check"], {})]
+    for argv, env in runs:
+        assert CliRunner().invoke(cli, [*argv, "-C", str(deploy)], env=env).exit_code == 0
+    assert asked == [True, True, True, False]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -62,12 +63,12 @@ def test_push_asks_for_a_push_token_and_copies_base_layers_from_another_registry
     assert seen["Digest"] == doc["digest"]
     assert seen["Layers"] == [*base["Layers"], doc["layer_digest"]]
 
-    # check --online reads it back with the same credentials and finds it intact.
-    from patchkit.images.registry import RegistryClient
+    # check --online reads it back with the same credentials (the client the command line builds) and finds it intact.
+    from patchkit.cli.common import build_context
     from patchkit.online import image_findings
 
     lock = load_lock((deploy / "lockfile.toml").read_text())
-    assert image_findings(lock, lambda _path: None, RegistryClient()) == []
+    assert image_findings(lock, lambda _path: None, build_context({}, os.environ).registry()) == []
 
 
 @pytest.mark.slow

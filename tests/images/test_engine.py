@@ -260,13 +260,15 @@ def test_no_engine_where_nothing_listens(tmp_path: Path) -> None:
 
 
 def test_no_engine_at_docker_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without base_url the environment decides, as for the docker CLI, and the message names it."""
+    """The command line's engine is the one $DOCKER_HOST names, as for the docker CLI, and the message names it."""
+    from patchkit.cli.common import docker_engine
+
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/elsewhere.sock")
     with pytest.raises(EngineUnavailable, match=f"^no Docker engine at unix://{tmp_path}/elsewhere.sock: "):
-        DockerEngine()
+        docker_engine()
     monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:1")
     with pytest.raises(EngineUnavailable, match=r"^no Docker engine at tcp://127\.0\.0\.1:1: Connection refused$"):
-        DockerEngine()
+        docker_engine()
 
 
 def test_an_engine_that_never_answers_times_out(tmp_path: Path) -> None:

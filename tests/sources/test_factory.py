@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from patchkit.context import Context
 from patchkit.errors import BadInput
 from patchkit.lockfile.model import GitUpstream
 from patchkit.sources.factory import parse_source
@@ -27,7 +28,7 @@ from patchkit.sources.git import GitSource
 )
 def test_a_git_url_and_revision(spec: str, url: str, rev: str | None, tmp_path: Path) -> None:
     up = GitUpstream(name="vllm", git="https://github.com/vllm-project/vllm")
-    source, implied = parse_source(spec, up, tmp_path, tmp_path)
+    source, implied = parse_source(spec, up, Context(tmp_path), tmp_path)
     assert isinstance(source, GitSource)
     assert (source.url, implied) == (url, rev)
 
@@ -35,4 +36,4 @@ def test_a_git_url_and_revision(spec: str, url: str, rev: str | None, tmp_path: 
 def test_an_unknown_source_names_every_form(tmp_path: Path) -> None:
     up = GitUpstream(name="vllm", git="https://github.com/vllm-project/vllm")
     with pytest.raises(BadInput, match=r"expected git, git:URL\[@REV\], dir:PATH"):
-        parse_source("svn:https://example.invalid/x", up, tmp_path, tmp_path)
+        parse_source("svn:https://example.invalid/x", up, Context(tmp_path), tmp_path)

@@ -103,3 +103,19 @@ def test_a_hook_without_patchkit_on_path_says_so(deploy: Path, tmp_path: Path, h
     )  # fmt: skip
     assert r.returncode == 1
     assert "Executable `patchkit` not found" in r.stdout
+
+
+def test_the_code_s_own_hooks_run_the_installed_tools_offline() -> None:
+    """.pre-commit-config.yaml (for patchkit's code): valid, and only local system hooks, so no download to run it."""
+    config = REPO_ROOT / ".pre-commit-config.yaml"
+    run = subprocess.run(
+        [sys.executable, "-m", "pre_commit", "validate-config", str(config)],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    repos = yaml.safe_load(config.read_text())["repos"]
+    assert [r["repo"] for r in repos] == ["local"]
+    hooks = {h["id"]: h for h in repos[0]["hooks"]}
+    assert set(hooks) == {"ruff", "ruff-format", "mypy"}
+    assert {h["language"] for h in hooks.values()} == {"system"}
+    assert "--check" in hooks["ruff-format"]["entry"]  # reports, never rewrites files under a commit
