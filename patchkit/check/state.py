@@ -518,7 +518,7 @@ def _build_pins(state: State, root: Path, out: OwnPins) -> None:
                 if use is not None
                 else dockerfile.read(root, rel, text)
             )
-        except (BadInput, OSError, RecursionError):
+        except (BadInput, OSError, ValueError, RecursionError):
             continue  # reported where the build is read (check.build)
         out.upstreams += pins.from_build(b, use.stated_at() if use is not None else None)
         lines = text.splitlines()

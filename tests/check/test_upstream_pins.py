@@ -161,6 +161,22 @@ def test_a_lock_symlinked_out_of_the_repository_is_not_read(tmp_path: Path, invo
     assert ("stack.lock.json", d.line_of(root, "stack.lock.json", '"base_commit"')) in found
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        f'ARG VLLM_COMMIT="{d.VLLM_COMMIT}',  # a quote not closed: docker build refuses it too
+        "ARG VLLM_COMMIT=" + "${X:-" * 200 + d.VLLM_COMMIT + "}" * 200,  # defaults nested too deeply
+        "ARG VLLM_COMMIT=<<EOF",
+    ],
+)
+def test_a_build_file_that_does_not_read_states_nothing(tmp_path: Path, invoke: Invoke, line: str) -> None:
+    root = d.make(tmp_path / "repo", d.LAYOUTS[1])
+    _imported(root, invoke)
+    _fix(root, invoke, ["Dockerfile"], f"ARG VLLM_COMMIT={d.VLLM_COMMIT}", line)
+    _move(root, invoke)
+    assert "Dockerfile" not in {f for f, _ in _drift(root, invoke)}
+
+
 LOCK = f"""\
 schema = 1
 
