@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -479,13 +480,30 @@ def read_own_pins(state: State) -> OwnPins:
         text = data.decode("utf-8", "replace")
         try:
             if name.endswith(_LOCK_SUFFIXES) or text.lstrip().startswith("{"):
-                out.upstreams += pins.document_pins(rel, text, pins.document(rel, data))
+                doc = pins.document(rel, data)
+                out.upstreams += pins.document_pins(rel, text, doc)
+                out.images += _lock_images(rel, text, doc)
             else:
                 out.upstreams += pins.key_values(rel, text)
         except (ValueError, UnicodeDecodeError, RecursionError):
             continue  # a lock that does not parse: pin-unreadable (check.build)
     if isinstance(state.view, RepoView):
         _build_pins(state, state.view.repo.root, out)
+    return out
+
+
+_DIGEST_REF = re.compile(r"(?P<repo>[^@\s]+?)(?::[\w.-]+)?@(?P<digest>sha256:[0-9a-f]{64})")
+
+
+def _lock_images(rel: str, text: str, doc: object) -> list[ImagePin]:
+    """The images a JSON or TOML lock pins by digest under ``images`` (``{"vllm": "repo:tag@sha256:…"}``)."""
+    images = doc.get("images") if isinstance(doc, dict) else None
+    out = []
+    lines = text.splitlines()
+    for value in images.values() if isinstance(images, dict) else ():
+        ref = value.get("image") if isinstance(value, dict) else value
+        if isinstance(ref, str) and (m := _DIGEST_REF.fullmatch(ref)) is not None:
+            out.append(ImagePin(rel, _line_with(lines, ref, 1), m["repo"], m["digest"]))
     return out
 
 

@@ -17,6 +17,8 @@ no version for, a release commit (the lockfile records none) and a commit
 prefix of the lockfile's commit are not drift. An image pin is compared only
 when the lockfile pins that image repository at a single digest.
 
+A JSON or TOML lock's ``images`` (``{"vllm": "repo:tag@sha256:…"}``) are image pins too.
+
 Only a lockfile ``import`` wrote is read this way (``build_steps.imported``).
 """
 

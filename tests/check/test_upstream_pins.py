@@ -177,6 +177,29 @@ def test_a_build_file_that_does_not_read_states_nothing(tmp_path: Path, invoke: 
     assert "Dockerfile" not in {f for f, _ in _drift(root, invoke)}
 
 
+def test_a_queues_version_lock_and_containerfile_are_reported_after_the_series_moves(
+    tmp_path: Path, invoke: Invoke
+) -> None:
+    from tests.series.test_import import DIGEST, _queue_repo
+
+    root, c1, _ = _queue_repo(tmp_path, series_file=False)
+    _imported(root, invoke)
+    assert _drift(root, invoke) == []
+    text = (root / "lockfile.toml").read_text()  # the series and its upstream moved on, and the image was bumped
+    (root / "lockfile.toml").write_text(text.replace(c1, NEW_COMMIT).replace(DIGEST, NEW_DIGEST))
+    assert invoke("sums", repo=root).exit_code == 0
+    stale = [
+        ("Containerfile", d.line_of(root, "Containerfile", f"FROM vllm/vllm-openai-rocm@{DIGEST}")),
+        ("Containerfile", d.line_of(root, "Containerfile", "ARG VLLM_COMMIT=")),
+        ("versions.lock.json", d.line_of(root, "versions.lock.json", c1)),
+        ("versions.lock.json", d.line_of(root, "versions.lock.json", DIGEST)),
+    ]
+    assert _drift(root, invoke) == sorted(stale)
+    _fix(root, invoke, ["Containerfile", "versions.lock.json"], c1, NEW_COMMIT)
+    _fix(root, invoke, ["Containerfile", "versions.lock.json"], DIGEST, NEW_DIGEST)
+    assert _drift(root, invoke) == []
+
+
 LOCK = f"""\
 schema = 1
 
