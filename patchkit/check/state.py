@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -43,7 +44,7 @@ from patchkit.values import RepoPath
 
 if TYPE_CHECKING:
     from patchkit.cache import BlobStore
-    from patchkit.importing import shell
+    from patchkit.importing import pins, shell
     from patchkit.series.apply import Reader
 
 REBASE_STATE = OVERLAYS.state_file
@@ -221,6 +222,11 @@ class State:
     @cached_property
     def _named(self) -> list[Named]:
         return list(named_files(self.lock))
+
+    @cached_property
+    def own_pins(self) -> OwnPins:
+        """The upstream and image pins the repository's own files state, read as import reads them; read once."""
+        return read_own_pins(self)
 
     def readable(self, rel: str) -> bytes | None:
         """The bytes of a pinned file that hashed (it exists, is safe and readable); else None.
@@ -430,6 +436,118 @@ def _lockfile_unsafe(repo: Repo) -> str | None:
     except FileNotFoundError:
         pass
     return None
+
+
+@dataclass(frozen=True)
+class ImagePin:
+    """An image a repository file names by digest: a Dockerfile's ``FROM`` or a compose service's ``image:``."""
+
+    file: str
+    line: int
+    repository: str
+    digest: str
+
+
+@dataclass
+class OwnPins:
+    """What the repository's own lock, build and compose files pin, each pin with its file and line."""
+
+    upstreams: list[pins.Pin] = field(default_factory=list)
+    images: list[ImagePin] = field(default_factory=list)
+
+
+_LOCK_SUFFIXES = (".json", ".toml")
+
+
+def read_own_pins(state: State) -> OwnPins:
+    """The pins of the lock files, Dockerfiles and compose files the lockfile pins, read from the bytes that hashed.
+
+    A file that is missing, changed, unsafe (a symlink, outside the
+    repository) or does not parse states nothing here: the file rules and
+    ``check.build`` report it.
+    """
+    from patchkit.importing import pins
+
+    out = OwnPins()
+    for a in state.lock.artifacts:
+        rel = str(a.file)
+        name = a.file.pure.name.lower()
+        if a.note != "lock" and not ("lock" in name and name.endswith(_LOCK_SUFFIXES)):
+            continue
+        data = state.readable(rel)
+        if data is None:
+            continue
+        text = data.decode("utf-8", "replace")
+        try:
+            if name.endswith(_LOCK_SUFFIXES) or text.lstrip().startswith("{"):
+                doc = pins.document(rel, data)
+                out.upstreams += pins.document_pins(rel, text, doc)
+                out.images += _lock_images(rel, text, doc)
+            else:
+                out.upstreams += pins.key_values(rel, text)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            continue  # a lock that does not parse: pin-unreadable (check.build)
+    if isinstance(state.view, RepoView):
+        _build_pins(state, state.view.repo.root, out)
+    return out
+
+
+_DIGEST_REF = re.compile(r"(?P<repo>[^@\s]+?)(?::[\w.-]+)?@(?P<digest>sha256:[0-9a-f]{64})")
+
+
+def _lock_images(rel: str, text: str, doc: object) -> list[ImagePin]:
+    """The images a JSON or TOML lock pins by digest under ``images`` (``{"vllm": "repo:tag@sha256:…"}``)."""
+    images = doc.get("images") if isinstance(doc, dict) else None
+    out = []
+    lines = text.splitlines()
+    for value in images.values() if isinstance(images, dict) else ():
+        ref = value.get("image") if isinstance(value, dict) else value
+        if isinstance(ref, str) and (m := _DIGEST_REF.fullmatch(ref)) is not None:
+            out.append(ImagePin(rel, _line_with(lines, ref, 1), m["repo"], m["digest"]))
+    return out
+
+
+def _build_pins(state: State, root: Path, out: OwnPins) -> None:
+    """The pins of the pinned Dockerfiles (with the compose ``build.args`` they are built with) and compose files."""
+    from patchkit.importing import compose, dockerfile, pins
+
+    uses: dict[str, compose.BuildUse] = {}
+    for a in state.lock.artifacts:
+        data = state.readable(str(a.file)) if compose.COMPOSE_NAMES.fullmatch(a.file.pure.name) else None
+        try:
+            c = compose.read(str(a.file), data.decode("utf-8")) if data is not None else None
+        except (UnicodeDecodeError, BadInput):
+            continue
+        if c is None:
+            continue
+        out.images += [ImagePin(u.compose, u.line, u.repository, u.digest) for u in c.images if u.digest]
+        for u in c.builds:
+            uses.setdefault(compose.built_file(u, lambda rel: state.view.kind(rel) == "file"), u)
+    files = [str(a.file) for a in state.lock.artifacts if a.file.pure.name.startswith(("Containerfile", "Dockerfile"))]
+    files += [str(a.file) for a in state.lock.artifacts if a.note == "image build"]
+    files += [str(p.build) for p in state.lock.patches if p.build is not None]
+    for rel in dict.fromkeys(files):
+        if (data := state.readable(rel)) is None:
+            continue
+        use, text = uses.get(rel), data.decode("utf-8", "replace")
+        try:
+            b = (
+                dockerfile.read(root, rel, text, use.context, dict(use.args), use.target)
+                if use is not None
+                else dockerfile.read(root, rel, text)
+            )
+        except (BadInput, OSError, ValueError, RecursionError):
+            continue  # reported where the build is read (check.build)
+        out.upstreams += pins.from_build(b, use.stated_at() if use is not None else None)
+        lines = text.splitlines()
+        for x in b.bases:
+            if x.digest is not None:  # stated on the FROM, or by the ARG default it names
+                line = x.line if x.digest in x.written else _line_with(lines, x.digest, x.line)
+                out.images.append(ImagePin(x.file, line, x.repository, x.digest))
+
+
+def _line_with(lines: list[str], needle: str, default: int) -> int:
+    return next((n for n, text in enumerate(lines, 1) if needle in text), default)
 
 
 def gather(

@@ -334,7 +334,10 @@ def test_a_series_read_from_a_profile_script_rebases_and_keeps_its_profiles(tmp_
     lines = sorted(1 + next(k for k, t in enumerate(text) if pins[n] in t) for n in VLLM_NAMES)
     rewritten = [n for n in VLLM_NAMES if sha256_bytes((root / "patches/vllm" / n).read_bytes()) != pins[n]]
     assert len(rewritten) == 3
-    assert errors == [("series-lock-drift", line) for line in lines], check.stdout
+    # And it still states the old base commit, which the build would check out: reported at its line.
+    base = 1 + next(k for k, t in enumerate(text) if '"commit"' in t)
+    drift = [("upstream-pin-drift", base)]
+    assert errors == [("series-lock-drift", line) for line in lines] + drift, check.stdout
 
 
 def test_in_a_compose_repository_patch_files_an_unreadable_step_may_apply_are_unknown_not_unmatched(
