@@ -46,11 +46,12 @@ from typing import TYPE_CHECKING
 from patchkit import bundletar, sums
 from patchkit.errors import BadInput, LockfileError
 from patchkit.hashing import require_pin, sha256_bytes
-from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
+from patchkit.lockfile.model import Lockfile
 from patchkit.lockfile.reader import loads
 from patchkit.progress import Meter
 from patchkit.repo import Escape, Repo
 from patchkit.sums import FILENAME as SUMS_NAME
+from patchkit.values import LOCKFILE_NAME
 
 if TYPE_CHECKING:
     from patchkit.cache import BlobStore

@@ -15,10 +15,11 @@ from pathlib import Path
 from patchkit import sums
 from patchkit.errors import BadInput
 from patchkit.hashing import sha256_bytes
-from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
+from patchkit.lockfile.model import Lockfile
 from patchkit.lockfile.writer import dumps
 from patchkit.outcome import Change
 from patchkit.repo import Escape, Repo, write_all
+from patchkit.values import LOCKFILE_NAME
 
 # patchkit's work area (write lock, journal, rebase state), as .gitignore names it: never committed.
 WORK_AREA = b"# patchkit's work area (rebase in progress, journal)\n.patchkit/\n"

@@ -7,7 +7,8 @@ from collections.abc import Callable, Sequence
 from patchkit import sums
 from patchkit.check.state import State
 from patchkit.findings import Finding
-from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
+from patchkit.lockfile.model import Lockfile
+from patchkit.values import LOCKFILE_NAME
 
 
 def sums_file(state: State) -> list[Finding]:
