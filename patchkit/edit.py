@@ -21,9 +21,10 @@ from patchkit.errors import BadInput, Refused
 from patchkit.formats.safe import printable
 from patchkit.hashing import sha256_bytes
 from patchkit.lockfile.model import Artifact, Base, DiffPin, Lockfile, Patch, PatchKind, Upstream
+from patchkit.lockfile.writer import expected_sums
 from patchkit.materialize import apply_diff_only, base_of_committed, read_pinned, recover_base
 from patchkit.outcome import Change, Outcome
-from patchkit.persist import expected_sums, finish, ignore_work_area, sums_dropped
+from patchkit.persist import finish, ignore_work_area, sums_dropped
 from patchkit.repo import MANAGED_DIRS, Escape, Repo, write_all
 from patchkit.series.model import repin as repin_series
 from patchkit.values import (

@@ -25,7 +25,7 @@ def sums_findings(
 
     With ``exists`` (whether a repository path exists), an entry for a file that does not exist says so.
     """
-    from patchkit.persist import expected_sums
+    from patchkit.lockfile.writer import expected_sums
 
     fix = "regenerate it: patchkit sums"
     if actual is None:
