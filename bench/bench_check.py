@@ -60,8 +60,7 @@ def build(root: Path, n: int) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from patchkit import diffs
     from patchkit.lockfile.reader import loads
-    from patchkit.lockfile.writer import dumps
-    from patchkit.persist import expected_sums
+    from patchkit.lockfile.writer import dumps, expected_sums
     from patchkit.values import UpstreamPath
 
     if root.exists():

@@ -67,8 +67,7 @@ from benchlib import (
 
 from patchkit.hashing import GIT_SHA1, SHA256, default_jobs, digest_many
 from patchkit.lockfile.model import Lockfile, Model, ModelFile
-from patchkit.lockfile.writer import dumps
-from patchkit.persist import expected_sums
+from patchkit.lockfile.writer import dumps, expected_sums
 from patchkit.values import Revision, Sha256, UpstreamPath
 
 BENCH_DIR = Path(__file__).resolve().parent

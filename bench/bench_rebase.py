@@ -840,7 +840,7 @@ TIMED = (
     ("patchkit.rebase.overlays", "sums_dropped", 0, "SHA256SUMS entries dropped (read the old one)"),
     ("patchkit.rebase.overlays", "finish", 0, "persist.finish: render and write"),
     ("patchkit.persist", "dumps", 1, "render lockfile.toml"),
-    ("patchkit.persist", "expected_sums", 1, "render SHA256SUMS"),
+    ("patchkit.lockfile.writer", "expected_sums", 1, "render SHA256SUMS"),
     ("patchkit.persist", "write_all", 1, "write_all: journal, in-place writes, renames, sync"),
 )
 

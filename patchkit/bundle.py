@@ -49,11 +49,12 @@ from patchkit import bundletar, sums
 from patchkit.context import Context
 from patchkit.errors import BadInput, LockfileError
 from patchkit.hashing import Blob, require_pin
-from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
+from patchkit.lockfile.model import Lockfile
 from patchkit.lockfile.reader import loads
 from patchkit.progress import StartProgress, no_progress
 from patchkit.repo import Escape, Repo
 from patchkit.sums import FILENAME as SUMS_NAME
+from patchkit.values import LOCKFILE_NAME
 
 if TYPE_CHECKING:
     from patchkit.cache import BlobStore

@@ -10,25 +10,34 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchkit import diffs, gitclient, sums
+from patchkit import diffs, sums
 from patchkit.cache import BlobStore
-from patchkit.check.diffs import base_of_committed
 from patchkit.context import Context
 from patchkit.diffs import canonical_diff
 from patchkit.emit.config import CONFIG_NAME
 from patchkit.errors import BadInput, Refused
 from patchkit.formats.safe import printable
 from patchkit.hashing import sha256_bytes
-from patchkit.lockfile.model import LOCKFILE_NAME, Artifact, Base, DiffPin, Lockfile, Patch, PatchKind, Upstream
+from patchkit.lockfile.model import Artifact, Base, DiffPin, Lockfile, Patch, PatchKind, Upstream
+from patchkit.lockfile.writer import expected_sums
+from patchkit.materialize import apply_diff_only, base_of_committed, read_pinned, recover_base
 from patchkit.outcome import Change, Outcome
-from patchkit.persist import expected_sums, finish, ignore_work_area, sums_dropped
+from patchkit.persist import finish, ignore_work_area, sums_dropped
 from patchkit.repo import MANAGED_DIRS, Escape, Repo, write_all
 from patchkit.series.model import repin as repin_series
-from patchkit.values import ContainerPath, Reference, RepoPath, Revision, Sha256, UpstreamPath, check_name
+from patchkit.values import (
+    LOCKFILE_NAME,
+    ContainerPath,
+    Reference,
+    RepoPath,
+    Revision,
+    Sha256,
+    UpstreamPath,
+    check_name,
+)
 from patchkit.verification import record_new_bases, record_verified, recordable
 
 # --------------------------------------------------------------------------- init
@@ -110,54 +119,6 @@ def write_sums(repo: Repo, lock: Lockfile, lock_bytes: bytes) -> Outcome:
 
 
 # --------------------------------------------------------------------------- base recovery
-
-
-def _overlay_candidates(repo: Repo, file: str, diff_file: str) -> Iterator[tuple[bytes, bytes]]:
-    """The overlay and its diff as in the working tree, then as last committed to git.
-
-    Lazy, so git is asked (two processes) only when the working tree does not give the base.
-    """
-    try:
-        tree = repo.path(file).read_bytes(), repo.path(diff_file).read_bytes()
-    except OSError:
-        tree = None
-    if tree is not None:
-        yield tree
-    patch_bytes, diff_bytes = gitclient.show(repo.root, "HEAD", file), gitclient.show(repo.root, "HEAD", diff_file)
-    if patch_bytes is not None and diff_bytes is not None:
-        yield patch_bytes, diff_bytes
-
-
-def _reversed_base(p: Patch, patch_bytes: bytes, diff_bytes: bytes, want: str) -> bytes | None:
-    """The base that ``diff_bytes`` reversed onto ``patch_bytes`` gives, if it has the sha256 ``want``."""
-    try:
-        base = base_of_committed(p, patch_bytes, diff_bytes)
-    except (diffs.DiffError, diffs.ApplyError):
-        return None
-    return base if sha256_bytes(base) == want else None
-
-
-def recover_base(repo: Repo, p: Patch, store: BlobStore) -> bytes | None:
-    """The bytes of ``p``'s pinned base, from wherever they can be had offline.
-
-    In order: the content-addressed cache; the committed overlay with its
-    current diff reversed; the overlay and diff as last committed to git.
-    Every candidate is checked against the pinned base sha256.
-    """
-    if p.base is None:
-        return None
-    want = p.base.sha256.hex
-    cached = store.get(want)
-    if cached is not None:
-        return cached
-    if p.file is None or p.diff is None:
-        return None
-    for patch_bytes, diff_bytes in _overlay_candidates(repo, str(p.file), str(p.diff.file)):
-        base = _reversed_base(p, patch_bytes, diff_bytes, want)
-        if base is not None:
-            store.put(base)
-            return base
-    return None
 
 
 # --------------------------------------------------------------------------- lock
@@ -662,42 +623,6 @@ class PatchDiff:
     added: int
     removed: int
     path: str
-
-
-def read_pinned(repo: Repo, rel: str, name: str) -> bytes:
-    """A pinned patch file, read only when it is a regular file inside the repository (never a FIFO or a link)."""
-    try:
-        return repo.read(rel)
-    except FileNotFoundError as e:
-        raise BadInput(f"{rel} (patch '{name}') is pinned but missing", f"restore it: git checkout -- {rel}") from e
-    except Escape as e:
-        raise BadInput(f"{rel} (patch '{name}') {e}") from e
-
-
-def apply_diff_only(repo: Repo, p: Patch, base: bytes) -> bytes:
-    """The file a diff-only patch runs: its committed diff applied to its base; a stale diff is bad input.
-
-    ``check`` reports the same as ``diff-stale``; here the command cannot go
-    on, so it stops with the diff's file and line.
-    """
-    if p.diff is None:
-        raise BadInput(f"'{p.name}' has neither a file nor a diff")
-    rel = str(p.diff.file)
-    try:
-        data = repo.read(rel)
-    except FileNotFoundError as e:
-        raise BadInput(f"{rel}: the diff of '{p.name}' is missing", f"restore it: git checkout -- {rel}") from e
-    except Escape as e:
-        raise BadInput(f"{rel} (diff of '{p.name}') {e}") from e
-    if not data:
-        return base
-    try:
-        return diffs.apply(diffs.parse(data)[0], base)
-    except (diffs.DiffError, diffs.ApplyError) as e:
-        raise BadInput(
-            f"{rel}:{e.line}: the diff of '{p.name}' does not apply to its pinned base: {e.message}",
-            f"restore the diff that matches the pin (git checkout -- {rel}), or re-add the patch with --base FILE",
-        ) from e
 
 
 def regenerate_diffs(repo: Repo, lock: Lockfile, names: tuple[str, ...], store: BlobStore) -> list[PatchDiff]:

@@ -89,5 +89,9 @@ class ExternalFailure(PatchkitError):
     exit_code = EXIT_EXTERNAL
 
 
+class SourceError(ExternalFailure):
+    """An upstream source could not be reached or read (network, git, pip)."""
+
+
 class WriteFailed(BadInput):
     """A file could not be written; nothing was changed."""

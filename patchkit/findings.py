@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from patchkit.errors import LockfileError, PatchkitError
-from patchkit.lockfile.model import LOCKFILE_NAME
+from patchkit.values import LOCKFILE_NAME
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ from patchkit.context import Context
 from patchkit.errors import ExternalFailure
 from patchkit.findings import Finding
 from patchkit.hashing import pin_mismatch
-from patchkit.lockfile.model import LOCKFILE_NAME, Image, Lockfile, Patch, PatchKind
+from patchkit.lockfile.model import Image, Lockfile, Patch, PatchKind
+from patchkit.values import LOCKFILE_NAME
 
 if TYPE_CHECKING:
     from patchkit.github import IssueTracker

@@ -14,11 +14,11 @@ from pathlib import Path
 
 from patchkit import sums
 from patchkit.errors import BadInput
-from patchkit.hashing import sha256_bytes
-from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
-from patchkit.lockfile.writer import dumps
+from patchkit.lockfile.model import Lockfile
+from patchkit.lockfile.writer import dumps, expected_sums
 from patchkit.outcome import Change
 from patchkit.repo import Escape, Repo, write_all
+from patchkit.values import LOCKFILE_NAME
 
 # patchkit's work area (write lock, journal, rebase state), as .gitignore names it: never committed.
 WORK_AREA = b"# patchkit's work area (rebase in progress, journal)\n.patchkit/\n"
@@ -49,13 +49,6 @@ def ignore_work_area(root: Path) -> dict[str, bytes]:
         return {}
     sep = b"" if not old or old.endswith(b"\n") else b"\n"
     return {".gitignore": old + sep + WORK_AREA}
-
-
-def expected_sums(lock: Lockfile, lock_bytes: bytes) -> bytes:
-    """The SHA256SUMS patchkit generates: the lockfile itself and every file it pins."""
-    entries = {str(path): str(sha) for _, path, sha in lock.files()}
-    entries[LOCKFILE_NAME] = sha256_bytes(lock_bytes)
-    return sums.render(entries.items())
 
 
 def finish(repo: Repo, lock: Lockfile, extra: dict[str, bytes] | None = None, deletes: Iterable[str] = ()) -> list[str]:

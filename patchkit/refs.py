@@ -26,10 +26,10 @@ from patchkit.context import Context
 from patchkit.errors import PatchkitError
 from patchkit.findings import Finding
 from patchkit.github import AnswerStatus, IssueTracker, RateLimit, split_reference, web_url
-from patchkit.lockfile.model import LOCKFILE_NAME, GitUpstream, Lockfile, Patch, RefState, Upstream
+from patchkit.lockfile.model import GitUpstream, Lockfile, Patch, RefState, Upstream
 from patchkit.progress import StartProgress, no_progress
 from patchkit.repo import Repo
-from patchkit.values import Reference, Revision
+from patchkit.values import LOCKFILE_NAME, Reference, Revision
 
 #: ``(owner/repo, commit)`` -> whether the pinned upstream of that repository contains the commit (None: unknown).
 Containment = Callable[[str, Revision], "Contained"]

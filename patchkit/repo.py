@@ -18,14 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from patchkit.errors import BadInput, PatchkitError, Refused, WriteFailed
 from patchkit.hashing import Changed, read_whole, sha256_bytes
-from patchkit.values import RepoPath
+from patchkit.values import LOCKFILE_NAME, RepoPath
 
 if TYPE_CHECKING:
     from patchkit.lockfile.model import Lockfile
 
-# The lockfile module is imported only when a lockfile is read, so that
-# `sums --check` can start hashing before paying for it.
-LOCKFILE_NAME = "lockfile.toml"
 
 MANAGED_DIRS = ("patches", "upstream", "tuning")
 

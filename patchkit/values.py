@@ -12,6 +12,9 @@ import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+# The lockfile's file name at the top of a deployment: every layer names it.
+LOCKFILE_NAME = "lockfile.toml"
+
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 _REF_ISSUE = re.compile(r"(?P<owner>[A-Za-z0-9_.-]+)/(?P<repo>[A-Za-z0-9_.-]+)#(?P<number>[1-9][0-9]*)")

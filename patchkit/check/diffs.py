@@ -16,14 +16,6 @@ from patchkit.hashing import sha256_bytes
 from patchkit.lockfile.model import Base, Patch, PatchKind
 
 
-def base_of_committed(patch: Patch, patch_bytes: bytes, diff_bytes: bytes) -> bytes:
-    """The base of a committed overlay: its diff applied in reverse to it, exactly."""
-    files = diffs.parse(diff_bytes)
-    if len(files) != 1:
-        raise diffs.DiffError(1, f"holds {len(files)} file diffs; a patch's diff covers one file")
-    return diffs.apply(files[0], patch_bytes, reverse=True)
-
-
 def bases(state: State) -> list[Finding]:
     """A base older than the pinned upstream silently reverts what upstream fixed since."""
     out: list[Finding] = []

@@ -6,7 +6,7 @@ import stat
 
 from patchkit.check.state import JOURNAL, REBASE_STATE, State
 from patchkit.findings import Finding
-from patchkit.lockfile.model import LOCKFILE_NAME
+from patchkit.values import LOCKFILE_NAME
 
 
 def pending(state: State) -> list[Finding]:

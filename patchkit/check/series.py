@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING
 
 from patchkit.check.state import SERIES_REBASE_STATE, State
 from patchkit.findings import Finding
-from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
+from patchkit.lockfile.model import Lockfile
 from patchkit.series.model import Series, parse_series_file
+from patchkit.values import LOCKFILE_NAME
 
 if TYPE_CHECKING:  # parsing and applying are imported by a lockfile with series only
     from patchkit.series.apply import Item, Reader

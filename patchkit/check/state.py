@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 from patchkit.errors import BadInput, Refused
 from patchkit.findings import Finding
 from patchkit.hashing import sha256_many
-from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
+from patchkit.lockfile.model import Lockfile
 from patchkit.lockfile.tomlpos import FieldPath, LineIndex
 from patchkit.rebase.state import OVERLAYS, SERIES
 from patchkit.repo import JOURNAL as REPO_JOURNAL
@@ -40,7 +40,7 @@ from patchkit.repo import (
     staging_pid,
 )
 from patchkit.series.model import Series, series_pins
-from patchkit.values import RepoPath
+from patchkit.values import LOCKFILE_NAME, RepoPath
 
 if TYPE_CHECKING:
     from patchkit.cache import BlobStore

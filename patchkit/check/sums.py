@@ -7,7 +7,8 @@ from collections.abc import Callable, Sequence
 from patchkit import sums
 from patchkit.check.state import State
 from patchkit.findings import Finding
-from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
+from patchkit.lockfile.model import Lockfile
+from patchkit.values import LOCKFILE_NAME
 
 
 def sums_file(state: State) -> list[Finding]:
@@ -24,7 +25,7 @@ def sums_findings(
 
     With ``exists`` (whether a repository path exists), an entry for a file that does not exist says so.
     """
-    from patchkit.persist import expected_sums
+    from patchkit.lockfile.writer import expected_sums
 
     fix = "regenerate it: patchkit sums"
     if actual is None:

@@ -194,7 +194,7 @@ def find_repo(ctx: click.Context) -> Repo:
 def _given_root(given: Path) -> Path:
     """``-C DIR``: that very directory (no search upward, the user named it), which must hold the lockfile."""
     from patchkit.errors import BadInput
-    from patchkit.repo import LOCKFILE_NAME
+    from patchkit.values import LOCKFILE_NAME
 
     if given.exists() and not given.is_dir():
         raise BadInput(f"-C {given}: not a directory", "name the deployment's directory, the one with lockfile.toml")

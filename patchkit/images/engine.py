@@ -30,10 +30,9 @@ from typing import Any, Protocol, cast
 import docker  # type: ignore[import-untyped]  # docker-py ships no type information
 import requests
 
-from patchkit.errors import BadInput, PatchkitError
+from patchkit.errors import BadInput, PatchkitError, SourceError
 from patchkit.images.layers import normalise_path  # the same path rule for both ways in
 from patchkit.images.ref import ImageRef
-from patchkit.sources.interface import SourceError
 
 #: Where the SDK and the docker CLI look when neither ``base_url`` nor ``DOCKER_HOST`` is set.
 DEFAULT_HOST = "unix:///var/run/docker.sock"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from patchkit.sources.interface import SourceError
+from patchkit.errors import SourceError
 
 
 class RegistryError(SourceError):

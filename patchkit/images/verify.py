@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING
 
 from patchkit.findings import Finding
 from patchkit.hashing import sha256_bytes
-from patchkit.lockfile.model import LOCKFILE_NAME, Derived, Lockfile
-from patchkit.values import Digest
+from patchkit.lockfile.model import Derived, Lockfile
+from patchkit.values import LOCKFILE_NAME, Digest
 
 if TYPE_CHECKING:
     from patchkit.emit.config import DeployConfig

@@ -26,7 +26,6 @@ from patchkit.hashing import sha256_bytes
 from patchkit.importing import compose, dockerfile, handdiffs, patchers, pins, provenance, queue, read_inside, shell
 from patchkit.lockfile.model import (
     GENERATED,
-    LOCKFILE_NAME,
     Artifact,
     GitUpstream,
     HandDiff,
@@ -40,7 +39,7 @@ from patchkit.lockfile.model import (
 )
 from patchkit.lockfile.writer import dumps
 from patchkit.repo import gitignored
-from patchkit.values import ContainerPath, Digest, Reference, RepoPath, Revision, Sha256, UpstreamPath
+from patchkit.values import LOCKFILE_NAME, ContainerPath, Digest, Reference, RepoPath, Revision, Sha256, UpstreamPath
 
 _PYTHON_TREE = re.compile(r"/(?:site|dist)-packages/")
 _DIFF_SUFFIXES = (".patch", ".diff")

@@ -47,7 +47,6 @@ from patchkit.values import (
 SCHEMA_VERSION = 1
 # Files patchkit itself generates; pinning them would be circular.
 GENERATED = ("lockfile.toml", "SHA256SUMS")
-LOCKFILE_NAME = "lockfile.toml"
 HEADER = (
     "# patchkit lockfile: every pin of this deployment.\n"
     "# Written by patchkit (init, add, remove, lock); hand edits are fine, then run\n"

@@ -16,8 +16,9 @@ from typing import Any
 
 from patchkit.errors import LockfileError, Problem
 from patchkit.lockfile.fields import Context
-from patchkit.lockfile.model import GENERATED, LOCKFILE, LOCKFILE_NAME, Artifact, HandDiff, Lockfile, Patch
+from patchkit.lockfile.model import GENERATED, LOCKFILE, Artifact, HandDiff, Lockfile, Patch
 from patchkit.lockfile.tomlpos import FieldPath, FieldReader, parse, render_path
+from patchkit.values import LOCKFILE_NAME
 
 
 def loads(text: str, filename: str = LOCKFILE_NAME) -> Lockfile:

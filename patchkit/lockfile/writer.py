@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import tomli_w
 
+from patchkit import sums
+from patchkit.hashing import sha256_bytes
 from patchkit.lockfile.model import HEADER, LOCKFILE, Lockfile
+from patchkit.values import LOCKFILE_NAME
 
 
 def dumps(lock: Lockfile) -> str:
@@ -21,3 +24,10 @@ def dumps(lock: Lockfile) -> str:
     shows each added or dropped reference on its own line.
     """
     return HEADER + "\n" + tomli_w.dumps(LOCKFILE.write(lock))
+
+
+def expected_sums(lock: Lockfile, lock_bytes: bytes) -> bytes:
+    """The SHA256SUMS patchkit generates: the lockfile itself and every file it pins."""
+    entries = {str(path): str(sha) for _, path, sha in lock.files()}
+    entries[LOCKFILE_NAME] = sha256_bytes(lock_bytes)
+    return sums.render(entries.items())

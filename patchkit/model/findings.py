@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from patchkit.errors import BadInput
-from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
+from patchkit.lockfile.model import Lockfile
 from patchkit.model.hub import Hub
 from patchkit.model.manifest import NO_MANIFEST_FIX, Locate, has_manifest, pinned_files
 from patchkit.repo import Repo
+from patchkit.values import LOCKFILE_NAME
 
 if TYPE_CHECKING:
     from patchkit.findings import Finding

@@ -13,10 +13,10 @@ from typing import Any
 
 from patchkit.errors import BadInput, ExternalFailure, Refused
 from patchkit.hashing import require_pin
-from patchkit.lockfile.model import HF_REPO, LOCKFILE_NAME, Model, ModelFile
+from patchkit.lockfile.model import HF_REPO, Model, ModelFile
 from patchkit.model.hub import RemoteFile
 from patchkit.repo import Escape, Repo
-from patchkit.values import Revision, Sha256, UpstreamPath
+from patchkit.values import LOCKFILE_NAME, Revision, Sha256, UpstreamPath
 
 # Past this many files the manifest goes to its own file: a model of 163
 # shards would otherwise add some 800 lines to the lockfile.

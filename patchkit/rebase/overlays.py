@@ -28,13 +28,13 @@ from patchkit import explain, resolutions
 from patchkit.cache import BlobStore
 from patchkit.context import Context
 from patchkit.diffs import canonical_diff
-from patchkit.edit import apply_diff_only, read_pinned, recover_base
 from patchkit.errors import BadInput, PatchkitError, PinMismatch
 from patchkit.fanout import map_items
 from patchkit.hashing import require_pin, sha256_bytes
 from patchkit.importing import handdiffs
 from patchkit.lockfile.model import Accepted, Base, DiffPin, Image, Lockfile, Patch, PatchKind, Upstream
 from patchkit.lockfile.writer import dumps
+from patchkit.materialize import apply_diff_only, read_pinned, recover_base
 from patchkit.outcome import Outcome as WriteOutcome
 from patchkit.persist import finish, sums_dropped
 from patchkit.rebase.merge import MergeResult, Outcome, conflict_markers_remain, rebase_files

@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from patchkit import __version__
-from patchkit.lockfile.model import LOCKFILE_NAME, Lockfile
+from patchkit.lockfile.model import Lockfile
 from patchkit.lockfile.reader import loads
 from patchkit.signing.signers import AllowedSigner, Match, find
 from patchkit.signing.sshsig import NAMESPACE, BadSignature, fingerprint
+from patchkit.values import LOCKFILE_NAME
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey

@@ -30,9 +30,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from patchkit import gitclient
-from patchkit.errors import BadInput, WriteFailed
+from patchkit.errors import BadInput, SourceError, WriteFailed
 from patchkit.progress import StartProgress, no_progress
-from patchkit.sources.interface import Pin, Snapshot, SourceError, UpstreamSource, check_path
+from patchkit.sources.interface import Pin, Snapshot, UpstreamSource, check_path
 
 _FULL_SHA = re.compile(r"[0-9a-fA-F]{40}")
 _SHORT_SHA = re.compile(r"[0-9a-fA-F]{4,39}")

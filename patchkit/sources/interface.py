@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from patchkit.errors import BadInput, ExternalFailure
+from patchkit.errors import BadInput
 from patchkit.values import UpstreamPath
 
 
@@ -24,10 +24,6 @@ def check_path(path: str) -> None:
         UpstreamPath(path)
     except ValueError as e:
         raise BadInput(str(e), "upstream paths are relative and '/'-separated, without '.', '..' or '//'") from e
-
-
-class SourceError(ExternalFailure):
-    """An upstream source could not be reached or read (network, git, pip)."""
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchkit.errors import BadInput, WriteFailed
+from patchkit.errors import BadInput, SourceError, WriteFailed
 from patchkit.hashing import sha256_file
-from patchkit.sources.interface import Pin, Snapshot, SourceError, UpstreamSource, check_path
+from patchkit.sources.interface import Pin, Snapshot, UpstreamSource, check_path
 from patchkit.values import Sha256
 
 _PROJECT = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")

@@ -157,7 +157,7 @@ def _undefined(
 
 def _bytes(repo: Repo, p: Patch, upstream_file: bytes | None, store: BlobStore) -> bytes | None:
     """The file that runs: committed, or a diff-only patch's diff on its base (cached, or the pinned upstream's)."""
-    from patchkit.edit import apply_diff_only, read_pinned, recover_base
+    from patchkit.materialize import apply_diff_only, read_pinned, recover_base
 
     if p.file is not None:
         return read_pinned(repo, str(p.file), p.name)

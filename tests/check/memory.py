@@ -15,8 +15,7 @@ from patchkit import diffs, sums
 from patchkit.check.state import Kind, PinnedFiles, State, TreeEntry, named_files
 from patchkit.lockfile.model import Lockfile
 from patchkit.lockfile.reader import loads
-from patchkit.lockfile.writer import dumps
-from patchkit.persist import expected_sums
+from patchkit.lockfile.writer import dumps, expected_sums
 from patchkit.values import UpstreamPath
 
 

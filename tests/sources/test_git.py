@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from conftest import git
 
-from patchkit.errors import EXIT_BAD_INPUT, EXIT_EXTERNAL, BadInput
+from patchkit.errors import EXIT_BAD_INPUT, EXIT_EXTERNAL, BadInput, SourceError
 from patchkit.sources.directory import DirSource
 from patchkit.sources.git import GitSnapshot, GitSource
-from patchkit.sources.interface import Pin, SourceError
+from patchkit.sources.interface import Pin
 
 WORKER = "".join(f"def step_{i}(x):\n    return x + {i}\n\n" for i in range(15)).encode()
 BINARY = bytes(range(256)) * 4 + b"\0\xff\xfe\x00"

@@ -24,7 +24,7 @@ import pytest
 from images import conftest as image_fixtures
 from images.conftest import CountingSession, ImageBuilder, RegistryServer, run
 
-from patchkit.errors import EXIT_BAD_INPUT, EXIT_EXTERNAL, BadInput
+from patchkit.errors import EXIT_BAD_INPUT, EXIT_EXTERNAL, BadInput, SourceError
 from patchkit.images.engine import DockerEngine
 from patchkit.images.errors import RegistryError
 from patchkit.images.oci import Resolved
@@ -38,7 +38,7 @@ from patchkit.sources.image import (
     parse_version_file,
     runtime_version,
 )
-from patchkit.sources.interface import Pin, SourceError
+from patchkit.sources.interface import Pin
 from patchkit.values import Digest
 from tests.dockerd import Dockerd
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from patchkit.errors import EXIT_BAD_INPUT, EXIT_EXTERNAL, BadInput
-from patchkit.sources.interface import Pin, SourceError
+from patchkit.errors import EXIT_BAD_INPUT, EXIT_EXTERNAL, BadInput, SourceError
+from patchkit.sources.interface import Pin
 from patchkit.sources.wheel import WheelSnapshot, WheelSource
 
 WHEEL_1 = "demo_pkg-1.0.0-py3-none-any.whl"
