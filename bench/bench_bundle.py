@@ -18,7 +18,7 @@ one run. This script:
   a. ``patchkit bundle -o OUT.tar.gz`` as a subprocess in the deployment;
   b. ``tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -cf -
      <the same top-level files> | gzip -n -9 > OUT2.tar.gz`` in bash;
-  c. ``patchkit.bundle.build_bundle`` in this process (reading the lockfile
+  c. ``patchkit.bundle.archive.build_bundle`` in this process (reading the lockfile
      included, writing the file not), which separates start-up from the work;
 
 * checks that patchkit's output is byte-identical across every run (and to
@@ -53,11 +53,11 @@ from typing import Any
 # bench/benchlib.py: bench/ is sys.path[0] when this runs as a script (isort files it as third-party)
 from benchlib import Cost, Meter, Out, Timing, fail, find_patchkit, run_checked, run_measured_ok
 
-from patchkit.bundle import build_bundle
+from patchkit.bundle.archive import build_bundle
+from patchkit.core.values import ContainerPath, RepoPath, Sha256
 from patchkit.lockfile.model import Lockfile, Patch, PatchKind
 from patchkit.lockfile.writer import dumps
-from patchkit.repo import Repo
-from patchkit.values import ContainerPath, RepoPath, Sha256
+from patchkit.store.repo import Repo
 
 PROG = "bench_bundle"  # prefixes its error messages
 BENCH_DIR = Path(__file__).resolve().parent

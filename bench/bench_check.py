@@ -58,10 +58,10 @@ def sha(data: bytes) -> str:
 def build(root: Path, n: int) -> None:
     """A deployment of ``n`` overlays with their diffs, canonical lockfile and SHA256SUMS."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from patchkit import diffs
+    from patchkit.core import diffs
+    from patchkit.core.values import UpstreamPath
     from patchkit.lockfile.reader import loads
     from patchkit.lockfile.writer import dumps, expected_sums
-    from patchkit.values import UpstreamPath
 
     if root.exists():
         shutil.rmtree(root)

@@ -41,8 +41,8 @@ def module(i: int) -> bytes:
 
 def build(root: Path, n: int) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from patchkit import diffs
-    from patchkit.hashing import sha256_bytes
+    from patchkit.core import diffs
+    from patchkit.core.hashing import sha256_bytes
 
     if root.exists():
         shutil.rmtree(root)

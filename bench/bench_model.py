@@ -21,7 +21,7 @@ verifier and reach 85% of OpenSSL's SHA-256 rate times the cores. One run:
   a+. ``patchkit model verify --quiet`` with the verification record filled;
   b. ``sha256sum -c --quiet`` over the shards' blobs;
   h. ``hf cache verify bench/synthetic --revision <commit> --cache-dir …``;
-  d. ``patchkit.hashing.digest_many`` in process (hashing alone);
+  d. ``patchkit.core.hashing.digest_many`` in process (hashing alone);
 
 * the ceiling (c) is ``openssl speed -evp sha256`` on one core times the usable cores.
 
@@ -65,10 +65,10 @@ from benchlib import (
     timed,
 )
 
-from patchkit.hashing import GIT_SHA1, SHA256, default_jobs, digest_many
+from patchkit.core.hashing import GIT_SHA1, SHA256, default_jobs, digest_many
+from patchkit.core.values import Revision, Sha256, UpstreamPath
 from patchkit.lockfile.model import Lockfile, Model, ModelFile
 from patchkit.lockfile.writer import dumps, expected_sums
-from patchkit.values import Revision, Sha256, UpstreamPath
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent

@@ -91,10 +91,10 @@ from typing import Any
 # bench/benchlib.py: bench/ is sys.path[0] when this runs as a script (isort files it as third-party)
 from benchlib import Cost, Meter, Out, Timing, fail, find_patchkit, run_checked, run_measured
 
-from patchkit.diffs import canonical_diff
+from patchkit.core.diffs import canonical_diff
+from patchkit.core.values import ContainerPath, RepoPath, Revision, Sha256, UpstreamPath
 from patchkit.lockfile.model import Base, DiffPin, GitUpstream, Lockfile, Patch, PatchKind
 from patchkit.lockfile.writer import dumps
-from patchkit.values import ContainerPath, RepoPath, Revision, Sha256, UpstreamPath
 
 PROG = "bench_rebase"  # prefixes its error messages
 BENCH_DIR = Path(__file__).resolve().parent
@@ -830,18 +830,18 @@ TIMED = (
     ("patchkit.rebase.overlays", "_theirs", 0, "wait for the new files (and follow renames)"),
     ("patchkit.rebase.overlays", "_sides", 0, "new files into the blob cache (sha256 each)"),
     ("patchkit.rebase.overlays", "_merges", 0, "merges: git's, then the analysis on every core"),
-    ("patchkit.gitmerge", "merge_many", 1, "git's merge of every file (scratch repository)"),
-    ("patchkit.gitmerge:_Batch", "load", 2, "objects written (SHA-1, zlib level 0)"),
-    ("patchkit.gitmerge:_Objects", "files", 2, "merged files read back (the rest: merge-tree)"),
+    ("patchkit.vcs.gitmerge", "merge_many", 1, "git's merge of every file (scratch repository)"),
+    ("patchkit.vcs.gitmerge:_Batch", "load", 2, "objects written (SHA-1, zlib level 0)"),
+    ("patchkit.vcs.gitmerge:_Objects", "files", 2, "merged files read back (the rest: merge-tree)"),
     ("patchkit.rebase.overlays", "mark_broken", 0, "semantic checks: parse, pyflakes, imports (trust.semantic)"),
     ("patchkit.rebase.overlays", "interdiffs", 0, "interdiffs (committed diff against the new one)"),
     ("patchkit.rebase.overlays", "prepare", 0, "prepare: new pins and diffs"),
     ("patchkit.rebase.overlays", "_diffs", 1, "diffs: canonical_diff on every core"),
     ("patchkit.rebase.overlays", "sums_dropped", 0, "SHA256SUMS entries dropped (read the old one)"),
     ("patchkit.rebase.overlays", "finish", 0, "persist.finish: render and write"),
-    ("patchkit.persist", "dumps", 1, "render lockfile.toml"),
+    ("patchkit.store.persist", "dumps", 1, "render lockfile.toml"),
     ("patchkit.lockfile.writer", "expected_sums", 1, "render SHA256SUMS"),
-    ("patchkit.persist", "write_all", 1, "write_all: journal, in-place writes, renames, sync"),
+    ("patchkit.store.persist", "write_all", 1, "write_all: journal, in-place writes, renames, sync"),
 )
 
 
@@ -882,10 +882,10 @@ def breakdown(layout: Layout, tree: Tree) -> Breakdown:
     """
     import resource
 
-    from patchkit.cache import BlobStore
     from patchkit.rebase import overlays as rb
-    from patchkit.repo import Repo
     from patchkit.sources import git as git_source  # imported here so that no stage pays for gitpython
+    from patchkit.store.cache import BlobStore
+    from patchkit.store.repo import Repo
 
     del git_source
     t = Stages()

@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import Cost, Meter, Timing, fail, find_patchkit, run_measured, run_measured_ok
 
-from patchkit.hashing import sha256_bytes
+from patchkit.core.hashing import sha256_bytes
 
 PROG = "bench_series"
 ENV = {

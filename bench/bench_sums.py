@@ -23,7 +23,7 @@ both claims, side by side with the obvious alternative, in one run:
      opens and reads every file from the page cache as any hasher must, so
      it shows what end to end costs over ``openssl speed`` (c), which
      hashes one buffer already in the CPU's cache;
-  d. ``patchkit.hashing.sha256_many`` in this process, on all cores and on
+  d. ``patchkit.core.hashing.sha256_many`` in this process, on all cores and on
      one thread, which separates CLI start-up and lockfile parsing from the
      hashing itself, and threading from per-core hashing speed.
 
@@ -86,10 +86,10 @@ from benchlib import (
     run_measured_ok,
 )
 
-from patchkit.hashing import sha256_many
+from patchkit.core.hashing import sha256_many
+from patchkit.core.values import RepoPath, Sha256
 from patchkit.lockfile.model import Artifact, Lockfile
 from patchkit.lockfile.writer import dumps
-from patchkit.values import RepoPath, Sha256
 
 PROG = "bench_sums"  # prefixes its error messages
 BENCH_DIR = Path(__file__).resolve().parent

@@ -71,7 +71,7 @@ def pytest_configure(config: pytest.Config) -> None:
     and pip read) point into it before any fixture or test runs; each test
     still gets its own empty patchkit cache (``_isolated_cache``).
     """
-    from patchkit.cache import cache_dir
+    from patchkit.store.cache import cache_dir
 
     user = cache_dir(os.environ)
     session = Path(tempfile.mkdtemp(prefix="patchkit-tests-cache-"))

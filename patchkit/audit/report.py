@@ -18,14 +18,15 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from patchkit import diffs, refs
-from patchkit.cache import BlobStore
 from patchkit.check.run import check
+from patchkit.core import diffs
+from patchkit.core.findings import CheckResult, Finding
 from patchkit.errors import Refused
-from patchkit.findings import CheckResult, Finding
 from patchkit.importing import handdiffs
 from patchkit.lockfile.model import GitUpstream, Lockfile, Patch, PatchKind, Upstream, WheelUpstream
-from patchkit.repo import Escape, Repo
+from patchkit.store.cache import BlobStore
+from patchkit.store.repo import Escape, Repo
+from patchkit.tracking import refs
 
 #: Markdown diffs longer than this are cut (a pull request description holds 65536 characters).
 MARKDOWN_DIFF_LINES = 200
@@ -233,7 +234,7 @@ def _with_reviews(
     repo: Repo, lock: Lockfile, sections: tuple[PatchSection, ...], now: dt.datetime
 ) -> tuple[PatchSection, ...]:
     """Each section with its recorded reviews, when the repository keeps audits.toml."""
-    from patchkit.audit import certify
+    from patchkit.signing import certify
 
     audits = certify.load(repo)
     if audits is None:
@@ -251,7 +252,7 @@ def _with_reviews(
 
 def _require_revision(repo: Repo, rev: str) -> None:
     """Refuse ``--since REV`` when REV names no commit of the repository: every patch would read as new."""
-    from patchkit import gitclient
+    from patchkit.vcs import gitclient
 
     if gitclient.commit_of(repo.root, rev) is None:
         raise Refused(

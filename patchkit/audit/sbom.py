@@ -50,7 +50,6 @@ import uuid
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from patchkit.images.ref import ImageRef
 from patchkit.lockfile.model import (
     Artifact,
     Base,
@@ -64,8 +63,9 @@ from patchkit.lockfile.model import (
     Upstream,
     WheelUpstream,
 )
-from patchkit.repo import Repo
-from patchkit.series.model import Series
+from patchkit.lockfile.series import Series
+from patchkit.oci.ref import ImageRef
+from patchkit.store.repo import Repo
 
 if TYPE_CHECKING:
     from cyclonedx.model import HashType
@@ -135,7 +135,7 @@ def _add_reviews(repo: Repo, lock: Lockfile, by_ref: dict[str, Component], now: 
     """
     from cyclonedx.model import Property
 
-    from patchkit.audit import certify
+    from patchkit.signing import certify
 
     audits = certify.load(repo)
     if audits is None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 
 from patchkit.check.state import State
-from patchkit.findings import Finding
+from patchkit.core.findings import Finding
 from patchkit.trust import pycheck
 
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from patchkit.check.state import RepoView, State
+from patchkit.core.findings import Finding
 from patchkit.errors import BadInput
-from patchkit.findings import Finding
 from patchkit.lockfile.model import PatchKind
 
 if TYPE_CHECKING:

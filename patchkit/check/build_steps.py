@@ -25,7 +25,7 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
 from patchkit.check.state import RepoView, State
-from patchkit.findings import Finding
+from patchkit.core.findings import Finding
 from patchkit.lockfile.model import Lockfile, PatchKind
 
 if TYPE_CHECKING:

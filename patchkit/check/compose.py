@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from patchkit.check.state import DEPLOY_CONFIG, State
+from patchkit.core.findings import Finding
 from patchkit.errors import BadInput
-from patchkit.findings import Finding
 from patchkit.lockfile.model import GENERATED
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def derived_stale(state: State) -> list[Finding]:
     """Each derived image must be built on the base digest the lockfile pins now (offline)."""
     if not state.lock.derived:
         return []
-    from patchkit.images.verify import stale_findings
+    from patchkit.ship.verify import stale_findings
 
     return stale_findings(state.lock, state.index.line_of)
 

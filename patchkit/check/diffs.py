@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import functools
 
-from patchkit import diffs
 from patchkit.check.state import State
-from patchkit.fanout import map_items
-from patchkit.findings import Finding
-from patchkit.hashing import sha256_bytes
+from patchkit.core import diffs
+from patchkit.core.fanout import map_items
+from patchkit.core.findings import Finding
+from patchkit.core.hashing import sha256_bytes
 from patchkit.lockfile.model import Base, Patch, PatchKind
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from patchkit.check.compose import _config
 from patchkit.check.state import State
+from patchkit.core.findings import Finding
 from patchkit.errors import BadInput
-from patchkit.findings import Finding
 
 
 def shipped_guard() -> bytes:
@@ -66,7 +66,7 @@ def guard_runtime(state: State) -> list[Finding]:
         config = _config(state)
     except BadInput:
         return []  # compose.emitted reports deploy.toml
-    from patchkit.guard.manifest import runtime_unchecked
+    from patchkit.emit.manifest import runtime_unchecked
 
     unchecked = runtime_unchecked(state.lock, config)
     if unchecked is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from patchkit.check.state import State
-from patchkit.findings import Finding
+from patchkit.core.findings import Finding
 from patchkit.lockfile.model import Patch, PatchKind
 
 if TYPE_CHECKING:

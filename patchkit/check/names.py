@@ -10,10 +10,10 @@ stays fast. See ``patchkit.trust.names``.
 
 from __future__ import annotations
 
-from patchkit import diffs
 from patchkit.check.state import State
-from patchkit.findings import Finding
-from patchkit.hashing import sha256_bytes
+from patchkit.core import diffs
+from patchkit.core.findings import Finding
+from patchkit.core.hashing import sha256_bytes
 from patchkit.lockfile.model import Patch, PatchKind
 from patchkit.trust.names import may_leave_undefined, new_undefined
 from patchkit.trust.pycheck import is_python

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from patchkit.check.state import State, field_name
-from patchkit.findings import Finding
+from patchkit.core.findings import Finding
+from patchkit.core.values import LOCKFILE_NAME
 from patchkit.lockfile.tomlpos import FieldPath
-from patchkit.values import LOCKFILE_NAME
 
 
 def pinned_files(state: State) -> list[Finding]:

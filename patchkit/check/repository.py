@@ -5,8 +5,8 @@ from __future__ import annotations
 import stat
 
 from patchkit.check.state import JOURNAL, REBASE_STATE, State
-from patchkit.findings import Finding
-from patchkit.values import LOCKFILE_NAME
+from patchkit.core.findings import Finding
+from patchkit.core.values import LOCKFILE_NAME
 
 
 def pending(state: State) -> list[Finding]:

@@ -27,13 +27,13 @@ from patchkit.check.accepted import accepted_broken
 from patchkit.check.build_steps import build_steps
 from patchkit.check.state import RepoView, State, gather, hash_pinned
 from patchkit.check.upstream_pins import upstream_pins
-from patchkit.findings import CheckResult, Finding
+from patchkit.core.findings import CheckResult, Finding
 from patchkit.lockfile.reader import collection_paused
 
 if TYPE_CHECKING:
-    from patchkit.cache import BlobStore
     from patchkit.lockfile.model import Lockfile
-    from patchkit.repo import Repo
+    from patchkit.store.cache import BlobStore
+    from patchkit.store.repo import Repo
 
 Rule = Callable[[State], list[Finding]]
 VerifyingRule = Callable[[State], tuple[list[Finding], int]]
@@ -103,7 +103,7 @@ def check(repo: Repo, lock: Lockfile, lock_bytes: bytes, store: BlobStore | None
     if os.path.lexists(repo.root / "audits.toml"):
         import datetime as dt
 
-        from patchkit.audit.certify import findings as audit_findings
+        from patchkit.signing.certify import findings as audit_findings
 
         result.findings.extend(audit_findings(repo, lock, dt.datetime.now(dt.UTC)))
     return result

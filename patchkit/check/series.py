@@ -19,10 +19,10 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
 from patchkit.check.state import SERIES_REBASE_STATE, State
-from patchkit.findings import Finding
+from patchkit.core.findings import Finding
+from patchkit.core.values import LOCKFILE_NAME
 from patchkit.lockfile.model import Lockfile
-from patchkit.series.model import Series, parse_series_file
-from patchkit.values import LOCKFILE_NAME
+from patchkit.lockfile.series import Series, parse_series_file
 
 if TYPE_CHECKING:  # parsing and applying are imported by a lockfile with series only
     from patchkit.series.apply import Item, Reader
@@ -62,7 +62,7 @@ def own_locks(state: State) -> list[Finding]:
     """
     import json
 
-    from patchkit.hashing import sha256_bytes
+    from patchkit.core.hashing import sha256_bytes
     from patchkit.importing.queue import patch_pins
 
     files = {str(p.file): str(p.file) for s in state.lock.series for p in s.patches}

@@ -21,14 +21,16 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 
+from patchkit.core.findings import Finding
+from patchkit.core.hashing import sha256_many
+from patchkit.core.values import LOCKFILE_NAME, RepoPath
 from patchkit.errors import BadInput, Refused
-from patchkit.findings import Finding
-from patchkit.hashing import sha256_many
 from patchkit.lockfile.model import Lockfile
+from patchkit.lockfile.series import Series, series_pins
 from patchkit.lockfile.tomlpos import FieldPath, LineIndex
 from patchkit.rebase.state import OVERLAYS, SERIES
-from patchkit.repo import JOURNAL as REPO_JOURNAL
-from patchkit.repo import (
+from patchkit.store.repo import JOURNAL as REPO_JOURNAL
+from patchkit.store.repo import (
     MANAGED_DIRS,
     TMP_PREFIX,
     Dirs,
@@ -39,13 +41,11 @@ from patchkit.repo import (
     pending_journal,
     staging_pid,
 )
-from patchkit.series.model import Series, series_pins
-from patchkit.values import LOCKFILE_NAME, RepoPath
 
 if TYPE_CHECKING:
-    from patchkit.cache import BlobStore
     from patchkit.importing import pins, shell
     from patchkit.series.apply import Reader
+    from patchkit.store.cache import BlobStore
 
 REBASE_STATE = OVERLAYS.state_file
 JOURNAL = REPO_JOURNAL  # where an interrupted write of several files is recorded
@@ -418,7 +418,7 @@ def _entry(root: str, e: os.DirEntry[str], rel: str) -> TreeEntry:
 
 
 def _sums_bytes(repo: Repo) -> bytes | str | None:
-    from patchkit import sums
+    from patchkit.core import sums
 
     try:
         return repo.read(sums.FILENAME)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from patchkit import sums
 from patchkit.check.state import State
-from patchkit.findings import Finding
+from patchkit.core import sums
+from patchkit.core.findings import Finding
+from patchkit.core.values import LOCKFILE_NAME
 from patchkit.lockfile.model import Lockfile
-from patchkit.values import LOCKFILE_NAME
 
 
 def sums_file(state: State) -> list[Finding]:

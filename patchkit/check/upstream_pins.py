@@ -28,7 +28,7 @@ import re
 from typing import TYPE_CHECKING
 
 from patchkit.check.build_steps import imported
-from patchkit.findings import Finding
+from patchkit.core.findings import Finding
 
 if TYPE_CHECKING:
     from patchkit.check.state import ImagePin, State

@@ -13,11 +13,11 @@ written before the field existed gets one note per base (``base-unrecorded``).
 from __future__ import annotations
 
 from patchkit.check.state import State
-from patchkit.findings import Finding
+from patchkit.core.findings import Finding
+from patchkit.core.values import Digest
 from patchkit.lockfile.model import Lockfile, PatchKind
+from patchkit.lockfile.verification import series_pin
 from patchkit.lockfile.verified import Verified
-from patchkit.values import Digest
-from patchkit.verification import series_pin
 
 FieldPath = tuple[str | int, ...]
 

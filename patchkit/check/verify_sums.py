@@ -12,13 +12,13 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from patchkit import sums
+from patchkit.core import sums
+from patchkit.core.hashing import Hasher
 from patchkit.errors import BadInput
-from patchkit.hashing import Hasher
-from patchkit.repo import Escape, Repo
+from patchkit.store.repo import Escape, Repo
 
 if TYPE_CHECKING:
-    from patchkit.findings import CheckResult, Finding
+    from patchkit.core.findings import CheckResult, Finding
 
 
 def check_sums(repo: Repo) -> CheckResult:
@@ -37,7 +37,7 @@ def check_sums(repo: Repo) -> CheckResult:
     entries, _ = sums.parse(data or b"")
     with Hasher[str](opener=repo.dirs.open_regular) as hasher, _handing_over_often():
         paths, unsafe = _listed_files(repo, entries, hasher)
-        from patchkit.findings import CheckResult
+        from patchkit.core.findings import CheckResult
 
         generated = _against_lockfile(repo, data)
     hashes = hasher.results
@@ -100,7 +100,7 @@ def _listing_findings(
     hashes: dict[str, str | OSError],
 ) -> list[Finding]:
     """What ``sha256sum -c --strict`` would fail on: files missing, unsafe, unreadable or not matching."""
-    from patchkit.findings import Finding
+    from patchkit.core.findings import Finding
 
     findings = []
     for entry, why in unsafe:

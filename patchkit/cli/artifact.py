@@ -21,8 +21,8 @@ def push(bundle: Path, ref: str, insecure: tuple[str, ...], fmt: str) -> None:
     the referrers API or, where the registry lacks it, the referrers tag.
     Prints REPO@DIGEST: what `patchkit pull` takes.
     """
-    from patchkit.images.artifact import push as run
-    from patchkit.images.ref import ImageRef
+    from patchkit.oci.ref import ImageRef
+    from patchkit.ship.artifact import push as run
 
     target = ImageRef.parse(ref)
     if target.digest is not None:
@@ -49,8 +49,8 @@ def pull(ref: str, out: Path, allowed_signers: Path, identity: str | None, insec
     names the bundle, the signature is by an allowed signer, and the bundle
     and its attestation verify (as `patchkit verify` checks them).
     """
-    from patchkit.images.artifact import pull as run
-    from patchkit.images.ref import ImageRef
+    from patchkit.oci.ref import ImageRef
+    from patchkit.ship.artifact import pull as run
 
     with registry_client(insecure) as client:
         pulled = run(client, ImageRef.parse(ref), out, allowed_signers, identity)

@@ -43,7 +43,7 @@ def refs_command(ctx: click.Context, refresh: bool, fmt: str) -> None:
     3 if GitHub cannot be reached or its rate limit is used up (what was
     learned before is still recorded).
     """
-    from patchkit import refs
+    from patchkit.tracking import refs
 
     now = dt.datetime.now(dt.UTC)
     repo, lock, _ = open_repo(ctx, writes=refresh)
@@ -101,7 +101,7 @@ def audit(ctx: click.Context, output: Path | None, fmt: str | None, since: str |
         return
     from patchkit.audit.report import build
     from patchkit.formats.audit import AUDIT
-    from patchkit.repo import atomic_write, output_target
+    from patchkit.store.repo import atomic_write, output_target
 
     if fmt is None:
         suffix = output.suffix.lower() if output else ""
@@ -157,8 +157,8 @@ def audit_certify(
     change since the last audit for the same criteria: run `patchkit audit
     status` to see it first.
     """
-    from patchkit.audit import certify as audits
-    from patchkit.repo import write_all
+    from patchkit.signing import certify as audits
+    from patchkit.store.repo import write_all
 
     repo, lock, _ = open_repo(ctx, writes=True)
     key = load_key(key_path)
@@ -182,7 +182,7 @@ def audit_status(ctx: click.Context, fmt: str) -> None:
     verify), so CI can require reviews; a patch needing a delta audit is shown
     with the change since its last audit.
     """
-    from patchkit.audit import certify as audits
+    from patchkit.signing import certify as audits
 
     repo, lock, _ = open_repo(ctx)
     table = audits.load(repo)
@@ -217,8 +217,8 @@ def audit_import(
     verifies with this repository's allowed signers for a principal --trust
     names. Run it again to take a newer revision.
     """
-    from patchkit.audit import certify as audits
-    from patchkit.repo import write_all
+    from patchkit.signing import certify as audits
+    from patchkit.store.repo import write_all
 
     repo, _, _ = open_repo(ctx, writes=True)
     imp, files = audits.import_audits(repo, name, source, rev, path, trust, run_context())
@@ -241,7 +241,7 @@ def audit_statement(ctx: click.Context, index: int, signature: bool) -> None:
     ssh-keygen -Y verify -f allowed_signers -I WHO -n patchkit-audit \\
         -s a0.sig < a0.statement
     """
-    from patchkit.audit import certify as audits
+    from patchkit.signing import certify as audits
 
     repo, _, _ = open_repo(ctx)
     table = audits.load(repo)
@@ -273,9 +273,9 @@ def sbom(ctx: click.Context, output: Path | None) -> None:
     patchkit sbom -o sbom.cdx.json     # for Dependency-Track, cyclonedx-cli
     """
     from patchkit.audit import sbom as cdx
-    from patchkit.bundle import parse_epoch
+    from patchkit.bundle.archive import parse_epoch
     from patchkit.cli.common import source_date_epoch
-    from patchkit.repo import atomic_write, output_target
+    from patchkit.store.repo import atomic_write, output_target
 
     epoch = parse_epoch(source_date_epoch())
     now = dt.datetime.fromtimestamp(epoch, dt.UTC) if epoch is not None else dt.datetime.now(dt.UTC)

@@ -20,15 +20,15 @@ import click
 from patchkit.errors import LockfileError, PatchkitError
 
 if TYPE_CHECKING:  # for the annotations only: each command imports what it runs when it runs
-    from patchkit.cache import BlobStore
-    from patchkit.context import Context
-    from patchkit.github import GitHubTracker
+    from patchkit.core.outcome import Outcome
     from patchkit.images.engine import DockerEngine
     from patchkit.images.registry import RegistryClient
     from patchkit.lockfile.model import Lockfile
-    from patchkit.model.hub import HfHub
-    from patchkit.outcome import Outcome
-    from patchkit.repo import Repo
+    from patchkit.net.github import GitHubTracker
+    from patchkit.net.hub import HfHub
+    from patchkit.sources.context import Context
+    from patchkit.store.cache import BlobStore
+    from patchkit.store.repo import Repo
 
 EXIT_INTERNAL = 4
 
@@ -87,7 +87,7 @@ def _verbose(ctx: click.Context) -> bool:
 
 def _report_error(e: PatchkitError) -> None:
     """One line per problem (and its fix); names in messages cannot forge lines or reach the terminal raw."""
-    from patchkit.formats.safe import printable
+    from patchkit.core.safe import printable
 
     if isinstance(e, LockfileError):
         for p in e.problems:
@@ -185,7 +185,7 @@ class RootGroup(ErrorGroup):
 
 def find_repo(ctx: click.Context) -> Repo:
     """The deployment repository: --repo, or the nearest one upward from here."""
-    from patchkit.repo import Repo, find_root
+    from patchkit.store.repo import Repo, find_root
 
     given = (ctx.find_root().obj or {}).get("repo_dir")
     return Repo(find_root(Path.cwd()) if given is None else _given_root(Path(given)))
@@ -193,8 +193,8 @@ def find_repo(ctx: click.Context) -> Repo:
 
 def _given_root(given: Path) -> Path:
     """``-C DIR``: that very directory (no search upward, the user named it), which must hold the lockfile."""
+    from patchkit.core.values import LOCKFILE_NAME
     from patchkit.errors import BadInput
-    from patchkit.values import LOCKFILE_NAME
 
     if given.exists() and not given.is_dir():
         raise BadInput(f"-C {given}: not a directory", "name the deployment's directory, the one with lockfile.toml")
@@ -215,7 +215,7 @@ def open_repo(ctx: click.Context, *, writes: bool = False, locks: bool = False) 
     if writes or locks:
         hold_lock(ctx, repo.root)
     if writes:
-        from patchkit.repo import recover
+        from patchkit.store.repo import recover
 
         how = recover(repo.root)
         if how is not None:
@@ -227,7 +227,7 @@ def open_repo(ctx: click.Context, *, writes: bool = False, locks: bool = False) 
 
 def hold_lock(ctx: click.Context, root: Path) -> None:
     """Hold the repository's exclusive write lock until the command ends (once per process)."""
-    from patchkit.repo import lock_repository
+    from patchkit.store.repo import lock_repository
 
     top = ctx.find_root()
     if top.obj.get("lock") is not None:
@@ -254,9 +254,9 @@ def run_context(insecure: Iterable[str] = ()) -> Context:
 
 def build_context(options: Mapping[str, Any], environ: Mapping[str, str]) -> Context:
     """The ``Context`` of a run: the global options given (``options``) over the environment, which only this reads."""
-    from patchkit.cache import cache_dir
     from patchkit.cli.progress import bars, shown
-    from patchkit.context import Context
+    from patchkit.sources.context import Context
+    from patchkit.store.cache import cache_dir
 
     quiet = bool(options.get("quiet"))
     progress = bars(quiet)
@@ -300,21 +300,21 @@ def registry_client(insecure: Iterable[str] = ()) -> RegistryClient:
 
 def github_tracker() -> GitHubTracker:
     """The GitHub adapter a command hands the core: ``GITHUB_API_URL`` (default api.github.com), ``GITHUB_TOKEN``."""
-    from patchkit.github import DEFAULT_API_URL, GitHubTracker
+    from patchkit.net.github import DEFAULT_API_URL, GitHubTracker
 
     return GitHubTracker(os.environ.get("GITHUB_API_URL") or DEFAULT_API_URL, os.environ.get("GITHUB_TOKEN") or None)
 
 
 def hf_hub() -> HfHub:
     """The Hugging Face Hub as huggingface_hub configures itself: HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE."""
-    from patchkit.model.hub import HfHub
+    from patchkit.net.hub import HfHub
 
     return HfHub.from_environment(os.environ)
 
 
 def hf_cache(given: Path | None) -> Path:
     """--hf-cache, else the Hugging Face cache the environment names (HF_HUB_CACHE, else $HF_HOME/hub)."""
-    from patchkit.model.hub import default_cache_dir
+    from patchkit.net.hub import default_cache_dir
 
     return given or default_cache_dir(os.environ)
 
@@ -326,8 +326,8 @@ def source_date_epoch() -> str | None:
 
 def print_changes(outcome: Outcome, fmt: str, nothing: str) -> None:
     """What a write changed, on stdout (its notes on stderr)."""
+    from patchkit.core.safe import printable
     from patchkit.formats import changes
-    from patchkit.formats.safe import printable
 
     for note in outcome.notes:
         click.echo(f"note: {printable(note)}", err=True)

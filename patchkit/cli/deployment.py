@@ -24,11 +24,11 @@ from patchkit.cli.common import (
 from patchkit.errors import EXIT_BAD_INPUT, EXIT_EXTERNAL, EXIT_FINDINGS, EXIT_OK, PatchkitError
 
 if TYPE_CHECKING:
-    from patchkit.github import IssueTracker
     from patchkit.images.registry import RegistryClient
     from patchkit.lockfile.model import Lockfile
-    from patchkit.model.hub import Hub
-    from patchkit.repo import Repo
+    from patchkit.net.github import IssueTracker
+    from patchkit.net.hub import Hub
+    from patchkit.store.repo import Repo
 
 
 @click.command(cls=Command)
@@ -41,7 +41,7 @@ def init(directory: Path, name: str | None) -> None:
     exists; docs/deploy.md) and creates patches/, upstream/ and tuning/.
     Refuses to overwrite an existing lockfile.
     """
-    from patchkit.edit import init as do_init
+    from patchkit.edit.changes import init as do_init
 
     outcome = do_init(directory, name)
     for rel in outcome.written:
@@ -94,7 +94,7 @@ def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, deep: b
     """
     from patchkit.check.run import check as run_check
     from patchkit.formats.findings import render
-    from patchkit.repo import pending_journal
+    from patchkit.store.repo import pending_journal
 
     # While a write is journaled, its writer may still be renaming files in:
     # wait for it, so check sees one state, never a mix of two.
@@ -102,7 +102,7 @@ def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, deep: b
         repo, lock, data = open_repo(ctx, locks=pending_journal(find_repo(ctx).root))
     except PatchkitError as e:
         if fmt != "text":  # a machine reading stdout gets its document all the same; the exit code stands
-            from patchkit.findings import unloadable
+            from patchkit.core.findings import unloadable
 
             click.echo(render(unloadable(e), fmt), nl=False)
         raise
@@ -113,7 +113,7 @@ def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, deep: b
         raise BadInput("--image-bases needs --online (it reads files from the registries)")
     if online:
         from patchkit.lockfile.tomlpos import LineIndex
-        from patchkit.online import online_findings
+        from patchkit.tracking.online import online_findings
 
         index = LineIndex(data.decode("utf-8"))
         result.findings.extend(
@@ -129,7 +129,7 @@ def check(ctx: click.Context, fmt: str, online: bool, image_bases: bool, deep: b
             )
         )
     if deep:
-        from patchkit.trust.deep import findings as deep_findings
+        from patchkit.check.deep import findings as deep_findings
 
         # The offline check already notes the undefined names it could compare: each is said once.
         result.findings.extend(
@@ -159,7 +159,7 @@ def sums(ctx: click.Context, verify: bool, fmt: str) -> None:
 
         click.echo(render(result, fmt, what="sums --check"), nl=False)
         ctx.exit(EXIT_OK if result.ok else EXIT_FINDINGS)
-    from patchkit import edit
+    from patchkit.edit import changes as edit
 
     repo, lock, data = open_repo(ctx, writes=True)
     outcome = edit.write_sums(repo, lock, data)
@@ -184,7 +184,7 @@ def lock(ctx: click.Context, fmt: str, record_verified: bool) -> None:
     --record-verified fills in 'verified' for a lockfile written before it
     existed; a base that records one keeps it (only a rebase moves it).
     """
-    from patchkit.edit import relock
+    from patchkit.edit.changes import relock
 
     repo, lockf, _ = open_repo(ctx, writes=True)
     outcome = relock(repo, lockf, blob_store(), record=record_verified)
@@ -222,8 +222,8 @@ def add(ctx: click.Context, /, path: Path, fmt: str, **options: Any) -> None:
     tuning table). An overlay's diff against --base is written to
     upstream/NAME.diff. Updates lockfile.toml and SHA256SUMS.
     """
-    from patchkit.edit import AddRequest
-    from patchkit.edit import add as do_add
+    from patchkit.edit.changes import AddRequest
+    from patchkit.edit.changes import add as do_add
 
     repo, lockf, _ = open_repo(ctx, writes=True)
     options["refs"] = tuple(options["refs"])
@@ -238,7 +238,7 @@ def add(ctx: click.Context, /, path: Path, fmt: str, **options: Any) -> None:
 @click.pass_context
 def remove(ctx: click.Context, name: str, keep_files: bool, fmt: str) -> None:
     """Unpin NAME and delete the files only it named (the patch and its diff)."""
-    from patchkit.edit import remove as do_remove
+    from patchkit.edit.changes import remove as do_remove
 
     repo, lockf, _ = open_repo(ctx, writes=True)
     outcome = do_remove(repo, lockf, name, keep_files)
@@ -257,7 +257,7 @@ def diff(ctx: click.Context, names: tuple[str, ...], show_stat: bool, write: boo
     Headers are a/<upstream path> and b/<upstream path>, with no timestamps:
     the same input gives the same bytes every run.
     """
-    from patchkit.edit import regenerate_diffs, write_diffs
+    from patchkit.edit.changes import regenerate_diffs, write_diffs
 
     repo, lockf, _ = open_repo(ctx, writes=write)
     result = regenerate_diffs(repo, lockf, names, blob_store())
@@ -277,7 +277,7 @@ def status(ctx: click.Context, fmt: str) -> None:
     """Where the repository stands: a rebase in progress and its files, or an interrupted write."""
     from patchkit.rebase import overlays as rb
     from patchkit.rebase.series import status as series_status
-    from patchkit.repo import recover
+    from patchkit.store.repo import recover
 
     repo = find_repo(ctx)
     hold_lock(ctx, repo.root)
@@ -368,8 +368,8 @@ def _build_adds(repo: Repo, lock: Lockfile) -> dict[str, str]:
     if not lock.derived:
         return {}
     from patchkit.emit.config import CONFIG_NAME, loads_config
-    from patchkit.images.verify import build_adds
-    from patchkit.repo import Escape
+    from patchkit.ship.verify import build_adds
+    from patchkit.store.repo import Escape
 
     try:
         config = loads_config(repo.read(CONFIG_NAME).decode("utf-8"), CONFIG_NAME)

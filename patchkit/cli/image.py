@@ -65,7 +65,7 @@ def image_resolve(ref: str, platform: str, insecure: tuple[str, ...], fmt: str) 
     what compose pins. The platform digest is the manifest chosen for
     --platform: what the files are read from.
     """
-    from patchkit.images.operations import resolve
+    from patchkit.ship.operations import resolve
 
     with registry_client(insecure) as client:
         found = resolve(client, ref, platform)
@@ -83,7 +83,7 @@ def image_resolve(ref: str, platform: str, insecure: tuple[str, ...], fmt: str) 
 @click.pass_context
 def image_pin(ctx: click.Context, name: str, ref: str, platform: str, insecure: tuple[str, ...], fmt: str) -> None:
     """Resolve REF and pin it as images.NAME: digest, tag, time, and the platform digest."""
-    from patchkit.images.operations import pin
+    from patchkit.ship.operations import pin
 
     repo, lockf, _ = open_repo(ctx, writes=True)
     with registry_client(insecure) as client:
@@ -103,7 +103,7 @@ def image_cat(
 ) -> None:
     """Print the file PATH of IMAGE (a reference, or the name of a pinned image)."""
     from patchkit.errors import BadInput
-    from patchkit.images.operations import image_reference, read
+    from patchkit.ship.operations import image_reference, read
 
     text = pinned_or_given(ctx, image_ref, image_reference)
     data = read(functools.partial(READERS[via], insecure), text, [path], platform=platform).get(path)
@@ -131,7 +131,7 @@ def image_files(
     insecure: tuple[str, ...],
 ) -> None:
     """Copy PATHs out of IMAGE into --out, each at its container path; exit 1 if any is missing."""
-    from patchkit.images.operations import image_reference, read, write_files
+    from patchkit.ship.operations import image_reference, read, write_files
 
     text = pinned_or_given(ctx, image_ref, image_reference)
     found = read(functools.partial(READERS[via], insecure), text, list(paths), platform=platform)
@@ -161,7 +161,7 @@ def image_build(
     already there), only the new layer, configs and manifests are uploaded.
     The digests are pinned as derived.PROFILE in the lockfile.
     """
-    from patchkit.images.build import build_image
+    from patchkit.ship.build import build_image
 
     repo, lockf, _ = open_repo(ctx, writes=True)
     with registry_client(insecure) as client:

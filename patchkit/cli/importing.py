@@ -67,7 +67,7 @@ def import_(
     if normalize and not dry_run:
         from patchkit.importing.normalize import normalize as run
         from patchkit.importing.normalize import source_fetch
-        from patchkit.repo import Repo
+        from patchkit.store.repo import Repo
 
         repo = Repo(root)
         lock, _ = repo.read_lockfile()

@@ -1,7 +1,7 @@
 """``patchkit model``: pin a Hugging Face model revision, fetch it, verify the local cache.
 
 Commands parse arguments, call one function of patchkit.model and render
-its result; the Hub is reached through patchkit.model.hub.
+its result; the Hub is reached through patchkit.net.hub.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from patchkit.cli.common import hf_cache as cache_of
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK, BadInput, Refused
 
 if TYPE_CHECKING:
+    from patchkit.core.progress import Task
     from patchkit.lockfile.model import Lockfile, Model
     from patchkit.model.verify import VerifyResult
-    from patchkit.progress import Task
-    from patchkit.repo import Repo
+    from patchkit.store.repo import Repo
 
 HF_CACHE = click.option(
     "--hf-cache",
@@ -132,10 +132,10 @@ def _pinned(lockf: Lockfile) -> Model:
 
 
 def _verify(repo: Repo, lockf: Lockfile, hf_cache: Path | None, jobs: int | None, full: bool) -> VerifyResult:
-    from patchkit.model.hub import repo_folder
     from patchkit.model.manifest import pinned_files
     from patchkit.model.record import VerifyRecord
     from patchkit.model.verify import verify_cache
+    from patchkit.net.hub import repo_folder
 
     pinned = _pinned(lockf)
     files = pinned_files(repo, pinned)
@@ -218,8 +218,8 @@ def model_sign(
     """
 
     from patchkit.model import signature as oms
-    from patchkit.repo import atomic_write, output_target
     from patchkit.signing.keys import PASSPHRASE_ENV
+    from patchkit.store.repo import atomic_write, output_target
 
     repo, lockf, _ = open_repo(ctx)
     target = output_target(output if output is not None else repo.root / "model.sig", repo, lockf)
@@ -260,8 +260,8 @@ def model_verify_signature(
       --chain (certificate method).
     """
     from patchkit.model import signature as oms
-    from patchkit.model.hub import repo_folder
     from patchkit.model.manifest import pinned_files
+    from patchkit.net.hub import repo_folder
 
     if (public_key is None) == (not chain):
         raise BadInput("give --public-key PEM (key method) or --chain PEM (certificate method), one of the two")

@@ -14,8 +14,8 @@ import os
 import sys
 from typing import TextIO
 
-from patchkit.formats.safe import printable
-from patchkit.progress import StartProgress, Task, no_progress
+from patchkit.core.progress import StartProgress, Task, no_progress
+from patchkit.core.safe import printable
 
 _INTERVAL = 0.1  # seconds between redraws, at most
 

@@ -56,7 +56,7 @@ def rebase_series(
     if cont and not in_progress(repo.root):
         raise _nothing_in_progress()
     if summary is not None:
-        from patchkit.repo import output_target
+        from patchkit.store.repo import output_target
 
         output_target(summary, repo, lockf)  # refused before anything is written
     if cont:
@@ -64,9 +64,9 @@ def rebase_series(
     else:
         done = bump.start(repo, lockf, data, name, onto, run_context(), accept, remembered)
     if summary is not None:
-        from patchkit.audit.certify import review_summary
         from patchkit.formats import rebase as report
-        from patchkit.repo import atomic_write, output_target
+        from patchkit.signing.certify import review_summary
+        from patchkit.store.repo import atomic_write, output_target
 
         text = report.series_summary_markdown(done) + review_summary(repo)
         atomic_write(output_target(summary, repo, lockf), text.encode())

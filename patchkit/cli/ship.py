@@ -37,7 +37,7 @@ def materialize(ctx: click.Context, out: Path | None, fmt: str) -> None:
     its pin. `--out build` writes the files where the emitted compose files
     mount them, whichever directory the command runs in.
     """
-    from patchkit.materialize import materialize as run
+    from patchkit.sources.materialize import materialize as run
 
     repo, lockf, _ = open_repo(ctx)
     if out is not None and not out.is_absolute():
@@ -119,9 +119,9 @@ def emit(
 
 def _emit_containerfile(ctx: click.Context, rel: str, image: str | None, profile: str | None) -> None:
     """``emit --containerfile``: the build file and the files it copies, written as one transaction."""
+    from patchkit.core.values import RepoPath
     from patchkit.emit.containerfile import emit_containerfile, image_tree
-    from patchkit.repo import write_all
-    from patchkit.values import RepoPath
+    from patchkit.store.repo import write_all
 
     repo, lockf, _ = open_repo(ctx, writes=True)
     try:
@@ -153,9 +153,9 @@ def bundle(ctx: click.Context, output: Path) -> None:
     patches are materialized and verified first. Unpacked, `sha256sum -c
     --strict SHA256SUMS` passes inside it.
     """
-    from patchkit.bundle import build_bundle, collect_files_that_run, parse_epoch
-    from patchkit.hashing import sha256_bytes
-    from patchkit.repo import atomic_write, output_target
+    from patchkit.bundle.archive import build_bundle, collect_files_that_run, parse_epoch
+    from patchkit.core.hashing import sha256_bytes
+    from patchkit.store.repo import atomic_write, output_target
 
     repo, lockf, data = open_repo(ctx)
     to_stdout = str(output) == "-"
@@ -183,7 +183,7 @@ def verify_bundle(path: Path, fmt: str) -> None:
     spelling of a header field, '..' or absolute names, oversized members,
     duplicates) is refused; nothing is written to disk.
     """
-    from patchkit.bundle import verify_bundle as run
+    from patchkit.bundle.archive import verify_bundle as run
     from patchkit.formats import ship
 
     problems = run(path)

@@ -26,7 +26,7 @@ from patchkit.errors import EXIT_FINDINGS, EXIT_OK, BadInput, Refused
 if TYPE_CHECKING:
     from patchkit.images.registry import RegistryClient
     from patchkit.lockfile.model import Lockfile, Upstream
-    from patchkit.repo import Repo
+    from patchkit.store.repo import Repo
 
 
 @click.group(cls=SubGroup)
@@ -70,7 +70,7 @@ def upstream_add(
       patchkit upstream add nightly --image vllm/vllm-openai-rocm:nightly \\
           --prefix /usr/local/lib/python3.12/dist-packages
     """
-    from patchkit.upstreams import register
+    from patchkit.edit.upstreams import register
 
     repo, lockf, _ = open_repo(ctx, writes=True)
     outcome = register(
@@ -95,7 +95,7 @@ def upstream_add(
 @click.pass_context
 def upstream_list(ctx: click.Context, fmt: str) -> None:
     """Show each upstream: its source, its pin and the patches based on it."""
-    from patchkit.upstreams import listing
+    from patchkit.edit.upstreams import listing
 
     _, lockf, _ = open_repo(ctx)
     rows = listing(lockf)
@@ -140,7 +140,7 @@ def upstream_find_base(
     --record (exact matches only, nearest ones too with --nearest). Exit 1
     when an overlay has no exact match.
     """
-    from patchkit.trust import findbase
+    from patchkit.importing import findbase
 
     if nearest and not record:
         raise BadInput("--nearest is for --record")
@@ -155,7 +155,7 @@ def upstream_find_base(
     found = findbase.find(repo, lockf, targets, path, cands, read)
     outcome = None
     if record:
-        from patchkit.persist import finish
+        from patchkit.store.persist import finish
 
         new_lock, files, outcome = findbase.record(repo, lockf, up, found, nearest)
         if outcome.changes:
@@ -275,7 +275,7 @@ def rebase(
     if cont and not rb.in_progress(repo):
         raise _nothing_in_progress()
     if summary is not None:
-        from patchkit.repo import output_target
+        from patchkit.store.repo import output_target
 
         output_target(summary, repo, lockf)  # refused before anything is committed
     store = blob_store()
@@ -312,9 +312,9 @@ def _write_summary(summary: Path | None, repo: Repo, lockf: Lockfile, plan: Any)
     """With ``--summary``, the rebase's Markdown summary for the pull request, written atomically."""
     if summary is None:
         return
-    from patchkit.audit.certify import review_summary
     from patchkit.formats import rebase as report
-    from patchkit.repo import atomic_write, output_target
+    from patchkit.signing.certify import review_summary
+    from patchkit.store.repo import atomic_write, output_target
 
     text = report.summary_markdown(plan) + review_summary(repo)
     atomic_write(output_target(summary, repo, lockf), text.encode())
@@ -343,7 +343,7 @@ def _print_started(started: Any) -> None:
         for fix in dict.fromkeys(sk.fix for sk in started.plan.skipped if sk.fix):
             click.echo(f"  fix: {fix}")
     elif started.outcome is not None:
-        from patchkit.formats.safe import printable
+        from patchkit.core.safe import printable
 
         lines = [f"{c.what}: {c.old} -> {c.new}" for c in started.outcome.changes if c.what.startswith("SHA256SUMS ")]
         lines += [f"wrote {printable(rel)}" for rel in started.outcome.written]
@@ -424,7 +424,7 @@ def bump(
         raise BadInput("--tag, --tags and --apply are for --latest-clean")
     repo, lockf, data = open_repo(ctx, writes=True)
     if summary is not None:
-        from patchkit.repo import output_target
+        from patchkit.store.repo import output_target
 
         output_target(summary, repo, lockf)  # refused before anything is committed
     with registry_client() as client:
@@ -434,7 +434,7 @@ def bump(
             image_ref, search = _latest_clean(ctx, repo, lockf, image_ref, client, which, fmt)
             if not apply:
                 return
-        from patchkit.images.bumping import bump_plan
+        from patchkit.rebase.bumping import bump_plan
 
         target = bump_plan(lockf, image_ref, client, upstream_name)
     _bump_onto(ctx, repo, lockf, data, target, drop, summary, fmt, search, remembered=not no_remembered)
@@ -447,8 +447,8 @@ def _latest_clean(
 
     With --apply and --format json the report is not printed but returned, for the bump's one document.
     """
-    from patchkit.images.bumping import newest_clean
-    from patchkit.images.ref import ImageRef
+    from patchkit.oci.ref import ImageRef
+    from patchkit.rebase.bumping import newest_clean
 
     ref = ImageRef.parse(text)
     if ref.tag not in (None, "latest") or ref.digest is not None:
@@ -509,7 +509,7 @@ def _bump_onto(
     ``remembered``: replay the recorded resolutions (``--no-remembered``: not).
     """
     from patchkit.formats import rebase as report
-    from patchkit.images import bumping
+    from patchkit.rebase import bumping
     from patchkit.sources.image import commit_prefix
 
     started = bumping.start(
@@ -519,8 +519,8 @@ def _bump_onto(
     series = bumping.series_notes(lockf, target.upstream, version)
     adopted = bumping.adopted_notes(lockf, target.upstream)
     if summary is not None:
-        from patchkit.audit.certify import review_summary
-        from patchkit.repo import atomic_write, output_target
+        from patchkit.signing.certify import review_summary
+        from patchkit.store.repo import atomic_write, output_target
 
         text = report.summary_markdown(started.plan)
         text += "".join(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from patchkit.emit import manifest as guard_manifest
 from patchkit.emit.config import (
     ConfigError,
     DeployConfig,
@@ -27,7 +28,6 @@ from patchkit.emit.config import (
 from patchkit.emit.rules import security_problems
 from patchkit.emit.validate import load_yaml
 from patchkit.errors import BadInput, Problem
-from patchkit.guard import manifest as guard_manifest
 from patchkit.lockfile.model import Artifact, Lockfile, Patch, PatchKind
 
 # --------------------------------------------------------------------------- YAML text

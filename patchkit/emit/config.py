@@ -55,10 +55,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from patchkit.core.values import ContainerPath, check_name
 from patchkit.errors import BadInput, LockfileError, Problem
 from patchkit.guard.config import GuardConfig, read_config
 from patchkit.lockfile.tomlpos import FieldReader, parse, render_path, toml_type
-from patchkit.values import ContainerPath, check_name
 
 CONFIG_NAME = "deploy.toml"
 CONFIG_SCHEMA = 1

@@ -17,13 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from patchkit.context import Context
 from patchkit.errors import BadInput
 from patchkit.lockfile.model import Lockfile
-from patchkit.repo import Repo
+from patchkit.lockfile.series import Series
 from patchkit.series.apply import Reader, apply_series
-from patchkit.series.model import Series
 from patchkit.series.tree import applied_pins, load, record_bytes, record_path
+from patchkit.sources.context import Context
+from patchkit.store.repo import Repo
 
 BUILD_DIR = "build/series"
 HEADER = (

@@ -5,16 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+from patchkit.emit import manifest as guard_manifest
 from patchkit.emit.compose import emit
 from patchkit.emit.config import CONFIG_NAME, DeployConfig, load_config
 from patchkit.emit.validate import compose_schema, validate, validate_bundle_files
 from patchkit.errors import BadInput
-from patchkit.guard import manifest as guard_manifest
 from patchkit.lockfile.model import Lockfile
 
 if TYPE_CHECKING:
-    from patchkit.outcome import Outcome as WriteOutcome
-    from patchkit.repo import Repo
+    from patchkit.core.outcome import Outcome as WriteOutcome
+    from patchkit.store.repo import Repo
 
 
 def emit_files(
@@ -44,8 +44,8 @@ def emit_files(
     was validated when emit wrote it, and ``emit`` itself still enforces the
     security rules.
     """
-    from patchkit.outcome import Outcome as WriteOutcome
-    from patchkit.repo import write_all
+    from patchkit.core.outcome import Outcome as WriteOutcome
+    from patchkit.store.repo import write_all
 
     config = load_config(repo.root / CONFIG_NAME)
     files = compose_texts(lock, config, profiles, validate_output=validate_output)
@@ -64,7 +64,7 @@ def emit_files(
 def _current(repo: Repo, rel: str) -> bytes | None:
     """The file emit would replace, as it is; None when absent or a link (never read through: emit refuses to
     write over it)."""
-    from patchkit.repo import Escape
+    from patchkit.store.repo import Escape
 
     try:
         return repo.read(rel)

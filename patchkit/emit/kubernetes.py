@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any
 from patchkit.errors import BadInput, Problem
 
 if TYPE_CHECKING:
+    from patchkit.core.outcome import Outcome
     from patchkit.emit.config import DeployConfig, Healthcheck, Profile
     from patchkit.lockfile.model import Derived, Lockfile
-    from patchkit.outcome import Outcome
-    from patchkit.repo import Repo
+    from patchkit.store.repo import Repo
 
 DIRECTORY = "kubernetes"
 DEFAULT_VERSION = "1.33.0"
@@ -453,16 +453,16 @@ def emit_files(
     Mirrors ``emit.files.emit_files``: nothing is written when any profile
     fails or with ``check_only``; the second value lists the files that differ.
     """
+    from patchkit.core.outcome import Outcome
     from patchkit.emit.config import CONFIG_NAME, load_config
     from patchkit.emit.files import drifted
-    from patchkit.outcome import Outcome
-    from patchkit.repo import write_all
+    from patchkit.store.repo import write_all
 
     config = load_config(repo.root / CONFIG_NAME)
     files = manifest_texts(lock, config, profiles, validate_output=validate_output, notes=notes)
 
     def current(rel: str) -> bytes | None:
-        from patchkit.repo import Escape
+        from patchkit.store.repo import Escape
 
         try:
             return repo.read(rel)

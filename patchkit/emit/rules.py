@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from patchkit.core.values import is_loopback
 from patchkit.errors import BadInput, Problem
-from patchkit.images.ref import ImageRef
-from patchkit.values import is_loopback
+from patchkit.oci.ref import ImageRef
 
 # --------------------------------------------------------------------------- rules and validation
 

@@ -118,7 +118,7 @@ def _run_tool(argv: list[str], cwd: Path, env: Mapping[str, str] | None, rel: st
 
 def _present(repo_root: Path, rel: str) -> bool:
     """Whether the pinned file ``rel`` is there to validate; a symlink is refused, not followed by the tool."""
-    from patchkit.repo import Escape, Repo
+    from patchkit.store.repo import Escape, Repo
 
     try:
         Repo(repo_root).check_inside(rel)

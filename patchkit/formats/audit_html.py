@@ -11,8 +11,8 @@ from __future__ import annotations
 from html import escape
 
 from patchkit.audit.report import AuditReport, DiffLine, PatchSection, Verified
-from patchkit.findings import Finding
-from patchkit.refs import Landing, PatchStanding
+from patchkit.core.findings import Finding
+from patchkit.tracking.refs import Landing, PatchStanding
 
 #: Diffs longer than this many lines start folded.
 FOLD_LINES = 120

@@ -6,8 +6,8 @@ import json
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from patchkit.audit.certify import Audit, Import, Status
-    from patchkit.findings import Finding
+    from patchkit.core.findings import Finding
+    from patchkit.signing.certify import Audit, Import, Status
 
 
 def _json(doc: object) -> str:
@@ -24,7 +24,7 @@ def certified(made: Audit, name: str, criteria: tuple[str, ...], fmt: str) -> st
 
 def statuses(found: list[Status], problems: list[Finding], ok: bool, fmt: str) -> str:
     """``audit status``: each patch's coverage of each criterion (a needed delta with its change), then problems."""
-    from patchkit.audit.certify import Coverage
+    from patchkit.signing.certify import Coverage
 
     if fmt == "json":
         return _json(

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from patchkit.formats.safe import json_safe, printable
+from patchkit.core.safe import json_safe, printable
 
 if TYPE_CHECKING:
-    from patchkit.outcome import Outcome
+    from patchkit.core.outcome import Outcome
 
 
 def render(outcome: Outcome, fmt: str, nothing: str) -> str:

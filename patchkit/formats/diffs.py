@@ -6,7 +6,7 @@ import json
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from patchkit.edit import PatchDiff
+    from patchkit.edit.changes import PatchDiff
 
 
 def render(result: list[PatchDiff], show_stat: bool, fmt: str) -> bytes:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from patchkit.core.safe import json_name, json_safe, printable
 from patchkit.formats.interface import Formats
-from patchkit.formats.safe import json_name, json_safe, printable
 
 if TYPE_CHECKING:
-    from patchkit.findings import CheckResult, Finding
+    from patchkit.core.findings import CheckResult, Finding
 
 
 def _where(f: Finding) -> str:

@@ -6,9 +6,9 @@ import json
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from patchkit.images.artifact import Pushed
-    from patchkit.images.build import Built
-    from patchkit.outcome import Outcome
+    from patchkit.core.outcome import Outcome
+    from patchkit.ship.artifact import Pushed
+    from patchkit.ship.build import Built
 
 
 def _json(doc: object) -> str:

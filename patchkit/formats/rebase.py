@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from patchkit import explain
-from patchkit.formats.safe import printable
+from patchkit.core.safe import printable
+from patchkit.rebase import explain
 from patchkit.rebase.bump import Done
 from patchkit.rebase.merge import Outcome
 from patchkit.rebase.overlays import PatchResult, Plan, conflict_file, review_lines

@@ -6,8 +6,8 @@ import json
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from patchkit.refs import PatchRefs, Refresh, RefreshStatus
-    from patchkit.values import Reference
+    from patchkit.core.values import Reference
+    from patchkit.tracking.refs import PatchRefs, Refresh, RefreshStatus
 
 
 def render(assessed: list[PatchRefs], result: Refresh | None, written: list[str], fmt: str) -> str:
@@ -45,7 +45,7 @@ def _text(assessed: list[PatchRefs], result: Refresh | None, written: list[str])
 
 def _patch_refs(pr: PatchRefs, outcomes: dict[Reference, RefreshStatus]) -> list[str]:
     """One patch's standing and each reference's state, with what this refresh did to it unless it changed."""
-    from patchkit.refs import RefreshStatus
+    from patchkit.tracking.refs import RefreshStatus
 
     lines = [f"{pr.patch}: {pr.standing.value}"]
     for v in pr.refs:

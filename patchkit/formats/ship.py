@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from patchkit.formats.safe import json_safe, printable
+from patchkit.core.safe import json_safe, printable
 
 if TYPE_CHECKING:
-    from patchkit.materialize import Materialized
+    from patchkit.sources.materialize import Materialized
 
 
 def materialized(results: list[Materialized], out: Path | None, fmt: str) -> str:

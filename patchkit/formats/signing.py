@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from patchkit.formats.safe import printable
+from patchkit.core.safe import printable
 
 if TYPE_CHECKING:
     from patchkit.signing.signatures import FileResult

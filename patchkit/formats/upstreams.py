@@ -6,8 +6,8 @@ import json
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from patchkit.outcome import Outcome
-    from patchkit.trust.findbase import Found
+    from patchkit.core.outcome import Outcome
+    from patchkit.importing.findbase import Found
 
 
 def listing(rows: list[dict[str, Any]], fmt: str) -> str:

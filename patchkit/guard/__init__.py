@@ -1,2 +1,3 @@
 """The runtime guard: ``runtime.py`` (the dependency-free script the entrypoint runs inside the container)
-and ``manifest.py`` (the ``guard.json`` that ``patchkit emit`` writes for it from the lockfile)."""
+and ``config.py`` (its ``[guard]`` table in ``deploy.toml``). The ``guard.json`` that ``patchkit emit``
+writes for it is ``patchkit.emit.manifest``."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from patchkit.values import ContainerPath
+from patchkit.core.values import ContainerPath
 
 if TYPE_CHECKING:
     from patchkit.lockfile.tomlpos import FieldReader

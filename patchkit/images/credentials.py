@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from patchkit.errors import BadInput
-from patchkit.images.oci import json_object
-from patchkit.images.ref import DOCKER_HUB, HUB_ALIASES, ImageRef
+from patchkit.oci.manifest import json_object
+from patchkit.oci.ref import DOCKER_HUB, HUB_ALIASES, ImageRef
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,8 @@ import docker  # type: ignore[import-untyped]  # docker-py ships no type informa
 import requests
 
 from patchkit.errors import BadInput, PatchkitError, SourceError
-from patchkit.images.layers import normalise_path  # the same path rule for both ways in
-from patchkit.images.ref import ImageRef
+from patchkit.oci.layers import normalise_path  # the same path rule for both ways in
+from patchkit.oci.ref import ImageRef
 
 #: Where the SDK and the docker CLI look when neither ``base_url`` nor ``DOCKER_HOST`` is set.
 DEFAULT_HOST = "unix:///var/run/docker.sock"

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from patchkit.images.engine import DockerEngine
-    from patchkit.images.oci import Resolved
     from patchkit.images.registry import RegistryClient
+    from patchkit.oci.manifest import Resolved
 
 
 class ImageReader(Protocol):
@@ -44,7 +44,7 @@ class RegistryReader:
 
     def read_image(self, image: str | Resolved, paths: Sequence[str], platform: str) -> dict[str, bytes | None]:
         """See ``ImageReader.read_image``; every blob is verified against its digest as it streams."""
-        from patchkit.images.ref import ImageRef
+        from patchkit.oci.ref import ImageRef
 
         if isinstance(image, str):
             return dict(self.client.read_files(ImageRef.parse(image), paths, platform=platform))

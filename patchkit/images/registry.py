@@ -17,7 +17,7 @@ The pure parts live beside it: ``images/ref.py`` (the reference),
 ``images/oci.py`` (manifests, indexes, configs, platforms) and
 ``images/layers.py`` (the overlay that decides which layer a path comes
 from); ``images/streams.py`` reads a layer as it streams,
-``images/credentials.py`` finds the credentials, and ``patchkit.transport``
+``images/credentials.py`` finds the credentials, and ``patchkit.net.transport``
 bounds every request. This module does the I/O around them. Every failure to
 talk to a registry is a ``RegistryError`` (exit 3, ``images/errors.py``); a
 bad reference, path or platform is ``BadInput`` (exit 2).
@@ -40,6 +40,8 @@ from urllib.parse import urlencode, urljoin, urlsplit
 import requests
 import urllib3
 
+from patchkit.core.progress import StartProgress, no_progress
+from patchkit.core.values import Digest, host_only, is_loopback
 from patchkit.errors import BadInput
 from patchkit.images.credentials import (
     Challenge,
@@ -50,8 +52,10 @@ from patchkit.images.credentials import (
     parse_challenge,
 )
 from patchkit.images.errors import RegistryError
-from patchkit.images.layers import MAX_SYMLINK_HOPS, LayerScan, Overlay, SymlinkLoop, follow_links, normalise_path
-from patchkit.images.oci import (
+from patchkit.images.streams import CHUNK, BadLayer, BlobReader, Interrupted, TarStream, scan_tar, verified_chunks
+from patchkit.net.transport import Allowance, Bounds, Http, HttpError, TooLong, network_hint, one_line, origin
+from patchkit.oci.layers import MAX_SYMLINK_HOPS, LayerScan, Overlay, SymlinkLoop, follow_links, normalise_path
+from patchkit.oci.manifest import (
     GZIP_LAYERS,
     MANIFEST_MEDIA_TYPES,
     OCI_INDEX,
@@ -73,11 +77,7 @@ from patchkit.images.oci import (
     referrers_tag,
     select_platform,
 )
-from patchkit.images.ref import ImageRef
-from patchkit.images.streams import CHUNK, BadLayer, BlobReader, Interrupted, TarStream, scan_tar, verified_chunks
-from patchkit.progress import StartProgress, no_progress
-from patchkit.transport import Allowance, Bounds, Http, HttpError, TooLong, network_hint, one_line, origin
-from patchkit.values import Digest, host_only, is_loopback
+from patchkit.oci.ref import ImageRef
 
 _ACCEPT = ", ".join(MANIFEST_MEDIA_TYPES)
 
@@ -133,7 +133,7 @@ class RegistryClient:
     so a server that drips bytes, or declares a huge blob, cannot hold a
     command forever;
     ``retries`` is how many times a request is repeated (through
-    ``patchkit.transport``: urllib3's ``Retry``) after a connection failure,
+    ``patchkit.net.transport``: urllib3's ``Retry``) after a connection failure,
     and for GET and HEAD after a 5xx, a timeout or a dropped connection, with
     exponential backoff from ``backoff`` seconds; a layer whose body breaks
     off mid-stream is fetched again as often.

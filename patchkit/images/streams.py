@@ -24,12 +24,12 @@ from typing import Any
 import requests
 import urllib3
 
+from patchkit.core.progress import Task
 from patchkit.errors import BadInput
 from patchkit.images.errors import RegistryError
-from patchkit.images.layers import LayerScan, link_target, member_path
-from patchkit.images.oci import Descriptor
-from patchkit.progress import Task
-from patchkit.transport import describe
+from patchkit.net.transport import describe
+from patchkit.oci.layers import LayerScan, link_target, member_path
+from patchkit.oci.manifest import Descriptor
 
 #: Read and decompress in chunks this big: small enough to stay in the CPU cache
 #: (measured twice as fast as 1 MiB), large enough to keep call overhead low.

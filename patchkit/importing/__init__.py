@@ -1,4 +1,4 @@
-"""Adopting hand-kept deployment repositories: ``patchkit import``."""
+"""Adopting hand-kept deployment repositories: ``patchkit import``, and ``upstream find-base`` (``findbase``)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,6 @@ def read_inside(root: Path, rel: str, what: str) -> bytes:
     ``/etc/passwd`` would otherwise be read and pinned at the host file's
     sha256. Raises ``BadInput`` naming the file and ``what`` it is.
     """
-    from patchkit.repo import Repo
+    from patchkit.store.repo import Repo
 
     return Repo(root).read_pinned(rel, f"{what}; refusing to import it")

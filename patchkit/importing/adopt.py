@@ -20,9 +20,19 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from patchkit import diffs, sums
+from patchkit.core import diffs, sums
+from patchkit.core.hashing import sha256_bytes
+from patchkit.core.values import (
+    LOCKFILE_NAME,
+    ContainerPath,
+    Digest,
+    Reference,
+    RepoPath,
+    Revision,
+    Sha256,
+    UpstreamPath,
+)
 from patchkit.errors import BadInput
-from patchkit.hashing import sha256_bytes
 from patchkit.importing import compose, dockerfile, handdiffs, patchers, pins, provenance, queue, read_inside, shell
 from patchkit.lockfile.model import (
     GENERATED,
@@ -38,8 +48,7 @@ from patchkit.lockfile.model import (
     Upstream,
 )
 from patchkit.lockfile.writer import dumps
-from patchkit.repo import gitignored
-from patchkit.values import LOCKFILE_NAME, ContainerPath, Digest, Reference, RepoPath, Revision, Sha256, UpstreamPath
+from patchkit.store.repo import gitignored
 
 _PYTHON_TREE = re.compile(r"/(?:site|dist)-packages/")
 _DIFF_SUFFIXES = (".patch", ".diff")
@@ -1118,7 +1127,7 @@ class _Importer:
 
     def sums_entry(self, rel: str, name: str, line: int, digest: str) -> None:
         """One SHA256SUMS line: the file it lists read (never through a symlink) and compared."""
-        from patchkit.repo import Escape, Repo
+        from patchkit.store.repo import Escape, Repo
 
         why = None
         data = b""
@@ -1271,8 +1280,8 @@ def import_repository(root: Path, *, dry_run: bool = False, where: str = ".") ->
     Refuses a repository that already is a patchkit deployment, unless its
     lockfile is exactly what this import produces (importing twice is a no-op).
     """
-    from patchkit.persist import ignore_work_area
-    from patchkit.repo import write_all
+    from patchkit.store.persist import ignore_work_area
+    from patchkit.store.repo import write_all
 
     root = root.resolve()
     if not root.is_dir():

@@ -21,8 +21,8 @@ from typing import Any
 
 import yaml  # type: ignore[import-untyped]  # PyYAML ships no type information
 
+from patchkit.core.values import ContainerPath
 from patchkit.errors import BadInput
-from patchkit.values import ContainerPath
 
 COMPOSE_NAMES = re.compile(r"(docker-)?compose([.-][A-Za-z0-9_.-]+)?\.ya?ml")
 _VAR = re.compile(
@@ -362,7 +362,7 @@ def _scalars(node: Any) -> Iterator[Any]:
 
 def _image(path: str, service: str, node: Any) -> ImageUse:
     """The image a service runs; its digest is checked by the import (an invalid one is an issue, not an error)."""
-    from patchkit.images.ref import ImageRef
+    from patchkit.oci.ref import ImageRef
 
     text = interpolate(str(node.value)).strip()
     rest, _, digest = text.partition("@")

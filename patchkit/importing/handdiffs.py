@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from patchkit import diffs
+from patchkit.core import diffs
 from patchkit.lockfile.model import HandDiff, Lockfile, PatchKind
 
 

@@ -24,17 +24,17 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from patchkit.cache import BlobStore
-from patchkit.context import Context
-from patchkit.diffs import canonical_diff
+from patchkit.core.diffs import canonical_diff
+from patchkit.core.hashing import sha256_bytes
+from patchkit.core.values import RepoPath, Revision, Sha256, UpstreamPath
 from patchkit.errors import PatchkitError
-from patchkit.hashing import sha256_bytes
 from patchkit.importing import handdiffs, provenance
 from patchkit.lockfile.model import Base, DiffPin, HandDiff, Lockfile, Patch, PatchKind, Upstream
-from patchkit.persist import finish, sums_dropped
-from patchkit.repo import Repo
-from patchkit.values import RepoPath, Revision, Sha256, UpstreamPath
-from patchkit.verification import record_new_bases
+from patchkit.lockfile.verification import record_new_bases
+from patchkit.sources.context import Context
+from patchkit.store.cache import BlobStore
+from patchkit.store.persist import finish, sums_dropped
+from patchkit.store.repo import Repo
 
 _PYTHON_TREE = re.compile(r"/(?:site|dist)-packages/")
 

@@ -30,8 +30,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from patchkit.core.values import ContainerPath
 from patchkit.importing import read_inside, shell
-from patchkit.values import ContainerPath
 
 _TREE = re.compile(r"(?:site|dist)-packages/(?P<rest>.+)")
 _READS = frozenset({"read_text", "read_bytes", "write_text", "write_bytes"})

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from patchkit.values import Reference
+from patchkit.core.values import Reference
 
 # Project names people write in comments, and the GitHub repository each means.
 ALIASES = {

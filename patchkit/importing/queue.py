@@ -37,12 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from patchkit.hashing import sha256_bytes
+from patchkit.core.hashing import sha256_bytes
+from patchkit.core.values import ContainerPath, Digest, Reference, RepoPath, Revision, Sha256, check_name
 from patchkit.importing import dockerfile, patchers, pins, read_inside, shell
 from patchkit.lockfile.model import GitUpstream, Image, Lockfile, Patch, PatchKind, Upstream
-from patchkit.series.model import Series, SeriesPatch, parse_series_file
+from patchkit.lockfile.series import Series, SeriesPatch, parse_series_file
 from patchkit.series.parse import PatchParseError, parse_patch, pr_numbers
-from patchkit.values import ContainerPath, Digest, Reference, RepoPath, Revision, Sha256, check_name
 
 _SUFFIXES = (".patch", ".diff")
 _CLONE = re.compile(r"git\s+clone\s+(?:-\S+\s+)*(?P<url>(?:https?|git|ssh|file)://\S+|[\w.-]+@[\w.-]+:\S+)")

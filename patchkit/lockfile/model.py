@@ -13,6 +13,7 @@ from enum import Enum
 from operator import attrgetter
 from typing import Any, ClassVar
 
+from patchkit.core.values import ContainerPath, Digest, Reference, RepoPath, Revision, Sha256, UpstreamPath, check_name
 from patchkit.lockfile.fields import (
     Context,
     Entry,
@@ -30,19 +31,9 @@ from patchkit.lockfile.fields import (
     tables,
     text,
 )
+from patchkit.lockfile.series import SERIES, Series, series_files
 from patchkit.lockfile.tomlpos import FieldPath, toml_type
 from patchkit.lockfile.verified import VERIFIED, Verified, check_pin
-from patchkit.series.model import SERIES, Series, series_files
-from patchkit.values import (
-    ContainerPath,
-    Digest,
-    Reference,
-    RepoPath,
-    Revision,
-    Sha256,
-    UpstreamPath,
-    check_name,
-)
 
 SCHEMA_VERSION = 1
 # Files patchkit itself generates; pinning them would be circular.

@@ -14,11 +14,11 @@ import gc
 from collections.abc import Iterator
 from typing import Any
 
+from patchkit.core.values import LOCKFILE_NAME
 from patchkit.errors import LockfileError, Problem
 from patchkit.lockfile.fields import Context
 from patchkit.lockfile.model import GENERATED, LOCKFILE, Artifact, HandDiff, Lockfile, Patch
 from patchkit.lockfile.tomlpos import FieldPath, FieldReader, parse, render_path
-from patchkit.values import LOCKFILE_NAME
 
 
 def loads(text: str, filename: str = LOCKFILE_NAME) -> Lockfile:

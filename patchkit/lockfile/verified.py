@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from patchkit.core.values import Digest
 from patchkit.lockfile.fields import Entry, Record, text
-from patchkit.values import Digest
 
 VERIFIED_AGAINST = ("image", "upstream")
 

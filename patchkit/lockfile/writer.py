@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import tomli_w
 
-from patchkit import sums
-from patchkit.hashing import sha256_bytes
+from patchkit.core import sums
+from patchkit.core.hashing import sha256_bytes
+from patchkit.core.values import LOCKFILE_NAME
 from patchkit.lockfile.model import HEADER, LOCKFILE, Lockfile
-from patchkit.values import LOCKFILE_NAME
 
 
 def dumps(lock: Lockfile) -> str:

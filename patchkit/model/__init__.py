@@ -1,3 +1,4 @@
-"""The model pin: the hub boundary (``hub``), manifests (``manifest``), locking (``pin``), verifying
-a local cache (``verify``, with its ``record``) and check's findings (``findings``).
+"""The model pin: manifests (``manifest``), locking (``pin``), verifying a local cache (``verify``,
+with its ``record``), signatures (``signature``) and check's findings (``findings``). The Hub is
+reached through ``patchkit.net.hub``.
 """

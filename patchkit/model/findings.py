@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from patchkit.core.values import LOCKFILE_NAME
 from patchkit.errors import BadInput
 from patchkit.lockfile.model import Lockfile
-from patchkit.model.hub import Hub
 from patchkit.model.manifest import NO_MANIFEST_FIX, Locate, has_manifest, pinned_files
-from patchkit.repo import Repo
-from patchkit.values import LOCKFILE_NAME
+from patchkit.net.hub import Hub
+from patchkit.store.repo import Repo
 
 if TYPE_CHECKING:
-    from patchkit.findings import Finding
+    from patchkit.core.findings import Finding
 
 # --------------------------------------------------------------------------- check
 
@@ -24,7 +24,7 @@ def format_findings(repo: Repo, lockf: Lockfile, locate: Locate) -> list[Finding
     parses, and describes the pinned repo and revision; no path is listed
     twice and no entry carries both kinds of hash.
     """
-    from patchkit.findings import Finding
+    from patchkit.core.findings import Finding
 
     model = lockf.model
     if model is None:
@@ -89,7 +89,7 @@ def format_findings(repo: Repo, lockf: Lockfile, locate: Locate) -> list[Finding
 
 def revision_findings(lockf: Lockfile, locate: Locate, hub: Hub) -> list[Finding]:
     """With ``check --online``: the pinned revision still exists on the Hub."""
-    from patchkit.findings import Finding
+    from patchkit.core.findings import Finding
 
     model = lockf.model
     if model is None or hub.revision_exists(model.repo, model.revision.sha):

@@ -11,12 +11,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from patchkit.core.hashing import require_pin
+from patchkit.core.values import LOCKFILE_NAME, Revision, Sha256, UpstreamPath
 from patchkit.errors import BadInput, ExternalFailure, Refused
-from patchkit.hashing import require_pin
 from patchkit.lockfile.model import HF_REPO, Model, ModelFile
-from patchkit.model.hub import RemoteFile
-from patchkit.repo import Escape, Repo
-from patchkit.values import LOCKFILE_NAME, Revision, Sha256, UpstreamPath
+from patchkit.net.hub import RemoteFile
+from patchkit.store.repo import Escape, Repo
 
 # Past this many files the manifest goes to its own file: a model of 163
 # shards would otherwise add some 800 lines to the lockfile.

@@ -12,10 +12,10 @@ import dataclasses
 import datetime as dt
 from typing import TYPE_CHECKING
 
+from patchkit.core.hashing import sha256_bytes
+from patchkit.core.values import RepoPath, Revision, Sha256
 from patchkit.errors import BadInput, ExternalFailure
-from patchkit.hashing import sha256_bytes
 from patchkit.lockfile.model import FilePin, Lockfile, Model, ModelFile
-from patchkit.model.hub import Hub
 from patchkit.model.manifest import (
     DEFAULT_REF,
     INLINE_MAX,
@@ -24,11 +24,11 @@ from patchkit.model.manifest import (
     manifest_bytes,
     manifest_from_listing,
 )
-from patchkit.repo import Repo
-from patchkit.values import RepoPath, Revision, Sha256
+from patchkit.net.hub import Hub
+from patchkit.store.repo import Repo
 
 if TYPE_CHECKING:
-    from patchkit.outcome import Change, Outcome
+    from patchkit.core.outcome import Change, Outcome
 
 # --------------------------------------------------------------------------- lock
 
@@ -83,7 +83,7 @@ def _stale_manifest(old: Model | None, new: Model) -> list[str]:
 
 def _changes(old: Model | None, new: Model, revision: str, unchanged: bool, count: int) -> list[Change]:
     """What re-pinning changed, field by field, for the command's report."""
-    from patchkit.outcome import Change
+    from patchkit.core.outcome import Change
 
     changes = []
     if old is None or old.repo != new.repo:
@@ -114,8 +114,8 @@ def lock(
     resolved from, else ``main``. A full commit id is pinned as given (the Hub
     still confirms it exists). Re-locking an unchanged revision changes nothing.
     """
-    from patchkit.outcome import Outcome
-    from patchkit.persist import finish
+    from patchkit.core.outcome import Outcome
+    from patchkit.store.persist import finish
 
     old = lockf.model
     repo_id, revision = _what_to_lock(old, repo_id, revision)

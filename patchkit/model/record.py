@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 
 from patchkit.errors import WriteFailed
-from patchkit.repo import atomic_write
+from patchkit.store.repo import atomic_write
 
 FORMAT = 1
 

@@ -16,9 +16,9 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from patchkit.hashing import GIT_SHA1, SHA256, Progress, digest_many
+from patchkit.core.hashing import GIT_SHA1, SHA256, Progress, digest_many
 from patchkit.lockfile.model import Model, ModelFile
-from patchkit.model.hub import repo_folder
+from patchkit.net.hub import repo_folder
 
 if TYPE_CHECKING:
     from patchkit.model.record import VerifyRecord

@@ -7,20 +7,20 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from patchkit import explain
-from patchkit.context import Context
+from patchkit.core.hashing import sha256_bytes
+from patchkit.core.outcome import Change, Outcome
+from patchkit.core.values import Revision, Sha256
 from patchkit.errors import BadInput, Refused
-from patchkit.hashing import sha256_bytes
 from patchkit.lockfile.model import GitUpstream, Lockfile
-from patchkit.outcome import Change, Outcome
-from patchkit.persist import finish
+from patchkit.lockfile.series import Series
+from patchkit.lockfile.verification import record_verified
+from patchkit.rebase import explain
 from patchkit.rebase import series as core
 from patchkit.rebase.state import SeriesState
-from patchkit.repo import Repo
-from patchkit.series.model import Series
 from patchkit.series.tree import find_series, load
-from patchkit.values import Revision, Sha256
-from patchkit.verification import record_verified
+from patchkit.sources.context import Context
+from patchkit.store.persist import finish
+from patchkit.store.repo import Repo
 
 
 @dataclass
@@ -33,7 +33,7 @@ class Done:
     result: core.SeriesRebase
     outcome: Outcome | None = None
     work_files: tuple[str, ...] = ()
-    # What upstream did to the lines of each conflicted file, by (patch, path) (``patchkit.explain``).
+    # What upstream did to the lines of each conflicted file, by (patch, path) (``patchkit.rebase.explain``).
     causes: dict[tuple[str, str], explain.Cause] = dataclasses.field(default_factory=dict)
 
 
@@ -65,7 +65,7 @@ def start(
     """Rebase the series onto ``onto``; commit it when no patch conflicts or is broken, else save the state and stop.
 
     ``accept`` names the broken patches to commit all the same, with the reason; ``remembered``:
-    replay the recorded resolutions of known conflicts (``patchkit.resolutions``).
+    replay the recorded resolutions of known conflicts (``patchkit.rebase.resolutions``).
     """
     if core.in_progress(repo.root):
         raise Refused("a series rebase is in progress", "patchkit rebase --continue, or patchkit rebase --abort")
@@ -107,7 +107,7 @@ def _run(
     remembered: bool = True,
 ) -> Done:
     """Rebase, then commit or save the state; ``given`` are the --accept-broken names of this command."""
-    from patchkit import resolutions
+    from patchkit.rebase import resolutions
 
     unknown = sorted(set(given) - {p.name for p in s.patches})
     if unknown:

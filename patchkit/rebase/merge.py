@@ -9,13 +9,13 @@ hunks upstream has taken, and where a clean merge still deserves a human look.
 It writes nothing the caller sees, so the rebase command can plan a whole bump
 before it writes anything.
 
-The merge is git's own (merge-ort, through :mod:`patchkit.gitmerge`): the
+The merge is git's own (merge-ort, through :mod:`patchkit.vcs.gitmerge`): the
 merged bytes and the clean or conflict status are those of ``git merge-tree
 --write-tree`` (and of ``git cherry-pick``) with ``merge.conflictStyle=diff3``,
 for every input, in a handful of git processes per batch. Conflict markers are
 git's with patchkit's labels (:data:`OURS_MARKER` and the others). What
 patchkit adds on top is read from the three versions and git's result: which
-of the patch's hunks (as ``patchkit.diffs.make`` writes them) went upstream,
+of the patch's hunks (as ``patchkit.core.diffs.make`` writes them) went upstream,
 and the review flags of the Python analysis below.
 """
 
@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Literal
 
-from patchkit import gitmerge
-from patchkit.diffs import line_matcher, split_lines
+from patchkit.core.diffs import line_matcher, split_lines
+from patchkit.core.fanout import map_items
 from patchkit.errors import BadInput
-from patchkit.fanout import map_items
+from patchkit.vcs import gitmerge
 
 #: The conflict markers written into a conflicted file, diff3 style (the base section included).
 OURS_MARKER = b"<<<<<<< ours (patch)"
@@ -120,7 +120,7 @@ class Conflict:
 class HunkRef:
     """One hunk of a diff from base: of the patch (base -> ours) or of upstream (base -> theirs).
 
-    ``header`` is the hunk's header as ``patchkit.diffs.make`` writes it, with
+    ``header`` is the hunk's header as ``patchkit.core.diffs.make`` writes it, with
     three lines of context (``@@ -10,7 +10,8 @@``), so a reader finds the hunk
     in the patch's diff file. ``base`` and ``new`` are the ranges the header
     names: in base, and in ours (or theirs, for an upstream hunk).
@@ -511,7 +511,7 @@ class _Change:
 def _matching_blocks(a: Sequence[bytes], b: Sequence[bytes]) -> list[_Block]:
     """The matching blocks of ``a`` and ``b``, after setting aside their common first and last lines.
 
-    The same matcher as ``patchkit.diffs.make`` (``diffs.line_matcher``, patience
+    The same matcher as ``patchkit.core.diffs.make`` (``diffs.line_matcher``, patience
     diff), so the hunks a merge reports match the patch's diff file. The
     common first and last lines,
     usually most of a patched file, are matched here without the matcher.

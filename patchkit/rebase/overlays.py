@@ -24,29 +24,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from patchkit import explain, resolutions
-from patchkit.cache import BlobStore
-from patchkit.context import Context
-from patchkit.diffs import canonical_diff
+from patchkit.core.diffs import canonical_diff
+from patchkit.core.fanout import map_items
+from patchkit.core.hashing import require_pin, sha256_bytes
+from patchkit.core.outcome import Outcome as WriteOutcome
+from patchkit.core.values import ContainerPath, Digest, Sha256, UpstreamPath
 from patchkit.errors import BadInput, PatchkitError, PinMismatch
-from patchkit.fanout import map_items
-from patchkit.hashing import require_pin, sha256_bytes
 from patchkit.importing import handdiffs
 from patchkit.lockfile.model import Accepted, Base, DiffPin, Image, Lockfile, Patch, PatchKind, Upstream
+from patchkit.lockfile.verification import record_verified
 from patchkit.lockfile.writer import dumps
-from patchkit.materialize import apply_diff_only, read_pinned, recover_base
-from patchkit.outcome import Outcome as WriteOutcome
-from patchkit.persist import finish, sums_dropped
+from patchkit.rebase import explain, resolutions
 from patchkit.rebase.merge import MergeResult, Outcome, conflict_markers_remain, rebase_files
 from patchkit.rebase.state import OVERLAYS, OverlayState, read_overlays
-from patchkit.repo import Escape, Repo
+from patchkit.sources.context import Context
 from patchkit.sources.factory import KINDS, repinned
 from patchkit.sources.interface import Pin, Snapshot, UpstreamSource
+from patchkit.sources.materialize import apply_diff_only, read_pinned, recover_base
+from patchkit.store.cache import BlobStore
+from patchkit.store.persist import finish, sums_dropped
+from patchkit.store.repo import Escape, Repo
 from patchkit.trust import interdiff, semantic
 from patchkit.trust.imports import Tree
 from patchkit.trust.pycheck import Problem
-from patchkit.values import ContainerPath, Digest, Sha256, UpstreamPath
-from patchkit.verification import record_verified
 
 BLOCKING = (Outcome.CONFLICT, Outcome.DELETED, Outcome.BROKEN)
 # The outcomes a saved state may name (``check_rebase``).
@@ -154,9 +154,9 @@ class Plan:
     theirs: dict[str, bytes] = field(default_factory=dict, repr=False)
     # How each patch itself changed (old diff against new), for the patches whose changes may differ.
     interdiffs: dict[str, interdiff.Interdiff] = field(default_factory=dict)
-    # What upstream did to the lines of each patch that did not move as it was (``patchkit.explain``).
+    # What upstream did to the lines of each patch that did not move as it was (``patchkit.rebase.explain``).
     causes: dict[str, explain.Cause] = field(default_factory=dict)
-    # The recorded resolutions replayed into each patch's merge, by id (``patchkit.resolutions``).
+    # The recorded resolutions replayed into each patch's merge, by id (``patchkit.rebase.resolutions``).
     remembered: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
@@ -693,8 +693,8 @@ def _moved_image(image: Image, result: Plan, outcome: WriteOutcome) -> Image:
     digest = result.image_pins.get(image.name)
     if digest is None or str(image.digest) == digest:
         return image
-    from patchkit.images.operations import kept_version_note
-    from patchkit.outcome import Change
+    from patchkit.core.outcome import Change
+    from patchkit.ship.operations import kept_version_note
 
     outcome.changes.append(Change(f"images[{image.name}]", str(image.digest), digest))
     if image.version and not result.new_pin.version:
@@ -775,7 +775,7 @@ def commit(
 
 
 def _change(name: str, r: PatchResult, what: str) -> Any:
-    from patchkit.outcome import Change
+    from patchkit.core.outcome import Change
 
     where = r.new_path if what != "dropped" else "-"
     return Change(f"patches[{name}] ({what})", r.old_path, where)
@@ -856,7 +856,7 @@ def _load(repo: Repo, lock_bytes: bytes, store: BlobStore) -> Plan:
     result.image_pins = dict(state.image_pins)
     result.image_upstream = state.image_upstream
     if result.image_upstream is not None:
-        from patchkit.images.adopt import upstream_from_state
+        from patchkit.ship.adopt import upstream_from_state
 
         upstream_from_state(result.image_upstream)  # a malformed one is refused here, not at commit
     result.skipped = [Skipped(**sk) for sk in state.skipped]
@@ -1190,7 +1190,7 @@ def resume(
         clear(repo)
         return Plan("", "", Pin("git")), WriteOutcome()
     if result.image_upstream is not None:
-        from patchkit.images.adopt import adopt, upstream_from_state
+        from patchkit.ship.adopt import adopt, upstream_from_state
 
         lock = adopt(lock, upstream_from_state(result.image_upstream))
     dropped = set(drop)

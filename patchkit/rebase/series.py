@@ -39,7 +39,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
 
-from patchkit import diffs
+from patchkit.core import diffs
 from patchkit.errors import BadInput, Refused
 from patchkit.rebase.merge import (
     BinaryFileError,
@@ -62,7 +62,7 @@ ZERO = "0" * 40
 
 
 class Memory(Protocol):
-    """Remembered resolutions (``patchkit.resolutions.Memory``): replay a known conflict, learn a resolved one."""
+    """Remembered resolutions (``rebase.resolutions.Memory``): replay a known conflict, learn a resolved one."""
 
     def replay(self, merge: MergeResult, ours: bytes, theirs: bytes) -> tuple[MergeResult, tuple[str, ...]]: ...
 
@@ -599,7 +599,7 @@ def load_state(root: Path) -> SeriesState:
 
 def read_resolved(root: Path, state: SeriesState) -> dict[str, dict[str, bytes]]:
     """Every resolution so far: the earlier ones kept in the state, and the stopped patch's work files."""
-    from patchkit.repo import contained
+    from patchkit.store.repo import contained
 
     out = dict(state.resolved)
     files = {}

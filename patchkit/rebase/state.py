@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from patchkit.core.values import ContainerPath, UpstreamPath, check_name
 from patchkit.errors import BadInput
-from patchkit.repo import WORK_DIR, atomic_write, contained, write_all
-from patchkit.values import ContainerPath, UpstreamPath, check_name
+from patchkit.store.repo import WORK_DIR, atomic_write, contained, write_all
 
 MAX_STATE_BYTES = 256 << 20
 _HEX64 = re.compile(r"[0-9a-f]{64}")

@@ -3,7 +3,7 @@
 Pure: the tree is a ``read(paths) -> {path: bytes | None}`` function (a
 directory, a git commit, a wheel), the result is every touched path's new
 bytes. Each hunk applies as ``git apply`` applies it
-(:func:`patchkit.diffs.apply_placed`): every line exact, never fuzz; a hunk
+(:func:`patchkit.core.diffs.apply_placed`): every line exact, never fuzz; a hunk
 whose lines all match some lines away from its header applies there, and
 that offset, or any other way a hunk header is wrong, is reported.
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from patchkit import diffs
+from patchkit.core import diffs
 from patchkit.errors import Refused
 from patchkit.series.parse import FileChange, ParsedPatch
 

@@ -14,7 +14,7 @@ copied, a mode change, binary), follows git's rules for each form:
 
 Names are bytes until the end, then decoded as UTF-8 with surrogate escapes,
 so no name is changed on the way. Each section's hunks are read where git
-reads them, in the same pass, by :func:`patchkit.diffs.read_hunks` (byte for
+reads them, in the same pass, by :func:`patchkit.core.diffs.read_hunks` (byte for
 byte, each holding exactly the lines its header counts): one reader finds
 the files and their hunks, and what ``git apply`` would drop without a word
 (a hunk line after a file's hunks, a hunk without a file header) is refused.
@@ -27,7 +27,7 @@ import datetime as dt
 import re
 from dataclasses import dataclass
 
-from patchkit import diffs
+from patchkit.core import diffs
 
 _TERM_TAB = 1
 _GIT_SPACE = b" \t\n\r"
@@ -102,7 +102,7 @@ def read_headers(lines: list[bytes], strip: int) -> list[Header]:
     """Every file section of ``lines`` (a diff's lines, each with its ``\\n``), in order, with its hunks.
 
     Raises :class:`HeaderError` for a header git would not read, and
-    :class:`patchkit.diffs.DiffError` (its ``line`` 1-based) for a hunk that
+    :class:`patchkit.core.diffs.DiffError` (its ``line`` 1-based) for a hunk that
     does not hold the lines its header counts or a hunk line outside a hunk.
     """
     out: list[Header] = []

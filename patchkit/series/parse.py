@@ -3,7 +3,7 @@
 One reader reads it: :mod:`patchkit.series.headers` finds the files as
 ``git apply`` does (git's extended headers: new and deleted files, renames,
 copies, modes, binary markers) and reads their hunks byte for byte with
-:func:`patchkit.diffs.read_hunks`, the parser patchkit applies with. unidiff
+:func:`patchkit.core.diffs.read_hunks`, the parser patchkit applies with. unidiff
 cross-checks it: it must find the same hunks in the same files.
 
 unidiff works on text: its own readers decode UTF-8 and split lines the way
@@ -12,7 +12,7 @@ bytes that are not UTF-8. Neither may change a patch. So unidiff is handed
 the patch decoded as Latin-1 (every byte one character, nothing lost) and
 split on ``\\n`` only, and only cross-checks; the bytes of every
 line that is applied (a CRLF file's ``\\r``, a Latin-1 ``é``) come from
-:mod:`patchkit.diffs`, which never decodes. Binary hunks (``GIT binary
+:mod:`patchkit.core.diffs`, which never decodes. Binary hunks (``GIT binary
 patch``, ``Binary files … differ``) are refused: patchkit applies text.
 """
 
@@ -24,7 +24,7 @@ import email.parser
 import re
 from dataclasses import dataclass
 
-from patchkit import diffs
+from patchkit.core import diffs
 from patchkit.errors import BadInput
 from patchkit.series import headers
 
@@ -197,7 +197,7 @@ def _changes(body: list[bytes], offset: int, file: str, strip: int) -> list[File
 
     :func:`patchkit.series.headers.read_headers` is the one reader: it finds
     each file section and its paths as git does and reads its hunks there,
-    byte for byte (:func:`patchkit.diffs.read_hunks`, the parser patchkit
+    byte for byte (:func:`patchkit.core.diffs.read_hunks`, the parser patchkit
     applies with). unidiff, a reader written apart from it, must then find
     the same hunks in the same files and no binary change: a disagreement
     refuses the patch at its line, since another tool would read the patch

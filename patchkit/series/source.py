@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from patchkit.context import Context
 from patchkit.errors import PatchkitError
 from patchkit.lockfile.model import DirUpstream, GitUpstream, Lockfile
+from patchkit.lockfile.series import Series
 from patchkit.series.apply import Reader
-from patchkit.series.model import Series
+from patchkit.sources.context import Context
 
 
 def offline_tree(lock: Lockfile, cache: Path, repo_root: Path) -> Callable[[Series], Reader | str]:

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchkit.outcome import Change
+from patchkit.core.outcome import Change
 
 #: Files read for old pins: larger ones are not a lock or a build file.
 MAX_BYTES = 1 << 20

@@ -3,7 +3,7 @@
 ``load`` reads a profile's patch files, each checked against its sha256 pin
 and parsed. ``apply_to_dir`` applies them to a directory (an upstream
 checkout, or an installed package's ``site-packages``) as one transaction
-(:func:`patchkit.repo.write_all`: every file staged beside its target, then
+(:func:`patchkit.store.repo.write_all`: every file staged beside its target, then
 renamed in under a journal that the next apply finishes or undoes after a
 crash), together with the record of what was applied,
 ``.patchkit/series/<name>.json`` in that directory. Nothing is written
@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from patchkit.core.hashing import require_pin, sha256_bytes
 from patchkit.errors import BadInput, Refused
-from patchkit.hashing import require_pin, sha256_bytes
-from patchkit.repo import Repo, contained, recover, write_all
+from patchkit.lockfile.series import Series
 from patchkit.series.apply import Applied, Item, apply_series
-from patchkit.series.model import Series
 from patchkit.series.parse import parse_patch
+from patchkit.store.repo import Repo, contained, recover, write_all
 
 RECORD_DIR = ".patchkit/series"
 
@@ -216,7 +216,7 @@ def record_bytes(series: Series, profile: str | None, wanted: list[dict[str, str
 
 def report(done: DirApplied) -> tuple[list[str], dict[str, Any]]:
     """What ``patchkit apply`` prints: one line per patch, the absent files and offsets; and the JSON form."""
-    from patchkit.formats.safe import json_safe, printable
+    from patchkit.core.safe import json_safe, printable
 
     s, r = done.series, done.result
     head = f"apply {s.name}" + (f" (profile {done.profile})" if done.profile else "")

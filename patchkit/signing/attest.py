@@ -26,16 +26,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from patchkit import __version__
+from patchkit.core.values import LOCKFILE_NAME
 from patchkit.lockfile.model import Lockfile
 from patchkit.lockfile.reader import loads
 from patchkit.signing.signers import AllowedSigner, Match, find
 from patchkit.signing.sshsig import NAMESPACE, BadSignature, fingerprint
-from patchkit.values import LOCKFILE_NAME
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from patchkit.bundletar import Contents
+    from patchkit.bundle.tar import Contents
 
 SUFFIX = ".intoto.jsonl"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -74,7 +74,7 @@ def read_bundle(path: Path) -> BundleContents:
     archive ``patchkit bundle`` writes, its SHA256SUMS and pins holding. Its
     subjects are then exactly the files ``tar -xzf`` unpacks.
     """
-    from patchkit.bundle import verified
+    from patchkit.bundle.archive import verified
 
     return contents_of(path, verified(path))
 

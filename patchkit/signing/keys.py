@@ -156,7 +156,7 @@ def _write_both(path: Path, files: tuple[tuple[Path, bytes, int], ...]) -> None:
     A file that appeared meanwhile is never replaced: the write fails, and
     the ones already written are removed again.
     """
-    from patchkit.repo import atomic_write
+    from patchkit.store.repo import atomic_write
 
     written: list[Path] = []
     try:

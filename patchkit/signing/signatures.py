@@ -27,9 +27,9 @@ from patchkit.signing.sshsig import NAMESPACE, BadSignature
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from patchkit.findings import Finding
+    from patchkit.core.findings import Finding
     from patchkit.lockfile.model import Lockfile
-    from patchkit.repo import Repo
+    from patchkit.store.repo import Repo
 
 SIG_SUFFIX = ".sig"
 _READ = 8 * 1024 * 1024
@@ -83,7 +83,7 @@ def _digest(path: Path, hashalg: str) -> bytes:
 
 def sign_files(paths: Sequence[Path], key: Ed25519PrivateKey) -> list[Path]:
     """Sign each file; write every ``<file>.sig`` (atomically) only after all were signed."""
-    from patchkit.repo import atomic_write
+    from patchkit.store.repo import atomic_write
 
     signed = [(signature_path(p), sshsig.sign_digest(key, _digest(p, sshsig.DEFAULT_HASHALG))) for p in paths]
     for sig_path, armored in signed:
@@ -93,8 +93,8 @@ def sign_files(paths: Sequence[Path], key: Ed25519PrivateKey) -> list[Path]:
 
 def attest_bundle(bundle: Path, key: Ed25519PrivateKey) -> Path:
     """Write ``<bundle>.intoto.jsonl``: the signed provenance of the bundle and every file in it."""
-    from patchkit.repo import atomic_write
     from patchkit.signing import attest
+    from patchkit.store.repo import atomic_write
 
     contents = attest.read_bundle(bundle)
     out = attest.attestation_path(bundle)
@@ -149,8 +149,8 @@ def check_signature(path: Path, allowed: tuple[AllowedSigner, ...], identity: st
 
 def _hash_listed(base: Path, names: Sequence[tuple[str, str]]) -> tuple[list[str], int]:
     """Hash files named relative to ``base`` against their expected sha256; (problems, files verified)."""
-    from patchkit.hashing import sha256_many
-    from patchkit.repo import Escape, Repo
+    from patchkit.core.hashing import sha256_many
+    from patchkit.store.repo import Escape, Repo
 
     repo = Repo(base.resolve())
     paths: dict[str, Path] = {}
@@ -178,7 +178,7 @@ def _hash_listed(base: Path, names: Sequence[tuple[str, str]]) -> tuple[list[str
 
 
 def _check_sums(path: Path) -> tuple[list[str], list[str]]:
-    from patchkit import sums
+    from patchkit.core import sums
 
     entries, bad = sums.parse(path.read_bytes(), path.name)
     problems = [p.render() for p in bad]
@@ -203,7 +203,7 @@ def _check_lockfile(path: Path) -> tuple[list[str], list[str]]:
 def _check_bundle(
     path: Path, allowed: tuple[AllowedSigner, ...], identity: str | None, now: datetime
 ) -> tuple[list[str], list[str]]:
-    from patchkit.bundle import read_bundle
+    from patchkit.bundle.archive import read_bundle
     from patchkit.signing import attest
 
     read = read_bundle(path)  # the one reading of the bundle: format, sums, pins
@@ -262,8 +262,8 @@ def signature_findings(repo: Repo, lock: Lockfile, now: datetime | None = None) 
 
     Hashes are not re-checked here: ``check`` verifies every pin itself.
     """
-    from patchkit.findings import Finding
-    from patchkit.repo import Escape
+    from patchkit.core.findings import Finding
+    from patchkit.store.repo import Escape
 
     if lock.signing is None:
         return []

@@ -16,10 +16,10 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
+from patchkit.core.hashing import sha256_many
+from patchkit.core.values import UpstreamPath
 from patchkit.errors import BadInput, SourceError
-from patchkit.hashing import sha256_many
 from patchkit.sources.interface import Pin, Snapshot, UpstreamSource, check_path
-from patchkit.values import UpstreamPath
 
 # As many symlinks as Linux follows in one path lookup before giving up (ELOOP).
 _MAX_LINKS = 40

@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import ClassVar
 
-from patchkit.context import Context
+from patchkit.core.values import Digest, Revision, Sha256
 from patchkit.errors import BadInput
 from patchkit.lockfile.model import (
     DirUpstream,
@@ -26,8 +26,8 @@ from patchkit.lockfile.model import (
     Upstream,
     WheelUpstream,
 )
+from patchkit.sources.context import Context
 from patchkit.sources.interface import Pin, Snapshot, UpstreamSource
-from patchkit.values import Digest, Revision, Sha256
 
 
 class SourceKind(ABC):
@@ -190,7 +190,7 @@ class ImageKind(SourceKind):
         return source.snapshot(digest)
 
     def parse(self, arg: str, up: Upstream, ctx: Context, repo_root: Path) -> tuple[UpstreamSource, str | None] | None:
-        from patchkit.images.ref import ImageRef
+        from patchkit.oci.ref import ImageRef
         from patchkit.sources.image import ImageSource
 
         if not arg:

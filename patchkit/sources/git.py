@@ -14,7 +14,7 @@ and automatic gc is off, so nothing a lockfile pins is ever pruned.
 
 Reading many paths costs one ``git cat-file --batch`` process per ``read``
 call, whatever the number of paths. Every git command goes through the one
-git client, ``patchkit.gitclient``.
+git client, ``patchkit.vcs.gitclient``.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
-from patchkit import gitclient
+from patchkit.core.progress import StartProgress, no_progress
 from patchkit.errors import BadInput, SourceError, WriteFailed
-from patchkit.progress import StartProgress, no_progress
 from patchkit.sources.interface import Pin, Snapshot, UpstreamSource, check_path
+from patchkit.vcs import gitclient
 
 _FULL_SHA = re.compile(r"[0-9a-fA-F]{40}")
 _SHORT_SHA = re.compile(r"[0-9a-fA-F]{4,39}")
@@ -462,7 +462,7 @@ def _write_config(git_dir: Path, url: str) -> None:
     Written beside it and renamed over it, so a reader sees the old file or
     this one, and nothing of the old survives.
     """
-    from patchkit.repo import move_into
+    from patchkit.store.repo import move_into
 
     fd, tmp = tempfile.mkstemp(prefix=".config-", dir=git_dir)
     os.close(fd)

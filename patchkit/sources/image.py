@@ -49,13 +49,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from patchkit.context import Context
+from patchkit.core.values import Digest
 from patchkit.errors import BadInput
-from patchkit.images.oci import Platform, Resolved
 from patchkit.images.reader import EngineReader, ImageReader, RegistryReader
-from patchkit.images.ref import ImageRef
+from patchkit.oci.manifest import Platform, Resolved
+from patchkit.oci.ref import ImageRef
+from patchkit.sources.context import Context
 from patchkit.sources.interface import Pin, Snapshot, UpstreamSource, check_path
-from patchkit.values import Digest
 
 if TYPE_CHECKING:
     from patchkit.images.engine import DockerEngine

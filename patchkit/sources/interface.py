@@ -14,8 +14,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from patchkit.core.values import UpstreamPath
 from patchkit.errors import BadInput
-from patchkit.values import UpstreamPath
 
 
 def check_path(path: str) -> None:

@@ -23,10 +23,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from patchkit.core.hashing import sha256_file
+from patchkit.core.values import Sha256
 from patchkit.errors import BadInput, SourceError, WriteFailed
-from patchkit.hashing import sha256_file
 from patchkit.sources.interface import Pin, Snapshot, UpstreamSource, check_path
-from patchkit.values import Sha256
 
 _PROJECT = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
 _VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]*")
@@ -188,7 +188,7 @@ class WheelSource(UpstreamSource):
 
     def _store(self, downloaded: Path, digest: str) -> Path:
         """Move a verified wheel into ``wheels/<sha256>/`` atomically (same file system: a rename)."""
-        from patchkit.repo import move_into
+        from patchkit.store.repo import move_into
 
         directory = self.wheels / digest
         directory.mkdir(exist_ok=True)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchkit.diffs import DiffError, Hunk, parse
+from patchkit.core.diffs import DiffError, Hunk, parse
 
 Line = tuple[bytes, bytes]  # (tag, content) of one diff line, tag b"-" or b"+"
 
@@ -109,7 +109,7 @@ class Interdiff:
 
 def at_revision(root: Path, rev: str, rel: str) -> bytes | None:
     """A repository file as committed at ``rev`` (``git show REV:./FILE``); None when it was not there."""
-    from patchkit import gitclient
+    from patchkit.vcs import gitclient
 
     return gitclient.show(root, rev, rel)
 

@@ -14,7 +14,7 @@ import builtins
 import keyword
 import re
 
-from patchkit.findings import Finding
+from patchkit.core.findings import Finding
 from patchkit.trust.pycheck import parse, undefined_names
 
 CODE = "undefined-name"

@@ -24,7 +24,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from patchkit.fanout import map_items
+from patchkit.core.fanout import map_items
 from patchkit.lockfile.model import Lockfile
 from patchkit.trust import screen
 from patchkit.trust.imports import Reader, Tree, Verdict, resolve

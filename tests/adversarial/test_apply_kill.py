@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from patchkit.hashing import sha256_bytes
-from patchkit.repo import journal_place
+from patchkit.core.hashing import sha256_bytes
+from patchkit.store.repo import journal_place
 from tests.adversarial.conftest import patchkit
 from tests.conftest import git
 

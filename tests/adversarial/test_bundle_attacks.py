@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from patchkit.bundletar import compress
+from patchkit.bundle.tar import compress
 from tests.conftest import Invoke
 
 EVIL = b"services:\n  vllm:\n    image: evil@sha256:" + b"66" * 32 + b"\n"

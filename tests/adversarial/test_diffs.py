@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from patchkit.hashing import sha256_bytes
+from patchkit.core.hashing import sha256_bytes
 from tests.conftest import BASE, OVERLAY, Invoke
 
 DIFF = "upstream/kv-restore-fence.diff"
@@ -57,7 +57,7 @@ def test_badly_quoted_header_is_one_finding_and_bad_input(name: str, deploy: Pat
 
 
 def test_git_quoted_names_still_parse() -> None:
-    from patchkit import diffs
+    from patchkit.core import diffs
 
     (fd,) = diffs.parse(b'--- "a/caf\\303\\251.py"\n+++ "b/caf\\303\\251.py"\n@@ -1 +1 @@\n-x\n+y\n')
     assert fd.old_path == "a/café.py" and fd.new_path == "b/café.py"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from patchkit.findings import CheckResult
+from patchkit.core.findings import CheckResult
 from patchkit.formats.findings import as_json
 from tests.adversarial.conftest import patchkit
 from tests.conftest import REPO_ROOT, Invoke, copy_shipped

@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 from patchkit.errors import BadInput
-from patchkit.images.build import LayerFile, make_layer
 from patchkit.series.parse import PatchParseError, into_git_dir, parse_patch
+from patchkit.ship.build import LayerFile, make_layer
 from tests.conftest import Invoke, git
 from tests.images.conftest import RegistryServer, TestImages, image_builder, oci_image, registry_server
 from tests.images.test_build import make_derivable

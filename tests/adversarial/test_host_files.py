@@ -158,11 +158,11 @@ def test_bundle_materialize_and_emit_never_read_through_a_link(
 
 def test_layer_building_refuses_a_linked_artifact(deploy: Path, invoke: Invoke, outside: Path) -> None:
     """The layer's own reader (``runtime_files``), without a registry: the tuning table is refused by name."""
-    from patchkit.cache import BlobStore
-    from patchkit.context import Context
     from patchkit.errors import BadInput
-    from patchkit.images.build import runtime_files
-    from patchkit.repo import Repo
+    from patchkit.ship.build import runtime_files
+    from patchkit.sources.context import Context
+    from patchkit.store.cache import BlobStore
+    from patchkit.store.repo import Repo
 
     _link_file(deploy, "tuning/moe.csv", Path("/etc/passwd"))
     repo = Repo(deploy.resolve())

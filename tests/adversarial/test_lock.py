@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from patchkit.lockfile.reader import loads
-from patchkit.repo import LOCK_FILE, TMP_PREFIX, recover, stale_temporaries
+from patchkit.store.repo import LOCK_FILE, TMP_PREFIX, recover, stale_temporaries
 from tests.adversarial.conftest import patchkit
 
 WRITERS = 8

@@ -79,7 +79,7 @@ READER = """
 import json, sys
 from pathlib import Path
 from click.testing import CliRunner
-from patchkit import hashing
+from patchkit.core import hashing
 from patchkit.cli import cli
 out = []
 for i in range(int(sys.argv[1])):
@@ -152,8 +152,8 @@ def test_the_library_hasher_reports_a_change_as_an_error_naming_the_file(churnin
 LONG_MERGE = """
 import os, sys, time
 from pathlib import Path
-from patchkit import fanout
-from patchkit.repo import lock_repository
+from patchkit.core import fanout
+from patchkit.store.repo import lock_repository
 fanout.cores = lambda: 4  # four workers even on a one-core runner
 root, seen = Path(sys.argv[1]), Path(sys.argv[2])
 held = lock_repository(root)
@@ -322,7 +322,7 @@ def test_a_directory_swapped_for_a_link_mid_command_never_leads_outside(
 def test_the_one_resolution_refuses_a_link_at_any_depth(tmp_path: Path, outside: Path, depth: int) -> None:
     """``Dirs`` (every read, write and delete under the repository) never follows a link, wherever it is."""
     from patchkit.errors import BadInput
-    from patchkit.repo import Dirs
+    from patchkit.store.repo import Dirs
 
     root = tmp_path / "repo"
     (root / "a" / "b").mkdir(parents=True)

@@ -33,13 +33,13 @@ from typing import Any
 
 import pytest
 
+from patchkit.core.values import Digest
 from patchkit.errors import Refused
-from patchkit.images import artifact
 from patchkit.images.errors import RegistryError
-from patchkit.images.oci import Descriptor
-from patchkit.images.ref import ImageRef
 from patchkit.images.registry import RegistryClient
-from patchkit.values import Digest
+from patchkit.oci.manifest import Descriptor
+from patchkit.oci.ref import ImageRef
+from patchkit.ship import artifact
 from tests.conftest import Invoke
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -419,8 +419,8 @@ PULL_IN_A_CHILD = """
 import resource, sys
 from pathlib import Path
 from patchkit.errors import PatchkitError
-from patchkit.images import artifact
-from patchkit.images.ref import ImageRef
+from patchkit.ship import artifact
+from patchkit.oci.ref import ImageRef
 from patchkit.images.registry import RegistryClient
 client = RegistryClient(docker_config=Path(sys.argv[2]), retries=0, deadline=30)
 try:
@@ -443,7 +443,7 @@ def test_a_blob_longer_than_its_descriptor_is_refused_after_its_size(
     allowed.write_text(f'alice namespaces="patchkit" {key.with_suffix(".pub").read_text().strip()}\n')
     out = tmp_path / "pulled"
     baseline = subprocess.run(
-        [sys.executable, "-c", "import resource, patchkit.images.artifact, patchkit.images.registry; "
+        [sys.executable, "-c", "import resource, patchkit.ship.artifact, patchkit.images.registry; "
          "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"],
         capture_output=True, text=True, timeout=60, check=True, env=os.environ,
     )  # fmt: skip

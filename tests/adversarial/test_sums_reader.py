@@ -39,10 +39,10 @@ from pathlib import Path
 
 import pytest
 
-from patchkit import sums
 from patchkit.check.verify_sums import check_sums
-from patchkit.findings import Finding
-from patchkit.repo import Repo
+from patchkit.core import sums
+from patchkit.core.findings import Finding
+from patchkit.store.repo import Repo
 from tests.conftest import Invoke
 
 CASES = int(os.environ.get("PATCHKIT_SUMS_CASES", "600"))

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from patchkit.bundle import verify_bundle
+from patchkit.bundle.archive import verify_bundle
 from tests.adversarial.conftest import patchkit
 from tests.conftest import Invoke
 
@@ -599,7 +599,7 @@ def _write(path: Path, data: bytes) -> Path:
 def test_attest_push_and_pull_refuse_what_verify_bundle_refuses(bundle: Bundle, tmp_path: Path) -> None:
     """One reader for every command that reads a bundle: none of them takes a smuggled one."""
     from patchkit.errors import BadInput, Refused
-    from patchkit.images import artifact
+    from patchkit.ship import artifact
     from patchkit.signing import attest
 
     good = _write(tmp_path / "good.tar.gz", _gz(bundle.raw))

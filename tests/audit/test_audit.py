@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from patchkit import diffs
+from patchkit.core import diffs
 from tests.audit.conftest import GitHubStandIn, Tracked
 from tests.conftest import Invoke, copy_shipped, snapshot
 

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
+from patchkit.core.values import Reference
 from patchkit.errors import ExternalFailure
-from patchkit.github import AnswerStatus, GitHubTracker, RateLimited, web_url
 from patchkit.lockfile.model import RefState
-from patchkit.values import Reference
+from patchkit.net.github import AnswerStatus, GitHubTracker, RateLimited, web_url
 from tests.audit.conftest import RESET_EPOCH, GitHubStandIn
 
 PR = Reference("vllm-project/vllm#47291")

@@ -8,10 +8,10 @@ import json
 
 import pytest
 
+from patchkit.core.values import Reference, Revision
 from patchkit.lockfile.model import RefState
 from patchkit.lockfile.reader import loads
-from patchkit.refs import Landing, PatchStanding, age, assess
-from patchkit.values import Reference, Revision
+from patchkit.tracking.refs import Landing, PatchStanding, age, assess
 from tests.audit.conftest import GitHubStandIn, Tracked
 from tests.conftest import Invoke, snapshot
 

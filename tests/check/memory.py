@@ -11,12 +11,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from patchkit import diffs, sums
 from patchkit.check.state import Kind, PinnedFiles, State, TreeEntry, named_files
+from patchkit.core import diffs, sums
+from patchkit.core.values import UpstreamPath
 from patchkit.lockfile.model import Lockfile
 from patchkit.lockfile.reader import loads
 from patchkit.lockfile.writer import dumps, expected_sums
-from patchkit.values import UpstreamPath
 
 
 @dataclass

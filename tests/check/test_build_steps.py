@@ -191,7 +191,7 @@ def test_the_shipped_deployment_has_none_of_these_findings(invoke: Invoke) -> No
 def test_in_a_compose_repository_a_patch_file_an_unreadable_step_may_apply_stays_unknown_until_read(
     tmp_path: Path, invoke: Invoke
 ) -> None:
-    from patchkit import diffs
+    from patchkit.core import diffs
     from tests.importing.test_relied_on import SUMS_MOUNTS, build
 
     root = build(tmp_path / "deploy", sums_mount=SUMS_MOUNTS["short"])

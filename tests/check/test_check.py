@@ -148,7 +148,7 @@ def test_diff_that_no_longer_matches_its_overlay(invoke: Invoke, deploy: Path) -
 
 def test_diff_reverse_applies_but_to_another_base(invoke: Invoke, deploy: Path, tmp_path: Path) -> None:
     # An "incremental" diff: against an earlier overlay, not against upstream.
-    from patchkit import diffs
+    from patchkit.core import diffs
 
     overlay = (deploy / "patches" / "gpu_worker.py").read_bytes()
     earlier = overlay.replace(b"    return len(blocks)\n", b"    return len(blocks)  # v1\n")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from patchkit.check import compose
-from patchkit.values import LOCKFILE_NAME
+from patchkit.core.values import LOCKFILE_NAME
 
 from .memory import overlay_repo, sha, state_of
 

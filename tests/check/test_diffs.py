@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from patchkit import diffs as diff_code
 from patchkit.check import diffs
-from patchkit.values import UpstreamPath
+from patchkit.core import diffs as diff_code
+from patchkit.core.values import UpstreamPath
 
 from .memory import BASE, BASE_PATH, OVERLAY, overlay_repo, sha, state_of
 

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from conftest import Invoke
 
-from patchkit import diffs as diff_code
 from patchkit.check import diffs, hand_diffs, pins, sums
 from patchkit.check.state import State
+from patchkit.core import diffs as diff_code
 from patchkit.errors import LockfileError
 from patchkit.lockfile.reader import loads
 from patchkit.lockfile.writer import dumps
@@ -67,7 +67,7 @@ def test_check_twice_gives_the_same_report_and_catches_a_later_edit(invoke: Invo
 
 def test_sums_check_compares_with_the_lockfile_every_time(deploy: Path) -> None:
     from patchkit.check.verify_sums import check_sums
-    from patchkit.repo import Repo
+    from patchkit.store.repo import Repo
 
     first = check_sums(Repo(deploy))
     assert first.ok and first.files_hashed > 0

@@ -11,9 +11,9 @@ import pytest
 
 from patchkit.check import state
 from patchkit.check.state import Named, PinnedFiles, hash_pinned
+from patchkit.core.values import RepoPath
 from patchkit.lockfile.model import Lockfile
-from patchkit.repo import Repo
-from patchkit.values import RepoPath
+from patchkit.store.repo import Repo
 
 SMALL = b"def f():\n    return 1\n"
 

@@ -217,7 +217,7 @@ def test_the_cache_the_environment_names(tmp_path: Path) -> None:
 def test_quiet_hands_the_core_no_progress(deploy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """-q anywhere, or PATCHKIT_QUIET=1 (click reads it for the option): no bars, and pip's and the Hub's stay off."""
     from patchkit.cli import common
-    from patchkit.progress import no_progress
+    from patchkit.core.progress import no_progress
 
     quiet = common.build_context({"quiet": True}, {})
     assert quiet.progress is no_progress and not quiet.shows_progress

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import Invoke, copy_shipped
 
-from patchkit.bundletar import Writer, compress, entry_order
+from patchkit.bundle.tar import Writer, compress, entry_order
 
 
 @pytest.fixture

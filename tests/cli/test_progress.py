@@ -13,7 +13,7 @@ from typing import TextIO
 import pytest
 
 from patchkit.cli.progress import bars, shown
-from patchkit.progress import no_progress
+from patchkit.core.progress import no_progress
 
 
 @pytest.fixture

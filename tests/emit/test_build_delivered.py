@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from patchkit.core.values import ContainerPath, RepoPath, Sha256
 from patchkit.emit.compose import _patch_notes
 from patchkit.lockfile.model import Patch, PatchKind
-from patchkit.values import ContainerPath, RepoPath, Sha256
 
 
 def test_a_patch_a_build_copied_in_is_still_mounted_and_says_why() -> None:

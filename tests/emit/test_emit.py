@@ -10,6 +10,7 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 from conftest import copy_shipped
 
+from patchkit.core.values import ContainerPath, Digest, Reference, RepoPath, Sha256
 from patchkit.emit.compose import emit, emit_all, quote
 from patchkit.emit.config import ConfigError, DeployConfig, load_config, loads_config
 from patchkit.emit.files import emit_files
@@ -17,7 +18,6 @@ from patchkit.emit.validate import CADDY_SKIPPED, compose_schema, validate
 from patchkit.errors import BadInput
 from patchkit.lockfile.model import Artifact, Image, Lockfile, Patch, PatchKind
 from patchkit.lockfile.reader import loads
-from patchkit.values import ContainerPath, Digest, Reference, RepoPath, Sha256
 
 ROOT = Path(__file__).resolve().parents[2]
 H = "b" * 64
@@ -324,7 +324,7 @@ def shipped_copy(tmp_path: Path) -> Path:
 
 def repinned(lock: Lockfile, root: Path, name: str) -> Lockfile:
     """``lock`` with the artifact ``name`` pinned at the current hash of its file in ``root``."""
-    from patchkit.hashing import sha256_bytes
+    from patchkit.core.hashing import sha256_bytes
 
     artifacts = tuple(
         dataclasses.replace(a, sha256=Sha256(sha256_bytes((root / str(a.file)).read_bytes()))) if a.name == name else a
@@ -334,7 +334,7 @@ def repinned(lock: Lockfile, root: Path, name: str) -> Lockfile:
 
 
 def test_emit_files_validates_the_shipped_bundle_files(lock: Lockfile, tmp_path: Path) -> None:
-    from patchkit.repo import Repo
+    from patchkit.store.repo import Repo
 
     root = shipped_copy(tmp_path)
     notes: list[str] = []
@@ -346,7 +346,7 @@ def test_emit_files_validates_the_shipped_bundle_files(lock: Lockfile, tmp_path:
 @pytest.mark.skipif(shutil.which("caddy") is None, reason="caddy not installed (.ci/run installs it)")
 @pytest.mark.parametrize("check_only", [False, True])
 def test_emit_refuses_a_broken_caddyfile_artifact(lock: Lockfile, tmp_path: Path, check_only: bool) -> None:
-    from patchkit.repo import Repo
+    from patchkit.store.repo import Repo
 
     root = shipped_copy(tmp_path)
     caddyfile = root / "Caddyfile.tp1x2.example"
@@ -361,7 +361,7 @@ def test_emit_refuses_a_broken_caddyfile_artifact(lock: Lockfile, tmp_path: Path
 
 
 def test_emit_refuses_a_broken_entrypoint(lock: Lockfile, tmp_path: Path) -> None:
-    from patchkit.repo import Repo
+    from patchkit.store.repo import Repo
 
     root = shipped_copy(tmp_path)
     (root / "entrypoint.sh").write_text("#!/bin/sh\nif then\n", encoding="utf-8")

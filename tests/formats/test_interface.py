@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from patchkit.core.findings import CheckResult, Finding
 from patchkit.errors import BadInput
-from patchkit.findings import CheckResult, Finding
 from patchkit.formats.audit import AUDIT
 from patchkit.formats.findings import FINDINGS, as_json, github, render, text
 from patchkit.formats.interface import Formats

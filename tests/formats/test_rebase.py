@@ -8,14 +8,14 @@ interdiff and a skipped patch at once.
 
 from __future__ import annotations
 
-from patchkit.diffs import canonical_diff
+from patchkit.core.diffs import canonical_diff
+from patchkit.core.values import UpstreamPath
 from patchkit.formats.rebase import summary_markdown, table
 from patchkit.rebase.merge import MergeResult, Outcome, rebase_file
 from patchkit.rebase.overlays import PatchResult, Plan, Skipped
 from patchkit.sources.interface import Pin
 from patchkit.trust import interdiff
 from patchkit.trust.pycheck import Problem
-from patchkit.values import UpstreamPath
 
 BASE = b"""def load(path):
     return open(path).read()

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from patchkit.images.artifact import (
+from patchkit.oci.manifest import OCI_INDEX, OCI_MANIFEST
+from patchkit.ship.artifact import (
     ATTESTATION_ARTIFACT,
     BUNDLE_ARTIFACT,
     EMPTY_MEDIA_TYPE,
     SIGNATURE_ARTIFACT,
     artifact_manifest,
 )
-from patchkit.images.oci import OCI_INDEX, OCI_MANIFEST
 from tests.conftest import Invoke
 from tests.images.conftest import RegistryServer
 

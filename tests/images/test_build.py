@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from patchkit.images.build import LayerFile, layer_tar, make_layer
 from patchkit.lockfile.reader import loads as load_lock
+from patchkit.ship.build import LayerFile, layer_tar, make_layer
 from tests.conftest import Invoke, git, snapshot
 from tests.dockerd import Dockerd
 from tests.images.conftest import RegistryServer, TestImages
@@ -322,7 +322,7 @@ def test_created_comes_from_source_date_epoch_else_from_the_base_pin(derivable: 
     import dataclasses
 
     from patchkit.errors import BadInput
-    from patchkit.images.build import created_time
+    from patchkit.ship.build import created_time
 
     lock = load_lock((derivable / "lockfile.toml").read_text())
     pinned_at = lock.images[0].resolved_at

@@ -65,7 +65,7 @@ def test_push_asks_for_a_push_token_and_copies_base_layers_from_another_registry
 
     # check --online reads it back with the same credentials (the client the command line builds) and finds it intact.
     from patchkit.cli.common import build_context
-    from patchkit.online import image_findings
+    from patchkit.tracking.online import image_findings
 
     lock = load_lock((deploy / "lockfile.toml").read_text())
     assert image_findings(lock, lambda _path: None, build_context({}, os.environ).registry()) == []

@@ -29,11 +29,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from patchkit.diffs import canonical_diff
+from patchkit.core.diffs import canonical_diff
+from patchkit.core.values import Digest, Sha256
 from patchkit.lockfile.model import Base, DiffPin
 from patchkit.lockfile.reader import loads
 from patchkit.lockfile.writer import dumps
-from patchkit.values import Digest, Sha256
 from tests.conftest import REPO_ROOT, Invoke, copy_shipped, git, snapshot
 from tests.images.conftest import ImageBuilder, RegistryServer, run
 

@@ -8,9 +8,13 @@ from typing import Any
 
 import pytest
 
+from patchkit.core.values import ContainerPath
 from patchkit.errors import BadInput, Refused
-from patchkit.images.adopt import adopt, in_image, upstream_from_state, upstream_state
-from patchkit.images.bumping import (
+from patchkit.images.errors import RegistryError
+from patchkit.images.registry import _tag_list
+from patchkit.lockfile.model import ImageUpstream, Lockfile, PatchKind
+from patchkit.lockfile.reader import loads
+from patchkit.rebase.bumping import (
     Candidate,
     _image_upstream,
     _refuse_unbased,
@@ -19,11 +23,7 @@ from patchkit.images.bumping import (
     derive_upstream,
     series_notes,
 )
-from patchkit.images.errors import RegistryError
-from patchkit.images.registry import _tag_list
-from patchkit.lockfile.model import ImageUpstream, Lockfile, PatchKind
-from patchkit.lockfile.reader import loads
-from patchkit.values import ContainerPath
+from patchkit.ship.adopt import adopt, in_image, upstream_from_state, upstream_state
 from tests.conftest import REPO_ROOT
 from tests.images.conftest import ClientFactory, FakeRegistry, Reply
 
@@ -174,8 +174,8 @@ def test_a_candidate_is_clean_only_when_nothing_blocks() -> None:
 
 
 def test_series_applied_to_the_image_tree_are_named_with_the_rebase_that_moves_them() -> None:
-    from patchkit.series.model import Series
-    from patchkit.values import Revision
+    from patchkit.core.values import Revision
+    from patchkit.lockfile.series import Series
 
     up = derive_upstream(SHIPPED, REPOSITORY)
     commit = Revision("2359b7ddd05d372409514b275286e2c1f181aafb")

@@ -212,7 +212,7 @@ def test_a_failing_or_silent_registry_is_its_own_line(
     """A registry answering 500, and one that does not answer in time, are each one line; the good one is asked."""
     from patchkit.lockfile.reader import loads as load_lock
     from patchkit.lockfile.tomlpos import LineIndex
-    from patchkit.online import image_findings
+    from patchkit.tracking.online import image_findings
 
     root, _ = pinned
     digest = "sha256:" + "c" * 64
@@ -245,7 +245,7 @@ def test_an_image_the_registry_refuses_is_one_line_with_image_bases(
     """401 (no credentials) is about that image, not the registry: one line for it, however often it would be read."""
     from patchkit.lockfile.reader import loads as load_lock
     from patchkit.lockfile.tomlpos import LineIndex
-    from patchkit.online import image_findings
+    from patchkit.tracking.online import image_findings
 
     root, _ = pinned
     with (root / "lockfile.toml").open("a") as f:

@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from patchkit.findings import Finding
-from patchkit.images.build import LayerFile, build_and_push, layer_tar
-from patchkit.images.oci import parse_descriptor
-from patchkit.images.ref import ImageRef
+from patchkit.core.findings import Finding
+from patchkit.core.values import Digest
 from patchkit.images.registry import RegistryClient
-from patchkit.images.verify import layer_differences, pinned_targets
 from patchkit.lockfile.reader import loads as load_lock
 from patchkit.lockfile.tomlpos import LineIndex
-from patchkit.online import image_findings
-from patchkit.values import Digest
+from patchkit.oci.manifest import parse_descriptor
+from patchkit.oci.ref import ImageRef
+from patchkit.ship.build import LayerFile, build_and_push, layer_tar
+from patchkit.ship.verify import layer_differences, pinned_targets
+from patchkit.tracking.online import image_findings
 from tests.conftest import Invoke, git
 from tests.images.conftest import RegistryServer, TestImages
 from tests.images.test_build import build, make_derivable, pinned_files
@@ -237,7 +237,7 @@ def _forge(lock_text: str, **changes: object) -> list[Finding]:
 def test_an_image_on_other_lower_layers_or_with_a_changed_config_is_caught(
     built: tuple[Path, dict[str, object]], registry_server: RegistryServer, oci_image: TestImages
 ) -> None:
-    from patchkit.images.build import canonical_json
+    from patchkit.ship.build import canonical_json
 
     root, _ = built
     text = (root / "lockfile.toml").read_text()
@@ -289,9 +289,9 @@ def test_a_derived_image_with_a_guard_passes_its_own_check(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """With [guard], image build adds guard.json; check --online expects exactly those bytes, and no others."""
+    from patchkit.core.values import Revision
     from patchkit.emit.config import load_config
-    from patchkit.images.verify import build_adds
-    from patchkit.values import Revision
+    from patchkit.ship.verify import build_adds
     from tests.conftest import REPO_ROOT
     from tests.images.test_build import DEPLOY_TOML
 

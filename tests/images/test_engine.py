@@ -30,7 +30,7 @@ import pytest
 
 from patchkit.errors import EXIT_BAD_INPUT, EXIT_EXTERNAL, BadInput, SourceError
 from patchkit.images.engine import DockerEngine, EngineUnavailable, local_name
-from patchkit.images.ref import ImageRef
+from patchkit.oci.ref import ImageRef
 from tests.dockerd import Dockerd, leftover_containers
 
 BIG = random.Random(4).randbytes(3 * 1024 * 1024 + 17)  # crosses several 1 MiB stream chunks

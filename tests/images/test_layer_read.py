@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from patchkit.images.build import LayerFile, layer_tar, read_layer
+from patchkit.ship.build import LayerFile, layer_tar, read_layer
 
 FILES = [
     LayerFile("/opt/patchkit/entrypoint.sh", b"#!/bin/sh\nexec vllm serve\n", True),

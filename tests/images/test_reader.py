@@ -6,8 +6,8 @@ import pytest
 
 from images.conftest import ClientFactory, TestImages
 from patchkit.errors import BadInput
-from patchkit.images.operations import read
 from patchkit.images.reader import ImageReader, RegistryReader
+from patchkit.ship.operations import read
 
 
 def test_via_offers_exactly_the_adapters_of_the_table() -> None:

@@ -36,14 +36,16 @@ from images.conftest import (
     registry_error,
     tar_bytes,
 )
+from patchkit.core.values import Digest
 from patchkit.errors import EXIT_BAD_INPUT, EXIT_EXTERNAL, BadInput
-from patchkit.images import layers, oci, registry
+from patchkit.images import registry
 from patchkit.images.credentials import parse_challenge
 from patchkit.images.errors import RegistryError
-from patchkit.images.layers import LayerScan, Overlay, decide
-from patchkit.images.oci import ImageIndex, ImageManifest, Platform, parse_config, parse_manifest, select_platform
-from patchkit.images.ref import DOCKER_HUB, ImageRef
-from patchkit.values import Digest
+from patchkit.oci import layers
+from patchkit.oci import manifest as oci
+from patchkit.oci.layers import LayerScan, Overlay, decide
+from patchkit.oci.manifest import ImageIndex, ImageManifest, Platform, parse_config, parse_manifest, select_platform
+from patchkit.oci.ref import DOCKER_HUB, ImageRef
 
 D1 = "sha256:" + "1" * 64
 D2 = "sha256:" + "2" * 64

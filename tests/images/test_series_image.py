@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from patchkit.findings import Finding
+from patchkit.core.findings import Finding
 from patchkit.images.registry import RegistryClient
 from patchkit.lockfile.reader import loads as load_lock
 from patchkit.lockfile.tomlpos import LineIndex
-from patchkit.online import image_findings
+from patchkit.tracking.online import image_findings
 from tests.conftest import Invoke
 from tests.images.conftest import ImageBuilder, RegistryServer
 from tests.images.test_series_build import queue_on_base

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from patchkit import diffs
-from patchkit.hashing import sha256_bytes
+from patchkit.core import diffs
+from patchkit.core.hashing import sha256_bytes
 
 SITE = "/usr/local/lib/python3.12/dist-packages"
 VLLM_DIGEST = "sha256:" + "e6" * 32

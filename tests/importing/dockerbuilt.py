@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchkit.hashing import sha256_bytes
+from patchkit.core.hashing import sha256_bytes
 
 SITE = "/usr/local/lib/python3.12/site-packages"
 DIST = "/usr/lib/python3/dist-packages"

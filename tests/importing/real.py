@@ -17,8 +17,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from patchkit import diffs
-from patchkit.hashing import sha256_bytes
+from patchkit.core import diffs
+from patchkit.core.hashing import sha256_bytes
 from tests.conftest import git
 from tests.importing.conftest import SITE, VLLM_DIGEST, numbered, write
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from patchkit import diffs
-from patchkit.hashing import sha256_bytes
+from patchkit.core import diffs
+from patchkit.core.hashing import sha256_bytes
 from patchkit.lockfile.model import Lockfile, PatchKind
 from patchkit.lockfile.reader import loads
 from tests.conftest import Invoke, copy_shipped, git

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from patchkit.core.values import Revision, UpstreamPath
 from patchkit.errors import BadInput
 from patchkit.importing.normalize import _fetched, _no_base
 from patchkit.lockfile.model import GitUpstream
-from patchkit.values import Revision, UpstreamPath
 
 FULL = "a" * 40
 UP = GitUpstream(name="vllm", git="https://github.com/vllm-project/vllm", commit=Revision(FULL))

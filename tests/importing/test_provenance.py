@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from patchkit import diffs
+from patchkit.core import diffs
 from patchkit.importing.provenance import references, tables
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from patchkit.hashing import sha256_bytes
+from patchkit.core.hashing import sha256_bytes
 from patchkit.importing.shell import BuildReader
 from patchkit.lockfile.reader import loads
 from tests.conftest import Invoke
@@ -251,7 +251,7 @@ def test_in_a_compose_repository_the_patches_its_containerfile_applies_are_a_ser
     tmp_path: Path, invoke: Invoke
 ) -> None:
     """compose, then the Containerfile, then its loop: those files are a series, not hand-kept diffs."""
-    from patchkit import diffs
+    from patchkit.core import diffs
     from tests.importing.test_relied_on import COMMIT, SUMS_MOUNTS, build
 
     root = build(tmp_path / "deploy", sums_mount=SUMS_MOUNTS["short"])
@@ -343,7 +343,7 @@ def test_a_series_read_from_a_profile_script_rebases_and_keeps_its_profiles(tmp_
 def test_in_a_compose_repository_patch_files_an_unreadable_step_may_apply_are_unknown_not_unmatched(
     tmp_path: Path, invoke: Invoke
 ) -> None:
-    from patchkit import diffs
+    from patchkit.core import diffs
     from tests.importing.test_relied_on import SUMS_MOUNTS, build
 
     root = build(tmp_path / "deploy", sums_mount=SUMS_MOUNTS["short"])

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from patchkit import diffs
-from patchkit.hashing import sha256_bytes
+from patchkit.core import diffs
+from patchkit.core.hashing import sha256_bytes
 from patchkit.lockfile.reader import loads
 from tests.conftest import Invoke, snapshot
 from tests.importing.real import (

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from patchkit import diffs
-from patchkit.hashing import sha256_bytes
+from patchkit.core import diffs
+from patchkit.core.hashing import sha256_bytes
 from patchkit.lockfile.reader import loads
 from tests.conftest import Invoke
 
@@ -93,7 +93,9 @@ def build(root: Path, *, sums_mount: str, helper_part: bytes = HELPER, readers: 
     write(root, "patches/diffs/kv.patch", two)
     if readers:
         write(
-            root, "tests/test_diffs.py", "DIFF = 'patches/diffs/scheduler.diff'\n\n\ndef test_it():\n    assert DIFF\n"
+            root,
+            "tests/core/test_diffs.py",
+            "DIFF = 'patches/diffs/scheduler.diff'\n\n\ndef test_it():\n    assert DIFF\n",
         )
         write(root, "Makefile", "check:\n\tgit apply --check --reverse kv.patch\n")
     listed = [f"patches/{n}.py" for n in OVERLAYS] + ["patches/kv_helper.py", "entrypoint.sh"]

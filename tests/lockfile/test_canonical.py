@@ -15,6 +15,7 @@ from typing import Any
 
 from patchkit.check import pins
 from patchkit.check.state import State
+from patchkit.core.values import ContainerPath, Digest, Reference, RepoPath, Revision, Sha256, UpstreamPath
 from patchkit.errors import LockfileError
 from patchkit.lockfile.model import (
     Artifact,
@@ -36,9 +37,8 @@ from patchkit.lockfile.model import (
     WheelUpstream,
 )
 from patchkit.lockfile.reader import loads
+from patchkit.lockfile.series import Series, SeriesPatch
 from patchkit.lockfile.writer import dumps
-from patchkit.series.model import Series, SeriesPatch
-from patchkit.values import ContainerPath, Digest, Reference, RepoPath, Revision, Sha256, UpstreamPath
 from tests.check.memory import MemoryView
 from tests.lockfile.test_fields import every_field
 

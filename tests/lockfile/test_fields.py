@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from patchkit.core.values import ContainerPath, Digest, Reference, RepoPath, Revision, Sha256, UpstreamPath
 from patchkit.errors import LockfileError
 from patchkit.lockfile import model
 from patchkit.lockfile.fields import Context, Record, integer, strings, text
@@ -37,11 +38,10 @@ from patchkit.lockfile.model import (
     WheelUpstream,
 )
 from patchkit.lockfile.reader import loads
+from patchkit.lockfile.series import SERIES, SERIES_PATCH, Series, SeriesPatch
 from patchkit.lockfile.tomlpos import FieldReader
 from patchkit.lockfile.verified import VERIFIED, Verified
 from patchkit.lockfile.writer import dumps
-from patchkit.series.model import SERIES, SERIES_PATCH, Series, SeriesPatch
-from patchkit.values import ContainerPath, Digest, Reference, RepoPath, Revision, Sha256, UpstreamPath
 
 H = Sha256("a" * 64)
 D = Digest("sha256:" + "b" * 64)

@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 
+from patchkit.core.values import ContainerPath, Digest, Reference, RepoPath, Revision, Sha256, UpstreamPath
 from patchkit.errors import LockfileError
 from patchkit.lockfile.model import (
     Artifact,
@@ -18,7 +19,6 @@ from patchkit.lockfile.model import (
 )
 from patchkit.lockfile.reader import loads
 from patchkit.lockfile.writer import dumps
-from patchkit.values import ContainerPath, Digest, Reference, RepoPath, Revision, Sha256, UpstreamPath
 
 H = "a" * 64
 COMMIT = "124154a8843d1f8e4d4e2d5d466e2d3ebc3716da"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from patchkit.errors import ExternalFailure
-from patchkit.model.hub import HfHub
+from patchkit.net.hub import HfHub
 
 ENDPOINT = "http://127.0.0.1:9"
 NO_TOKEN = "no token was sent; the repository is private, gated or does not exist"

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from conftest import Invoke
 
-from patchkit.hashing import GIT_SHA1, SHA256, WINDOW, digest_file
+from patchkit.core.hashing import GIT_SHA1, SHA256, WINDOW, digest_file
+from patchkit.core.values import Revision
 from patchkit.lockfile.model import Model
 from patchkit.model.record import VerifyRecord
 from patchkit.model.verify import ProblemKind, verify_cache
-from patchkit.values import Revision
 
 from .conftest import REPO_ID, Hub
 from .hubserver import FileEntry
@@ -271,7 +271,7 @@ def test_the_record_skips_unchanged_blobs_and_full_ignores_it(
 def test_an_interrupt_leaves_no_record(hub: Hub, model_repo: str, fetched: Path, tmp_path: Path) -> None:
     from patchkit.lockfile.model import ModelFile
     from patchkit.model.manifest import pinned_files
-    from patchkit.repo import Repo
+    from patchkit.store.repo import Repo
 
     lockf, _ = Repo(fetched).read_lockfile()
     assert lockf.model is not None

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from patchkit import diffs
-from patchkit.diffs import split_lines
+from patchkit.core import diffs
+from patchkit.core.diffs import split_lines
 from patchkit.errors import EXIT_BAD_INPUT, BadInput
 from patchkit.rebase.merge import (
     BASE_MARKER,

@@ -22,8 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from patchkit import gitmerge
-from patchkit.diffs import split_lines
+from patchkit.core.diffs import split_lines
 from patchkit.rebase.merge import (
     _LABELS,
     BASE_MARKER,
@@ -35,6 +34,7 @@ from patchkit.rebase.merge import (
     rebase_file,
     rebase_files,
 )
+from patchkit.vcs import gitmerge
 
 SAMPLE = int(os.environ.get("PATCHKIT_DIFFERENTIAL_N", "400"))
 SEED = int(os.environ.get("PATCHKIT_DIFFERENTIAL_SEED", "30"))
@@ -310,7 +310,7 @@ def test_a_nul_within_the_first_8000_bytes_is_refused() -> None:
 
 def test_many_files_cost_a_handful_of_git_processes(monkeypatch: pytest.MonkeyPatch) -> None:
     """A batch of files runs git a fixed number of times, not once per file."""
-    from patchkit import gitclient
+    from patchkit.vcs import gitclient
 
     calls: list[str] = []
     real = gitclient.run

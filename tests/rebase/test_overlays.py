@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import Invoke, git, snapshot
 
-from patchkit.repo import journal_place
+from patchkit.store.repo import journal_place
 
 WORKER = b"""import torch
 
@@ -336,7 +336,7 @@ def test_second_rebase_refused_while_one_is_in_progress(invoke: Invoke, tmp_path
 CRASH_AFTER_FIRST_RENAME = """
 import os, signal, sys
 from pathlib import Path
-import patchkit.repo as repo
+import patchkit.store.repo as repo
 real = os.replace
 count = 0
 def replace(*args, **kwargs):

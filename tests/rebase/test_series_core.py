@@ -103,7 +103,7 @@ def test_a_rename_upstream_already_made_leaves_only_the_edit(patch: bytes) -> No
 
 def test_a_patchs_files_merge_in_one_git_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Four files changed on both sides cost one batch of git processes, not one batch per file."""
-    from patchkit import gitmerge
+    from patchkit.vcs import gitmerge
 
     files = {f"pkg/m{k}.py": b"".join(b"line %d\n" % i for i in range(20)) for k in range(4)}
     repo = tmp_path / "r"

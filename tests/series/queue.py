@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchkit.hashing import sha256_bytes
+from patchkit.core.hashing import sha256_bytes
 
 MXFP4_V1 = b'''"""MXFP4 quantization."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from patchkit import diffs
+from patchkit.core import diffs
 from patchkit.rebase.series import _file_diff
 from patchkit.series.apply import Applied, Item, SeriesApplyError, _current, apply_series
 from patchkit.series.parse import FileChange, parse_patch

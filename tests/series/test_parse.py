@@ -161,7 +161,7 @@ def test_hunks_are_read_once_in_the_section_git_reads_them_in(tmp_path: Path, mo
     ``git apply`` reads the hunks after an ``index`` line as that file's; a bare
     ``diff --git`` line begins nothing, so a hunk after it has no file header.
     """
-    from patchkit import diffs
+    from patchkit.core import diffs
 
     def no_second_reader(data: bytes) -> list[diffs.FileDiff]:
         raise AssertionError("a series patch is read once, by the header reader and its hunks")

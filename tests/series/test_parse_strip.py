@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from patchkit.hashing import sha256_bytes
+from patchkit.core.hashing import sha256_bytes
 from patchkit.rebase.series import canonical_patch
 from patchkit.series.apply import Item, apply_series
 from patchkit.series.parse import PatchParseError, parse_patch

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from patchkit.hashing import sha256_bytes
+from patchkit.core.hashing import sha256_bytes
 from patchkit.lockfile.reader import loads
 from tests.conftest import Invoke
 from tests.series.queue import MXFP4_V1, Queue, backport, clone_tree, commit, git

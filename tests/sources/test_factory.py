@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from patchkit.context import Context
 from patchkit.errors import BadInput
 from patchkit.lockfile.model import GitUpstream
+from patchkit.sources.context import Context
 from patchkit.sources.factory import parse_source
 from patchkit.sources.git import GitSource
 

@@ -24,11 +24,12 @@ import pytest
 from images import conftest as image_fixtures
 from images.conftest import CountingSession, ImageBuilder, RegistryServer, run
 
+from patchkit.core.values import Digest
 from patchkit.errors import EXIT_BAD_INPUT, EXIT_EXTERNAL, BadInput, SourceError
 from patchkit.images.engine import DockerEngine
 from patchkit.images.errors import RegistryError
-from patchkit.images.oci import Resolved
 from patchkit.images.registry import RegistryClient
+from patchkit.oci.manifest import Resolved
 from patchkit.sources.directory import DirSource
 from patchkit.sources.image import (
     ImageSnapshot,
@@ -39,7 +40,6 @@ from patchkit.sources.image import (
     runtime_version,
 )
 from patchkit.sources.interface import Pin
-from patchkit.values import Digest
 from tests.dockerd import Dockerd
 
 # The fixtures of tests/images, bound here so that pytest registers them for this module too.

@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 
+from patchkit.core.values import Digest
 from patchkit.lockfile.model import Image
 from patchkit.lockfile.reader import loads
 from patchkit.lockfile.writer import dumps
-from patchkit.values import Digest
 from tests.conftest import REPO_ROOT
 
 RENOVATE = REPO_ROOT / "docs" / "examples" / "renovate.json"

@@ -6,7 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from patchkit import diffs
+from patchkit.core import diffs
 from tests.conftest import Invoke, git
 from tests.rebase.test_overlays import WORKER, Upstream
 

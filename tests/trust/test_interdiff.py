@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from patchkit import diffs
+from patchkit.core import diffs
 from patchkit.trust.interdiff import compare
 from tests.conftest import Invoke
 from tests.rebase.test_overlays import FENCED, WORKER, Upstream, make_deploy, outcomes, rebase_json

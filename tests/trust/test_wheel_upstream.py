@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from patchkit import diffs
+from patchkit.core import diffs
 from tests.conftest import Invoke, git
 
 MOD_1 = b"from pkg.util import old_name\n\n\ndef run(x):\n    return old_name(x)\n"

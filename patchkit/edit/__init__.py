@@ -1,0 +1,1 @@
+"""Changing a deployment by hand: init, add, remove, lock, sums and diffs (``changes``), upstreams (``upstreams``)."""

@@ -1,0 +1,1 @@
+"""OCI parsing, pure: image references (``ref``), manifests and indexes (``manifest``), layer paths (``layers``)."""
