@@ -129,7 +129,7 @@ def test_the_library_hasher_reports_a_change_as_an_error_naming_the_file(churnin
     script = (
         "import json, sys\n"
         "from pathlib import Path\n"
-        "from patchkit import hashing\n"
+        "from patchkit.core import hashing\n"
         "p = Path('tuning/big.bin')\n"
         "out = []\n"
         "for i in range(int(sys.argv[1])):\n"

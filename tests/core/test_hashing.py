@@ -136,7 +136,7 @@ def test_peak_memory_does_not_grow_with_the_file(tmp_path: Path) -> None:
         f.truncate(512 * 1024 * 1024)  # sparse: no disk written, but every page is read through the cache
     script = (
         "import resource, sys\n"
-        "from patchkit import hashing\n"
+        "from patchkit.core import hashing\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "digest = hashing.sha256_many([__import__('pathlib').Path(sys.argv[1])], jobs=2)\n"
         "after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
