@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO_ROOT, Invoke, copy_shipped
-from tests.test_bundle_deploys import assert_unpacked_bundle_deploys
+
+from tests.bundle.test_bundle_deploys import assert_unpacked_bundle_deploys
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 
