@@ -571,10 +571,19 @@ def canonical_patch(
 
     Its paths carry the prefixes of the level the patch was read at (``a/``
     and ``b/`` for ``-p1``, none for ``-p0``), so the series reads it as before.
+    A file of several mails stays one: each mail's changes under its own
+    header, as ``git am`` applies them a mail at a time (a copy in a later
+    mail reads what the earlier ones made); a mail with nothing left is left out.
     """
-    out = [_mail_header(patch)] if patch.subject is not None else []
-    out += [_file_diff(change, before, after, patch.strip) for change, before, after in changes]
-    out += [_render(change, patch.strip) for change in absent if change.diff is not None]
+    out = []
+    for k, head in enumerate(patch.mails or (patch,)):
+        kept = [c for c in changes if c[0].mail == k]
+        rendered = [c for c in absent if c.mail == k and c.diff is not None]
+        if patch.mails and not kept and not rendered:
+            continue
+        out += [_mail_header(head)] if head.subject is not None else []
+        out += [_file_diff(change, before, after, patch.strip) for change, before, after in kept]
+        out += [_render(change, patch.strip) for change in rendered]
     return b"".join(out)
 
 

@@ -125,3 +125,32 @@ def test_a_copy_after_an_edit_of_its_source_in_the_same_mail_rebases_as_git_am(
     theirs = git(tmp_path / "am", "format-patch", "-1", "--stdout", "--full-index", *form.options, "HEAD")
     assert _headers(rebased.read_text()) == _headers(theirs)
     assert invoke("check", repo=root).exit_code == 0
+
+
+def test_in_a_file_of_several_mails_the_rebased_file_keeps_the_mails_and_a_copy_reads_the_earlier_ones(
+    tmp_path: Path, invoke: Invoke
+) -> None:
+    """A later mail copies what an earlier one made; written back as one mail, git would copy the original."""
+    edited = A.replace(b"line 1 of", b"line 1, edited, of")
+    form = Form({"pkg/a.py": edited}, (), {"pkg/a.py": A.replace(b"line 10 of", b"line 10, upstream, of")})
+    up, root, _ = _deployment(tmp_path, form, invoke)
+    git(up, "checkout", "-q", NAME)
+    commit(up, {"pkg/b.py": edited.replace(b"line 15 of", b"line 15, edited, of")}, "tool: b as a copy of a (#8)")
+    mails = git(up, "format-patch", "--stdout", "-C", "-C", "HEAD~2..HEAD").encode()
+    git(up, "checkout", "-q", "main")
+    assert mails.count(b"\nFrom: ") == 2 and b"copy from pkg/a.py" in mails
+    patch = root / "patches/tool" / f"{NAME}.patch"
+    patch.write_bytes(mails)
+    assert invoke("lock", repo=root).exit_code == 0
+    c2 = commit(up, form.upstream, "Release 1.1")
+    expected = _am(up, c2, patch, tmp_path / "am", "-3")
+    assert expected["pkg/b.py"].startswith(b"value_1 = 1  # line 1, edited, of")
+
+    run = invoke("rebase", "--series", "tool", "--onto", c2, repo=root)
+    assert run.exit_code == 0, run.stdout + run.stderr
+    assert _am(up, c2, patch, tmp_path / "rebased") == expected
+    assert [ln for ln in patch.read_bytes().splitlines() if ln.startswith(b"Subject: ")] == [
+        b"Subject: [PATCH] tool: split b out of a (#7)",
+        b"Subject: [PATCH] tool: b as a copy of a (#8)",
+    ]
+    assert invoke("check", repo=root).exit_code == 0
