@@ -286,6 +286,9 @@ def test_accept_broken_at_continue_commits_the_stopped_patch(pkg: Pkg, invoke: I
     tree_patch = (pkg.root / "patches/pkg" / PATCHES[0]).read_bytes()
     assert b'+    return os.environ.get("TMPDIR", "/tmp")\n' in tree_patch
     assert not (pkg.root / ".patchkit/series-rebase").exists()
+    accepted = loads((pkg.root / "lockfile.toml").read_text()).series[0].patches[0].accepted
+    assert accepted is not None
+    assert (accepted.reason, accepted.problems) == ("fixed in the next backport", ("undefined-name os",))
 
 
 def _accepted_notes(invoke: Invoke, root: Path) -> tuple[int, list[str]]:
