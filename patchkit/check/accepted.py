@@ -9,15 +9,25 @@ there is no note. Whether an import resolves needs the upstream tree
 (``check --deep``): offline, an accepted unresolved import holds while the
 file still makes it. A diff-only patch has no file to read offline: what
 was accepted is noted as accepted.
+
+A series patch's record (``[series.NAME.patches.accepted]``) is read against
+the files the whole series produces where that patch changes them: the
+series applied to its upstream at the pin when the upstream can be read
+offline (as the series rules apply it), else noted as accepted.
 """
 
 from __future__ import annotations
 
 import ast
+from typing import TYPE_CHECKING
 
 from patchkit.check.state import State
 from patchkit.core.findings import Finding
+from patchkit.core.values import LOCKFILE_NAME
 from patchkit.trust import pycheck
+
+if TYPE_CHECKING:
+    from patchkit.lockfile.series import Series
 
 
 def accepted_broken(state: State) -> list[Finding]:
@@ -45,7 +55,66 @@ def accepted_broken(state: State) -> list[Finding]:
                 "note",
             )
         )
+    return out + _series_accepted(state)
+
+
+def _series_accepted(state: State) -> list[Finding]:
+    """A note per series patch committed broken whose accepted problems (some of them) still hold."""
+    out = []
+    for s in state.lock.series:
+        chosen = [(i, p) for i, p in enumerate(s.patches) if p.accepted is not None]
+        produced = _produced(state, s) if chosen else None
+        for i, p in chosen:
+            assert p.accepted is not None  # noqa: S101 (chosen above)
+            if produced is None:
+                held, how = list(p.accepted.problems), "accepted"
+            else:
+                found = (x for data in produced.get(p.name, []) for x in holding(p.accepted.problems, data))
+                held, how = list(dict.fromkeys(found)), "still"
+            if not held:
+                continue
+            out.append(
+                Finding(
+                    "accepted-broken",
+                    LOCKFILE_NAME,
+                    state.index.line_of(("series", s.name, "patches", i, "accepted")),
+                    f"'{p.name}' of series '{s.name}' was committed broken (rebase --accept-broken: "
+                    f"{p.accepted.reason}); {how}: " + ", ".join(held),
+                    "fix the patch, then patchkit lock; the note goes once none of these holds",
+                    severity="note",
+                    field=f"series.{s.name}.patches[{p.name}].accepted",
+                )
+            )
     return out
+
+
+def _produced(state: State, s: Series) -> dict[str, list[bytes]] | None:
+    """By patch name, the Python files the whole series produces where that patch changes them.
+
+    None when that cannot be read offline: no upstream tree, or the series
+    does not read or apply (the series rules report why).
+    """
+    from patchkit.series.apply import Item, SeriesApplyError, apply_series
+    from patchkit.series.parse import PatchParseError, parse_patch
+
+    tree = state.series_tree(s) if state.series_tree is not None else None
+    if tree is None or isinstance(tree, str):
+        return None
+    items = []
+    try:
+        for p in s.patches:
+            data = state.readable(str(p.file))
+            if data is None:
+                return None
+            items.append(Item(p.name, str(p.file), parse_patch(data, str(p.file), strip=s.strip)))
+        result = apply_series(items, tree)
+    except (PatchParseError, SeriesApplyError):
+        return None
+    files = result.files
+    return {
+        step.name: [data for path in step.paths if pycheck.is_python(path) and (data := files.get(path)) is not None]
+        for step in result.steps
+    }
 
 
 def holding(problems: tuple[str, ...], data: bytes) -> list[str]:

@@ -14,6 +14,7 @@ from operator import attrgetter
 from typing import Any, ClassVar
 
 from patchkit.core.values import ContainerPath, Digest, Reference, RepoPath, Revision, Sha256, UpstreamPath, check_name
+from patchkit.lockfile.accepted import ACCEPTED, Accepted
 from patchkit.lockfile.fields import (
     Context,
     Entry,
@@ -668,35 +669,6 @@ ORIGIN = Record(
         text("commit", _short_commit, keep=True),
         text("path", UpstreamPath),
         strings("stated_in", None, "must be an array of strings"),
-    ),
-)
-
-
-@dataclass(frozen=True)
-class Accepted:
-    """A broken merge committed all the same (``rebase --accept-broken``): the reason, and what was broken.
-
-    ``problems`` are ``"<kind> <name>"`` as the rebase's checks found them
-    (``undefined-name logging``, ``unresolved-import vllm.utils.cdiv``,
-    ``syntax``); ``check`` notes those that still hold in the file.
-    """
-
-    reason: str
-    problems: tuple[str, ...] = ()
-
-
-def _accepted_problem(problem: str) -> str:
-    kind, _, name = problem.partition(" ")
-    if not re.fullmatch(r"[a-z][a-z-]*", kind) or (name and not re.fullmatch(r"[\w.]+", name)):
-        raise ValueError(f"'{problem}' is not '<kind> <name>' (undefined-name logging)")
-    return problem
-
-
-ACCEPTED = Record(
-    Accepted,
-    (
-        text("reason", required=True),
-        strings("problems", _accepted_problem, "must be an array of strings, got {got}"),
     ),
 )
 

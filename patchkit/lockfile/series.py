@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from patchkit.core.values import ContainerPath, Reference, RepoPath, Revision, Sha256, check_name
+from patchkit.lockfile.accepted import ACCEPTED, Accepted
 from patchkit.lockfile.fields import Entry, Key, Record, by_name, integer, strings, table, tables, text
 from patchkit.lockfile.verified import VERIFIED, Verified, check_pin
 
@@ -25,7 +26,11 @@ FieldPath = tuple[str | int, ...]
 
 @dataclass(frozen=True)
 class SeriesPatch:
-    """One patch file of a series, pinned by sha256."""
+    """One patch file of a series, pinned by sha256.
+
+    ``accepted`` is what ``rebase --series --accept-broken`` committed broken
+    (the reason and each blocking problem), noted by ``check`` while it holds.
+    """
 
     name: str
     file: RepoPath
@@ -34,6 +39,7 @@ class SeriesPatch:
     refs: tuple[Reference, ...] = ()
     reason: str | None = None
     drop_when: str | None = None
+    accepted: Accepted | None = None
 
     def in_profile(self, profile: str | None) -> bool:
         """Whether ``profile`` selects this patch (``None``: every patch; no ``profiles``: every profile)."""
@@ -59,6 +65,7 @@ SERIES_PATCH = Record(
         strings("refs", Reference, "must be an array of strings"),
         text("reason"),
         text("drop_when"),
+        table("accepted", ACCEPTED),
     ),
     rules=(_unique_in_series,),
 )

@@ -11,6 +11,7 @@ from patchkit.core.hashing import sha256_bytes
 from patchkit.core.outcome import Change, Outcome
 from patchkit.core.values import Revision, Sha256
 from patchkit.errors import BadInput, Refused
+from patchkit.lockfile.accepted import Accepted
 from patchkit.lockfile.model import GitUpstream, Lockfile
 from patchkit.lockfile.series import Series
 from patchkit.lockfile.verification import record_verified
@@ -165,7 +166,7 @@ def _commit(repo: Repo, lock: Lockfile, s: Series, commit: str, result: core.Ser
         digest = sha256_bytes(r.new_bytes)
         if digest != p.sha256.hex:
             outcome.changes.append(Change(f"series.{s.name}.patches[{p.name}].sha256", p.sha256.hex, digest))
-        patches.append(dataclasses.replace(p, sha256=Sha256(digest)))
+        patches.append(dataclasses.replace(p, sha256=Sha256(digest), accepted=_accepted_record(r) or p.accepted))
     new = dataclasses.replace(s, patches=tuple(patches), commit=Revision(commit))
     if s.series_file is not None:
         here = PurePosixPath(str(s.series_file)).parent
@@ -183,3 +184,15 @@ def _commit(repo: Repo, lock: Lockfile, s: Series, commit: str, result: core.Ser
     new_lock = record_verified(new_lock, series=(s.name,), root=repo.root)
     outcome.written = finish(repo, new_lock, files, deletes)
     return outcome
+
+
+def _accepted_record(r: core.PatchRebase) -> Accepted | None:
+    """What ``--accept-broken`` committed of ``r``, for the lockfile: the reason, each blocking problem's kind and name.
+
+    As an overlay's ``[patches.accepted]``: ``check`` notes each problem
+    while the files the series produces still have it.
+    """
+    if r.accepted is None:
+        return None
+    found = (p for problems in r.problems.values() for p in problems if p.blocking)
+    return Accepted(r.accepted, tuple(dict.fromkeys(f"{p.kind} {p.name}".strip() for p in found)))

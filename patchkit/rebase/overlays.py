@@ -31,7 +31,8 @@ from patchkit.core.outcome import Outcome as WriteOutcome
 from patchkit.core.values import ContainerPath, Digest, Sha256, UpstreamPath
 from patchkit.errors import BadInput, PatchkitError, PinMismatch
 from patchkit.importing import handdiffs
-from patchkit.lockfile.model import Accepted, Base, DiffPin, Image, Lockfile, Patch, PatchKind, Upstream
+from patchkit.lockfile.accepted import Accepted
+from patchkit.lockfile.model import Base, DiffPin, Image, Lockfile, Patch, PatchKind, Upstream
 from patchkit.lockfile.verification import record_verified
 from patchkit.lockfile.writer import dumps
 from patchkit.rebase import explain, resolutions

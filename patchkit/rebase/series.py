@@ -184,9 +184,13 @@ class _Rebasing:
     """One patch replayed onto the new tree, change by change.
 
     ``old_state`` and ``new_state`` are the old and new trees as the patches
-    before this one left them; each change advances both. ``regenerated``
-    collects (change, new tree's bytes before, merged bytes) for the rewritten
-    patch, ``kept_absent`` the changes of files the trees do not carry.
+    before this one left them; each change advances both. ``found`` keeps,
+    for the current mail, each file of either tree as the mail found it:
+    ``git apply`` (so ``git am -3``, a mail at a time) reads the source of a
+    copy or a rename from the tree the mail applies to, not from what an
+    earlier section of the same mail made of it. ``regenerated`` collects
+    (change, new tree's bytes before, merged bytes) for the rewritten patch,
+    ``kept_absent`` the changes of files the trees do not carry.
     """
 
     it: Item
@@ -198,25 +202,45 @@ class _Rebasing:
     regenerated: list[tuple[FileChange, bytes | None, bytes | None]] = field(default_factory=list)
     kept_absent: list[FileChange] = field(default_factory=list)
     premerged: dict[_Triple, MergeResult] = field(default_factory=dict)
+    mail: int = 0
+    found: tuple[dict[str, bytes | None], dict[str, bytes | None]] = field(default_factory=lambda: ({}, {}))
 
     def change(self, change: FileChange) -> None:
         """Replay one file change: kept as it is when the old tree lacks the file, else moved or merged."""
+        if change.mail != self.mail:
+            self.mail, self.found = change.mail, ({}, {})
         src = change.old_path
-        base = self.old_state.get(src) if src is not None else b""
+        base = self.source(self.old_state, change) if src is not None else b""
         if base is None and change.kind != "add":
             self.result.absent.append(change.paths[-1])
             self.kept_absent.append(change)
             return
         base = base or b""
         ours = _apply(self.it, change, base)
-        theirs_before = self.new_state.get(src) if src is not None else None
+        theirs_before = self.source(self.new_state, change) if src is not None else None
         if change.kind in ("rename", "copy") and change.new_path is not None:
             self.move(change, change.new_path, base, ours, theirs_before)
         elif src is not None and theirs_before is None:
             self.result.files.append(FileResult(src, "deleted"))
-            _advance(self.old_state, change, ours)
+            self.advance(self.old_state, change, ours)
         else:
             self.merge(change, base, ours, theirs_before)
+
+    def source(self, state: dict[str, bytes | None], change: FileChange) -> bytes | None:
+        """The file ``change`` reads in ``state``: a copy's or rename's source as the mail found it."""
+        src = change.old_path or ""
+        found = self.found[state is self.new_state]
+        if change.kind in ("rename", "copy") and src in found:
+            return found[src]
+        return state.get(src)
+
+    def advance(self, state: dict[str, bytes | None], change: FileChange, data: bytes | None) -> None:
+        """``_advance`` ``state`` past ``change``, remembering first what the mail found in the paths it writes."""
+        found = self.found[state is self.new_state]
+        for path in (change.old_path, change.new_path):
+            if path is not None:
+                found.setdefault(path, state.get(path))
+        _advance(state, change, data)
 
     def move(self, change: FileChange, dest: str, base: bytes, ours: bytes | None, theirs: bytes | None) -> None:
         """A rename or copy, merged at its old path and moved (see ``_rebase_move``)."""
@@ -233,9 +257,9 @@ class _Rebasing:
         if dest not in result.conflicted and moved[2] is not None:
             checked = None if dest in self.resolved else base
             result.produced.append(ProducedFile(dest, moved[2], ours or b"", moved[1] or b"", checked))
-        _advance(self.old_state, change, ours)
+        self.advance(self.old_state, change, ours)
         if dest not in result.conflicted:
-            _advance(self.new_state, moved[0], moved[2])
+            self.advance(self.new_state, moved[0], moved[2])
 
     def merge(self, change: FileChange, base: bytes, ours: bytes | None, theirs_before: bytes | None) -> None:
         """A new file, a deletion or a modification merged onto the new tree; a resolution given for it wins."""
@@ -258,9 +282,9 @@ class _Rebasing:
             result.produced.append(ProducedFile(path, merged, ours or b"", theirs_here or b"", checked_base))
         result.files.append(FileResult(path, outcome.value, regions))
         self.regenerated.append((change, theirs_before, merged))
-        _advance(self.old_state, change, ours)
+        self.advance(self.old_state, change, ours)
         if outcome is not FileOutcome.CONFLICT:
-            _advance(self.new_state, change, merged)
+            self.advance(self.new_state, change, merged)
 
     def conflict(
         self, path: str, base: bytes, ours: bytes, theirs: bytes, merged: bytes
@@ -547,10 +571,19 @@ def canonical_patch(
 
     Its paths carry the prefixes of the level the patch was read at (``a/``
     and ``b/`` for ``-p1``, none for ``-p0``), so the series reads it as before.
+    A file of several mails stays one: each mail's changes under its own
+    header, as ``git am`` applies them a mail at a time (a copy in a later
+    mail reads what the earlier ones made); a mail with nothing left is left out.
     """
-    out = [_mail_header(patch)] if patch.subject is not None else []
-    out += [_file_diff(change, before, after, patch.strip) for change, before, after in changes]
-    out += [_render(change, patch.strip) for change in absent if change.diff is not None]
+    out = []
+    for k, head in enumerate(patch.mails or (patch,)):
+        kept = [c for c in changes if c[0].mail == k]
+        rendered = [c for c in absent if c.mail == k and c.diff is not None]
+        if patch.mails and not kept and not rendered:
+            continue
+        out += [_mail_header(head)] if head.subject is not None else []
+        out += [_file_diff(change, before, after, patch.strip) for change, before, after in kept]
+        out += [_render(change, patch.strip) for change in rendered]
     return b"".join(out)
 
 

@@ -88,7 +88,9 @@ class ParsedPatch:
     ``diff_start`` is the 0-based byte offset of the first diff line: what
     comes before it (the mail headers, the message, the ``---`` stat block)
     is kept as it is when the patch is regenerated. ``strip`` is the ``-p``
-    level it was read at, and is written with again.
+    level it was read at, and is written with again. ``mails`` holds, for a
+    file of several mails, each mail's headers and message (without files),
+    in order: a change's ``mail`` indexes it.
     """
 
     files: tuple[FileChange, ...]
@@ -98,6 +100,7 @@ class ParsedPatch:
     message: str = ""
     diff_start: int = 0
     strip: int = 1
+    mails: tuple[ParsedPatch, ...] = ()
 
     @property
     def paths(self) -> tuple[str, ...]:
@@ -116,7 +119,8 @@ def parse_patch(data: bytes, file: str, *, strip: int = 1) -> ParsedPatch:
         return dataclasses.replace(_parse_mail(lines, 0, file, strip), strip=strip)
     mails = [_parse_mail(lines[a:b], a, file, strip) for a, b in zip(starts, [*starts[1:], len(lines)], strict=True)]
     files = tuple(dataclasses.replace(f, mail=k) for k, m in enumerate(mails) for f in m.files)
-    return dataclasses.replace(mails[0], files=files, strip=strip)
+    heads = tuple(dataclasses.replace(m, files=(), strip=strip) for m in mails)
+    return dataclasses.replace(mails[0], files=files, strip=strip, mails=heads)
 
 
 def _parse_mail(lines: list[bytes], first: int, file: str, strip: int) -> ParsedPatch:

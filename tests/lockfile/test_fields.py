@@ -14,9 +14,9 @@ import pytest
 from patchkit.core.values import ContainerPath, Digest, Reference, RepoPath, Revision, Sha256, UpstreamPath
 from patchkit.errors import LockfileError
 from patchkit.lockfile import model
+from patchkit.lockfile.accepted import ACCEPTED, Accepted
 from patchkit.lockfile.fields import Context, Record, integer, strings, text
 from patchkit.lockfile.model import (
-    Accepted,
     Artifact,
     Base,
     Derived,
@@ -121,7 +121,12 @@ def every_field() -> Lockfile:
         series=(
             Series(
                 "vllm-queue", "vllm",
-                (SeriesPatch("s1", RepoPath("patches/vllm/1.patch"), H, ("tp1",), (Reference("o/r#1"),), "r", "w"),),
+                (
+                    SeriesPatch(
+                        "s1", RepoPath("patches/vllm/1.patch"), H, ("tp1",), (Reference("o/r#1"),), "r", "w",
+                        Accepted("os comes back in 1.2", ("undefined-name os",)),
+                    ),
+                ),
                 C, "1", ContainerPath("/usr/lib/vllm"), 0, RepoPath("patches/vllm/series"), H,
                 Verified("vllm", D, "upstream", str(C)),
             ),
@@ -160,7 +165,7 @@ def _tables_of(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any], Record]]:
         out += [(f"{section}[{i}]", t, record) for i, t in enumerate(doc[section])]
     for i, p in enumerate(doc["patches"]):
         subtables = (("base", model.BASE), ("diff", model.DIFF_PIN), ("origin", model.ORIGIN))
-        for key, record in (*subtables, ("accepted", model.ACCEPTED)):
+        for key, record in (*subtables, ("accepted", ACCEPTED)):
             if key in p:
                 out.append((f"patches[{i}].{key}", p[key], record))
         if "verified" in p.get("base", {}):
@@ -169,17 +174,26 @@ def _tables_of(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any], Record]]:
         out.append((f"series.{name}", t, SERIES))
         if "verified" in t:
             out.append((f"series.{name}.verified", t["verified"], VERIFIED))
-        out += [(f"series.{name}.patches[{i}]", p, SERIES_PATCH) for i, p in enumerate(t["patches"])]
+        out += _series_patches_of(name, t["patches"])
     out.append(("model", doc["model"], model.MODEL))
     out += [(f"model.files[{i}]", f, model.MODEL_FILE) for i, f in enumerate(doc["model"]["files"])]
     out.append(("signing", doc["signing"], model.SIGNING))
     return out
 
 
+def _series_patches_of(name: str, patches: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any], Record]]:
+    out: list[tuple[str, dict[str, Any], Record]] = []
+    for i, p in enumerate(patches):
+        out.append((f"series.{name}.patches[{i}]", p, SERIES_PATCH))
+        if "accepted" in p:
+            out.append((f"series.{name}.patches[{i}].accepted", p["accepted"], ACCEPTED))
+    return out
+
+
 def test_written_order_is_the_table_order() -> None:
     doc = tomllib.loads(dumps(every_field()))
     tables = _tables_of(doc)
-    assert len(tables) == 28
+    assert len(tables) == 29
     written: dict[int, set[str]] = {}
     for where, t, record in tables:
         assert list(t) == [k for k in record.keys if k in t], where

@@ -286,3 +286,65 @@ def test_accept_broken_at_continue_commits_the_stopped_patch(pkg: Pkg, invoke: I
     tree_patch = (pkg.root / "patches/pkg" / PATCHES[0]).read_bytes()
     assert b'+    return os.environ.get("TMPDIR", "/tmp")\n' in tree_patch
     assert not (pkg.root / ".patchkit/series-rebase").exists()
+    accepted = loads((pkg.root / "lockfile.toml").read_text()).series[0].patches[0].accepted
+    assert accepted is not None
+    assert (accepted.reason, accepted.problems) == ("fixed in the next backport", ("undefined-name os",))
+
+
+def _accepted_notes(invoke: Invoke, root: Path) -> tuple[int, list[str]]:
+    r = invoke("check", "--format", "json", repo=root)
+    return r.exit_code, [f["message"] for f in json.loads(r.stdout)["findings"] if f["code"] == "accepted-broken"]
+
+
+def test_an_accepted_broken_patch_is_recorded_noted_while_it_holds_and_dropped_once_fixed(
+    pkg: Pkg, invoke: Invoke, tmp_path: Path
+) -> None:
+    c2 = commit(pkg.upstream, {"pkg/util.py": UTIL_V2}, "Release 1.1: pathlib only")
+    run = invoke(
+        "rebase", "--series", "pkg", "--onto", c2, "--accept-broken", "pkg-0001-tmpdir",
+        "--reason", "os comes back in 1.2", repo=pkg.root,
+    )  # fmt: skip
+    assert run.exit_code == 0, run.stdout + run.stderr
+    first, second = loads((pkg.root / "lockfile.toml").read_text()).series[0].patches
+    assert first.accepted is not None and second.accepted is None
+    assert (first.accepted.reason, first.accepted.problems) == ("os comes back in 1.2", ("undefined-name os",))
+    written = (pkg.root / "lockfile.toml").read_text()
+    assert (
+        '[series.pkg.patches.accepted]\nreason = "os comes back in 1.2"\nproblems = [\n    "undefined-name os",\n]\n'
+        in (written)
+    )
+    note = (
+        "'pkg-0001-tmpdir' of series 'pkg' was committed broken (rebase --accept-broken: os comes back in 1.2); "
+        "still: undefined-name os"
+    )
+    assert _accepted_notes(invoke, pkg.root) == (0, [note])
+    assert f"note: series.pkg.patches[pkg-0001-tmpdir].accepted: {note}" in invoke("check", repo=pkg.root).stdout
+
+    # The patch fixed (it imports os again), re-pinned: the problem is gone, and so is the note.
+    merged = UTIL_V2 + UTIL_PATCHED[len(UTIL_V1) :]
+    fixed = merged.replace(b"import sys\n", b"import os\nimport sys\n")
+    made = backport(pkg.upstream, c2, {"pkg/util.py": fixed}, "util: tmpdir() (#12)", tmp_path / "fix", "v2.patch")
+    (pkg.root / "patches/pkg" / PATCHES[0]).write_bytes(made)
+    assert invoke("lock", repo=pkg.root).exit_code == 0
+    assert _accepted_notes(invoke, pkg.root) == (0, [])
+    # The record stays as the decision made.
+    assert loads((pkg.root / "lockfile.toml").read_text()).series[0].patches[0].accepted is not None
+
+
+def test_an_accepted_broken_patch_is_noted_as_accepted_when_the_upstream_cannot_be_read(
+    pkg: Pkg, invoke: Invoke, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c2 = commit(pkg.upstream, {"pkg/util.py": UTIL_V2}, "Release 1.1: pathlib only")
+    run = invoke(
+        "rebase", "--series", "pkg", "--onto", c2, "--accept-broken", "pkg-0001-tmpdir", "--reason", "later",
+        repo=pkg.root,
+    )  # fmt: skip
+    assert run.exit_code == 0, run.stdout + run.stderr
+    # Neither the upstream repository nor a cached copy of it: the files cannot be read offline.
+    pkg.upstream.rename(tmp_path / "elsewhere")
+    monkeypatch.setenv("PATCHKIT_CACHE", str(tmp_path / "empty-cache"))
+    assert _accepted_notes(invoke, pkg.root) == (
+        0,
+        ["'pkg-0001-tmpdir' of series 'pkg' was committed broken (rebase --accept-broken: later); "
+         "accepted: undefined-name os"],
+    )  # fmt: skip
