@@ -1,0 +1,195 @@
+"""Whether a patcher script checks, fail-closed, that the text it replaces is there.
+
+A patcher is anchored when each text it edits is checked before the edit and
+a failed check stops the script with an error, so that a changed upstream
+refuses to build or start instead of running unpatched. The checks read:
+
+- ``assert OLD in src`` (or any assert on the old text);
+- ``if OLD not in src:`` / ``if src.count(OLD) != 1:`` / ``if n != 1:`` after
+  ``src, n = re.subn(PAT, NEW, src)`` / ``if not re.search(PAT, src):``, whose
+  branch raises, calls ``sys.exit``/``exit``/``os._exit`` with anything but 0
+  or None, or returns a failure the caller turns into one: a nonzero number
+  from a function the script passes to ``sys.exit``, or None/False that each
+  caller checks (``if x is None:``/``if not x:``) with a branch that fails.
+
+The edits are ``str.replace(OLD, NEW[, n])``, ``re.sub``/``re.subn`` and a
+compiled pattern's ``.sub``/``.subn``. A check covers an edit when both read
+the same old text, directly or through the names assigned from it (including
+the columns of a table of edits a loop walks). A script that edits by other
+means (splicing lines) is anchored when a check that fails closed reads a
+string or bytes literal. A check that only warns, or returns without a
+failure anyone sees, does not count: that is the silent skip the
+``patcher-not-anchored`` finding is about.
+"""
+
+from __future__ import annotations
+
+import ast
+
+_EXITS = frozenset({"exit", "_exit", "quit", "abort", "SystemExit"})
+_NOT_TEXT = frozenset({"os", "shutil"})  # os.replace(a, b) renames a file, it edits no text
+_DEPTH = 6
+
+
+def anchored(tree: ast.Module, calls: list[ast.Call]) -> bool:
+    """Whether every text edit of the script is checked fail-closed (see the module's docstring)."""
+    r = _Anchors(tree)
+    olds = [o for c in calls if (o := old_text(c)) is not None]
+    checked = [r.roots(t) for t, body in r.checks() if r.fails_any(body)]
+    if not olds:
+        return any(any(k.startswith("#") for k in c) for c in checked)
+    return all(any(r.roots(o) & c for c in checked) for o in olds)
+
+
+def old_text(c: ast.Call) -> ast.expr | None:
+    """The old text (or pattern) of an edit call, or None when the call edits no text."""
+    f = c.func
+    if not isinstance(f, ast.Attribute):
+        return None
+    owner = f.value.id if isinstance(f.value, ast.Name) else None
+    if f.attr == "replace" and len(c.args) >= 2 and owner not in _NOT_TEXT:
+        return c.args[0]
+    if f.attr in ("sub", "subn"):
+        if owner == "re":
+            return c.args[0] if c.args else None
+        return f.value if c.args else None
+    return None
+
+
+class _Anchors:
+    """The names, functions and checks of one script, read for the anchoring rule."""
+
+    def __init__(self, tree: ast.Module) -> None:
+        self.tree = tree
+        self.sources: dict[str, list[ast.expr]] = {}  # name -> expressions it is assigned from
+        self.owner: dict[int, str] = {}  # id(statement) -> the function it is in
+        self.functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
+        for n in ast.walk(tree):
+            self._note(n)
+        for fn in [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]:
+            for stmt in fn.body:  # outer functions come first in ast.walk, so an inner one overrides
+                for n in ast.walk(stmt):
+                    self.owner[id(n)] = fn.name
+        self.exit_with = {
+            arg.func.id
+            for c in ast.walk(tree)
+            if isinstance(c, ast.Call) and _callee(c) in _EXITS
+            for arg in c.args[:1]
+            if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name)
+        }
+
+    def _note(self, n: ast.AST) -> None:
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef):
+            self.functions[n.name] = n
+        elif isinstance(n, ast.Assign | ast.AnnAssign | ast.AugAssign) and n.value is not None:
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            for t in targets:
+                self._bind(t, n.value)
+        elif isinstance(n, ast.For | ast.comprehension):
+            self._bind(n.target, n.iter)
+        elif isinstance(n, ast.withitem) and n.optional_vars is not None:
+            self._bind(n.optional_vars, n.context_expr)
+
+    def _bind(self, target: ast.expr, value: ast.expr) -> None:
+        if isinstance(target, ast.Tuple | ast.List) and isinstance(value, ast.Tuple | ast.List):
+            pairs = list(zip(target.elts, value.elts, strict=False))
+            if len(target.elts) == len(value.elts):
+                for t, v in pairs:
+                    self._bind(t, v)
+                return
+        for name in ast.walk(target):
+            if isinstance(name, ast.Name):
+                self.sources.setdefault(name.id, []).append(value)
+
+    def roots(self, node: ast.expr) -> set[str]:
+        """The names and literals ``node`` reads, and those they were assigned from, transitively."""
+        out: set[str] = set()
+        todo: list[tuple[ast.expr, int]] = [(node, 0)]
+        while todo:
+            expr, depth = todo.pop()
+            for n in ast.walk(expr):
+                if isinstance(n, ast.Constant) and isinstance(n.value, str | bytes) and n.value:
+                    out.add(f"#{n.value!r}")
+                elif isinstance(n, ast.Name) and n.id not in out:
+                    out.add(n.id)
+                    if depth < _DEPTH:
+                        todo += [(v, depth + 1) for v in self.sources.get(n.id, [])]
+        return out
+
+    def checks(self) -> list[tuple[ast.expr, list[list[ast.stmt]]]]:
+        """Every test that guards a branch: an if's (either branch may be the failing one) or an assert's."""
+        out: list[tuple[ast.expr, list[list[ast.stmt]]]] = []
+        for n in ast.walk(self.tree):
+            if isinstance(n, ast.Assert):
+                out.append((n.test, [[ast.Raise()]]))
+            elif isinstance(n, ast.If):
+                out.append((n.test, [n.body, n.orelse]))
+        return out
+
+    def fails_any(self, branches: list[list[ast.stmt]]) -> bool:
+        return any(self.fails(b, 0) for b in branches)
+
+    def fails(self, body: list[ast.stmt], depth: int) -> bool:
+        """Whether a branch stops the script with an error (directly, or through its function's caller)."""
+        for stmt in body:
+            if isinstance(stmt, ast.Raise):
+                return True
+            if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and _callee(stmt.value) in _EXITS:
+                return _failure_code(stmt.value.args[0] if stmt.value.args else None)
+            if isinstance(stmt, ast.Return):
+                return depth < _DEPTH and self._returns_failure(stmt, depth)
+        return False
+
+    def _returns_failure(self, stmt: ast.Return, depth: int) -> bool:
+        fn = self.owner.get(id(stmt), "")
+        if not fn:
+            return False
+        v = stmt.value
+        if isinstance(v, ast.Constant) and isinstance(v.value, int) and not isinstance(v.value, bool):
+            return v.value != 0 and fn in self.exit_with
+        if v is None or (isinstance(v, ast.Constant) and v.value in (None, False)):
+            return self._callers_fail(fn, depth)
+        return False
+
+    def _callers_fail(self, fn: str, depth: int) -> bool:
+        """Whether each result of ``fn`` is stored and checked (``is None``/``not x``) by a branch that fails."""
+        names = [
+            t.id
+            for n in ast.walk(self.tree)
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and _callee(n.value) == fn
+            for t in n.targets
+            if isinstance(t, ast.Name)
+        ]
+        if not names:
+            return False
+        return all(self._none_checked(name, depth) for name in names)
+
+    def _none_checked(self, name: str, depth: int) -> bool:
+        for n in ast.walk(self.tree):
+            if isinstance(n, ast.If) and _tests_empty(n.test, name) and self.fails(n.body, depth + 1):
+                return True
+        return False
+
+
+def _tests_empty(test: ast.expr, name: str) -> bool:
+    """``name is None``, ``name == None`` or ``not name``."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return isinstance(test.operand, ast.Name) and test.operand.id == name
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is | ast.Eq):
+        left, right = test.left, test.comparators[0]
+        return (
+            isinstance(left, ast.Name) and left.id == name and isinstance(right, ast.Constant) and right.value is None
+        )
+    return False
+
+
+def _failure_code(arg: ast.expr | None) -> bool:
+    """Whether ``sys.exit(arg)`` ends in failure: anything but no argument, 0 or None."""
+    return arg is not None and not (isinstance(arg, ast.Constant) and arg.value in (0, None))
+
+
+def _callee(c: ast.Call) -> str | None:
+    f = c.func
+    if isinstance(f, ast.Name):
+        return f.id
+    return f.attr if isinstance(f, ast.Attribute) else None
