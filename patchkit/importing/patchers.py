@@ -397,7 +397,8 @@ def run_by_build(root: Path, reading: shell.Reading) -> list[Run]:
 def reason(p: Patcher, run: str | None) -> str:
     """One line for the lockfile: what the patcher edits (or that it is unknown) and what runs it."""
     edits = ", ".join(t for t, _ in p.targets) or "a file no static reading finds"
-    return f"replaces anchored text in {edits}" + (f"; run by {run}" if run else "")
+    what = "anchored text" if p.anchored else "text (unchecked)"
+    return f"replaces {what} in {edits}" + (f"; run by {run}" if run else "")
 
 
 def issues(p: Patcher, rel: str) -> list[tuple[str, str, int | None, str, str | None]]:
