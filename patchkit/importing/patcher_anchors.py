@@ -17,7 +17,8 @@ compiled pattern's ``.sub``/``.subn``. A check covers an edit when both read
 the same old text, directly or through the names assigned from it (including
 the columns of a table of edits a loop walks). A script that edits by other
 means (splicing lines) is anchored when a check that fails closed reads a
-string or bytes literal. A check that only warns, or returns without a
+string or bytes literal bound to a module-level name no file path is built
+from (the text it looks for). A check that only warns, or returns without a
 failure anyone sees, does not count: that is the silent skip the
 ``patcher-not-anchored`` finding is about.
 """
@@ -29,6 +30,9 @@ import ast
 _EXITS = frozenset({"exit", "_exit", "quit", "abort", "SystemExit"})
 _NOT_TEXT = frozenset({"os", "shutil"})  # os.replace(a, b) renames a file, it edits no text
 _DEPTH = 6
+_FILE_METHODS = frozenset({"read_text", "read_bytes", "write_text", "write_bytes", "open"})
+_PATH_MODULES = frozenset({"os", "os.path", "path", "posixpath", "pathlib", "io", "tempfile"})
+_PATH_FUNCTIONS = frozenset({"open", "Path", "exists", "isfile", "join", "dirname", "fdopen", "mkstemp"})
 
 
 def anchored(tree: ast.Module, calls: list[ast.Call]) -> bool:
@@ -37,7 +41,8 @@ def anchored(tree: ast.Module, calls: list[ast.Call]) -> bool:
     olds = [o for c in calls if (o := old_text(c)) is not None]
     checked = [r.roots(t) for t, body in r.checks() if r.fails_any(body)]
     if not olds:
-        return any(any(k.startswith("#") for k in c) for c in checked)
+        texts = r.text_constants(calls)
+        return any(texts & c for c in checked)
     return all(any(r.roots(o) & c for c in checked) for o in olds)
 
 
@@ -100,6 +105,27 @@ class _Anchors:
         for name in ast.walk(target):
             if isinstance(name, ast.Name):
                 self.sources.setdefault(name.id, []).append(value)
+
+    def text_constants(self, calls: list[ast.Call]) -> set[str]:
+        """Module-level names bound to a string or bytes literal that no file path is built from: the texts a
+        script that splices lines looks for."""
+        named = {
+            t.id
+            for n in self.tree.body
+            if isinstance(n, ast.Assign)
+            and isinstance(n.value, ast.Constant)
+            and isinstance(n.value.value, str | bytes)
+            for t in n.targets
+            if isinstance(t, ast.Name)
+        }
+        paths: set[str] = set()
+        for c in calls:
+            f = c.func
+            if isinstance(f, ast.Attribute) and f.attr in _FILE_METHODS:
+                paths |= self.roots(f.value)
+            elif _callee(c) in _PATH_FUNCTIONS and c.args and _path_module(f):
+                paths |= self.roots(c.args[0])
+        return named - paths
 
     def roots(self, node: ast.expr) -> set[str]:
         """The names and literals ``node`` reads, and those they were assigned from, transitively."""
@@ -169,6 +195,15 @@ class _Anchors:
             if isinstance(n, ast.If) and _tests_empty(n.test, name) and self.fails(n.body, depth + 1):
                 return True
         return False
+
+
+def _path_module(f: ast.expr) -> bool:
+    """``open``/``Path``/``join`` called bare, or on a path module (``os.path.join``, not ``"".join``)."""
+    if isinstance(f, ast.Name):
+        return True
+    owner = f.value if isinstance(f, ast.Attribute) else None
+    dotted = ast.unparse(owner) if isinstance(owner, ast.Name | ast.Attribute) else ""
+    return dotted in _PATH_MODULES
 
 
 def _tests_empty(test: ast.expr, name: str) -> bool:

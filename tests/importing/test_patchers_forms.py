@@ -155,6 +155,11 @@ ANCHORED = {
     ),
 }
 NOT_ANCHORED = {
+    "line-splice-only-the-file-checked": (
+        "if not p.exists():\n    sys.exit('no file')\nlines = src.splitlines(keepends=True)\n"
+        "lines[[i for i, line in enumerate(lines) if line == OLD][0]] = NEW\n"
+        "with open(p, 'w') as f:\n    f.write(''.join(lines))\nos.replace(p, p)\n"
+    ),
     "no-check": "p.write_text(src.replace(OLD, NEW))\n",
     "warns-only": "if OLD not in src:\n    print('moved')\np.write_text(src.replace(OLD, NEW))\n",
     "exits-0": "if OLD not in src:\n    sys.exit(0)\np.write_text(src.replace(OLD, NEW))\n",
