@@ -67,26 +67,37 @@ class _Anchors:
     def __init__(self, tree: ast.Module) -> None:
         self.tree = tree
         self.sources: dict[str, list[ast.expr]] = {}  # name -> expressions it is assigned from
-        self.owner: dict[int, str] = {}  # id(statement) -> the function it is in
+        self.owner: dict[int, str] = {}  # id(return statement) -> the function it is in
         self.functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
-        for n in ast.walk(tree):
-            self._note(n)
-        for fn in [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]:
-            for stmt in fn.body:  # outer functions come first in ast.walk, so an inner one overrides
-                for n in ast.walk(stmt):
-                    self.owner[id(n)] = fn.name
-        self.exit_with = {
-            arg.func.id
-            for c in ast.walk(tree)
-            if isinstance(c, ast.Call) and _callee(c) in _EXITS
-            for arg in c.args[:1]
-            if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name)
-        }
+        self.cache: dict[str, set[str]] = {}  # name -> its roots
+        self.ifs: list[ast.If] = []
+        self.asserts: list[ast.Assert] = []
+        self.results: dict[str, list[str]] = {}  # function -> the names its results are stored in
+        self.exit_with: set[str] = set()  # functions whose result the script exits with: sys.exit(main())
+        todo: list[tuple[ast.AST, str]] = [(tree, "")]
+        while todo:  # one pass; each node with its innermost function
+            node, fn = todo.pop()
+            self._note(node, fn)
+            inner = node.name if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else fn
+            todo += [(child, inner) for child in ast.iter_child_nodes(node)]
 
-    def _note(self, n: ast.AST) -> None:
+    def _note(self, n: ast.AST, fn: str) -> None:
+        if isinstance(n, ast.Return):
+            self.owner[id(n)] = fn
+        elif isinstance(n, ast.If):
+            self.ifs.append(n)
+        elif isinstance(n, ast.Assert):
+            self.asserts.append(n)
+        elif isinstance(n, ast.Call) and (exits_with := _exits_with(n)) is not None:
+            self.exit_with.add(exits_with)
+        self._bind_all(n)
+
+    def _bind_all(self, n: ast.AST) -> None:
         if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef):
             self.functions[n.name] = n
-        elif isinstance(n, ast.Assign | ast.AnnAssign | ast.AugAssign) and n.value is not None:
+        elif isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and (fn := _callee(n.value)) is not None:
+            self.results.setdefault(fn, []).extend(t.id for t in n.targets if isinstance(t, ast.Name))
+        if isinstance(n, ast.Assign | ast.AnnAssign | ast.AugAssign) and n.value is not None:
             targets = n.targets if isinstance(n, ast.Assign) else [n.target]
             for t in targets:
                 self._bind(t, n.value)
@@ -129,28 +140,29 @@ class _Anchors:
 
     def roots(self, node: ast.expr) -> set[str]:
         """The names and literals ``node`` reads, and those they were assigned from, transitively."""
-        out: set[str] = set()
-        todo: list[tuple[ast.expr, int]] = [(node, 0)]
-        while todo:
-            expr, depth = todo.pop()
-            for n in ast.walk(expr):
-                if isinstance(n, ast.Constant) and isinstance(n.value, str | bytes) and n.value:
-                    out.add(f"#{n.value!r}")
-                elif isinstance(n, ast.Name) and n.id not in out:
-                    out.add(n.id)
-                    if depth < _DEPTH:
-                        todo += [(v, depth + 1) for v in self.sources.get(n.id, [])]
+        out = _read_by(node)
+        for name in [k for k in out if not k.startswith("#")]:
+            out |= self.name_roots(name)
         return out
+
+    def name_roots(self, name: str) -> set[str]:
+        """What ``name`` was assigned from, transitively (to a depth, so a long chain ends), once per name."""
+        if name not in self.cache:
+            out: set[str] = set()
+            todo = [(v, 1) for v in self.sources.get(name, [])]
+            while todo:
+                expr, depth = todo.pop()
+                for k in _read_by(expr) - out:
+                    out.add(k)
+                    if depth < _DEPTH and not k.startswith("#"):
+                        todo += [(v, depth + 1) for v in self.sources.get(k, [])]
+            self.cache[name] = out
+        return self.cache[name]
 
     def checks(self) -> list[tuple[ast.expr, list[list[ast.stmt]]]]:
         """Every test that guards a branch: an if's (either branch may be the failing one) or an assert's."""
-        out: list[tuple[ast.expr, list[list[ast.stmt]]]] = []
-        for n in ast.walk(self.tree):
-            if isinstance(n, ast.Assert):
-                out.append((n.test, [[ast.Raise()]]))
-            elif isinstance(n, ast.If):
-                out.append((n.test, [n.body, n.orelse]))
-        return out
+        out: list[tuple[ast.expr, list[list[ast.stmt]]]] = [(n.test, [[ast.Raise()]]) for n in self.asserts]
+        return out + [(n.test, [n.body, n.orelse]) for n in self.ifs]
 
     def fails_any(self, branches: list[list[ast.stmt]]) -> bool:
         return any(self.fails(b, 0) for b in branches)
@@ -179,22 +191,30 @@ class _Anchors:
 
     def _callers_fail(self, fn: str, depth: int) -> bool:
         """Whether each result of ``fn`` is stored and checked (``is None``/``not x``) by a branch that fails."""
-        names = [
-            t.id
-            for n in ast.walk(self.tree)
-            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and _callee(n.value) == fn
-            for t in n.targets
-            if isinstance(t, ast.Name)
-        ]
+        names = self.results.get(fn, [])
         if not names:
             return False
         return all(self._none_checked(name, depth) for name in names)
 
     def _none_checked(self, name: str, depth: int) -> bool:
-        for n in ast.walk(self.tree):
-            if isinstance(n, ast.If) and _tests_empty(n.test, name) and self.fails(n.body, depth + 1):
-                return True
-        return False
+        return any(_tests_empty(n.test, name) and self.fails(n.body, depth + 1) for n in self.ifs)
+
+
+def _read_by(node: ast.expr) -> set[str]:
+    """The names and (as ``#repr``) the string and bytes literals an expression reads."""
+    out: set[str] = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Constant) and isinstance(n.value, str | bytes) and n.value:
+            out.add(f"#{n.value!r}")
+        elif isinstance(n, ast.Name):
+            out.add(n.id)
+    return out
+
+
+def _exits_with(c: ast.Call) -> str | None:
+    """``main`` of ``sys.exit(main())`` (or ``raise SystemExit(main())``)."""
+    arg = c.args[0] if c.args and _callee(c) in _EXITS else None
+    return arg.func.id if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name) else None
 
 
 def _path_module(f: ast.expr) -> bool:

@@ -144,8 +144,12 @@ class _Reader:
         self.functions = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
         for n in ast.walk(tree):
             self.note(n)
+        calls: dict[str, list[ast.Call]] = {}
+        for c in ast.walk(tree):
+            if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id in self.functions:
+                calls.setdefault(c.func.id, []).append(c)
         for fn in self.functions.values():
-            self.parameters(fn, tree)
+            self.parameters(fn, calls.get(fn.name, []))
 
     def note(self, n: ast.AST) -> None:
         if isinstance(n, ast.Import):
@@ -160,16 +164,11 @@ class _Reader:
         elif isinstance(n, ast.For):
             self.loop(n.target, n.iter)
 
-    def parameters(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, tree: ast.Module) -> None:
+    def parameters(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, calls: list[ast.Call]) -> None:
         """A parameter takes its default and each argument the script passes it (``patch(path=P)``)."""
         args = [*fn.args.posonlyargs, *fn.args.args]
         defaults = dict(zip([a.arg for a in args][len(args) - len(fn.args.defaults) :], fn.args.defaults, strict=True))
         defaults |= {a.arg: d for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults, strict=True) if d is not None}
-        calls = [
-            c
-            for c in ast.walk(tree)
-            if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == fn.name
-        ]
         for k, a in enumerate(args + fn.args.kwonlyargs):
             given = [c.args[k] for c in calls if k < len(c.args) and k < len(args)]
             given += [kw.value for c in calls for kw in c.keywords if kw.arg == a.arg]
