@@ -1,8 +1,9 @@
-"""``patchkit import`` of a deployment whose entrypoint runs source transformers, as this repository ships one.
+"""``patchkit import`` of a deployment that runs source transformers, as this repository ships one.
 
 The repository mounts ``entrypoint.sh`` and a directory's worth of patcher
 scripts into the container; the entrypoint runs every script in that
-directory at start, in name order (a glob loop that names no script). The
+directory at start, in name order (a glob loop that names no script); or a
+Dockerfile copies them into the image and runs each at build. The
 transformers are written the way a careful deployment writes them: the
 target found from the installed package (through a helper, a module constant
 or a parameter default, with an environment override for tests) and the old
@@ -136,3 +137,26 @@ def test_an_unchecked_replace_and_a_run_time_target_are_still_reported(
     ]
     assert imported == [*expected, ("transformer-not-run", "compose.yaml", 10)]
     assert checked == expected
+
+
+def test_in_a_dockerfile_build_the_same_transformers_read_the_same(tmp_path: Path, invoke: Invoke) -> None:
+    scripts = {
+        "10-aiter-private-merge.py": SHIPPED.read_text(),
+        **CAREFUL,
+        "40-unchecked.py": UNCHECKED,
+        "50-run-time.py": "import os\nimport sys\n\n" + RUN_TIME["env"] + RUN_TIME_TAIL,
+    }
+    root = tmp_path / "deploy"
+    for name, text in scripts.items():
+        write(root, f"transformers/{name}", text)
+    runs = "".join(f"RUN python3 /opt/transformers/{n}\n" for n in scripts)
+    write(
+        root, "Dockerfile", f"FROM vllm/vllm-openai@sha256:{'ab' * 32}\nCOPY transformers/ /opt/transformers/\n" + runs
+    )
+    imported, checked = _import_then_check(root, invoke)
+    expected = [
+        ("patcher-not-anchored", "transformers/40-unchecked.py", None),
+        ("patcher-target-unknown", "transformers/50-run-time.py", 5),
+        ("patcher-target-unknown", "transformers/50-run-time.py", 8),
+    ]
+    assert (imported, checked) == (expected, expected)
