@@ -13,9 +13,12 @@ refuses to build or start instead of running unpatched. The checks read:
   caller checks (``if x is None:``/``if not x:``) with a branch that fails.
 
 The edits are ``str.replace(OLD, NEW[, n])``, ``re.sub``/``re.subn`` and a
-compiled pattern's ``.sub``/``.subn``. A check covers an edit when both read
-the same old text, directly or through the names assigned from it (including
-the columns of a table of edits a loop walks). A script that edits by other
+compiled pattern's ``.sub``/``.subn``. A check covers an edit when it reads
+the edit's old text, directly (a loop variable over a table of edits counts
+as the old text) or through a name every assignment of which reads it (the
+count ``re.subn`` returns, the replaced copy, the places it was found). A
+name also assigned from elsewhere does not: ``src`` read from the file and
+then replaced is the file, and a check on it checks the file. A script that edits by other
 means (splicing lines) is anchored when a check that fails closed reads a
 string or bytes literal bound to a module-level name no file path is built
 from (the text it looks for). A check that only warns, or returns without a
@@ -39,11 +42,11 @@ def anchored(tree: ast.Module, calls: list[ast.Call]) -> bool:
     """Whether every text edit of the script is checked fail-closed (see the module's docstring)."""
     r = _Anchors(tree)
     olds = [o for c in calls if (o := old_text(c)) is not None]
-    checked = [r.roots(t) for t, body in r.checks() if r.fails_any(body)]
+    checked = [r.reads(t) for t, body in r.checks() if r.fails_any(body)]
     if not olds:
-        texts = r.text_constants(calls)
+        texts = r.derived(r.text_constants(calls))
         return any(texts & c for c in checked)
-    return all(any(r.roots(o) & c for c in checked) for o in olds)
+    return all(any(r.derived(r.reads(o)) & c for c in checked) for o in olds)
 
 
 def old_text(c: ast.Call) -> ast.expr | None:
@@ -70,6 +73,9 @@ class _Anchors:
         self.owner: dict[int, str] = {}  # id(return statement) -> the function it is in
         self.functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
         self.cache: dict[str, set[str]] = {}  # name -> its roots
+        self.callables: set[str] = set()  # the script's imports and functions: no text of its own
+        self.read_cache: dict[int, set[str]] = {}
+        self.derived_cache: dict[frozenset[str], set[str]] = {}
         self.ifs: list[ast.If] = []
         self.asserts: list[ast.Assert] = []
         self.results: dict[str, list[str]] = {}  # function -> the names its results are stored in
@@ -95,6 +101,9 @@ class _Anchors:
     def _bind_all(self, n: ast.AST) -> None:
         if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef):
             self.functions[n.name] = n
+            self.callables.add(n.name)
+        elif isinstance(n, ast.Import | ast.ImportFrom):
+            self.callables |= {(a.asname or a.name).split(".")[0] for a in n.names}
         elif isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and (fn := _callee(n.value)) is not None:
             self.results.setdefault(fn, []).extend(t.id for t in n.targets if isinstance(t, ast.Name))
         if isinstance(n, ast.Assign | ast.AnnAssign | ast.AugAssign) and n.value is not None:
@@ -137,6 +146,32 @@ class _Anchors:
             elif _callee(c) in _PATH_FUNCTIONS and c.args and _path_module(f):
                 paths |= self.roots(c.args[0])
         return named - paths
+
+    def reads(self, node: ast.expr) -> set[str]:
+        """The names (not modules or functions) and literals an expression reads itself."""
+        if id(node) not in self.read_cache:
+            self.read_cache[id(node)] = {k for k in _read_by(node) if k not in self.callables}
+        return self.read_cache[id(node)]
+
+    def derived(self, seeds: set[str]) -> set[str]:
+        """``seeds`` and each name every assignment of which reads one of them (``n`` of ``s, n =
+        re.subn(PAT, …)``, ``at`` of ``at = find(lines, OLD)``), transitively. A name also assigned from
+        elsewhere (``src`` read from the file, then replaced) is not: a check on it checks the file."""
+        key = frozenset(seeds)
+        if key in self.derived_cache:
+            return self.derived_cache[key]
+        out = set(seeds)
+        for _ in range(_DEPTH):
+            more = {
+                name
+                for name, exprs in self.sources.items()
+                if name not in out and all(self.reads(e) & out for e in exprs)
+            }
+            if not more:
+                break
+            out |= more
+        self.derived_cache[key] = out
+        return out
 
     def roots(self, node: ast.expr) -> set[str]:
         """The names and literals ``node`` reads, and those they were assigned from, transitively."""

@@ -155,6 +155,9 @@ ANCHORED = {
     ),
 }
 NOT_ANCHORED = {
+    "only-the-edited-file-checked": (
+        "src = src.replace(OLD, NEW)\nif 'import os' not in src:\n    sys.exit('not python')\np.write_text(src)\n"
+    ),
     "line-splice-only-the-file-checked": (
         "if not p.exists():\n    sys.exit('no file')\nlines = src.splitlines(keepends=True)\n"
         "lines[[i for i, line in enumerate(lines) if line == OLD][0]] = NEW\n"
