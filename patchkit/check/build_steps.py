@@ -14,7 +14,7 @@ checking it is there (``patcher-not-anchored``).
 
 The patcher rules read every pinned transformer, in any deployment: a
 transformer patchkit's own deployment ships is a patcher script like any
-other, and the static reading (``importing/patchers.py``) now reads the
+other, and the static reading (``importing/patchers.py``) reads the
 forms a careful one is written in (a target found from the installed
 package, an edit checked fail-closed). The build-step rules read only a
 lockfile ``import`` wrote (one with a file an image build delivers, a patch
@@ -45,7 +45,7 @@ def build_steps(state: State) -> list[Finding]:
     """Import's problems with the build's patch steps and patcher scripts, read again while they hold."""
     out = patcher_findings(state)
     if not imported(state.lock) or not isinstance(state.view, RepoView):
-        return out  # the build is read from the repository on disk
+        return out  # the build rules read a hand-kept build, from the repository on disk
     reading = state.view.build_reading
     if isinstance(reading, str):
         return [*out, _unreadable(reading)]
