@@ -12,10 +12,14 @@ levels or none (``queue-strip``), a patcher whose target is built at run
 time (``patcher-target-unknown``, a note) or that replaces text without
 checking it is there (``patcher-not-anchored``).
 
-Only a lockfile ``import`` wrote is read this way (one with a file an image
-build delivers, a patch origin, a hand-kept diff, or a series beside its
-pinned build files): a deployment patchkit built itself has no hand-kept
-build for these problems to come from.
+The patcher rules read every pinned transformer, in any deployment: a
+transformer patchkit's own deployment ships is a patcher script like any
+other, and the static reading (``importing/patchers.py``) reads the
+forms a careful one is written in (a target found from the installed
+package, an edit checked fail-closed). The build-step rules read only a
+lockfile ``import`` wrote (one with a file an image build delivers, a patch
+origin, a hand-kept diff, or a series beside its pinned build files): a
+deployment patchkit built itself has no hand-kept build for them to read.
 """
 
 from __future__ import annotations
@@ -39,11 +43,9 @@ _DIFF_SUFFIXES = (".patch", ".diff")
 
 def build_steps(state: State) -> list[Finding]:
     """Import's problems with the build's patch steps and patcher scripts, read again while they hold."""
-    if not imported(state.lock):
-        return []
     out = patcher_findings(state)
-    if not isinstance(state.view, RepoView):
-        return out  # the build is read from the repository on disk
+    if not imported(state.lock) or not isinstance(state.view, RepoView):
+        return out  # the build rules read a hand-kept build, from the repository on disk
     reading = state.view.build_reading
     if isinstance(reading, str):
         return [*out, _unreadable(reading)]

@@ -1091,7 +1091,7 @@ class _Importer:
         for e in entries:
             if e.kind != "transformer":
                 continue
-            if not any(e.target in t or PurePosixPath(e.target).name in t for t in texts):
+            if not any(_runs(e.target, t) for t in texts):
                 self.issue(
                     "transformer-not-run",
                     e.mount.compose,
@@ -1312,3 +1312,15 @@ def import_repository(root: Path, *, dry_run: bool = False, where: str = ".") ->
     if not dry_run:
         write_all(root, files)
     return result
+
+
+_GLOB_LOOP = re.compile(r"\bfor\s+\w+\s+in\s+[^;\n]*\*|\brun-parts\b")
+
+
+def _runs(target: str, text: str) -> bool:
+    """Whether a compose command or a mounted script runs the script mounted at ``target``: it names the
+    script, or it loops over a glob (or ``run-parts``) and names the script's directory."""
+    if target in text or PurePosixPath(target).name in text:
+        return True
+    folder = re.escape(str(PurePosixPath(target).parent))
+    return re.search(folder + r"(?![\w.-])", text) is not None and _GLOB_LOOP.search(text) is not None

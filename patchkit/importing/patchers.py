@@ -12,14 +12,22 @@ Deployments that do not mount whole files often carry scripts such as::
 
 run by a Containerfile ``RUN python3 patch_x.py`` or by the entrypoint.
 The lockfile calls them transformers. This module tells such a script from
-any other Python file (it reads a file, replaces text with ``.replace`` and
-writes a file) and finds, without running it, the upstream files it edits:
-paths built from ``<module>.__file__`` (``Path(…).parent``, ``.parents[N]``,
-``os.path.dirname``, ``/`` and ``os.path.join``), ``importlib.util.find_spec
-("a.b").origin``, ``importlib.import_module("a.b").__file__``,
+any other Python file (it reads a file, edits text with ``.replace`` or
+``re.sub``/``re.subn``, or replaces a file, and writes one) and finds,
+without running it, the upstream files it edits: paths built from
+``<module>.__file__`` and ``<package>.__path__`` (``Path(…).parent``,
+``.parents[N]``, ``os.path.dirname``, ``/`` and ``os.path.join``), a spec or
+module from ``importlib.util.find_spec("a.b")`` / ``importlib.import_module
+("a.b")`` (its ``.origin``, ``.__file__``, ``.submodule_search_locations``),
 ``inspect.getfile``, literal ``…/site-packages/…`` paths, names assigned
-once, and loops over a literal table of edits. A file it opens through any
-other form is an unknown target, with the script's line that builds it.
+once, the returns of the script's own functions, a parameter's default and
+the arguments the script passes it, and loops over a literal table of edits.
+A path an environment variable may override (``os.environ.get("X", P)``, or a
+function returning ``os.environ["X"]`` or ``P``) is the known ``P``; a file
+it opens through any other form (an environment variable or ``sys.argv``
+alone, an f-string, a glob) is an unknown target, with the script's line that
+builds it and, when it is read at run time, from what. Whether each edit is
+checked fail-closed is read by ``patcher_anchors``.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchkit.core.values import ContainerPath
+from patchkit.importing import patcher_anchors as anchors
 from patchkit.importing import read_inside, shell
 
 _TREE = re.compile(r"(?:site|dist)-packages/(?P<rest>.+)")
@@ -39,7 +48,11 @@ _PATH_CALLS = frozenset({"Path", "PurePath", "PosixPath", "pathlib.Path", "abspa
 _SITE_ROOT = frozenset({"getsitepackages", "getusersitepackages", "get_python_lib"})
 _DEPTH = 12
 
-# A value as far as the reading can tell: ("path", upstream path) or ("str", text).
+_ENV = frozenset({"getenv", "environ.get", "os.environ.get", "os.getenv"})
+_SPECS = frozenset({"find_spec", "import_module", "__import__"})
+
+# A value as far as the reading can tell: ("path", upstream path), ("str", text), ("module", dotted name of
+# a module object or spec) or ("env", what is read at run time: an environment variable, an argument).
 _Value = tuple[str, str]
 
 
@@ -62,11 +75,12 @@ def read(source: bytes) -> Patcher | None:
 
 def _read(tree: ast.Module) -> Patcher | None:
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
-    replaces = any(_method(c) == "replace" and len(c.args) >= 2 for c in calls)
+    replaces = any((_method(c) == "replace" and len(c.args) >= 2) or anchors.old_text(c) is not None for c in calls)
     writes = any(_method(c) in ("write_text", "write_bytes", "write") for c in calls)
-    if not (replaces and writes):
+    reads = any(_method(c) in ("read_text", "read_bytes", "read", "readlines") for c in calls)
+    if not (replaces and writes and reads):
         return None
-    out = Patcher(anchored=any(_anchor(n) for n in ast.walk(tree)))
+    out = Patcher(anchored=anchors.anchored(tree, calls))
     _opened_files(_Reader(tree), calls, out)
     for n in ast.walk(tree):
         if not (isinstance(n, ast.Constant) and isinstance(n.value, str)):
@@ -88,6 +102,9 @@ def _opened_files(reader: _Reader, calls: list[ast.Call], out: Patcher) -> None:
         paths = [v for k, v in got or [] if k == "path" and v.endswith(".py")]
         if got is None or not paths:
             why = f"the file it opens is built as {ast.unparse(target)[:80]!r}"
+            env = sorted({v for k, v in got or [] if k == "env"})
+            if env and all(k == "env" for k, _ in got or []):
+                why += f", read at run time from {', '.join(env)}"
             if (c.lineno, why) not in out.unknown:
                 out.unknown.append((c.lineno, why))
             continue
@@ -98,12 +115,6 @@ def _opened_files(reader: _Reader, calls: list[ast.Call], out: Patcher) -> None:
 
 def _method(c: ast.Call) -> str | None:
     return c.func.attr if isinstance(c.func, ast.Attribute) else None
-
-
-def _anchor(n: ast.AST) -> bool:
-    """``assert OLD in src`` or ``if OLD not in src:`` — the old text is checked before it is replaced."""
-    test = n.test if isinstance(n, ast.Assert | ast.If) else None
-    return isinstance(test, ast.Compare) and any(isinstance(op, ast.In | ast.NotIn) for op in test.ops)
 
 
 def _opened(c: ast.Call) -> ast.expr | None:
@@ -129,9 +140,16 @@ class _Reader:
     def __init__(self, tree: ast.Module) -> None:
         self.modules: dict[str, tuple[str, bool]] = {}  # local name -> (dotted module, is a package)
         self.names: dict[str, list[ast.expr]] = {}  # name -> the expressions assigned to it
-        self.loops: dict[str, list[ast.expr]] = {}  # loop variable -> the values it takes
+        self.loops: dict[str, list[ast.expr]] = {}  # loop variable or parameter -> the values it takes
+        self.functions = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
         for n in ast.walk(tree):
             self.note(n)
+        calls: dict[str, list[ast.Call]] = {}
+        for c in ast.walk(tree):
+            if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id in self.functions:
+                calls.setdefault(c.func.id, []).append(c)
+        for fn in self.functions.values():
+            self.parameters(fn, calls.get(fn.name, []))
 
     def note(self, n: ast.AST) -> None:
         if isinstance(n, ast.Import):
@@ -145,6 +163,19 @@ class _Reader:
             self.names.setdefault(n.targets[0].id, []).append(n.value)
         elif isinstance(n, ast.For):
             self.loop(n.target, n.iter)
+
+    def parameters(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, calls: list[ast.Call]) -> None:
+        """A parameter takes its default and each argument the script passes it (``patch(path=P)``)."""
+        args = [*fn.args.posonlyargs, *fn.args.args]
+        defaults = dict(zip([a.arg for a in args][len(args) - len(fn.args.defaults) :], fn.args.defaults, strict=True))
+        defaults |= {a.arg: d for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults, strict=True) if d is not None}
+        for k, a in enumerate(args + fn.args.kwonlyargs):
+            given = [c.args[k] for c in calls if k < len(c.args) and k < len(args)]
+            given += [kw.value for c in calls for kw in c.keywords if kw.arg == a.arg]
+            if a.arg in defaults:
+                given.append(defaults[a.arg])
+            if given:
+                self.loops.setdefault(a.arg, []).extend(given)
 
     def loop(self, target: ast.expr, it: ast.expr) -> None:
         """``for rel, old, new in EDITS`` over a literal table: each name takes its column."""
@@ -178,12 +209,12 @@ class _Reader:
             return self.join([node.left, node.right], depth)
         if isinstance(node, ast.Call):
             return self.call(node, depth)
+        if isinstance(node, ast.IfExp | ast.BoolOp):
+            return self.each(node.values if isinstance(node, ast.BoolOp) else [node.body, node.orelse], depth)
         return None
 
-    def name(self, name: str, depth: int) -> list[_Value] | None:
-        exprs = self.loops.get(name) or self.names.get(name, [])[-1:]
-        if not exprs:
-            return None
+    def each(self, exprs: list[ast.expr], depth: int) -> list[_Value] | None:
+        """The values of any of ``exprs`` (the branches of ``a if c else b``, ``a or b``, a function's returns)."""
         out: list[_Value] = []
         for e in exprs:
             got = self.value(e, depth + 1)
@@ -192,11 +223,21 @@ class _Reader:
             out += got
         return out
 
+    def name(self, name: str, depth: int) -> list[_Value] | None:
+        exprs = self.loops.get(name) or self.names.get(name, [])[-1:]
+        if not exprs:
+            if name in self.modules:
+                return [("module", self.modules[name][0])]
+            return None
+        return self.each(exprs, depth)
+
     def attribute(self, node: ast.Attribute, depth: int) -> list[_Value] | None:
-        if node.attr == "__file__":
+        if node.attr in ("__file__", "origin"):
+            if isinstance(node.value, ast.Name) and node.value.id in self.names:
+                return _module_files(self.value(node.value, depth + 1))
             return self.module_file(node.value)
-        if node.attr == "origin" and isinstance(node.value, ast.Call):
-            return self.module_file(node.value)
+        if node.attr in ("submodule_search_locations", "__path__"):
+            return _module_dirs(self.value(node.value, depth + 1))
         if node.attr == "parent":
             return _dirname(self.value(node.value, depth + 1))
         return None
@@ -211,7 +252,9 @@ class _Reader:
                 return got
         if isinstance(node.value, ast.Call) and _callee(node.value) in _SITE_ROOT:
             return [("path", "")]
-        return None
+        if isinstance(node.slice, ast.Constant) and node.slice.value == 0:
+            return self.value(node.value, depth + 1)  # the first of a package's directories
+        return _run_time(node)
 
     def call(self, node: ast.Call, depth: int) -> list[_Value] | None:
         callee = _callee(node)
@@ -228,24 +271,47 @@ class _Reader:
             return self.module_file(node.args[0])
         if callee in _SITE_ROOT:
             return [("path", "")]
+        return self.call_more(node, callee, depth)
+
+    def call_more(self, node: ast.Call, callee: str | None, depth: int) -> list[_Value] | None:
+        """Module specs, the first of an iterable, the environment, and the script's own functions."""
+        if callee in _SPECS and node.args:
+            names = self.value(node.args[0], depth + 1)
+            if names is None or any(k != "str" for k, _ in names):
+                return None
+            return [("module", v) for _, v in names]
+        if callee in ("next", "iter", "list", "tuple", "sorted") and node.args:
+            return self.value(node.args[0], depth + 1)
+        dotted = _dotted(node.func)
+        if dotted in _ENV and node.args:
+            what = [("env", ast.unparse(node.args[0]))]
+            return what if len(node.args) < 2 else self.each_with(what, node.args[1], depth)
+        if isinstance(node.func, ast.Name) and (fn := self.functions.get(node.func.id)) is not None:
+            returns = [r.value for r in ast.walk(fn) if isinstance(r, ast.Return) and r.value is not None]
+            returns = [r for r in returns if not (isinstance(r, ast.Constant) and r.value is None)]
+            return self.each(returns, depth) if returns else None
         return None
+
+    def each_with(self, first: list[_Value], default: ast.expr, depth: int) -> list[_Value] | None:
+        got = self.value(default, depth + 1)
+        return None if got is None else first + got
 
     def join(self, parts: list[ast.expr], depth: int) -> list[_Value] | None:
         out: list[_Value] | None = [("path", "")]
         for part in parts:
             got = self.value(part, depth + 1)
-            if got is None or out is None:
+            if got is None or out is None or any(k == "module" for k, _ in got):
                 return None
-            out = [("path", posixpath.join(a, b).strip("/")) for _, a in out for _, b in got]
+            env = [v for v in out + got if v[0] == "env"]
+            out = env + [
+                ("path", posixpath.join(a, b).strip("/")) for k, a in out if k != "env" for j, b in got if j != "env"
+            ]
         return out
 
     def module_file(self, node: ast.expr) -> list[_Value] | None:
         """The file of a module: ``vllm.__file__`` (a package's ``__init__.py``), ``find_spec("a.b").origin``."""
-        if isinstance(node, ast.Call) and _callee(node) in ("find_spec", "import_module") and node.args:
-            names = self.value(node.args[0], 1)
-            if names is None or any(k != "str" for k, _ in names):
-                return None
-            return [("path", v.replace(".", "/") + ".py") for _, v in names]
+        if isinstance(node, ast.Call) and _callee(node) in _SPECS and node.args:
+            return _module_files(self.call_more(node, _callee(node), 1))
         dotted = _dotted(node)
         if dotted is None:
             return None
@@ -266,10 +332,34 @@ def _callee(node: ast.Call) -> str | None:
     return None
 
 
+def _module_files(values: list[_Value] | None) -> list[_Value] | None:
+    """The files of module values: ``a.b`` is ``a/b.py``, a top-level ``a`` a package's ``a/__init__.py``
+    (as for ``import a``: deployments import the project they patch)."""
+    if values is None or any(k != "module" for k, _ in values):
+        return None
+    return [("path", f"{v}/__init__.py" if "." not in v else v.replace(".", "/") + ".py") for _, v in values]
+
+
+def _module_dirs(values: list[_Value] | None) -> list[_Value] | None:
+    """A package's directories (``spec.submodule_search_locations``, ``pkg.__path__``)."""
+    if values is None or any(k != "module" for k, _ in values):
+        return None
+    return [("path", v.replace(".", "/")) for _, v in values]
+
+
+def _run_time(node: ast.Subscript) -> list[_Value] | None:
+    """``os.environ["X"]`` and ``sys.argv[N]``: a value the script reads when it runs."""
+    owner = _dotted(node.value)
+    if owner in ("os.environ", "environ", "sys.argv", "argv"):
+        return [("env", ast.unparse(node))]
+    return None
+
+
 def _dirname(values: list[_Value] | None) -> list[_Value] | None:
     if values is None:
         return None
-    return [("path", posixpath.dirname(v)) for k, v in values if k == "path"] or None
+    out = [("path", posixpath.dirname(v)) if k == "path" else (k, v) for k, v in values if k in ("path", "env")]
+    return out or None
 
 
 @dataclass(frozen=True)
@@ -306,7 +396,8 @@ def run_by_build(root: Path, reading: shell.Reading) -> list[Run]:
 def reason(p: Patcher, run: str | None) -> str:
     """One line for the lockfile: what the patcher edits (or that it is unknown) and what runs it."""
     edits = ", ".join(t for t, _ in p.targets) or "a file no static reading finds"
-    return f"replaces anchored text in {edits}" + (f"; run by {run}" if run else "")
+    what = "anchored text" if p.anchored else "text (unchecked)"
+    return f"replaces {what} in {edits}" + (f"; run by {run}" if run else "")
 
 
 def issues(p: Patcher, rel: str) -> list[tuple[str, str, int | None, str, str | None]]:

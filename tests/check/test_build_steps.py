@@ -170,16 +170,29 @@ note = "image build"
 """
 
 
-def test_a_deployment_patchkit_built_itself_is_not_read_as_an_imported_build() -> None:
-    """Its transformers are patchkit's own (added, not adopted): the import rules do not second-guess them."""
+def test_a_deployment_patchkit_built_itself_has_its_transformers_read_but_not_its_build() -> None:
+    """Its transformers are patcher scripts like any other: an unchecked replace is an error there too; its build
+    files are patchkit's own and are not read for hand-kept apply steps."""
     state = state_of(TRANSFORMER, {"patches/fix.py": UNANCHORED})
     assert not imported(state.lock)
-    assert build_steps(state) == []
+    assert [(f.code, f.file, f.severity) for f in build_steps(state)] == [
+        ("patcher-not-anchored", "patches/fix.py", "error")
+    ]
     adopted = state_of(TRANSFORMER + BUILD_ARTIFACT, {"patches/fix.py": UNANCHORED, "Dockerfile": DOCKERFILE})
     assert imported(adopted.lock)
     assert [(f.code, f.file, f.severity) for f in build_steps(adopted)] == [
         ("patcher-not-anchored", "patches/fix.py", "error")
     ]
+
+
+def test_the_shipped_transformer_form_is_no_finding_in_a_deployment_patchkit_built() -> None:
+    shipped = (Path(__file__).resolve().parents[2] / "patches/transformers/10-aiter-private-merge.py").read_bytes()
+    lock = TRANSFORMER.replace(sha(UNANCHORED), sha(shipped))
+    assert build_steps(state_of(lock, {"patches/fix.py": shipped})) == []
+    unchecked = shipped.replace(b"    if len(old) != 1 or new:\n        return None\n", b"")
+    assert unchecked != shipped
+    lock = TRANSFORMER.replace(sha(UNANCHORED), sha(unchecked))
+    assert [f.code for f in build_steps(state_of(lock, {"patches/fix.py": unchecked}))] == ["patcher-not-anchored"]
 
 
 def test_the_shipped_deployment_has_none_of_these_findings(invoke: Invoke) -> None:
