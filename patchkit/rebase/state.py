@@ -18,7 +18,6 @@ import base64
 import json
 import os
 import re
-import shutil
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -131,6 +130,8 @@ def remove_work_area(root: Path, rel: str) -> bool:
     except FileNotFoundError:
         return False
     if stat.S_ISDIR(st.st_mode):
+        import shutil  # here, not at the top: check reads this module for its paths, before sums --check hashes
+
         shutil.rmtree(work)  # does not follow the links inside
     else:
         work.unlink()
