@@ -10,13 +10,14 @@ pinned patch file whether such a step applies is unknown
 (``queue-apply-unknown``, a note), a series applied with several ``-p``
 levels or none (``queue-strip``), a patcher whose target is built at run
 time (``patcher-target-unknown``, a note) or that replaces text without
-checking it is there (``patcher-not-anchored``).
+checking it is there (``patcher-not-anchored``), a transformer a compose file
+mounts that nothing runs (``transformer-not-run``).
 
 The patcher rules read every pinned transformer, in any deployment: a
 transformer patchkit's own deployment ships is a patcher script like any
 other, and the static reading (``importing/patchers.py``) reads the
 forms a careful one is written in (a target found from the installed
-package, an edit checked fail-closed). The build-step rules read only a
+package, an edit checked fail-closed). The build-step rules and ``transformer-not-run`` read only a
 lockfile ``import`` wrote (one with a file an image build delivers, a patch
 origin, a hand-kept diff, or a series beside its pinned build files): a
 deployment patchkit built itself has no hand-kept build for them to read.
@@ -33,7 +34,7 @@ from patchkit.core.findings import Finding
 from patchkit.lockfile.model import Lockfile, PatchKind
 
 if TYPE_CHECKING:
-    from patchkit.importing import shell
+    from patchkit.importing import compose, shell
 
 # Notes of import's (``adopt.NOTES``): the kinds these rules report that are not defects.
 _NOTES = frozenset({"build-step-unknown", "queue-apply-unknown", "patcher-target-unknown"})
@@ -44,8 +45,11 @@ _DIFF_SUFFIXES = (".patch", ".diff")
 def build_steps(state: State) -> list[Finding]:
     """Import's problems with the build's patch steps and patcher scripts, read again while they hold."""
     out = patcher_findings(state)
-    if not imported(state.lock) or not isinstance(state.view, RepoView):
-        return out  # the build rules read a hand-kept build, from the repository on disk
+    if not imported(state.lock):
+        return out  # the build rules read a hand-kept build
+    out += not_run(state)
+    if not isinstance(state.view, RepoView):
+        return out  # the build's files are read from the repository on disk
     reading = state.view.build_reading
     if isinstance(reading, str):
         return [*out, _unreadable(reading)]
@@ -99,6 +103,53 @@ def patcher_findings(state: State) -> list[Finding]:
         if patcher is not None:
             out += [_finding(i) for i in patchers.issues(patcher, str(p.file))]
     return out
+
+
+def not_run(state: State) -> list[Finding]:
+    """Each transformer a hand-kept compose file mounts that neither a compose command nor a mounted script runs.
+
+    The same question import asks (``adopt.runs_script``) of the same texts:
+    the compose files' commands, entrypoints and environment, and the scripts
+    they mount (the artifacts with a target). A mounted script that cannot be
+    read leaves the answer unknown, and nothing is said (the file rules report it).
+    """
+    from patchkit.importing.adopt import runs_script
+
+    composes = state.hand_composes
+    texts = [t for cf in composes for t in cf.texts]
+    for a in state.lock.artifacts:
+        if a.target is not None:
+            data = state.readable(str(a.file))
+            if data is None:
+                return []
+            texts.append(data.decode("utf-8", "replace"))
+    out = []
+    for p in state.lock.patches:
+        if p.kind is not PatchKind.TRANSFORMER or p.file is None or any(runs_script(str(p.target), t) for t in texts):
+            continue
+        mount = _mount_of(str(p.file), composes)
+        if mount is not None:
+            out.append(
+                Finding(
+                    "transformer-not-run",
+                    mount.compose,
+                    mount.line,
+                    f"{p.file} is mounted at {p.target}, but neither the compose command nor a mounted script runs it",
+                    "run it from the entrypoint, or remove the mount",
+                )
+            )
+    return out
+
+
+def _mount_of(rel: str, composes: list[compose.ComposeFile]) -> compose.Mount | None:
+    """The first mount that puts ``rel`` in the container (the file itself, or a directory holding it), as import
+    takes the first."""
+    for cf in composes:
+        for m in cf.mounts:
+            src = m.repo_source
+            if src is not None and not m.outside and (rel == src or rel.startswith(src.rstrip("/") + "/")):
+                return m
+    return None
 
 
 def step_findings(lock: Lockfile, reading: shell.Reading) -> list[Finding]:

@@ -43,7 +43,7 @@ from patchkit.store.repo import (
 )
 
 if TYPE_CHECKING:
-    from patchkit.importing import pins, shell
+    from patchkit.importing import compose, pins, shell
     from patchkit.series.apply import Reader
     from patchkit.store.cache import BlobStore
 
@@ -227,6 +227,25 @@ class State:
     def own_pins(self) -> OwnPins:
         """The upstream and image pins the repository's own files state, read as import reads them; read once."""
         return read_own_pins(self)
+
+    @cached_property
+    def hand_composes(self) -> list[compose.ComposeFile]:
+        """The hand-kept compose files the lockfile pins (import pins them with the note ``compose``), parsed
+        as import parses them; read once. One missing, changed or malformed is left out: the file rules and
+        ``compose.mounts`` report it."""
+        from patchkit.importing import compose
+
+        out = []
+        for a in self.lock.artifacts:
+            if a.note != "compose" and not compose.COMPOSE_NAMES.fullmatch(a.file.pure.name):
+                continue
+            data = self.readable(str(a.file))
+            try:
+                if data is not None:
+                    out.append(compose.read(str(a.file), data.decode("utf-8")))
+            except (UnicodeDecodeError, BadInput):
+                continue
+        return out
 
     def readable(self, rel: str) -> bytes | None:
         """The bytes of a pinned file that hashed (it exists, is safe and readable); else None.

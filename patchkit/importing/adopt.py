@@ -1091,7 +1091,7 @@ class _Importer:
         for e in entries:
             if e.kind != "transformer":
                 continue
-            if not any(_runs(e.target, t) for t in texts):
+            if not any(runs_script(e.target, t) for t in texts):
                 self.issue(
                     "transformer-not-run",
                     e.mount.compose,
@@ -1317,9 +1317,10 @@ def import_repository(root: Path, *, dry_run: bool = False, where: str = ".") ->
 _GLOB_LOOP = re.compile(r"\bfor\s+\w+\s+in\s+[^;\n]*\*|\brun-parts\b")
 
 
-def _runs(target: str, text: str) -> bool:
+def runs_script(target: str, text: str) -> bool:
     """Whether a compose command or a mounted script runs the script mounted at ``target``: it names the
-    script, or it loops over a glob (or ``run-parts``) and names the script's directory."""
+    script, or it loops over a glob (or ``run-parts``) and names the script's directory. ``check`` asks
+    the same question of the same texts, so both report an unrun transformer alike."""
     if target in text or PurePosixPath(target).name in text:
         return True
     folder = re.escape(str(PurePosixPath(target).parent))

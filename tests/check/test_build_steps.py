@@ -24,6 +24,7 @@ from tests.importing.test_patchers import FORMS, UNKNOWN
 from tests.importing.test_queue_scripts import DIGEST, UNREADABLE, A, B, C, _repo
 
 CODES = {"build-step-unknown", "queue-apply-unknown", "queue-strip", "patcher-target-unknown", "patcher-not-anchored"}
+CODES |= {"transformer-not-run"}
 READABLE = f"#!/bin/bash\nset -e\nfor p in {B} {A} {C}; do git apply -p1 patches/vllm/$p; done\n"
 
 
@@ -234,3 +235,51 @@ def test_a_build_script_that_cannot_be_read_safely_is_said_never_a_crash(tmp_pat
     (found,) = [f for f in json.loads(run.stdout)["findings"] if f["code"] in CODES]
     assert (found["code"], found["severity"], found["file"]) == ("build-step-unknown", "note", "apply.sh")
     assert "is a symlink" in found["message"] and "no build file is read" in found["message"]
+
+
+# A transformer mounted where nothing runs it, then each way of running it: named by the mounted entrypoint,
+# by the compose command, or by the entrypoint's glob loop over its directory.
+RUNS_IT = {
+    "entrypoint-names-it": ("entrypoint.sh", "python3 /opt/elsewhere/60-stray.py || exit 1\n"),
+    "entrypoint-loops-over-its-directory": ("entrypoint.sh", "for t in /opt/elsewhere/*.py; do python3 $t; done\n"),
+    "compose-command-names-it": ("compose.yaml", None),
+}
+
+
+@pytest.mark.parametrize("how", sorted(RUNS_IT))
+def test_a_mounted_transformer_nothing_runs_fails_check_until_something_runs_it(
+    tmp_path: Path, invoke: Invoke, how: str
+) -> None:
+    from tests.importing.test_patchers_deployed import SHIPPED, _deployment
+
+    root = _deployment(tmp_path / "deploy", {"10-aiter-private-merge.py": SHIPPED.read_text()}, not_run="60-stray.py")
+    said = _imported(root, invoke)
+    assert said == [("transformer-not-run", "error", "compose.yaml", 8)]
+    assert _checked(root, invoke) == (1, said)
+    rel, line = RUNS_IT[how]
+    text = (root / rel).read_text()
+    if line is None:  # the compose command runs it before the entrypoint
+        text = text.replace("    volumes:\n", '    command: ["python3", "/opt/elsewhere/60-stray.py"]\n    volumes:\n')
+    else:
+        text = text.replace("exec vllm", line + "exec vllm")
+    assert _fixed(root, invoke, rel, text) == (0, [])
+
+
+def test_a_transformer_directory_mounted_where_nothing_runs_it_is_reported_at_the_mount(
+    tmp_path: Path, invoke: Invoke
+) -> None:
+    from tests.importing.test_patchers_deployed import ENTRYPOINT, SHIPPED, _deployment
+
+    root = _deployment(tmp_path / "deploy", {"10-aiter-private-merge.py": SHIPPED.read_text()})
+    compose = (root / "compose.yaml").read_text()
+    (root / "compose.yaml").write_text(
+        compose.replace(
+            "./patches/transformers/10-aiter-private-merge.py:/opt/deploy/transformers/10-aiter-private-merge.py",
+            "./patches/transformers:/opt/other",
+        )
+    )
+    said = _imported(root, invoke)
+    assert said == [("transformer-not-run", "error", "compose.yaml", 7)]
+    assert _checked(root, invoke) == (1, said)
+    fixed = ENTRYPOINT.replace("/opt/deploy/transformers", "/opt/other")
+    assert _fixed(root, invoke, "entrypoint.sh", fixed) == (0, [])
