@@ -473,6 +473,8 @@ class OwnPins:
 
     upstreams: list[pins.Pin] = field(default_factory=list)
     images: list[ImagePin] = field(default_factory=list)
+    # A lock's ``images`` written without a digest: (the lock, the key, the reference), as import reads them.
+    unpinned_images: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 _LOCK_SUFFIXES = (".json", ".toml")
@@ -502,6 +504,7 @@ def read_own_pins(state: State) -> OwnPins:
                 doc = pins.document(rel, data)
                 out.upstreams += pins.document_pins(rel, text, doc)
                 out.images += _lock_images(rel, text, doc)
+                out.unpinned_images += _lock_unpinned(rel, doc)
             else:
                 out.upstreams += pins.key_values(rel, text)
         except (ValueError, UnicodeDecodeError, RecursionError):
@@ -523,6 +526,17 @@ def _lock_images(rel: str, text: str, doc: object) -> list[ImagePin]:
         ref = value.get("image") if isinstance(value, dict) else value
         if isinstance(ref, str) and (m := _DIGEST_REF.fullmatch(ref)) is not None:
             out.append(ImagePin(rel, _line_with(lines, ref, 1), m["repo"], m["digest"]))
+    return out
+
+
+def _lock_unpinned(rel: str, doc: object) -> list[tuple[str, str, str]]:
+    """The images a JSON or TOML lock names under ``images`` by tag only: each build may get another image."""
+    images = doc.get("images") if isinstance(doc, dict) else None
+    out = []
+    for key, value in images.items() if isinstance(images, dict) else ():
+        ref = value.get("image") if isinstance(value, dict) else value
+        if isinstance(ref, str) and _DIGEST_REF.fullmatch(ref) is None:
+            out.append((rel, str(key), ref))
     return out
 
 

@@ -17,7 +17,8 @@ no version for, a release commit (the lockfile records none) and a commit
 prefix of the lockfile's commit are not drift. An image pin is compared only
 when the lockfile pins that image repository at a single digest.
 
-A JSON or TOML lock's ``images`` (``{"vllm": "repo:tag@sha256:…"}``) are image pins too.
+A JSON or TOML lock's ``images`` (``{"vllm": "repo:tag@sha256:…"}``) are image pins too; one written
+by tag only beside a patch series is ``queue-image-unpinned``, as import reports it, until it is pinned.
 
 Only a lockfile ``import`` wrote is read this way (``build_steps.imported``).
 """
@@ -40,10 +41,35 @@ _FIX = "edit that line to the lockfile's {what} {value} (the build reads it), th
 
 def upstream_pins(state: State) -> list[Finding]:
     """Each pin of the repository's own files that names a lockfile upstream or image and states another value."""
-    if not imported(state.lock):
+    if not state.lock.series and not imported(state.lock):
         return []
     own = state.own_pins
-    return drift(state.lock, own.upstreams) + image_drift(state.lock, own.images)
+    out = unpinned_lock_images(state.lock, own.unpinned_images)
+    if not imported(state.lock):
+        return out  # a queue whose only build file is its lock: what it pins is compared no further
+    return out + drift(state.lock, own.upstreams) + image_drift(state.lock, own.images)
+
+
+def unpinned_lock_images(lock: Lockfile, unpinned: list[tuple[str, str, str]]) -> list[Finding]:
+    """``queue-image-unpinned`` as import reports it: an image a patch queue's top-level lock names by tag only.
+
+    Import reads a lock's images only beside a patch series, from a lock at
+    the repository's top; so does this rule (in any lockfile with a series, as
+    ``series.own_locks`` reads such a lock), so it says what import said, while it holds.
+    """
+    if not lock.series:
+        return []
+    return [
+        Finding(
+            "queue-image-unpinned",
+            rel,
+            None,
+            f"image {name} {ref!r} is not pinned by digest",
+            f"patchkit image pin {name} {ref}",
+        )
+        for rel, name, ref in unpinned
+        if "/" not in rel
+    ]
 
 
 def _name(text: str) -> str:

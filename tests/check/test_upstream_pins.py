@@ -252,3 +252,39 @@ def test_the_shipped_deployment_states_no_stale_pin(invoke: Invoke) -> None:
     run = invoke("check", "--format", "json", repo=ROOT)
     assert run.exit_code == 0, run.stdout + run.stderr
     assert [f for f in json.loads(run.stdout)["findings"] if f["code"] == CODE] == []
+
+
+@pytest.mark.parametrize("form", ["string", "table"])
+def test_a_queue_locks_image_by_tag_is_reported_by_check_until_it_is_pinned(
+    tmp_path: Path, invoke: Invoke, form: str
+) -> None:
+    from tests.importing.test_queue_scripts import DIGEST, _repo
+
+    root, _, _ = _repo(tmp_path)
+    lock_file = root / "stack.lock.json"
+    lock = json.loads(lock_file.read_text())
+    tagged = "vllm/vllm-openai:v0.11.0"
+
+    def image(ref: str) -> object:
+        return ref if form == "string" else {"image": ref}
+
+    lock["images"] = {"serve": image(tagged)}
+    lock_file.write_text(json.dumps(lock, indent=2) + "\n")
+    said = ("queue-image-unpinned", "error", "stack.lock.json", None)
+    run = invoke("import", str(root), "--format", "json")
+    assert run.exit_code == 0, run.stdout + run.stderr
+    issues = json.loads(run.stdout)["import"]["issues"]
+    assert [(i["kind"], i["severity"], i["file"], i["line"]) for i in issues if i["kind"] == said[0]] == [said]
+    assert invoke("sums", repo=root).exit_code == 0
+
+    def checked() -> tuple[int, list[tuple[str, str, str, int | None]]]:
+        run = invoke("check", "--format", "json", repo=root)
+        found = json.loads(run.stdout)["findings"]
+        return run.exit_code, [(f["code"], f["severity"], f["file"], f["line"]) for f in found if f["code"] == said[0]]
+
+    assert checked() == (1, [said])
+    lock["images"] = {"serve": image(f"vllm/vllm-openai:v0.11.0@{DIGEST}")}
+    lock_file.write_text(json.dumps(lock, indent=2) + "\n")
+    assert invoke("lock", repo=root).exit_code == 0
+    code, found = checked()
+    assert found == [], found
