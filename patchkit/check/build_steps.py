@@ -11,7 +11,8 @@ pinned patch file whether such a step applies is unknown
 levels or none (``queue-strip``), a patcher whose target is built at run
 time (``patcher-target-unknown``, a note) or that replaces text without
 checking it is there (``patcher-not-anchored``), a transformer a compose file
-mounts that nothing runs (``transformer-not-run``).
+mounts that nothing runs (``transformer-not-run``), a patcher a queue's
+build runs from outside the image (``patcher-outside-image``).
 
 The patcher rules read every pinned transformer, in any deployment: a
 transformer patchkit's own deployment ships is a patcher script like any
@@ -34,7 +35,7 @@ from patchkit.core.findings import Finding
 from patchkit.lockfile.model import Lockfile, PatchKind
 
 if TYPE_CHECKING:
-    from patchkit.importing import compose, shell
+    from patchkit.importing import compose, patchers, shell
 
 # Notes of import's (``adopt.NOTES``): the kinds these rules report that are not defects.
 _NOTES = frozenset({"build-step-unknown", "queue-apply-unknown", "patcher-target-unknown"})
@@ -53,7 +54,8 @@ def build_steps(state: State) -> list[Finding]:
     reading = state.view.build_reading
     if isinstance(reading, str):
         return [*out, _unreadable(reading)]
-    return out + step_findings(state.lock, reading)
+    out += step_findings(state.lock, reading)
+    return out + outside_image(state.lock, state.view.build_patchers)
 
 
 def _unreadable(why: str) -> Finding:
@@ -150,6 +152,28 @@ def _mount_of(rel: str, composes: list[compose.ComposeFile]) -> compose.Mount | 
             if src is not None and not m.outside and (rel == src or rel.startswith(src.rstrip("/") + "/")):
                 return m
     return None
+
+
+def outside_image(lock: Lockfile, runs: list[patchers.Run]) -> list[Finding]:
+    """Each patcher script a patch queue's build runs from outside the image (``patcher-outside-image``).
+
+    Import reports it where it reads a queue alone (no compose file, no
+    build-delivered file beside it): such a patcher has no path in the image
+    to pin, so it is not pinned, and only the build's reading finds it again.
+    """
+    if not lock.series or any(a.note == "compose" for a in lock.artifacts) or any(p.build for p in lock.patches):
+        return []
+    return [
+        Finding(
+            "patcher-outside-image",
+            run.file,
+            run.line,
+            f"runs the patcher {run.rel} from outside the image, so it has no path in it to pin",
+            "COPY it into the image and run it there",
+        )
+        for run in runs
+        if run.target is None
+    ]
 
 
 def step_findings(lock: Lockfile, reading: shell.Reading) -> list[Finding]:

@@ -43,7 +43,7 @@ from patchkit.store.repo import (
 )
 
 if TYPE_CHECKING:
-    from patchkit.importing import compose, pins, shell
+    from patchkit.importing import compose, patchers, pins, shell
     from patchkit.series.apply import Reader
     from patchkit.store.cache import BlobStore
 
@@ -129,6 +129,20 @@ class RepoView:
             return e.message
         except OSError as e:
             return f"{e.filename}: {e.strerror}" if e.filename else str(e)
+
+    @cached_property
+    def build_patchers(self) -> list[patchers.Run]:
+        """The patcher scripts the build runs, read as import reads them; read once. None are read when the
+        build is not (``build_reading`` says why) or a script it runs cannot be read (the file rules say it)."""
+        from patchkit.importing import patchers
+
+        reading = self.build_reading
+        if isinstance(reading, str):
+            return []
+        try:
+            return patchers.run_by_build(self.repo.root, reading)
+        except (BadInput, OSError):
+            return []
 
 
 class Named(NamedTuple):

@@ -24,7 +24,7 @@ from tests.importing.test_patchers import FORMS, UNKNOWN
 from tests.importing.test_queue_scripts import DIGEST, UNREADABLE, A, B, C, _repo
 
 CODES = {"build-step-unknown", "queue-apply-unknown", "queue-strip", "patcher-target-unknown", "patcher-not-anchored"}
-CODES |= {"transformer-not-run"}
+CODES |= {"transformer-not-run", "patcher-outside-image"}
 READABLE = f"#!/bin/bash\nset -e\nfor p in {B} {A} {C}; do git apply -p1 patches/vllm/$p; done\n"
 
 
@@ -283,3 +283,26 @@ def test_a_transformer_directory_mounted_where_nothing_runs_it_is_reported_at_th
     assert _checked(root, invoke) == (1, said)
     fixed = ENTRYPOINT.replace("/opt/deploy/transformers", "/opt/other")
     assert _fixed(root, invoke, "entrypoint.sh", fixed) == (0, [])
+
+
+def test_a_patcher_a_queues_build_runs_from_outside_the_image_is_reported_until_it_runs_inside(
+    tmp_path: Path, invoke: Invoke
+) -> None:
+    root, _, _ = _repo(tmp_path)
+    (root / "patchers").mkdir()
+    (root / "patchers/fix_mla.py").write_text(FORMS["path-parent"][0])
+    containerfile = (
+        f"FROM vllm/vllm-openai-rocm@{DIGEST}\nCOPY patches/vllm /tmp/q\n"
+        "RUN for p in /tmp/q/*.patch; do patch -p1 -d /usr/local/lib/python3.12/site-packages < $p; done\n"
+    )
+    (root / "Containerfile").write_text(containerfile)
+    host = "#!/bin/sh\nset -e\npython3 patchers/fix_mla.py\ndocker build -t x .\n"
+    (root / "build.sh").write_text(host)
+    said = _imported(root, invoke)
+    assert said == [("patcher-outside-image", "error", "build.sh", 3)]
+    assert _checked(root, invoke) == (1, said)
+    # Run in the image instead, where it has a path: nothing is outside any more.
+    (root / "Containerfile").write_text(
+        containerfile + "COPY patchers/ /opt/patchers/\nRUN python3 /opt/patchers/fix_mla.py\n"
+    )
+    assert _fixed(root, invoke, "build.sh", host.replace("python3 patchers/fix_mla.py\n", "")) == (0, [])
