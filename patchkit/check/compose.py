@@ -1,5 +1,5 @@
 """Rules about what is deployed: emitted compose files and Kubernetes manifests are exactly what ``patchkit emit``
-writes, hand-kept compose files mount pins, derived images are built on the pinned base."""
+writes, hand-kept compose files mount pins and serve the pinned model, derived images are built on the pinned base."""
 
 from __future__ import annotations
 
@@ -200,3 +200,36 @@ def _mount(state: State, rel: str, m: compose.Mount, pinned: dict[str, str | Non
             "make the compose mount and the lockfile target agree",
         )
     return None
+
+
+def models(state: State) -> list[Finding]:
+    """Each model a hand-kept compose file of an imported repository serves: at a full commit, the pinned one.
+
+    ``model-unpinned`` (a path without a full commit) and ``model-conflict``
+    (another model than the lockfile's ``[model]``) as import reports them,
+    read from the same files while they hold.
+    """
+    from patchkit.check.build_steps import imported
+    from patchkit.core.values import Revision
+
+    if not imported(state.lock):
+        return []
+    pinned = state.lock.model
+    out = []
+    for use in (u for cf in state.hand_composes for u in cf.models):
+        try:
+            revision = Revision(use.revision)
+        except ValueError as e:
+            out.append(Finding("model-unpinned", use.compose, use.line, f"model {use.repo}: {e}"))
+            continue
+        if pinned is not None and (use.repo, revision) != (pinned.repo, pinned.revision):
+            out.append(
+                Finding(
+                    "model-conflict",
+                    use.compose,
+                    use.line,
+                    f"uses {use.repo}@{revision.short}, but the lockfile pins {pinned.repo}@{pinned.revision.short}",
+                    "serve the pinned model, or pin this one (edit [model], then patchkit lock)",
+                )
+            )
+    return out

@@ -60,6 +60,7 @@ RULES: tuple[Rule | VerifyingRule, ...] = (
     compose.kubernetes,
     compose.derived_stale,
     compose.mounts,
+    compose.models,
     build.image_builds,
     build_steps,
     upstream_pins,

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+import pytest
 
 from patchkit.check import compose
 from patchkit.core.values import LOCKFILE_NAME
+from tests.conftest import Invoke
 
 from .memory import overlay_repo, sha, state_of
 
@@ -67,3 +71,54 @@ def test_hand_kept_compose_mounts() -> None:
     # A deploy.toml that only names the base (init's starter, no [profiles]) emits nothing: the mounts are checked.
     starter = [*files.items(), ("deploy.toml", b'schema = 1\n[inference]\nimage = "vllm"\n')]
     assert compose.mounts(state_of(text, dict(starter), ignored={"cache/x": ".gitignore:1"})) == found
+
+
+PINNED = "a1" * 20
+OTHER = "b2" * 20
+HUB = "/root/.cache/huggingface/hub"
+MODEL_CODES = {"model-unpinned", "model-conflict"}
+
+
+def _model_repo(root: Path, sidecar_model: str) -> Path:
+    """A hand-kept compose deployment serving org/served at a full commit, and a sidecar serving ``sidecar_model``."""
+    root.mkdir(parents=True)
+    (root / "compose.yaml").write_text(
+        "services:\n  vllm:\n"
+        f"    image: vllm/vllm-openai@sha256:{'ab' * 32}\n"
+        f"    command: --model {HUB}/models--org--served/snapshots/{PINNED}\n"
+        f"  sidecar:\n    image: busybox@sha256:{'cd' * 32}\n"
+        f"    command: --model {HUB}/{sidecar_model}\n"
+    )
+    return root
+
+
+def _models(root: Path, invoke: Invoke, command: str) -> tuple[int, list[tuple[str, str, str, int | None]]]:
+    run = invoke(*command.split(), "--format", "json", repo=root)
+    doc = json.loads(run.stdout)
+    found = doc["import"]["issues"] if command.startswith("import") else doc["findings"]
+    key = "kind" if command.startswith("import") else "code"
+    return run.exit_code, [(f[key], f["severity"], f["file"], f["line"]) for f in found if f[key] in MODEL_CODES]
+
+
+@pytest.mark.parametrize(
+    ("sidecar", "code"),
+    [
+        ("models--org--other/snapshots/main", "model-unpinned"),
+        (f"models--org--other/snapshots/{OTHER}", "model-conflict"),
+    ],
+)
+def test_a_compose_service_serving_an_unpinned_or_other_model_fails_check_until_it_serves_the_pinned_one(
+    tmp_path: Path, invoke: Invoke, sidecar: str, code: str
+) -> None:
+    root = _model_repo(tmp_path / "deploy", sidecar)
+    run = invoke("import", str(root), "--format", "json")
+    assert run.exit_code == 0, run.stdout + run.stderr
+    said = [(i["kind"], i["severity"], i["file"], i["line"]) for i in json.loads(run.stdout)["import"]["issues"]]
+    said = [s for s in said if s[0] in MODEL_CODES]
+    assert said == [(code, "error", "compose.yaml", 7)]
+    assert invoke("sums", repo=root).exit_code == 0
+    assert _models(root, invoke, "check") == (1, said)
+    text = (root / "compose.yaml").read_text().replace(sidecar, f"models--org--served/snapshots/{PINNED}")
+    (root / "compose.yaml").write_text(text)
+    assert invoke("lock", repo=root).exit_code == 0
+    assert _models(root, invoke, "check")[1] == []
