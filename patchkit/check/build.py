@@ -67,6 +67,39 @@ def image_builds(state: State) -> list[Finding]:
     out += _kind_unknown(state)
     out += _pins(state, list(builds.values()), {rel: u.stated_at() for rel, u in uses.items()})
     out += _unplaced(state)
+    return out + _provenance_unmatched(state)
+
+
+def _provenance_unmatched(state: State) -> list[Finding]:
+    """Each provenance row of an adopted compose or image build naming no file it delivers (``provenance-unmatched``).
+
+    Delivered as import counts it: a pinned patch, a tuning table, an
+    artifact mounted at a target. A row for a file nothing delivers says
+    something false about the deployment, or names a file by a wrong name.
+    """
+    from patchkit.importing import provenance
+
+    lock = state.lock
+    # Import reads the tables where it reads compose files or a build that delivers files (not a queue alone).
+    adopted = any(a.note == "compose" for a in lock.artifacts) or any(p.build for p in lock.patches)
+    if not adopted or not isinstance(state.view, RepoView):
+        return []
+    delivered = [str(p.file) for p in lock.patches if p.file is not None]
+    delivered += [str(t.file) for t in lock.tuning] + [str(a.file) for a in lock.artifacts if a.target is not None]
+    out = []
+    for row in state.view.provenance_rows:
+        if any(provenance.names(row, rel) for rel in delivered):
+            continue
+        file, _, line = row.source.rpartition(":")
+        out.append(
+            Finding(
+                "provenance-unmatched",
+                file,
+                int(line),
+                f"the table names {row.file}, which no compose file mounts and no image build copies",
+                "fix the file name in the table, or mount the file",
+            )
+        )
     return out
 
 

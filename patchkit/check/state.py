@@ -43,7 +43,7 @@ from patchkit.store.repo import (
 )
 
 if TYPE_CHECKING:
-    from patchkit.importing import compose, patchers, pins, shell
+    from patchkit.importing import compose, patchers, pins, provenance, shell
     from patchkit.series.apply import Reader
     from patchkit.store.cache import BlobStore
 
@@ -129,6 +129,23 @@ class RepoView:
             return e.message
         except OSError as e:
             return f"{e.filename}: {e.strerror}" if e.filename else str(e)
+
+    @cached_property
+    def provenance_rows(self) -> list[provenance.Row]:
+        """Every row of the repository's provenance tables, as import reads them; read once. A document that
+        is not a regular file inside the repository names nothing; bytes that are not UTF-8 read as U+FFFD."""
+        from patchkit.importing import provenance
+
+        top = self.repo.root.resolve()
+        out: list[provenance.Row] = []
+        for doc in provenance.DOCUMENTS:
+            path = self.repo.root / doc
+            try:
+                if path.is_file() and path.resolve().is_relative_to(top):
+                    out += provenance.tables(doc, path.read_bytes().decode("utf-8", "replace"))
+            except OSError:
+                continue  # unreadable: it names nothing
+        return out
 
     @cached_property
     def build_patchers(self) -> list[patchers.Run]:

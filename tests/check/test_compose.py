@@ -122,3 +122,37 @@ def test_a_compose_service_serving_an_unpinned_or_other_model_fails_check_until_
     (root / "compose.yaml").write_text(text)
     assert invoke("lock", repo=root).exit_code == 0
     assert _models(root, invoke, "check")[1] == []
+
+
+def test_a_provenance_row_naming_a_file_nothing_delivers_fails_check_until_the_table_is_fixed(
+    tmp_path: Path, invoke: Invoke
+) -> None:
+    root = tmp_path / "deploy"
+    (root / "patches").mkdir(parents=True)
+    (root / "patches/fix.py").write_text("a = 2\n")
+    (root / "compose.yaml").write_text(
+        f"services:\n  vllm:\n    image: vllm/vllm-openai@sha256:{'ab' * 32}\n    volumes:\n"
+        "      - ./patches/fix.py:/usr/local/lib/python3.12/dist-packages/vllm/fix.py:ro\n"
+    )
+    table = (
+        "# Patches\n\n| File | Upstream | Notes |\n| --- | --- | --- |\n| `fix.py` | vllm-project/vllm | new module |\n"
+    )
+    (root / "patches/README.md").write_text(table + "| `ghost.py` | vllm-project/vllm | new module |\n")
+    run = invoke("import", str(root), "--format", "json")
+    assert run.exit_code == 0, run.stdout + run.stderr
+    issues = json.loads(run.stdout)["import"]["issues"]
+    said = [(i["kind"], i["severity"], i["file"], i["line"]) for i in issues if i["kind"] == "provenance-unmatched"]
+    assert said == [("provenance-unmatched", "error", "patches/README.md", 6)]
+    assert invoke("sums", repo=root).exit_code == 0
+
+    def checked() -> tuple[int, list[tuple[str, str, str, int | None]]]:
+        run = invoke("check", "--format", "json", repo=root)
+        found = json.loads(run.stdout)["findings"]
+        return run.exit_code, [
+            (f["code"], f["severity"], f["file"], f["line"]) for f in found if f["code"] == said[0][0]
+        ]
+
+    assert checked() == (1, said)
+    (root / "patches/README.md").write_text(table)
+    assert invoke("lock", repo=root).exit_code == 0
+    assert checked()[1] == []
