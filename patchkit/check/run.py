@@ -11,7 +11,7 @@ upstream and image pins agree with the lockfile's). ``RULES`` lists them in the 
 findings are reported; a rule that verifies diffs returns their count beside
 its findings. Two checks read through modules of their own: the model pin's
 manifest (``model.findings``), the signatures (``signing.signatures``) and,
-when audits.toml exists, the recorded audits (``audit.certify``).
+when audits.toml exists, the recorded audits (``signing.certify``).
 The checker writes nothing, and remembers nothing between runs: every rule runs
 on every check.
 """

@@ -67,7 +67,7 @@ def build_adds(lock: Lockfile, config: DeployConfig | None) -> dict[str, str]:
 
     That is ``guard.json`` at ``guard.manifest_target`` when deploy.toml has a
     ``[guard]`` table, rendered by the same function the build calls
-    (``guard.manifest.image_files``), so the check expects the bytes a build
+    (``emit.manifest.image_files``), so the check expects the bytes a build
     from this lockfile and deploy.toml writes. Nothing without a deploy.toml
     (``config`` None). Pure.
     """
