@@ -25,7 +25,6 @@ Only a lockfile ``import`` wrote is read this way (``build_steps.imported``).
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 from patchkit.check.build_steps import imported
@@ -72,11 +71,6 @@ def unpinned_lock_images(lock: Lockfile, unpinned: list[tuple[str, str, str]]) -
     ]
 
 
-def _name(text: str) -> str:
-    """An upstream's name as import writes it (``importing.adopt``)."""
-    return re.sub(r"[^a-z0-9.-]+", "-", text.lower()).strip("-.") or "unnamed"
-
-
 def _url(value: str) -> str:
     from patchkit.importing.pins import git_url
 
@@ -89,9 +83,11 @@ def _upstream_of(pin: Pin, urls: dict[str, set[str]], lock: Lockfile) -> Upstrea
     if stated:  # the file says which repository: that one, or none of the lockfile's
         hits = [u for u in lock.upstreams if u.git is not None and _url(u.git) in stated]
         return hits[0] if len(hits) == 1 else None
-    names = {_name(pin.name)}
+    from patchkit.importing.adopt import slug  # the names import wrote: matched as import made them
+
+    names = {slug(pin.name)}
     if pin.under not in (None, "upstreams"):
-        names.add(_name(str(pin.under)))
+        names.add(slug(str(pin.under)))
     hits = [u for u in lock.upstreams if u.name in names]
     return hits[0] if len(hits) == 1 else None
 

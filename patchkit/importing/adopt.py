@@ -281,10 +281,10 @@ class _Importer:
         for f in files:
             stem = f.rsplit(".", 1)[0].replace("docker-", "")
             artifacts.append(
-                Artifact(_name(stem), RepoPath(f), Sha256(sha256_bytes(self.read(f, "compose file"))), note="compose")
+                Artifact(slug(stem), RepoPath(f), Sha256(sha256_bytes(self.read(f, "compose file"))), note="compose")
             )
         for f, note in [(b.file, "image build") for b in builds] + [(f, "lock") for f in self._lock_files]:
-            artifacts.append(Artifact(_name(f), RepoPath(f), Sha256(sha256_bytes(self.read(f, note))), note=note))
+            artifacts.append(Artifact(slug(f), RepoPath(f), Sha256(sha256_bytes(self.read(f, note))), note=note))
         # Names are unique across patches, tuning tables and artifacts.
         used = {p.name for p in patches} | {t.name for t in tuning}
         for k, a in enumerate(artifacts):
@@ -294,7 +294,7 @@ class _Importer:
             used.add(name)
             artifacts[k] = dataclasses.replace(a, name=name)
         lock = Lockfile(
-            name=_name(self.root.name),
+            name=slug(self.root.name),
             images=self.images(composes) + self.base_images(builds),
             model=self.model(composes),
             upstreams=upstreams,
@@ -387,7 +387,7 @@ class _Importer:
                 continue
             for issue in patchers.issues(run.patcher, run.rel):
                 self.issue(*issue)
-            name = queue.unique(_name(PurePosixPath(run.rel).stem), used)
+            name = queue.unique(slug(PurePosixPath(run.rel).stem), used)
             used.add(name)
             out.append(
                 Patch(
@@ -409,7 +409,7 @@ class _Importer:
                 continue
             if rel.endswith((".md", ".txt", ".rst")) or rel in self.unsure:
                 data = self.read(rel, "a note pinned as an artifact")
-                out.append(Artifact(_name(rel.replace("/", "-")), RepoPath(rel), Sha256(sha256_bytes(data))))
+                out.append(Artifact(slug(rel.replace("/", "-")), RepoPath(rel), Sha256(sha256_bytes(data))))
             else:
                 self.issue(
                     "not-mounted",
@@ -834,7 +834,7 @@ class _Importer:
                     continue
                 if any(i.digest == Digest(base.digest) for i in out):
                     continue
-                name = _name(base.stage or "base")
+                name = slug(base.stage or "base")
                 while any(i.name == name for i in out):
                     name = f"{name}-2"
                 out.append(Image(name, base.repository, Digest(base.digest), tag=base.tag))
@@ -898,10 +898,10 @@ class _Importer:
         A repository the provenance names whose pins state no full commit is
         left to the provenance's statements (``upstreams``).
         """
-        by_name = {_name(repo.split("/")[1]): repo for repo in repos}
+        by_name = {slug(repo.split("/")[1]): repo for repo in repos}
         out = []
         for name in sorted(stated):
-            pin, repo = stated[name], by_name.get(_name(name))
+            pin, repo = stated[name], by_name.get(slug(name))
             if repo is not None and (pin.commit is None or len(pin.commit) < 40):
                 continue
             up = self.pinned_upstream(pin, f"https://github.com/{repo}" if repo else None)
@@ -932,7 +932,7 @@ class _Importer:
         if not full:
             note += "; no full commit is stated"
         return GitUpstream(
-            name=_name(pin.name), git=git, commit=Revision(pin.commit) if full and pin.commit else None, note=note
+            name=slug(pin.name), git=git, commit=Revision(pin.commit) if full and pin.commit else None, note=note
         )
 
     # -- provenance
@@ -1027,7 +1027,7 @@ class _Importer:
                 )
         out = self.pinned_upstreams(stated, repos)
         for repo in sorted(repos):
-            if any(u.name == _name(repo.split("/")[1]) for u in out):
+            if any(u.name == slug(repo.split("/")[1]) for u in out):
                 continue
             commits = repos[repo]
             fulls = {c for c in commits if len(c) == 40}
@@ -1038,7 +1038,7 @@ class _Importer:
             full = commit is not None
             out.append(
                 GitUpstream(
-                    name=_name(repo.split("/")[1]),
+                    name=slug(repo.split("/")[1]),
                     git=f"https://github.com/{repo}",
                     commit=Revision(commit) if full and commit is not None else None,
                     note=None if full else "imported: the base commit differs between patches or is not stated",
@@ -1056,7 +1056,7 @@ class _Importer:
         used: set[str] = set()
         for e in entries:
             stem = from_diff.get(e.rel) or PurePosixPath(e.rel).stem
-            name = base = _name(stem)
+            name = base = slug(stem)
             k = 2
             while name in used:
                 name, k = f"{base}-{k}", k + 1
@@ -1163,7 +1163,7 @@ class _Importer:
                         use.compose,
                         use.line,
                         f"services.{use.service}.image {use.repository}:{use.tag or 'latest'} is not pinned by digest",
-                        f"patchkit image pin {_name(use.service)} {use.repository}:{use.tag or 'latest'}",
+                        f"patchkit image pin {slug(use.service)} {use.repository}:{use.tag or 'latest'}",
                     )
                     continue
                 try:
@@ -1173,9 +1173,9 @@ class _Importer:
                     continue
                 if any(i.repository == use.repository and i.digest == digest for i in out.values()):
                     continue
-                name = _name(use.service)
+                name = slug(use.service)
                 if name in out:
-                    name = _name(f"{use.service}-{_profile(use.compose)}")
+                    name = slug(f"{use.service}-{_profile(use.compose)}")
                 out[name] = Image(name, use.repository, digest, tag=use.tag)
         return tuple(out[k] for k in sorted(out))
 
@@ -1264,7 +1264,8 @@ def _add_refs(entry: _Entry, text: str, default_repo: str | None) -> bool:
     return bool(found.refs)
 
 
-def _name(text: str) -> str:
+def slug(text: str) -> str:
+    """A lockfile name as import writes it: lower case, other runs one dash ("unnamed" if nothing is left)."""
     name = re.sub(r"[^a-z0-9.-]+", "-", text.lower()).strip("-.")
     return name or "unnamed"
 
