@@ -46,7 +46,7 @@ Exit codes:
 class ErrorGroup(click.Group):
     """Turns patchkit errors into one-line messages and their exit codes."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
         except PatchkitError as e:
@@ -100,10 +100,10 @@ def _report_error(e: PatchkitError) -> None:
         click.echo(f"  fix: {printable(e.hint)}", err=True)
 
 
-def _remember(key: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+def _remember(key: str) -> Callable[[click.Context, click.Parameter, object], None]:
     """A callback storing a global option given on any command in the root context."""
 
-    def store(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
+    def store(ctx: click.Context, _param: click.Parameter, value: object) -> None:
         if value is None or value is False:
             return  # not given here: what the group level (or the default) said stands
         root = ctx.find_root()
@@ -252,13 +252,14 @@ def run_context(insecure: Iterable[str] = ()) -> Context:
     return dataclasses.replace(made, insecure=tuple(insecure)) if insecure else made
 
 
-def build_context(options: Mapping[str, Any], environ: Mapping[str, str]) -> Context:
+def build_context(options: Mapping[str, object], environ: Mapping[str, str]) -> Context:
     """The ``Context`` of a run: the global options given (``options``) over the environment, which only this reads."""
     from patchkit.cli.progress import bars, shown
     from patchkit.sources.context import Context
     from patchkit.store.cache import cache_dir
 
     quiet = bool(options.get("quiet"))
+    given = options.get("cache_dir")  # a str or a Path, as click made it
     progress = bars(quiet)
 
     def registry(insecure: tuple[str, ...]) -> RegistryClient:
@@ -268,7 +269,7 @@ def build_context(options: Mapping[str, Any], environ: Mapping[str, str]) -> Con
         return RegistryClient(insecure=insecure, docker_config=default_docker_config(environ), progress=progress)
 
     return Context(
-        cache_dir(environ, options.get("cache_dir")),
+        cache_dir(environ, given if isinstance(given, str | os.PathLike) else None),
         progress=progress,
         shows_progress=shown(quiet),
         registry_factory=registry,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -26,7 +26,12 @@ from patchkit.errors import EXIT_FINDINGS, EXIT_OK, BadInput, Refused
 if TYPE_CHECKING:
     from patchkit.images.registry import RegistryClient
     from patchkit.lockfile.model import Lockfile, Upstream
+    from patchkit.rebase.bumping import BumpTarget
+    from patchkit.rebase.overlays import Plan, Started
     from patchkit.store.repo import Repo
+
+    # --latest-clean's choices: the tags, the tag glob, the upstream, --apply, and whether to replay resolutions
+    LatestCleanChoice = tuple[tuple[str, ...], str | None, str | None, bool, bool]
 
 
 @click.group(cls=SubGroup)
@@ -308,7 +313,7 @@ def rebase(
     ctx.exit(EXIT_OK if started.outcome is not None else EXIT_FINDINGS)
 
 
-def _write_summary(summary: Path | None, repo: Repo, lockf: Lockfile, plan: Any) -> None:
+def _write_summary(summary: Path | None, repo: Repo, lockf: Lockfile, plan: Plan) -> None:
     """With ``--summary``, the rebase's Markdown summary for the pull request, written atomically."""
     if summary is None:
         return
@@ -320,7 +325,7 @@ def _write_summary(summary: Path | None, repo: Repo, lockf: Lockfile, plan: Any)
     atomic_write(output_target(summary, repo, lockf), text.encode())
 
 
-def _started_json(started: Any) -> dict[str, Any]:
+def _started_json(started: Started) -> dict[str, object]:
     """A started rebase as ``--format json`` shows it: the plan, whether it was committed, and its work files."""
     from patchkit.formats import rebase as report
 
@@ -333,7 +338,7 @@ def _started_json(started: Any) -> dict[str, Any]:
     return doc
 
 
-def _print_started(started: Any) -> None:
+def _print_started(started: Started) -> None:
     """A started rebase as text: the table, then why nothing moved, what was written, or what waits resolved."""
     from patchkit.formats import rebase as report
 
@@ -441,8 +446,14 @@ def bump(
 
 
 def _latest_clean(
-    ctx: click.Context, repo: Repo, lockf: Lockfile, text: str, client: RegistryClient, which: tuple[Any, ...], fmt: str
-) -> tuple[str, dict[str, Any]]:
+    ctx: click.Context,
+    repo: Repo,
+    lockf: Lockfile,
+    text: str,
+    client: RegistryClient,
+    which: LatestCleanChoice,
+    fmt: str,
+) -> tuple[str, dict[str, object]]:
     """--latest-clean: report every tag tried and the newest clean one; its pinned reference, or exit 1.
 
     With --apply and --format json the report is not printed but returned, for the bump's one document.
@@ -472,7 +483,7 @@ def _latest_clean(
         progress=lambda cand: click.echo(f"  {cand.line()}", err=True),
         remembered=remembered,
     )
-    doc = {
+    doc: dict[str, object] = {
         "repository": repository,
         "tried": [c.as_dict() for c in tried],
         "newest_clean": best.as_dict() if best is not None else None,
@@ -496,11 +507,11 @@ def _bump_onto(
     repo: Repo,
     lockf: Lockfile,
     data: bytes,
-    target: Any,
+    target: BumpTarget,
     drop: tuple[str, ...],
     summary: Path | None,
     fmt: str,
-    search: dict[str, Any] | None = None,
+    search: dict[str, object] | None = None,
     remembered: bool = True,
 ) -> None:
     """The bump itself: rebase, re-pin, summary; the report as text or JSON, exit 0 committed, 1 waiting.
@@ -552,7 +563,7 @@ def _bump_onto(
     ctx.exit(EXIT_OK if started.outcome is not None else EXIT_FINDINGS)
 
 
-def _print_bump(started: Any, target: Any, version: str | None) -> None:
+def _print_bump(started: Started, target: BumpTarget, version: str | None) -> None:
     """A bump as text: the image upstream when derived, the table, the version, the pins, what waits."""
     from patchkit.formats import rebase as report
     from patchkit.sources.image import commit_prefix

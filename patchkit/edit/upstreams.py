@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from patchkit.core.outcome import Change
 from patchkit.core.outcome import Outcome as WriteOutcome
@@ -123,9 +123,25 @@ def _wheel_upstream(name: str, project: str, pin: Pin, note: str | None) -> Upst
     )
 
 
-def listing(lock: Lockfile) -> list[dict[str, Any]]:
+class UpstreamRow(TypedDict):
+    """One upstream as ``upstream list`` shows it (its JSON form, key for key)."""
+
+    name: str
+    source: str
+    location: str | None
+    pin: str
+    commit: str | None
+    wheel_sha256: str | None
+    dir_sha256: str | None
+    version: str | None
+    overlays: int
+    patches: list[str]
+    note: str | None
+
+
+def listing(lock: Lockfile) -> list[UpstreamRow]:
     """Each upstream with its source, pin and the patches based on it."""
-    out = []
+    out: list[UpstreamRow] = []
     for up in sorted(lock.upstreams, key=lambda u: u.name):
         patches = [p.name for p in lock.patches if p.base is not None and p.base.upstream == up.name]
         location = up.location

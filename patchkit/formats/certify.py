@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from patchkit.core.findings import Finding
@@ -46,7 +46,7 @@ def _status_line(s: Status) -> str:
     return f"{s.patch}: {s.criterion}: {s.coverage.value}" + (f" ({by})" if by else "")
 
 
-def _status_json(s: Status) -> dict[str, Any]:
+def _status_json(s: Status) -> dict[str, object]:
     return {
         "patch": s.patch,
         "criterion": s.criterion,

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from patchkit.core.outcome import Outcome
     from patchkit.ship.artifact import Pushed
     from patchkit.ship.build import Built
+    from patchkit.ship.operations import Resolution
 
 
 def _json(doc: object) -> str:
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 
-def resolved(found: dict[str, Any], fmt: str) -> str:
+def resolved(found: Resolution, fmt: str) -> str:
     """``image resolve``: the reference's digest, and the platform's manifest digest when it differs."""
     if fmt == "json":
         return _json(found)

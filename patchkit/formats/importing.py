@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from patchkit.importing.adopt import ImportResult
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 def render(result: ImportResult | None, normalized: Normalized | None, dry_run: bool, fmt: str) -> str:
     """The import's report, the normalization's after it (either may be absent)."""
     if fmt == "json":
-        payload: dict[str, Any] = {}
+        payload: dict[str, object] = {}
         if result is not None:
             payload["import"] = result.as_dict()
         if normalized is not None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from patchkit.core.values import Reference
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 def render(assessed: list[PatchRefs], result: Refresh | None, written: list[str], fmt: str) -> str:
     """The report of ``refs`` (``result``: what ``--refresh`` found, None without it; ``written``: files it wrote)."""
     if fmt == "json":
-        doc: dict[str, Any] = {"patches": [a.as_dict() for a in assessed], "written": written}
+        doc: dict[str, object] = {"patches": [a.as_dict() for a in assessed], "written": written}
         if result is not None:
             doc["refresh"] = {
                 "outcomes": {o.ref.text: o.status.value for o in result.outcomes},

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from patchkit.core.safe import json_safe, printable
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from patchkit.sources.materialize import Materialized
 
 
@@ -32,7 +34,7 @@ def bundle_verified(problems: list[str], fmt: str) -> str:
     return "".join(f"{line}\n" for line in lines)
 
 
-def applied(lines: list[str], doc: dict[str, Any], fmt: str) -> str:
+def applied(lines: list[str], doc: Mapping[str, object], fmt: str) -> str:
     """``apply --to``: the series' report (``series.tree.report`` gives both forms)."""
     if fmt == "json":
         return json.dumps(doc, indent=2, sort_keys=True) + "\n"

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from patchkit.core.outcome import Outcome
+    from patchkit.edit.upstreams import UpstreamRow
     from patchkit.importing.findbase import Found
 
 
-def listing(rows: list[dict[str, Any]], fmt: str) -> str:
+def listing(rows: list[UpstreamRow], fmt: str) -> str:
     """``upstream list``: each upstream's name, source kind, pin, patches and location."""
     if fmt == "json":
         return json.dumps(rows, indent=2, sort_keys=True) + "\n"

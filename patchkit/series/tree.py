@@ -16,15 +16,14 @@ import dataclasses
 import json
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from patchkit.core.hashing import require_pin, sha256_bytes
 from patchkit.errors import BadInput, Refused
 from patchkit.lockfile.series import Series
-from patchkit.series.apply import Applied, Item, apply_series
+from patchkit.series.apply import Applied, Item, Reader, apply_series
 from patchkit.series.parse import parse_patch
 from patchkit.store.repo import Repo, contained, recover, write_all
 
@@ -71,7 +70,7 @@ def load(repo: Repo, series: Series, profile: str | None) -> list[Item]:
     return items
 
 
-def read_dir(root: Path) -> Any:
+def read_dir(root: Path) -> Reader:
     """A reader of the files under ``root``; a path through a symlink or to a non-file is refused."""
 
     def read(paths: Iterable[str]) -> dict[str, bytes | None]:
@@ -182,7 +181,7 @@ def _set_modes(root: Path, modes: dict[str, str]) -> list[str]:
     return changed
 
 
-def _read_record(root: Path, rel: str) -> dict[str, Any] | None:
+def _read_record(root: Path, rel: str) -> Mapping[str, object] | None:
     path = root / rel
     if not path.exists():
         return None
@@ -214,7 +213,7 @@ def record_bytes(series: Series, profile: str | None, wanted: list[dict[str, str
     return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
 
 
-def report(done: DirApplied) -> tuple[list[str], dict[str, Any]]:
+def report(done: DirApplied) -> tuple[list[str], dict[str, object]]:
     """What ``patchkit apply`` prints: one line per patch, the absent files and offsets; and the JSON form."""
     from patchkit.core.safe import json_safe, printable
 

@@ -11,7 +11,7 @@ commits the same bump.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Mapping
 
 from patchkit.core.values import ContainerPath, Digest
 from patchkit.lockfile.model import ImageUpstream, Lockfile, Patch, PatchKind
@@ -76,15 +76,23 @@ def upstream_state(up: ImageUpstream) -> dict[str, str | None]:
     }
 
 
-def upstream_from_state(doc: dict[str, Any]) -> ImageUpstream:
+def upstream_from_state(doc: Mapping[str, object]) -> ImageUpstream:
     """The image upstream ``upstream_state`` saved (``ValueError`` for a malformed one)."""
-    digest, prefix = doc.get("image_digest"), doc.get("prefix")
+    digest, prefix = _optional(doc, "image_digest"), _optional(doc, "prefix")
     return ImageUpstream(
         name=str(doc["name"]),
         image=str(doc["image"]),
         image_digest=Digest(digest) if digest else None,
         prefix=ContainerPath(prefix) if prefix else None,
-        platform=doc.get("platform"),
-        version=doc.get("version"),
-        note=doc.get("note"),
+        platform=_optional(doc, "platform"),
+        version=_optional(doc, "version"),
+        note=_optional(doc, "note"),
     )
+
+
+def _optional(doc: Mapping[str, object], key: str) -> str | None:
+    """The saved field ``key``: a string or None (absent); anything else is a malformed state."""
+    value = doc.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    raise ValueError(f"the saved image upstream's {key} is not a string")

@@ -34,17 +34,20 @@ import tempfile
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from patchkit.bundle.tar import LIMITS
 from patchkit.core.values import Digest
 from patchkit.errors import BadInput, Refused
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from patchkit.images.registry import RegistryClient
     from patchkit.oci.manifest import Descriptor
     from patchkit.oci.ref import ImageRef
     from patchkit.signing.signatures import FileResult
+    from patchkit.signing.signers import AllowedSigner
 
 BUNDLE_ARTIFACT = "application/vnd.patchkit.bundle.v1"
 BUNDLE_LAYER = "application/vnd.patchkit.bundle.v1.tar+gzip"
@@ -62,26 +65,28 @@ MAX_SMALL_BYTES = 4 << 20
 MAX_REFERRERS = 16
 
 
-def _json(doc: Any) -> bytes:
+def _json(doc: object) -> bytes:
     from patchkit.ship.build import canonical_json
 
     return canonical_json(doc)
 
 
-def _desc(media_type: str, data: bytes, title: str | None = None) -> dict[str, Any]:
+def _desc(media_type: str, data: bytes, title: str | None = None) -> dict[str, object]:
     from patchkit.oci.manifest import digest_of
 
-    d: dict[str, Any] = {"mediaType": media_type, "digest": digest_of(data).text, "size": len(data)}
+    d: dict[str, object] = {"mediaType": media_type, "digest": digest_of(data).text, "size": len(data)}
     if title is not None:
         d["annotations"] = {TITLE: title}
     return d
 
 
-def artifact_manifest(artifact_type: str, layers: list[dict[str, Any]], subject: dict[str, Any] | None = None) -> bytes:
+def artifact_manifest(
+    artifact_type: str, layers: list[dict[str, object]], subject: dict[str, object] | None = None
+) -> bytes:
     """An OCI image manifest used as an artifact: the empty config, ``layers``, an optional ``subject`` (pure)."""
     from patchkit.oci.manifest import OCI_MANIFEST
 
-    doc: dict[str, Any] = {
+    doc: dict[str, object] = {
         "schemaVersion": 2,
         "mediaType": OCI_MANIFEST,
         "artifactType": artifact_type,
@@ -146,8 +151,8 @@ def push(client: RegistryClient, bundle: Path, target: ImageRef) -> Pushed:
     from patchkit.oci.manifest import OCI_MANIFEST
 
     digest = client.put_manifest(target, target.tag or _digest(body).text, body, OCI_MANIFEST)
-    subject = {"mediaType": OCI_MANIFEST, "digest": digest.text, "size": len(body)}
-    referrers: list[dict[str, Any]] = []
+    subject: dict[str, object] = {"mediaType": OCI_MANIFEST, "digest": digest.text, "size": len(body)}
+    referrers: list[dict[str, object]] = []
     sig_body = artifact_manifest(SIGNATURE_ARTIFACT, [_desc(SIGNATURE_ARTIFACT, signature, sig_path.name)], subject)
     sig_digest, api = client.put_referrer(target, sig_body)
     referrers.append(_referrer_entry(sig_body, SIGNATURE_ARTIFACT))
@@ -168,13 +173,15 @@ def _digest(body: bytes) -> Digest:
     return digest_of(body)
 
 
-def _referrer_entry(body: bytes, artifact_type: str) -> dict[str, Any]:
+def _referrer_entry(body: bytes, artifact_type: str) -> dict[str, object]:
     from patchkit.oci.manifest import OCI_MANIFEST
 
     return {**_desc(OCI_MANIFEST, body), "artifactType": artifact_type}
 
 
-def _update_referrers_tag(client: RegistryClient, target: ImageRef, subject: Digest, new: list[dict[str, Any]]) -> None:
+def _update_referrers_tag(
+    client: RegistryClient, target: ImageRef, subject: Digest, new: list[dict[str, object]]
+) -> None:
     """The referrers tag schema: the index at ``sha256-<hex>`` lists every referrer of ``subject``."""
     from patchkit.oci.manifest import OCI_INDEX, referrers_tag
 
@@ -206,17 +213,19 @@ class Pulled:
     details: tuple[str, ...]
 
 
-def _layer(doc: dict[str, Any], media_type: str, what: str) -> Any:
+def _layer(doc: Mapping[str, object], media_type: str, what: str) -> tuple[Descriptor, object]:
+    """The first layer of ``media_type`` in the manifest ``doc``: its descriptor and its title (unchecked)."""
     from patchkit.oci.manifest import Malformed, parse_descriptor
 
-    for i, item in enumerate(doc.get("layers") or []):
+    layers = doc.get("layers")
+    for i, item in enumerate(layers if isinstance(layers, list) else []):
         if isinstance(item, dict) and item.get("mediaType") == media_type:
             try:
                 desc = parse_descriptor(item, f"{what}: layers[{i}]")
             except Malformed as e:
                 raise Refused(f"{e}; refusing it") from e
-            title = (item.get("annotations") or {}).get(TITLE)
-            return desc, title
+            annotations = item.get("annotations")
+            return desc, annotations.get(TITLE) if isinstance(annotations, dict) else None
     raise Refused(f"{what} has no {media_type} layer; it is not what patchkit push writes")
 
 
@@ -230,7 +239,7 @@ def _safe_name(title: object, what: str, suffixes: tuple[str, ...]) -> str:
 
 def _manifest_doc(
     client: RegistryClient, ref: ImageRef, digest: Digest, what: str, size: int | None = None
-) -> dict[str, Any]:
+) -> dict[str, object]:
     body, _ = client.manifest(ref, digest, size)
     doc = json.loads(body)
     if not isinstance(doc, dict):
@@ -343,11 +352,11 @@ class _Referrers:
             )
             raise Refused(f"{what} has no signature referrer{more}", "sign the bundle and push it again: patchkit push")
 
-    def _check(self, entry: dict[str, Any], digest: Digest, what: str) -> _Referrer:
+    def _check(self, entry: Mapping[str, object], digest: Digest, what: str) -> _Referrer:
         """One index entry's manifest, read and checked: it names the bundle, has its type and one layer of it."""
-        kind = entry["artifactType"]
+        kind = str(entry["artifactType"])  # one of _WANTED's, as the entries were chosen
         layer_type, suffix = _WANTED[kind]
-        rdigest = Digest(entry["digest"])
+        rdigest = Digest(str(entry["digest"]))  # a descriptor's digest, as the registry client checked it
         rwhat = f"referrer {rdigest} of {what}"
         size = entry.get("size")
         rdoc = _manifest_doc(self._client, self._ref, rdigest, rwhat, size if isinstance(size, int) else None)
@@ -388,7 +397,7 @@ def _verify_and_write(
     files: tuple[str, ...],
     referrers: _Referrers,
     out: Path,
-    allowed: Any,
+    allowed: tuple[AllowedSigner, ...],
     identity: str | None,
     now: datetime | None,
 ) -> Pulled:
@@ -419,7 +428,12 @@ def _verify_and_write(
 
 
 def _try(
-    staging: Path, bundle: Path, chosen: dict[str, bytes], allowed: Any, identity: str | None, now: datetime | None
+    staging: Path,
+    bundle: Path,
+    chosen: dict[str, bytes],
+    allowed: tuple[AllowedSigner, ...],
+    identity: str | None,
+    now: datetime | None,
 ) -> FileResult:
     """Verify the staged bundle with one signature (and attestation) beside it; the ``FileResult``."""
     from patchkit.signing import signatures as signing

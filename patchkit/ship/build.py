@@ -27,7 +27,7 @@ import json
 import tarfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from patchkit.core.values import Digest
 from patchkit.errors import BadInput
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from patchkit.images.registry import RegistryClient
     from patchkit.lockfile.model import Derived, Lockfile
     from patchkit.lockfile.series import Series
+    from patchkit.oci.manifest import Descriptor
     from patchkit.oci.ref import ImageRef
     from patchkit.series.apply import Reader
     from patchkit.store.cache import BlobStore
@@ -196,7 +197,7 @@ def make_layer(files: Iterable[LayerFile], mtime: int) -> Layer:
     return Layer(blob, _sha(blob), _sha(tar), len(items))
 
 
-def canonical_json(doc: Any) -> bytes:
+def canonical_json(doc: object) -> bytes:
     """JSON with sorted keys and no spaces: the same document, the same bytes."""
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
@@ -263,7 +264,7 @@ def derive_index(base_index: bytes, children: Mapping[Digest, tuple[Digest, int]
     return canonical_json(doc)
 
 
-def is_image_entry(entry: Mapping[str, Any]) -> bool:
+def is_image_entry(entry: Mapping[str, object]) -> bool:
     """Whether an index entry is a runnable image (not an attestation or other artifact)."""
     platform = entry.get("platform")
     if not isinstance(platform, dict):
@@ -315,7 +316,7 @@ class _Tally:
         self.uploaded.append(digest.text)
         self.bytes += len(data)
 
-    def base_blob(self, client: RegistryClient, base: ImageRef, target: ImageRef, desc: Any) -> None:
+    def base_blob(self, client: RegistryClient, base: ImageRef, target: ImageRef, desc: Descriptor) -> None:
         how = client.copy_blob(base, target, desc)
         {"present": self.present, "mounted": self.mounted, "copied": self.uploaded}[how].append(desc.digest.text)
         if how == "copied":

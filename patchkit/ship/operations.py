@@ -12,7 +12,7 @@ import dataclasses
 import datetime as dt
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from patchkit.core.outcome import Change
 from patchkit.core.outcome import Outcome as WriteOutcome
@@ -27,7 +27,19 @@ if TYPE_CHECKING:
     from patchkit.images.registry import RegistryClient
 
 
-def resolve(client: RegistryClient, text: str, platform: str = "linux/amd64") -> dict[str, Any]:
+class Resolution(TypedDict):
+    """A reference resolved, as ``image resolve`` reports it (its JSON form, key for key)."""
+
+    reference: str
+    repository: str
+    tag: str | None
+    digest: str
+    media_type: str
+    platform: str
+    platform_digest: str
+
+
+def resolve(client: RegistryClient, text: str, platform: str = "linux/amd64") -> Resolution:
     """Resolve a reference to its digests (index and platform manifest) with ``client``."""
     from patchkit.oci.ref import ImageRef
 
