@@ -53,7 +53,6 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from patchkit.core.values import ContainerPath, check_name
 from patchkit.errors import BadInput, LockfileError, Problem
@@ -162,7 +161,7 @@ class DeployConfig:
     guard: GuardConfig | None = None
     file: str = CONFIG_NAME
     lines: Mapping[str, int] = field(default_factory=dict, compare=False)
-    kubernetes: Mapping[str, Any] | None = None  # the [kubernetes] table as written; emit/kubernetes.py reads it
+    kubernetes: Mapping[str, object] | None = None  # the [kubernetes] table as written; emit/kubernetes.py reads it
 
     def profile(self, name: str) -> Profile:
         for p in self.profiles:
@@ -267,7 +266,7 @@ def loads_config(text: str, filename: str = CONFIG_NAME) -> DeployConfig:
 
 
 class _ConfigReader(FieldReader):
-    def read(self, raw: dict[str, Any]) -> DeployConfig | None:
+    def read(self, raw: Mapping[str, object]) -> DeployConfig | None:
         self.known(raw, (), ("schema", "name", "inference", "proxy", "profiles", "kubernetes", "guard"))
         self.schema(raw)
         name = self.typed(raw, (), "name", lambda s: check_name(s, "project name"), required=True)
@@ -292,7 +291,7 @@ class _ConfigReader(FieldReader):
             kubernetes=self.table(raw, (), "kubernetes"),
         )
 
-    def read_build(self, raw: dict[str, Any]) -> BuildConfig | None:
+    def read_build(self, raw: Mapping[str, object]) -> BuildConfig | None:
         """What ``image build`` needs (see :class:`BuildConfig`); the other fields are left to ``emit``."""
         self.known(raw, (), ("schema", "name", "inference", "proxy", "profiles", "kubernetes", "guard"))
         self.schema(raw)
@@ -306,12 +305,12 @@ class _ConfigReader(FieldReader):
             return None
         return BuildConfig(image, entrypoint, (), self.filename)
 
-    def schema(self, raw: dict[str, Any]) -> None:
+    def schema(self, raw: Mapping[str, object]) -> None:
         schema = raw.get("schema")
         if schema != CONFIG_SCHEMA or isinstance(schema, bool):
             self.problem(("schema",) if "schema" in raw else (), f"must be {CONFIG_SCHEMA}, got {schema!r}")
 
-    def profiles(self, raw: dict[str, Any]) -> list[Profile]:
+    def profiles(self, raw: Mapping[str, object]) -> list[Profile]:
         """The ``[profiles.*]`` tables that read cleanly; at least one is needed."""
         profiles = []
         for key, value in (self.table(raw, (), "profiles") or {}).items():
@@ -341,7 +340,7 @@ class _ConfigReader(FieldReader):
     def lines(self) -> dict[str, int]:
         return {render_path(p): line for p, line in self.index._lines.items()}
 
-    def strings(self, data: dict[str, Any], path: tuple[str | int, ...], key: str) -> tuple[str, ...]:
+    def strings(self, data: Mapping[str, object], path: tuple[str | int, ...], key: str) -> tuple[str, ...]:
         value = data.get(key, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             self.problem((*path, key), f"must be an array of strings, got {toml_type(value)}")
@@ -352,7 +351,7 @@ class _ConfigReader(FieldReader):
         return tuple(value)
 
     def integer(
-        self, data: dict[str, Any], path: tuple[str | int, ...], key: str, *, required: bool = False
+        self, data: Mapping[str, object], path: tuple[str | int, ...], key: str, *, required: bool = False
     ) -> int | None:
         if key not in data:
             if required:
@@ -365,7 +364,7 @@ class _ConfigReader(FieldReader):
         return value
 
     def service_name(
-        self, data: dict[str, Any], path: tuple[str | int, ...], key: str, default: str | None
+        self, data: Mapping[str, object], path: tuple[str | int, ...], key: str, default: str | None
     ) -> str | None:
         value = self.string(data, path, key, required=default is None)
         if value is None:
@@ -377,7 +376,7 @@ class _ConfigReader(FieldReader):
             return None
         return value
 
-    def inference(self, t: dict[str, Any]) -> Inference | None:
+    def inference(self, t: Mapping[str, object]) -> Inference | None:
         p: tuple[str | int, ...] = ("inference",)
         self.known(
             t,
@@ -421,7 +420,7 @@ class _ConfigReader(FieldReader):
             volumes=self.strings(t, p, "volumes"),
         )
 
-    def port(self, t: dict[str, Any], p: tuple[str | int, ...]) -> int | None:
+    def port(self, t: Mapping[str, object], p: tuple[str | int, ...]) -> int | None:
         """``inference.port``: required, a TCP port."""
         port = self.integer(t, p, "port", required=True)
         if port is not None and not 0 < port < 65536:
@@ -429,7 +428,7 @@ class _ConfigReader(FieldReader):
             return None
         return port
 
-    def args(self, t: dict[str, Any], p: tuple[str | int, ...]) -> tuple[str, ...]:
+    def args(self, t: Mapping[str, object], p: tuple[str | int, ...]) -> tuple[str, ...]:
         """``inference.args``; none may set ``--port``, which emit appends from ``inference.port``."""
         args = self.strings(t, p, "args")
         for i, a in enumerate(args):
@@ -437,7 +436,7 @@ class _ConfigReader(FieldReader):
                 self.problem((*p, "args", i), "sets --port; set inference.port instead (emit appends --port)")
         return args
 
-    def environment(self, t: dict[str, Any], p: tuple[str | int, ...]) -> list[tuple[str, str]]:
+    def environment(self, t: Mapping[str, object], p: tuple[str | int, ...]) -> list[tuple[str, str]]:
         """``[inference.environment]``: variable names to string values."""
         env = []
         for k, v in (self.table(t, p, "environment") or {}).items():
@@ -449,7 +448,7 @@ class _ConfigReader(FieldReader):
                 env.append((k, v))
         return env
 
-    def ulimits(self, t: dict[str, Any], p: tuple[str | int, ...]) -> list[Ulimit]:
+    def ulimits(self, t: Mapping[str, object], p: tuple[str | int, ...]) -> list[Ulimit]:
         """``[inference.ulimits]``: each a number, or a table of exactly ``soft`` and ``hard``."""
         ulimits = []
         for k, v in (self.table(t, p, "ulimits") or {}).items():
@@ -467,7 +466,7 @@ class _ConfigReader(FieldReader):
                 self.problem((*p, "ulimits", k), "must be an integer or { soft = N, hard = N }")
         return ulimits
 
-    def healthcheck(self, t: dict[str, Any], p: tuple[str | int, ...]) -> Healthcheck | None:
+    def healthcheck(self, t: Mapping[str, object], p: tuple[str | int, ...]) -> Healthcheck | None:
         """``[inference.healthcheck]``, which needs a ``test``."""
         h = self.table(t, p, "healthcheck")
         if h is None:
@@ -485,14 +484,14 @@ class _ConfigReader(FieldReader):
             start_period=self.duration(h, hp, "start_period"),
         )
 
-    def duration(self, data: dict[str, Any], path: tuple[str | int, ...], key: str) -> str | None:
+    def duration(self, data: Mapping[str, object], path: tuple[str | int, ...], key: str) -> str | None:
         value = self.string(data, path, key)
         if value is not None and not re.fullmatch(r"(\d+(us|ms|s|m|h))+", value):
             self.problem((*path, key), f"'{value}' is not a duration (e.g. 30s, 5m, 1h30m)")
             return None
         return value
 
-    def proxy(self, t: dict[str, Any]) -> Proxy | None:
+    def proxy(self, t: Mapping[str, object]) -> Proxy | None:
         p: tuple[str | int, ...] = ("proxy",)
         self.known(
             t,
@@ -516,7 +515,7 @@ class _ConfigReader(FieldReader):
             restart=self.string(t, p, "restart") or Proxy.restart,
         )
 
-    def profile(self, name: str, t: dict[str, Any]) -> Profile | None:
+    def profile(self, name: str, t: Mapping[str, object]) -> Profile | None:
         p: tuple[str | int, ...] = ("profiles", name)
         self.known(t, p, ("file", "replicas", "caddyfile"))
         if not re.fullmatch(r"[a-z0-9][a-z0-9_-]*", name):

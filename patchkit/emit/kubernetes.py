@@ -74,7 +74,7 @@ def file_of(profile: str) -> str:
     return f"{DIRECTORY}/{profile}.yaml"
 
 
-def _names(raw: Mapping[str, Any], bad: Callable[[str, str, str | None], None]) -> dict[str, str | None]:
+def _names(raw: Mapping[str, object], bad: Callable[[str, str, str | None], None]) -> dict[str, str | None]:
     """The object names of ``[kubernetes]`` (``None`` where unset or invalid); ``model_cache_claim`` is required."""
     names: dict[str, str | None] = {}
     for key in ("model_cache_claim", "namespace", "caddyfile_configmap", "proxy_data_claim"):
@@ -116,7 +116,8 @@ def read_config(config: DeployConfig) -> KubernetesConfig:
     groups = raw.get("supplemental_groups", [])
     if not isinstance(groups, list) or not all(isinstance(g, int) and not isinstance(g, bool) for g in groups):
         bad("supplemental_groups", "must be an array of numeric group ids (e.g. video = 44, render = 110)")
-    if problems:
+    # Without a problem the types hold; the checks again are for the type checker.
+    if problems or not isinstance(version, str) or not isinstance(gpus, int) or not isinstance(groups, list):
         raise ConfigError(problems)
     return KubernetesConfig(
         model_cache_claim=str(names["model_cache_claim"]),

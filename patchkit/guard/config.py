@@ -7,11 +7,13 @@ Read by ``emit.config`` with the same located-problem reader as the rest of
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from patchkit.core.values import ContainerPath
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from patchkit.lockfile.tomlpos import FieldReader
 
 DEFAULT_TARGET = ContainerPath("/opt/patchkit/guard.json")
@@ -27,7 +29,7 @@ class GuardConfig:
     runtime_package: str = DEFAULT_PACKAGE
 
 
-def read_config(r: FieldReader, raw: dict[str, Any]) -> GuardConfig | None:
+def read_config(r: FieldReader, raw: Mapping[str, object]) -> GuardConfig | None:
     """The ``[guard]`` table of ``deploy.toml`` (None when absent or broken; problems go to ``r``)."""
     t = r.table(raw, (), "guard")
     if t is None:

@@ -19,7 +19,7 @@ constructor runs.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, Protocol, TypeVar
@@ -27,12 +27,13 @@ from typing import Any, Protocol, TypeVar
 from patchkit.lockfile.tomlpos import FieldPath, FieldReader, toml_type
 
 # The default of a field with none: it is always written, and a record lacking it is not built.
-NO_DEFAULT: Any = object()
-_SKIP: Any = object()  # in a record's writers: a default never to compare with
+NO_DEFAULT = object()
+_SKIP = object()  # in a record's writers: a default never to compare with
 
+# A TOML table as tomllib gives it: its values are checked by the field that reads them.
 Raw = dict[str, Any]
 # Reads field ``key`` of the table at ``path``: the typed value, the default when absent, None when invalid.
-ReadFn = Callable[[Raw, FieldPath, "Context"], Any]
+ReadFn = Callable[[Raw, FieldPath, "Context"], object]
 # A record's rule across its fields, run once they are read.
 Rule = Callable[["Entry"], None]
 
@@ -55,6 +56,7 @@ class Context:
 
     def __init__(self, reader: FieldReader) -> None:
         self.r = reader
+        # The sections read so far by attribute, each of its own type (the Lockfile is built of them).
         self.doc: dict[str, Any] = {}
         # Per section, each entry name seen so far and where (for the rules that keep names unique).
         self.seen: dict[str, dict[str, int | str]] = {}
@@ -102,11 +104,11 @@ class Field:
 
     key: str
     read: ReadFn
-    write: Callable[[Any], Any]
+    write: Callable[[Any], object]  # takes the field's own type: a table of fields mixes them
     attr: str | None
-    default: Any = None
+    default: object = None
     always: bool = False
-    get: Callable[[Any], Any] | None = None
+    get: Callable[[Any], object] | None = None
 
 
 @dataclass(frozen=True)
@@ -114,7 +116,7 @@ class Key:
     """How the key of a table of tables (``[images.NAME]``) becomes the record's attribute ``attr``."""
 
     attr: str
-    parse: Callable[[str], Any]
+    parse: Callable[[str], object]
 
 
 class _Named(Protocol):
@@ -180,7 +182,7 @@ class Record:
     def field(self, key: str) -> Field:
         return next(f for f in self.fields if f.key == key)
 
-    def read(self, t: Raw, path: FieldPath, ctx: Context, name: str | None = None) -> Any:
+    def read(self, t: Raw, path: FieldPath, ctx: Context, name: str | None = None) -> object:
         """The record of table ``t`` at ``path`` (keyed by ``name``), or None; every problem goes to ``ctx.r``."""
         if not self.keyset.issuperset(t):
             ctx.r.known(t, path, self.keys)
@@ -205,7 +207,7 @@ class Record:
             del values[computed_key]
         return self._build(values) if cls is self.cls else cls(**values)
 
-    def complete(self, values: dict[str, Any]) -> bool:
+    def complete(self, values: Mapping[str, object]) -> bool:
         """Whether every field the record needs has a value."""
         # By identity, in a loop: ``None in`` would call each value's __eq__, ``all()`` make a generator per record.
         for attr in self.needed:  # noqa: SIM110
@@ -213,16 +215,16 @@ class Record:
                 return False
         return True
 
-    def values(self, t: Raw, path: FieldPath, ctx: Context) -> dict[str, Any]:
+    def values(self, t: Raw, path: FieldPath, ctx: Context) -> dict[str, object]:
         """Every field of ``t`` read in table order, by attribute (computed fields by key)."""
         values = {}
         for name, read in self._readers:
             values[name] = read(t, path, ctx)
         return values
 
-    def write(self, obj: Any) -> dict[str, Any]:
+    def write(self, obj: object) -> dict[str, object]:
         """The TOML table of ``obj``: its fields in table order, those at their default left out."""
-        out: dict[str, Any] = {}
+        out: dict[str, object] = {}
         for key, get, write, default in self._writers:
             value = get(obj)
             if value is None or (default is not _SKIP and value == default):
@@ -231,7 +233,7 @@ class Record:
         return out
 
 
-def _builder(cls: type) -> Callable[[dict[str, Any]], Any]:
+def _builder(cls: type) -> Callable[[dict[str, object]], object]:
     """How a record of ``cls`` is made of its read values: ``cls(**values)``, the same object made faster.
 
     A frozen dataclass's ``__init__`` stores each field through
@@ -248,7 +250,7 @@ def _builder(cls: type) -> Callable[[dict[str, Any]], Any]:
         return lambda values: cls(**values)
     new = object.__new__
 
-    def build(values: dict[str, Any]) -> Any:
+    def build(values: dict[str, object]) -> object:
         obj = new(cls)
         obj.__dict__.update(values)
         return obj
@@ -267,7 +269,7 @@ def _needed(cls: type) -> tuple[str, ...]:
     )
 
 
-def _parse_key(key: Key, name: str, path: FieldPath, ctx: Context) -> Any:
+def _parse_key(key: Key, name: str, path: FieldPath, ctx: Context) -> object:
     try:
         return key.parse(name)
     except ValueError as e:
@@ -278,20 +280,20 @@ def _parse_key(key: Key, name: str, path: FieldPath, ctx: Context) -> Any:
 # --------------------------------------------------------------------------- kinds of field
 
 
-def _identity(value: Any) -> Any:
+def _identity(value: object) -> object:
     return value
 
 
 def text(
     key: str,
-    check: Callable[[str], Any] | None = None,
+    check: Callable[[str], object] | None = None,
     *,
     required: bool = False,
     hint: str | None = None,
     keep: bool = False,
-    default: Any = None,
+    default: object = None,
     attr: str | None = "",
-    write: Callable[[Any], Any] | None = None,
+    write: Callable[[Any], object] | None = None,
 ) -> Field:
     """A string field; ``check`` makes the typed value of it or raises ``ValueError`` (``Invalid`` for a hint).
 
@@ -300,7 +302,7 @@ def text(
     """
     missing = f"missing required field '{key}'"
 
-    def read(t: Raw, path: FieldPath, ctx: Context) -> Any:
+    def read(t: Raw, path: FieldPath, ctx: Context) -> object:
         value = t.get(key, NO_DEFAULT)
         if value is NO_DEFAULT:
             if required:
@@ -323,13 +325,13 @@ def text(
     return Field(key, read, write, key if attr == "" else attr, default)
 
 
-def integer(key: str, valid: Callable[[int], bool], message: str, default: Any = NO_DEFAULT) -> Field:
+def integer(key: str, valid: Callable[[int], bool], message: str, default: object = NO_DEFAULT) -> Field:
     """An integer field ``valid`` accepts; anything else is ``message`` (``{value!r}`` shows it).
 
     Absent, it is ``default``; without one, absent is wrong too.
     """
 
-    def read(t: Raw, path: FieldPath, ctx: Context) -> Any:
+    def read(t: Raw, path: FieldPath, ctx: Context) -> object:
         value = t.get(key, default)
         if value is NO_DEFAULT or value.__class__ is not int or not valid(value):
             ctx.r.problem((*path, key), message.format(value=None if value is NO_DEFAULT else value))
@@ -341,10 +343,10 @@ def integer(key: str, valid: Callable[[int], bool], message: str, default: Any =
 
 def strings(
     key: str,
-    item: Callable[[str], Any] | None,
+    item: Callable[[str], object] | None,
     message: str,
     *,
-    default: tuple[Any, ...] = (),
+    default: tuple[object, ...] = (),
     nonempty: bool = False,
     always: bool = False,
 ) -> Field:
@@ -354,7 +356,7 @@ def strings(
     value's type as ``{got}``. Written one per line, as text.
     """
 
-    def read(t: Raw, path: FieldPath, ctx: Context) -> Any:
+    def read(t: Raw, path: FieldPath, ctx: Context) -> object:
         raw = t.get(key, NO_DEFAULT)
         if raw is NO_DEFAULT:
             return default
@@ -372,7 +374,7 @@ def strings(
     return Field(key, read, _texts, key, default, always)
 
 
-def _items(raw: list[Any], item: Callable[[str], Any], path: FieldPath, ctx: Context) -> tuple[Any, ...]:
+def _items(raw: list[object], item: Callable[[str], object], path: FieldPath, ctx: Context) -> tuple[object, ...]:
     out = []
     for i, x in enumerate(raw):
         try:
@@ -382,14 +384,14 @@ def _items(raw: list[Any], item: Callable[[str], Any], path: FieldPath, ctx: Con
     return tuple(out)
 
 
-def _texts(values: tuple[Any, ...]) -> list[str]:
+def _texts(values: tuple[object, ...]) -> list[str]:
     return [str(v) for v in values]
 
 
 def table(key: str, record: Record, *, attr: str | None = "") -> Field:
     """A sub-table (``[patches.base]``) read as ``record``."""
 
-    def read(t: Raw, path: FieldPath, ctx: Context) -> Any:
+    def read(t: Raw, path: FieldPath, ctx: Context) -> object:
         sub = t.get(key)
         if sub is None:
             return None
@@ -401,13 +403,13 @@ def table(key: str, record: Record, *, attr: str | None = "") -> Field:
     return Field(key, read, record.write, key if attr == "" else attr)
 
 
-def tables(key: str, record: Record, message: str, *, order: Callable[[Any], Any] | None = None) -> Field:
+def tables(key: str, record: Record, message: str, *, order: Callable[[Any], str] | None = None) -> Field:
     """An array of tables (``[[patches]]``), each read as ``record``; ``order`` sorts them when written.
 
     ``message`` is the problem when the value is not an array of tables (``{got}`` shows its type).
     """
 
-    def read(t: Raw, path: FieldPath, ctx: Context) -> Any:
+    def read(t: Raw, path: FieldPath, ctx: Context) -> object:
         raw = t.get(key)
         if raw is None:
             return ()
@@ -418,7 +420,7 @@ def tables(key: str, record: Record, message: str, *, order: Callable[[Any], Any
         found = (record.read(v, (*where, i), ctx) for i, v in enumerate(raw))
         return tuple(x for x in found if x is not None)
 
-    def write(items: tuple[Any, ...]) -> list[dict[str, Any]]:
+    def write(items: tuple[object, ...]) -> list[dict[str, object]]:
         return [record.write(x) for x in (sorted(items, key=order) if order else items)]
 
     return Field(key, read, write, key, ())
@@ -434,7 +436,7 @@ def keyed(key: str, record: Record, *, message: str | None = None, entry: str | 
         raise TypeError("a table of tables needs a record with a key")
     name_of = attrgetter(record.key.attr)
 
-    def read(t: Raw, path: FieldPath, ctx: Context) -> Any:
+    def read(t: Raw, path: FieldPath, ctx: Context) -> object:
         raw = t.get(key)
         if raw is None:
             return ()
@@ -452,13 +454,13 @@ def keyed(key: str, record: Record, *, message: str | None = None, entry: str | 
                 out.append(found)
         return tuple(out)
 
-    def write(items: tuple[Any, ...]) -> dict[str, Any]:
+    def write(items: tuple[object, ...]) -> dict[str, dict[str, object]]:
         return {str(name_of(x)): record.write(x) for x in sorted(items, key=lambda x: str(name_of(x)))}
 
     return Field(key, read, write, key, ())
 
 
-def computed(field: Field, get: Callable[[Any], Any]) -> Field:
+def computed(field: Field, get: Callable[[Any], object]) -> Field:
     """``field`` as no attribute of the record: read for its rules (or ``choose``), written from ``get``."""
     return dataclasses.replace(field, attr=None, get=get)
 
@@ -466,10 +468,10 @@ def computed(field: Field, get: Callable[[Any], Any]) -> Field:
 def section(
     key: str,
     read: ReadFn,
-    write: Callable[[Any], Any],
+    write: Callable[[Any], object],
     *,
     attr: str | None = "",
-    default: Any = (),
+    default: object = (),
     always: bool = False,
 ) -> Field:
     """A field read and written by functions of its own (a section another module keeps, ``schema``)."""

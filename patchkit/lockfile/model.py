@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from operator import attrgetter
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from patchkit.core.values import ContainerPath, Digest, Reference, RepoPath, Revision, Sha256, UpstreamPath, check_name
 from patchkit.lockfile.accepted import ACCEPTED, Accepted
@@ -22,6 +23,7 @@ from patchkit.lockfile.fields import (
     Key,
     Raw,
     Record,
+    Rule,
     by_name,
     computed,
     integer,
@@ -55,12 +57,12 @@ _BLOB = re.compile(r"[0-9a-f]{40}")
 # unknown-field check and the writer follow the tables; a new field is one line in its table.
 
 
-def _named(what: str) -> Any:
+def _named(what: str) -> Callable[[str], str]:
     """The check of an entry name (``check_name``), saying what kind of name it is."""
     return lambda s: check_name(s, what)
 
 
-def _one_of(allowed: tuple[str, ...], what: str, listed: str) -> Any:
+def _one_of(allowed: tuple[str, ...], what: str, listed: str) -> Callable[[str], str]:
     """The check of a string that must be one of ``allowed`` (listed in the message as ``listed``)."""
 
     def check(s: str) -> str:
@@ -363,9 +365,9 @@ class Upstream:
             return "commit", base.commit.short, self.commit.short
         return None
 
-    def resource(self) -> dict[str, Any]:
+    def resource(self) -> dict[str, object]:
         """The pin as an in-toto ResourceDescriptor's ``uri``, ``digest`` and ``annotations`` (for provenance)."""
-        d: dict[str, Any] = {}
+        d: dict[str, object] = {}
         if self.git:
             d["uri"] = f"git+{self.git}" + (f"@{self.commit}" if self.commit else "")
         if self.commit is not None:
@@ -424,10 +426,10 @@ class WheelUpstream(Upstream):
     def new_base(self) -> tuple[Revision | None, str | None]:
         return None, self.wheel_version
 
-    def resource(self) -> dict[str, Any]:
+    def resource(self) -> dict[str, object]:
         if not self.wheel:
             return super().resource()
-        d: dict[str, Any] = {"uri": f"pkg:pypi/{self.wheel_project}@{self.wheel_version}"}
+        d: dict[str, object] = {"uri": f"pkg:pypi/{self.wheel_project}@{self.wheel_version}"}
         if self.wheel_sha256 is not None:
             d["digest"] = {"sha256": self.wheel_sha256.hex}
         return d
@@ -469,8 +471,8 @@ class DirUpstream(Upstream):
     def pin_form(self, pin: str) -> None:
         Sha256(pin)
 
-    def resource(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"annotations": {"dir": self.dir or ""}}
+    def resource(self) -> dict[str, object]:
+        d: dict[str, object] = {"annotations": {"dir": self.dir or ""}}
         if self.dir_sha256 is not None:
             d["digest"] = {"sha256": self.dir_sha256.hex}
         return d
@@ -507,10 +509,12 @@ class ImageUpstream(Upstream):
     def pin_form(self, pin: str) -> None:
         Digest(pin)
 
-    def resource(self) -> dict[str, Any]:
+    def resource(self) -> dict[str, object]:
         if not self.image:
             return super().resource()
-        d: dict[str, Any] = {"uri": f"docker://{self.image}" + (f"@{self.image_digest}" if self.image_digest else "")}
+        d: dict[str, object] = {
+            "uri": f"docker://{self.image}" + (f"@{self.image_digest}" if self.image_digest else "")
+        }
         if self.image_digest is not None:
             d["digest"] = {"sha256": self.image_digest.hex}
         return d
@@ -817,7 +821,7 @@ class Artifact:
     note: str | None = None
 
 
-def _unique_in(section: str) -> Any:
+def _unique_in(section: str) -> Rule:
     """The rule that two entries of ``section`` never share a name."""
 
     def rule(e: Entry) -> None:
@@ -999,7 +1003,7 @@ _DEPLOYMENT = table("deployment", DEPLOYMENT)
 
 def _deployment(t: Raw, path: FieldPath, ctx: Context) -> str | None:
     found = _DEPLOYMENT.read(t, path, ctx)
-    return None if found is None else found.name
+    return found.name if isinstance(found, Deployment) else None  # the table's record, or None
 
 
 def _aot(key: str) -> str:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
 
 from patchkit.errors import Problem
 
@@ -182,7 +182,7 @@ def _bracket_delta(text: str) -> int:
     return delta
 
 
-def parse(text: str, filename: str) -> dict[str, Any] | Problem:
+def parse(text: str, filename: str) -> dict[str, object] | Problem:
     """The document of the TOML ``text``, read by ``tomllib``; else the one problem that stops it, at its line.
 
     ``tomllib`` decides what is TOML. Besides its own errors (which name
@@ -275,7 +275,7 @@ class FieldReader:
     def problem(self, path: FieldPath, message: str, hint: str | None = None) -> None:
         self.problems.append(Problem(self.filename, self.index.line_of(path), render_path(path), message, hint))
 
-    def table(self, data: dict[str, Any], path: FieldPath, key: str) -> dict[str, Any] | None:
+    def table(self, data: Mapping[str, object], path: FieldPath, key: str) -> dict[str, object] | None:
         value = data.get(key)
         if value is None:
             return None
@@ -284,7 +284,7 @@ class FieldReader:
             return None
         return value
 
-    def array_of_tables(self, data: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    def array_of_tables(self, data: Mapping[str, object], key: str) -> list[dict[str, object]]:
         value = data.get(key)
         if value is None:
             return []
@@ -293,7 +293,7 @@ class FieldReader:
             return []
         return value
 
-    def string(self, data: dict[str, Any], path: FieldPath, key: str, *, required: bool = False) -> str | None:
+    def string(self, data: Mapping[str, object], path: FieldPath, key: str, *, required: bool = False) -> str | None:
         if key not in data:
             if required:
                 self.problem(path, f"missing required field '{key}'")
@@ -306,7 +306,7 @@ class FieldReader:
 
     def typed(
         self,
-        data: dict[str, Any],
+        data: Mapping[str, object],
         path: FieldPath,
         key: str,
         ctor: Callable[[str], T],
@@ -323,7 +323,7 @@ class FieldReader:
             self.problem((*path, key), str(e), hint)
             return None
 
-    def known(self, data: dict[str, Any], path: FieldPath, allowed: Iterable[str]) -> None:
+    def known(self, data: Mapping[str, object], path: FieldPath, allowed: Iterable[str]) -> None:
         allowed = tuple(allowed)
         for key in data:
             if key not in allowed:

@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from patchkit import __version__
 from patchkit.core.values import LOCKFILE_NAME
@@ -33,6 +33,8 @@ from patchkit.signing.signers import AllowedSigner, Match, find
 from patchkit.signing.sshsig import NAMESPACE, BadSignature, fingerprint
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     from patchkit.bundle.tar import Contents
@@ -86,11 +88,11 @@ def contents_of(path: Path, read: Contents) -> BundleContents:
     return BundleContents(read.sha256, dict(read.files), lock, hashlib.sha256(lock_data).hexdigest())
 
 
-def dependencies(lock: Lockfile) -> list[dict[str, Any]]:
+def dependencies(lock: Lockfile) -> list[dict[str, object]]:
     """SLSA resource descriptors for every pin: images, the model, upstreams."""
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     for img in lock.images:
-        d: dict[str, Any] = {
+        d: dict[str, object] = {
             "name": f"images.{img.name}",
             "uri": f"docker://{img.reference}",
             "digest": {"sha256": img.digest.hex},
@@ -116,11 +118,11 @@ def dependencies(lock: Lockfile) -> list[dict[str, Any]]:
     return out
 
 
-def statement(bundle_name: str, contents: BundleContents) -> dict[str, Any]:
+def statement(bundle_name: str, contents: BundleContents) -> dict[str, object]:
     """The in-toto Statement v1 for a bundle (subjects sorted by name, no time stamps)."""
     subjects = [{"name": bundle_name, "digest": {"sha256": contents.sha256}}]
     subjects += [{"name": n, "digest": {"sha256": h}} for n, h in sorted(contents.members.items())]
-    external: dict[str, Any] = {"lockfile": {"name": LOCKFILE_NAME, "digest": {"sha256": contents.lock_sha256}}}
+    external: dict[str, object] = {"lockfile": {"name": LOCKFILE_NAME, "digest": {"sha256": contents.lock_sha256}}}
     if contents.lock.name:
         external["deployment"] = contents.lock.name
     return {
@@ -144,7 +146,7 @@ def pae(payload_type: str, payload: bytes) -> bytes:
     return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(payload), payload)
 
 
-def envelope(stmt: dict[str, Any], key: Ed25519PrivateKey) -> bytes:
+def envelope(stmt: Mapping[str, object], key: Ed25519PrivateKey) -> bytes:
     """The DSSE envelope over ``stmt``, as one JSON line (the ``.intoto.jsonl`` content)."""
     from patchkit.signing.keys import public_wire
 
@@ -170,7 +172,7 @@ def _b64(text: object, what: str) -> bytes:
         raise BadSignature(f"{what} is not valid base64") from e
 
 
-def _envelope(data: bytes) -> tuple[bytes, list[Any]]:
+def _envelope(data: bytes) -> tuple[bytes, list[object]]:
     """The payload and signatures of the single DSSE envelope in ``data``, of the in-toto payload type."""
     lines = [line for line in data.splitlines() if line.strip()]
     if len(lines) != 1:
@@ -189,7 +191,7 @@ def _envelope(data: bytes) -> tuple[bytes, list[Any]]:
 
 
 def _signer_of(
-    entry: dict[str, Any],
+    entry: Mapping[str, object],
     payload: bytes,
     signers: tuple[AllowedSigner, ...],
     identity: str | None,
@@ -223,7 +225,7 @@ def _signer_of(
     return None
 
 
-def _signed_statement(payload: bytes) -> dict[str, Any]:
+def _signed_statement(payload: bytes) -> dict[str, object]:
     """The statement a verified payload carries: a JSON object."""
     try:
         stmt = json.loads(payload)
@@ -236,7 +238,7 @@ def _signed_statement(payload: bytes) -> dict[str, Any]:
 
 def open_envelope(
     data: bytes, signers: tuple[AllowedSigner, ...], identity: str | None, now: datetime
-) -> tuple[dict[str, Any], Match]:
+) -> tuple[dict[str, object], Match]:
     """Check the DSSE signature of the single envelope in ``data``; the statement it carries and its signer."""
     payload, sigs = _envelope(data)
     reasons: list[str] = []
@@ -249,15 +251,18 @@ def open_envelope(
     raise BadSignature("; ".join(dict.fromkeys(reasons)) or "no usable signature in the envelope")
 
 
-def _subjects(stmt: dict[str, Any], problems: list[str]) -> dict[str, str]:
-    """The statement's subjects, name -> sha256; one without both is a problem."""
+def _subjects(stmt: Mapping[str, object], problems: list[str]) -> dict[str, str]:
+    """The statement's subjects, name -> sha256; one without both is a problem (a lone subject: one entry)."""
     listed: dict[str, str] = {}
-    for s in stmt.get("subject") or []:
-        digest = s.get("digest", {}).get("sha256") if isinstance(s, dict) else None
-        if not isinstance(digest, str) or not isinstance(s.get("name"), str):
+    subjects = stmt.get("subject") or []
+    for s in subjects if isinstance(subjects, list) else [subjects]:
+        digests = s.get("digest") if isinstance(s, dict) else None
+        digest = digests.get("sha256") if isinstance(digests, dict) else None
+        name = s.get("name") if isinstance(s, dict) else None
+        if not isinstance(digest, str) or not isinstance(name, str):
             problems.append(f"subject without a name and sha256 digest: {s!r}")
             continue
-        listed[s["name"]] = digest
+        listed[name] = digest
     return listed
 
 
@@ -279,7 +284,7 @@ def _subject_problems(listed: dict[str, str], contents: BundleContents) -> list[
     return problems
 
 
-def _resolved_dependencies(stmt: dict[str, Any], problems: list[str]) -> list[Any]:
+def _resolved_dependencies(stmt: Mapping[str, object], problems: list[str]) -> list[object]:
     """``predicate.buildDefinition.resolvedDependencies`` (empty, and a problem, when missing)."""
     predicate = stmt.get("predicate") if isinstance(stmt.get("predicate"), dict) else {}
     build = predicate.get("buildDefinition") if isinstance(predicate, dict) else None
@@ -290,7 +295,7 @@ def _resolved_dependencies(stmt: dict[str, Any], problems: list[str]) -> list[An
     return deps
 
 
-def check_statement(stmt: dict[str, Any], contents: BundleContents) -> tuple[list[str], tuple[str, ...]]:
+def check_statement(stmt: Mapping[str, object], contents: BundleContents) -> tuple[list[str], tuple[str, ...]]:
     """Problems of a verified statement against the bundle; and the pins it names as dependencies."""
     problems: list[str] = []
     if stmt.get("_type") != STATEMENT_TYPE:

@@ -29,10 +29,10 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from patchkit.core.findings import Finding
 from patchkit.errors import BadInput, Problem
@@ -40,6 +40,11 @@ from patchkit.lockfile.model import Lockfile, PatchKind
 from patchkit.lockfile.tomlpos import parse as parse_toml
 from patchkit.sources.context import Context
 from patchkit.store.repo import Escape, Repo
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from patchkit.signing.signers import AllowedSigner
 
 #: The repository file that holds the criteria, the policy and the audits.
 AUDITS_FILE = "audits.toml"
@@ -51,7 +56,16 @@ IMPORTED_DIR = "audits/imported"
 NAMESPACE = "patchkit-audit"
 
 #: The criteria a new audits.toml defines: cargo-vet's two, the first implying the second.
-DEFAULT_CRITERIA: dict[str, dict[str, Any]] = {
+
+
+class Criterion(TypedDict):
+    """One ``[criteria.NAME]`` table of audits.toml."""
+
+    description: str
+    implies: NotRequired[list[str]]
+
+
+DEFAULT_CRITERIA: dict[str, Criterion] = {
     "safe-to-deploy": {
         "description": "reviewed in full: the patch does what its reason says, and nothing an attacker could use",
         "implies": ["safe-to-run"],
@@ -81,9 +95,9 @@ class Audit:
     notes: str | None = None
     source: str | None = None  # the import it came from (``[imports.NAME]``); None for this repository's own
 
-    def fields(self) -> dict[str, Any]:
+    def fields(self) -> dict[str, object]:
         """The signed fields, as written (``delta_from``/``notes`` only when set)."""
-        out: dict[str, Any] = {
+        out: dict[str, object] = {
             "patch": self.patch,
             "criteria": list(self.criteria),
             "reviewed_sha256": self.reviewed_sha256,
@@ -119,7 +133,7 @@ class Import:
     sha256: str
     trust: tuple[str, ...]
 
-    def fields(self) -> dict[str, Any]:
+    def fields(self) -> dict[str, object]:
         return {
             "source": self.source,
             "rev": self.rev,
@@ -138,7 +152,7 @@ class Audits:
     required: tuple[str, ...]
     audits: tuple[Audit, ...] = ()
     imports: tuple[Import, ...] = ()
-    raw: dict[str, Any] = field(default_factory=dict)
+    raw: Mapping[str, object] = field(default_factory=dict)
 
     def closure(self, names: Iterable[str]) -> set[str]:
         """``names`` and every criterion they imply."""
@@ -152,7 +166,7 @@ class Audits:
         return out
 
 
-def statement(fields: dict[str, Any]) -> bytes:
+def statement(fields: Mapping[str, object]) -> bytes:
     """The bytes an audit's signature covers: its fields as canonical JSON (sorted keys, ASCII), one line."""
     return json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode() + b"\n"
 
@@ -161,7 +175,7 @@ def _fail(where: str, what: str, fix: str | None = None) -> AuditsError:
     return AuditsError(f"{AUDITS_FILE}: {where}: {what}", fix or "see docs/audit.md (Recorded audits)")
 
 
-def _text(entry: dict[str, Any], key: str, where: str, *, required: bool = True) -> str | None:
+def _text(entry: Mapping[str, object], key: str, where: str, *, required: bool = True) -> str | None:
     value = entry.get(key)
     if value is None and not required:
         return None
@@ -170,7 +184,7 @@ def _text(entry: dict[str, Any], key: str, where: str, *, required: bool = True)
     return value
 
 
-def _sha(entry: dict[str, Any], key: str, where: str, *, required: bool = True) -> str | None:
+def _sha(entry: Mapping[str, object], key: str, where: str, *, required: bool = True) -> str | None:
     value = _text(entry, key, where, required=required)
     if value is not None and (len(value) != 64 or any(c not in "0123456789abcdef" for c in value)):
         raise _fail(f"{where}.{key}", f"'{value}' is not a sha256 (64 lowercase hex digits)")
@@ -208,7 +222,7 @@ def _audit(i: int, entry: object, criteria: dict[str, tuple[str, ...]]) -> Audit
     )
 
 
-def _criteria(doc: dict[str, Any]) -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
+def _criteria(doc: Mapping[str, object]) -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
     table = doc.get("criteria", DEFAULT_CRITERIA)
     if not isinstance(table, dict) or not table:
         raise _fail("criteria", "must be a table of criteria ([criteria.NAME] with a description)")
@@ -302,7 +316,7 @@ def render(a: Audits) -> bytes:
     """audits.toml as patchkit writes it: criteria, policy, then every audit in order."""
     import tomli_w
 
-    doc: dict[str, Any] = {
+    doc: dict[str, object] = {
         "criteria": {
             name: {"description": a.descriptions[name], **({"implies": list(imp)} if imp else {})}
             for name, imp in a.criteria.items()
@@ -418,7 +432,7 @@ def verified(repo: Repo, lock: Lockfile, audits: Audits, now: dt.datetime) -> tu
     return good, findings
 
 
-def _signature_problem(a: Audit, allowed: Any, now: dt.datetime) -> str | None:
+def _signature_problem(a: Audit, allowed: tuple[AllowedSigner, ...], now: dt.datetime) -> str | None:
     """Why ``a``'s signature does not verify as its ``who`` (None when it does)."""
     from patchkit.signing import signers, sshsig
 
@@ -431,7 +445,7 @@ def _signature_problem(a: Audit, allowed: Any, now: dt.datetime) -> str | None:
 
 
 def _imported(
-    repo: Repo, imp: Import, audits: Audits, allowed: Any, now: dt.datetime
+    repo: Repo, imp: Import, audits: Audits, allowed: tuple[AllowedSigner, ...], now: dt.datetime
 ) -> tuple[list[Audit], list[Finding]]:
     """The audits of import ``imp`` that count: its pinned copy intact, each entry signed by a trusted principal."""
     from patchkit.signing.signers import match_pattern_list
@@ -639,7 +653,7 @@ def certify(
     name: str,
     criteria: tuple[str, ...],
     *,
-    key: Any,
+    key: Ed25519PrivateKey,
     identity: str | None,
     delta: bool,
     notes: str | None,
@@ -670,7 +684,7 @@ def certify(
     start = _start(repo, lock, audits, patch, criteria, now) if delta else None
     if start == patch.sha256:
         raise BadInput(f"'{name}' has not changed since its last audit for {', '.join(criteria)}: nothing to certify")
-    fields: dict[str, Any] = {
+    fields: dict[str, object] = {
         "patch": name,
         "criteria": list(criteria),
         "reviewed_sha256": patch.sha256,
