@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from patchkit.errors import BadInput, Problem
 
@@ -148,7 +148,17 @@ def quantity(size: str) -> str:
     return m.group(1) + _UNITS[m.group(2) or "b"]
 
 
-def _handler(test: tuple[str, ...], port: int) -> dict[str, Any] | None:
+class Probe(TypedDict, total=False):
+    """A Kubernetes probe: one handler (``exec`` or ``httpGet``) and its timing."""
+
+    exec: dict[str, list[str]]
+    httpGet: dict[str, str]  # Kubernetes spells its fields in camelCase
+    periodSeconds: int
+    timeoutSeconds: int
+    failureThreshold: int
+
+
+def _handler(test: tuple[str, ...], port: int) -> Probe | None:
     """The probe handler of a compose healthcheck test: an HTTP GET for ``curl`` of the local port, else exec."""
     if not test or test[0] == "NONE":
         return None
@@ -163,7 +173,7 @@ def _handler(test: tuple[str, ...], port: int) -> dict[str, Any] | None:
     return {"exec": {"command": argv}}
 
 
-def probes(h: Healthcheck | None, port: int) -> dict[str, Any]:
+def probes(h: Healthcheck | None, port: int) -> dict[str, Probe]:
     """Startup, readiness and liveness probes from a compose healthcheck (empty when it has none).
 
     ``start_period`` becomes a startup probe that allows that long (loading a
@@ -174,9 +184,9 @@ def probes(h: Healthcheck | None, port: int) -> dict[str, Any]:
     if h is None or handler is None:
         return {}
     period = seconds(h.interval) if h.interval else 30
-    common = {**handler, "periodSeconds": period, "timeoutSeconds": seconds(h.timeout) if h.timeout else 30}
-    steady = {**common, "failureThreshold": h.retries or 3}
-    out: dict[str, Any] = {}
+    common: Probe = {**handler, "periodSeconds": period, "timeoutSeconds": seconds(h.timeout) if h.timeout else 30}
+    steady: Probe = {**common, "failureThreshold": h.retries or 3}
+    out: dict[str, Probe] = {}
     if h.start_period:
         out["startupProbe"] = {**common, "failureThreshold": max(1, math.ceil(seconds(h.start_period) / period))}
     out["readinessProbe"] = steady
@@ -193,8 +203,8 @@ def _labels(project: str, instance: str, component: str) -> dict[str, str]:
     }
 
 
-def _metadata(name: str, labels: Mapping[str, str], k: KubernetesConfig) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name}
+def _metadata(name: str, labels: Mapping[str, str], k: KubernetesConfig) -> dict[str, object]:
+    meta: dict[str, object] = {"name": name}
     if k.namespace:
         meta["namespace"] = k.namespace
     meta["labels"] = dict(labels)
@@ -213,7 +223,9 @@ def _seccomp(security_opt: Iterable[str]) -> str:
     )
 
 
-def _deployment(name: str, labels: Mapping[str, str], k: KubernetesConfig, pod: dict[str, Any], wait: int) -> Any:
+def _deployment(
+    name: str, labels: Mapping[str, str], k: KubernetesConfig, pod: dict[str, object], wait: int
+) -> dict[str, object]:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -230,8 +242,8 @@ def _deployment(name: str, labels: Mapping[str, str], k: KubernetesConfig, pod: 
 
 
 def _service(
-    name: str, labels: Mapping[str, str], k: KubernetesConfig, ports: list[dict[str, Any]], **spec: Any
-) -> Any:
+    name: str, labels: Mapping[str, str], k: KubernetesConfig, ports: list[dict[str, object]], **spec: str
+) -> dict[str, object]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -240,7 +252,7 @@ def _service(
     }
 
 
-def manifests(lock: Lockfile, config: DeployConfig, profile: str) -> list[dict[str, Any]]:
+def manifests(lock: Lockfile, config: DeployConfig, profile: str) -> list[dict[str, object]]:
     """Every object of ``profile``'s manifests, in a fixed order (pure)."""
     from patchkit.emit.config import ConfigError
 
@@ -258,7 +270,7 @@ def manifests(lock: Lockfile, config: DeployConfig, profile: str) -> list[dict[s
     probe = probes(inf.healthcheck, inf.port)
     startup = probe.get("startupProbe", {})
     wait = startup.get("periodSeconds", 0) * startup.get("failureThreshold", 0) + 600
-    container: dict[str, Any] = {
+    container: dict[str, object] = {
         "name": "vllm",
         "image": f"{derived.repository}@{derived.digest}",
         "imagePullPolicy": "IfNotPresent",
@@ -270,7 +282,7 @@ def manifests(lock: Lockfile, config: DeployConfig, profile: str) -> list[dict[s
     container["ports"] = [{"name": "http", "containerPort": inf.port, "protocol": "TCP"}]
     container["resources"] = {"limits": {GPU_RESOURCE: k.gpus}, "requests": {GPU_RESOURCE: k.gpus}}
     mounts = [{"name": "model-cache", "mountPath": str(inf.hf_cache_target), "readOnly": True}]
-    volumes: list[dict[str, Any]] = [
+    volumes: list[dict[str, object]] = [
         {"name": "model-cache", "persistentVolumeClaim": {"claimName": k.model_cache_claim, "readOnly": True}}
     ]
     if inf.shm_size:
@@ -284,16 +296,16 @@ def manifests(lock: Lockfile, config: DeployConfig, profile: str) -> list[dict[s
         "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": _seccomp(inf.security_opt)},
     }
-    pod: dict[str, Any] = {"automountServiceAccountToken": False, "enableServiceLinks": False}
+    pod: dict[str, object] = {"automountServiceAccountToken": False, "enableServiceLinks": False}
     if k.supplemental_groups:
         pod["securityContext"] = {"supplementalGroups": list(k.supplemental_groups)}
     pod["containers"] = [container]
     pod["volumes"] = volumes
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     for rep in prof.replicas:
         labels = _labels(config.name, rep.service, "inference")
         out.append(_deployment(rep.service, labels, k, pod, wait))
-        port = {"name": "http", "port": inf.port, "targetPort": "http", "protocol": "TCP"}
+        port: dict[str, object] = {"name": "http", "port": inf.port, "targetPort": "http", "protocol": "TCP"}
         out.append(_service(rep.service, labels, k, [port], type="ClusterIP"))
     out.extend(_proxy(lock, config, prof, k))
     return out
@@ -314,7 +326,7 @@ def _derived(lock: Lockfile, config: DeployConfig, profile: str) -> Derived:
     return d
 
 
-def _proxy(lock: Lockfile, config: DeployConfig, prof: Profile, k: KubernetesConfig) -> list[dict[str, Any]]:
+def _proxy(lock: Lockfile, config: DeployConfig, prof: Profile, k: KubernetesConfig) -> list[dict[str, object]]:
     px = config.proxy
     if px is None:
         return []
@@ -329,7 +341,7 @@ def _proxy(lock: Lockfile, config: DeployConfig, prof: Profile, k: KubernetesCon
         if not published.isdigit() or not inside.split("/")[0].isdigit():
             raise BadInput(f"{config.file}: proxy.ports entry {spec!r} is not HOST:CONTAINER")
         ports.append((int(published), int(inside.split("/")[0])))
-    container: dict[str, Any] = {
+    container: dict[str, object] = {
         "name": "caddy",
         "image": img.reference,
         "imagePullPolicy": "IfNotPresent",
@@ -337,7 +349,7 @@ def _proxy(lock: Lockfile, config: DeployConfig, prof: Profile, k: KubernetesCon
     }
     configmap = k.caddyfile_configmap or f"{config.name.replace('_', '-').replace('.', '-')}-caddyfile"
     mounts = [{"name": "caddyfile", "mountPath": str(px.caddyfile_target), "subPath": "Caddyfile", "readOnly": True}]
-    volumes: list[dict[str, Any]] = [{"name": "caddyfile", "configMap": {"name": configmap}}]
+    volumes: list[dict[str, object]] = [{"name": "caddyfile", "configMap": {"name": configmap}}]
     claim = k.proxy_data_claim or px.data_volume
     if claim:
         mounts.append({"name": "data", "mountPath": str(px.data_target)})
@@ -349,9 +361,15 @@ def _proxy(lock: Lockfile, config: DeployConfig, prof: Profile, k: KubernetesCon
         "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]},
         "seccompProfile": {"type": "RuntimeDefault"},
     }
-    pod = {"automountServiceAccountToken": False, "enableServiceLinks": False, "containers": [container]}
+    pod: dict[str, object] = {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "containers": [container],
+    }
     pod["volumes"] = volumes
-    service_ports = [{"name": f"port-{c}", "port": p, "targetPort": f"port-{c}", "protocol": "TCP"} for p, c in ports]
+    service_ports: list[dict[str, object]] = [
+        {"name": f"port-{c}", "port": p, "targetPort": f"port-{c}", "protocol": "TCP"} for p, c in ports
+    ]
     return [
         _deployment(px.service, labels, k, pod, 600),
         # Local keeps the clients' addresses, which the Caddyfile's IP allowlist matches on.
@@ -359,7 +377,7 @@ def _proxy(lock: Lockfile, config: DeployConfig, prof: Profile, k: KubernetesCon
     ]
 
 
-def render(objects: list[dict[str, Any]], profile: str, version: str) -> str:
+def render(objects: Sequence[Mapping[str, object]], profile: str, version: str) -> str:
     """The manifests as one YAML stream with a header (pure, byte-stable)."""
     import yaml  # type: ignore[import-untyped]  # PyYAML ships no type information
 
@@ -370,7 +388,7 @@ def render(objects: list[dict[str, Any]], profile: str, version: str) -> str:
     )
 
     class Dumper(yaml.SafeDumper):  # type: ignore[misc]  # untyped base
-        def ignore_aliases(self, data: Any) -> bool:
+        def ignore_aliases(self, data: object) -> bool:
             return True  # a shared value written out each time: no &id001 anchors in a manifest
 
     docs = [
@@ -380,7 +398,7 @@ def render(objects: list[dict[str, Any]], profile: str, version: str) -> str:
     return head + "".join(f"---\n{d}" for d in docs)
 
 
-def validate(objects: list[dict[str, Any]], version: str) -> tuple[list[str], bool]:
+def validate(objects: Sequence[Mapping[str, object]], version: str) -> tuple[list[str], bool]:
     """Every schema violation of ``objects`` for Kubernetes ``version`` (strict: no unknown fields).
 
     The second value says whether validation ran: without the
@@ -392,7 +410,8 @@ def validate(objects: list[dict[str, Any]], version: str) -> tuple[list[str], bo
         return [], False
     problems = []
     for o in objects:
-        where = f"{o.get('kind')}/{o.get('metadata', {}).get('name')}"
+        meta = o.get("metadata")
+        where = f"{o.get('kind')}/{meta.get('name') if isinstance(meta, dict) else None}"
         try:
             kubernetes_validate.validate(o, version, strict=True)
         except kubernetes_validate.ValidationError as e:

@@ -26,7 +26,7 @@ Without that ``version`` the runtime section is left out, and
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from patchkit.emit.config import DeployConfig
@@ -99,7 +99,7 @@ def environment(lock: Lockfile, config: DeployConfig) -> tuple[tuple[str, str], 
     return ((SCRIPT_ENV, target), (MANIFEST_ENV, str(config.guard.manifest_target)))
 
 
-def manifest(lock: Lockfile, config: DeployConfig) -> dict[str, Any]:
+def manifest(lock: Lockfile, config: DeployConfig) -> dict[str, object]:
     """The manifest as a JSON-ready mapping (see the module docstring)."""
     files: list[dict[str, str]] = [
         {"name": p.name, "kind": p.kind.value, "target": str(p.target), "sha256": p.sha256.hex} for p in lock.patches
@@ -114,7 +114,7 @@ def manifest(lock: Lockfile, config: DeployConfig) -> dict[str, Any]:
         for a in lock.artifacts
         if a.target is not None
     ]
-    doc: dict[str, Any] = {
+    doc: dict[str, object] = {
         "schema": MANIFEST_SCHEMA,
         "generated": "by patchkit emit from lockfile.toml and deploy.toml; do not edit (patchkit emit)",
         "deployment": lock.name or config.name,
@@ -129,7 +129,7 @@ def manifest(lock: Lockfile, config: DeployConfig) -> dict[str, Any]:
             "version": image.version,
         }
     if lock.model is not None:
-        model: dict[str, Any] = {
+        model: dict[str, object] = {
             "repo": lock.model.repo,
             "revision": str(lock.model.revision),
             "path": model_path(str(config.inference.hf_cache_target), lock.model.repo, str(lock.model.revision)),

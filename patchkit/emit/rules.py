@@ -10,8 +10,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from patchkit.core.values import is_loopback
 from patchkit.errors import BadInput, Problem
@@ -61,9 +60,15 @@ def _image_problem(name: str, image: str) -> tuple[str, str] | None:
     return None
 
 
-def _port_problems(name: str, svc: dict[Any, Any]) -> Iterator[tuple[str, str]]:
+def _entries(svc: Mapping[object, object], key: str) -> Iterable[object]:
+    """A service's list field (``ports``, ``volumes``) to go through; nothing when absent or not a collection."""
+    value = svc.get(key) or []
+    return value if isinstance(value, Iterable) else []
+
+
+def _port_problems(name: str, svc: Mapping[object, object]) -> Iterator[tuple[str, str]]:
     """A non-public service published on anything but loopback, once per such port."""
-    for entry in svc.get("ports") or []:
+    for entry in _entries(svc, "ports"):
         host = _port_host(entry)
         if host is None or not is_loopback(host):
             yield (
@@ -73,9 +78,9 @@ def _port_problems(name: str, svc: dict[Any, Any]) -> Iterator[tuple[str, str]]:
             )
 
 
-def _volume_problems(name: str, svc: dict[Any, Any], pinned: set[str]) -> Iterator[tuple[str, str]]:
+def _volume_problems(name: str, svc: Mapping[object, object], pinned: set[str]) -> Iterator[tuple[str, str]]:
     """Repository files mounted writable, and writable mounts over a pinned target."""
-    for entry in svc.get("volumes") or []:
+    for entry in _entries(svc, "volumes"):
         src = _volume_rw_repo_file(entry)
         if src is not None:
             yield (
@@ -92,7 +97,7 @@ def _volume_problems(name: str, svc: dict[Any, Any], pinned: set[str]) -> Iterat
 
 
 def security_problems(
-    doc: Any, public: set[str], pinned: set[str], origin: Callable[[str, str], Problem]
+    doc: object, public: set[str], pinned: set[str], origin: Callable[[str, str], Problem]
 ) -> list[Problem]:
     """Every broken security rule in a parsed compose document, located by ``origin(service, key)``."""
     out: list[Problem] = []

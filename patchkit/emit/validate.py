@@ -17,7 +17,6 @@ import subprocess
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from patchkit.emit.config import DeployConfig
 from patchkit.emit.rules import security_problems
@@ -25,7 +24,7 @@ from patchkit.errors import BadInput, Problem
 from patchkit.lockfile.model import Lockfile
 
 
-def load_yaml(text: str) -> Any:
+def load_yaml(text: str) -> object:
     """``text`` parsed with ``yaml.safe_load``; ``ValueError`` when it is not YAML."""
     import yaml  # type: ignore[import-untyped]  # PyYAML ships no type information
 
@@ -36,7 +35,7 @@ def load_yaml(text: str) -> Any:
 
 
 @functools.cache
-def compose_schema() -> Mapping[str, Any]:
+def compose_schema() -> Mapping[str, object]:
     """The Compose specification JSON schema, as check-jsonschema vendors it.
 
     check-jsonschema ships compose-spec.json with its Apache-2.0 licence and
@@ -45,13 +44,13 @@ def compose_schema() -> Mapping[str, Any]:
     """
     from check_jsonschema.builtin_schemas import get_builtin_schema  # type: ignore[import-untyped]  # no type info
 
-    schema: Mapping[str, Any] = get_builtin_schema("vendor.compose-spec")
+    schema: Mapping[str, object] = get_builtin_schema("vendor.compose-spec")
     return schema
 
 
 def validate(
     text: str,
-    schema: Mapping[str, Any] | None,
+    schema: Mapping[str, object] | None,
     config: DeployConfig | None = None,
     profile: str | None = None,
 ) -> list[str]:
