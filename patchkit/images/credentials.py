@@ -16,7 +16,6 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from patchkit.errors import BadInput
 from patchkit.oci.manifest import json_object
@@ -129,7 +128,7 @@ class DockerCredentials:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._doc: dict[str, Any] | None = None
+        self._doc: dict[str, object] | None = None
         self._helped: dict[str, tuple[str, str] | str] = {}
 
     def get(self, registry: str) -> tuple[str, str] | None:
@@ -175,7 +174,7 @@ class DockerCredentials:
             self._helped[registry] = run_helper(registry, helper)
         return self._helped[registry]
 
-    def _load(self) -> dict[str, Any]:
+    def _load(self) -> dict[str, object]:
         if self._doc is None:
             try:
                 raw = self.path.read_bytes()

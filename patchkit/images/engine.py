@@ -25,7 +25,7 @@ import socket
 import tarfile
 from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import docker  # type: ignore[import-untyped]  # docker-py ships no type information
 import requests
@@ -33,6 +33,9 @@ import requests
 from patchkit.errors import BadInput, PatchkitError, SourceError
 from patchkit.oci.layers import normalise_path  # the same path rule for both ways in
 from patchkit.oci.ref import ImageRef
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 #: Where the SDK and the docker CLI look when neither ``base_url`` nor ``DOCKER_HOST`` is set.
 DEFAULT_HOST = "unix:///var/run/docker.sock"
@@ -68,7 +71,7 @@ class EngineUnavailable(SourceError):
 
 class _Image(Protocol):
     id: str
-    attrs: dict[str, Any]
+    attrs: Mapping[str, object]  # the engine's JSON about the image
 
 
 class _Images(Protocol):
@@ -91,13 +94,13 @@ class _LowLevelApi(Protocol):
     base_url: str
     api_version: str
 
-    def version(self, api_version: bool = ...) -> dict[str, Any]: ...
+    def version(self, api_version: bool = ...) -> Mapping[str, object]: ...
 
     def get(self, url: str, **kwargs: Any) -> requests.Response: ...
 
     def pull(
         self, repository: str, tag: str, *, stream: bool, decode: bool, platform: str | None
-    ) -> Iterator[dict[str, Any]]: ...
+    ) -> Iterator[Mapping[str, object]]: ...
 
 
 class _Client(Protocol):
@@ -222,7 +225,7 @@ class DockerEngine:
         entries = image.attrs.get("RepoDigests") or []
         wanted = parsed.name
         matching = []
-        for entry in entries:
+        for entry in entries if isinstance(entries, list) else []:
             _, sep, digest = str(entry).rpartition("@")
             if sep and _canonical(str(entry)) == wanted:
                 if parsed.digest is not None and digest == str(parsed.digest):
@@ -254,8 +257,10 @@ class DockerEngine:
             for event in events:
                 # The engine answers 200 and reports a failed pull inside the progress stream.
                 if event.get("error") or event.get("errorDetail"):
-                    detail = event.get("errorDetail") or {}
-                    message = event.get("error") or detail.get("message") or "failed"
+                    detail = event.get("errorDetail")
+                    message = (
+                        event.get("error") or (detail.get("message") if isinstance(detail, dict) else None) or "failed"
+                    )
                     raise SourceError(f"docker pull {ref}: {_one_line(str(message))}")
         image = self._get_image(parsed)
         if image is None:
@@ -442,7 +447,7 @@ class _IterReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: Any) -> int:
+    def readinto(self, buffer: WriteableBuffer) -> int:
         target = memoryview(buffer).cast("B")
         while not self._pending:
             chunk = next(self._chunks, None)

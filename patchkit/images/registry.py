@@ -34,7 +34,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, cast
 from urllib.parse import urlencode, urljoin, urlsplit
 
 import requests
@@ -481,7 +481,7 @@ class RegistryClient:
         self._manifests[(ref.registry, ref.repository, digest)] = body
         return digest, resp.headers
 
-    def referrers(self, ref: ImageRef, digest: Digest) -> tuple[list[dict[str, Any]], bool]:
+    def referrers(self, ref: ImageRef, digest: Digest) -> tuple[list[dict[str, object]], bool]:
         """The referrers of ``digest`` (raw descriptors with ``artifactType``), and whether the API answered.
 
         Asks the referrers API (distribution-spec 1.1); a registry without it
@@ -500,7 +500,7 @@ class RegistryClient:
                 return _referrer_list(body, what), True
         return self.referrers_tag(ref, digest), False
 
-    def referrers_tag(self, ref: ImageRef, digest: Digest) -> list[dict[str, Any]]:
+    def referrers_tag(self, ref: ImageRef, digest: Digest) -> list[dict[str, object]]:
         """The referrers recorded in the fallback tag ``sha256-<hex>`` of ``digest``; ``[]`` without one."""
         what = f"referrers tag of {ref.name}@{digest}"
         try:
@@ -963,7 +963,7 @@ def _tag_list(body: bytes, what: str) -> list[str]:
     return list(tags)
 
 
-def _referrer_list(body: bytes, what: str) -> list[dict[str, Any]]:
+def _referrer_list(body: bytes, what: str) -> list[dict[str, object]]:
     """The ``manifests`` of a referrers index, each checked to be a descriptor."""
     try:
         doc = json_object(body, what)

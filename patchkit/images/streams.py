@@ -19,7 +19,7 @@ import posixpath
 import tarfile
 import zlib
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import requests
 import urllib3
@@ -30,6 +30,9 @@ from patchkit.images.errors import RegistryError
 from patchkit.net.transport import describe
 from patchkit.oci.layers import LayerScan, link_target, member_path
 from patchkit.oci.manifest import Descriptor
+
+if TYPE_CHECKING:
+    from urllib3.response import BaseHTTPResponse
 
 #: Read and decompress in chunks this big: small enough to stay in the CPU cache
 #: (measured twice as fast as 1 MiB), large enough to keep call overhead low.
@@ -53,7 +56,7 @@ class BlobReader:
 
     def __init__(
         self,
-        raw: Any,
+        raw: BaseHTTPResponse,
         size: int,
         what: str,
         meter: Task | None = None,
@@ -108,7 +111,7 @@ class TarStream:
 
     def __init__(self, blob: BlobReader, gzip: bool) -> None:
         self._blob = blob
-        self._z: Any = zlib.decompressobj(31) if gzip else None
+        self._z: zlib._Decompress | None = zlib.decompressobj(31) if gzip else None
         self._input = b""
         self._started = False
         self.hash = hashlib.sha256()
@@ -120,32 +123,32 @@ class TarStream:
             out = self._blob.read(n)
         else:
             try:
-                out = self._inflate(n)
+                out = self._inflate(self._z, n)
             except zlib.error as e:
                 raise BadLayer(f"not a valid gzip stream ({e})") from e
         self.hash.update(out)
         self.size += len(out)
         return out
 
-    def _inflate(self, n: int) -> bytes:
+    def _inflate(self, z: zlib._Decompress, n: int) -> bytes:
         # Output is bounded by n per call, whatever the compression ratio.
         while True:
-            if self._z.eof:
-                rest = self._z.unused_data
-                self._z = zlib.decompressobj(31)
+            if z.eof:
+                rest = z.unused_data
+                z = self._z = zlib.decompressobj(31)
                 self._input, self._started = rest, False
             if not self._input:
                 self._input = self._blob.read(CHUNK)
                 if not self._input:
                     if not self._started:
                         return b""
-                    tail: bytes = self._z.flush()
+                    tail: bytes = z.flush()
                     if tail:
                         return tail
                     raise BadLayer("the gzip stream ends early")
             self._started = True
-            out: bytes = self._z.decompress(self._input, n)
-            self._input = b"" if self._z.eof else self._z.unconsumed_tail
+            out: bytes = z.decompress(self._input, n)
+            self._input = b"" if z.eof else z.unconsumed_tail
             if out:
                 return out
 

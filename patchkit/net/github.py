@@ -18,13 +18,15 @@ import json
 import re
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from patchkit.core.values import Reference, Revision
 from patchkit.errors import ExternalFailure
 from patchkit.lockfile.model import RefState
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import requests
 
     from patchkit.net.transport import HttpError
@@ -176,7 +178,7 @@ class GitHubTracker:
             return Answer(status)
         merged = bool(doc.get("merged")) or doc.get("merged_at") is not None
         state = "merged" if merged else ("closed" if doc.get("state") == "closed" else "open")
-        head: dict[str, Any] = doc["head"] if isinstance(doc.get("head"), dict) else {}
+        head, merged_at = doc.get("head"), doc.get("merged_at")
         return Answer(
             AnswerStatus.FOUND,
             RefState(
@@ -186,8 +188,8 @@ class GitHubTracker:
                 title=_title(doc),
                 # GitHub also fills merge_commit_sha for an open PR (its test merge); only a merge counts.
                 merge_commit=_revision(doc.get("merge_commit_sha")) if merged else None,
-                head_commit=_revision(head.get("sha")),
-                merged_at=doc.get("merged_at") if merged and isinstance(doc.get("merged_at"), str) else None,
+                head_commit=_revision(head.get("sha") if isinstance(head, dict) else None),
+                merged_at=merged_at if merged and isinstance(merged_at, str) else None,
                 etag=new_etag,
             ),
         )
@@ -196,10 +198,13 @@ class GitHubTracker:
         status, doc, new_etag = self._get(f"/repos/{owner}/{repo}/commits/{sha}", etag, ref)
         if status is not AnswerStatus.FOUND:
             return Answer(status)
-        commit: dict[str, Any] = doc["commit"] if isinstance(doc.get("commit"), dict) else {}
-        message = commit["message"] if isinstance(commit.get("message"), str) else ""
-        committer: dict[str, Any] = commit["committer"] if isinstance(commit.get("committer"), dict) else {}
-        when = committer["date"] if isinstance(committer.get("date"), str) else None
+        commit = _object(doc.get("commit"))
+        message = commit.get("message")
+        if not isinstance(message, str):
+            message = ""
+        when = _object(commit.get("committer")).get("date")
+        if not isinstance(when, str):
+            when = None
         # A commit of the repository is "merged" by definition; git tells whether the pin contains it.
         return Answer(
             AnswerStatus.FOUND,
@@ -219,7 +224,7 @@ class GitHubTracker:
     def _clock(self) -> dt.datetime:
         return self._now or dt.datetime.now(dt.UTC)
 
-    def _get(self, path: str, etag: str | None, ref: Reference) -> tuple[AnswerStatus, dict[str, Any], str | None]:
+    def _get(self, path: str, etag: str | None, ref: Reference) -> tuple[AnswerStatus, dict[str, object], str | None]:
         from patchkit.net.transport import HttpError
 
         if (
@@ -253,7 +258,7 @@ class GitHubTracker:
 
     def _answer(
         self, resp: requests.Response, body: bytes, ref: Reference, url: str, etag: str | None
-    ) -> tuple[AnswerStatus, dict[str, Any], str | None]:
+    ) -> tuple[AnswerStatus, dict[str, object], str | None]:
         """What an answer (read whole) says: found with its document, not modified, not found; or it raises."""
         status = resp.status_code
         if status == 304:
@@ -296,7 +301,7 @@ class GitHubTracker:
             )
         return ExternalFailure(f"{ref}: GET {url}: {e.reason}")
 
-    def _read_rate(self, headers: Any) -> None:
+    def _read_rate(self, headers: Mapping[str, str]) -> None:
         try:
             limit = int(headers["X-RateLimit-Limit"])
             remaining = int(headers["X-RateLimit-Remaining"])
@@ -341,7 +346,12 @@ def _epoch(text: str | None) -> dt.datetime | None:
     return dt.datetime.fromtimestamp(int(text), dt.UTC)
 
 
-def _title(doc: dict[str, Any]) -> str | None:
+def _object(value: object) -> Mapping[str, object]:
+    """A JSON object of the answer, or an empty one for anything else (a field GitHub left out or changed)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _title(doc: Mapping[str, object]) -> str | None:
     title = doc.get("title")
     return " ".join(title.split())[:200] if isinstance(title, str) and title.strip() else None
 

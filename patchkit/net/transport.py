@@ -44,7 +44,7 @@ import time
 import weakref
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 from urllib.parse import urljoin, urlsplit
 
 import requests
@@ -54,6 +54,8 @@ from urllib3.exceptions import InvalidHeader, MaxRetryError, NewConnectionError,
 from urllib3.util.retry import Retry
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from urllib3.connectionpool import ConnectionPool
     from urllib3.response import BaseHTTPResponse
 
@@ -246,6 +248,20 @@ def _watch_current(sock: socket.socket | None) -> None:
         call.deadline.watch(sock)
 
 
+class SendOptions(TypedDict, total=False):
+    """What each hop of a request passes on to requests besides its method and URL."""
+
+    headers: Mapping[str, str] | None
+    auth: tuple[str, str] | None
+    data: bytes | None
+
+
+class RequestOptions(SendOptions, total=False):
+    """A request's options: each hop's, and whether to follow redirects (by default it does)."""
+
+    allow_redirects: bool
+
+
 class _WatchedHTTPConnection(urllib3.connection.HTTPConnection):
     """A connection that hands its socket to the deadline of the request using it."""
 
@@ -386,7 +402,7 @@ class Http:
             self.session.close()
 
     def request(
-        self, method: str, url: str, *, allowance: Allowance | None = None, **kwargs: Any
+        self, method: str, url: str, *, allowance: Allowance | None = None, **kwargs: Unpack[RequestOptions]
     ) -> tuple[requests.Response, int]:
         """Send one request (streamed), retried as the bounds say; the answer and how many times it was sent.
 
@@ -401,7 +417,8 @@ class Http:
         call = _Call(deadline)
         _active.call = call
         try:
-            resp = self._follow(method, url, deadline, kwargs)
+            follow = kwargs.pop("allow_redirects", True)
+            resp = self._follow(method, url, deadline, kwargs, follow=follow)
         except requests.RequestException as e:
             deadline.cancel()
             late = deadline.seconds if deadline.passed() else None
@@ -415,9 +432,10 @@ class Http:
         _cancel_on_close(resp, deadline)
         return resp, call.attempts
 
-    def _follow(self, method: str, url: str, deadline: Deadline, kwargs: dict[str, Any]) -> requests.Response:
+    def _follow(
+        self, method: str, url: str, deadline: Deadline, kwargs: SendOptions, *, follow: bool
+    ) -> requests.Response:
         """Send ``method url``, then follow its redirects; a hop to another origin carries no credentials."""
-        follow = kwargs.pop("allow_redirects", True)
         home = origin(url)
         for _ in range(MAX_REDIRECTS + 1):
             timeout = min(self.bounds.timeout, deadline.remaining())
@@ -497,16 +515,13 @@ def origin(url: str) -> tuple[str, str, int]:
     return scheme, (parts.hostname or "").lower(), port if port is not None else _DEFAULT_PORTS.get(scheme, -1)
 
 
-def _redirected(
-    method: str, status: int, kwargs: dict[str, Any], *, keep_credentials: bool
-) -> tuple[str, dict[str, Any]]:
+def _redirected(method: str, status: int, kwargs: SendOptions, *, keep_credentials: bool) -> tuple[str, SendOptions]:
     """The method and arguments of the hop a redirect asks for (as browsers and requests do), credentials removed
     unless the hop stays on the origin they were given for."""
-    kwargs = dict(kwargs)
+    kwargs = kwargs.copy()
     if (status == 303 and method != "HEAD") or (status in (301, 302) and method == "POST"):
         method = "GET"
-        for body in ("data", "json", "files"):
-            kwargs.pop(body, None)
+        kwargs.pop("data", None)
         kwargs["headers"] = _without(kwargs.get("headers"), {"content-type", "content-length", "content-range"})
     if not keep_credentials:
         kwargs["headers"] = _without(kwargs.get("headers"), {"authorization"})
@@ -514,7 +529,7 @@ def _redirected(
     return method, kwargs
 
 
-def _without(headers: Any, names: set[str]) -> dict[str, str]:
+def _without(headers: Mapping[str, str] | None, names: set[str]) -> dict[str, str]:
     return {k: v for k, v in (headers or {}).items() if k.lower() not in names}
 
 

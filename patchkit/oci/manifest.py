@@ -16,7 +16,6 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from patchkit.core.values import Digest
 from patchkit.errors import BadInput
@@ -155,7 +154,8 @@ class Malformed(ValueError):
     """A manifest, index, config or token answer that does not have the shape its specification gives."""
 
 
-def json_object(body: bytes, what: str) -> dict[str, Any]:
+def json_object(body: bytes, what: str) -> dict[str, object]:
+    """``body`` as a JSON object, its values unchecked; ``Malformed`` when it is not one."""
     try:
         doc = json.loads(body)
     except (UnicodeDecodeError, ValueError) as e:

@@ -185,8 +185,9 @@ def _update_referrers_tag(
     """The referrers tag schema: the index at ``sha256-<hex>`` lists every referrer of ``subject``."""
     from patchkit.oci.manifest import OCI_INDEX, referrers_tag
 
-    entries = {e["digest"]: e for e in client.referrers_tag(target, subject)}
-    entries.update({e["digest"]: e for e in new})
+    # Each entry a descriptor (the client checked those it read): its digest is a string.
+    entries = {str(e["digest"]): e for e in client.referrers_tag(target, subject)}
+    entries.update({str(e["digest"]): e for e in new})
     index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [entries[k] for k in sorted(entries)]}
     client.put_manifest(target, referrers_tag(subject), _json(index), OCI_INDEX)
 
