@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Iterator
-from typing import Any
 
 from patchkit.core.values import LOCKFILE_NAME
 from patchkit.errors import LockfileError, Problem
@@ -57,7 +56,7 @@ def collection_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _read(raw: dict[str, Any], r: FieldReader) -> Lockfile | None:
+def _read(raw: dict[str, object], r: FieldReader) -> Lockfile | None:
     """The lockfile of the parsed document, or None when a problem was reported."""
     ctx = Context(r)
     if not LOCKFILE.keyset.issuperset(raw):

@@ -17,10 +17,13 @@ models.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from patchkit.core.values import Digest
 from patchkit.lockfile.fields import Entry, Record, text
+
+if TYPE_CHECKING:
+    from patchkit.lockfile.model import Upstream
 
 VERIFIED_AGAINST = ("image", "upstream")
 
@@ -87,7 +90,7 @@ def check_pin(e: Entry, upstream: str | None) -> None:
     verified = e.values.get("verified")
     if not isinstance(verified, Verified) or verified.pin is None or upstream is None:
         return
-    found: Any = next((u for u in e.ctx.doc.get("upstreams", ()) if u.name == upstream), None)
+    found: Upstream | None = next((u for u in e.ctx.doc.get("upstreams", ()) if u.name == upstream), None)
     if found is None:
         return
     try:

@@ -9,7 +9,6 @@ import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from patchkit.core.hashing import require_pin
 from patchkit.core.values import LOCKFILE_NAME, Revision, Sha256, UpstreamPath
@@ -74,9 +73,9 @@ def manifest_from_listing(listing: Iterable[RemoteFile], where: str) -> tuple[Mo
 
 def manifest_bytes(repo: str, revision: Revision, files: Iterable[ModelFile]) -> bytes:
     """The canonical manifest file: same content, same bytes (fixed key order, sorted files)."""
-    entries: list[dict[str, Any]] = []
+    entries: list[dict[str, object]] = []
     for f in sorted(files, key=lambda f: f.path.path):
-        entry: dict[str, Any] = {"path": f.path.path, "size": f.size}
+        entry: dict[str, object] = {"path": f.path.path, "size": f.size}
         if f.sha256 is not None:
             entry["sha256"] = f.sha256.hex
         if f.blob is not None:

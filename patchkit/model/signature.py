@@ -26,10 +26,13 @@ import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from patchkit.errors import BadInput, Refused
 from patchkit.lockfile.model import ModelFile
+
+if TYPE_CHECKING:
+    from model_signing import hashing
 
 #: What model_signing leaves out of a signature by default (git's files); left out of the comparison too.
 IGNORED = (".gitattributes", ".gitignore", ".git", ".github")
@@ -53,7 +56,7 @@ class Verifier:
     chain: tuple[Path, ...] = ()
 
 
-def _hashing() -> Any:
+def _hashing() -> hashing.Config:
     from model_signing import hashing
 
     return hashing.Config().set_allow_symlinks(True)  # type: ignore[no-untyped-call]
@@ -132,7 +135,7 @@ def _why(e: Exception) -> str:
     return f"no {e.args[0]!r}" if isinstance(e, KeyError) else str(e)
 
 
-def _statement(bundle: Any) -> Any:
+def _statement(bundle: object) -> Any:  # the statement's JSON, read by trying (KeyError, TypeError)
     if not isinstance(bundle, dict):
         raise TypeError("not a JSON object")
     if not str(bundle["mediaType"]).startswith("application/vnd.dev.sigstore.bundle"):

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from patchkit.core.hashing import GIT_SHA1, SHA256, Progress, digest_many
 from patchkit.lockfile.model import Model, ModelFile
@@ -81,7 +81,7 @@ class VerifyResult:
             return "patchkit model fetch"
         return "delete the snapshot entries (and their blobs) listed above, then patchkit model fetch"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {
             "ok": self.ok,
             "fix": self.fix,

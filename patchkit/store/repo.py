@@ -21,6 +21,8 @@ from patchkit.core.values import LOCKFILE_NAME, RepoPath
 from patchkit.errors import BadInput, PatchkitError, Refused, WriteFailed
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from patchkit.lockfile.model import Lockfile
 
 
@@ -729,7 +731,7 @@ def _journaled(
     place.clear()
 
 
-def _write_record(place: JournalPlace, record: dict[str, Any]) -> None:
+def _write_record(place: JournalPlace, record: Mapping[str, object]) -> None:
     atomic_write(place.journal, json.dumps(record, separators=(",", ":")).encode())
 
 
@@ -841,11 +843,11 @@ def _stage_all(root: Path, items: list[tuple[str, bytes]]) -> list[tuple[str, Pa
     return staged
 
 
-def _write_journal_data(data_file: Path, in_place: list[tuple[str, bytes]]) -> list[list[Any]]:
+def _write_journal_data(data_file: Path, in_place: list[tuple[str, bytes]]) -> list[list[str | int]]:
     """Write the new contents of the in-place files into one durable data file; the journal's entries for them."""
     if not in_place:
         return []
-    writes: list[list[Any]] = []
+    writes: list[list[str | int]] = []  # each [path, offset, length, sha256], as the journal lists it
     offset = 0
     fd = os.open(data_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "wb") as f:
@@ -1084,7 +1086,7 @@ def _read_journal(place: JournalPlace) -> dict[str, Any] | None:
     return record
 
 
-def _binding(root: Path, tree: bool) -> dict[str, Any]:
+def _binding(root: Path, tree: bool) -> dict[str, object]:
     """What binds a journal to this directory and this run: its device and inode, the writer and a nonce."""
     st = os.stat(root)
     return {
@@ -1140,14 +1142,14 @@ def _undo_staging(root: Path, pid: int, rels: list[str]) -> None:
                 os.unlink(entry.path)
 
 
-def _path(rel: Any) -> str:
+def _path(rel: object) -> str:
     """A path a journal names, as a string; ``ValueError`` when it is not one."""
     if not isinstance(rel, str) or "\0" in rel:
         raise ValueError(f"{str(rel)[:200]!r} is not a path")
     return str(rel)
 
 
-def _entry(rel: Any, tree: bool) -> str:
+def _entry(rel: object, tree: bool) -> str:
     """A repository path of a journal, as a string patchkit may write; ``ValueError`` otherwise."""
     path = _path(rel)
     why = _unwritable(path, tree=tree)
