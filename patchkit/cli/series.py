@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from patchkit.cli.common import find_repo, hold_lock, open_repo, run_context
 from patchkit.errors import EXIT_FINDINGS, EXIT_OK, Refused
+
+if TYPE_CHECKING:
+    from patchkit.rebase.bump import Done
+    from patchkit.series.stalepins import StalePin
+    from patchkit.store.repo import Repo
 
 
 def _nothing_in_progress() -> Refused:
@@ -74,7 +79,7 @@ def rebase_series(
     return ctx.exit(EXIT_OK if done.outcome is not None else EXIT_FINDINGS)  # never returns: exit 0 or 1
 
 
-def _report(done: Any, fmt: str, stale: list[Any]) -> None:
+def _report(done: Done, fmt: str, stale: list[StalePin]) -> None:
     """The rebase's report (JSON or text); each stale pin of the repository's own files as a note."""
     from patchkit.formats import rebase as report
 
@@ -95,14 +100,14 @@ def _report(done: Any, fmt: str, stale: list[Any]) -> None:
         click.echo(f"note: {pin.message()}", err=True)
 
 
-def _stale_pins(repo: Any, done: Any) -> list[Any]:
+def _stale_pins(repo: Repo, done: Done) -> list[StalePin]:
     """The repository's own pins of the patches' old sha256 (a stack lock, a Containerfile), once committed."""
     from patchkit.series.stalepins import stale_pins
 
     return stale_pins(repo.root, done.outcome.changes) if done.outcome is not None else []
 
 
-def _print_series_rebase(done: Any) -> None:
+def _print_series_rebase(done: Done) -> None:
     """The text report of a series rebase: its table, then what was written or what waits to be resolved or fixed."""
     from patchkit.formats import rebase as report
 
