@@ -17,13 +17,20 @@ models.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from patchkit.core.values import Digest
 from patchkit.lockfile.fields import Entry, Record, text
 
-if TYPE_CHECKING:
-    from patchkit.lockfile.model import Upstream
+
+class _Upstream(Protocol):
+    """What the pin rule asks of an upstream (``lockfile.model.Upstream``, which imports this module)."""
+
+    name: str
+    source: str
+
+    def pin_form(self, pin: str) -> None: ...
+
 
 VERIFIED_AGAINST = ("image", "upstream")
 
@@ -90,7 +97,7 @@ def check_pin(e: Entry, upstream: str | None) -> None:
     verified = e.values.get("verified")
     if not isinstance(verified, Verified) or verified.pin is None or upstream is None:
         return
-    found: Upstream | None = next((u for u in e.ctx.doc.get("upstreams", ()) if u.name == upstream), None)
+    found: _Upstream | None = next((u for u in e.ctx.doc.get("upstreams", ()) if u.name == upstream), None)
     if found is None:
         return
     try:
