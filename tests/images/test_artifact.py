@@ -10,12 +10,17 @@ from typing import Any
 
 import pytest
 
+from patchkit.errors import Refused
 from patchkit.oci.manifest import OCI_INDEX, OCI_MANIFEST
 from patchkit.ship.artifact import (
     ATTESTATION_ARTIFACT,
     BUNDLE_ARTIFACT,
+    BUNDLE_LAYER,
     EMPTY_MEDIA_TYPE,
     SIGNATURE_ARTIFACT,
+    TITLE,
+    _layer,
+    _safe_name,
     artifact_manifest,
 )
 from tests.conftest import Invoke
@@ -220,3 +225,14 @@ def test_a_strangers_signature_beside_the_real_one_does_not_block_the_pull(
     r = invoke("pull", ref, "-o", str(out), "--allowed-signers", str(signed["allowed"]))
     assert r.exit_code == 0, r.stderr
     assert (out / "deploy.tar.gz.sig").read_bytes() == real_sig  # the one an allowed signer made
+
+
+@pytest.mark.parametrize("annotations", [["deploy.tar.gz"], "deploy.tar.gz", {TITLE: 7}, None])
+def test_a_bundle_layer_without_a_title_string_is_refused(annotations: object) -> None:
+    # A registry that serves what it likes (distribution itself refuses such a manifest) may send any JSON.
+    layer = {"mediaType": BUNDLE_LAYER, "digest": EMPTY_DIGEST, "size": 2, "annotations": annotations}
+    doc = json.loads(artifact_manifest(BUNDLE_ARTIFACT, [layer]))
+    desc, title = _layer(doc, BUNDLE_LAYER, "reg/bundles@sha256:x")
+    assert desc.size == 2
+    with pytest.raises(Refused, match="is not a plain file name; refusing it"):
+        _safe_name(title, "reg/bundles@sha256:x", (".tar.gz",))

@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import Invoke
+
+from patchkit.ship.adopt import upstream_from_state, upstream_state
 
 from .conftest import ImageBuilder, RegistryServer
 
@@ -146,3 +149,13 @@ def test_bump_records_the_new_runtime_version_and_keeps_the_old_one_when_the_ima
     assert f'digest = "{digest}"\n' in table
     assert 'version = "0.26.1rc1.dev300+g0123abcd9.rocm723"\n' in table and 'note = "ROCm nightly"\n' in table
     assert "note: images.vllm.version 0.26.1rc1.dev300+g0123abcd9.rocm723 was kept from the previous pin" in r.stderr
+
+
+def test_a_saved_image_upstream_with_a_field_of_another_type_is_malformed() -> None:
+    saved = {"name": "vllm", "image": "docker.io/rocm/vllm", "prefix": "/usr/local/lib/python3.12/dist-packages"}
+    assert upstream_state(upstream_from_state(saved)) == {
+        **saved, "image_digest": None, "platform": None, "version": None, "note": None,
+    }  # fmt: skip
+    for field in ("platform", "version", "note", "prefix", "image_digest"):
+        with pytest.raises(ValueError, match=field):
+            upstream_from_state({**saved, field: 5})
