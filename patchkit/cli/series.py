@@ -61,6 +61,9 @@ def rebase_series(
         output_target(summary, repo, lockf)  # refused before anything is written
     if cont:
         done = bump.resume(repo, lockf, data, run_context(), accept)
+        if done is None:
+            click.echo("the rebase had already been committed; cleaned up its work area")
+            return True
     else:
         done = bump.start(repo, lockf, data, name, onto, run_context(), accept, remembered)
     if summary is not None:
