@@ -83,14 +83,14 @@ def resume(
 
     None when the rebase was already committed (a crash came before the clean-up): the work area is removed.
     """
-    state = driver.saved(core.KIND, repo.root, lock_bytes)
-    if state is None:
-        driver.abort(core.KIND, repo.root)
-        return None
-    resolved = core.read_resolved(repo, state)
-    s = find_series(lock.series, state.series)
-    accepted = {**state.accepted, **(accept or {})}
-    return _run(repo, lock, lock_bytes, s, state.onto, cache, resolved, accepted, accept or {})
+
+    def go_on(state: SeriesState, files: dict[str, bytes]) -> Done:
+        resolved = {**state.resolved, state.stopped: files}
+        s = find_series(lock.series, state.series)
+        accepted = {**state.accepted, **(accept or {})}
+        return _run(repo, lock, lock_bytes, s, state.onto, cache, resolved, accepted, accept or {})
+
+    return driver.resume(core.KIND, repo, lock_bytes, lambda state: state, go_on)
 
 
 def abort(repo: Repo) -> bool:

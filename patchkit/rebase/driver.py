@@ -9,11 +9,11 @@ this module's, the same for both:
 - **start** is refused while any rebase waits (exit 1): one at a time;
 - **stop**: the files to resolve and the state, one journaled transaction
   (``stop``); nothing else in the repository changes;
-- **--continue** refuses a lockfile changed since the rebase started (exit 1:
-  the saved state no longer applies), recognises a rebase that was committed
-  but not cleaned up (a crash in between), and reads every file waiting,
-  refusing every one still unresolved (missing, a link, markers left) in one
-  message (exit 1), before anything merges again;
+- **--continue** (``resume``) refuses a lockfile changed since the rebase
+  started (exit 1: the saved state no longer applies), recognises a rebase
+  that was committed but not cleaned up (a crash in between), and reads
+  every file waiting, refusing every one still unresolved (missing, a link,
+  markers left) in one message (exit 1), before the kind goes on;
 - **commit**: records in the state where the lockfile is going, then writes
   the lockfile, the files and SHA256SUMS in one transaction (``commit``),
   then the resolutions learned and the clean-up (``done``);
@@ -54,6 +54,8 @@ class Saved(Protocol):
 
 
 S = TypeVar("S", bound=Saved)
+P = TypeVar("P")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,31 @@ def saved(kind: Kind[S], root: Path, lock_bytes: bytes) -> S | None:
             f"lockfile.toml changed since the {kind.what} started; the saved state no longer applies", AGAIN_HINT
         )
     return state
+
+
+def resume(
+    kind: Kind[S],
+    repo: Repo,
+    lock_bytes: bytes,
+    prepare: Callable[[S], P],
+    go_on: Callable[[P, dict[str, bytes]], R],
+    refused: Callable[[P], list[str]] = lambda saved: [],
+) -> R | None:
+    """``--continue``: the saved state (``saved``), every file waiting read back resolved, then the kind goes on.
+
+    ``prepare`` is the kind's reading of its state (the overlays' saved plan,
+    its merges from the cache), so that a state that cannot be used is
+    refused before any work file is read; ``refused`` the kind's own reasons
+    to refuse, said with the unresolved files; ``go_on`` merges or commits
+    with the resolutions (by the key ``state.waiting()`` gives). None when the
+    rebase had already been committed: its work area is removed.
+    """
+    state = saved(kind, repo.root, lock_bytes)
+    if state is None:
+        kind.area.clear(repo.root)
+        return None
+    ready = prepare(state)
+    return go_on(ready, read_resolutions(repo, state.waiting(), refused(ready)))
 
 
 def read_resolutions(repo: Repo, waiting: Iterable[tuple[str, str]], refused: Iterable[str] = ()) -> dict[str, bytes]:

@@ -830,14 +830,14 @@ def save(repo: Repo, lock_bytes: bytes, result: Plan, store: BlobStore) -> list[
     return driver.stop(KIND, repo.root, files, state)
 
 
-def load(repo: Repo, lock_bytes: bytes, store: BlobStore) -> Plan:
-    """The saved plan of a rebase in progress, checked against the repository it was made for.
+def load(state: OverlayState, store: BlobStore) -> Plan:
+    """The saved plan of a rebase in progress, rebuilt from its checked state and the cache.
 
     A state file that is not what patchkit wrote (hand-edited, truncated, a
     wrong type anywhere) is bad input naming the file, never a crash.
     """
     try:
-        return _load(repo, lock_bytes, store)
+        return _load(state, store)
     except (KeyError, TypeError, AttributeError, ValueError) as e:
         raise BadInput(
             f"{OVERLAYS.state_file}: malformed ({type(e).__name__}: {str(e)[:120]}); it is not what patchkit wrote",
@@ -845,8 +845,7 @@ def load(repo: Repo, lock_bytes: bytes, store: BlobStore) -> Plan:
         ) from e
 
 
-def _load(repo: Repo, lock_bytes: bytes, store: BlobStore) -> Plan:
-    state = _read_state(repo, lock_bytes)
+def _load(state: OverlayState, store: BlobStore) -> Plan:
     result = Plan(state.upstream, state.old_pin, Pin(**state.new_pin))
     result.image_pins = dict(state.image_pins)
     result.image_upstream = state.image_upstream
@@ -860,23 +859,6 @@ def _load(repo: Repo, lock_bytes: bytes, store: BlobStore) -> Plan:
     for entry in state.patches:
         result.results.append(_saved_result(entry, result, store))
     return result
-
-
-def _read_state(repo: Repo, lock_bytes: bytes) -> OverlayState:
-    """The saved state, when it belongs to this patchkit and this lockfile (``driver.saved``).
-
-    ``RebaseFinished`` when the lockfile is the one the rebase committed.
-    """
-    state = driver.saved(KIND, repo.root, lock_bytes)
-    if state is None:
-        raise RebaseFinished()
-    return state
-
-
-def _saved_doc(repo: Repo) -> dict[str, Any] | None:
-    """The saved state as its file's object, for what reads it leniently (``resolutions.learned``)."""
-    state = read_overlays(repo.root, OUTCOMES)
-    return None if state is None else state.as_doc()
 
 
 def _saved_result(entry: dict[str, Any], result: Plan, store: BlobStore) -> PatchResult:
@@ -920,24 +902,9 @@ class _SavedMerge:
     review_flags: tuple[Any, ...] = ()
 
 
-def resolved_files(repo: Repo, result: Plan, refused: Iterable[str] = ()) -> dict[str, bytes]:
-    """The user's resolutions of every conflicted or broken file, by patch; every one unresolved refused at once."""
-    waiting = [(r.name, conflict_file(r)) for r in result.results if r.outcome in (Outcome.CONFLICT, Outcome.BROKEN)]
-    return driver.read_resolutions(repo, waiting, refused)
-
-
 def abort(repo: Repo) -> bool:
     """Forget the rebase in progress; the repository itself was never changed."""
     return driver.abort(KIND, repo.root)
-
-
-def clear(repo: Repo) -> bool:
-    """Remove the work area (never what a link in its place points at); whether there was one."""
-    return OVERLAYS.clear(repo.root)
-
-
-class RebaseFinished(Exception):
-    """The saved rebase was already committed (a crash came before the clean-up)."""
 
 
 # --------------------------------------------------------------------------- the commands
@@ -1123,23 +1090,47 @@ def resume(
     accept: dict[str, str] | None = None,
     cache: Context | None = None,
 ) -> tuple[Plan, WriteOutcome]:
-    """--continue: take the resolved files, check them again, and commit the saved bump."""
-    try:
-        result = load(repo, lock_bytes, store)
-    except RebaseFinished:
-        clear(repo)
-        return Plan("", "", Pin("git")), WriteOutcome()
-    if result.image_upstream is not None:
-        from patchkit.ship.adopt import adopt, upstream_from_state
+    """--continue: take the resolved files, check them again, and commit the saved bump (``driver.resume``).
 
-        lock = adopt(lock, upstream_from_state(result.image_upstream))
+    An empty plan when the rebase had already been committed (a crash came before the clean-up).
+    """
     dropped = set(drop)
-    undecided = [
+
+    def go_on(saved: tuple[OverlayState, Plan], resolved: dict[str, bytes]) -> tuple[Plan, WriteOutcome]:
+        return _commit_saved(repo, lock, saved, resolved, store, dropped, accept, cache)
+
+    def prepare(state: OverlayState) -> tuple[OverlayState, Plan]:
+        return state, load(state, store)
+
+    done = driver.resume(KIND, repo, lock_bytes, prepare, go_on, lambda saved: _undecided(saved[1], dropped))
+    return done if done is not None else (Plan("", "", Pin("git")), WriteOutcome())
+
+
+def _undecided(result: Plan, dropped: set[str]) -> list[str]:
+    """Each patch whose file upstream deleted with no decision taken: --continue refuses it."""
+    return [
         f"{r.old_path} was deleted upstream: keep nothing (--drop {r.name}) or abort"
         for r in result.results
         if r.outcome is Outcome.DELETED and r.name not in dropped
     ]
-    resolved = resolved_files(repo, result, undecided)
+
+
+def _commit_saved(
+    repo: Repo,
+    lock: Lockfile,
+    saved: tuple[OverlayState, Plan],
+    resolved: dict[str, bytes],
+    store: BlobStore,
+    dropped: set[str],
+    accept: dict[str, str] | None,
+    cache: Context | None,
+) -> tuple[Plan, WriteOutcome]:
+    """--continue's own step: the resolved files checked again, then the saved bump committed with them."""
+    state, result = saved
+    if result.image_upstream is not None:
+        from patchkit.ship.adopt import adopt, upstream_from_state
+
+        lock = adopt(lock, upstream_from_state(result.image_upstream))
     recheck(repo, lock, result, resolved, store, cache)
     result.accepted = _accepted(result, accept)
     still = [r for r in result.blocked if r.outcome is Outcome.BROKEN and r.name not in dropped]
@@ -1148,7 +1139,7 @@ def resume(
             [p.text(conflict_file(r)) for r in still for p in r.problems if p.blocking], [r.name for r in still]
         )
     learned = resolutions.learned(
-        repo, _saved_doc(repo), result.results, resolved, result.ours, lambda s: _their_file(result, store, s)
+        repo, state.as_doc(), result.results, resolved, result.ours, lambda s: _their_file(result, store, s)
     )
     outcome = commit(repo, lock, result, store, resolved, dropped)
     outcome.written += driver.done(KIND, repo, learned)

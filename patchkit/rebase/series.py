@@ -56,7 +56,6 @@ from patchkit.series.apply import Item, Reader, refuse_nested
 from patchkit.series.checks import ProducedFile, interdiffs, semantic_checks
 from patchkit.series.headers import prefixes, quote
 from patchkit.series.parse import FileChange, ParsedPatch
-from patchkit.store.repo import Repo
 from patchkit.trust.interdiff import Interdiff
 from patchkit.trust.pycheck import Problem
 
@@ -619,14 +618,6 @@ def save_state(root: Path, state: SeriesState, conflicted: dict[str, bytes]) -> 
     """Write the stopped patch's files to resolve and the state, as one transaction; the files, sorted."""
     files = {series_work_file(state.stopped, p): data for p, data in sorted(conflicted.items())}
     return driver.stop(KIND, root, files, state)
-
-
-def read_resolved(repo: Repo, state: SeriesState) -> dict[str, dict[str, bytes]]:
-    """Every resolution so far: the earlier ones kept in the state, and the stopped patch's work files.
-
-    Every work file still unresolved (missing, a link, markers left) is refused at once (exit 1).
-    """
-    return {**state.resolved, state.stopped: driver.read_resolutions(repo, state.waiting())}
 
 
 def status(root: Path) -> dict[str, Any] | None:

@@ -148,3 +148,30 @@ def test_a_series_rebase_killed_after_its_commit_is_finished_by_continue(
     assert not (queue.root / ".patchkit/series-rebase").exists()
     assert _outside(queue.root) == committed
     assert invoke("check", repo=queue.root).exit_code == 0
+
+
+def test_overlay_continue_names_a_deletion_and_every_unresolved_file_at_once(
+    invoke: Invoke,
+    tmp_path: Path,
+    upstream: Upstream,  # noqa: F811
+) -> None:
+    c1 = upstream.commit({"vllm/worker.py": WORKER, "vllm/other.py": b"x = 1\n"})
+    root = make_deploy(invoke, tmp_path, upstream, c1, {"vllm/worker.py": FENCED, "vllm/other.py": b"x = 2\n"})
+    theirs = WORKER.replace(b"        for b in blocks:\n", b"        wait()\n        for b in blocks:\n")
+    code, doc = rebase_json(invoke, root, "--onto", upstream.commit({"vllm/worker.py": theirs, "vllm/other.py": None}))
+    assert code == 1 and {p["name"]: p["outcome"] for p in doc["patches"]} == {  # type: ignore[index,union-attr]
+        "worker": "conflict",
+        "other": "deleted",
+    }
+    r = invoke("rebase", "--continue", repo=root)
+    assert r.exit_code == 1
+    assert "vllm/other.py was deleted upstream: keep nothing (--drop other) or abort; " in r.stderr
+    assert ".patchkit/rebase/conflicts/worker/worker.py:" in r.stderr and "conflict markers remain" in r.stderr
+    (root / ".patchkit/rebase/conflicts/worker/worker.py").write_bytes(
+        theirs.replace(b"        wait()\n", b"        wait()\n        self.stream.synchronize()\n")
+    )
+    r = invoke("rebase", "--continue", repo=root)
+    assert r.exit_code == 1 and "markers remain" not in r.stderr and "--drop other" in r.stderr
+    done = invoke("rebase", "--continue", "--drop", "other", repo=root)
+    assert done.exit_code == 0, done.stderr
+    assert not (root / ".patchkit/rebase").exists()
