@@ -66,6 +66,9 @@ def rebase_series(
         output_target(summary, repo, lockf)  # refused before anything is written
     if cont:
         done = bump.resume(repo, lockf, data, run_context(), accept)
+        if done is None:
+            click.echo("the rebase had already been committed; cleaned up its work area")
+            return True
     else:
         done = bump.start(repo, lockf, data, name, onto, run_context(), accept, remembered)
     if summary is not None:
@@ -84,18 +87,9 @@ def _report(done: Done, fmt: str, stale: list[StalePin]) -> None:
     from patchkit.formats import rebase as report
 
     if fmt == "json":
-        doc = {
-            "stale_pins": [p.as_dict() for p in stale],
-            "series": done.series.name,
-            "from": done.old,
-            "onto": done.new,
-            "committed": done.outcome is not None,
-            "patches": [report.series_patch_json(r, done.causes) for r in done.result.patches],
-            "work_files": list(done.work_files),
-        }
-        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+        click.echo(json.dumps(report.series_json(done, stale), indent=2, sort_keys=True))
     else:
-        _print_series_rebase(done)
+        click.echo("\n".join(report.series_text(done)))
     for pin in stale:
         click.echo(f"note: {pin.message()}", err=True)
 
@@ -105,22 +99,3 @@ def _stale_pins(repo: Repo, done: Done) -> list[StalePin]:
     from patchkit.series.stalepins import stale_pins
 
     return stale_pins(repo.root, done.outcome.changes) if done.outcome is not None else []
-
-
-def _print_series_rebase(done: Done) -> None:
-    """The text report of a series rebase: its table, then what was written or what waits to be resolved or fixed."""
-    from patchkit.formats import rebase as report
-
-    for line in report.series_table(done):
-        click.echo(line)
-    if done.outcome is not None:
-        for rel in done.outcome.written:
-            click.echo(f"wrote {rel}")
-        return
-    stopped = done.result.stopped
-    fix = "resolve" if stopped is None or stopped.conflicted else "fix"
-    click.echo(f"nothing in the repository changed; {fix}, then: patchkit rebase --continue")
-    for rel in done.work_files:
-        click.echo(f"  {fix} {rel}")
-    if stopped is not None and stopped.broken and not stopped.conflicted:
-        click.echo(f"  or: patchkit rebase --continue --accept-broken {stopped.name} --reason TEXT")

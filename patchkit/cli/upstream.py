@@ -306,10 +306,12 @@ def rebase(
         remembered=remembered,
     )
     _write_summary(summary, repo, lockf, started.plan)
+    from patchkit.formats import rebase as report
+
     if fmt == "json":
-        click.echo(json.dumps(_started_json(started), indent=2, sort_keys=True))
+        click.echo(json.dumps(report.started_json(started), indent=2, sort_keys=True))
     else:
-        _print_started(started)
+        click.echo(report.started_text(started), nl=False)  # one write: 2,000 lines for 1,000 patches
     ctx.exit(EXIT_OK if started.outcome is not None else EXIT_FINDINGS)
 
 
@@ -323,41 +325,6 @@ def _write_summary(summary: Path | None, repo: Repo, lockf: Lockfile, plan: Plan
 
     text = report.summary_markdown(plan) + review_summary(repo)
     atomic_write(output_target(summary, repo, lockf), text.encode())
-
-
-def _started_json(started: Started) -> dict[str, object]:
-    """A started rebase as ``--format json`` shows it: the plan, whether it was committed, and its work files."""
-    from patchkit.formats import rebase as report
-
-    doc = report.result_json(started.plan)
-    doc["committed"] = started.outcome is not None
-    doc["work_files"] = started.conflict_files
-    doc["nothing_moved"] = started.nothing_moved
-    changes = started.outcome.changes if started.outcome is not None else []
-    doc["sums_dropped"] = [c.what.removeprefix("SHA256SUMS ") for c in changes if c.what.startswith("SHA256SUMS ")]
-    return doc
-
-
-def _print_started(started: Started) -> None:
-    """A started rebase as text: the table, then why nothing moved, what was written, or what waits resolved."""
-    from patchkit.formats import rebase as report
-
-    click.echo(report.table(started.plan), nl=False)
-    if started.nothing_moved is not None:
-        click.echo(f"nothing in the repository changed: {started.nothing_moved}")
-        for fix in dict.fromkeys(sk.fix for sk in started.plan.skipped if sk.fix):
-            click.echo(f"  fix: {fix}")
-    elif started.outcome is not None:
-        from patchkit.core.safe import printable
-
-        lines = [f"{c.what}: {c.old} -> {c.new}" for c in started.outcome.changes if c.what.startswith("SHA256SUMS ")]
-        lines += [f"wrote {printable(rel)}" for rel in started.outcome.written]
-        if lines:
-            click.echo("\n".join(lines))  # one write: click flushes after every echo, 2,000 files for 1,000 patches
-    else:
-        click.echo("nothing in the repository changed; resolve, then: patchkit rebase --continue")
-        for rel in started.conflict_files:
-            click.echo(f"  resolve {rel}")
 
 
 def _accepts(names: tuple[str, ...], reason: str | None) -> dict[str, str]:

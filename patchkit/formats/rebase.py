@@ -14,8 +14,9 @@ from patchkit.core.safe import printable
 from patchkit.rebase import explain
 from patchkit.rebase.bump import Done
 from patchkit.rebase.merge import Outcome
-from patchkit.rebase.overlays import PatchResult, Plan, conflict_file, review_lines
+from patchkit.rebase.overlays import PatchResult, Plan, Started, conflict_file, review_lines
 from patchkit.rebase.series import PatchOutcome, PatchRebase
+from patchkit.series.stalepins import StalePin
 from patchkit.trust.pycheck import Problem
 
 # --------------------------------------------------------------------------- an overlays' rebase
@@ -204,7 +205,60 @@ def result_json(result: Plan) -> dict[str, Any]:
     }
 
 
+def started_json(started: Started) -> dict[str, Any]:
+    """A started rebase as ``--format json`` shows it: the plan, whether it was committed, and its work files."""
+    doc = result_json(started.plan)
+    doc["committed"] = started.outcome is not None
+    doc["work_files"] = started.conflict_files
+    doc["nothing_moved"] = started.nothing_moved
+    changes = started.outcome.changes if started.outcome is not None else []
+    doc["sums_dropped"] = [c.what.removeprefix("SHA256SUMS ") for c in changes if c.what.startswith("SHA256SUMS ")]
+    return doc
+
+
+def started_text(started: Started) -> str:
+    """A started rebase as text: the table, then why nothing moved, what was written, or what waits resolved."""
+    lines: list[str] = []
+    if started.nothing_moved is not None:
+        lines.append(f"nothing in the repository changed: {started.nothing_moved}")
+        lines += [f"  fix: {fix}" for fix in dict.fromkeys(sk.fix for sk in started.plan.skipped if sk.fix)]
+    elif started.outcome is not None:
+        lines += [f"{c.what}: {c.old} -> {c.new}" for c in started.outcome.changes if c.what.startswith("SHA256SUMS ")]
+        lines += [f"wrote {printable(rel)}" for rel in started.outcome.written]
+    else:
+        lines.append("nothing in the repository changed; resolve, then: patchkit rebase --continue")
+        lines += [f"  resolve {rel}" for rel in started.conflict_files]
+    return table(started.plan) + "".join(line + "\n" for line in lines)
+
+
 # --------------------------------------------------------------------------- a series' rebase
+
+
+def series_json(done: Done, stale: list[StalePin]) -> dict[str, Any]:
+    """A series rebase as ``--format json`` shows it; ``stale`` the repository's own pins of the old patches."""
+    return {
+        "stale_pins": [p.as_dict() for p in stale],
+        "series": done.series.name,
+        "from": done.old,
+        "onto": done.new,
+        "committed": done.outcome is not None,
+        "patches": [series_patch_json(r, done.causes) for r in done.result.patches],
+        "work_files": list(done.work_files),
+    }
+
+
+def series_text(done: Done) -> list[str]:
+    """A series rebase as text: its table, then what was written or what waits to be resolved or fixed."""
+    lines = series_table(done)
+    if done.outcome is not None:
+        return lines + [f"wrote {rel}" for rel in done.outcome.written]
+    stopped = done.result.stopped
+    fix = "resolve" if stopped is None or stopped.conflicted else "fix"
+    lines.append(f"nothing in the repository changed; {fix}, then: patchkit rebase --continue")
+    lines += [f"  {fix} {rel}" for rel in done.work_files]
+    if stopped is not None and stopped.broken and not stopped.conflicted:
+        lines.append(f"  or: patchkit rebase --continue --accept-broken {stopped.name} --reason TEXT")
+    return lines
 
 
 def series_table(done: Done) -> list[str]:

@@ -10,12 +10,13 @@ from typing import Any
 from patchkit.core.hashing import sha256_bytes
 from patchkit.core.outcome import Change, Outcome
 from patchkit.core.values import Revision, Sha256
-from patchkit.errors import BadInput, Refused
+from patchkit.errors import BadInput
 from patchkit.lockfile.accepted import Accepted
 from patchkit.lockfile.model import GitUpstream, Lockfile
 from patchkit.lockfile.series import Series
 from patchkit.lockfile.verification import record_verified
-from patchkit.rebase import explain
+from patchkit.lockfile.writer import dumps
+from patchkit.rebase import driver, explain
 from patchkit.rebase import series as core
 from patchkit.rebase.state import SeriesState
 from patchkit.series.tree import find_series, load
@@ -68,30 +69,33 @@ def start(
     ``accept`` names the broken patches to commit all the same, with the reason; ``remembered``:
     replay the recorded resolutions of known conflicts (``patchkit.rebase.resolutions``).
     """
-    if core.in_progress(repo.root):
-        raise Refused("a series rebase is in progress", "patchkit rebase --continue, or patchkit rebase --abort")
+    driver.refuse_if_waiting(repo.root)
     if onto is None:
         raise BadInput("--onto REV is required to rebase a series", "give the new upstream commit, branch or tag")
     s = find_series(lock.series, name)
     return _run(repo, lock, lock_bytes, s, onto, cache, {}, accept or {}, accept or {}, remembered=remembered)
 
 
-def resume(repo: Repo, lock: Lockfile, lock_bytes: bytes, cache: Context, accept: dict[str, str] | None = None) -> Done:
-    """Go on with the series rebase in progress, with the resolved (or fixed) files of the patch it stopped at."""
-    state = core.load_state(repo.root)
-    if state.lockfile_sha256 != sha256_bytes(lock_bytes):
-        raise Refused(
-            "lockfile.toml changed since the series rebase started",
-            "patchkit rebase --abort, then start the rebase again",
-        )
-    resolved = core.read_resolved(repo.root, state)
-    s = find_series(lock.series, state.series)
-    accepted = {**state.accepted, **(accept or {})}
-    return _run(repo, lock, lock_bytes, s, state.onto, cache, resolved, accepted, accept or {})
+def resume(
+    repo: Repo, lock: Lockfile, lock_bytes: bytes, cache: Context, accept: dict[str, str] | None = None
+) -> Done | None:
+    """Go on with the series rebase in progress, with the resolved (or fixed) files of the patch it stopped at.
+
+    None when the rebase was already committed (a crash came before the clean-up): the work area is removed.
+    """
+
+    def go_on(state: SeriesState, files: dict[str, bytes]) -> Done:
+        resolved = {**state.resolved, state.stopped: files}
+        s = find_series(lock.series, state.series)
+        accepted = {**state.accepted, **(accept or {})}
+        return _run(repo, lock, lock_bytes, s, state.onto, cache, resolved, accepted, accept or {})
+
+    return driver.resume(core.KIND, repo, lock_bytes, lambda state: state, go_on)
 
 
 def abort(repo: Repo) -> bool:
-    return core.clear(repo.root)
+    """Forget the series rebase in progress (the repository itself was never changed); whether one waited."""
+    return driver.abort(core.KIND, repo.root)
 
 
 def _run(
@@ -145,8 +149,7 @@ def _run(
         done.work_files = tuple(core.save_state(repo.root, state, waiting))
         return done
     done.outcome = _commit(repo, lock, s, commit, result)
-    done.outcome.written += resolutions.save(repo, [rec for r in result.patches for rec in r.learned])
-    core.clear(repo.root)
+    done.outcome.written += driver.done(core.KIND, repo, [rec for r in result.patches for rec in r.learned])
     return done
 
 
@@ -182,7 +185,9 @@ def _commit(repo: Repo, lock: Lockfile, s: Series, commit: str, result: core.Ser
     new_lock = dataclasses.replace(lock, series=series, upstreams=upstreams)
     # The series now applies onto the new commit: recorded for the image it is applied onto.
     new_lock = record_verified(new_lock, series=(s.name,), root=repo.root)
-    outcome.written = finish(repo, new_lock, files, deletes)
+    outcome.written = driver.commit(
+        core.KIND, repo, lambda: finish(repo, new_lock, files, deletes), dumps(new_lock).encode()
+    )
     return outcome
 
 

@@ -201,13 +201,10 @@ def start(
     written. Refused before anything is read when an overlay in the image
     has no base to rebase.
     """
+    from patchkit.rebase import driver
     from patchkit.rebase import overlays as rb
 
-    if rb.in_progress(repo):  # refused before any base is downloaded
-        raise rb.RebaseInProgress(
-            "a rebase is already in progress",
-            "resolve it (patchkit status; patchkit rebase --continue) or patchkit rebase --abort",
-        )
+    driver.refuse_if_waiting(repo.root)  # refused before any base is downloaded
     _refuse_unbased(lock, target.upstream)
     warm_bases(repo, lock, target.upstream, cache, store)
     return rb.start(

@@ -35,9 +35,10 @@ from patchkit.lockfile.accepted import Accepted
 from patchkit.lockfile.model import Base, DiffPin, Image, Lockfile, Patch, PatchKind, Upstream
 from patchkit.lockfile.verification import record_verified
 from patchkit.lockfile.writer import dumps
-from patchkit.rebase import explain, resolutions
+from patchkit.rebase import driver, explain, resolutions
+from patchkit.rebase.driver import RebaseBlocked, RebaseInProgress
 from patchkit.rebase.merge import MergeResult, Outcome, conflict_markers_remain, rebase_files
-from patchkit.rebase.state import OVERLAYS, OverlayState, read_overlays
+from patchkit.rebase.state import OVERLAYS, OverlayState, overlay_work_file, read_overlays
 from patchkit.sources.context import Context
 from patchkit.sources.factory import KINDS, repinned
 from patchkit.sources.interface import Pin, Snapshot, UpstreamSource
@@ -52,10 +53,9 @@ from patchkit.trust.pycheck import Problem
 BLOCKING = (Outcome.CONFLICT, Outcome.DELETED, Outcome.BROKEN)
 # The outcomes a saved state may name (``check_rebase``).
 OUTCOMES = {o.value for o in Outcome}
-
-
-class RebaseInProgress(BadInput):
-    """A rebase waits for --continue or --abort."""
+# The overlays' rebase as the one driver sees it (``rebase.driver``): its work area and its state.
+KIND = driver.Kind(OVERLAYS, lambda root: read_overlays(root, OUTCOMES), "rebase")
+__all__ = ["RebaseBlocked", "RebaseInProgress"]  # raised here, defined by the driver
 
 
 @dataclass(frozen=True)
@@ -765,11 +765,7 @@ def commit(
     new_lock, files, deletes, outcome = prepare(lock, result, store, resolved, drop, repo.root)
     # SHA256SUMS is rewritten from the new lockfile: every entry it loses is said, but those of dropped files.
     outcome.changes += [c for c in sums_dropped(repo, new_lock) if c.what.removeprefix("SHA256SUMS ") not in deletes]
-    if in_progress(repo):
-        # Record where the lockfile is going, so a crash between the write and
-        # the clean-up is recognised as a finished rebase, not a foreign edit.
-        _mark_committing(repo, sha256_bytes(dumps(new_lock).encode()))
-    written = finish(repo, new_lock, files, deletes)
+    written = driver.commit(KIND, repo, lambda: finish(repo, new_lock, files, deletes), dumps(new_lock).encode())
     outcome.written = [w for w in written if w not in deletes]
     outcome.removed = [w for w in written if w in deletes]
     return outcome
@@ -792,8 +788,7 @@ def in_progress(repo: Repo) -> bool:
 
 def conflict_file(r: PatchResult) -> str:
     """Where a conflicted (or broken) file waits for its resolution, relative to the repository."""
-    where = "broken" if r.outcome is Outcome.BROKEN and r.text_outcome is not Outcome.CONFLICT else "conflicts"
-    return f"{OVERLAYS.directory}/{where}/{r.name}/{Path(r.new_path).name}"
+    return overlay_work_file(r.name, r.new_path, r.outcome.value, r.text_outcome.value if r.text_outcome else None)
 
 
 def save(repo: Repo, lock_bytes: bytes, result: Plan, store: BlobStore) -> list[str]:
@@ -832,18 +827,17 @@ def save(repo: Repo, lock_bytes: bytes, result: Plan, store: BlobStore) -> list[
             for r in result.results
         ),
     )
-    OVERLAYS.save(repo.root, files, state.as_doc())
-    return list(files)
+    return driver.stop(KIND, repo.root, files, state)
 
 
-def load(repo: Repo, lock_bytes: bytes, store: BlobStore) -> Plan:
-    """The saved plan of a rebase in progress, checked against the repository it was made for.
+def load(state: OverlayState, store: BlobStore) -> Plan:
+    """The saved plan of a rebase in progress, rebuilt from its checked state and the cache.
 
     A state file that is not what patchkit wrote (hand-edited, truncated, a
     wrong type anywhere) is bad input naming the file, never a crash.
     """
     try:
-        return _load(repo, lock_bytes, store)
+        return _load(state, store)
     except (KeyError, TypeError, AttributeError, ValueError) as e:
         raise BadInput(
             f"{OVERLAYS.state_file}: malformed ({type(e).__name__}: {str(e)[:120]}); it is not what patchkit wrote",
@@ -851,8 +845,7 @@ def load(repo: Repo, lock_bytes: bytes, store: BlobStore) -> Plan:
         ) from e
 
 
-def _load(repo: Repo, lock_bytes: bytes, store: BlobStore) -> Plan:
-    state = _read_state(repo, lock_bytes)
+def _load(state: OverlayState, store: BlobStore) -> Plan:
     result = Plan(state.upstream, state.old_pin, Pin(**state.new_pin))
     result.image_pins = dict(state.image_pins)
     result.image_upstream = state.image_upstream
@@ -866,32 +859,6 @@ def _load(repo: Repo, lock_bytes: bytes, store: BlobStore) -> Plan:
     for entry in state.patches:
         result.results.append(_saved_result(entry, result, store))
     return result
-
-
-def _read_state(repo: Repo, lock_bytes: bytes) -> OverlayState:
-    """The state file as an object, when it belongs to this patchkit and this lockfile.
-
-    Refuses when there is none, when another version wrote it, or when the
-    lockfile changed since (the plan no longer applies); ``RebaseFinished``
-    when the lockfile is the one the rebase committed.
-    """
-    state = read_overlays(repo.root, OUTCOMES)
-    if state is None:
-        raise BadInput("no rebase in progress", "start one with patchkit rebase --onto REV")
-    if state.committed_lockfile_sha256 == sha256_bytes(lock_bytes):
-        raise RebaseFinished()
-    if state.lockfile_sha256 != sha256_bytes(lock_bytes):
-        raise BadInput(
-            "lockfile.toml changed since the rebase started; the saved plan no longer applies",
-            "patchkit rebase --abort, then run the rebase again",
-        )
-    return state
-
-
-def _saved_doc(repo: Repo) -> dict[str, Any] | None:
-    """The saved state as its file's object, for what reads it leniently (``resolutions.learned``)."""
-    state = read_overlays(repo.root, OUTCOMES)
-    return None if state is None else state.as_doc()
 
 
 def _saved_result(entry: dict[str, Any], result: Plan, store: BlobStore) -> PatchResult:
@@ -935,66 +902,9 @@ class _SavedMerge:
     review_flags: tuple[Any, ...] = ()
 
 
-def resolved_files(repo: Repo, result: Plan) -> dict[str, bytes]:
-    """The user's resolutions of every conflicted file; refuses while markers remain."""
-    out: dict[str, bytes] = {}
-    problems: list[str] = []
-    for r in result.results:
-        if r.outcome not in (Outcome.CONFLICT, Outcome.BROKEN):
-            continue
-        rel = conflict_file(r)
-        try:
-            data = repo.read(rel)
-        except FileNotFoundError:
-            problems.append(f"{rel}: missing (resolve the conflict in this file)")
-            continue
-        except Escape as e:
-            # A resolution read through a link would commit whatever it points at.
-            problems.append(f"{rel} {e}; write the resolution into the file itself")
-            continue
-        lines = conflict_markers_remain(data)
-        if lines:
-            shown = ", ".join(str(n) for n in lines[:5]) + (" …" if len(lines) > 5 else "")
-            problems.append(f"{rel}:{lines[0]}: conflict markers remain (lines {shown})")
-            continue
-        out[r.name] = data
-    if problems:
-        raise RebaseBlocked(problems)
-    return out
-
-
-class RebaseBlocked(PatchkitError):
-    """--continue refused: unresolved files; exit 1 (findings)."""
-
-    exit_code = 1
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        super().__init__(
-            "; ".join(problems),
-            "edit the files to the intended result, remove the markers, then patchkit rebase --continue",
-        )
-
-
 def abort(repo: Repo) -> bool:
     """Forget the rebase in progress; the repository itself was never changed."""
-    return clear(repo)
-
-
-def clear(repo: Repo) -> bool:
-    """Remove the work area (never what a link in its place points at); whether there was one."""
-    return OVERLAYS.clear(repo.root)
-
-
-class RebaseFinished(Exception):
-    """The saved rebase was already committed (a crash came before the clean-up)."""
-
-
-def _mark_committing(repo: Repo, new_lock_sha256: str) -> None:
-    state = read_overlays(repo.root, OUTCOMES)
-    if state is None:
-        return
-    OVERLAYS.rewrite(repo.root, dataclasses.replace(state, committed_lockfile_sha256=new_lock_sha256).as_doc())
+    return driver.abort(KIND, repo.root)
 
 
 # --------------------------------------------------------------------------- the commands
@@ -1065,11 +975,7 @@ def start(
     """
     from patchkit.sources.factory import open_source, parse_source
 
-    if in_progress(repo):
-        raise RebaseInProgress(
-            "a rebase is already in progress",
-            "resolve it (patchkit status; patchkit rebase --continue) or patchkit rebase --abort",
-        )
+    driver.refuse_if_waiting(repo.root)
     up = _pick_upstream(lock, upstream)
     try:
         old_source: UpstreamSource | None = open_source(up, cache, repo.root)
@@ -1184,25 +1090,47 @@ def resume(
     accept: dict[str, str] | None = None,
     cache: Context | None = None,
 ) -> tuple[Plan, WriteOutcome]:
-    """--continue: take the resolved files, check them again, and commit the saved bump."""
-    try:
-        result = load(repo, lock_bytes, store)
-    except RebaseFinished:
-        clear(repo)
-        return Plan("", "", Pin("git")), WriteOutcome()
-    if result.image_upstream is not None:
-        from patchkit.ship.adopt import adopt, upstream_from_state
+    """--continue: take the resolved files, check them again, and commit the saved bump (``driver.resume``).
 
-        lock = adopt(lock, upstream_from_state(result.image_upstream))
+    An empty plan when the rebase had already been committed (a crash came before the clean-up).
+    """
     dropped = set(drop)
-    undecided = [
+
+    def go_on(saved: tuple[OverlayState, Plan], resolved: dict[str, bytes]) -> tuple[Plan, WriteOutcome]:
+        return _commit_saved(repo, lock, saved, resolved, store, dropped, accept, cache)
+
+    def prepare(state: OverlayState) -> tuple[OverlayState, Plan]:
+        return state, load(state, store)
+
+    done = driver.resume(KIND, repo, lock_bytes, prepare, go_on, lambda saved: _undecided(saved[1], dropped))
+    return done if done is not None else (Plan("", "", Pin("git")), WriteOutcome())
+
+
+def _undecided(result: Plan, dropped: set[str]) -> list[str]:
+    """Each patch whose file upstream deleted with no decision taken: --continue refuses it."""
+    return [
         f"{r.old_path} was deleted upstream: keep nothing (--drop {r.name}) or abort"
         for r in result.results
         if r.outcome is Outcome.DELETED and r.name not in dropped
     ]
-    resolved = resolved_files(repo, result) if not undecided else {}
-    if undecided:
-        raise RebaseBlocked(undecided)
+
+
+def _commit_saved(
+    repo: Repo,
+    lock: Lockfile,
+    saved: tuple[OverlayState, Plan],
+    resolved: dict[str, bytes],
+    store: BlobStore,
+    dropped: set[str],
+    accept: dict[str, str] | None,
+    cache: Context | None,
+) -> tuple[Plan, WriteOutcome]:
+    """--continue's own step: the resolved files checked again, then the saved bump committed with them."""
+    state, result = saved
+    if result.image_upstream is not None:
+        from patchkit.ship.adopt import adopt, upstream_from_state
+
+        lock = adopt(lock, upstream_from_state(result.image_upstream))
     recheck(repo, lock, result, resolved, store, cache)
     result.accepted = _accepted(result, accept)
     still = [r for r in result.blocked if r.outcome is Outcome.BROKEN and r.name not in dropped]
@@ -1211,11 +1139,10 @@ def resume(
             [p.text(conflict_file(r)) for r in still for p in r.problems if p.blocking], [r.name for r in still]
         )
     learned = resolutions.learned(
-        repo, _saved_doc(repo), result.results, resolved, result.ours, lambda s: _their_file(result, store, s)
+        repo, state.as_doc(), result.results, resolved, result.ours, lambda s: _their_file(result, store, s)
     )
     outcome = commit(repo, lock, result, store, resolved, dropped)
-    outcome.written += resolutions.save(repo, learned)
-    clear(repo)
+    outcome.written += driver.done(KIND, repo, learned)
     return result, outcome
 
 
@@ -1236,13 +1163,12 @@ def _status(repo: Repo) -> dict[str, Any]:
     for entry in saved.patches:
         if entry["outcome"] not in (Outcome.CONFLICT.value, Outcome.BROKEN.value):
             continue
-        where = "broken" if entry["outcome"] == Outcome.BROKEN.value else "conflicts"
-        rel = f"{OVERLAYS.directory}/{where}/{entry['name']}/{Path(entry['new_path']).name}"
+        rel = overlay_work_file(entry["name"], entry["new_path"], entry["outcome"], entry.get("text_outcome"))
         try:
             markers = conflict_markers_remain(repo.read(rel))
         except (FileNotFoundError, Escape):
             markers = []
-        broken = where == "broken"
+        broken = entry["outcome"] == Outcome.BROKEN.value
         files.append(
             {"patch": entry["name"], "file": rel, "markers": markers, "resolved": not markers, "broken": broken}
         )

@@ -41,6 +41,7 @@ from typing import Any, Protocol
 
 from patchkit.core import diffs
 from patchkit.errors import BadInput, Refused
+from patchkit.rebase import driver
 from patchkit.rebase.merge import (
     BinaryFileError,
     Conflict,
@@ -50,7 +51,7 @@ from patchkit.rebase.merge import (
     rebase_files,
 )
 from patchkit.rebase.merge import Outcome as FileOutcome
-from patchkit.rebase.state import SERIES, SeriesState, read_series
+from patchkit.rebase.state import SERIES, SeriesState, read_series, series_work_file
 from patchkit.series.apply import Item, Reader, refuse_nested
 from patchkit.series.checks import ProducedFile, interdiffs, semantic_checks
 from patchkit.series.headers import prefixes, quote
@@ -604,55 +605,19 @@ def _render(change: FileChange, strip: int = 1) -> bytes:
 
 # --------------------------------------------------------------------------- the resumable state
 
+# The series' rebase as the one driver sees it (``rebase.driver``): its work area and its state.
+KIND = driver.Kind(SERIES, read_series, "series rebase")
+
 
 def in_progress(root: Path) -> bool:
     """Whether a series rebase waits: its state file exists, or its work area is something patchkit never makes."""
     return SERIES.present(root)
 
 
-def work_file(patch: str, path: str) -> str:
-    """Where the conflicted ``path`` of ``patch`` waits, relative to the repository."""
-    return f"{SERIES.directory}/work/{patch}/{path}"
-
-
 def save_state(root: Path, state: SeriesState, conflicted: dict[str, bytes]) -> list[str]:
     """Write the stopped patch's files to resolve and the state, as one transaction; the files, sorted."""
-    files = {work_file(state.stopped, p): data for p, data in conflicted.items()}
-    SERIES.save(root, files, state.as_doc())
-    return sorted(files)
-
-
-def load_state(root: Path) -> SeriesState:
-    """The series rebase's state, every field checked (``rebase.state``); bad input naming the field if one is bad."""
-    state = read_series(root)
-    if state is None:
-        raise BadInput("no series rebase in progress", "start one: patchkit rebase --series NAME --onto REV")
-    return state
-
-
-def read_resolved(root: Path, state: SeriesState) -> dict[str, dict[str, bytes]]:
-    """Every resolution so far: the earlier ones kept in the state, and the stopped patch's work files."""
-    from patchkit.store.repo import contained
-
-    out = dict(state.resolved)
-    files = {}
-    for path in state.conflicts:
-        rel = work_file(state.stopped, path)
-        data = contained(root, rel).read_bytes()
-        if conflict_markers_remain(data):
-            lines = ", ".join(str(n) for n in conflict_markers_remain(data)[:5])
-            raise Refused(
-                f"{rel}: conflict markers remain (lines {lines})",
-                "resolve them, then patchkit rebase --continue (or --abort)",
-            )
-        files[path] = data
-    out[state.stopped] = files
-    return out
-
-
-def clear(root: Path) -> bool:
-    """Remove the series rebase's work area (a link in its place, not its target); whether there was one."""
-    return SERIES.clear(root)
+    files = {series_work_file(state.stopped, p): data for p, data in sorted(conflicted.items())}
+    return driver.stop(KIND, root, files, state)
 
 
 def status(root: Path) -> dict[str, Any] | None:
@@ -660,17 +625,17 @@ def status(root: Path) -> dict[str, Any] | None:
     if not in_progress(root):
         return None
     try:
-        state = load_state(root)
+        state = read_series(root)
     except BadInput as e:
         return {"error": f"{e.message} (fix: {e.hint})" if e.hint else e.message}
-    stopped = state.stopped
+    if state is None:
+        return None
     files = []
-    for path in state.conflicts:
-        rel = work_file(stopped, path)
+    for path, rel in state.waiting():
         try:
             markers = conflict_markers_remain((root / rel).read_bytes())
         except OSError:
             markers = []
         broken = path in state.broken
         files.append({"file": rel, "path": path, "resolved": not markers, "markers": markers, "broken": broken})
-    return {"series": state.series, "onto": state.onto, "stopped": stopped, "conflicts": files}
+    return {"series": state.series, "onto": state.onto, "stopped": state.stopped, "conflicts": files}

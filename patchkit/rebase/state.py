@@ -250,6 +250,8 @@ def check_series(doc: dict[str, Any], shown: str, hint: str) -> None:
     c.form(doc.get("onto"), "onto", commit_id)
     c.form(doc.get("lockfile_sha256"), "lockfile_sha256", hex64)
     c.form(doc.get("stopped"), "stopped", name)
+    if doc.get("committed_lockfile_sha256") is not None:
+        c.form(doc["committed_lockfile_sha256"], "committed_lockfile_sha256", hex64)
     for key in ("conflicts", "broken"):
         for i, path in enumerate(c.get(doc, key, list, "")):
             c.form(path, f"{key}[{i}]", plain_path)
@@ -303,6 +305,10 @@ class WorkArea:
         """Remove the work area (a link in its place, not its target); whether there was one."""
         return remove_work_area(root, self.directory)
 
+    def work_file(self, *parts: str) -> str:
+        """A file waiting to be resolved, relative to the repository: the work area's one spelling of its paths."""
+        return "/".join((self.directory, *parts))
+
 
 def _dumps(doc: dict[str, Any]) -> bytes:
     return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
@@ -349,6 +355,23 @@ class OverlayState:
             doc["committed_lockfile_sha256"] = self.committed_lockfile_sha256
         return doc
 
+    def waiting(self) -> tuple[tuple[str, str], ...]:
+        """The files to resolve or fix: (patch, work file) of each conflicted or broken patch."""
+        return tuple(
+            (
+                entry["name"],
+                overlay_work_file(entry["name"], entry["new_path"], entry["outcome"], entry.get("text_outcome")),
+            )
+            for entry in self.patches
+            if entry["outcome"] in ("conflict", "broken")
+        )
+
+
+def overlay_work_file(patch: str, new_path: str, outcome: str, text_outcome: str | None) -> str:
+    """Where an overlay's conflicted file (``conflicts/``) or broken one (``broken/``) waits to be resolved."""
+    where = "broken" if outcome == "broken" and text_outcome != "conflict" else "conflicts"
+    return OVERLAYS.work_file(where, patch, new_path.rpartition("/")[2])
+
 
 def read_overlays(root: Path, outcomes: set[str]) -> OverlayState | None:
     """The overlays' saved rebase, every field checked; None when none waits."""
@@ -387,10 +410,16 @@ class SeriesState:
     # The resolutions of the patches before the one it stopped at: patch -> path -> bytes.
     resolved: dict[str, dict[str, bytes]]
     accepted: dict[str, str]
+    # Where the lockfile is going once the commit began (a crash before the clean-up is a finished rebase).
+    committed_lockfile_sha256: str | None = None
+
+    def waiting(self) -> tuple[tuple[str, str], ...]:
+        """The files to resolve or fix: (path, work file) of each file of the patch the rebase stopped at."""
+        return tuple((path, series_work_file(self.stopped, path)) for path in self.conflicts)
 
     def as_doc(self) -> dict[str, Any]:
         """The state file's object (resolutions in base64)."""
-        return {
+        doc = {
             "series": self.series,
             "onto": self.onto,
             "lockfile_sha256": self.lockfile_sha256,
@@ -402,6 +431,14 @@ class SeriesState:
             },
             "accepted": self.accepted,
         }
+        if self.committed_lockfile_sha256 is not None:
+            doc["committed_lockfile_sha256"] = self.committed_lockfile_sha256
+        return doc
+
+
+def series_work_file(patch: str, path: str) -> str:
+    """Where the file ``path`` of the series patch ``patch`` waits to be resolved or fixed."""
+    return SERIES.work_file("work", patch, path)
 
 
 def read_series(root: Path) -> SeriesState | None:
@@ -419,6 +456,7 @@ def read_series(root: Path) -> SeriesState | None:
         broken=tuple(doc["broken"]),
         resolved=_decoded(doc.get("resolved") or {}),
         accepted={str(k): str(v) for k, v in (doc.get("accepted") or {}).items()},
+        committed_lockfile_sha256=doc.get("committed_lockfile_sha256"),
     )
 
 

@@ -318,7 +318,7 @@ def test_a_bump_that_conflicts_changes_nothing_and_continues_onto_the_image(
     assert {k: v for k, v in snapshot(root).items() if not k.startswith(".patchkit/")} == before
     (conflicted,) = doc["work_files"]
     r = invoke("bump", "--image", f"{repository}:{tag}", repo=root)
-    assert r.exit_code == 2 and "a rebase is already in progress" in r.stderr, r.stderr
+    assert r.exit_code == 1 and "a rebase is already in progress" in r.stderr, r.stderr
     state = root / ".patchkit/rebase/state.json"
     saved = state.read_bytes()
     state.write_text(json.dumps({**json.loads(saved), "image_upstream": {"name": "vllm-image"}}))

@@ -327,7 +327,7 @@ def test_second_rebase_refused_while_one_is_in_progress(invoke: Invoke, tmp_path
     )
     assert invoke("rebase", "--onto", c2, repo=root).exit_code == 1
     r = invoke("rebase", "--onto", c2, repo=root)
-    assert r.exit_code == 2 and "already in progress" in r.stderr
+    assert r.exit_code == 1 and "already in progress" in r.stderr
 
 
 # --------------------------------------------------------------------------- crashes

@@ -68,6 +68,27 @@ def test_an_overlays_state_reads_back_as_written_and_records_the_commit(tmp_path
     assert read_overlays(tmp_path, OUTCOMES) == marked
 
 
+def test_a_series_state_records_the_commit_too(tmp_path: Path) -> None:
+    marked = SeriesState(**{**_series().__dict__, "committed_lockfile_sha256": SHA})
+    SERIES.save(tmp_path, {}, marked.as_doc())
+    assert read_series(tmp_path) == marked
+    assert "committed_lockfile_sha256" not in _series().as_doc()
+
+
+def test_each_kind_spells_where_its_files_wait_once() -> None:
+    assert _series().waiting() == ((("pkg/util.py", ".patchkit/series-rebase/work/0002-fix/pkg/util.py"),))
+    assert _overlays().waiting() == (("worker", ".patchkit/rebase/conflicts/worker/worker.py"),)
+    broken = {**_overlays().patches[0], "outcome": "broken", "new_path": "vllm/v1/worker.py"}
+    # A broken merge waits under broken/, unless its text conflicted first: then where the conflict waited.
+    assert OverlayState("vllm", "v1", {"kind": "git"}, SHA, (broken,)).waiting() == (
+        ("worker", ".patchkit/rebase/broken/worker/worker.py"),
+    )
+    after = {**broken, "text_outcome": "conflict"}
+    assert OverlayState("vllm", "v1", {"kind": "git"}, SHA, (after,)).waiting() == (
+        ("worker", ".patchkit/rebase/conflicts/worker/worker.py"),
+    )
+
+
 @pytest.mark.parametrize(
     ("field", "value", "expected"),
     [
@@ -75,6 +96,7 @@ def test_an_overlays_state_reads_back_as_written_and_records_the_commit(tmp_path
         ("onto", "main", "onto: 'main' is not a full commit id"),
         ("conflicts", ["../../etc/passwd"], "conflicts[0]:"),
         ("stopped", 7, "stopped: not a string"),
+        ("committed_lockfile_sha256", "../lock", "committed_lockfile_sha256: '../lock' is not a sha256"),
     ],
 )
 def test_a_bad_series_field_is_refused_naming_the_file_and_the_field(
