@@ -205,7 +205,7 @@ def result_json(result: Plan) -> dict[str, Any]:
     }
 
 
-def started_json(started: Started) -> dict[str, Any]:
+def started_json(started: Started) -> dict[str, object]:
     """A started rebase as ``--format json`` shows it: the plan, whether it was committed, and its work files."""
     doc = result_json(started.plan)
     doc["committed"] = started.outcome is not None
@@ -234,7 +234,7 @@ def started_text(started: Started) -> str:
 # --------------------------------------------------------------------------- a series' rebase
 
 
-def series_json(done: Done, stale: list[StalePin]) -> dict[str, Any]:
+def series_json(done: Done, stale: list[StalePin]) -> dict[str, object]:
     """A series rebase as ``--format json`` shows it; ``stale`` the repository's own pins of the old patches."""
     return {
         "stale_pins": [p.as_dict() for p in stale],

@@ -192,7 +192,7 @@ def commit(kind: Kind[S], repo: Repo, write: Callable[[], list[str]], new_lock_t
     return write()
 
 
-def done(kind: Kind[S], repo: Repo, learned: list[Any]) -> list[str]:
+def done(kind: Kind[S], repo: Repo, learned: list[resolutions.Record]) -> list[str]:
     """After the commit: the conflict resolutions learned written (their paths returned), the work area removed."""
     written = resolutions.save(repo, learned)
     kind.area.clear(repo.root)
