@@ -32,8 +32,8 @@ from typing import Any, Generic, TypeVar
 
 # Bytes read at a time, per thread: the size of its buffer. With the buffer page-aligned (see _buffer),
 # 64 KiB to 1 MiB cost the same CPU per byte (1.26-1.28 GB per CPU second on an EPYC, OpenSSL's own
-# rate 1.55); the third more once measured above 128 KiB was a buffer that malloc had placed 16 bytes
-# past a page. Small enough that a cancel is seen within a fraction of a millisecond.
+# rate 1.55); the third more once measured above 128 KiB was most likely a buffer that malloc had placed
+# 16 bytes past a page. Small enough that a cancel is seen within a fraction of a millisecond.
 WINDOW = 128 * 1024
 BUFFER = 64 * 1024  # the smallest buffer, on very many cores (see window_for)
 BUDGET = 32 * 1024 * 1024  # buffered bytes over all threads, at most
@@ -99,10 +99,11 @@ def _buffer(size: int) -> memoryview:
     """This thread's read buffer of ``size`` bytes, reused for every file it hashes.
 
     Anonymous memory from ``mmap``, so it starts on a page boundary. A
-    ``bytearray`` of 128 KiB is one of malloc's own maps, and its bytes start
-    16 bytes past the page: the kernel's copy out of the page cache into a
-    buffer that is not aligned to a cache line costs three times the CPU
-    (hashing a file took 40% more CPU in all, measured on an EPYC).
+    ``bytearray`` of 128 KiB lands wherever malloc puts it, which depends on
+    what the process allocated and freed before: when malloc maps it on its
+    own, its bytes start 16 bytes past a page, and the kernel's copy out of
+    the page cache into it costs three times the CPU (hashing 40% more in
+    all, measured on an EPYC).
     """
     buf: memoryview | None = getattr(_local, "buf", None)
     if buf is None or len(buf) != size:
