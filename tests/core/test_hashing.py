@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import ctypes
 import hashlib
+import mmap
 import os
 import subprocess
 import sys
@@ -216,3 +218,19 @@ def test_require_pin_takes_a_blob_and_names_the_digest_found() -> None:
     with pytest.raises(PinMismatch) as e:
         hashing.require_pin(blob, "0" * 64, lambda got: f"x: sha256 {got}")
     assert str(e.value) == f"x: sha256 {blob.sha256}"
+
+
+@pytest.mark.parametrize("size", [hashing.BUFFER, hashing.window_for(2), hashing.WINDOW])
+def test_the_read_buffer_starts_on_a_page_boundary(size: int) -> None:
+    """The kernel copies into the buffer at full speed only when it is aligned (a bytearray of 128 KiB is not)."""
+    got: list[int] = []
+
+    def look() -> None:
+        buf = hashing._buffer(size)
+        got.append(ctypes.addressof(ctypes.c_char.from_buffer(buf)))
+        assert len(buf) == size
+
+    worker = threading.Thread(target=look)
+    worker.start()
+    worker.join()
+    assert got and got[0] % mmap.PAGESIZE == 0
