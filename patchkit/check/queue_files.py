@@ -1,0 +1,59 @@
+"""Rules about the files a patch queue is read from: its top-level locks, its profile lists, its upstream's source.
+
+``patchkit import`` reads a patch queue's order, profiles and pins from the
+repository's own files (``importing/queue.py``) and reports what they get
+wrong; these rules read the same files the same way on every check of a
+lockfile import wrote with a series, so each report stays while it holds: a
+top-level lock that does not parse or pins an upstream by an abbreviated
+commit (``queue-lock``), a profile list naming a patch file that does not
+exist (``queue-profile``), a series whose upstream states no repository
+(``queue-url-unknown``: until the lockfile's upstream has ``git``).
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+from patchkit.check.build_steps import imported
+from patchkit.check.state import RepoView, State
+from patchkit.core.findings import Finding
+from patchkit.errors import BadInput
+from patchkit.lockfile.model import GitUpstream
+
+
+def queue_files(state: State) -> list[Finding]:
+    """The lock, profile and upstream problems import reports of a patch queue, read again while they hold."""
+    lock = state.lock
+    if not lock.series or not imported(lock) or not isinstance(state.view, RepoView):
+        return []
+    from patchkit.importing import queue
+
+    root = state.view.repo.root
+    files = [str(p.file) for s in lock.series for p in s.patches]
+    try:
+        issues = [i for i in queue.lock_issues(root) if i[0] == "queue-lock"]
+        issues += queue.profile_issues(root, files)
+    except (BadInput, OSError):
+        issues = []  # a lock or profile that is no regular file of the repository: the file rules say so when pinned
+    out = [Finding(kind, file, line, message, fix) for kind, file, line, message, fix in issues]
+    return out + _no_source(state)
+
+
+def _no_source(state: State) -> list[Finding]:
+    """Each series whose git upstream states no repository to fetch it from: nothing can apply or rebase it."""
+    out = []
+    for s in state.lock.series:
+        up = state.lock.upstream(s.upstream)
+        if not isinstance(up, GitUpstream) or up.git is not None:
+            continue
+        here = posixpath.dirname(posixpath.commonprefix(sorted(str(p.file) for p in s.patches))) or "."
+        out.append(
+            Finding(
+                "queue-url-unknown",
+                here,
+                None,
+                f"no lock or build file states where {s.upstream} comes from, and the lockfile does not either",
+                f"set upstreams.{s.upstream}.git in lockfile.toml to its repository's URL",
+            )
+        )
+    return out
