@@ -7,18 +7,28 @@ lockfile import wrote with a series, so each report stays while it holds: a
 top-level lock that does not parse or pins an upstream by an abbreviated
 commit (``queue-lock``), a profile list naming a patch file that does not
 exist (``queue-profile``), a series whose upstream states no repository
-(``queue-url-unknown``: until the lockfile's upstream has ``git``).
+(``queue-url-unknown``: until the lockfile's upstream has ``git``), a series
+whose order nothing states or whose profiles apply it in different orders
+(``queue-order``).
 """
 
 from __future__ import annotations
 
 import posixpath
+import re
+from typing import TYPE_CHECKING
 
 from patchkit.check.build_steps import imported
 from patchkit.check.state import RepoView, State
 from patchkit.core.findings import Finding
 from patchkit.errors import BadInput
 from patchkit.lockfile.model import GitUpstream
+from patchkit.lockfile.series import Series
+
+if TYPE_CHECKING:
+    from patchkit.importing import shell
+
+_NUMBERED = re.compile(r"\d+[-_]")
 
 
 def queue_files(state: State) -> list[Finding]:
@@ -36,7 +46,42 @@ def queue_files(state: State) -> list[Finding]:
     except (BadInput, OSError):
         issues = []  # a lock or profile that is no regular file of the repository: the file rules say so when pinned
     out = [Finding(kind, file, line, message, fix) for kind, file, line, message, fix in issues]
+    reading = state.view.build_reading
+    if not isinstance(reading, str):  # unreadable: build_steps says so
+        out += [f for s in lock.series if s.series_file is None for f in _order(state, s, reading)]
     return out + _no_source(state)
+
+
+def _here(s: Series) -> str:
+    """The series' directory, as the build and import name it (``patches/vllm``)."""
+    return posixpath.dirname(posixpath.commonprefix(sorted(str(p.file) for p in s.patches))) or "."
+
+
+def _order(state: State, s: Series, reading: shell.Reading) -> list[Finding]:
+    """A series without a series file: the build's profiles apply it in one order, and something states it.
+
+    As import reads it (``queue-order``): profiles applying the patches in
+    different orders; or no series file, no readable step and no numeric
+    prefix stating the order, which import then took by name. A step that
+    cannot be read is ``build-step-unknown``'s.
+    """
+    from patchkit.importing import queue
+
+    here, files = _here(s), [str(p.file) for p in s.patches]
+    if any(a.repo in files for a in reading.applies):
+        return [Finding(*i) for i in queue.order_issues(here, files, reading)]
+    numbered = all(_NUMBERED.match(posixpath.basename(f)) for f in files)
+    if reading.unknowns or numbered or state.view.kind(f"{here}/series") == "file":
+        return []
+    return [
+        Finding(
+            "queue-order",
+            here,
+            None,
+            "no series file, build step or numeric prefix states the order; the lockfile took it by name",
+            f"write {here}/series",
+        )
+    ]
 
 
 def _no_source(state: State) -> list[Finding]:
@@ -46,11 +91,10 @@ def _no_source(state: State) -> list[Finding]:
         up = state.lock.upstream(s.upstream)
         if not isinstance(up, GitUpstream) or up.git is not None:
             continue
-        here = posixpath.dirname(posixpath.commonprefix(sorted(str(p.file) for p in s.patches))) or "."
         out.append(
             Finding(
                 "queue-url-unknown",
-                here,
+                _here(s),
                 None,
                 f"no lock or build file states where {s.upstream} comes from, and the lockfile does not either",
                 f"set upstreams.{s.upstream}.git in lockfile.toml to its repository's URL",

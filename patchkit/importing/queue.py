@@ -721,3 +721,13 @@ def profile_issues(root: Path, files: list[str]) -> list[tuple[str, str, int | N
     found = Found()
     _profiles(root, files, found)
     return found.issues
+
+
+def order_issues(
+    here: str, files: list[str], reading: shell.Reading
+) -> list[tuple[str, str, int | None, str, str | None]]:
+    """What the order the build applies ``files`` in reports (``queue-order``: profiles applying them in different
+    orders), exactly as import reads it: ``patchkit check`` repeats it while it holds."""
+    found = Found()
+    _applied_order(here, files, reading, found)
+    return found.issues

@@ -20,7 +20,7 @@ from pathlib import Path
 from patchkit.core import diffs
 from tests.conftest import Invoke
 from tests.importing.test_patchers import FORMS
-from tests.importing.test_queue_scripts import DIGEST, _repo
+from tests.importing.test_queue_scripts import DIGEST, A, B, C, _repo
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = "/usr/local/lib/python3.12/dist-packages"
@@ -66,8 +66,9 @@ REPEATED = {
     "queue-image-unpinned": ("queue-image-unpinned",),
     "queue-lock": ("queue-lock",),
     "queue-lock-drift": ("series-lock-drift",),
-    # a series file listing a missing patch; a patch no series file or step applies (not pinned); order unknown
-    "queue-order": ("series-order", "orphan", "build-step-unknown"),
+    # profiles that apply in different orders, or nothing states the order; a series file listing a missing patch;
+    # a patch no series file or step applies (so not pinned); a step that cannot be read
+    "queue-order": ("queue-order", "series-order", "orphan", "build-step-unknown"),
     "queue-patch-parse": ("series-parse",),
     "queue-profile": ("queue-profile",),
     "queue-strip": ("queue-strip",),
@@ -363,3 +364,34 @@ def test_a_patcher_run_from_outside_the_image_keeps_its_anchor_finding_until_it_
     (root / "patchers/fix_mla.py").write_text(anchored)
     assert _checked(root, invoke, "patcher-not-anchored")[1] == []
     assert _checked(root, invoke, "patcher-outside-image")[1] == [("patcher-outside-image", "build.sh", 3)]
+
+
+def test_profiles_applying_a_series_in_different_orders_fail_check_until_they_agree(
+    tmp_path: Path, invoke: Invoke
+) -> None:
+    root = _queue(tmp_path)
+    (root / "Containerfile").unlink()
+    script = (
+        '#!/bin/bash\nset -e\ncase "$PROFILE" in\n'
+        f"  tp1) PATCHES=({B} {A}) ;;\n  tp2) PATCHES=({A} {B} {C}) ;;\nesac\n"
+        'for p in "${PATCHES[@]}"; do git apply -p1 "patches/vllm/$p"; done\n'
+    )
+    (root / "build.sh").write_text(script)
+    said = _imported(root, invoke, "queue-order")
+    assert said == [("queue-order", "build.sh", None)]
+    assert _checked(root, invoke, "queue-order") == (1, said)
+    (root / "build.sh").write_text(script.replace(f"tp2) PATCHES=({A} {B} {C})", f"tp2) PATCHES=({B} {A} {C})"))
+    _relock(root, invoke)
+    assert _checked(root, invoke, "queue-order") == (0, [])
+
+
+def test_a_series_whose_order_nothing_states_fails_check_until_a_series_file_states_it(
+    tmp_path: Path, invoke: Invoke
+) -> None:
+    root = _queue(tmp_path)
+    (root / "Containerfile").write_text(f"FROM vllm/vllm-openai-rocm@{DIGEST}\nCOPY patches/vllm /tmp/q\n")
+    said = _imported(root, invoke, "queue-order")
+    assert said == [("queue-order", "patches/vllm", None)]
+    assert _checked(root, invoke, "queue-order") == (1, said)
+    (root / "patches/vllm/series").write_text("".join(f"{n}\n" for n in (B, A, C)))
+    assert _checked(root, invoke, "queue-order")[1] == []
