@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from patchkit.check.build_steps import imported
 from patchkit.check.state import RepoView, State
 from patchkit.core.findings import Finding
+from patchkit.core.values import LOCKFILE_NAME
 from patchkit.errors import BadInput
 from patchkit.lockfile.model import GitUpstream
 from patchkit.lockfile.series import Series
@@ -41,7 +42,8 @@ def queue_files(state: State) -> list[Finding]:
     root = state.view.repo.root
     files = [str(p.file) for s in lock.series for p in s.patches]
     try:
-        issues = [i for i in queue.lock_issues(root) if i[0] == "queue-lock"]
+        # Import read the locks before it wrote lockfile.toml, whose own pins are no lock of the repository's.
+        issues = [i for i in queue.lock_issues(root) if i[0] == "queue-lock" and i[1] != LOCKFILE_NAME]
         issues += queue.profile_issues(root, files)
     except (BadInput, OSError):
         issues = []  # a lock or profile that is no regular file of the repository: the file rules say so when pinned
