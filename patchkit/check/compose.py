@@ -198,19 +198,22 @@ def _linked(state: State, rel: str, m: compose.Mount, link: str) -> Finding:
 
 
 def _directory_targets(state: State, rel: str, m: compose.Mount, pinned: dict[str, str | None]) -> list[Finding]:
-    """A mounted directory puts each pinned file below it at its pinned target (as a file mount, ``mount-target``).
+    """A mounted directory puts each pinned file below it at its pinned target (as a file mount, ``mount-target``),
+    and no file below it where the lockfile pins another (``mount-unpinned``).
 
     Import pins a directory's files at the targets its first mount gives
-    them; another profile mounting the directory elsewhere mounts every one
-    of them somewhere else than pinned (import's ``mount-conflict``).
+    them (import's ``mount-conflict`` otherwise): another profile mounting the
+    directory elsewhere mounts each of them somewhere else than pinned, and
+    one mounting another directory at the same place puts unpinned files
+    where the pinned ones should be.
     """
     src = m.repo_source
     if src is None or m.outside or state.view.kind(src) != "dir":
         return []
-    prefix = src.rstrip("/") + "/"
+    prefix, into = src.rstrip("/") + "/", m.target.rstrip("/") + "/"
     out = []
     for file, target in pinned.items():
-        want = m.target.rstrip("/") + "/" + file[len(prefix) :]
+        want = into + file[len(prefix) :]
         if file.startswith(prefix) and target is not None and target != want:
             out.append(
                 Finding(
@@ -219,6 +222,31 @@ def _directory_targets(state: State, rel: str, m: compose.Mount, pinned: dict[st
                     m.line,
                     f"mounts {file} at {want} (in {m.source}), but the lockfile pins it for {target}",
                     "make the compose mount and the lockfile target agree",
+                )
+            )
+    return out + _taken_targets(state, rel, m, pinned)
+
+
+def _taken_targets(state: State, rel: str, m: compose.Mount, pinned: dict[str, str | None]) -> list[Finding]:
+    """Each unpinned file below a mounted directory that lands where the lockfile pins another file."""
+    from patchkit.check.state import RepoView
+
+    if not isinstance(state.view, RepoView):
+        return []
+    src = str(m.repo_source).rstrip("/")
+    owner = {target: file for file, target in pinned.items() if target is not None}
+    out = []
+    for file in state.view.files_below(src):
+        want = m.target.rstrip("/") + "/" + file[len(src) + 1 :]
+        if file not in pinned and want in owner:
+            out.append(
+                Finding(
+                    "mount-unpinned",
+                    rel,
+                    m.line,
+                    f"mounts {file} (in {m.source}) at {want}, where the lockfile pins {owner[want]}: "
+                    "only one file can be there",
+                    "give each profile the same file, or separate targets",
                 )
             )
     return out

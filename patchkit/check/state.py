@@ -125,6 +125,17 @@ class RepoView:
             out += [(here / n).relative_to(root).as_posix() for n in sorted(filenames) if (here / n).is_symlink()]
         return out
 
+    def files_below(self, rel: str) -> list[str]:
+        """The regular files below the directory ``rel`` (not through a symlink), in walk order."""
+        root = self.repo.root
+        out = []
+        for dirpath, dirnames, filenames in os.walk(root / rel):
+            dirnames.sort()
+            here = Path(dirpath)
+            regular = [n for n in sorted(filenames) if not (here / n).is_symlink() and (here / n).is_file()]
+            out += [(here / n).relative_to(root).as_posix() for n in regular]
+        return out
+
     def link_to(self, rel: str) -> tuple[str, bool]:
         """Where the symlink ``rel`` points, and whether that resolves inside the repository."""
         path = self.repo.root / rel

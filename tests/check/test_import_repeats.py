@@ -441,3 +441,22 @@ def test_a_series_whose_order_nothing_states_fails_check_until_a_series_file_sta
     assert _checked(root, invoke, "queue-order") == (1, said)
     (root / "patches/vllm/series").write_text("".join(f"{n}\n" for n in (B, A, C)))
     assert _checked(root, invoke, "queue-order")[1] == []
+
+
+def test_another_directory_mounted_where_a_pinned_one_is_fails_check_until_the_profiles_agree(
+    tmp_path: Path, invoke: Invoke
+) -> None:
+    root = tmp_path / "deploy"
+    _compose(root, "./config/tp1:/etc/vllm:ro")
+    for profile in ("tp1", "tp2"):
+        (root / "config" / profile).mkdir(parents=True)
+        (root / "config" / profile / "serve.yaml").write_text(f"profile: {profile}\n")
+    (root / "config/tp2/limits.yaml").write_text("max_model_len: 8192\n")  # lands nowhere pinned: import pins it
+    tp2 = f"services:\n  vllm:\n    image: vllm/vllm-openai@sha256:{'ab' * 32}\n    volumes:\n"
+    (root / "compose.tp2.yaml").write_text(tp2 + "      - ./config/tp2:/etc/vllm:ro\n")
+    said = _imported(root, invoke, "mount-conflict")
+    assert said == [("mount-conflict", "compose.tp2.yaml", 5)]
+    assert _checked(root, invoke, "mount-unpinned") == (1, [("mount-unpinned", "compose.tp2.yaml", 5)])
+    (root / "compose.tp2.yaml").write_text(tp2 + "      - ./config/tp1:/etc/vllm:ro\n")  # the same files
+    _relock(root, invoke)
+    assert _checked(root, invoke, "mount-unpinned", "mount-target") == (0, [])
