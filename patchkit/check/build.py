@@ -4,7 +4,8 @@
 artifacts and marks each patch an image build copies in (``build``). These
 rules read them again on every check, so what import reported stays
 reported while it holds: a base image or service image written by tag only
-(``image-unpinned``), a ``FROM`` or ``COPY`` whose variable has no value, a
+(``image-unpinned``) or by a digest that is not one (``image-invalid``), a
+``FROM`` or ``COPY`` whose variable has no value, a
 copied source that is gone, a patch the build no longer copies to its
 target (``build-not-copied``), a compose ``build:`` naming no Dockerfile
 (``build-missing``), and the repository's own pins: two files pinning one
@@ -37,6 +38,7 @@ def image_builds(state: State) -> list[Finding]:
     uses: dict[str, compose.BuildUse] = {}
     for c in composes:
         out += [_unpinned_service(u) for u in c.images if u.digest is None]
+        out += [f for u in c.images if (f := _invalid_digest(u)) is not None]
         for u in c.builds:
             rel = _built_file(state, u)
             uses.setdefault(rel, u)
@@ -128,6 +130,26 @@ def _unpinned_service(use: compose.ImageUse) -> Finding:
         f"services.{use.service}.image {ref} is not pinned by digest",
         f"write {ref}@sha256:<digest> (patchkit image pin NAME {ref} resolves it)",
     )
+
+
+def _invalid_digest(use: compose.ImageUse) -> Finding | None:
+    """A compose service image written with ``@`` and something that is no sha256 digest: nothing pins it."""
+    from patchkit.core.values import Digest
+
+    if use.digest is None:
+        return None
+    try:
+        Digest(use.digest)
+    except ValueError as e:
+        return Finding(
+            "image-invalid",
+            use.compose,
+            use.line,
+            f"services.{use.service}.image: {e}",
+            f"write {use.repository}:{use.tag or 'latest'}@sha256:<digest> "
+            f"(patchkit image pin NAME {use.repository}:{use.tag or 'latest'} resolves it)",
+        )
+    return None
 
 
 def _unpinned_base(base: dockerfile.BaseImage) -> Finding:

@@ -12,7 +12,8 @@ levels or none (``queue-strip``), a patcher whose target is built at run
 time (``patcher-target-unknown``, a note) or that replaces text without
 checking it is there (``patcher-not-anchored``), a transformer a compose file
 mounts that nothing runs (``transformer-not-run``), a patcher a queue's
-build runs from outside the image (``patcher-outside-image``).
+build runs from outside the image (``patcher-outside-image``), with what is
+unknown or unanchored in it as for a pinned one.
 
 The patcher rules read every pinned transformer, in any deployment: a
 transformer patchkit's own deployment ships is a patcher script like any
@@ -155,7 +156,8 @@ def _mount_of(rel: str, composes: list[compose.ComposeFile]) -> compose.Mount | 
 
 
 def outside_image(lock: Lockfile, runs: list[patchers.Run]) -> list[Finding]:
-    """Each patcher script a patch queue's build runs from outside the image (``patcher-outside-image``).
+    """Each patcher script a patch queue's build runs from outside the image (``patcher-outside-image``), with what is
+    unknown or unanchored in it as for a pinned one.
 
     Import reports it where it reads a queue alone (no compose file, no
     build-delivered file beside it): such a patcher has no path in the image
@@ -163,17 +165,24 @@ def outside_image(lock: Lockfile, runs: list[patchers.Run]) -> list[Finding]:
     """
     if not lock.series or any(a.note == "compose" for a in lock.artifacts) or any(p.build for p in lock.patches):
         return []
-    return [
-        Finding(
-            "patcher-outside-image",
-            run.file,
-            run.line,
-            f"runs the patcher {run.rel} from outside the image, so it has no path in it to pin",
-            "COPY it into the image and run it there",
+    from patchkit.importing import patchers
+
+    pinned = {str(p.file) for p in lock.patches if p.file is not None}
+    out = []
+    for run in (r for r in runs if r.target is None):
+        out.append(
+            Finding(
+                "patcher-outside-image",
+                run.file,
+                run.line,
+                f"runs the patcher {run.rel} from outside the image, so it has no path in it to pin",
+                "COPY it into the image and run it there",
+            )
         )
-        for run in runs
-        if run.target is None
-    ]
+        if run.rel not in pinned:  # a pinned one's are patcher_findings'
+            pinned.add(run.rel)
+            out += [_finding(i) for i in patchers.issues(run.patcher, run.rel)]
+    return out
 
 
 def step_findings(lock: Lockfile, reading: shell.Reading) -> list[Finding]:

@@ -144,9 +144,111 @@ def mounts(state: State) -> list[Finding]:
             out.append(Finding("compose-invalid", rel, None, e.message, e.hint))
             continue
         for m in parsed.mounts:
-            found = _mount(state, rel, m, pinned)
-            if found is not None:
-                out.append(found)
+            out += _one_mount(state, rel, m, pinned)
+    return out
+
+
+def _one_mount(state: State, rel: str, m: compose.Mount, pinned: dict[str, str | None]) -> list[Finding]:
+    """Everything wrong with one mount: through a link (only that: nothing is pinned through one), else its file or
+    directory against the pins."""
+    linked = _through_links(state, rel, m)
+    if linked:
+        return linked
+    found = _mount(state, rel, m, pinned)
+    return ([found] if found is not None else []) + _directory_targets(state, rel, m, pinned)
+
+
+def _through_links(state: State, rel: str, m: compose.Mount) -> list[Finding]:
+    """A mount whose source goes through a symlink (a directory on the way, or one inside a mounted directory).
+
+    As import reports it (``mount-symlink``): nothing is pinned through a link,
+    so what the container gets there is unchecked. A source that is itself a
+    symlink is ``mount-missing``, as import says.
+    """
+    src = m.repo_source
+    if src is None or m.outside:
+        return []
+    parts = src.split("/")
+    on_the_way = next((p for k in range(1, len(parts)) if state.view.kind(p := "/".join(parts[:k])) == "symlink"), None)
+    links = [on_the_way] if on_the_way is not None else _links_below(state, src)
+    return [_linked(state, rel, m, link) for link in links]
+
+
+def _links_below(state: State, src: str) -> list[str]:
+    """The symlinks below a mounted directory of the repository, in walk order (import's order)."""
+    from patchkit.check.state import RepoView
+
+    if state.view.kind(src) != "dir" or not isinstance(state.view, RepoView):
+        return []
+    return state.view.links_below(src)
+
+
+def _linked(state: State, rel: str, m: compose.Mount, link: str) -> Finding:
+    from patchkit.check.state import RepoView
+
+    to, inside = state.view.link_to(link) if isinstance(state.view, RepoView) else ("?", False)
+    return Finding(
+        "mount-symlink",
+        rel,
+        m.line,
+        f"mount source {m.source} goes through the symlink {link} (to {to}, {'inside' if inside else 'outside'} "
+        "the repository); nothing is pinned through a link",
+        "commit the files themselves in place of the link, or remove the mount",
+    )
+
+
+def _directory_targets(state: State, rel: str, m: compose.Mount, pinned: dict[str, str | None]) -> list[Finding]:
+    """A mounted directory puts each pinned file below it at its pinned target (as a file mount, ``mount-target``),
+    and no file below it where the lockfile pins another (``mount-unpinned``).
+
+    Import pins a directory's files at the targets its first mount gives
+    them (import's ``mount-conflict`` otherwise): another profile mounting the
+    directory elsewhere mounts each of them somewhere else than pinned, and
+    one mounting another directory at the same place puts unpinned files
+    where the pinned ones should be.
+    """
+    src = m.repo_source
+    if src is None or m.outside or state.view.kind(src) != "dir":
+        return []
+    prefix, into = src.rstrip("/") + "/", m.target.rstrip("/") + "/"
+    out = []
+    for file, target in pinned.items():
+        want = into + file[len(prefix) :]
+        if file.startswith(prefix) and target is not None and target != want:
+            out.append(
+                Finding(
+                    "mount-target",
+                    rel,
+                    m.line,
+                    f"mounts {file} at {want} (in {m.source}), but the lockfile pins it for {target}",
+                    "make the compose mount and the lockfile target agree",
+                )
+            )
+    return out + _taken_targets(state, rel, m, pinned)
+
+
+def _taken_targets(state: State, rel: str, m: compose.Mount, pinned: dict[str, str | None]) -> list[Finding]:
+    """Each unpinned file below a mounted directory that lands where the lockfile pins another file."""
+    from patchkit.check.state import RepoView
+
+    if not isinstance(state.view, RepoView):
+        return []
+    src = str(m.repo_source).rstrip("/")
+    owner = {target: file for file, target in pinned.items() if target is not None}
+    out = []
+    for file in state.view.files_below(src):
+        want = m.target.rstrip("/") + "/" + file[len(src) + 1 :]
+        if file not in pinned and want in owner:
+            out.append(
+                Finding(
+                    "mount-unpinned",
+                    rel,
+                    m.line,
+                    f"mounts {file} (in {m.source}) at {want}, where the lockfile pins {owner[want]}: "
+                    "only one file can be there",
+                    "give each profile the same file, or separate targets",
+                )
+            )
     return out
 
 

@@ -2,7 +2,8 @@
 
 They parse, reproduce the files they describe, and are against upstream
 (not incremental against an earlier overlay, not a whole new file hiding what an
-overlay changes). ``hand_diffs`` returns its findings with the number of
+overlay changes), and each part describes a pinned file (``diff-unmatched``,
+as import reports it). ``hand_diffs`` returns its findings with the number of
 chains it verified.
 """
 
@@ -72,6 +73,7 @@ def _checked(state: State) -> tuple[list[Finding], int]:
         else:
             out += _module_maybe_upstream(state, p, found)
     out += _whole_files_stale(state, found)
+    out += _unmatched(state, found)
     verified = 0
     for name, chain in found.parts.items():
         p = by_name[name]
@@ -115,6 +117,43 @@ def _whole_files_stale(state: State, found: handdiffs.Chains) -> list[Finding]:
                         f"regenerate this part of the diff from {prel}, or drop it (a module needs no diff)",
                     )
                 )
+    return out
+
+
+def _unmatched(state: State, found: handdiffs.Chains) -> list[Finding]:
+    """Each part of a hand-kept diff that describes no pinned patch (``diff-unmatched``), at its file header.
+
+    Import reports such a part of a multi-file diff (a file since deleted or
+    renamed, a file the deployment never mounted); it describes nothing the
+    deployment runs, so nothing checks it. A part the entry's patches do not
+    match is matched again, as import matched it, against every pinned patch:
+    one that describes another pinned file is not unmatched.
+    """
+    from patchkit.core import diffs
+    from patchkit.importing import handdiffs
+
+    pinned = [p for p in state.lock.patches if p.file is not None]
+    paths = {p.name: str(p.origin.path) if p.origin and p.origin.path else None for p in pinned}
+    index = handdiffs.Index([handdiffs.Candidate(p.name, str(p.file), str(p.target), paths[p.name]) for p in pinned])
+    out = []
+    for rel in sorted(found.unmatched):
+        data = state.readable(rel)
+        try:
+            parts = diffs.parse_lenient(data)[0] if data is not None else []
+        except diffs.DiffError:
+            continue  # diff-invalid says it
+        out += [
+            Finding(
+                "diff-unmatched",
+                rel,
+                fd.line,
+                f"the file diff for {fd.new_path or fd.old_path} matches no pinned file: it describes nothing "
+                "the deployment runs",
+                "mount the file it describes, or delete this part of the diff",
+            )
+            for fd in parts
+            if handdiffs.match(fd, index).candidate is None
+        ]
     return out
 
 

@@ -6,7 +6,8 @@ pinned files, targets, canonical form), ``diffs`` (each patch's diff and base),
 ``hand_diffs`` (diffs adopted by import), ``series`` (patch series), ``sums`` (SHA256SUMS) and ``compose``
 (emitted and hand-kept compose files), ``names`` (undefined names), ``accepted`` (broken merges committed
 all the same, while their problems hold), ``build`` and ``build_steps`` (what a hand-kept build delivers,
-and how it applies patches, read again as import read them), ``upstream_pins`` (the repository's own
+and how it applies patches, read again as import read them), ``queue_files`` (a patch queue's own locks,
+profile lists and upstream source, as import read them), ``upstream_pins`` (the repository's own
 upstream and image pins agree with the lockfile's). ``RULES`` lists them in the order their
 findings are reported; a rule that verifies diffs returns their count beside
 its findings. Two checks read through modules of their own: the model pin's
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING
 from patchkit.check import build, compose, diffs, guard, hand_diffs, names, pins, repository, series, sums, verified
 from patchkit.check.accepted import accepted_broken
 from patchkit.check.build_steps import build_steps
+from patchkit.check.queue_files import queue_files
 from patchkit.check.state import RepoView, State, gather, hash_pinned
 from patchkit.check.upstream_pins import upstream_pins
 from patchkit.core.findings import CheckResult, Finding
@@ -63,6 +65,7 @@ RULES: tuple[Rule | VerifyingRule, ...] = (
     compose.models,
     build.image_builds,
     build_steps,
+    queue_files,
     upstream_pins,
     guard.guard_script,
     guard.guard_runtime,

@@ -58,7 +58,9 @@ def own_locks(state: State) -> list[Finding]:
 
     The repository's build may verify each patch against it; after a series
     rebase rewrites a patch, such a pin is stale and the build would refuse
-    the patch: reported at the lock's line, with the sha256 to write.
+    the patch: reported at the lock's line, with the sha256 to write. A pin
+    of a name no pinned file has (a patch deleted or renamed) is reported
+    too, as import reports it.
     """
     import json
 
@@ -80,7 +82,12 @@ def own_locks(state: State) -> list[Finding]:
         except (ValueError, RecursionError):  # not a lock patchkit can compare (import reported it)
             continue
         for name, digest in patch_pins(doc):
+            line = text[: max(text.find(digest), 0)].count("\n") + 1
             hit = files.get(name) or by_name.get(PurePosixPath(name).name)
+            if hit is None and files and _names_nothing(state, name):
+                out.append(
+                    Finding("series-lock-drift", rel, line, f"pins {name}, which is no patch file", "remove the pin")
+                )
             now = state.readable(hit) if hit is not None else None
             if now is None or sha256_bytes(now) == digest.lower():
                 continue
@@ -88,12 +95,19 @@ def own_locks(state: State) -> list[Finding]:
                 Finding(
                     "series-lock-drift",
                     rel,
-                    text[: max(text.find(digest), 0)].count("\n") + 1,
+                    line,
                     f"pins {name} at sha256 {digest[:12]}…, but {hit} is {sha256_bytes(now)[:12]}… now",
                     f"update the pin to {sha256_bytes(now)} (the build checks it)",
                 )
             )
     return out
+
+
+def _names_nothing(state: State, name: str) -> bool:
+    """Whether a lock's patch name is no file the lockfile pins, by path or by file name (as import matches it):
+    a patch deleted or renamed since, whose pin the build would look for in vain."""
+    base = PurePosixPath(name).name
+    return not any(n.path.path == name or n.path.pure.name == base for n in state.named())
 
 
 def series_findings(

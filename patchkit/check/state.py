@@ -114,6 +114,36 @@ class RepoView:
 
         return bool(provenance.rows_naming(self.repo.root, rel))
 
+    def links_below(self, rel: str) -> list[str]:
+        """The symlinks below the directory ``rel`` (directories and files, in walk order), not followed."""
+        root = self.repo.root
+        out = []
+        for dirpath, dirnames, filenames in os.walk(root / rel):
+            dirnames.sort()
+            here = Path(dirpath)
+            out += [(here / n).relative_to(root).as_posix() for n in dirnames if (here / n).is_symlink()]
+            out += [(here / n).relative_to(root).as_posix() for n in sorted(filenames) if (here / n).is_symlink()]
+        return out
+
+    def files_below(self, rel: str) -> list[str]:
+        """The regular files below the directory ``rel`` (not through a symlink), in walk order."""
+        root = self.repo.root
+        out = []
+        for dirpath, dirnames, filenames in os.walk(root / rel):
+            dirnames.sort()
+            here = Path(dirpath)
+            regular = [n for n in sorted(filenames) if not (here / n).is_symlink() and (here / n).is_file()]
+            out += [(here / n).relative_to(root).as_posix() for n in regular]
+        return out
+
+    def link_to(self, rel: str) -> tuple[str, bool]:
+        """Where the symlink ``rel`` points, and whether that resolves inside the repository."""
+        path = self.repo.root / rel
+        try:
+            return os.readlink(path), path.resolve().is_relative_to(self.repo.root.resolve())
+        except (OSError, RuntimeError):
+            return "?", False
+
     @cached_property
     def build_reading(self) -> shell.Reading | str:
         """The repository's Containerfiles and build scripts read statically, as import reads them; read once.

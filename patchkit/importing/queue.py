@@ -705,3 +705,29 @@ def to_lockfile(root: Path, found: Found) -> Lockfile:
         patches=tuple(found.patches),
         series=tuple(found.series),
     )
+
+
+def lock_issues(root: Path) -> list[tuple[str, str, int | None, str, str | None]]:
+    """What reading the repository's top-level lock files reports (``queue-lock``, ``queue-image-unpinned``),
+    exactly as import reads them: ``patchkit check`` repeats it while it holds."""
+    found = Found()
+    _locks(root, found)
+    return found.issues
+
+
+def profile_issues(root: Path, files: list[str]) -> list[tuple[str, str, int | None, str, str | None]]:
+    """What reading ``profiles/`` against the patch files ``files`` reports (``queue-profile``), exactly as import
+    reads it: ``patchkit check`` repeats it while it holds."""
+    found = Found()
+    _profiles(root, files, found)
+    return found.issues
+
+
+def order_issues(
+    here: str, files: list[str], reading: shell.Reading
+) -> list[tuple[str, str, int | None, str, str | None]]:
+    """What the order the build applies ``files`` in reports (``queue-order``: profiles applying them in different
+    orders), exactly as import reads it: ``patchkit check`` repeats it while it holds."""
+    found = Found()
+    _applied_order(here, files, reading, found)
+    return found.issues
