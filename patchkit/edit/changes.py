@@ -30,7 +30,7 @@ from patchkit.core.values import (
 )
 from patchkit.emit.config import CONFIG_NAME
 from patchkit.errors import BadInput, Refused
-from patchkit.lockfile.model import Artifact, Base, DiffPin, Lockfile, Patch, PatchKind, Upstream
+from patchkit.lockfile.model import Artifact, Base, DiffPin, HandDiff, Lockfile, Patch, PatchKind, Upstream
 from patchkit.lockfile.series import repin as repin_series
 from patchkit.lockfile.verification import record_new_bases, record_verified, recordable
 from patchkit.lockfile.writer import expected_sums
@@ -238,6 +238,17 @@ class _Relock:
             out.append(a)
         return tuple(out)
 
+    def hand_diffs(self, items: tuple[HandDiff, ...]) -> tuple[HandDiff, ...]:
+        """The hand-kept ``[[diffs]]`` with their sha256 refreshed, as ``check``'s ``hash-mismatch`` fix says."""
+        out = []
+        for i, d in enumerate(items):
+            digest = sha256_bytes(self.current(d.file, f"diffs[{i}]"))
+            if digest != d.sha256.hex:
+                self.change(f"diffs[{i}].sha256 ({d.file})", d.sha256.hex, digest)
+                d = dataclasses.replace(d, sha256=Sha256(digest))
+            out.append(d)
+        return tuple(out)
+
 
 def relock(repo: Repo, lock: Lockfile, store: BlobStore, record: bool = False) -> Outcome:
     """Refresh the file pins after intended edits; never touches image, model or upstream pins.
@@ -258,7 +269,10 @@ def relock(repo: Repo, lock: Lockfile, store: BlobStore, record: bool = False) -
     run.outcome.changes.extend(Change(field, old, new) for field, old, new in repinned)
     tuning = run.artifacts(lock.tuning, "tuning")
     artifacts = run.artifacts(lock.artifacts, "artifacts")
-    new_lock = dataclasses.replace(lock, patches=patches, tuning=tuning, artifacts=artifacts, series=series)
+    diffs = run.hand_diffs(lock.diffs)
+    new_lock = dataclasses.replace(
+        lock, patches=patches, tuning=tuning, artifacts=artifacts, series=series, diffs=diffs
+    )
     run.outcome.written = finish(repo, new_lock, run.extra)
     return run.outcome
 

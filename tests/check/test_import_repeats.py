@@ -247,6 +247,9 @@ def test_a_part_of_a_multi_file_diff_describing_no_mounted_file_fails_check_unti
     assert _checked(root, invoke, "diff-unmatched") == (1, said)
     (root / "patches/diffs/01-sched.patch").write_bytes(b"Scheduler fix\n\n" + ours)
     assert _checked(root, invoke, "diff-unmatched", "diff-stale", "diff-invalid")[1] == []
+    assert ("hash-mismatch", "lockfile.toml") in [c[:2] for c in _checked(root, invoke, "hash-mismatch")[1]]
+    _relock(root, invoke)  # as hash-mismatch's fix says: lock re-pins the hand-kept diff
+    assert _checked(root, invoke, "diff-unmatched", "hash-mismatch", "diff-stale") == (0, [])
 
 
 def test_a_compose_image_with_a_digest_that_is_none_fails_check_until_a_digest_is_written(
