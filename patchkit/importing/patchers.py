@@ -12,8 +12,9 @@ Deployments that do not mount whole files often carry scripts such as::
 
 run by a Containerfile ``RUN python3 patch_x.py`` or by the entrypoint.
 The lockfile calls them transformers. This module tells such a script from
-any other Python file (it reads a file, edits text with ``.replace`` or
-``re.sub``/``re.subn``, or replaces a file, and writes one) and finds,
+any other Python file (it reads a file, edits text with ``.replace``,
+``re.sub``/``re.subn`` or by splicing around what it searched for, or
+replaces a file, and writes one) and finds,
 without running it, the upstream files it edits: paths built from
 ``<module>.__file__`` and ``<package>.__path__`` (``Path(…).parent``,
 ``.parents[N]``, ``os.path.dirname``, ``/`` and ``os.path.join``), a spec or
@@ -76,6 +77,7 @@ def read(source: bytes) -> Patcher | None:
 def _read(tree: ast.Module) -> Patcher | None:
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
     replaces = any((_method(c) == "replace" and len(c.args) >= 2) or anchors.old_text(c) is not None for c in calls)
+    replaces = replaces or anchors.splices(tree, calls)
     writes = any(_method(c) in ("write_text", "write_bytes", "write") for c in calls)
     reads = any(_method(c) in ("read_text", "read_bytes", "read", "readlines") for c in calls)
     if not (replaces and writes and reads):
