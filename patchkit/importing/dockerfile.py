@@ -70,8 +70,11 @@ class BaseImage:
 
     @property
     def repository(self) -> str:
+        """The repository, as patchkit records it (``docker.io/library/python`` is ``python``)."""
+        from patchkit.oci.ref import familiar_repository
+
         ref = (self.ref or self.written).split("@", 1)[0]
-        return ref.rsplit(":", 1)[0] if ref.rfind(":") > ref.rfind("/") else ref
+        return familiar_repository(ref.rsplit(":", 1)[0] if ref.rfind(":") > ref.rfind("/") else ref)
 
     @property
     def tag(self) -> str | None:

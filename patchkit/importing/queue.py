@@ -42,6 +42,7 @@ from patchkit.core.values import ContainerPath, Digest, Reference, RepoPath, Rev
 from patchkit.importing import dockerfile, patchers, pins, read_inside, shell
 from patchkit.lockfile.model import GitUpstream, Image, Lockfile, Patch, PatchKind, Upstream
 from patchkit.lockfile.series import Series, SeriesPatch, parse_series_file
+from patchkit.oci.ref import familiar_repository
 from patchkit.series.parse import PatchParseError, parse_patch, pr_numbers
 
 _SUFFIXES = (".patch", ".diff")
@@ -667,7 +668,8 @@ def _image(found: Found, name: str, ref: str, rel: str) -> None:
         return
     if any(i.digest == Digest(m["digest"]) for i in found.images):
         return
-    found.images.append(Image(name=_patch_name(name), repository=m["repo"], digest=Digest(m["digest"])))
+    repository = familiar_repository(m["repo"])
+    found.images.append(Image(name=_patch_name(name), repository=repository, digest=Digest(m["digest"])))
 
 
 def _clone_url(text: str, name: str) -> str | None:
