@@ -308,6 +308,8 @@ class _Importer:
 
     def with_queue(self, lock: Lockfile, stated: dict[str, pins.Stated]) -> Lockfile:
         """Patch files the build applies (compose, then Containerfile, then script) are series, not hand-kept diffs."""
+        for issue in queue.edit_issues(self.reading):  # sed -i on an installed file: a patch nothing pins
+            self.issue(*issue)
         if not self.applied:
             for u in self.reading.unknowns:  # a step that may apply patches: its files may be no hand-kept diffs
                 self.issue(
@@ -352,6 +354,8 @@ class _Importer:
         settled = set()
         for k, s in enumerate(found.series):
             pin = stated.get(s.name)
+            if pin is not None and pin.git is not None:  # upstream.lock's VLLM_REPO: import declares it from there
+                settled.add(("queue-url-unknown", f"patches/{s.name}"))
             if s.commit is not None or pin is None or pin.commit is None or len(pin.commit) != 40:
                 continue
             found.series[k] = dataclasses.replace(s, commit=Revision(pin.commit))

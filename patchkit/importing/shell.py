@@ -95,6 +95,18 @@ class Run:
     repo: str | None = None  # ... and the repository file that is, when it could be told
 
 
+@dataclass(frozen=True)
+class Edit:
+    """A build step that edits an installed package's file in place (``sed -i``, ``perl -pi``): no patch pins it,
+    and nothing fails when the text it looks for has moved."""
+
+    file: str
+    line: int
+    tool: str
+    path: str  # the file edited, in the image
+    upstream: str  # its path in the package tree (``vllm/config/cache.py``)
+
+
 @dataclass
 class Reading:
     """What the build files apply, in order, per profile; and what could not be read."""
@@ -106,6 +118,7 @@ class Reading:
     profile_variable: tuple[str, str, int] | None = None  # (name, file, line) of the case that picks the profile
     followed: set[str] = field(default_factory=set)  # scripts read because a build step runs them
     copies: list[tuple[str, str]] = field(default_factory=list)  # (repository path, container path)
+    edits: list[Edit] = field(default_factory=list)  # in-place edits of installed packages' files
 
     def add_unknown(self, file: str, line: int, reason: str) -> None:
         if all((u.file, u.line, u.reason) != (file, line, reason) for u in self.unknowns):
@@ -462,6 +475,7 @@ class _Reader:
         self.locate = locate
         self.expand_glob = expand_glob
         self.split: tuple[str, list[str]] | None = None  # the input a case picks the profile on, and its branches
+        self.grepped: set[str] = set()  # files a grep of this step checked before an in-place edit
 
     # values
 
@@ -647,6 +661,7 @@ class _Reader:
             "exit": self.exit,
             "set": self.set_,
             "sudo": self.sudo,
+            **dict.fromkeys(_EDITORS, self.in_place),
         }.get(head)
         if handler is not None:
             handler(ctx, node, words)
@@ -705,6 +720,24 @@ class _Reader:
             self.unknown(ctx, node.line, "quilt push applies the quilt series file")
         elif not self.script(ctx, node, words):
             self.record_run(ctx, node, words)
+
+    def in_place(self, ctx: _Context, node: _Simple, raw: list[str]) -> None:
+        """``sed -i``/``perl -pi`` on a file of an installed package is an edit no patch pins; a ``grep`` of the
+        same file earlier in the step (``grep -q OLD f && sed -i …``) is taken as its check."""
+        got = self.words(ctx, raw, node.line)
+        words = raw if isinstance(got, str) else got
+        tool = words[0]
+        files = _edited_files(tool, words[1:])
+        if tool == "grep":
+            self.grepped |= {p for f in files if (p := self.absolute(ctx, f)) is not None}
+            return
+        for f in files:
+            path = self.absolute(ctx, f) or f
+            m = _PACKAGE_FILE.search(path)
+            if m is not None and path not in self.grepped:
+                edit = Edit(ctx.file, node.line, f"{tool} -i", path, m["rest"])
+                if edit not in self.reading.edits:
+                    self.reading.edits.append(edit)
 
     def record_run(self, ctx: _Context, node: _Simple, words: list[str]) -> None:
         """A command that applies no patch; for ``python x.py`` (or ``./x.py``), the script it runs."""
@@ -829,6 +862,40 @@ class _Reader:
         with contextlib.suppress(_Stop):
             self.run(inner, nodes)
         return True
+
+
+_EDITORS = frozenset({"sed", "perl", "grep"})
+_PACKAGE_FILE = re.compile(r"/(?:site|dist)-packages/(?P<rest>[^*?\[]+)$")
+_SED_VALUES = frozenset({"-e", "--expression", "-f", "--file", "-l", "--line-length"})
+
+
+def _edited_files(tool: str, args: list[str]) -> list[str]:
+    """The files ``sed -i``/``perl -i`` edits in place (none without ``-i``), or the files a ``grep`` reads."""
+    in_place = False
+    script_given = False
+    files: list[str] = []
+    it = iter(args)
+    for w in it:
+        if w == "--":
+            files += list(it)
+            break
+        if w.startswith("--"):
+            in_place = in_place or w.startswith("--in-place")
+            script_given = script_given or w.startswith(("--expression", "--file", "--regexp"))
+            if "=" not in w and w in _SED_VALUES:
+                next(it, None)
+            continue
+        if w.startswith("-") and len(w) > 1:
+            flags = w[1:]
+            in_place = in_place or "i" in flags
+            if flags[-1:] in ("e", "f"):
+                script_given = True
+                next(it, None)
+            continue
+        files.append(w)
+    if not script_given and files:
+        files = files[1:]  # the first word is the script (sed) or the pattern (grep)
+    return files if in_place or tool == "grep" else []
 
 
 def _positional(ctx: _Context, args: list[str]) -> None:
