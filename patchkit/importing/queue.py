@@ -441,7 +441,24 @@ def edit_issues(reading: shell.Reading) -> list[tuple[str, str, int | None, str,
             "anchor (docs/import.md)",
         )
         for e in reading.edits
-    ]
+    ] + [issue for file, line, code in reading.inline if (issue := _inline_issue(file, line, code)) is not None]
+
+
+def _inline_issue(file: str, line: int, code: str) -> tuple[str, str, int | None, str, str | None] | None:
+    """A patcher written inline (``python3 -c …``, ``RUN python3 - <<PY``) that does not check its anchor."""
+    p = patchers.read(code.encode())
+    if p is None or p.anchored:
+        return None
+    edits = ", ".join(t for t, _ in p.targets) or "a file no static reading finds"
+    return (
+        "build-edit-unanchored",
+        file,
+        line,
+        f"an inline Python patcher edits {edits} in the image, unchecked: when upstream moves the text it "
+        "replaces, nothing is patched and nothing fails, and no patch in the lockfile says what it changes",
+        "check the old text is there and fail if not (assert OLD in src), or make it a patcher script the "
+        "build runs (docs/import.md)",
+    )
 
 
 def _unknowns(reading: shell.Reading, found: Found) -> None:

@@ -55,6 +55,17 @@ COPY docker/hotfix/ /tmp/hotfix/
 RUN cd $SITE && git apply -p1 /tmp/hotfix/sampler.diff
 COPY --chmod=755 docker/patchers/budget.py /opt/patchers/
 RUN python3 /opt/patchers/budget.py
+ADD https://github.com/vllm-project/vllm/pull/123.patch /tmp/pr.patch
+RUN cd $SITE && patch -p1 < /tmp/pr.patch
+RUN python3 - <<'PY'
+import vllm, pathlib
+p = pathlib.Path(vllm.__file__).parent / "envs.py"
+s = p.read_text()
+assert "C = 1" in s, "anchor moved"
+p.write_text(s.replace("C = 1", "C = 2"))
+PY
+RUN python3 -c "import vllm,pathlib; p=pathlib.Path(vllm.__file__).parent/'config.py'; \
+    s=p.read_text(); p.write_text(s.replace('D = 1', 'D = 2'))"
 """
 
 
@@ -77,8 +88,15 @@ def test_each_way_a_build_patches_the_installed_package_is_read_or_reported(tmp_
     assert sorted((i["kind"], i["file"], i["line"]) for i in issues if i["kind"] != "sums-missing") == [
         ("build-edit-unanchored", "docker/Dockerfile", 10),  # sed -i, unchecked
         ("build-edit-unanchored", "docker/Dockerfile", 14),  # perl -pi in the here-document
+        ("build-edit-unanchored", "docker/Dockerfile", 32),  # python3 -c, unchecked (the here-document checks)
+        ("build-step-unknown", "docker/Dockerfile", 24),  # a patch ADD fetched at build time
         ("queue-upstream-unknown", "docker/Dockerfile", 20),  # git apply of a diff outside patches/<upstream>/
     ]
+    fetched = next(i["message"] for i in issues if i["kind"] == "build-step-unknown")
+    assert fetched.endswith(
+        "patch applies /tmp/pr.patch, which is no file of the repository: "
+        "ADD fetches it from https://github.com/vllm-project/vllm/pull/123.patch at build time"
+    )
     edits = {i["line"]: i["message"] for i in issues if i["kind"] == "build-edit-unanchored"}
     assert edits[10].startswith("sed -i edits vllm/config/cache.py in the image in place, unchecked")
     assert edits[14].startswith("perl -i edits vllm/model_executor/layers/fused_moe/config.py in the image")
@@ -107,9 +125,13 @@ def test_each_way_a_build_patches_the_installed_package_is_read_or_reported(tmp_
     assert invoke("sums", repo=root).exit_code == 0
     check = invoke("check", "--format", "json", repo=root)
     found = sorted((f["code"], f["file"], f["line"]) for f in json.loads(check.stdout)["findings"])
-    # The series' own notes (not applied offline; no verified image recorded yet), nothing false. check does not
-    # repeat build-edit-unanchored / queue-upstream-unknown yet: patchkit/check/build_steps.py is to learn them.
-    assert found == [("base-unrecorded", "lockfile.toml", 41), ("series-not-applied", "lockfile.toml", None)]
+    # The fetched patch again, and the series' own notes (not applied offline; no verified image recorded yet);
+    # nothing false. check does not repeat build-edit-unanchored / queue-upstream-unknown yet.
+    assert found == [
+        ("base-unrecorded", "lockfile.toml", 41),
+        ("build-step-unknown", "docker/Dockerfile", 24),
+        ("series-not-applied", "lockfile.toml", None),
+    ]
 
 
 F = f"{SITE}/vllm/config/cache.py"
@@ -149,4 +171,52 @@ def test_an_edit_in_a_script_the_build_runs_is_at_the_scripts_line(tmp_path: Pat
     reading = BuildReader(tmp_path).read(["Dockerfile"], ["docker/fix.sh"])
     assert [(e.file, e.line, e.tool, e.upstream) for e in reading.edits] == [
         ("docker/fix.sh", 4, "sed -i", "vllm/envs.py")
+    ]
+
+
+STAGED = {
+    "directory-of-the-stage": ("COPY patches/ /p/\n", "COPY --from=patches /p/vllm/ /tmp/patches/\n"),
+    "by-index": ("COPY patches/ /p/\n", "COPY --from=0 /p/vllm/ /tmp/patches/\n"),
+    "files-one-by-one": (
+        "COPY patches/vllm/0001-a.patch patches/vllm/0002-b.patch /p/\n",
+        "COPY --from=patches /p/ /tmp/patches/\n",
+    ),
+    "one-file": (
+        "COPY patches/vllm/ /p/\n",
+        "COPY --from=patches /p/0001-a.patch /tmp/patches/\nCOPY --from=patches /p/0002-b.patch /tmp/patches/\n",
+    ),
+}
+
+
+@pytest.mark.parametrize("form", sorted(STAGED))
+def test_patch_files_a_later_stage_copies_from_an_earlier_one_are_the_repositorys(tmp_path: Path, form: str) -> None:
+    stage, final = STAGED[form]
+    for n in ("0001-a", "0002-b"):
+        write(tmp_path, f"patches/vllm/{n}.patch", PATCH)
+    write(
+        tmp_path,
+        "Containerfile",
+        f"FROM alpine:3@{DIGEST} AS patches\n{stage}FROM rocm/vllm@{DIGEST}\n{final}"
+        'RUN cd /src/vllm && for p in /tmp/patches/*.patch; do git apply -p1 "$p"; done\n',
+    )
+    reading = BuildReader(tmp_path).read(["Containerfile"], [])
+    assert [(a.repo, a.tool, a.strip) for a in reading.applies] == [
+        ("patches/vllm/0001-a.patch", "git apply", 1),
+        ("patches/vllm/0002-b.patch", "git apply", 1),
+    ]
+    assert reading.unknowns == []
+
+
+def test_a_copy_from_another_image_holds_no_file_of_the_repository(tmp_path: Path) -> None:
+    write(tmp_path, "patches/vllm/0001-a.patch", PATCH)
+    write(
+        tmp_path,
+        "Containerfile",
+        f"FROM rocm/vllm@{DIGEST}\nCOPY --from=ghcr.io/o/patches:1 /p/ /tmp/patches/\n"
+        "RUN cd /src/vllm && git apply /tmp/patches/0001-a.patch\n",
+    )
+    reading = BuildReader(tmp_path).read(["Containerfile"], [])
+    assert [u.reason for u in reading.unknowns] == [
+        "git apply applies /tmp/patches/0001-a.patch, which is no file of the repository: "
+        "no COPY of a repository file put it there"
     ]
