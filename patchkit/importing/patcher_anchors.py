@@ -21,7 +21,7 @@ name also assigned from elsewhere does not: ``src`` read from the file and
 then replaced is the file, and a check on it checks the file. A script that
 splices (``s[:i] + NEW + s[j:]``, ``lines.insert``, ``lines[i] = NEW``
 around what it searched for) is anchored by its search when a miss raises
-(``s.index(OLD)``, ``next(<generator>)`` with no default) and no ``try``
+(``s.index(OLD)``, ``next(<generator>)`` with no default, ``[i for … if …][0]``) and no ``try``
 swallows it; a ``find``'s -1 must be checked like an old text; a search
 loop is checked by its ``else`` (no ``break``: nothing found) when that
 fails; otherwise it is anchored when a check that fails closed reads a
@@ -53,7 +53,11 @@ def anchored(tree: ast.Module, calls: list[ast.Call]) -> bool:
     olds += [c.args[0] for c in calls if _method(c) in _FINDS and c.args]  # -1 when absent: checked or not
     checked = [r.reads(t) for t, body in r.checks() if r.fails_any(body)]
     if not olds:
-        if any(_raises_when_absent(c) and id(c) not in r.swallowed for c in calls):
+        searches: list[ast.Call | ast.Subscript] = [
+            *calls,
+            *(n for n in ast.walk(tree) if isinstance(n, ast.Subscript)),
+        ]
+        if any(_raises_when_absent(c) and id(c) not in r.swallowed for c in searches):
             return True
         texts = r.derived(r.text_constants(calls))
         return any(texts & c for c in checked)
@@ -82,8 +86,12 @@ def _method(c: ast.Call) -> str | None:
     return c.func.attr if isinstance(c.func, ast.Attribute) else None
 
 
-def _raises_when_absent(c: ast.Call) -> bool:
-    """``s.index(OLD)`` (ValueError) and ``next(<generator>)`` with no default (StopIteration) fail on a miss."""
+def _raises_when_absent(c: ast.Call | ast.Subscript) -> bool:
+    """``s.index(OLD)`` (ValueError), ``next(<generator>)`` with no default (StopIteration) and ``[i for … if
+    …][0]`` (IndexError) fail on a miss."""
+    if isinstance(c, ast.Subscript):
+        found = isinstance(c.value, ast.ListComp) and any(g.ifs for g in c.value.generators)
+        return found and isinstance(c.slice, ast.Constant) and c.slice.value in (0, -1)
     if _method(c) in ("index", "rindex") and c.args:
         return True
     return _callee(c) == "next" and len(c.args) == 1 and isinstance(c.args[0], ast.GeneratorExp)

@@ -78,8 +78,9 @@ def _read(tree: ast.Module) -> Patcher | None:
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
     replaces = any((_method(c) == "replace" and len(c.args) >= 2) or anchors.old_text(c) is not None for c in calls)
     replaces = replaces or anchors.splices(tree, calls)
-    writes = any(_method(c) in ("write_text", "write_bytes", "write") for c in calls)
-    reads = any(_method(c) in ("read_text", "read_bytes", "read", "readlines") for c in calls)
+    in_place = any(_in_place(c) is not None for c in calls)  # fileinput.input(P, inplace=True): reads and writes P
+    writes = in_place or any(_method(c) in ("write_text", "write_bytes", "write") for c in calls)
+    reads = in_place or any(_method(c) in ("read_text", "read_bytes", "read", "readlines") for c in calls)
     if not (replaces and writes and reads):
         return None
     scopes = pyscope.qualify(tree)  # each function's names its own, for both readings
@@ -120,8 +121,20 @@ def _method(c: ast.Call) -> str | None:
     return c.func.attr if isinstance(c.func, ast.Attribute) else None
 
 
+def _in_place(c: ast.Call) -> ast.expr | None:
+    """The file ``fileinput.input(P, inplace=True)`` (or ``FileInput``) rewrites with what the loop prints."""
+    if _callee(c) not in ("input", "FileInput") or not any(
+        k.arg == "inplace" and isinstance(k.value, ast.Constant) and k.value.value for k in c.keywords
+    ):
+        return None
+    files = [k.value for k in c.keywords if k.arg == "files"]
+    return c.args[0] if c.args else (files[0] if files else None)
+
+
 def _opened(c: ast.Call) -> ast.expr | None:
     """The path expression a call reads or writes: ``P.read_text()``, ``open(P)``, ``P.open()``."""
+    if (rewritten := _in_place(c)) is not None:
+        return rewritten
     if isinstance(c.func, ast.Attribute) and c.func.attr in (*_READS, "open"):
         return c.func.value
     if isinstance(c.func, ast.Name) and c.func.id in ("open", "io.open") and c.args:
@@ -278,6 +291,10 @@ class _Reader:
             return self.join(base + list(node.args), depth)
         if callee in ("resolve", "absolute", "expanduser") and isinstance(node.func, ast.Attribute):
             return self.value(node.func.value, depth + 1)
+        if callee == "str" and len(node.args) == 1:
+            return self.value(node.args[0], depth + 1)
+        if callee == "with_name" and isinstance(node.func, ast.Attribute) and node.args:
+            return self.join([ast.Call(ast.Name("dirname"), [node.func.value], []), node.args[0]], depth)
         if callee in ("getfile", "getsourcefile") and node.args:
             return self.module_file(node.args[0])
         if callee in _SITE_ROOT:

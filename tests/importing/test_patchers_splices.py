@@ -165,3 +165,28 @@ def _two_files() -> str:
         + one.format(old="b = 1", n=5)
         + "\n\nsched()\nenvs()\n"
     )
+
+
+IN_PLACE = {
+    "fileinput-unchecked": (
+        "import fileinput\nfrom pathlib import Path\n\nimport vllm\n\n"
+        "p = str(Path(vllm.__file__).with_name('envs.py'))\n"
+        "for line in fileinput.input(p, inplace=True):\n    print(line.replace('A = 1', 'A = 2'), end='')\n",
+        False,
+    ),
+    "fileinput-files-keyword-checked": (
+        "import fileinput\nimport os\nimport sys\n\nimport vllm\n\nOLD = 'A = 1'\n"
+        "p = os.path.join(os.path.dirname(vllm.__file__), 'envs.py')\n"
+        "if OLD not in open(p).read():\n    sys.exit('anchor moved')\n"
+        "with fileinput.FileInput(files=(p,), inplace=True) as f:\n"
+        "    for line in f:\n        print(line.replace(OLD, 'A = 2'), end='')\n",
+        True,
+    ),
+}
+
+
+@pytest.mark.parametrize("form", sorted(IN_PLACE))
+def test_a_fileinput_in_place_rewrite_is_a_patcher(form: str) -> None:
+    text, anchored = IN_PLACE[form]
+    got = patchers.read(text.encode())
+    assert got is not None and ([t for t, _ in got.targets], got.anchored) == (["vllm/envs.py"], anchored)
