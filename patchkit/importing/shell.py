@@ -19,8 +19,14 @@ script runs (``bash x.sh ARGS``, ``./x.sh``, ``. x.sh``); and in a
 Containerfile (read by :mod:`patchkit.importing.dockerfile`) ``ARG``,
 ``ENV``, ``WORKDIR``, ``COPY``/``ADD``, ``RUN --mount=type=bind``, and
 ``RUN``, ``ENTRYPOINT`` and ``CMD`` (shell or exec form; ``RUN <<EOF`` is
-its here-document's script). A script read on its own maps an image path to the file a
-Containerfile copied there. ``$(dirname "$0")`` and ``$(git rev-parse
+its here-document's script; ``COPY --from=<stage>`` carries what that stage
+copied). A script read on its own maps an image path to the file a
+Containerfile copied there. Besides patch applications, the reading
+records what else a step does to the installed packages: ``sed -i``/``perl
+-pi`` on a file of a Python tree (:class:`Edit`), Python run inline
+(``python3 -c``, ``python3 - <<PY``), and a patch applied from a path no
+repository file was copied to (an :class:`Unknown` naming the URL an ``ADD``
+fetched it from). ``$(dirname "$0")`` and ``$(git rev-parse
 --show-toplevel)`` are read as the script's directory and the repository.
 
 Everything else that could apply a patch (a command substitution, a

@@ -220,3 +220,49 @@ def test_a_copy_from_another_image_holds_no_file_of_the_repository(tmp_path: Pat
         "git apply applies /tmp/patches/0001-a.patch, which is no file of the repository: "
         "no COPY of a repository file put it there"
     ]
+
+
+PLACED = f"""\
+FROM rocm/vllm:v0.11.0@{DIGEST}
+ENV SITE={SITE}
+COPY patches/ /tmp/patches/
+RUN cp /tmp/patches/sampler.py $SITE/vllm/v1/sample/sampler.py
+RUN install -m 644 /tmp/patches/envs.py $SITE/vllm/
+RUN cd /tmp/patches && cp -t $SITE/vllm/v1/core/sched scheduler.py interface.py
+RUN cp /tmp/patches/rope.py $SITE/vllm/model_executor/layers
+RUN cp /tmp/patches/notes.md /opt/notes.md
+"""
+
+
+def test_files_a_run_step_copies_into_the_package_are_overlays_the_build_delivers(
+    tmp_path: Path, invoke: Invoke
+) -> None:
+    """``RUN cp``/``install`` after a ``COPY`` to a staging directory delivers overlays as a ``COPY`` does:
+    not "not-mounted", and ``check`` finds each one copied while the line stays."""
+    root = tmp_path / "deploy"
+    for name in ("sampler.py", "envs.py", "scheduler.py", "interface.py", "rope.py", "notes.md"):
+        write(root, f"patches/{name}", f"# {name}\n")
+    write(root, "Dockerfile", PLACED)
+    run = invoke("import", str(root), "--format", "json")
+    assert run.exit_code == 0, run.stdout + run.stderr
+    kinds = {i["kind"] for i in json.loads(run.stdout)["import"]["issues"]}
+    assert kinds == {"no-diff", "kind-unknown", "base-unknown", "sums-missing"}  # no not-mounted
+    lock = loads((root / "lockfile.toml").read_text())
+    assert sorted((str(p.file), str(p.target), str(p.build)) for p in lock.patches) == [
+        ("patches/envs.py", f"{SITE}/vllm/envs.py", "Dockerfile"),
+        ("patches/interface.py", f"{SITE}/vllm/v1/core/sched/interface.py", "Dockerfile"),
+        ("patches/rope.py", f"{SITE}/vllm/model_executor/layers/rope.py", "Dockerfile"),
+        ("patches/sampler.py", f"{SITE}/vllm/v1/sample/sampler.py", "Dockerfile"),
+        ("patches/scheduler.py", f"{SITE}/vllm/v1/core/sched/scheduler.py", "Dockerfile"),
+    ]
+    assert invoke("sums", repo=root).exit_code == 0
+
+    def codes() -> set[tuple[str, int | None]]:
+        check = invoke("check", "--format", "json", repo=root)
+        return {(f["code"], f["line"]) for f in json.loads(check.stdout)["findings"] if f["code"].startswith("build")}
+
+    assert codes() == set()
+    (root / "Dockerfile").write_text(PLACED.replace("RUN install -m 644 /tmp/patches/envs.py $SITE/vllm/\n", ""))
+    assert invoke("lock", repo=root).exit_code == 0
+    assert invoke("sums", repo=root).exit_code == 0
+    assert [c for c, _ in codes()] == ["build-not-copied"]
