@@ -18,6 +18,8 @@ through it.
 - ``COPY``/``ADD`` in shell and JSON form, with ``--chown``, ``--chmod``,
   ``--link``; ``--from=<stage>`` carries what that stage copied from the
   context, ``--from=<image>`` copies nothing of the repository and is skipped;
+- ``RUN cp``/``install``/``mv`` (after ``cd``, with ``-t DIR``) of a file a
+  ``COPY`` of this stage put in the image: the file is then there as well;
 - the last stage (or compose's ``build.target``) is the image.
 
 It reports what it cannot resolve (a variable with no value, a source
