@@ -266,3 +266,26 @@ def test_files_a_run_step_copies_into_the_package_are_overlays_the_build_deliver
     assert invoke("lock", repo=root).exit_code == 0
     assert invoke("sums", repo=root).exit_code == 0
     assert [c for c, _ in codes()] == ["build-not-copied"]
+
+
+def test_a_patch_queue_build_reports_its_in_place_edits_once(tmp_path: Path, invoke: Invoke) -> None:
+    """A repository with no compose file and no overlay copied in is read as a patch queue; its sed -i too."""
+    root = tmp_path / "queue"
+    for n in ("0001-a", "0002-b"):
+        write(root, f"patches/vllm/{n}.patch", PATCH)
+    write(root, "upstream.lock", f"VLLM_REPO=https://github.com/vllm-project/vllm\nVLLM_COMMIT={COMMIT}\n")
+    write(
+        root,
+        "Containerfile",
+        f"FROM rocm/vllm@{DIGEST}\nCOPY patches/vllm/ /tmp/patches/\n"
+        f'RUN cd {SITE} && for p in /tmp/patches/*.patch; do patch -p1 < "$p"; done\n'
+        f"RUN sed -i 's/x/y/' {SITE}/vllm/envs.py\n",
+    )
+    run = invoke("import", str(root), "--format", "json")
+    assert run.exit_code == 0, run.stdout + run.stderr
+    issues = json.loads(run.stdout)["import"]["issues"]
+    assert [(i["kind"], i["file"], i["line"]) for i in issues if i["kind"].startswith("build")] == [
+        ("build-edit-unanchored", "Containerfile", 4)
+    ]
+    (series,) = loads((root / "lockfile.toml").read_text()).series
+    assert [p.name for p in series.patches] == ["0001-a", "0002-b"]
