@@ -652,6 +652,8 @@ def _locks(root: Path, found: Found) -> dict[str, dict[str, Any]]:
     for p in sorted(root.iterdir()):
         if not p.is_file() or "lock" not in p.name.lower() or p.suffix not in (".json", ".toml"):
             continue
+        if p.name == "lockfile.toml":
+            continue  # patchkit's own (written by the import): no hand-kept pins
         rel = p.name
         data = read_inside(root, rel, "a lock of upstream pins")
         try:

@@ -122,6 +122,9 @@ def test_each_way_a_build_patches_the_installed_package_is_read_or_reported(tmp_
         "docker/hotfix/sampler.diff",
         "upstream.lock",
     ]
+    written = (root / "lockfile.toml").read_text()
+    again = invoke("import", str(root))  # importing again is a no-op: the lockfile is not read as a lock
+    assert (again.exit_code, (root / "lockfile.toml").read_text()) == (0, written), again.stdout + again.stderr
     assert invoke("sums", repo=root).exit_code == 0
     check = invoke("check", "--format", "json", repo=root)
     found = sorted((f["code"], f["file"], f["line"]) for f in json.loads(check.stdout)["findings"])
