@@ -48,6 +48,7 @@ from patchkit.lockfile.model import (
     Upstream,
 )
 from patchkit.lockfile.writer import dumps
+from patchkit.oci.ref import same_repository
 from patchkit.store.repo import gitignored
 
 _PYTHON_TREE = re.compile(r"/(?:site|dist)-packages/")
@@ -295,7 +296,7 @@ class _Importer:
             artifacts[k] = dataclasses.replace(a, name=name)
         lock = Lockfile(
             name=slug(self.root.name),
-            images=self.images(composes) + self.base_images(builds),
+            images=self.base_images(builds, self.images(composes)),
             model=self.model(composes),
             upstreams=upstreams,
             patches=tuple(patches),
@@ -307,6 +308,8 @@ class _Importer:
 
     def with_queue(self, lock: Lockfile, stated: dict[str, pins.Stated]) -> Lockfile:
         """Patch files the build applies (compose, then Containerfile, then script) are series, not hand-kept diffs."""
+        for issue in queue.edit_issues(self.reading):  # sed -i on an installed file: a patch nothing pins
+            self.issue(*issue)
         if not self.applied:
             for u in self.reading.unknowns:  # a step that may apply patches: its files may be no hand-kept diffs
                 self.issue(
@@ -351,6 +354,8 @@ class _Importer:
         settled = set()
         for k, s in enumerate(found.series):
             pin = stated.get(s.name)
+            if pin is not None and pin.git is not None:  # upstream.lock's VLLM_REPO: import declares it from there
+                settled.add(("queue-url-unknown", f"patches/{s.name}"))
             if s.commit is not None or pin is None or pin.commit is None or len(pin.commit) != 40:
                 continue
             found.series[k] = dataclasses.replace(s, commit=Revision(pin.commit))
@@ -815,9 +820,10 @@ class _Importer:
                 "cite it in the provenance table row of the patch it belongs to (owner/repo#N)",
             )
 
-    def base_images(self, builds: list[dockerfile.Build]) -> tuple[Image, ...]:
-        """The images builds start FROM: pinned when written by digest, else reported (and by check)."""
-        out: list[Image] = []
+    def base_images(self, builds: list[dockerfile.Build], services: tuple[Image, ...] = ()) -> tuple[Image, ...]:
+        """The services' images, then the images builds start FROM: pinned when written by digest (once, however
+        its repository is written), else reported (and by check)."""
+        out: list[Image] = list(services)
         for b in builds:
             for base in b.bases:
                 if base.ref is None:
@@ -832,7 +838,7 @@ class _Importer:
                         f"(skopeo inspect docker://{base.repository}:{base.tag or 'latest'} prints it)",
                     )
                     continue
-                if any(i.digest == Digest(base.digest) for i in out):
+                if any(i.digest == Digest(base.digest) and same_repository(i.repository, base.repository) for i in out):
                     continue
                 name = slug(base.stage or "base")
                 while any(i.name == name for i in out):
@@ -1171,8 +1177,8 @@ class _Importer:
                 except ValueError as e:
                     self.issue("image-invalid", use.compose, use.line, f"services.{use.service}.image: {e}")
                     continue
-                if any(i.repository == use.repository and i.digest == digest for i in out.values()):
-                    continue
+                if any(same_repository(i.repository, use.repository) and i.digest == digest for i in out.values()):
+                    continue  # python@X and docker.io/library/python@X are one image
                 name = slug(use.service)
                 if name in out:
                     name = slug(f"{use.service}-{_profile(use.compose)}")

@@ -371,7 +371,8 @@ def _image(path: str, service: str, node: Any) -> ImageUse:
     except BadInput as e:
         raise BadInput(f"{path}:{node.start_mark.line + 1}: services.{service}.image: {e.message}", e.hint) from e
     tag = ref.tag if rest.rfind(":") > rest.rfind("/") else None
-    return ImageUse(path, node.start_mark.line + 1, service, ref.written_name, tag, digest or None)
+    # Recorded as patchkit records any image (``docker.io/library/python`` is ``python``): one repository, one name.
+    return ImageUse(path, node.start_mark.line + 1, service, ref.display_repository, tag, digest or None)
 
 
 def _mount(path: str, service: str, k: int, item: Any, lines: list[str]) -> Mount | None:

@@ -18,6 +18,8 @@ through it.
 - ``COPY``/``ADD`` in shell and JSON form, with ``--chown``, ``--chmod``,
   ``--link``; ``--from=<stage>`` carries what that stage copied from the
   context, ``--from=<image>`` copies nothing of the repository and is skipped;
+- ``RUN cp``/``install``/``mv`` (after ``cd``, with ``-t DIR``) of a file a
+  ``COPY`` of this stage put in the image: the file is then there as well;
 - the last stage (or compose's ``build.target``) is the image.
 
 It reports what it cannot resolve (a variable with no value, a source
@@ -30,6 +32,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import posixpath
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -47,6 +50,8 @@ _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _NESTED = 64  # defaults in defaults (${A:-${B:-…}}) read; deeper is refused, not read slowly
 _SKIP = ("__pycache__/", ".pyc")
 # Files named after a Dockerfile that are not one: its ignore file, notes about it.
+_PLACE_VALUES = frozenset({"-m", "--mode", "-o", "--owner", "-g", "--group", "-S", "--suffix"})
+_SEPARATORS = frozenset({"&&", "||", ";", "|"})
 _NOT_BUILDS = (".dockerignore", ".md", ".txt", ".rst", ".orig", ".bak", ".swp")
 
 
@@ -70,8 +75,11 @@ class BaseImage:
 
     @property
     def repository(self) -> str:
+        """The repository, as patchkit records it (``docker.io/library/python`` is ``python``)."""
+        from patchkit.oci.ref import familiar_repository
+
         ref = (self.ref or self.written).split("@", 1)[0]
-        return ref.rsplit(":", 1)[0] if ref.rfind(":") > ref.rfind("/") else ref
+        return familiar_repository(ref.rsplit(":", 1)[0] if ref.rfind(":") > ref.rfind("/") else ref)
 
     @property
     def tag(self) -> str | None:
@@ -466,6 +474,8 @@ class _Reader:
             self.workdir(ins.line, ins.args)
         elif ins.word in ("COPY", "ADD"):
             self.copy(ins)
+        elif ins.word == "RUN" and not ins.heredocs:
+            self.run_copies(ins)
 
     def scope(self) -> dict[str, str]:
         return self.stages[-1].env if self.stages else self.globals
@@ -547,6 +557,51 @@ class _Reader:
             if re.match(r"[a-z]+://", src) or src.startswith("git@"):
                 continue  # ADD of a URL: nothing of the repository
             self.copy_context(stage, ins.line, src, dest_path, into_dir, ins.comment)
+
+    def run_copies(self, ins: Instruction) -> None:
+        """``RUN cp``/``install``/``mv`` of a file a ``COPY`` staged (``cp /tmp/p/x.py …/site-packages/vllm/``,
+        ``install -m 644 SRC DIR/``, ``cp -t DIR a b``; ``cd DIR &&`` first): the file is in the image there.
+        A ``.py`` copied to a name that is no module goes into that directory. Other commands are not read."""
+        stage = self.stages[-1]
+        cwd = PurePosixPath(stage.workdir)
+        for command in _commands(split_words(ins.args, self.escape)):
+            try:
+                words = [expand(w, stage.env, self.escape) for w in command]
+            except Unreadable:
+                continue
+            plain = [w for w in words if w is not None]
+            if len(plain) != len(words) or not plain:
+                continue
+            if plain[0] == "cd" and len(plain) == 2:
+                cwd = cwd / plain[1]
+            elif plain[0] in ("cp", "install", "mv"):
+                self.placed(stage, ins, cwd, plain[1:])
+
+    def placed(self, stage: _Stage, ins: Instruction, cwd: PurePosixPath, args: list[str]) -> None:
+        into, dest, sources = False, None, []
+        it = iter(args)
+        for w in it:
+            if w in ("-t", "--target-directory"):
+                into, dest = True, next(it, None)
+            elif w.startswith("--target-directory="):
+                into, dest = True, w.split("=", 1)[1]
+            elif w in _PLACE_VALUES:
+                next(it, None)
+            elif not w.startswith("-"):
+                sources.append(w)
+        if dest is None:
+            if len(sources) < 2:
+                return
+            dest = sources.pop()
+            into = len(sources) > 1 or dest.endswith("/")
+        target = PurePosixPath(posixpath.normpath(str(cwd / dest)))
+        for src in sources:
+            c = stage.files.get(posixpath.normpath(str(cwd / src)))
+            if c is None:
+                continue
+            inside = into or (c.rel.endswith(".py") and not dest.endswith(".py"))
+            to = str(target / PurePosixPath(c.rel).name) if inside else str(target)
+            stage.files[to] = Copied(c.rel, to, self.b.file, ins.line, ins.comment)
 
     def copy_from(self, stage: _Stage, name: str, sources: list[str], dest: PurePosixPath, into_dir: bool) -> None:
         """``COPY --from=<stage>``: what that stage holds from the context follows; an image holds none of it."""
@@ -630,6 +685,20 @@ def read(
     build = Build(rel, context)
     _Reader(root, build, args or {}, target).run(text)
     return build
+
+
+def _commands(words: list[str]) -> list[list[str]]:
+    """A ``RUN`` line's words as its simple commands, split at ``&&``, ``||``, ``;`` and ``|`` outside quotes."""
+    out: list[list[str]] = [[]]
+    for w in words:
+        if w in _SEPARATORS:
+            out.append([])
+        elif w.endswith(";") and not w.endswith(("\\;", "';", '";')):
+            out[-1].append(w[:-1])
+            out.append([])
+        else:
+            out[-1].append(w)
+    return [c for c in out if c]
 
 
 def _guess_context(root: Path, rel: str, text: str) -> str:

@@ -18,8 +18,13 @@ the edit's old text, directly (a loop variable over a table of edits counts
 as the old text) or through a name every assignment of which reads it (the
 count ``re.subn`` returns, the replaced copy, the places it was found). A
 name also assigned from elsewhere does not: ``src`` read from the file and
-then replaced is the file, and a check on it checks the file. A script that edits by other
-means (splicing lines) is anchored when a check that fails closed reads a
+then replaced is the file, and a check on it checks the file. A script that
+splices (``s[:i] + NEW + s[j:]``, ``lines.insert``, ``lines[i] = NEW``
+around what it searched for) is anchored by its search when a miss raises
+(``s.index(OLD)``, ``next(<generator>)`` with no default, ``[i for … if …][0]``) and no ``try``
+swallows it; a ``find``'s -1 must be checked like an old text; a search
+loop is checked by its ``else`` (no ``break``: nothing found) when that
+fails; otherwise it is anchored when a check that fails closed reads a
 string or bytes literal bound to a module-level name no file path is built
 from (the text it looks for). A check that only warns, or returns without a
 failure anyone sees, does not count: that is the silent skip the
@@ -36,17 +41,60 @@ _DEPTH = 6
 _FILE_METHODS = frozenset({"read_text", "read_bytes", "write_text", "write_bytes", "open"})
 _PATH_MODULES = frozenset({"os", "os.path", "path", "posixpath", "pathlib", "io", "tempfile"})
 _PATH_FUNCTIONS = frozenset({"open", "Path", "exists", "isfile", "join", "dirname", "fdopen", "mkstemp"})
+_FINDS = frozenset({"find", "rfind"})
+_SEARCHES = frozenset({"find", "rfind", "index", "rindex", "startswith", "endswith"})
+_CAUGHT = frozenset({"ValueError", "StopIteration", "Exception", "BaseException", "LookupError"})
 
 
 def anchored(tree: ast.Module, calls: list[ast.Call]) -> bool:
     """Whether every text edit of the script is checked fail-closed (see the module's docstring)."""
     r = _Anchors(tree)
     olds = [o for c in calls if (o := old_text(c)) is not None]
+    olds += [c.args[0] for c in calls if _method(c) in _FINDS and c.args]  # -1 when absent: checked or not
     checked = [r.reads(t) for t, body in r.checks() if r.fails_any(body)]
     if not olds:
+        searches: list[ast.Call | ast.Subscript] = [
+            *calls,
+            *(n for n in ast.walk(tree) if isinstance(n, ast.Subscript)),
+        ]
+        if any(_raises_when_absent(c) and id(c) not in r.swallowed for c in searches):
+            return True
         texts = r.derived(r.text_constants(calls))
         return any(texts & c for c in checked)
     return all(any(r.derived(r.reads(o)) & c for c in checked) for o in olds)
+
+
+def splices(tree: ast.Module, calls: list[ast.Call]) -> bool:
+    """Whether a script edits text by splicing around what it searches for, not by ``replace``: a search
+    (``find``/``index``, ``startswith``, ``X in line``, ``next(…)`` over lines) and a splice (``s[:i] + NEW +
+    s[j:]``, ``lines.insert(i, NEW)``, ``lines[i] = NEW`` or ``lines[i:i] = […]``)."""
+    searched = any(_method(c) in _SEARCHES and c.args for c in calls) or any(
+        isinstance(n, ast.Compare) and any(isinstance(op, ast.In | ast.NotIn) for op in n.ops) for n in ast.walk(tree)
+    )
+    return searched and any(_splice(n) for n in ast.walk(tree))
+
+
+def _splice(n: ast.AST) -> bool:
+    if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Add):
+        return any(isinstance(side, ast.Subscript) and isinstance(side.slice, ast.Slice) for side in (n.left, n.right))
+    if isinstance(n, ast.Call):
+        return _method(n) == "insert" and len(n.args) == 2
+    return isinstance(n, ast.Assign) and any(isinstance(t, ast.Subscript) for t in n.targets)
+
+
+def _method(c: ast.Call) -> str | None:
+    return c.func.attr if isinstance(c.func, ast.Attribute) else None
+
+
+def _raises_when_absent(c: ast.Call | ast.Subscript) -> bool:
+    """``s.index(OLD)`` (ValueError), ``next(<generator>)`` with no default (StopIteration) and ``[i for … if
+    …][0]`` (IndexError) fail on a miss."""
+    if isinstance(c, ast.Subscript):
+        found = isinstance(c.value, ast.ListComp) and any(g.ifs for g in c.value.generators)
+        return found and isinstance(c.slice, ast.Constant) and c.slice.value in (0, -1)
+    if _method(c) in ("index", "rindex") and c.args:
+        return True
+    return _callee(c) == "next" and len(c.args) == 1 and isinstance(c.args[0], ast.GeneratorExp)
 
 
 def old_text(c: ast.Call) -> ast.expr | None:
@@ -80,12 +128,22 @@ class _Anchors:
         self.asserts: list[ast.Assert] = []
         self.results: dict[str, list[str]] = {}  # function -> the names its results are stored in
         self.exit_with: set[str] = set()  # functions whose result the script exits with: sys.exit(main())
+        self.loops_else: list[ast.For] = []  # search loops whose else (nothing found) may fail
+        self.swallowed: set[int] = set()  # ids of nodes in a try whose handler catches a miss and goes on
+        tries: list[ast.Try] = []
         todo: list[tuple[ast.AST, str]] = [(tree, "")]
         while todo:  # one pass; each node with its innermost function
             node, fn = todo.pop()
             self._note(node, fn)
             inner = node.name if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else fn
             todo += [(child, inner) for child in ast.iter_child_nodes(node)]
+            if isinstance(node, ast.Try):
+                tries.append(node)
+            elif isinstance(node, ast.For) and node.orelse:
+                self.loops_else.append(node)
+        for t in tries:  # after the pass: a handler's failure may be a return its callers check
+            if any(_catches_miss(h) and not self.fails(h.body, 0) for h in t.handlers):
+                self.swallowed |= {id(n) for stmt in t.body for n in ast.walk(stmt)}
 
     def _note(self, n: ast.AST, fn: str) -> None:
         if isinstance(n, ast.Return):
@@ -197,7 +255,12 @@ class _Anchors:
     def checks(self) -> list[tuple[ast.expr, list[list[ast.stmt]]]]:
         """Every test that guards a branch: an if's (either branch may be the failing one) or an assert's."""
         out: list[tuple[ast.expr, list[list[ast.stmt]]]] = [(n.test, [[ast.Raise()]]) for n in self.asserts]
-        return out + [(n.test, [n.body, n.orelse]) for n in self.ifs]
+        out += [(n.test, [n.body, n.orelse]) for n in self.ifs]
+        # for … : if FOUND: …; break / else: fail — the else runs when the search found nothing.
+        for loop in self.loops_else:
+            found = [n for n in ast.walk(ast.Module(loop.body, [])) if isinstance(n, ast.If) and _breaks(n.body)]
+            out += [(n.test, [loop.orelse]) for n in found]
+        return out
 
     def fails_any(self, branches: list[list[ast.stmt]]) -> bool:
         return any(self.fails(b, 0) for b in branches)
@@ -233,6 +296,18 @@ class _Anchors:
 
     def _none_checked(self, name: str, depth: int) -> bool:
         return any(_tests_empty(n.test, name) and self.fails(n.body, depth + 1) for n in self.ifs)
+
+
+def _breaks(body: list[ast.stmt]) -> bool:
+    return any(isinstance(n, ast.Break) for stmt in body for n in ast.walk(stmt))
+
+
+def _catches_miss(h: ast.ExceptHandler) -> bool:
+    """A handler that catches what a missed ``index``/``next`` raises (bare, ValueError, Exception, …)."""
+    if h.type is None:
+        return True
+    names = h.type.elts if isinstance(h.type, ast.Tuple) else [h.type]
+    return any((n.id if isinstance(n, ast.Name) else getattr(n, "attr", "")) in _CAUGHT for n in names)
 
 
 def _read_by(node: ast.expr) -> set[str]:

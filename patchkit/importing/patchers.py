@@ -12,8 +12,9 @@ Deployments that do not mount whole files often carry scripts such as::
 
 run by a Containerfile ``RUN python3 patch_x.py`` or by the entrypoint.
 The lockfile calls them transformers. This module tells such a script from
-any other Python file (it reads a file, edits text with ``.replace`` or
-``re.sub``/``re.subn``, or replaces a file, and writes one) and finds,
+any other Python file (it reads a file, edits text with ``.replace``,
+``re.sub``/``re.subn`` or by splicing around what it searched for, or
+replaces a file, and writes one) and finds,
 without running it, the upstream files it edits: paths built from
 ``<module>.__file__`` and ``<package>.__path__`` (``Path(…).parent``,
 ``.parents[N]``, ``os.path.dirname``, ``/`` and ``os.path.join``), a spec or
@@ -40,7 +41,7 @@ from pathlib import Path
 
 from patchkit.core.values import ContainerPath
 from patchkit.importing import patcher_anchors as anchors
-from patchkit.importing import read_inside, shell
+from patchkit.importing import pyscope, read_inside, shell
 
 _TREE = re.compile(r"(?:site|dist)-packages/(?P<rest>.+)")
 _READS = frozenset({"read_text", "read_bytes", "write_text", "write_bytes"})
@@ -76,12 +77,15 @@ def read(source: bytes) -> Patcher | None:
 def _read(tree: ast.Module) -> Patcher | None:
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
     replaces = any((_method(c) == "replace" and len(c.args) >= 2) or anchors.old_text(c) is not None for c in calls)
-    writes = any(_method(c) in ("write_text", "write_bytes", "write") for c in calls)
-    reads = any(_method(c) in ("read_text", "read_bytes", "read", "readlines") for c in calls)
+    replaces = replaces or anchors.splices(tree, calls)
+    in_place = any(_in_place(c) is not None for c in calls)  # fileinput.input(P, inplace=True): reads and writes P
+    writes = in_place or any(_method(c) in ("write_text", "write_bytes", "write") for c in calls)
+    reads = in_place or any(_method(c) in ("read_text", "read_bytes", "read", "readlines") for c in calls)
     if not (replaces and writes and reads):
         return None
+    scopes = pyscope.qualify(tree)  # each function's names its own, for both readings
     out = Patcher(anchored=anchors.anchored(tree, calls))
-    _opened_files(_Reader(tree), calls, out)
+    _opened_files(_Reader(tree, scopes), calls, out)
     for n in ast.walk(tree):
         if not (isinstance(n, ast.Constant) and isinstance(n.value, str)):
             continue
@@ -101,7 +105,7 @@ def _opened_files(reader: _Reader, calls: list[ast.Call], out: Patcher) -> None:
         got = reader.value(target, 0)
         paths = [v for k, v in got or [] if k == "path" and v.endswith(".py")]
         if got is None or not paths:
-            why = f"the file it opens is built as {ast.unparse(target)[:80]!r}"
+            why = f"the file it opens is built as {pyscope.plain(ast.unparse(target))[:80]!r}"
             env = sorted({v for k, v in got or [] if k == "env"})
             if env and all(k == "env" for k, _ in got or []):
                 why += f", read at run time from {', '.join(env)}"
@@ -117,8 +121,20 @@ def _method(c: ast.Call) -> str | None:
     return c.func.attr if isinstance(c.func, ast.Attribute) else None
 
 
+def _in_place(c: ast.Call) -> ast.expr | None:
+    """The file ``fileinput.input(P, inplace=True)`` (or ``FileInput``) rewrites with what the loop prints."""
+    if _callee(c) not in ("input", "FileInput") or not any(
+        k.arg == "inplace" and isinstance(k.value, ast.Constant) and k.value.value for k in c.keywords
+    ):
+        return None
+    files = [k.value for k in c.keywords if k.arg == "files"]
+    return c.args[0] if c.args else (files[0] if files else None)
+
+
 def _opened(c: ast.Call) -> ast.expr | None:
     """The path expression a call reads or writes: ``P.read_text()``, ``open(P)``, ``P.open()``."""
+    if (rewritten := _in_place(c)) is not None:
+        return rewritten
     if isinstance(c.func, ast.Attribute) and c.func.attr in (*_READS, "open"):
         return c.func.value
     if isinstance(c.func, ast.Name) and c.func.id in ("open", "io.open") and c.args:
@@ -137,9 +153,10 @@ def _dotted(node: ast.expr) -> str | None:
 class _Reader:
     """Evaluates the path expressions of one script, as far as literals and module files go."""
 
-    def __init__(self, tree: ast.Module) -> None:
+    def __init__(self, tree: ast.Module, scopes: pyscope.Scopes) -> None:
+        self.scopes = scopes
         self.modules: dict[str, tuple[str, bool]] = {}  # local name -> (dotted module, is a package)
-        self.names: dict[str, list[ast.expr]] = {}  # name -> the expressions assigned to it
+        self.names: dict[str, list[tuple[int, ast.expr]]] = {}  # name -> (last line, expression) assigned to it
         self.loops: dict[str, list[ast.expr]] = {}  # loop variable or parameter -> the values it takes
         self.functions = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
         for n in ast.walk(tree):
@@ -160,7 +177,7 @@ class _Reader:
             for a in n.names:
                 self.modules[a.asname or a.name] = (f"{n.module}.{a.name}", False)
         elif isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
-            self.names.setdefault(n.targets[0].id, []).append(n.value)
+            self.names.setdefault(n.targets[0].id, []).append((n.end_lineno or n.lineno, n.value))
         elif isinstance(n, ast.For):
             self.loop(n.target, n.iter)
 
@@ -169,17 +186,18 @@ class _Reader:
         args = [*fn.args.posonlyargs, *fn.args.args]
         defaults = dict(zip([a.arg for a in args][len(args) - len(fn.args.defaults) :], fn.args.defaults, strict=True))
         defaults |= {a.arg: d for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults, strict=True) if d is not None}
+        scope = self.scopes.scope(fn)
         for k, a in enumerate(args + fn.args.kwonlyargs):
             given = [c.args[k] for c in calls if k < len(c.args) and k < len(args)]
             given += [kw.value for c in calls for kw in c.keywords if kw.arg == a.arg]
             if a.arg in defaults:
                 given.append(defaults[a.arg])
             if given:
-                self.loops.setdefault(a.arg, []).extend(given)
+                self.loops.setdefault(pyscope.local(a.arg, scope), []).extend(given)
 
     def loop(self, target: ast.expr, it: ast.expr) -> None:
         """``for rel, old, new in EDITS`` over a literal table: each name takes its column."""
-        rows = self.names.get(it.id, [it])[-1] if isinstance(it, ast.Name) else it
+        rows = self.names.get(it.id, [(0, it)])[-1][1] if isinstance(it, ast.Name) else it
         if not isinstance(rows, ast.List | ast.Tuple):
             return
         names = target.elts if isinstance(target, ast.Tuple) else [target]
@@ -200,7 +218,7 @@ class _Reader:
             m = _TREE.search(node.value)
             return [("path", m["rest"])] if m else [("str", node.value)]
         if isinstance(node, ast.Name):
-            return self.name(node.id, depth)
+            return self.name(node, depth)
         if isinstance(node, ast.Attribute):
             return self.attribute(node, depth)
         if isinstance(node, ast.Subscript):
@@ -223,8 +241,14 @@ class _Reader:
             out += got
         return out
 
-    def name(self, name: str, depth: int) -> list[_Value] | None:
-        exprs = self.loops.get(name) or self.names.get(name, [])[-1:]
+    def name(self, node: ast.Name, depth: int) -> list[_Value] | None:
+        """A name's value: a loop's or a parameter's values, else the assignment before this use in its scope
+        (the last one, for a module name a function reads: the function runs after the module is set up)."""
+        name = node.id
+        assigned = self.names.get(name, [])
+        if pyscope.MARK in name or id(node) in self.scopes.at_top:
+            assigned = [a for a in assigned if a[0] < node.lineno] or assigned
+        exprs = self.loops.get(name) or [e for _, e in assigned[-1:]]
         if not exprs:
             if name in self.modules:
                 return [("module", self.modules[name][0])]
@@ -267,6 +291,10 @@ class _Reader:
             return self.join(base + list(node.args), depth)
         if callee in ("resolve", "absolute", "expanduser") and isinstance(node.func, ast.Attribute):
             return self.value(node.func.value, depth + 1)
+        if callee == "str" and len(node.args) == 1:
+            return self.value(node.args[0], depth + 1)
+        if callee == "with_name" and isinstance(node.func, ast.Attribute) and node.args:
+            return self.join([ast.Call(ast.Name("dirname"), [node.func.value], []), node.args[0]], depth)
         if callee in ("getfile", "getsourcefile") and node.args:
             return self.module_file(node.args[0])
         if callee in _SITE_ROOT:
@@ -284,7 +312,7 @@ class _Reader:
             return self.value(node.args[0], depth + 1)
         dotted = _dotted(node.func)
         if dotted in _ENV and node.args:
-            what = [("env", ast.unparse(node.args[0]))]
+            what = [("env", pyscope.plain(ast.unparse(node.args[0])))]
             return what if len(node.args) < 2 else self.each_with(what, node.args[1], depth)
         if isinstance(node.func, ast.Name) and (fn := self.functions.get(node.func.id)) is not None:
             returns = [r.value for r in ast.walk(fn) if isinstance(r, ast.Return) and r.value is not None]
@@ -351,7 +379,7 @@ def _run_time(node: ast.Subscript) -> list[_Value] | None:
     """``os.environ["X"]`` and ``sys.argv[N]``: a value the script reads when it runs."""
     owner = _dotted(node.value)
     if owner in ("os.environ", "environ", "sys.argv", "argv"):
-        return [("env", ast.unparse(node))]
+        return [("env", pyscope.plain(ast.unparse(node)))]
     return None
 
 

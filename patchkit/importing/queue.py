@@ -42,6 +42,7 @@ from patchkit.core.values import ContainerPath, Digest, Reference, RepoPath, Rev
 from patchkit.importing import dockerfile, patchers, pins, read_inside, shell
 from patchkit.lockfile.model import GitUpstream, Image, Lockfile, Patch, PatchKind, Upstream
 from patchkit.lockfile.series import Series, SeriesPatch, parse_series_file
+from patchkit.oci.ref import familiar_repository
 from patchkit.series.parse import PatchParseError, parse_patch, pr_numbers
 
 _SUFFIXES = (".patch", ".diff")
@@ -84,8 +85,8 @@ def read_build(root: Path) -> tuple[list[str], shell.Reading]:
 
 
 def applied_files(reading: shell.Reading) -> set[str]:
-    """The patch files under ``patches/`` a build step applies."""
-    return {a.repo for a in reading.applies if a.repo and a.repo.startswith("patches/") and a.repo.endswith(_SUFFIXES)}
+    """The repository's patch files a build step applies (a series under ``patches/<upstream>/``, or not)."""
+    return {a.repo for a in reading.applies if a.repo and a.repo.endswith(_SUFFIXES)}
 
 
 def recognise(root: Path, only: set[str] | None = None) -> Found:
@@ -102,15 +103,34 @@ def recognise(root: Path, only: set[str] | None = None) -> Found:
     groups = {n: fs for n, fs in _groups(root).items() if only is None or any(f in only for f in fs)}
     for name, files in sorted(groups.items()):
         _one(root, name, files, texts, reading, locks, found)
+    _outside(sorted(f for f in applied_files(reading) if not f.startswith("patches/")), reading, found)
     _unknowns(reading, found)
-    if only is None:
+    if only is None:  # a compose repository's import reports these itself
         _patchers(root, reading, found)
+        found.issues += edit_issues(reading)
     stack_locks(root, [f for files in groups.values() for f in files], found)
     for rel, text in texts.items():
         if not rel.endswith(".sh"):
             _containerfile(rel, text, found)
         found.artifacts.append((_artifact_name(rel), rel))
     return found
+
+
+def _outside(files: list[str], reading: shell.Reading, found: Found) -> None:
+    """A patch file the build applies from outside ``patches/<upstream>/``: pinned as a file, and said so."""
+    for rel in files:
+        a = next(a for a in reading.applies if a.repo == rel)
+        found.artifacts.append((_artifact_name(rel), rel))
+        found.issues.append(
+            (
+                "queue-upstream-unknown",
+                a.file,
+                a.line,
+                f"{a.tool} applies {rel}, which is not under patches/<upstream>/: no series says which upstream "
+                "it patches, so it is pinned as a file only",
+                "move it to patches/<upstream>/ (e.g. patches/vllm/) and import again",
+            )
+        )
 
 
 def _containerfile(rel: str, text: str, found: Found) -> None:
@@ -168,12 +188,13 @@ def _one(
 ) -> None:
     here = f"patches/{name}" if name else "patches"
     if not name:
+        found.artifacts += [(_artifact_name(rel), rel) for rel in files]  # pinned as files, not dropped
         found.issues.append(
             (
                 "queue-upstream-unknown",
                 here,
                 None,
-                "patches directly under patches/ name no upstream",
+                f"patches directly under patches/ name no upstream ({', '.join(files)}): pinned as files only",
                 "move them to patches/<upstream>/",
             )
         )
@@ -407,6 +428,39 @@ def _not_applied(rel: str, reading: shell.Reading, found: Found) -> None:
     found.issues.append(("queue-order", rel, None, f"{rel} is never applied (read: {read})", "apply it or delete it"))
 
 
+def edit_issues(reading: shell.Reading) -> list[tuple[str, str, int | None, str, str | None]]:
+    """Each in-place edit of an installed package's file a build step makes (``sed -i``): an unanchored patch."""
+    return [
+        (
+            "build-edit-unanchored",
+            e.file,
+            e.line,
+            f"{e.tool} edits {e.upstream} in the image in place, unchecked: when upstream moves the text it looks "
+            "for, nothing is patched and nothing fails, and no patch in the lockfile says what it changes",
+            "apply a patch file instead (git apply fails on a moved hunk), or a patcher script that checks its "
+            "anchor (docs/import.md)",
+        )
+        for e in reading.edits
+    ] + [issue for file, line, code in reading.inline if (issue := _inline_issue(file, line, code)) is not None]
+
+
+def _inline_issue(file: str, line: int, code: str) -> tuple[str, str, int | None, str, str | None] | None:
+    """A patcher written inline (``python3 -c …``, ``RUN python3 - <<PY``) that does not check its anchor."""
+    p = patchers.read(code.encode())
+    if p is None or p.anchored:
+        return None
+    edits = ", ".join(t for t, _ in p.targets) or "a file no static reading finds"
+    return (
+        "build-edit-unanchored",
+        file,
+        line,
+        f"an inline Python patcher edits {edits} in the image, unchecked: when upstream moves the text it "
+        "replaces, nothing is patched and nothing fails, and no patch in the lockfile says what it changes",
+        "check the old text is there and fail if not (assert OLD in src), or make it a patcher script the "
+        "build runs (docs/import.md)",
+    )
+
+
 def _unknowns(reading: shell.Reading, found: Found) -> None:
     for u in reading.unknowns:
         found.issues.append(
@@ -598,6 +652,8 @@ def _locks(root: Path, found: Found) -> dict[str, dict[str, Any]]:
     for p in sorted(root.iterdir()):
         if not p.is_file() or "lock" not in p.name.lower() or p.suffix not in (".json", ".toml"):
             continue
+        if p.name == "lockfile.toml":
+            continue  # patchkit's own (written by the import): no hand-kept pins
         rel = p.name
         data = read_inside(root, rel, "a lock of upstream pins")
         try:
@@ -667,7 +723,8 @@ def _image(found: Found, name: str, ref: str, rel: str) -> None:
         return
     if any(i.digest == Digest(m["digest"]) for i in found.images):
         return
-    found.images.append(Image(name=_patch_name(name), repository=m["repo"], digest=Digest(m["digest"])))
+    repository = familiar_repository(m["repo"])
+    found.images.append(Image(name=_patch_name(name), repository=repository, digest=Digest(m["digest"])))
 
 
 def _clone_url(text: str, name: str) -> str | None:

@@ -19,8 +19,14 @@ script runs (``bash x.sh ARGS``, ``./x.sh``, ``. x.sh``); and in a
 Containerfile (read by :mod:`patchkit.importing.dockerfile`) ``ARG``,
 ``ENV``, ``WORKDIR``, ``COPY``/``ADD``, ``RUN --mount=type=bind``, and
 ``RUN``, ``ENTRYPOINT`` and ``CMD`` (shell or exec form; ``RUN <<EOF`` is
-its here-document's script). A script read on its own maps an image path to the file a
-Containerfile copied there. ``$(dirname "$0")`` and ``$(git rev-parse
+its here-document's script; ``COPY --from=<stage>`` carries what that stage
+copied). A script read on its own maps an image path to the file a
+Containerfile copied there. Besides patch applications, the reading
+records what else a step does to the installed packages: ``sed -i``/``perl
+-pi`` on a file of a Python tree (:class:`Edit`), Python run inline
+(``python3 -c``, ``python3 - <<PY``), and a patch applied from a path no
+repository file was copied to (an :class:`Unknown` naming the URL an ``ADD``
+fetched it from). ``$(dirname "$0")`` and ``$(git rev-parse
 --show-toplevel)`` are read as the script's directory and the repository.
 
 Everything else that could apply a patch (a command substitution, a
@@ -95,6 +101,18 @@ class Run:
     repo: str | None = None  # ... and the repository file that is, when it could be told
 
 
+@dataclass(frozen=True)
+class Edit:
+    """A build step that edits an installed package's file in place (``sed -i``, ``perl -pi``): no patch pins it,
+    and nothing fails when the text it looks for has moved."""
+
+    file: str
+    line: int
+    tool: str
+    path: str  # the file edited, in the image
+    upstream: str  # its path in the package tree (``vllm/config/cache.py``)
+
+
 @dataclass
 class Reading:
     """What the build files apply, in order, per profile; and what could not be read."""
@@ -106,6 +124,9 @@ class Reading:
     profile_variable: tuple[str, str, int] | None = None  # (name, file, line) of the case that picks the profile
     followed: set[str] = field(default_factory=set)  # scripts read because a build step runs them
     copies: list[tuple[str, str]] = field(default_factory=list)  # (repository path, container path)
+    edits: list[Edit] = field(default_factory=list)  # in-place edits of installed packages' files
+    inline: list[tuple[str, int, str]] = field(default_factory=list)  # (file, line, code) of python -c / <<PY
+    fetched: dict[str, str] = field(default_factory=dict)  # container path -> the URL an ADD fetched it from
 
     def add_unknown(self, file: str, line: int, reason: str) -> None:
         if all((u.file, u.line, u.reason) != (file, line, reason) for u in self.unknowns):
@@ -462,6 +483,7 @@ class _Reader:
         self.locate = locate
         self.expand_glob = expand_glob
         self.split: tuple[str, list[str]] | None = None  # the input a case picks the profile on, and its branches
+        self.grepped: set[str] = set()  # files a grep of this step checked before an in-place edit
 
     # values
 
@@ -647,6 +669,7 @@ class _Reader:
             "exit": self.exit,
             "set": self.set_,
             "sudo": self.sudo,
+            **dict.fromkeys(_EDITORS, self.in_place),
         }.get(head)
         if handler is not None:
             handler(ctx, node, words)
@@ -706,10 +729,30 @@ class _Reader:
         elif not self.script(ctx, node, words):
             self.record_run(ctx, node, words)
 
+    def in_place(self, ctx: _Context, node: _Simple, raw: list[str]) -> None:
+        """``sed -i``/``perl -pi`` on a file of an installed package is an edit no patch pins; a ``grep`` of the
+        same file earlier in the step (``grep -q OLD f && sed -i …``) is taken as its check."""
+        got = self.words(ctx, raw, node.line)
+        words = raw if isinstance(got, str) else got
+        tool = words[0]
+        files = _edited_files(tool, words[1:])
+        if tool == "grep":
+            self.grepped |= {p for f in files if (p := self.absolute(ctx, f)) is not None}
+            return
+        for f in files:
+            path = self.absolute(ctx, f) or f
+            m = _PACKAGE_FILE.search(path)
+            if m is not None and path not in self.grepped:
+                edit = Edit(ctx.file, node.line, f"{tool} -i", path, m["rest"])
+                if edit not in self.reading.edits:
+                    self.reading.edits.append(edit)
+
     def record_run(self, ctx: _Context, node: _Simple, words: list[str]) -> None:
         """A command that applies no patch; for ``python x.py`` (or ``./x.py``), the script it runs."""
         script = None
-        if re.fullmatch(r"python(?:3(?:\.\d+)?)?", posixpath.basename(words[0])):
+        if _PYTHON.fullmatch(posixpath.basename(words[0])):
+            if "-c" in words[:-1]:
+                self.reading.inline.append((ctx.file, node.line, words[words.index("-c") + 1]))
             script = next((w for w in words[1:] if not w.startswith("-")), None)
             script = None if "-m" in words[1:] or "-c" in words[1:] else script
         elif words[0].endswith(".py"):
@@ -784,6 +827,10 @@ class _Reader:
             self.reading.applies.append(
                 Apply(path or f, repo, tool, strip, directory, ctx.profile, ctx.file, node.line)
             )
+            if repo is None:
+                url = self.reading.fetched.get(path or f)
+                how = f"ADD fetches it from {url} at build time" if url else "no COPY of a repository file put it there"
+                self.unknown(ctx, node.line, f"{tool} applies {path or f}, which is no file of the repository: {how}")
 
     def script(self, ctx: _Context, node: _Simple, words: list[str]) -> bool:
         """Follow a script the step runs (``bash x.sh ARGS``, ``./x.sh``, ``. x.sh``); whether it was one."""
@@ -829,6 +876,41 @@ class _Reader:
         with contextlib.suppress(_Stop):
             self.run(inner, nodes)
         return True
+
+
+_EDITORS = frozenset({"sed", "perl", "grep"})
+_PYTHON = re.compile(r"python(?:3(?:\.\d+)?)?")
+_PACKAGE_FILE = re.compile(r"/(?:site|dist)-packages/(?P<rest>[^*?\[]+)$")
+_SED_VALUES = frozenset({"-e", "--expression", "-f", "--file", "-l", "--line-length"})
+
+
+def _edited_files(tool: str, args: list[str]) -> list[str]:
+    """The files ``sed -i``/``perl -i`` edits in place (none without ``-i``), or the files a ``grep`` reads."""
+    in_place = False
+    script_given = False
+    files: list[str] = []
+    it = iter(args)
+    for w in it:
+        if w == "--":
+            files += list(it)
+            break
+        if w.startswith("--"):
+            in_place = in_place or w.startswith("--in-place")
+            script_given = script_given or w.startswith(("--expression", "--file", "--regexp"))
+            if "=" not in w and w in _SED_VALUES:
+                next(it, None)
+            continue
+        if w.startswith("-") and len(w) > 1:
+            flags = w[1:]
+            in_place = in_place or "i" in flags
+            if flags[-1:] in ("e", "f"):
+                script_given = True
+                next(it, None)
+            continue
+        files.append(w)
+    if not script_given and files:
+        files = files[1:]  # the first word is the script (sed) or the pattern (grep)
+    return files if in_place or tool == "grep" else []
 
 
 def _positional(ctx: _Context, args: list[str]) -> None:
@@ -912,6 +994,13 @@ class _Build:
     inputs: set[str] = field(default_factory=set)
     workdir: str = "/"
     copies: list[tuple[str, str]] = field(default_factory=list)
+    stages: list[str] = field(default_factory=list)  # each stage's ``AS`` name ("" when it has none)
+    made: dict[int, list[tuple[str, str]]] = field(default_factory=dict)  # stage -> the copies made in it
+
+    def stage_copies(self, ref: str) -> list[tuple[str, str]]:
+        """The repository files a stage (``--from=name`` or its index) copied in, as (repository path, path)."""
+        k = int(ref) if ref.isdigit() else (self.stages.index(ref) if ref in self.stages else -1)
+        return self.made.get(k, [])
 
 
 class BuildReader:
@@ -954,6 +1043,9 @@ class BuildReader:
             elif ins.word == "WORKDIR":
                 where = _expand(build, ins.args.strip(), parsed.escape) or ins.args.strip()
                 build.workdir = posixpath.normpath(posixpath.join(build.workdir, where))
+            elif ins.word == "FROM":
+                words = ins.args.split()
+                build.stages.append(words[2] if len(words) >= 3 and words[1].lower() == "as" else "")
             elif ins.word in ("COPY", "ADD"):
                 self.copy(build, ins, parsed.escape)
             elif ins.word in ("RUN", "ENTRYPOINT", "CMD"):
@@ -961,13 +1053,18 @@ class BuildReader:
 
     def copy(self, build: _Build, ins: containerfile.Instruction, escape: str) -> None:
         flags, rest = ins.flags()
-        if "from" in flags:
-            return
         written = ins.exec_form() or rest.split()
         words = [w for w in (_expand(build, w, escape) for w in written) if w is not None]
         if len(words) < 2 or len(words) != len(written):
             return
         dest = posixpath.normpath(posixpath.join(build.workdir, words[-1]))
+        if "from" in flags:
+            self.copy_from(build, build.stage_copies(flags["from"]), words, dest)
+            return
+        for url in [w for w in words[:-1] if re.match(r"https?://", w)] if ins.word == "ADD" else []:
+            name = posixpath.basename(url.split("?", 1)[0])
+            at = posixpath.join(dest, name) if words[-1].endswith("/") else dest
+            self.reading.fetched[at] = url + (" (its --checksum pins it)" if "checksum" in flags else "")
         for src in words[:-1]:
             src_rel = self.context_path(build.file, src)
             if src_rel is None:
@@ -976,8 +1073,28 @@ class BuildReader:
             target = posixpath.join(dest, posixpath.basename(src_rel)) if into_dir else dest
             if (self.root / src_rel).is_dir() and into_dir:
                 target = dest
-            build.copies.append((src_rel, target))
-            self.reading.copies.append((src_rel, target))
+            self.add_copy(build, src_rel, target)
+
+    def add_copy(self, build: _Build, src_rel: str, target: str) -> None:
+        build.copies.append((src_rel, target))
+        build.made.setdefault(len(build.stages) - 1, []).append((src_rel, target))
+        self.reading.copies.append((src_rel, target))
+
+    def copy_from(self, build: _Build, stage: list[tuple[str, str]], words: list[str], dest: str) -> None:
+        """``COPY --from=<stage> SRC DEST``: the repository files that stage copied under SRC, now under DEST.
+        Another image (``--from=alpine``) holds no file of the repository."""
+        into = words[-1].endswith("/") or len(words) > 2
+        for src in words[:-1]:
+            src = posixpath.normpath(src)
+            to = posixpath.join(dest, posixpath.basename(src)) if into else dest
+            for rel, path in stage:
+                if path == src:
+                    self.add_copy(build, rel, to if (self.root / rel).is_file() else dest)
+                elif path.startswith(src.rstrip("/") + "/"):
+                    self.add_copy(build, rel, posixpath.join(dest, path[len(src.rstrip("/")) + 1 :]))
+                elif src.startswith(path.rstrip("/") + "/"):  # a part of a directory the stage copied
+                    part = posixpath.join(rel, src[len(path.rstrip("/")) + 1 :])
+                    self.add_copy(build, part, to if (self.root / part).is_file() else dest)
 
     def context_path(self, dockerfile: str, src: str) -> str | None:
         """A COPY source in the repository: relative to the repository, else to the Containerfile's directory."""
@@ -1001,6 +1118,9 @@ class BuildReader:
             rest = argv[-1] if argv[:1] in (["bash"], ["sh"], ["/bin/sh"], ["/bin/bash"]) and "-c" in argv else ""
             rest = rest or shlex.join(argv)
         line, rest = _script(ins, rest)
+        head = containerfile.HEREDOC_AT.sub(" ", rest).split()
+        if len(ins.heredocs) == 1 and head and _PYTHON.fullmatch(posixpath.basename(head[0])):
+            self.reading.inline.append((build.file, ins.heredocs[0].line, ins.heredocs[0].body))
         ctx = _Context(build.file, None, dict(build.variables), set(build.inputs), {}, build.workdir, build.workdir)
         copies = list(build.copies)
         self.each_profile(ctx, "\n" * (line - 1) + rest, lambda path: self.container_path(path, copies), copies)
@@ -1055,16 +1175,17 @@ class BuildReader:
         """The files a glob matches, sorted (as the shell sorts them), as paths in the build."""
         fixed = re.split(r"[*?[]", pattern, maxsplit=1)[0]
         directory = posixpath.dirname(fixed)
+        # Files copied one by one (COPY a.patch b.patch /p/) are in the build whatever the directory is.
+        out = [dst for src, dst in copies if fnmatch.fnmatchcase(dst, pattern) and (self.root / src).is_file()]
         found = self.directory(directory, copies)
         if found is None:
-            return []
+            return sorted(set(out))
         folder = self.root / found
-        out = []
         for p in folder.rglob("*"):
             path = posixpath.join(directory, p.relative_to(folder).as_posix())
             if p.is_file() and fnmatch.fnmatchcase(path, pattern) and path.count("/") == pattern.count("/"):
                 out.append(path)
-        return sorted(out)
+        return sorted(set(out))
 
     def directory(self, directory: str, copies: list[tuple[str, str]]) -> str | None:
         """The repository directory a directory of the build is (a repository path, or one a COPY filled)."""

@@ -122,6 +122,33 @@ class ImageRef:
         return self.name + self._suffix()
 
 
+def repository_key(text: str) -> str | None:
+    """The repository a written image name is, as Docker resolves it (``registry/repository``, tag and digest
+    aside): ``python``, ``library/python``, ``docker.io/library/python`` and ``index.docker.io/library/python``
+    are all ``docker.io/library/python``. None when ``text`` is no image reference."""
+    try:
+        return ImageRef.parse(text).name
+    except BadInput:
+        return None
+
+
+def familiar_repository(text: str) -> str:
+    """A written image name (tag and digest aside) as patchkit records it: Docker Hub's short, others with
+    their host (``docker.io/library/python`` is ``python``, ``index.docker.io/rocm/vllm`` is ``rocm/vllm``),
+    so that one repository is one string in the lockfile and in every check; as written if it does not parse."""
+    try:
+        return ImageRef.parse(text).display_repository
+    except BadInput:
+        return text
+
+
+def same_repository(a: str, b: str) -> bool:
+    """Whether two written image names are one repository (see :func:`repository_key`); what does not parse
+    is compared as written."""
+    ka, kb = repository_key(a), repository_key(b)
+    return a == b if ka is None or kb is None else ka == kb
+
+
 def _digest(text: str, shown: str) -> Digest:
     try:
         return Digest(text)

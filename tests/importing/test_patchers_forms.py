@@ -147,6 +147,12 @@ ANCHORED = {
         "def edit(text):\n    if text.count(OLD) != 1:\n        return None\n    return text.replace(OLD, NEW, 1)\n\n\n"
         "out = edit(src)\nif out is None:\n    sys.exit('moved')\np.write_text(out)\n"
     ),
+    # [0] of the matches raises IndexError when there is none: the script fails.
+    "line-splice-first-match": (
+        "if not p.exists():\n    sys.exit('no file')\nlines = src.splitlines(keepends=True)\n"
+        "lines[[i for i, line in enumerate(lines) if line == OLD][0]] = NEW\n"
+        "with open(p, 'w') as f:\n    f.write(''.join(lines))\nos.replace(p, p)\n"
+    ),
     "line-splice-fail-closed": (
         "lines = src.splitlines(keepends=True)\nat = [i for i, line in enumerate(lines) if line == OLD]\n"
         "if len(at) != 1:\n    sys.exit('moved')\n"
@@ -160,7 +166,7 @@ NOT_ANCHORED = {
     ),
     "line-splice-only-the-file-checked": (
         "if not p.exists():\n    sys.exit('no file')\nlines = src.splitlines(keepends=True)\n"
-        "lines[[i for i, line in enumerate(lines) if line == OLD][0]] = NEW\n"
+        "at = [i for i, line in enumerate(lines) if line == OLD]\nif at:\n    lines[at[0]] = NEW\n"
         "with open(p, 'w') as f:\n    f.write(''.join(lines))\nos.replace(p, p)\n"
     ),
     "no-check": "p.write_text(src.replace(OLD, NEW))\n",
