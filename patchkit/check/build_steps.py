@@ -215,6 +215,8 @@ def step_findings(lock: Lockfile, reading: shell.Reading) -> list[Finding]:
             for rel in _maybe_applied(lock)
             if rel not in applied
         ]
+    out += [_finding(i) for i in queue.edit_issues(reading)]
+    out += [_finding(i) for i in queue.outside_issues(reading)]
     for s in lock.series:
         files = {str(p.file) for p in s.patches}
         applies = [a for a in reading.applies if a.repo in files]

@@ -103,7 +103,8 @@ def recognise(root: Path, only: set[str] | None = None) -> Found:
     groups = {n: fs for n, fs in _groups(root).items() if only is None or any(f in only for f in fs)}
     for name, files in sorted(groups.items()):
         _one(root, name, files, texts, reading, locks, found)
-    _outside(sorted(f for f in applied_files(reading) if not f.startswith("patches/")), reading, found)
+    found.artifacts += [(_artifact_name(rel), rel) for rel in _outside(reading)]  # pinned as files only
+    found.issues += outside_issues(reading)
     _unknowns(reading, found)
     if only is None:  # a compose repository's import reports these itself
         _patchers(root, reading, found)
@@ -116,12 +117,18 @@ def recognise(root: Path, only: set[str] | None = None) -> Found:
     return found
 
 
-def _outside(files: list[str], reading: shell.Reading, found: Found) -> None:
-    """A patch file the build applies from outside ``patches/<upstream>/``: pinned as a file, and said so."""
-    for rel in files:
+def _outside(reading: shell.Reading) -> list[str]:
+    """The patch files the build applies from outside ``patches/``, sorted."""
+    return sorted(f for f in applied_files(reading) if not f.startswith("patches/"))
+
+
+def outside_issues(reading: shell.Reading) -> list[tuple[str, str, int | None, str, str | None]]:
+    """Each patch file the build applies from outside ``patches/<upstream>/`` (import pins it as a file only):
+    ``patchkit check`` repeats it while the build still applies it from there."""
+    out: list[tuple[str, str, int | None, str, str | None]] = []
+    for rel in _outside(reading):
         a = next(a for a in reading.applies if a.repo == rel)
-        found.artifacts.append((_artifact_name(rel), rel))
-        found.issues.append(
+        out.append(
             (
                 "queue-upstream-unknown",
                 a.file,
@@ -131,6 +138,7 @@ def _outside(files: list[str], reading: shell.Reading, found: Found) -> None:
                 "move it to patches/<upstream>/ (e.g. patches/vllm/) and import again",
             )
         )
+    return out
 
 
 def _containerfile(rel: str, text: str, found: Found) -> None:

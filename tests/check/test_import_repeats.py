@@ -31,6 +31,7 @@ SITE = "/usr/local/lib/python3.12/dist-packages"
 REPEATED = {
     "base-short-commit": ("base-unknown",),  # the abbreviated commit shown as stated; no full base is known
     "base-unknown": ("base-unknown",),
+    "build-edit-unanchored": ("build-edit-unanchored",),
     "build-missing": ("build-missing",),
     "build-step-unknown": ("build-step-unknown",),
     "build-unreadable": ("build-unreadable",),
@@ -74,7 +75,8 @@ REPEATED = {
     "queue-patch-parse": ("series-parse",),
     "queue-profile": ("queue-profile",),
     "queue-strip": ("queue-strip",),
-    "queue-upstream-unknown": ("orphan",),  # patches no series holds are not pinned
+    # patches directly under patches/ (pinned as files, then orphans if dropped); a build applying one from outside
+    "queue-upstream-unknown": ("orphan", "queue-upstream-unknown"),
     "queue-url-unknown": ("queue-url-unknown",),
     "ref-unassigned": ("ref-unassigned",),
     "sums-format": ("sums-format",),
@@ -97,7 +99,8 @@ NOT_REPEATED = {
 # Codes check reports as import's own readers name them: check passes on what the Dockerfile reader
 # (``check.build``), the patcher reader and the queue's ``-p`` and profile readers find.
 FROM_IMPORTS_READERS = {"build-unreadable", "copy-missing", "copy-unresolved", "image-unresolved"}
-FROM_IMPORTS_READERS |= {"patcher-not-anchored", "queue-strip", "queue-profile"}
+FROM_IMPORTS_READERS |= {"patcher-not-anchored", "queue-strip", "queue-profile", "build-edit-unanchored"}
+FROM_IMPORTS_READERS |= {"queue-upstream-unknown"}
 _CODE = re.compile(r"[a-z]+(?:-[a-z0-9]+)+\Z")
 
 

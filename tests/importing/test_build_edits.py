@@ -128,11 +128,15 @@ def test_each_way_a_build_patches_the_installed_package_is_read_or_reported(tmp_
     assert invoke("sums", repo=root).exit_code == 0
     check = invoke("check", "--format", "json", repo=root)
     found = sorted((f["code"], f["file"], f["line"]) for f in json.loads(check.stdout)["findings"])
-    # The fetched patch again, and the series' own notes (not applied offline; no verified image recorded yet);
-    # nothing false. check does not repeat build-edit-unanchored / queue-upstream-unknown yet.
+    # Every import problem again, at the same line, and the series' own notes (not applied offline; no verified
+    # image recorded yet); nothing false.
     assert found == [
         ("base-unrecorded", "lockfile.toml", 41),
+        ("build-edit-unanchored", "docker/Dockerfile", 10),
+        ("build-edit-unanchored", "docker/Dockerfile", 14),
+        ("build-edit-unanchored", "docker/Dockerfile", 32),
         ("build-step-unknown", "docker/Dockerfile", 24),
+        ("queue-upstream-unknown", "docker/Dockerfile", 20),
         ("series-not-applied", "lockfile.toml", None),
     ]
 
