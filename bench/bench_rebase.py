@@ -884,6 +884,7 @@ def breakdown(layout: Layout, tree: Tree) -> Breakdown:
 
     from patchkit.rebase import overlays as rb
     from patchkit.sources import git as git_source  # imported here so that no stage pays for gitpython
+    from patchkit.sources.context import Context
     from patchkit.store.cache import BlobStore
     from patchkit.store.repo import Repo
 
@@ -905,7 +906,7 @@ def breakdown(layout: Layout, tree: Tree) -> Breakdown:
             onto=tree.c2,
             upstream=None,
             source=None,
-            cache=layout.cache,
+            cache=Context(layout.cache),
             store=BlobStore(layout.cache),
         )
     total = time.perf_counter() - started
