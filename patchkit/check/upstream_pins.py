@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from patchkit.check.build_steps import imported
 from patchkit.core.findings import Finding
+from patchkit.oci.ref import same_repository
 
 if TYPE_CHECKING:
     from patchkit.check.state import ImagePin, State
@@ -143,7 +144,7 @@ def image_drift(lock: Lockfile, images: list[ImagePin]) -> list[Finding]:
     """Findings for the digest-pinned images in ``images`` whose repository the lockfile pins at one other digest."""
     out = []
     for i in images:
-        digests = {str(x.digest) for x in lock.images if x.repository == i.repository}
+        digests = {str(x.digest) for x in lock.images if same_repository(str(x.repository), i.repository)}
         if len(digests) != 1 or i.digest in digests:
             continue  # not the lockfile's image, or several digests of it: not certain which is meant
         want = digests.pop()

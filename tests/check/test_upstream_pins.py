@@ -287,3 +287,19 @@ def test_a_queue_locks_image_by_tag_is_reported_by_check_until_it_is_pinned(
     lock_file.write_text(json.dumps(lock, indent=2) + "\n")
     assert invoke("lock", repo=root).exit_code == 0
     assert checked() == (0, [])  # pinned: the check passes
+
+
+def test_a_json_lock_naming_the_image_with_docker_hubs_host_drifts_like_its_short_name(
+    tmp_path: Path, invoke: Invoke
+) -> None:
+    from tests.series.test_import import DIGEST, _queue_repo
+
+    root, _, _ = _queue_repo(tmp_path, series_file=False)
+    lock_file = root / "versions.lock.json"
+    lock_file.write_text(lock_file.read_text().replace("vllm/vllm-openai-rocm:", "docker.io/vllm/vllm-openai-rocm:"))
+    _imported(root, invoke)
+    assert _drift(root, invoke) == []
+    text = (root / "lockfile.toml").read_text()  # the image was bumped; the repository's own lock was not
+    (root / "lockfile.toml").write_text(text.replace(DIGEST, NEW_DIGEST))
+    assert invoke("sums", repo=root).exit_code == 0
+    assert ("versions.lock.json", d.line_of(root, "versions.lock.json", DIGEST)) in _drift(root, invoke)
