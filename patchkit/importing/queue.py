@@ -437,19 +437,33 @@ def _not_applied(rel: str, reading: shell.Reading, found: Found) -> None:
 
 
 def edit_issues(reading: shell.Reading) -> list[tuple[str, str, int | None, str, str | None]]:
-    """Each in-place edit of an installed package's file a build step makes (``sed -i``): an unanchored patch."""
-    return [
-        (
-            "build-edit-unanchored",
-            e.file,
-            e.line,
-            f"{e.tool} edits {e.upstream} in the image in place, unchecked: when upstream moves the text it looks "
-            "for, nothing is patched and nothing fails, and no patch in the lockfile says what it changes",
-            "apply a patch file instead (git apply fails on a moved hunk), or a patcher script that checks its "
-            "anchor (docs/import.md)",
-        )
-        for e in reading.edits
-    ] + [issue for file, line, code in reading.inline if (issue := _inline_issue(file, line, code)) is not None]
+    """Each in-place edit of an installed package's file a build step makes (``sed -i``): an unanchored patch;
+    one of a path the build computes, when no word tells the package file, is unknown (a note)."""
+    return (
+        [
+            (
+                "build-edit-unanchored",
+                e.file,
+                e.line,
+                f"{e.tool} edits {e.upstream} in the image in place, unchecked: when upstream moves the text it looks "
+                "for, nothing is patched and nothing fails, and no patch in the lockfile says what it changes",
+                "apply a patch file instead (git apply fails on a moved hunk), or a patcher script that checks its "
+                "anchor (docs/import.md)",
+            )
+            for e in reading.edits
+        ]
+        + [issue for file, line, code in reading.inline if (issue := _inline_issue(file, line, code)) is not None]
+        + [
+            (
+                "build-step-unknown",
+                u.file,
+                u.line,
+                f"whether a build step edits an installed package in place cannot be told statically: {u.reason}",
+                "edit a fixed path (…/site-packages/vllm/x.py), or apply a patch file instead (docs/import.md)",
+            )
+            for u in reading.computed
+        ]
+    )
 
 
 def _inline_issue(file: str, line: int, code: str) -> tuple[str, str, int | None, str, str | None] | None:

@@ -127,6 +127,7 @@ class Reading:
     edits: list[Edit] = field(default_factory=list)  # in-place edits of installed packages' files
     inline: list[tuple[str, int, str]] = field(default_factory=list)  # (file, line, code) of python -c / <<PY
     fetched: dict[str, str] = field(default_factory=dict)  # container path -> the URL an ADD fetched it from
+    computed: list[Unknown] = field(default_factory=list)  # in-place edits of a path the build computes
 
     def add_unknown(self, file: str, line: int, reason: str) -> None:
         if all((u.file, u.line, u.reason) != (file, line, reason) for u in self.unknowns):
@@ -145,6 +146,7 @@ class _Tok:
 @dataclass
 class _Node:
     line: int
+    joined: str = field(default=";", kw_only=True)  # how it follows the command before it: ``&&``, ``||``, ``;``
 
 
 @dataclass
@@ -260,20 +262,26 @@ class _Parser:
         self.i += 1
         return t
 
-    def skip_separators(self) -> None:
-        while self.peek() in _SEPARATORS:
+    def skip_separators(self) -> str:
+        """Step over separators; the and-or operator among them (``&&``, ``||``), else ``;``."""
+        joined = ";"
+        while (tok := self.peek()) in _SEPARATORS:
+            if tok in ("&&", "||") and joined == ";":
+                joined = tok
             self.i += 1
+        return joined
 
     def block(self, stops: frozenset[str]) -> list[_Node]:
         nodes: list[_Node] = []
         while True:
-            self.skip_separators()
+            joined = self.skip_separators()
             tok = self.peek()
             if tok is None or tok in stops:
                 return nodes
             before = self.i
             node = self.command(stops)
             if node is not None:
+                node.joined = joined
                 nodes.append(node)
             if self.i == before:  # a stray token: step over it
                 self.i += 1
@@ -342,8 +350,12 @@ class _Parser:
     def word(self, node: _Simple, tok: str) -> None:
         """One token of a simple command: a word, a redirection, or a command substitution's opening."""
         if tok == "(":
-            self.words_until(")")
+            inner = self.words_until(")")
             node.opaque = "a command substitution $(…) is not read"
+            if node.words and node.words[-1].endswith("$"):  # kept, so an edit of the path it makes is told
+                node.words[-1] = node.words[-1][:-1] + "$(" + " ".join(inner) + ")"
+                if (nxt := self.peek()) is not None and nxt.startswith("/"):  # $(…)/x.py: one word
+                    node.words[-1] += self.take()
         elif tok in ("<", "<&"):
             node.stdin = self.take() if self.peek() not in (None, "\n") else None
         elif tok in (">", ">>", ">&", "<<"):
@@ -362,8 +374,8 @@ class _Parser:
             while (tok := self.peek()) is not None and tok not in (";", "\n"):
                 items.append(self.take())
                 if tok == "(" and len(items) > 1 and items[-2].endswith("$"):
-                    self.words_until(")")
-                    items[-2:] = ["$(…)"]
+                    inner = self.words_until(")")
+                    items[-2:] = ["$(" + " ".join(inner) + ")"]
         self.expect("do")
         body = self.block(frozenset({"done"}))
         self.expect("done")
@@ -464,6 +476,7 @@ class _Context:
     functions: dict[str, list[_Node]] = field(default_factory=dict)
     depth: int = 0
     aliases: dict[str, str] = field(default_factory=dict)  # a script's $1 … -> the caller's input it carries
+    errexit: bool = False  # set -e: a command that fails ends the script
 
 
 def _read_text(root: Path, rel: str) -> str:
@@ -483,7 +496,12 @@ class _Reader:
         self.locate = locate
         self.expand_glob = expand_glob
         self.split: tuple[str, list[str]] | None = None  # the input a case picks the profile on, and its branches
-        self.grepped: set[str] = set()  # files a grep of this step checked before an in-place edit
+        # An in-place edit is checked when it runs only after a grep found its text in the file: the grep
+        # ends the script when it fails (``|| exit 1``, ``set -e``), or the edit follows it with ``&&`` or in
+        # ``if grep …; then``. ``grep …; sed -i …`` without ``set -e`` checks nothing.
+        self.guard: set[str] = set()  # files whose grep ends the script when it fails
+        self.chain: set[str] = set()  # files grepped earlier in the and-or list (or if) running now
+        self.checked: set[str] = set()  # files the command just read checked with a grep
 
     # values
 
@@ -545,8 +563,26 @@ class _Reader:
     # statements
 
     def run(self, ctx: _Context, nodes: list[_Node]) -> None:
-        for node in nodes:
+        base = set(self.chain)
+        for i, node in enumerate(nodes):
+            if i and node.joined != "&&":
+                self.chain = set(base)
+            if node.joined == "||" and _stops(node):
+                continue  # ``… || exit 1`` runs only when the command before it fails
+            self.checked = set()
             self.node(ctx, node)
+            self.hold(ctx, nodes[i + 1] if i + 1 < len(nodes) else None)
+        self.chain = base
+
+    def hold(self, ctx: _Context, after: _Node | None) -> None:
+        """What the grep just read checks: the rest of its and-or list, or the rest of the script when its
+        failure ends the script (``|| exit 1``; ``set -e`` with the grep last in its and-or list)."""
+        files, self.checked = self.checked, set()
+        joined = after.joined if after is not None else ";"
+        if joined == "&&":
+            self.chain |= files
+        elif (joined == "||" and after is not None and _stops(after)) or (joined == ";" and ctx.errexit):
+            self.guard |= files
 
     def node(self, ctx: _Context, node: _Node) -> None:
         if isinstance(node, _Simple):
@@ -574,14 +610,51 @@ class _Reader:
         self.reading.add_unknown(ctx.file, line, reason)
 
     def opaque_block(self, ctx: _Context, body: list[_Node], line: int, reason: str) -> None:
-        """A block that is not evaluated: only a patch application inside it matters, and it is unknown."""
+        """A block that is not evaluated: a patch application inside it is unknown; an in-place edit in it
+        may run, and is read as one."""
         if any(_applies_something(n) for n in _walk(body)):
             self.unknown(ctx, line, reason)
+        self.edits_in(ctx, body, set())
+
+    def edits_in(self, ctx: _Context, nodes: list[_Node], checked: set[str]) -> None:
+        """The in-place edits (and the greps that check them) of a block that is not evaluated."""
+        saved = self.chain
+        self.chain = self.chain | checked
+        base = set(self.chain)
+        for i, n in enumerate(nodes):
+            if i and n.joined != "&&":
+                self.chain = set(base)
+            if isinstance(n, _If):
+                self.edits_in(ctx, n.then, self.condition(ctx, n.cond))
+                self.edits_in(ctx, n.orelse, set())
+            elif isinstance(n, _Case):
+                for _, body, _ in n.branches:
+                    self.edits_in(ctx, body, set())
+            elif isinstance(n, _Simple) and n.words[:1] and n.words[0] in _EDITORS:
+                self.checked = set()
+                self.in_place(ctx, n, n.words)
+                self.hold(ctx, nodes[i + 1] if i + 1 < len(nodes) else None)
+            else:
+                self.edits_in(ctx, getattr(n, "body", []), set())
+        self.chain = saved
+
+    def condition(self, ctx: _Context, cond: list[_Node]) -> set[str]:
+        """The files ``if grep -q OLD f; then`` checks (the then-branch runs only when the text is there)."""
+        if len(cond) != 1 or not isinstance(cond[0], _Simple) or cond[0].words[:1] != ["grep"]:
+            return set()
+        self.checked = set()
+        self.in_place(ctx, cond[0], cond[0].words)
+        files, self.checked = self.checked, set()
+        return files
 
     def for_loop(self, ctx: _Context, node: _For) -> None:
         items = self.words(ctx, node.items, node.line)
         if isinstance(items, str):
-            self.opaque_block(ctx, node.body, node.line, f"the loop's list: {items}")
+            if any(_applies_something(n) for n in _walk(node.body)):
+                self.unknown(ctx, node.line, f"the loop's list: {items}")
+            inner = _copy(ctx)  # an edit of "$f" edits one of the list's words, as written
+            inner.variables[node.var] = [" ".join(node.items)]
+            self.edits_in(inner, node.body, set())
             return
         for item in items:
             ctx.variables[node.var] = [item]
@@ -623,7 +696,9 @@ class _Reader:
     def if_(self, ctx: _Context, node: _If) -> None:
         verdict = self.test(ctx, node.cond)
         if verdict is None:
-            self.opaque_block(ctx, node.then + node.orelse, node.line, "runs only if a condition no file settles holds")
+            if any(_applies_something(n) for n in _walk(node.then + node.orelse)):
+                self.unknown(ctx, node.line, "runs only if a condition no file settles holds")
+            self.edits_in(ctx, [node], set())
         else:
             self.run(ctx, node.then if verdict else node.orelse)
 
@@ -643,10 +718,16 @@ class _Reader:
 
     # commands
 
+    def opaque(self, ctx: _Context, node: _Simple, why: str) -> None:
+        """A command with a substitution: an in-place edit is still read (its path may be computed)."""
+        if node.words[:1] and node.words[0] in _EDITORS:
+            self.in_place(ctx, node, node.words)
+        if _applies_something(node):
+            self.unknown(ctx, node.line, why)
+
     def simple(self, ctx: _Context, node: _Simple) -> None:
         if node.opaque is not None:
-            if _applies_something(node):
-                self.unknown(ctx, node.line, node.opaque)
+            self.opaque(ctx, node, node.opaque)
             return
         words = list(node.words)
         while words and (m := _NAME_ASSIGN.match(words[0])) and len(words) >= 1:
@@ -697,6 +778,11 @@ class _Reader:
         raise _Stop
 
     def set_(self, ctx: _Context, node: _Simple, words: list[str]) -> None:
+        for k, w in enumerate(words[1:], start=1):
+            if re.fullmatch(r"[-+][a-zA-Z]+", w) and "e" in w:
+                ctx.errexit = w[0] == "-"
+            elif w in ("-o", "+o") and words[k + 1 : k + 2] == ["errexit"]:
+                ctx.errexit = w == "-o"
         if "--" in words:
             got = self.words(ctx, words[words.index("--") + 1 :], node.line)
             if not isinstance(got, str):
@@ -732,20 +818,55 @@ class _Reader:
     def in_place(self, ctx: _Context, node: _Simple, raw: list[str]) -> None:
         """``sed -i``/``perl -pi`` on a file of an installed package is an edit no patch pins; a ``grep`` of the
         same file earlier in the step (``grep -q OLD f && sed -i …``) is taken as its check."""
-        got = self.words(ctx, raw, node.line)
-        words = raw if isinstance(got, str) else got
-        tool = words[0]
-        files = _edited_files(tool, words[1:])
+        raw = _backticks(raw)
+        tool = raw[0]
+        files = _edited_files(tool, raw[1:])
         if tool == "grep":
-            self.grepped |= {p for f in files if (p := self.absolute(ctx, f)) is not None}
+            if not _inverted(raw[1:]):
+                self.checked |= {p for f in files for p in self.paths(ctx, f)}
             return
         for f in files:
-            path = self.absolute(ctx, f) or f
-            m = _PACKAGE_FILE.search(path)
-            if m is not None and path not in self.grepped:
-                edit = Edit(ctx.file, node.line, f"{tool} -i", path, m["rest"])
-                if edit not in self.reading.edits:
-                    self.reading.edits.append(edit)
+            got = self.value(ctx, f, node.line)
+            if isinstance(got, str) or any("$(" in w or "`" in w for w in got):
+                self.computed(ctx, node, tool, f, got if isinstance(got, str) else "")
+                continue
+            for w in got:
+                path = self.absolute(ctx, w) or w
+                m = _PACKAGE_FILE.search(path)
+                if m is not None and path not in self.guard and path not in self.chain:
+                    self.edit(Edit(ctx.file, node.line, f"{tool} -i", path, m["rest"]))
+
+    def paths(self, ctx: _Context, word: str) -> list[str]:
+        """The paths a grep reads: a computed one as written (its edit is written so too)."""
+        got = self.value(ctx, word, 0)
+        if isinstance(got, str) or any("$(" in w or "`" in w for w in got):
+            return [_VAR.sub(lambda m: _known(ctx, m), word)]
+        return [p for w in got if (p := self.absolute(ctx, w)) is not None]
+
+    def edit(self, edit: Edit) -> None:
+        if edit not in self.reading.edits:
+            self.reading.edits.append(edit)
+
+    def computed(self, ctx: _Context, node: _Simple, tool: str, word: str, why: str) -> None:
+        """An in-place edit of a path the build computes (``$(python -c …)/x.py``, ``$SITE/vllm/x.py`` with
+        ``SITE`` unset): an unanchored edit when the words tell the package file, else unknown; nothing when
+        nothing written of the path points into a Python tree (``sed -i … $CONF``)."""
+        shown = _VAR.sub(lambda m: _known(ctx, m), word)
+        if "$(" in shown or "`" in shown:
+            why = "a command substitution is not read"
+        upstream = _computed_package_file(shown)
+        if shown in self.guard or shown in self.chain:
+            return  # a grep of the same words checked it
+        if upstream is not None:
+            self.edit(Edit(ctx.file, node.line, f"{tool} -i", shown, upstream))
+            return
+        if not _PYTHON_TREE.search(shown):
+            return
+        u = Unknown(
+            ctx.file, node.line, f"{tool} -i edits a file whose path is computed at build time: {shown} ({why})"
+        )
+        if u not in self.reading.computed:
+            self.reading.computed.append(u)
 
     def record_run(self, ctx: _Context, node: _Simple, words: list[str]) -> None:
         """A command that applies no patch; for ``python x.py`` (or ``./x.py``), the script it runs."""
@@ -863,6 +984,7 @@ class _Reader:
             depth=ctx.depth + 1,
         )
         _positional(inner, args)
+        inner.errexit = head == words[0] and _shebang_errexit(text)  # ``bash x.sh`` does not read the #! line
         inner.inputs -= {"@", *map(str, range(1, 10))}
         raw = node.words[len(node.words) - len(args) :] if len(node.words) >= len(args) else []
         for k, word in enumerate(raw, start=1):
@@ -879,6 +1001,72 @@ class _Reader:
 
 
 _EDITORS = frozenset({"sed", "perl", "grep"})
+# What of a computed path says it is in a Python tree: a .py file, site-/dist-packages, a question to Python.
+_PYTHON_TREE = re.compile(r"\.py\b|(?:site|dist)-packages|python|__file__|__path__|\bpip\b|sysconfig")
+# A command substitution that prints a package's directory, and a literal tail after it.
+_PACKAGE_DIR = re.compile(r"dirname\(\s*(?P<a>[A-Za-z_][\w.]*)\.__file__\s*\)|(?P<b>[A-Za-z_][\w.]*)\.__path__\[0\]")
+_SITE_DIR = re.compile(r"getsitepackages\(\)\[0\]|get_paths\(\)\[.purelib.\]|get_python_lib\(\)")
+_SUBSTITUTED = re.compile(r"^(?:\$\((?P<sub>.*)\)|`(?P<tick>.*)`)(?P<tail>/[^$`*?\[]+)$", re.S)
+
+
+def _computed_package_file(path: str) -> str | None:
+    """The package file a computed path names, when its words tell it: a literal ``…/site-packages/vllm/x.py``
+    after the computed part, or ``$(python -c '…dirname(vllm.__file__)…')/x.py`` (``vllm/x.py``)."""
+    tail = re.split(r"\$\{?\w+\}?|\$\(.*\)|`.*`", path)[-1]
+    if m := _PACKAGE_FILE.search(tail):
+        return m["rest"]
+    m = _SUBSTITUTED.match(path)
+    if m is None or not m["tail"].endswith(".py"):
+        return None
+    code = m["sub"] or m["tick"] or ""
+    if d := _PACKAGE_DIR.search(code):
+        return (d["a"] or d["b"]).replace(".", "/") + m["tail"]
+    if _SITE_DIR.search(code) and m["tail"].count("/") >= 2:
+        return m["tail"][1:]
+    return None
+
+
+def _shebang_errexit(text: str) -> bool:
+    """``#!/bin/bash -e`` (or ``-eu``, ``-S bash -e``): the script runs under ``set -e``."""
+    first = text.split("\n", 1)[0]
+    return first.startswith("#!") and re.search(r"\s-[a-zA-Z]*e[a-zA-Z]*\b", first) is not None
+
+
+def _known(ctx: _Context, m: re.Match[str]) -> str:
+    """A variable's value where it is known, else the variable as written."""
+    got = ctx.variables.get(_variable_name(m[0]) or "")
+    return m[0] if got is None else " ".join(got)
+
+
+def _backticks(words: list[str]) -> list[str]:
+    """Words with a backtick substitution the lexer split at its spaces joined again."""
+    out: list[str] = []
+    open_ = False
+    for w in words:
+        if open_:
+            out[-1] += " " + w
+        else:
+            out.append(w)
+        if w.count("`") % 2:
+            open_ = not open_
+    return out
+
+
+def _inverted(args: list[str]) -> bool:
+    """A grep that succeeds when the text is absent (``-v``, ``-L``) checks nothing."""
+    return any(
+        a in ("--invert-match", "--files-without-match") or (re.fullmatch(r"-[a-zA-Z]+", a) and ("v" in a or "L" in a))
+        for a in args
+    )
+
+
+def _stops(node: _Node) -> bool:
+    """``exit``/``return``/``false`` (or a group ending in one): what ``grep … || exit 1`` runs."""
+    if isinstance(node, _Group):
+        return bool(node.body) and _stops(node.body[-1])
+    return isinstance(node, _Simple) and node.words[:1] in (["exit"], ["return"], ["false"])
+
+
 _PYTHON = re.compile(r"python(?:3(?:\.\d+)?)?")
 _PACKAGE_FILE = re.compile(r"/(?:site|dist)-packages/(?P<rest>[^*?\[]+)$")
 _SED_VALUES = frozenset({"-e", "--expression", "-f", "--file", "-l", "--line-length"})
@@ -996,6 +1184,7 @@ class _Build:
     copies: list[tuple[str, str]] = field(default_factory=list)
     stages: list[str] = field(default_factory=list)  # each stage's ``AS`` name ("" when it has none)
     made: dict[int, list[tuple[str, str]]] = field(default_factory=dict)  # stage -> the copies made in it
+    errexit: bool = False  # SHELL ["/bin/bash", "-e…", "-c"]: a RUN line stops at a failing command
 
     def stage_copies(self, ref: str) -> list[tuple[str, str]]:
         """The repository files a stage (``--from=name`` or its index) copied in, as (repository path, path)."""
@@ -1028,6 +1217,7 @@ class BuildReader:
         here = posixpath.join(REPO, posixpath.dirname(rel))
         ctx = _Context(rel, None, {}, set(map(str, range(1, 10))) | {"@"}, {}, None, here)
         text = self.text(rel)
+        ctx.errexit = _shebang_errexit(text)
         # A path in the image (an entrypoint's /opt/p/x.py) is the file a Containerfile copied there.
         copies = list(self.reading.copies)
         self.each_profile(ctx, text, lambda p: self.repo_path(p) or self.container_path(p, copies), copies)
@@ -1050,6 +1240,9 @@ class BuildReader:
                 self.copy(build, ins, parsed.escape)
             elif ins.word in ("RUN", "ENTRYPOINT", "CMD"):
                 self.run_step(build, ins)
+            elif ins.word == "SHELL":
+                argv = ins.exec_form() or []
+                build.errexit = any(re.fullmatch(r"-[a-z]*e[a-z]*", a) for a in argv[1:]) or "errexit" in argv
 
     def copy(self, build: _Build, ins: containerfile.Instruction, escape: str) -> None:
         flags, rest = ins.flags()
@@ -1122,6 +1315,7 @@ class BuildReader:
         if len(ins.heredocs) == 1 and head and _PYTHON.fullmatch(posixpath.basename(head[0])):
             self.reading.inline.append((build.file, ins.heredocs[0].line, ins.heredocs[0].body))
         ctx = _Context(build.file, None, dict(build.variables), set(build.inputs), {}, build.workdir, build.workdir)
+        ctx.errexit = build.errexit
         copies = list(build.copies)
         self.each_profile(ctx, "\n" * (line - 1) + rest, lambda path: self.container_path(path, copies), copies)
 
@@ -1212,6 +1406,7 @@ def _copy(ctx: _Context) -> _Context:
         dict(ctx.functions),
         ctx.depth,
         dict(ctx.aliases),
+        ctx.errexit,
     )
 
 
