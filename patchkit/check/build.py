@@ -62,7 +62,10 @@ def image_builds(state: State) -> list[Finding]:
             else dockerfile.read(root, rel, text)
         )
         builds[rel] = build
-        out += [Finding(kind, rel, line, message, fix) for kind, line, message, fix in build.problems]
+        out += [
+            Finding(kind, rel, line, message, fix, severity="note" if kind == "build-step-unknown" else "error")
+            for kind, line, message, fix in build.problems
+        ]
         out += [_unpinned_base(b) for b in build.bases if b.ref is not None and b.digest is None]
     out += _copied(state, builds)
     out += [f for b in builds.values() for f in _copy_comments(state, b)]

@@ -50,7 +50,11 @@ _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _NESTED = 64  # defaults in defaults (${A:-${B:-…}}) read; deeper is refused, not read slowly
 _SKIP = ("__pycache__/", ".pyc")
 # Files named after a Dockerfile that are not one: its ignore file, notes about it.
-_PLACE_VALUES = frozenset({"-m", "--mode", "-o", "--owner", "-g", "--group", "-S", "--suffix"})
+_PLACE_VALUES = frozenset(
+    {"-m", "--mode", "-o", "--owner", "-g", "--group", "-S", "--suffix", "--exclude", "--include", "-e", "--rsh"}
+)
+_PLACERS = frozenset({"cp", "install", "mv", "rsync"})
+_IN_PYTHON_TREE = re.compile(r"/(?:site|dist)-packages(?:/|$)")
 _SEPARATORS = frozenset({"&&", "||", ";", "|"})
 _NOT_BUILDS = (".dockerignore", ".md", ".txt", ".rst", ".orig", ".bak", ".swp")
 
@@ -571,15 +575,29 @@ class _Reader:
                 continue
             plain = [w for w in words if w is not None]
             if len(plain) != len(words) or not plain:
+                self.unresolved_placing(ins, command)
                 continue
             if plain[0] == "cd" and len(plain) == 2:
                 cwd = cwd / plain[1]
-            elif plain[0] in ("cp", "install", "mv"):
-                self.placed(stage, ins, cwd, plain[1:])
+            elif plain[0] in _PLACERS:
+                self.placed(stage, ins, cwd, plain)
 
-    def placed(self, stage: _Stage, ins: Instruction, cwd: PurePosixPath, args: list[str]) -> None:
+    def unresolved_placing(self, ins: Instruction, command: list[str]) -> None:
+        """A ``cp``/``rsync`` into a Python tree whose words name a variable with no value: what it puts in the
+        package is unknown (the step may deliver overlays), and said so."""
+        if command[:1] and command[0] in _PLACERS and any(_IN_PYTHON_TREE.search(w) for w in command):
+            self.problem(
+                "build-step-unknown",
+                ins.line,
+                f"{' '.join(command)}: a variable in it has no value; which files it puts in the package is unknown",
+                "give the ARG or ENV a default",
+            )
+
+    def placed(self, stage: _Stage, ins: Instruction, cwd: PurePosixPath, words: list[str]) -> None:
+        """One ``cp``/``install``/``mv``/``rsync``: each file a ``COPY`` staged under a source is in the image at
+        the destination (a directory's files, for ``cp -r``/``-a``/``-R`` and ``rsync -a``)."""
         into, dest, sources = False, None, []
-        it = iter(args)
+        it = iter(words[1:])
         for w in it:
             if w in ("-t", "--target-directory"):
                 into, dest = True, next(it, None)
@@ -598,10 +616,54 @@ class _Reader:
         for src in sources:
             c = stage.files.get(posixpath.normpath(str(cwd / src)))
             if c is None:
+                self.placed_tree(stage, ins, words[0], cwd, src, (dest, target, into))
                 continue
             inside = into or (c.rel.endswith(".py") and not dest.endswith(".py"))
             to = str(target / PurePosixPath(c.rel).name) if inside else str(target)
             stage.files[to] = Copied(c.rel, to, self.b.file, ins.line, ins.comment)
+
+    def placed_tree(
+        self,
+        stage: _Stage,
+        ins: Instruction,
+        tool: str,
+        cwd: PurePosixPath,
+        src: str,
+        to: tuple[str, PurePosixPath, bool],
+    ) -> None:
+        """A staged directory copied whole: ``SRC/.`` (or ``SRC/*``, rsync's ``SRC/``) puts its files in DEST;
+        ``SRC`` puts them in ``DEST/<name>`` when DEST is a directory (rsync always; cp when DEST ends in
+        ``site-packages`` or the build filled it, or with several sources or ``-t``); a cp whose DEST may or may
+        not exist in the base image is unknown."""
+        dest, target, into = to
+        contents = src.endswith(("/.", "/*")) or (tool == "rsync" and src.endswith("/"))
+        root = posixpath.normpath(str(cwd / (src[:-2] if src.endswith(("/.", "/*")) else src)))
+        staged = sorted((path, c) for path, c in stage.files.items() if path.startswith(root.rstrip("/") + "/"))
+        if not staged:
+            return  # the image's own files (a virtualenv, a wheel unpacked), or none: no repository file
+        if not contents and not (into or tool == "rsync" or self.is_directory(stage, target)):
+            if _IN_PYTHON_TREE.search(str(target)):
+                self.problem(
+                    "build-step-unknown",
+                    ins.line,
+                    f"{tool} {src} {dest}: the files go to {target}/{posixpath.basename(root)}/ if {target} is a "
+                    f"directory of the base image, else to {target}/; which one cannot be read",
+                    f"write {tool} {src.rstrip('/')}/. {dest.rstrip('/')}/ (the directory's files into {target})",
+                )
+            return
+        base = target if contents else target / posixpath.basename(root)
+        for path, c in staged:
+            if src.endswith("/*") and path[len(root) + 1 :].startswith("."):
+                continue  # a glob does not match dot files
+            at = str(base / path[len(root) + 1 :])
+            stage.files[at] = Copied(c.rel, at, self.b.file, ins.line, ins.comment)
+
+    @staticmethod
+    def is_directory(stage: _Stage, path: PurePosixPath) -> bool:
+        """A directory every image of a Python build has (``…/site-packages``), or one the build filled."""
+        return str(path).endswith(("site-packages", "dist-packages")) or any(
+            p.startswith(str(path).rstrip("/") + "/") for p in stage.files
+        )
 
     def copy_from(self, stage: _Stage, name: str, sources: list[str], dest: PurePosixPath, into_dir: bool) -> None:
         """``COPY --from=<stage>``: what that stage holds from the context follows; an image holds none of it."""

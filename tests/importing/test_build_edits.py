@@ -296,3 +296,84 @@ def test_a_patch_queue_build_reports_its_in_place_edits_once(tmp_path: Path, inv
     ]
     (series,) = loads((root / "lockfile.toml").read_text()).series
     assert [p.name for p in series.patches] == ["0001-a", "0002-b"]
+
+
+OVERLAY = ("__init__.py", "config.py", "v1/sample/sampler.py", "v1/new_helper.py")
+TREES = {
+    "cp-r-dot": "RUN cp -r /tmp/overlay/vllm/. $SITE/vllm/",
+    "cp-a-dot": "RUN cp -a /tmp/overlay/vllm/. $SITE/vllm",
+    "cp-R-star": "RUN cp -R /tmp/overlay/vllm/* $SITE/vllm/",
+    "cp-r-into-site-packages": "RUN cp -r /tmp/overlay/vllm $SITE/",
+    "cp-r-target-directory": "RUN cp -r -t $SITE /tmp/overlay/vllm",
+    "rsync-a-slash": "RUN rsync -a /tmp/overlay/vllm/ $SITE/vllm/",
+    "rsync-a-no-slash": "RUN rsync -a --exclude '*.pyc' /tmp/overlay/vllm $SITE/",
+    "cd-then-relative": "RUN cd /tmp/overlay && cp -r vllm/. $SITE/vllm/",
+    "workdir-relative": "WORKDIR /tmp\nRUN cp -r overlay/vllm/. $SITE/vllm/",
+}
+
+
+@pytest.mark.parametrize("form", sorted(TREES))
+def test_a_staged_directory_copied_whole_into_the_package_delivers_each_file_once(
+    tmp_path: Path, invoke: Invoke, form: str
+) -> None:
+    """``cp -r``/``-a``/``-R`` and ``rsync -a`` of a directory a ``COPY`` staged: every file of it is an overlay
+    (or module) the build delivers, at its path under the package, once; none is "not-mounted"."""
+    root = tmp_path / "deploy"
+    for name in OVERLAY:
+        write(root, f"overlay/vllm/{name}", f"# {name}\n")
+    write(
+        root,
+        "Dockerfile",
+        f"FROM rocm/vllm:v0.11.0@{DIGEST}\nENV SITE={SITE}\nCOPY overlay/ /tmp/overlay/\n{TREES[form]}\n",
+    )
+    run = invoke("import", str(root), "--format", "json")
+    assert run.exit_code == 0, run.stdout + run.stderr
+    issues = json.loads(run.stdout)["import"]["issues"]
+    assert not [i for i in issues if i["kind"] in ("not-mounted", "build-step-unknown")], issues
+    lock = loads((root / "lockfile.toml").read_text())
+    assert sorted((str(p.file), str(p.target)) for p in lock.patches) == sorted(
+        (f"overlay/vllm/{name}", f"{SITE}/vllm/{name}") for name in OVERLAY
+    )
+    assert invoke("sums", repo=root).exit_code == 0
+    check = invoke("check", "--format", "json", repo=root)
+    codes = {f["code"] for f in json.loads(check.stdout)["findings"]}
+    assert not codes & {"build-not-copied", "not-mounted", "build-step-unknown"}, codes
+
+
+def test_a_directory_copied_to_a_path_that_may_not_exist_is_unknown(tmp_path: Path, invoke: Invoke) -> None:
+    """``cp -r SRC …/vllm`` puts SRC's files in ``…/vllm/vllm/`` when the base image has vLLM, else in
+    ``…/vllm/``: which one is not told by the files, and said so at the line; nothing is recorded there."""
+    root = tmp_path / "deploy"
+    write(root, "overlay/vllm/config.py", "# config\n")
+    write(
+        root,
+        "Dockerfile",
+        f"FROM rocm/vllm:v0.11.0@{DIGEST}\nCOPY overlay/ /tmp/overlay/\nRUN cp -r /tmp/overlay/vllm {SITE}/vllm\n",
+    )
+    run = invoke("import", str(root), "--format", "json")
+    assert run.exit_code == 0, run.stdout + run.stderr
+    unknown = [i for i in json.loads(run.stdout)["import"]["issues"] if i["kind"] == "build-step-unknown"]
+    assert [(i["file"], i["line"]) for i in unknown] == [("Dockerfile", 3)]
+    assert f"write cp /tmp/overlay/vllm/. {SITE}/vllm/" in unknown[0]["fix"]
+    assert loads((root / "lockfile.toml").read_text()).patches == ()
+    assert invoke("sums", repo=root).exit_code == 0
+    check = invoke("check", "--format", "json", repo=root)
+    notes = [f for f in json.loads(check.stdout)["findings"] if f["code"] == "build-step-unknown"]
+    assert [(f["file"], f["line"], f["severity"]) for f in notes] == [("Dockerfile", 3, "note")]
+
+
+def test_a_copy_of_the_images_own_files_or_of_a_variable_into_the_package(tmp_path: Path) -> None:
+    """A cp of files no COPY staged (a virtualenv's packages) holds no repository file and is not reported; a cp
+    whose source is a variable with no value is unknown."""
+    from patchkit.importing import dockerfile
+
+    text = (
+        f"FROM rocm/vllm:v0.11.0@{DIGEST}\nCOPY overlay/ /tmp/overlay/\n"
+        f"RUN cp -a /opt/venv/lib/python3.12/site-packages/. {SITE}/\n"
+        f"RUN cp -r $OVERLAY/. {SITE}/vllm/\n"
+    )
+    write(tmp_path, "overlay/vllm/config.py", "# config\n")
+    write(tmp_path, "Dockerfile", text)
+    build = dockerfile.read(tmp_path, "Dockerfile", text)
+    assert [c.target for c in build.copied] == ["/tmp/overlay/vllm/config.py"]
+    assert [(k, line) for k, line, _, _ in build.problems] == [("build-step-unknown", 4)]
