@@ -13,7 +13,8 @@ literal values, ``${V:-default}``, ``"${A[@]}"``, ``$@``/``$1``;
 ``$PROFILE`` or ``$1``, are the profiles: the script is read once per
 branch); ``for`` loops over words, arrays and globs (glob order is sorted
 order); functions; ``if`` on a string test of known values; ``cd``,
-``pushd``; ``git apply``, ``git am``, ``git -C DIR``, ``patch -pN -d DIR``
+``pushd``; ``cmd || exit 1`` (the exit is taken only on failure);
+``git apply``, ``git am``, ``git -C DIR``, ``patch -pN -d DIR``
 with ``< FILE``, ``-i FILE`` or ``cat FILE |``; scripts a ``RUN`` line or a
 script runs (``bash x.sh ARGS``, ``./x.sh``, ``. x.sh``); and in a
 Containerfile (read by :mod:`patchkit.importing.dockerfile`) ``ARG``,
@@ -23,7 +24,9 @@ its here-document's script; ``COPY --from=<stage>`` carries what that stage
 copied). A script read on its own maps an image path to the file a
 Containerfile copied there. Besides patch applications, the reading
 records what else a step does to the installed packages: ``sed -i``/``perl
--pi`` on a file of a Python tree (:class:`Edit`), Python run inline
+-pi`` on a file of a Python tree (:class:`Edit`; a ``grep -q`` of the file
+checks it when the edit runs only after the grep found the text: ``&&``,
+``if grep``, ``|| exit 1``, ``set -e``), Python run inline
 (``python3 -c``, ``python3 - <<PY``), and a patch applied from a path no
 repository file was copied to (an :class:`Unknown` naming the URL an ``ADD``
 fetched it from). ``$(dirname "$0")`` and ``$(git rev-parse
@@ -634,7 +637,7 @@ class _Reader:
                 self.checked = set()
                 self.in_place(ctx, n, n.words)
                 self.hold(ctx, nodes[i + 1] if i + 1 < len(nodes) else None)
-            else:
+            elif not isinstance(n, _Func):  # a function's edits are read where it is called
                 self.edits_in(ctx, getattr(n, "body", []), set())
         self.chain = saved
 

@@ -181,3 +181,22 @@ def test_import_and_check_report_the_same_unchecked_and_unknown_edits(tmp_path: 
     found = json.loads(check.stdout)["findings"]
     assert sorted((f["code"], f["file"], f["line"]) for f in found if f["code"].startswith("build")) == want
     assert {f["severity"] for f in found if f["code"] == "build-step-unknown"} == {"note"}
+
+
+def test_a_failure_branch_that_exits_ends_nothing_the_reading_reads(tmp_path: Path) -> None:
+    """``git apply a.patch || exit 1`` exits only when the apply fails: the patches after it are applied too."""
+    patch = "--- a/x.py\n+++ b/x.py\n@@ -1 +1 @@\n-a\n+b\n"
+    for n in ("0001-a", "0002-b"):
+        write(tmp_path, f"patches/vllm/{n}.patch", patch)
+    write(
+        tmp_path,
+        "build.sh",
+        '#!/bin/sh\nD="$(dirname "$0")"\ngit apply "$D/patches/vllm/0001-a.patch" || exit 1\n'
+        'git apply "$D/patches/vllm/0002-b.patch" || { echo failed; exit 1; }\n',
+    )
+    reading = BuildReader(tmp_path).read([], ["build.sh"])
+    assert [(a.repo, a.line) for a in reading.applies] == [
+        ("patches/vllm/0001-a.patch", 3),
+        ("patches/vllm/0002-b.patch", 4),
+    ]
+    assert reading.unknowns == []
