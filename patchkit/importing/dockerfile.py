@@ -566,9 +566,11 @@ class _Reader:
         """``RUN cp``/``install``/``mv`` of a file a ``COPY`` staged (``cp /tmp/p/x.py …/site-packages/vllm/``,
         ``install -m 644 SRC DIR/``, ``cp -t DIR a b``; ``cd DIR &&`` first): the file is in the image there.
         A ``.py`` copied to a name that is no module goes into that directory. Other commands are not read."""
-        stage = self.stages[-1]
+        binds = self.bound(self.stages[-1], ins)
+        stage = _Stage(self.stages[-1].name, self.stages[-1].workdir, self.stages[-1].env)
+        stage.files = {**self.stages[-1].files, **binds}
         cwd = PurePosixPath(stage.workdir)
-        for command in _commands(split_words(ins.args, self.escape)):
+        for command in _commands(split_words(ins.options()[1], self.escape)):
             try:
                 words = [expand(w, stage.env, self.escape) for w in command]
             except Unreadable:
@@ -581,6 +583,20 @@ class _Reader:
                 cwd = cwd / plain[1]
             elif plain[0] in _PLACERS:
                 self.placed(stage, ins, cwd, plain)
+        # What the step put in the image stays; the bind mount's own files go with the step.
+        self.stages[-1].files.update({k: c for k, c in stage.files.items() if binds.get(k) is not c})
+
+    def bound(self, stage: _Stage, ins: Instruction) -> dict[str, Copied]:
+        """The repository files a ``RUN --mount=type=bind`` binds in for that step, by their path in it."""
+        out = _Stage(stage.name, stage.workdir, stage.env)
+        for name, value in ins.options()[0]:
+            opts = dict(kv.split("=", 1) for kv in value.split(",") if "=" in kv)
+            target = opts.get("target", opts.get("dst", opts.get("destination")))
+            if name != "mount" or opts.get("type") != "bind" or target is None or "from" in opts:
+                continue  # a bind from another stage or image holds none of the repository's files
+            src = opts.get("source", opts.get("src", "."))
+            self.copy_context(out, ins.line, src, PurePosixPath(stage.workdir) / target, True, ins.comment)
+        return out.files
 
     def unresolved_placing(self, ins: Instruction, command: list[str]) -> None:
         """A ``cp``/``rsync`` into a Python tree whose words name a variable with no value: what it puts in the

@@ -309,6 +309,7 @@ TREES = {
     "rsync-a-no-slash": "RUN rsync -a --exclude '*.pyc' /tmp/overlay/vllm $SITE/",
     "cd-then-relative": "RUN cd /tmp/overlay && cp -r vllm/. $SITE/vllm/",
     "workdir-relative": "WORKDIR /tmp\nRUN cp -r overlay/vllm/. $SITE/vllm/",
+    "bind-mounted": "RUN --mount=type=bind,source=overlay,target=/mnt/overlay cp -r /mnt/overlay/vllm/. $SITE/vllm/",
 }
 
 
