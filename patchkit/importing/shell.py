@@ -781,10 +781,11 @@ class _Reader:
         raise _Stop
 
     def set_(self, ctx: _Context, node: _Simple, words: list[str]) -> None:
-        for k, w in enumerate(words[1:], start=1):
+        options = words[: words.index("--")] if "--" in words else words  # set -- -e: positional parameters
+        for k, w in enumerate(options[1:], start=1):
             if re.fullmatch(r"[-+][a-zA-Z]+", w) and "e" in w:
                 ctx.errexit = w[0] == "-"
-            elif w in ("-o", "+o") and words[k + 1 : k + 2] == ["errexit"]:
+            elif w in ("-o", "+o") and options[k + 1 : k + 2] == ["errexit"]:
                 ctx.errexit = w == "-o"
         if "--" in words:
             got = self.words(ctx, words[words.index("--") + 1 :], node.line)
@@ -959,8 +960,10 @@ class _Reader:
     def script(self, ctx: _Context, node: _Simple, words: list[str]) -> bool:
         """Follow a script the step runs (``bash x.sh ARGS``, ``./x.sh``, ``. x.sh``); whether it was one."""
         head, args = words[0], words[1:]
+        errexit = False
         if posixpath.basename(head) in ("bash", "sh", "dash", "zsh", ".", "source"):
             opts = [a for a in args if a.startswith("-")]
+            errexit = any(re.fullmatch(r"-[a-z]*e[a-z]*", a) for a in opts)  # bash -e x.sh
             if "-c" in opts:
                 return False
             args = [a for a in args if not a.startswith("-")]
@@ -987,7 +990,7 @@ class _Reader:
             depth=ctx.depth + 1,
         )
         _positional(inner, args)
-        inner.errexit = head == words[0] and _shebang_errexit(text)  # ``bash x.sh`` does not read the #! line
+        inner.errexit = errexit or (head == words[0] and _shebang_errexit(text))  # bash x.sh skips the #! line
         inner.inputs -= {"@", *map(str, range(1, 10))}
         raw = node.words[len(node.words) - len(args) :] if len(node.words) >= len(args) else []
         for k, word in enumerate(raw, start=1):

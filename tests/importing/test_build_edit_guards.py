@@ -68,6 +68,7 @@ SCRIPTS = {
     "shebang-e": (f"#!/bin/bash -e\n{GREP}\n{SED}\n", False),
     "or-exit-line": (f"#!/bin/sh\n{GREP} || exit 1\necho patching\n{SED}\n", False),
     "and-across-lines": (f"#!/bin/sh\n{GREP} &&\n  {SED}\n", False),
+    "set-positional-dash-e": (f"#!/bin/sh\nset -- -e\n{GREP}\n{SED}\n", True),
 }
 
 
@@ -95,6 +96,15 @@ def test_a_shell_with_e_makes_a_plain_grep_a_check(tmp_path: Path) -> None:
         f'FROM rocm/vllm@{DIGEST}\nSHELL ["/bin/bash", "-eo", "pipefail", "-c"]\nRUN {GREP}; {SED}\n',
     )
     assert BuildReader(tmp_path).read(["Dockerfile"], []).edits == []
+
+
+@pytest.mark.parametrize(("run", "reported"), [("bash -e /tmp/fix.sh", False), ("bash /tmp/fix.sh", True)])
+def test_a_script_run_by_a_shell_with_e_stops_at_a_failing_grep(tmp_path: Path, run: str, reported: bool) -> None:
+    """``bash -e x.sh`` runs it under set -e; ``bash x.sh`` does not read its ``#!/bin/bash -e`` line."""
+    write(tmp_path, "docker/fix.sh", f"#!/bin/bash -e\n{GREP}\n{SED}\n")
+    write(tmp_path, "Dockerfile", f"FROM rocm/vllm@{DIGEST}\nCOPY docker/fix.sh /tmp/\nRUN {run}\n")
+    reading = BuildReader(tmp_path).read(["Dockerfile"], ["docker/fix.sh"])
+    assert [e.line for e in reading.edits] == ([3] if reported else [])
 
 
 PY_DIR = "$(python -c 'import vllm,os;print(os.path.dirname(vllm.__file__))')"
