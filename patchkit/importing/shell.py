@@ -499,12 +499,17 @@ class _Reader:
         self.locate = locate
         self.expand_glob = expand_glob
         self.split: tuple[str, list[str]] | None = None  # the input a case picks the profile on, and its branches
-        # An in-place edit is checked when it runs only after a grep found its text in the file: the grep
-        # ends the script when it fails (``|| exit 1``, ``set -e``), or the edit follows it with ``&&`` or in
-        # ``if grep …; then``. ``grep …; sed -i …`` without ``set -e`` checks nothing.
+        # An in-place edit is checked when a grep that misses its text fails the build: the grep ends the
+        # script (``|| exit 1``, ``set -e``), or the edit follows it with ``&&`` in an and-or list whose
+        # failure fails the step (the last of the RUN line or script, or one ending ``|| exit 1``), or in
+        # ``if grep …; then`` whose ``else`` exits. ``grep … && sed -i …; more`` and ``if grep …; then
+        # sed -i …; fi`` skip the edit and succeed; ``set -e`` stops at neither (``&&`` lists and compound
+        # commands are exempt from it).
         self.guard: set[str] = set()  # files whose grep ends the script when it fails
         self.chain: set[str] = set()  # files grepped earlier in the and-or list (or if) running now
         self.checked: set[str] = set()  # files the command just read checked with a grep
+        self.tail = True  # the node running now fails the step when it fails
+        self.exempt = False  # set -e is ignored here (inside an and-or list before its last command)
 
     # values
 
@@ -567,24 +572,35 @@ class _Reader:
 
     def run(self, ctx: _Context, nodes: list[_Node]) -> None:
         base = set(self.chain)
+        tail, exempt = self.tail, self.exempt
         for i, node in enumerate(nodes):
             if i and node.joined != "&&":
                 self.chain = set(base)
             if node.joined == "||" and _stops(node):
                 continue  # ``… || exit 1`` runs only when the command before it fails
             self.checked = set()
+            self.exempt = exempt or (i + 1 < len(nodes) and nodes[i + 1].joined != ";")
+            # set -e stops at a simple command (a function, a script) only; a compound one's status is its last's
+            self.tail = _fails(nodes, i, tail, isinstance(node, _Simple) and self.errexit(ctx))
             self.node(ctx, node)
-            self.hold(ctx, nodes[i + 1] if i + 1 < len(nodes) else None)
+            self.tail, self.exempt = tail, exempt
+            self.hold(ctx, nodes, i, tail)
         self.chain = base
 
-    def hold(self, ctx: _Context, after: _Node | None) -> None:
-        """What the grep just read checks: the rest of its and-or list, or the rest of the script when its
-        failure ends the script (``|| exit 1``; ``set -e`` with the grep last in its and-or list)."""
+    def errexit(self, ctx: _Context) -> bool:
+        """Whether a failing simple command here ends the script (``set -e``, not inside an and-or list)."""
+        return ctx.errexit and not self.exempt
+
+    def hold(self, ctx: _Context, nodes: list[_Node], i: int, tail: bool) -> None:
+        """What the grep ``nodes[i]`` checks when its failure fails the step: the rest of its and-or list
+        (``grep && sed``), or the rest of the script when its failure ends the script (``|| exit 1``,
+        ``set -e``)."""
         files, self.checked = self.checked, set()
-        joined = after.joined if after is not None else ";"
-        if joined == "&&":
+        if not files or not _fails(nodes, i, tail, self.errexit(ctx)):
+            return
+        if i + 1 < len(nodes) and nodes[i + 1].joined == "&&":
             self.chain |= files
-        elif (joined == "||" and after is not None and _stops(after)) or (joined == ";" and ctx.errexit):
+        else:
             self.guard |= files
 
     def node(self, ctx: _Context, node: _Node) -> None:
@@ -619,27 +635,37 @@ class _Reader:
             self.unknown(ctx, line, reason)
         self.edits_in(ctx, body, set())
 
-    def edits_in(self, ctx: _Context, nodes: list[_Node], checked: set[str]) -> None:
-        """The in-place edits (and the greps that check them) of a block that is not evaluated."""
+    def edits_in(self, ctx: _Context, nodes: list[_Node], checked: set[str], tail: bool = False) -> None:
+        """The in-place edits (and the greps that check them) of a block that is not evaluated; ``tail``: its
+        last command's failure fails the step (not so in a loop's body)."""
         saved = self.chain
         self.chain = self.chain | checked
         base = set(self.chain)
         for i, n in enumerate(nodes):
             if i and n.joined != "&&":
                 self.chain = set(base)
+            inner = _fails(nodes, i, tail, False)
             if isinstance(n, _If):
-                self.edits_in(ctx, n.then, self.condition(ctx, n.cond))
-                self.edits_in(ctx, n.orelse, set())
+                self.edits_in(
+                    ctx, n.then, self.condition(ctx, n.cond) if self.else_fails(ctx, n, inner) else set(), inner
+                )
+                self.edits_in(ctx, n.orelse, set(), inner)
             elif isinstance(n, _Case):
                 for _, body, _ in n.branches:
-                    self.edits_in(ctx, body, set())
+                    self.edits_in(ctx, body, set(), inner)
             elif isinstance(n, _Simple) and n.words[:1] and n.words[0] in _EDITORS:
                 self.checked = set()
                 self.in_place(ctx, n, n.words)
-                self.hold(ctx, nodes[i + 1] if i + 1 < len(nodes) else None)
+                self.hold(ctx, nodes, i, tail)
             elif not isinstance(n, _Func):  # a function's edits are read where it is called
-                self.edits_in(ctx, getattr(n, "body", []), set())
+                self.edits_in(ctx, getattr(n, "body", []), set(), inner and isinstance(n, _Group))
         self.chain = saved
+
+    def else_fails(self, ctx: _Context, node: _If, tail: bool) -> bool:
+        """Whether ``if grep …; then …; else …; fi`` fails the step when the grep misses: its ``else`` ends
+        in ``exit 1`` (or ``false`` the step fails on); without an ``else`` the ``if`` succeeds."""
+        body = node.orelse
+        return bool(body) and _fails(body, len(body) - 1, tail, self.errexit(ctx), failing=True)
 
     def condition(self, ctx: _Context, cond: list[_Node]) -> set[str]:
         """The files ``if grep -q OLD f; then`` checks (the then-branch runs only when the text is there)."""
@@ -659,9 +685,12 @@ class _Reader:
             inner.variables[node.var] = [" ".join(node.items)]
             self.edits_in(inner, node.body, set())
             return
-        for item in items:
+        tail = self.tail
+        for k, item in enumerate(items):
             ctx.variables[node.var] = [item]
+            self.tail = tail and k == len(items) - 1  # the loop's status is its last pass's
             self.run(ctx, node.body)
+        self.tail = tail
 
     def case(self, ctx: _Context, node: _Case) -> None:
         name = _variable_name(node.subject)
@@ -701,7 +730,7 @@ class _Reader:
         if verdict is None:
             if any(_applies_something(n) for n in _walk(node.then + node.orelse)):
                 self.unknown(ctx, node.line, "runs only if a condition no file settles holds")
-            self.edits_in(ctx, [node], set())
+            self.edits_in(ctx, [node], set(), self.tail)
         else:
             self.run(ctx, node.then if verdict else node.orelse)
 
@@ -1001,8 +1030,12 @@ class _Reader:
                 inner.aliases[str(k)] = outer
                 if name in ctx.chosen:
                     inner.chosen[str(k)] = ctx.chosen[name]
-        with contextlib.suppress(_Stop):
-            self.run(inner, nodes)
+        exempt, self.exempt = self.exempt, False  # a new shell: its own set -e
+        try:
+            with contextlib.suppress(_Stop):
+                self.run(inner, nodes)
+        finally:
+            self.exempt = exempt
         return True
 
 
@@ -1064,6 +1097,40 @@ def _inverted(args: list[str]) -> bool:
         a in ("--invert-match", "--files-without-match") or (re.fullmatch(r"-[a-zA-Z]+", a) and ("v" in a or "L" in a))
         for a in args
     )
+
+
+def _fails(nodes: list[_Node], i: int, tail: bool, errexit: bool, *, failing: bool = False) -> bool:
+    """Whether ``nodes[i]`` failing fails the step: the and-or list skips to its next ``||`` branch, which
+    exits (or is ``false`` that does so in turn); else the list fails, which fails the step when it is the
+    last of the block whose status the step takes (``tail``), or ends the script under ``set -e`` when
+    ``nodes[i]`` is the list's last command. ``failing``: whether ``nodes[i]`` itself always fails (an
+    ``else`` branch ending in ``exit 1`` or ``false``)."""
+    if failing:
+        node = nodes[i]
+        if _exits(node):
+            return True
+        if not _false(node):
+            return False
+    j = i + 1
+    while j < len(nodes) and nodes[j].joined == "&&":
+        j += 1
+    if j < len(nodes) and nodes[j].joined == "||":
+        return _fails(nodes, j, tail, errexit, failing=True)
+    return (j == len(nodes) and tail) or (errexit and j == i + 1)
+
+
+def _exits(node: _Node) -> bool:
+    """``exit 1``/``return 1`` (not ``exit 0``), or a group ending in one."""
+    if isinstance(node, _Group):
+        return bool(node.body) and _exits(node.body[-1])
+    return isinstance(node, _Simple) and node.words[:1] in (["exit"], ["return"]) and node.words[1:2] != ["0"]
+
+
+def _false(node: _Node) -> bool:
+    """``false`` (or a group ending in it): a failure that fails the step only where the step takes it."""
+    if isinstance(node, _Group):
+        return bool(node.body) and _false(node.body[-1])
+    return isinstance(node, _Simple) and node.words[:1] == ["false"]
 
 
 def _stops(node: _Node) -> bool:

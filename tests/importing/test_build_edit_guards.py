@@ -1,9 +1,11 @@
 """When a grep checks an in-place edit, and what an edit of a computed path is.
 
-``grep -q OLD f && sed -i … f`` never edits a file whose text has moved;
-``grep -q OLD f; sed -i … f`` does (a ``RUN`` line runs ``/bin/sh -c``
-without ``-e``), unless the script stops at a failing command (``set -e``,
-``|| exit 1``). An edit of a path the build computes is reported as
+A grep checks an edit when a miss fails the build: ``grep -q OLD f && sed -i
+… f`` as the step's last command (or before ``|| exit 1``), ``if grep …; then
+sed …; else exit 1; fi``, or a grep the script stops at (``set -e``, ``|| exit
+1``). ``grep && sed; more``, ``if grep; then sed; fi`` and ``grep; sed`` (a
+``RUN`` line runs ``/bin/sh -c`` without ``-e``) succeed with the text moved,
+as dash and bash show. An edit of a path the build computes is reported as
 unanchored when its words still tell the package file, else as unknown; a
 computed path nothing points into a Python tree is no package file.
 """
@@ -11,6 +13,8 @@ computed path nothing points into a Python tree is no package file.
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -30,18 +34,41 @@ GREP = f"grep -q 'A = 1' {F}"
 RUN_FORMS = {
     "and": (f"{GREP} && {SED}", False),
     "and-then-more": (f"{GREP} && {SED} && echo done", False),
+    "and-then-semicolon": (f"{GREP} && {SED}; echo done", True),
+    "set-e-and-then-semicolon": (f"set -e; {GREP} && {SED}; echo done", True),
+    "and-last-after-more": (f"echo start; {GREP} && {SED}", False),
+    "and-or-exit-then-more": (f"{GREP} && {SED} || exit 1; echo done", False),
+    "and-or-group-exit-then-more": (f"{GREP} && {SED} || {{ echo moved; exit 1; }}; echo done", False),
+    "and-or-true-last": (f"{GREP} && {SED} || true", True),
+    "set-e-group-and-then-more": (f"set -e; {{ {GREP} && {SED}; }}; echo done", True),
+    "set-e-group-in-and-list": (f"set -e; {{ {GREP}; {SED}; }} && echo done", True),
+    "set-e-if-true-then-and": (f"set -e; if true; then {GREP} && {SED}; fi; echo done", True),
+    "for-loop-and-last": (f"for i in 1; do {GREP} && {SED}; done", False),
+    "for-loop-and-then-more": (f"for i in 1; do {GREP} && {SED}; done; echo done", True),
+    "function-and-then-more": (f"fix() {{ {GREP} && {SED}; }}; fix; echo done", True),
+    "function-and-last": (f"fix() {{ {GREP} && {SED}; }}; fix", False),
+    "set-e-function-and-then-more": (f"set -e; fix() {{ {GREP} && {SED}; }}; fix; echo done", False),
     "semicolon": (f"{GREP}; {SED}", True),
     "or-true-then-sed": (f"{GREP} || true; {SED}", True),
     "or-exit": (f"{GREP} || exit 1; {SED}", False),
     "or-group-exit": (f"{GREP} || {{ echo moved; exit 1; }}; {SED}", False),
-    "or-false": (f"{GREP} || false; {SED}", False),
+    "or-false": (f"{GREP} || false; {SED}", True),
+    "set-e-or-false": (f"set -e; {GREP} || false; {SED}", False),
     "sed-after-or": (f"{GREP} || {SED}", True),
     "set-e-then-semicolon": (f"set -e; {GREP}; {SED}", False),
     "set-eu-o-pipefail": (f"set -euo pipefail; {GREP}; {SED}", False),
     "set-o-errexit": (f"set -o errexit; {GREP}; {SED}", False),
     "set-e-but-grep-or-true": (f"set -e; {GREP} || true; {SED}", True),
     "set-e-off-again": (f"set -e; set +e; {GREP}; {SED}", True),
-    "if-grep-then": (f"if {GREP}; then {SED}; fi", False),
+    "if-grep-then": (f"if {GREP}; then {SED}; fi", True),
+    "if-grep-then-more": (f"if {GREP}; then {SED}; fi; echo done", True),
+    "if-grep-else-exit": (f"if {GREP}; then {SED}; else exit 1; fi; echo done", False),
+    "if-grep-else-echo-exit": (f"if {GREP}; then {SED}; else echo moved; exit 1; fi; echo done", False),
+    "if-grep-else-exit-0": (f"if {GREP}; then {SED}; else exit 0; fi", True),
+    "if-grep-else-false-then-more": (f"if {GREP}; then {SED}; else false; fi; echo done", True),
+    "if-grep-else-false-last": (f"if {GREP}; then {SED}; else false; fi", False),
+    "set-e-if-grep-else-false": (f"set -e; if {GREP}; then {SED}; else false; fi; echo done", False),
+    "if-grep-elif": (f"if {GREP}; then {SED}; elif true; then echo no; else exit 1; fi", True),
     "if-grep-else": (f"if {GREP}; then echo ok; else {SED}; fi", True),
     "if-other-condition": (f"if [ -f /x ]; then {SED}; fi", True),
     "if-not-grep": (f"if ! {GREP}; then {SED}; fi", True),
@@ -59,6 +86,25 @@ def test_a_grep_checks_an_edit_only_when_the_edit_runs_after_it_found_the_text(t
     reading = BuildReader(tmp_path).read(["Dockerfile"], [])
     assert [(e.line, e.upstream) for e in reading.edits] == ([(2, "vllm/envs.py")] if reported else [])
     assert reading.unknowns == []
+
+
+@pytest.mark.parametrize("shell", ["/bin/dash", "/bin/bash"])
+def test_the_forms_read_as_unchecked_are_those_a_real_shell_passes_when_the_text_has_moved(
+    tmp_path: Path, shell: str
+) -> None:
+    """The reading agrees with dash (what ``RUN`` runs as /bin/sh) and bash: an edit is reported exactly when
+    the command, run on a file without the grep's text, still succeeds."""
+    if shutil.which(shell) is None:
+        pytest.skip(f"{shell} is not installed")
+    moved = tmp_path / "envs.py"
+    passed = {}
+    for form, (command, _) in RUN_FORMS.items():
+        moved.write_text("A = 0\n")
+        run = subprocess.run(
+            [shell, "-c", command.replace(F, str(moved))], cwd=tmp_path, capture_output=True, check=False, timeout=10
+        )
+        passed[form] = run.returncode == 0
+    assert passed == {form: reported for form, (_, reported) in RUN_FORMS.items()}
 
 
 SCRIPTS = {
@@ -80,6 +126,33 @@ def test_a_script_s_grep_checks_its_edit_as_the_shell_runs_it(tmp_path: Path, fo
     reading = BuildReader(tmp_path).read(["Dockerfile"], ["docker/fix.sh"])
     line = text.rstrip("\n").count("\n") + 1
     assert [(e.file, e.line) for e in reading.edits] == ([("docker/fix.sh", line)] if reported else [])
+
+
+# A script: (its text, the line of the edit reported unchecked or None, how RUN runs it)
+SCRIPT_STATUS = {
+    "and-then-line": (f"#!/bin/sh\n{GREP} && {SED}\necho done\n", 2, "/tmp/fix.sh"),
+    "set-e-and-then-line": (f"#!/bin/sh\nset -e\n{GREP} && {SED}\necho done\n", 3, "/tmp/fix.sh"),
+    "and-last-line": (f"#!/bin/sh\necho start\n{GREP} && {SED}\n", None, "/tmp/fix.sh"),
+    "and-last-line-run-then-more": (f"#!/bin/sh\n{GREP} && {SED}\n", 2, "/tmp/fix.sh; echo done"),
+    "and-last-line-run-or-true": (f"#!/bin/sh\n{GREP} && {SED}\n", 2, "/tmp/fix.sh || true"),
+    "and-last-line-run-and-more": (f"#!/bin/sh\n{GREP} && {SED}\n", None, "/tmp/fix.sh && echo done"),
+    "if-then-fi": (f"#!/bin/sh\nif {GREP}; then\n  {SED}\nfi\n", 3, "/tmp/fix.sh"),
+    "if-else-exit": (
+        f"#!/bin/sh\nif {GREP}; then\n  {SED}\nelse\n  echo moved >&2\n  exit 1\nfi\necho done\n",
+        None,
+        "/tmp/fix.sh",
+    ),
+}
+
+
+@pytest.mark.parametrize("form", sorted(SCRIPT_STATUS))
+def test_a_script_s_and_list_checks_its_edit_only_when_the_build_fails_on_its_status(tmp_path: Path, form: str) -> None:
+    """``grep && sed`` fails the build only as the script's last command, with RUN failing on the script."""
+    text, line, run = SCRIPT_STATUS[form]
+    write(tmp_path, "docker/fix.sh", text)
+    write(tmp_path, "Dockerfile", f"FROM rocm/vllm@{DIGEST}\nCOPY docker/fix.sh /tmp/\nRUN {run}\n")
+    reading = BuildReader(tmp_path).read(["Dockerfile"], ["docker/fix.sh"])
+    assert [(e.file, e.line) for e in reading.edits] == ([("docker/fix.sh", line)] if line else [])
 
 
 def test_a_grep_in_another_run_line_checks_nothing(tmp_path: Path) -> None:
@@ -171,6 +244,7 @@ RUN if {GREP}; then {SED}; fi
 RUN sed -i s/a/b/ {PY_DIR}/config.py
 RUN sed -i s/a/b/ "$VLLM_DIR/vllm/x.py"
 RUN sed -i 's/deb/deb-src/' /etc/apt/sources.list
+RUN {GREP} && {SED}; echo done
 """
 
 
@@ -182,7 +256,9 @@ def test_import_and_check_report_the_same_unchecked_and_unknown_edits(tmp_path: 
     issues = json.loads(run.stdout)["import"]["issues"]
     want = [
         ("build-edit-unanchored", "Dockerfile", 4),
+        ("build-edit-unanchored", "Dockerfile", 6),
         ("build-edit-unanchored", "Dockerfile", 7),
+        ("build-edit-unanchored", "Dockerfile", 10),
         ("build-step-unknown", "Dockerfile", 8),
     ]
     assert sorted((i["kind"], i["file"], i["line"]) for i in issues if i["kind"].startswith("build")) == want
