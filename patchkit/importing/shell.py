@@ -510,6 +510,7 @@ class _Reader:
         self.checked: set[str] = set()  # files the command just read checked with a grep
         self.tail = True  # the node running now fails the step when it fails
         self.exempt = False  # set -e is ignored here (inside an and-or list before its last command)
+        self.ends = True  # the script ending with a failure fails the step (not so for ``x.sh || true``)
 
     # values
 
@@ -596,7 +597,7 @@ class _Reader:
         (``grep && sed``), or the rest of the script when its failure ends the script (``|| exit 1``,
         ``set -e``)."""
         files, self.checked = self.checked, set()
-        if not files or not _fails(nodes, i, tail, self.errexit(ctx)):
+        if not files or not self.ends or not _fails(nodes, i, tail, self.errexit(ctx)):
             return
         if i + 1 < len(nodes) and nodes[i + 1].joined == "&&":
             self.chain |= files
@@ -665,7 +666,7 @@ class _Reader:
         """Whether ``if grep …; then …; else …; fi`` fails the step when the grep misses: its ``else`` ends
         in ``exit 1`` (or ``false`` the step fails on); without an ``else`` the ``if`` succeeds."""
         body = node.orelse
-        return bool(body) and _fails(body, len(body) - 1, tail, self.errexit(ctx), failing=True)
+        return bool(body) and self.ends and _fails(body, len(body) - 1, tail, self.errexit(ctx), failing=True)
 
     def condition(self, ctx: _Context, cond: list[_Node]) -> set[str]:
         """The files ``if grep -q OLD f; then`` checks (the then-branch runs only when the text is there)."""
@@ -1030,12 +1031,13 @@ class _Reader:
                 inner.aliases[str(k)] = outer
                 if name in ctx.chosen:
                     inner.chosen[str(k)] = ctx.chosen[name]
-        exempt, self.exempt = self.exempt, False  # a new shell: its own set -e
+        saved = self.exempt, self.ends
+        self.exempt, self.ends = False, self.tail  # a new shell: its own set -e, its status the step's or not
         try:
             with contextlib.suppress(_Stop):
                 self.run(inner, nodes)
         finally:
-            self.exempt = exempt
+            self.exempt, self.ends = saved
         return True
 
 

@@ -137,6 +137,10 @@ SCRIPT_STATUS = {
     "and-last-line-run-or-true": (f"#!/bin/sh\n{GREP} && {SED}\n", 2, "/tmp/fix.sh || true"),
     "and-last-line-run-and-more": (f"#!/bin/sh\n{GREP} && {SED}\n", None, "/tmp/fix.sh && echo done"),
     "if-then-fi": (f"#!/bin/sh\nif {GREP}; then\n  {SED}\nfi\n", 3, "/tmp/fix.sh"),
+    "set-e-grep-run-then-more": (f"#!/bin/sh\nset -e\n{GREP}\n{SED}\n", 4, "/tmp/fix.sh; echo done"),
+    "or-exit-run-or-true": (f"#!/bin/sh\n{GREP} || exit 1\n{SED}\n", 3, "/tmp/fix.sh || true"),
+    "or-exit-run-and-more": (f"#!/bin/sh\n{GREP} || exit 1\n{SED}\n", None, "/tmp/fix.sh && echo done"),
+    "set-e-run-by-set-e-then-more": (f"#!/bin/sh\nset -e\n{GREP}\n{SED}\n", None, "set -e; /tmp/fix.sh; echo done"),
     "if-else-exit": (
         f"#!/bin/sh\nif {GREP}; then\n  {SED}\nelse\n  echo moved >&2\n  exit 1\nfi\necho done\n",
         None,
@@ -147,7 +151,8 @@ SCRIPT_STATUS = {
 
 @pytest.mark.parametrize("form", sorted(SCRIPT_STATUS))
 def test_a_script_s_and_list_checks_its_edit_only_when_the_build_fails_on_its_status(tmp_path: Path, form: str) -> None:
-    """``grep && sed`` fails the build only as the script's last command, with RUN failing on the script."""
+    """``grep && sed`` fails the build only as the script's last command, and a grep the script stops at
+    only when the RUN line fails on the script's status."""
     text, line, run = SCRIPT_STATUS[form]
     write(tmp_path, "docker/fix.sh", text)
     write(tmp_path, "Dockerfile", f"FROM rocm/vllm@{DIGEST}\nCOPY docker/fix.sh /tmp/\nRUN {run}\n")
