@@ -12,6 +12,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from patchkit.core import diffs, sums
 from patchkit.core.diffs import canonical_diff
@@ -39,6 +40,8 @@ from patchkit.sources.materialize import apply_diff_only, base_of_committed, rea
 from patchkit.store.cache import BlobStore
 from patchkit.store.persist import finish, ignore_work_area, sums_dropped
 from patchkit.store.repo import MANAGED_DIRS, Escape, Repo, write_all
+
+_Pinned = TypeVar("_Pinned", Artifact, HandDiff)
 
 # --------------------------------------------------------------------------- init
 
@@ -229,25 +232,19 @@ class _Relock:
 
     def artifacts(self, items: tuple[Artifact, ...], key: str) -> tuple[Artifact, ...]:
         """The tuning tables or artifacts with their sha256 refreshed."""
-        out = []
-        for a in items:
-            digest = sha256_bytes(self.current(a.file, f"{key} '{a.name}'"))
-            if digest != a.sha256.hex:
-                self.change(f"{key}[{a.name}].sha256 ({a.file})", a.sha256.hex, digest)
-                a = dataclasses.replace(a, sha256=Sha256(digest))
-            out.append(a)
-        return tuple(out)
+        return tuple(self._repin(a, f"{key}[{a.name}]", f"{key} '{a.name}'") for a in items)
 
     def hand_diffs(self, items: tuple[HandDiff, ...]) -> tuple[HandDiff, ...]:
         """The hand-kept ``[[diffs]]`` with their sha256 refreshed, as ``check``'s ``hash-mismatch`` fix says."""
-        out = []
-        for i, d in enumerate(items):
-            digest = sha256_bytes(self.current(d.file, f"diffs[{i}]"))
-            if digest != d.sha256.hex:
-                self.change(f"diffs[{i}].sha256 ({d.file})", d.sha256.hex, digest)
-                d = dataclasses.replace(d, sha256=Sha256(digest))
-            out.append(d)
-        return tuple(out)
+        return tuple(self._repin(d, f"diffs[{i}]", f"diffs[{i}]") for i, d in enumerate(items))
+
+    def _repin(self, pin: _Pinned, field: str, owner: str) -> _Pinned:
+        """``pin`` with the sha256 of its file as it is now, the change recorded under ``field``."""
+        digest = sha256_bytes(self.current(pin.file, owner))
+        if digest == pin.sha256.hex:
+            return pin
+        self.change(f"{field}.sha256 ({pin.file})", pin.sha256.hex, digest)
+        return dataclasses.replace(pin, sha256=Sha256(digest))
 
 
 def relock(repo: Repo, lock: Lockfile, store: BlobStore, record: bool = False) -> Outcome:
