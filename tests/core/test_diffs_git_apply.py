@@ -8,7 +8,8 @@ CRLF, no final newline, NUL bytes, empty files), forwards and undone
 (``-R``), by :func:`patchkit.core.diffs.apply_shifted` and by one batched
 ``git apply --reject`` per flag set (``--unidiff-zero`` for diffs without
 context). ``PATCHKIT_GIT_APPLY_DIFFS`` sets how many diffs (CI runs a few
-hundred; ``PATCHKIT_GIT_APPLY_DIFFS=5000`` for a full local run).
+hundred; ``PATCHKIT_GIT_APPLY_DIFFS=5000`` for a full local run; ``PATCHKIT_GIT_APPLY_SEED``
+picks another seed).
 
 The one deliberate difference: where ``git apply`` puts a hunk ending
 without a newline in the middle of a file, joining two lines, patchkit
@@ -32,6 +33,7 @@ import pytest
 from patchkit.core import diffs
 
 WORDS = ["alpha", "beta", "gamma", "delta", "block", "cache", "page", "token", "layer", "rank", "shard", "kv", "attn"]
+SEED = int(os.environ.get("PATCHKIT_GIT_APPLY_SEED", "30"))
 NAMES = ["m.py", "my file.py", 'q"uote.py', "tab\tname.py", "caf\u00e9.py", "dir with space/n.py"]
 
 
@@ -39,8 +41,34 @@ def _ident(rng: random.Random) -> str:
     return "_".join(rng.sample(WORDS, rng.randint(1, 2)))
 
 
+# Lines real files hold that a diff reader could take for its own: file and hunk headers, a removed
+# "-- " line that reads "--- " in the diff, an added "++ " one that reads "+++ ", the no-newline marker,
+# conflict markers; and lines of blanks only, a trailing blank, a line of tens of kilobytes.
+ODD = [
+    b"--- a/m.py\n",
+    b"+++ b/m.py\n",
+    b"-- \n",
+    b"++ x\n",
+    b"@@ -1,3 +1,4 @@\n",
+    b"diff --git a/m.py b/m.py\n",
+    b"\\ No newline at end of file\n",
+    b"=======\n",
+    b"    \n",
+    b"\t\n",
+    b"    pass \n",
+]
+
+
+def _odd(rng: random.Random) -> bytes:
+    if rng.random() < 0.1:
+        return b"    s = '" + b"xy" * rng.choice((5_000, 30_000)) + b"'\n"
+    return rng.choice(ODD)
+
+
 def _python_like(rng: random.Random) -> list[bytes]:
     """A module of imports, functions and classes, with the repeated lines real code has."""
+    if rng.random() < 0.03:
+        return [b"\n"] * rng.randint(1, 3)  # a file of newlines only
     lines = [f"import {_ident(rng)}\n" for _ in range(rng.randint(0, 3))]
     for _ in range(rng.randint(1, 6)):
         lines.append("\n")
@@ -62,15 +90,24 @@ def _python_like(rng: random.Random) -> list[bytes]:
                 )
             )
         lines.append(f"{indent}    return {_ident(rng)}\n")
-    return [line.encode() for line in lines]
+    out = [line.encode() for line in lines]
+    if rng.random() < 0.2:
+        for _ in range(rng.randint(1, 4)):
+            out.insert(rng.randint(0, len(out)), _odd(rng))
+    return out
 
 
 def _edit(rng: random.Random, lines: list[bytes]) -> list[bytes]:
     out = list(lines)
     for _ in range(rng.randint(1, 4)):
-        at = rng.randint(0, len(out))
+        at = rng.choice([0, len(out) - 1, len(out)]) if rng.random() < 0.15 else rng.randint(0, len(out))
+        at = max(at, 0)  # the very first or last line, now and then
         kind = rng.random()
-        if kind < 0.35 and at < len(out):
+        if kind < 0.05 and at < len(out):
+            out[at] = out[at].rstrip(b"\n") + b" \n"  # a trailing blank added: a whitespace-only change
+        elif kind < 0.1:
+            out[at:at] = [_odd(rng)]
+        elif kind < 0.35 and at < len(out):
             out[at] = out[at].rstrip(b"\n") + b"  # edited\n"
         elif kind < 0.65:
             out[at:at] = [f"    {_ident(rng)} = {rng.randint(0, 99)}\n".encode() for _ in range(rng.randint(1, 3))]
@@ -81,13 +118,7 @@ def _edit(rng: random.Random, lines: list[bytes]) -> list[bytes]:
 
 def _flavour(rng: random.Random, old: list[bytes], new: list[bytes]) -> tuple[bytes, bytes]:
     """The edge cases: CRLF, a NUL byte, no final newline on either side, empty files."""
-    r = rng.random()
-    if r < 0.1:
-        old, new = [line.replace(b"\n", b"\r\n") for line in old], [line.replace(b"\n", b"\r\n") for line in new]
-    elif r < 0.15 and old:
-        at = rng.randrange(len(old))
-        old[at] = b"\0" + old[at]
-        new = [old[at] if line == old[at][1:] else line for line in new]
+    old, new = _line_ends(rng, old, new)
     a, b = b"".join(old), b"".join(new)
     r = rng.random()
     if r < 0.08:
@@ -100,7 +131,31 @@ def _flavour(rng: random.Random, old: list[bytes], new: list[bytes]) -> tuple[by
         a = b""
     elif r < 0.28:
         b = b""
+    elif r < 0.3:
+        a, b = rng.choice([(b"\n", b), (a, b"\n"), (b"\r\n", b"\n"), (b"\n", b"\n\n")])  # only a newline
     return a, b
+
+
+def _line_ends(rng: random.Random, old: list[bytes], new: list[bytes]) -> tuple[list[bytes], list[bytes]]:
+    """CRLF, mixed CRLF and LF, a NUL byte, before git's binary probe or after it."""
+    r = rng.random()
+    if r < 0.1:
+        old, new = [line.replace(b"\n", b"\r\n") for line in old], [line.replace(b"\n", b"\r\n") for line in new]
+    elif r < 0.15 and old:
+        at = rng.randrange(len(old))
+        old[at] = b"\0" + old[at]
+        new = [old[at] if line == old[at][1:] else line for line in new]
+    elif r < 0.21:  # CRLF and LF mixed in one file: by the line's text, so old and new agree, or not
+        crlf = {line: rng.random() < 0.5 for line in sorted({*old, *new})}
+        loose = rng.random() < 0.3
+        old, new = (
+            [x[:-1] + b"\r\n" if (rng.random() < 0.5 if loose else crlf[x]) and x.endswith(b"\n") else x for x in side]
+            for side in (old, new)
+        )
+    elif r < 0.24:  # a NUL after git's 8,000-byte binary probe
+        pad = [b"#" * 8100 + b"\n"]
+        old, new = pad + old + [b"x = '\0'\n"], pad + new + [b"x = '\0'\n"]
+    return old, new
 
 
 def _quote(path: str) -> str:
@@ -156,7 +211,7 @@ def _made_by_git(cases: list[Case], root: Path) -> None:
             capture_output=True,
             check=False,
         ).stdout
-        for part in out.split(b"diff --git ")[1:]:
+        for part in re.split(rb"(?m)^diff --git ", out)[1:]:  # a line of a file may hold "diff --git " too
             m = re.match(rb"a/old/c(\d+)/", part)
             assert m is not None, part[:200]
             i = int(m.group(1))
@@ -185,6 +240,13 @@ def _variants(rng: random.Random, data: bytes, fd: diffs.FileDiff, reverse: bool
         filler[start + d : start + d + len(side)] = side
         out.append(b"".join(filler))
         out.append(b"".join(lines[:start] + side + lines[start:]))  # a copy just above
+    if side and 0 <= start < len(lines):  # one of the hunk's lines with a trailing blank, or CRLF for LF
+        k = start + rng.randrange(min(len(side), len(lines) - start))
+        line = lines[k]
+        body = line.rstrip(b"\r\n")
+        changed = body + b" " + line[len(body) :] if rng.random() < 0.5 else body + b"\r\n"
+        if changed != line:
+            out.append(b"".join([*lines[:k], changed, *lines[k + 1 :]]))
     return out
 
 
@@ -294,7 +356,7 @@ def _differential(seed: int, n: int, root: Path) -> tuple[int, int, int, list[st
 
 def test_the_applier_gives_what_git_apply_gives(tmp_path: Path) -> None:
     n = int(os.environ.get("PATCHKIT_GIT_APPLY_DIFFS", "250"))
-    runs, accepted, joined, bad = _differential(30, n, tmp_path)
+    runs, accepted, joined, bad = _differential(SEED, n, tmp_path)
     print(
         f"{n} diffs, {runs} applications: git accepted {accepted}, joined lines in {joined}, {len(bad)} disagreements"
     )

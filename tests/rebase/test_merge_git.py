@@ -6,8 +6,13 @@ in a plain repository of its own, one merge per triple, with the file at a
 real path. Triples are generated, seeded, from Python-like modules (imports,
 classes, methods, repeated lines such as ``return x`` and blank lines) with
 the edge cases that matter: CRLF files, no final newline, NUL bytes before
-and after git's 8,000-byte binary probe, empty files, repeated and duplicated
-lines, the same edit on both sides, adjacent edits, deletions.
+and after git's 8,000-byte binary probe (and on either side of its last
+byte), empty files and files that are only a newline, repeated and
+duplicated lines, the same edit on both sides, adjacent edits, deletions,
+edits at the very first and last line; and the lines real files hold that a
+merge's own machinery could trip on: conflict markers and diffs inside the
+text, lines of blanks only, trailing blanks changed on one side, lines
+of tens of kilobytes, CRLF and LF mixed in one file.
 
 CI runs a bounded sample; ``PATCHKIT_DIFFERENTIAL_N=10000`` runs more locally.
 """
@@ -102,8 +107,52 @@ def _edit(rng: random.Random, lines: list[bytes]) -> list[bytes]:
     return out
 
 
+# Lines a file may hold that look like a merge's or a diff's own: markers, headers, hunks, blanks only.
+_ODD = (
+    b"<<<<<<< HEAD\n",
+    b"=======\n",
+    b">>>>>>> theirs\n",
+    b"||||||| base\n",
+    b"<<<<<<< ours\n",
+    b"--- a/vllm/worker.py\n",
+    b"+++ b/vllm/worker.py\n",
+    b"@@ -1,3 +1,4 @@\n",
+    b"-- \n",
+    b"\\ No newline at end of file\n",
+    b"    \n",
+    b"\t\n",
+    b"        return x \n",
+)
+
+
+def _recast(rng: random.Random, kind: int, files: list[list[bytes]]) -> list[list[bytes]]:
+    """The line-level edge cases: a line rewritten the same way in all three versions, or in one only."""
+    seen = sorted({line for lines in files for line in lines})
+    if not seen:
+        return files
+    if kind == 6:  # some lines become markers, diff lines, blanks-only lines, in every version
+        swap = {line: rng.choice(_ODD) for line in rng.sample(seen, min(len(seen), rng.randint(1, 3)))}
+    elif kind == 7:  # one version's blank lines get blanks, or a line gets a trailing blank: whitespace changes
+        which = rng.randrange(3)
+        line = rng.choice(seen)
+        swap = {b"\n": rng.choice((b"    \n", b"\t\n")), line: line[:-1] + b" \n"}
+        return [[swap.get(x, x) for x in lines] if i == which else lines for i, lines in enumerate(files)]
+    else:  # a line of tens of kilobytes (no NUL: text however long), in every version
+        long = b"    x = '" + b"ab" * rng.choice((4_000, 20_000, 40_000)) + b"'\n"
+        swap = {rng.choice(seen): long}
+    return [[swap.get(x, x) for x in lines] for lines in files]
+
+
 def _dress(rng: random.Random, kind: int, files: list[list[bytes]]) -> list[bytes]:
     """The three line lists as bytes, with the triple's edge case applied."""
+    if kind in (6, 7, 8):
+        files = _recast(rng, kind, files)
+    if kind == 9:  # CRLF and LF mixed in a file: by the line's text (the same in all three versions) or at random
+        crlf = {line: rng.random() < 0.5 for line in sorted({x for lines in files for x in lines})}
+        by_text = rng.random() < 0.5
+        files = [
+            [x[:-1] + b"\r\n" if (crlf[x] if by_text else rng.random() < 0.5) else x for x in lines] for lines in files
+        ]
     data = [b"".join(lines) for lines in files]
     if kind == 1:  # CRLF, sometimes on one side only
         which = rng.choice(((0, 1, 2), (1,), (2,), (0, 1)))
@@ -116,9 +165,17 @@ def _dress(rng: random.Random, kind: int, files: list[list[bytes]]) -> list[byte
     elif kind == 4:  # a NUL byte inside the probe, in one version: binary for git
         which = rng.randrange(3)
         data = [d + b"\0\n" if i == which else d for i, d in enumerate(data)]
-    elif kind == 5:  # an empty file
+    elif kind == 5:  # an empty file, or one that is only a newline
         which = rng.randrange(3)
-        data = [b"" if i == which else d for i, d in enumerate(data)]
+        empty = rng.choice((b"", b"\n", b"\r\n"))
+        data = [empty if i == which or rng.random() < 0.2 else d for i, d in enumerate(data)]
+    elif kind == 10:  # a NUL at git's probe's last byte (binary) or just past it (text), in one version
+        which = rng.randrange(3)
+        at = gitmerge.BINARY_PROBE - rng.randrange(2)
+        pad = b"#" * (at - 1) + b"\n"  # the NUL that follows it is byte ``at``, 0-based
+        data = [pad + b"\0\n" + d if i == which else pad + d for i, d in enumerate(data)]
+    if kind >= 6 and rng.random() < 0.3:  # and no final newline, on some sides
+        data = [d.rstrip(b"\r\n") if rng.random() < 0.6 else d for d in data]
     return data
 
 
@@ -134,9 +191,13 @@ def generate(rng: random.Random) -> Triple:
     elif shape == 2 and base:
         at = rng.randrange(len(base))  # an edit right next to one of ours
         theirs = [*base[:at], _line(rng), *base[at + 1 :]]
+    elif shape == 3 and base:  # edits at the very first and last line, on one side or both
+        theirs = [_line(rng), *base[1:-1], _line(rng)] if rng.random() < 0.5 else [_line(rng), *base, _line(rng)]
+        if rng.random() < 0.5:
+            ours = [*ours[: rng.randint(0, 1)], _line(rng), *ours[rng.randint(1, 2) :]]
     else:
         theirs = _edit(rng, base)
-    kind = rng.choice((0, 0, 0, 0, 1, 2, 3, 4, 5))
+    kind = rng.choice((0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 6, 7, 8, 9, 10))
     b, o, t = _dress(rng, kind, [base, ours, theirs])
     return b, o, t
 
@@ -260,6 +321,15 @@ def test_the_generator_reaches_the_edge_cases() -> None:
     assert any(t[1] and not t[1].endswith(b"\n") for t in text)
     assert any(b"\0" in t[0] for t in text)  # after the probe: merged as text
     assert len(text) < len(triples)  # and some binary ones, refused
+    probe = gitmerge.BINARY_PROBE
+    assert any(any(d[probe : probe + 1] == b"\0" for d in t) for t in text)  # the first byte past the probe
+    assert any(any(d[probe - 1 : probe] == b"\0" for d in t) for t in triples if _binary(t))  # its last byte
+    lines = [set(split_lines(d)) for t in text for d in t]
+    assert any(b"=======\n" in ls for ls in lines) and any(b"+++ b/vllm/worker.py\n" in ls for ls in lines)
+    assert any(b"    \n" in ls or b"\t\n" in ls for ls in lines)
+    assert any(max(map(len, ls), default=0) > 8_000 for ls in lines)
+    assert any(b"\r\n" in d and b"\n" in d.replace(b"\r\n", b"") for t in text for d in t)  # CRLF and LF in one file
+    assert any(d in (b"\n", b"\r\n") for t in text for d in t)
 
 
 # --- the issue's minimal cases -------------------------------------------------------------------------------
