@@ -40,6 +40,7 @@ from patchkit.sources.materialize import apply_diff_only, base_of_committed, rea
 from patchkit.store.cache import BlobStore
 from patchkit.store.persist import finish, ignore_work_area, sums_dropped
 from patchkit.store.repo import MANAGED_DIRS, Escape, Repo, write_all
+from patchkit.vcs import gitmerge
 
 _Pinned = TypeVar("_Pinned", Artifact, HandDiff)
 
@@ -562,7 +563,7 @@ def _overlay_base(
             raise BadInput(f"--base {req.base_file}: cannot read ({e.strerror})") from e
     else:
         base_bytes = _base_from_source(repo, up, upath, req.commit, ctx)
-    if b"\0" in base_bytes[:8192] or b"\0" in data[:8192]:
+    if gitmerge.is_binary(base_bytes) or gitmerge.is_binary(data):  # git's own test, as its diff and merge decide
         raise BadInput(f"{name}: binary file; patchkit diffs text files only")
     diff_bytes = canonical_diff(base_bytes, data, upath)
     if not diff_bytes:

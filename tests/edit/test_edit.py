@@ -154,6 +154,20 @@ def test_add_refuses_binary_overlays(invoke: Invoke, deploy: Path, tmp_path: Pat
     assert "binary file" in r.stderr
 
 
+@pytest.mark.parametrize(("at", "code"), [(7999, 2), (8000, 0), (8191, 0)])
+def test_add_decides_binary_where_git_does(invoke: Invoke, deploy: Path, tmp_path: Path, at: int, code: int) -> None:
+    """A NUL byte in the first 8,000 bytes makes a file binary, as git's diff and merge decide; after them, text."""
+    text = b"#" * (at - 1) + b"\n" + b"\0\nx = 1\n"  # the NUL is byte ``at``
+    (tmp_path / "base.py").write_bytes(text)
+    (tmp_path / "new.py").write_bytes(text.replace(b"x = 1", b"x = 2"))
+    r = invoke(
+        "add", str(tmp_path / "new.py"), "--target", "/opt/nul.py", "--upstream", "vllm",
+        "--upstream-path", "vllm/nul.py", "--base", str(tmp_path / "base.py"), repo=deploy,
+    )  # fmt: skip
+    assert r.exit_code == code, r.stderr
+    assert ("binary file" in r.stderr) == (code == 2)
+
+
 def test_remove_unpins_and_deletes_its_files(invoke: Invoke, deploy: Path) -> None:
     r = invoke("remove", "kv-restore-fence", repo=deploy)
     assert r.exit_code == 0
