@@ -246,8 +246,7 @@ def _apply_hunks(
     if change.diff is None:
         return current
     path = change.old_path or change.new_path or ""
-    if b"\0" in current:
-        raise fail(path, "the tree's file is binary (it has a NUL byte); patchkit applies text patches only")
+    # A NUL byte in the file does not stop a text hunk: git apply applies it, and so does patchkit.
     try:
         result, placed = diffs.apply_placed(change.diff, current)
     except diffs.ApplyError as e:

@@ -3,9 +3,13 @@
 Each case is a real git repository with generated file names (spaces, tabs,
 quotes, backslashes, non-ASCII, leading dashes, deep directories) and one
 commit of edits, renames with and without edits, copies, mode changes, new
-empty and new files, deletions and binary files. Its patch is made in every
+empty and new files, deletions and binary files. The files' lines include
+what a patch reader could take for its own (``-- `` that reads ``--- `` once
+removed, ``++ `` that reads ``+++ ``, headers, hunk headers, mail lines),
+blanks-only lines, CRLF on some lines or all, very long lines, newline-only
+files and a NUL byte past git's binary probe. Its patch is made in every
 form a queue holds (``git format-patch`` default, ``--no-prefix``, other
-prefixes, ``-M``, ``-C -C``, ``--binary``, raw UTF-8 names, ``git diff`` and
+prefixes at strip 2 and 3, ``-M``, ``-C -C``, ``--binary``, raw UTF-8 names, ``git diff`` and
 GNU ``diff -ruN``), read by patchkit at the matching strip level and
 compared with git: the file list (old path, new path, kind, new mode) with
 ``git apply --numstat --summary -z -p<N>``, and the tree patchkit's series
@@ -82,9 +86,28 @@ def _name(rng: random.Random) -> str:
     return "/".join(parts) + rng.choice(["", ".py", ".txt"])
 
 
+# Lines a reader of patches could take for its own: a removed "-- " reads "--- " in the patch, an added
+# "++ " reads "+++ "; headers, hunk headers, the no-newline marker, a mail's "From " and "---" lines.
+_ODD = ["-- ", "++ ", "--- a/x", "+++ b/x", "@@ -1 +1 @@", "diff --git a/x b/x", "\\ No newline at end of file",
+        "From dev@example.invalid Mon Sep 17 00:00:00 2001", "---", "Subject: x", "    ", "\t", "trail "]  # fmt: skip
+
+
 def _text(rng: random.Random) -> bytes:
     words = ["alpha", "beta", "gamma", "return x", "def f():", "    pass", "", "# note", "import os"]
-    lines = [f"{rng.choice(words)} {i}" for i in range(rng.randrange(8, 30))]
+    if rng.random() < 0.3:
+        words += _ODD
+    if rng.random() < 0.03:
+        return rng.choice([b"\n", b"\n\n", b"\r\n"])  # newlines only
+    lines = [
+        f"{rng.choice(words)} {i}" if rng.random() < 0.9 else rng.choice(words) for i in range(rng.randrange(8, 30))
+    ]
+    if rng.random() < 0.05:
+        lines[rng.randrange(len(lines))] = "x = '" + "ab" * rng.choice([5_000, 30_000]) + "'"  # a very long line
+    if rng.random() < 0.15:  # CRLF, on every line or some
+        every = rng.random() < 0.5
+        lines = [line + "\r" if every or rng.random() < 0.5 else line for line in lines]
+    if rng.random() < 0.05:  # a NUL byte past git's 8,000-byte binary probe: text to git
+        lines[:0] = ["#" * 8100, "x = '\0'"]
     end = b"\n" if rng.random() < 0.9 else b""
     return "\n".join(lines).encode() + end
 
@@ -175,6 +198,11 @@ FORMS: list[tuple[str, list[str], int]] = [
         "format-patch --src-prefix=s/x/ --dst-prefix=d/y/",
         ["git", "format-patch", "--stdout", "--src-prefix=s/x/", "--dst-prefix=d/y/", "{base}..{head}"],
         2,
+    ),
+    (
+        "format-patch --src-prefix=s/x/y/ --dst-prefix=d/y/z/",
+        ["git", "format-patch", "--stdout", "--src-prefix=s/x/y/", "--dst-prefix=d/y/z/", "-M", "{base}..{head}"],
+        3,
     ),
     ("format-patch -M", ["git", "format-patch", "--stdout", "-M", "{base}..{head}"], 1),
     ("format-patch -C -C", ["git", "format-patch", "--stdout", "-C", "-C", "{base}..{head}"], 1),
@@ -463,3 +491,19 @@ def test_at_p2_a_rename_and_a_new_file_that_read_as_one_name_are_two_changes_bot
     read = [("a34/-dash.txt", "日本.py", "rename", None), (None, "日本.py", "add", "100644")]
     assert _patchkit_reads(case) == _git_reads(case)[0] == read
     assert _git_applies(case) == _patchkit_applies(case) == "refused"
+
+
+def test_a_text_patch_applies_to_a_file_with_a_nul_byte_as_git_applies_it(tmp_path: Path) -> None:
+    """A NUL past git's 8,000-byte probe: git diffs the file as text, and ``git apply`` applies its hunks.
+
+    patchkit used to refuse any tree file holding a NUL byte ("the tree's file is binary").
+    """
+    late = b"#" * 8100 + b"\nx = '\0'\ny = 1\n"
+    before = Tree({"n.py": (late, False), "sp ace.py": (_TEXT, False)})
+    after = Tree({"n.py": (late.replace(b"y = 1", b"y = 2"), False), "sp ace.py": (_TEXT + b"z\n", False)})
+    cases = list(_forms(tmp_path, before, after))
+    assert [f"{c.label}: {p}" for c in cases if (p := _disagreement(c)) is not None] == []
+    plain = next(c for c in cases if c.label == "format-patch")
+    assert b"Binary files" not in plain.patch
+    assert _patchkit_applies(plain) == _git_applies(plain) != "refused"
+    assert _patchkit_applies(plain)["n.py"] == late.replace(b"y = 1", b"y = 2")  # type: ignore[index]
