@@ -3,8 +3,13 @@
 Seeded: generated Python-like files, edited, diffed (by patchkit's ``make``
 and by ``git diff``, with 0, 1 and 3 lines of context), then applied to the
 file they were made on and to variants of it (lines added or dropped above
-and below, the hunk's lines copied at equal distances above and below,
-CRLF, no final newline, NUL bytes, empty files), forwards and undone
+and below, the hunk's lines copied at equal distances above and below, one
+of its lines with a trailing blank or CRLF, CRLF, CRLF and LF mixed, no
+final newline, NUL bytes before and after git's 8,000-byte probe, empty
+and newline-only files, lines of tens of kilobytes, lines that read as
+diff headers, hunk headers or the no-newline marker, blank-only lines,
+edits at the first and last line, and two diffs of one file joined into
+one so that hunks overlap or go back up), forwards and undone
 (``-R``), by :func:`patchkit.core.diffs.apply_shifted` and by one batched
 ``git apply --reject`` per flag set (``--unidiff-zero`` for diffs without
 context). ``PATCHKIT_GIT_APPLY_DIFFS`` sets how many diffs (CI runs a few
@@ -180,6 +185,7 @@ class Case:
     context: int
     by_git: bool
     hunks: bytes = b""  # the diff from its first "@@" on
+    other: bytes | None = None  # another edit of ``old``: its hunks follow, overlapping or out of order
 
 
 def _cases(rng: random.Random, n: int) -> list[Case]:
@@ -190,7 +196,10 @@ def _cases(rng: random.Random, n: int) -> list[Case]:
         if old == new:
             continue
         name = rng.choice(NAMES) if rng.random() < 0.2 else "m.py"
-        cases.append(Case(name, old, new, rng.choice([0, 1, 3, 3]), rng.random() < 0.3))
+        case = Case(name, old, new, rng.choice([0, 1, 3, 3]), rng.random() < 0.3)
+        if rng.random() < 0.08:  # two diffs of one file in one: hunks that overlap, or go back up
+            case.other = b"".join(_edit(rng, diffs.split_lines(old)))
+        cases.append(case)
     return cases
 
 
@@ -220,6 +229,9 @@ def _made_by_git(cases: list[Case], root: Path) -> None:
         if not c.by_git:
             made = diffs.make(c.old, c.new, "a/f", "b/f", context=c.context)
             c.hunks = made[made.index(b"@@") :]
+        if c.other is not None and c.other != c.old:
+            made = diffs.make(c.old, c.other, "a/f", "b/f", context=c.context)
+            c.hunks += made[made.index(b"@@") :]
 
 
 def _variants(rng: random.Random, data: bytes, fd: diffs.FileDiff, reverse: bool) -> list[bytes]:
@@ -362,6 +374,22 @@ def test_the_applier_gives_what_git_apply_gives(tmp_path: Path) -> None:
     )
     assert bad == []
     assert accepted > runs // 3 and runs - accepted > runs // 10  # both answers are well represented
+
+
+def test_the_generator_reaches_the_edge_cases(tmp_path: Path) -> None:
+    """The default sample holds each class the differential claims, so a passing run covers them."""
+    rng = random.Random(SEED)
+    cases = _cases(rng, int(os.environ.get("PATCHKIT_GIT_APPLY_DIFFS", "250")))
+    _made_by_git(cases, tmp_path)
+    bodies = [line for c in cases for line in c.hunks.split(b"\n")]
+    assert any(line.startswith((b"--- ", b"+++ ")) for line in bodies)  # a diff inside the diffed file
+    assert any(line.startswith((b"-\\ No newline", b" \\ No newline")) for line in bodies)
+    files = [d for c in cases for d in (c.old, c.new)]
+    assert any(b"\r\n" in d and b"\n" in d.replace(b"\r\n", b"") for d in files)  # CRLF and LF in one file
+    assert any(b"\0" in d[8000:] and b"\0" not in d[:8000] for d in files)
+    assert any(max(map(len, diffs.split_lines(d)), default=0) > 8000 for d in files)
+    assert any(d in (b"\n", b"\r\n", b"\n\n") for d in files) and any(d == b"" for d in files)
+    assert any(c.other is not None for c in cases) and any(c.context == 0 for c in cases)
 
 
 # Named regressions, each checked against git apply as well.
