@@ -94,6 +94,8 @@ def _listed_files(
             unsafe.append((entry, "listed but missing"))
         except Escape as ex:
             unsafe.append((entry, str(ex)))
+        except OSError as ex:  # a name too long for the file system, a directory it may not search
+            unsafe.append((entry, f"listed but cannot be opened ({ex.strerror})"))
         else:
             if entry.name not in paths:
                 paths[entry.name] = path
@@ -112,7 +114,7 @@ def _listing_findings(
 
     findings = []
     for entry, why in unsafe:
-        code = "missing" if why == "listed but missing" else "unsafe-path"
+        code = "missing" if why.startswith("listed but ") else "unsafe-path"
         findings.append(Finding(code, sums.FILENAME, entry.line, f"{entry.name}: {why}"))
     for entry in entries:
         if entry.name not in paths:

@@ -63,8 +63,21 @@ PRESENT = {
     "\u00e9t\u00e9": b"kilo\n",
     "wrong": b"lima\n",
 }
-# Names no file has (patchkit refuses the ones with '\\', '\n', '\r' as paths; so does the tree).
-ABSENT = ["missing", "sub", "sub/", "gone/x", "back\\slash", "new\nline", "car\rriage", "a\\", "*a", " a"]
+# Names no file has (patchkit refuses the ones with '\\', '\n', '\r' as paths; so does the tree), two too long to open.
+ABSENT = [
+    "missing",
+    "sub",
+    "sub/",
+    "gone/x",
+    "back\\slash",
+    "new\nline",
+    "car\rriage",
+    "a\\",
+    "*a",
+    " a",
+    "y" * 300,
+    "sub/" + "z" * 256,
+]
 WORDS = {"ok": b"OK", "failed": b"FAILED", "unreadable": b"FAILED open or read"}
 
 
@@ -267,6 +280,8 @@ H = _digest("a")
         (f"\\{H}  a\0junk\n", []),  # and makes an escaped one invalid
         (f"SHA256 () = {H}\n", [""]),  # the empty name: fails to open, it is not malformed
         (f"SHA256 (a) = {H}\0junk\n", ["a"]),
+        # A name longer than the file system allows: it fails to open, it did not stop the check (exit 4).
+        (f"{H}  {'y' * 300}\n{H}  a\n", ["y" * 300, "a"]),
     ],
 )
 def test_named_forms(tree: Path, tmp_path: Path, data: str, names: list[str]) -> None:
