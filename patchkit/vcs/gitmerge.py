@@ -231,7 +231,9 @@ class _Batch:
         """Each file's two histogram scripts, base to ours and base to theirs, as the merge computed them."""
         found: dict[int, tuple[list[tuple[_Span, _Span]], list[tuple[_Span, _Span]]]] = {k: ([], []) for k in paths}
         for side in (1, 2):
-            args = ["diff-tree", "-r", "-p", "-U0", "--no-indent-heuristic", "--diff-algorithm=histogram"]
+            # One line of context: with none, git trims a common tail first (in 1,024-byte blocks) and can
+            # align otherwise than the merge did; with some it diffs the whole files, as the merge does.
+            args = ["diff-tree", "-r", "-p", "-U1", "--no-indent-heuristic", "--diff-algorithm=histogram"]
             args += ["--no-renames", "--no-ext-diff", "--no-textconv", self.refs[0], self.refs[side], "--"]
             _, out = self.git([*args, *(str(k) for k in paths)])
             for k, script in _parse_scripts(out).items():
@@ -356,23 +358,49 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def _parse_scripts(out: bytes) -> dict[int, list[tuple[_Span, _Span]]]:
-    """The hunks of ``git diff-tree -p -U0`` output per path, as libxdiff's (base span, side span)."""
+    """The changes of ``git diff-tree -p`` output per path, as libxdiff's (base span, side span).
+
+    Read from the hunks' lines, a run of removed and added lines between two
+    context lines being one change of the script, and counted by the hunk
+    header so that no line of a file is taken for a header.
+    """
     scripts: dict[int, list[tuple[_Span, _Span]]] = {}
     current: list[tuple[_Span, _Span]] = []
-    for line in out.split(b"\n"):
+    lines = out.split(b"\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
         if line.startswith(b"diff --git a/"):
             current = scripts.setdefault(int(line[len(b"diff --git a/") :].split(b" ", 1)[0]), [])
-        elif line.startswith(b"@@ -"):
-            m = _HUNK.match(line)
-            if m is not None:
-                current.append((_span(m.group(1), m.group(2)), _span(m.group(3), m.group(4))))
+        elif line.startswith(b"@@ -") and (m := _HUNK.match(line)) is not None:
+            i = _hunk_changes(lines, i, m, current)
     return scripts
 
 
-def _span(start: bytes, count: bytes | None) -> _Span:
-    n = 1 if count is None else int(count)
-    # A unified header names the line before an empty span, and the first line of any other.
-    return (int(start) if n == 0 else int(start) - 1, n)
+def _hunk_changes(lines: list[bytes], i: int, m: re.Match[bytes], out: list[tuple[_Span, _Span]]) -> int:
+    """Append the changes of the hunk whose header ``m`` is and whose lines start at ``lines[i]``; the line after it."""
+    left = [1 if m.group(2) is None else int(m.group(2)), 1 if m.group(4) is None else int(m.group(4))]
+    # 0-based positions: a header names the line before an empty side, and the first line of any other.
+    at = [int(m.group(1)) - (left[0] > 0), int(m.group(3)) - (left[1] > 0)]
+    start: tuple[int, int] | None = None  # where the run of changed lines being read began
+    while (left[0] > 0 or left[1] > 0) and i < len(lines):
+        tag = lines[i][:1]
+        i += 1
+        sides = {b" ": (0, 1), b"-": (0,), b"+": (1,)}.get(tag, ())
+        if tag == b" " and start is not None:
+            out.append(((start[0], at[0] - start[0]), (start[1], at[1] - start[1])))
+            start = None
+        elif tag in (b"-", b"+") and start is None:
+            start = (at[0], at[1])
+        for side in sides:
+            at[side] += 1
+            left[side] -= 1
+    if start is not None:
+        out.append(((start[0], at[0] - start[0]), (start[1], at[1] - start[1])))
+    while i < len(lines) and lines[i].startswith(b"\\"):  # "\ No newline at end of file" after the last line
+        i += 1
+    return i
 
 
 def lines_of(data: bytes) -> list[bytes]:

@@ -450,3 +450,21 @@ def test_conflicts_the_scripts_do_not_explain_are_placed_by_their_markers() -> N
     assert (span.start, span.end) == (1, 9)
     # The base section is "b" (the first separator ends it); theirs holds the second "=======" and "c".
     assert (span.base, span.ours, span.theirs) == ((1, 1), (1, 1), (1, 2))
+
+
+def test_a_conflict_after_a_clean_change_is_placed_where_git_wrote_it_past_a_long_common_tail() -> None:
+    """The three versions share a tail of over 1,024 bytes (one long line here).
+
+    ``git diff -U0`` first trims a common tail in 1,024-byte blocks and can
+    then align the lines otherwise than the merge did: the conflict used to
+    be placed a line too low in the base and the patch.
+    """
+    long = b"x = '" + b"ab" * 600 + b"'\n"
+    base = b"L\nfor\nclass\n" + long + b"raise"
+    ours = b"L\nraise\nclass\ncopy\n" + long + b"cache\n"
+    theirs = long + b"L\n" + long + b"raise"  # upstream adds the long line at the top: a clean change before
+    result = rebase_file(base, ours, theirs, path="m.py")
+    assert result.outcome is Outcome.CONFLICT
+    assert _conflicts_placed((base, ours, theirs), result)
+    (c,) = result.conflicts
+    assert ((c.base.start, c.base.end), (c.ours.start, c.ours.end), c.theirs.start) == ((2, 3), (2, 4), 3)
