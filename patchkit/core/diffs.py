@@ -441,9 +441,9 @@ def apply_shifted(diff: FileDiff, old: bytes) -> tuple[bytes, int]:
     says applies there (an offset), the nearest match first and, of two
     equally near, the one below; a line an earlier hunk wrote never matches.
     A hunk whose header says line 1 (or 0) must match at the start of the
-    file and one with no trailing context at its end; a hunk with no context
-    at all is read as ``git diff -U0`` output (``git apply --unidiff-zero``:
-    anchored only at line 0). Raises ``ApplyError`` where ``git apply``
+    file and one with no trailing context at its end; a diff with no context
+    line at all is read as ``git diff -U0`` output (``git apply --unidiff-zero``:
+    its hunks anchored only at line 0). Raises ``ApplyError`` where ``git apply``
     refuses, and also where it would join two lines (a hunk ending with
     ``\\ No newline at end of file`` where the file goes on), as ``patch`` does.
     The offset returned is the largest distance, in lines, between where a
@@ -485,8 +485,11 @@ def _apply(diff: FileDiff, old: bytes, *, reverse: bool = False, joins: bool = F
     delta = 0  # lines the hunks so far added (or removed, negative)
     end = 0  # where the last hunk's new side ends in the image
     news: list[list[bytes]] = []
+    # A diff with no context line at all is ``git diff -U0`` output, applied as ``--unidiff-zero`` does;
+    # one context-less hunk among hunks with context is anchored as git anchors any other.
+    zero = all(t != b" " for hunk in diff.hunks for t, _ in hunk.lines)
     for hunk in diff.hunks:
-        h = _Sides.of(hunk, reverse)
+        h = _Sides.of(hunk, reverse, zero)
         at = img.place(h)
         # Where the header puts the hunk: after the earlier hunks, at its old side's line.
         stated = (h.old_start if h.old_len == 0 else h.old_start - 1) + delta
@@ -531,10 +534,10 @@ class _Sides(NamedTuple):
     line: int
     leading: int  # context lines before the first change
     trailing: int  # context lines after the last change
-    zero_context: bool  # no context line at all: read as ``git diff -U0`` output (``git apply --unidiff-zero``)
+    zero_context: bool  # the diff has no context line at all: ``git diff -U0`` output (``git apply --unidiff-zero``)
 
     @classmethod
-    def of(cls, h: Hunk, reverse: bool) -> _Sides:
+    def of(cls, h: Hunk, reverse: bool, zero: bool) -> _Sides:
         lines = h.lines
         n = len(lines)
         leading = trailing = 0
@@ -542,7 +545,6 @@ class _Sides(NamedTuple):
             leading += 1
         while trailing < n - leading and lines[n - 1 - trailing][0] == b" ":
             trailing += 1
-        zero = leading == trailing == 0 and all(t != b" " for t, _ in lines)
         olds, news = [c for t, c in lines if t != b"+"], [c for t, c in lines if t != b"-"]
         if reverse:
             return cls(h.new_start, h.new_len, h.old_start, h.old_len, news, olds, h.line, leading, trailing, zero)

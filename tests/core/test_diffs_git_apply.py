@@ -478,3 +478,21 @@ def test_a_line_a_hunk_wrote_never_matches_a_later_hunk(tmp_path: Path) -> None:
     patch = b"--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n a\n-b\n+c\n@@ -2,2 +2,1 @@\n c\n-c\n"
     assert _git(tmp_path, old, patch) is None
     _refusal(patch, old)
+
+
+def test_a_hunk_without_context_in_a_diff_with_context_is_anchored_as_git_anchors_it(tmp_path: Path) -> None:
+    """Only a diff with no context at all reads as ``git diff -U0`` output (``git apply --unidiff-zero``).
+
+    A context-less hunk in a diff whose other hunks have context is anchored
+    at the file's start and end, as ``git apply`` anchors it; it used to be
+    read as a -U0 hunk alone and applied where git refuses.
+    """
+    patch = b"--- a/f\n+++ b/f\n@@ -1 +1,2 @@\n \n+\n@@ -1 +0,0 @@\n-\n"  # two diffs of one file, joined
+    (fd,) = diffs.parse(patch)
+    assert _git(tmp_path, b"\n\n", patch, "-R") is None
+    with pytest.raises(diffs.ApplyError):
+        diffs.apply_placed(fd, b"\n\n", reverse=True)
+    # The same hunks in a diff with no context at all are -U0 hunks: git apply --unidiff-zero applies them.
+    zero = b"--- a/f\n+++ b/f\n@@ -1 +0,0 @@\n-a\n@@ -3 +1,0 @@\n-c\n"
+    assert _git(tmp_path, b"a\nb\nc\n", zero, "--unidiff-zero") == b"b\n"
+    assert diffs.apply(diffs.parse(zero)[0], b"a\nb\nc\n") == b"b\n"
