@@ -29,6 +29,7 @@ from patchkit.lockfile.tomlpos import FieldPath, FieldReader, toml_type
 # The default of a field with none: it is always written, and a record lacking it is not built.
 NO_DEFAULT = object()
 _SKIP = object()  # in a record's writers: a default never to compare with
+_READ = object()  # a field's value when absent: what its reader says (it may report a problem)
 
 # A TOML table as tomllib gives it: its values are checked by the field that reads them.
 Raw = dict[str, Any]
@@ -99,7 +100,9 @@ class Field:
 
     ``get`` takes the field's value out of the record (its attribute unless
     the field is computed); a value equal to ``default`` is left out of the
-    written file unless ``always``.
+    written file unless ``always``. ``absent`` is the value ``read`` gives
+    for a table without the key, when that is a constant and no problem
+    (the reader is then not called for it).
     """
 
     key: str
@@ -109,6 +112,7 @@ class Field:
     default: object = None
     always: bool = False
     get: Callable[[Any], object] | None = None
+    absent: object = _READ
 
 
 @dataclass(frozen=True)
@@ -166,7 +170,7 @@ class Record:
         self.needed = _needed(cls)
         self._build = _builder(cls)
         self._computed = tuple(f.key for f in self.fields if f.attr is None)
-        self._readers = tuple((f.attr or f.key, f.read) for f in self.fields)
+        self._readers = tuple((f.attr or f.key, f.key, f.read, f.absent) for f in self.fields)
         # A default is compared only when it is a value (a field at None or without one is never equal to it:
         # skipping the comparison spares a dataclass __eq__ call per written value).
         self._writers = tuple(
@@ -189,8 +193,8 @@ class Record:
         key = None if self.key is None else _parse_key(self.key, name or "", path, ctx)
         # Written out rather than calling values() and complete(): this runs once per table of the file.
         values = {}
-        for attr, read in self._readers:
-            values[attr] = read(t, path, ctx)
+        for attr, key_, read, absent in self._readers:
+            values[attr] = absent if absent is not _READ and key_ not in t else read(t, path, ctx)
         if self.key is not None:
             values[self.key.attr] = key
         cls = self.cls
@@ -218,8 +222,8 @@ class Record:
     def values(self, t: Raw, path: FieldPath, ctx: Context) -> dict[str, object]:
         """Every field of ``t`` read in table order, by attribute (computed fields by key)."""
         values = {}
-        for name, read in self._readers:
-            values[name] = read(t, path, ctx)
+        for name, key, read, absent in self._readers:
+            values[name] = absent if absent is not _READ and key not in t else read(t, path, ctx)
         return values
 
     def write(self, obj: object) -> dict[str, object]:
@@ -322,7 +326,7 @@ def text(
 
     if write is None:
         write = _identity if check is None or keep else str
-    return Field(key, read, write, key if attr == "" else attr, default)
+    return Field(key, read, write, key if attr == "" else attr, default, absent=_READ if required else default)
 
 
 def integer(key: str, valid: Callable[[int], bool], message: str, default: object = NO_DEFAULT) -> Field:
@@ -371,7 +375,7 @@ def strings(
             return tuple(raw)
         return _items(raw, item, (*path, key), ctx)
 
-    return Field(key, read, _texts, key, default, always)
+    return Field(key, read, _texts, key, default, always, absent=default)
 
 
 def _items(raw: list[object], item: Callable[[str], object], path: FieldPath, ctx: Context) -> tuple[object, ...]:
@@ -400,7 +404,7 @@ def table(key: str, record: Record, *, attr: str | None = "") -> Field:
             return None
         return record.read(sub, (*path, key), ctx)
 
-    return Field(key, read, record.write, key if attr == "" else attr)
+    return Field(key, read, record.write, key if attr == "" else attr, absent=None)
 
 
 def tables(key: str, record: Record, message: str, *, order: Callable[[Any], str] | None = None) -> Field:
@@ -423,7 +427,7 @@ def tables(key: str, record: Record, message: str, *, order: Callable[[Any], str
     def write(items: tuple[object, ...]) -> list[dict[str, object]]:
         return [record.write(x) for x in (sorted(items, key=order) if order else items)]
 
-    return Field(key, read, write, key, ())
+    return Field(key, read, write, key, (), absent=())
 
 
 def keyed(key: str, record: Record, *, message: str | None = None, entry: str | None = None) -> Field:
@@ -457,7 +461,7 @@ def keyed(key: str, record: Record, *, message: str | None = None, entry: str | 
     def write(items: tuple[object, ...]) -> dict[str, dict[str, object]]:
         return {str(name_of(x)): record.write(x) for x in sorted(items, key=lambda x: str(name_of(x)))}
 
-    return Field(key, read, write, key, ())
+    return Field(key, read, write, key, (), absent=())
 
 
 def computed(field: Field, get: Callable[[Any], object]) -> Field:

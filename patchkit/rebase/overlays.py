@@ -288,13 +288,13 @@ def plan(
         bases = _bases(repo, lock, patches, old_source, store)
         ours = _read_ours(repo, patches, bases)
         theirs, renames = _theirs(up, paths, reading, new, old_source)
-    inputs = _sides(patches, bases, ours, theirs, renames, store)
+    inputs, their_sha256 = _sides(patches, bases, ours, theirs, renames, store)
     merges = _merges(inputs)
     if replay:
         result.remembered = resolutions.replay_all(repo, inputs, merges)
-    result.results += [_patch_result(p, pbase, renames, inputs, merges) for p, pbase in patches]
+    result.results += [_patch_result(p, pbase, renames, inputs, merges, their_sha256) for p, pbase in patches]
     result.ours.update({name: sides[1] for name, sides in inputs.items()})
-    result.theirs.update({sha256_bytes(sides[2]): sides[2] for sides in inputs.values()})
+    result.theirs.update({their_sha256[name]: sides[2] for name, sides in inputs.items()})
     _check_merges(repo, lock, up, result, bases, theirs, new, old_source)
     result.causes = explain.causes(up, new, {p.name: b for p, b in patches}, result.results, inputs)
     return result
@@ -358,13 +358,14 @@ def _sides(
     theirs: dict[str, bytes | None],
     renames: dict[str, str],
     store: BlobStore,
-) -> _Sides:
+) -> tuple[_Sides, dict[str, str]]:
     """The three sides of each patch's merge and its path at the new pin; no entry when upstream deleted the file.
 
     The new base goes into the cache, so ``--continue`` and the next
-    rebase read it offline.
+    rebase read it offline; its sha256, computed there, comes along (by patch).
     """
     inputs: _Sides = {}
+    their_sha256: dict[str, str] = {}
     for p, pbase in patches:
         old_path = str(pbase.path)
         new_path = renames.get(old_path, old_path)
@@ -373,13 +374,18 @@ def _sides(
             mine = ours[p.name]
             if isinstance(mine, PatchkitError):
                 raise mine
-            store.put(their_bytes)
+            their_sha256[p.name] = store.put(their_bytes)
             inputs[p.name] = (bases[p.name], mine, their_bytes, new_path)
-    return inputs
+    return inputs, their_sha256
 
 
 def _patch_result(
-    p: Patch, pbase: Base, renames: dict[str, str], inputs: _Sides, merges: dict[str, MergeResult]
+    p: Patch,
+    pbase: Base,
+    renames: dict[str, str],
+    inputs: _Sides,
+    merges: dict[str, MergeResult],
+    their_sha256: dict[str, str],
 ) -> PatchResult:
     """One patch's outcome: deleted when its file is gone, moved when it was renamed and merged, else the merge's."""
     old_path = str(pbase.path)
@@ -399,7 +405,7 @@ def _patch_result(
         target,
         _moved_target(target, old_path, new_path),
         merged,
-        sha256_bytes(inputs[p.name][2]),
+        their_sha256[p.name],
     )
 
 

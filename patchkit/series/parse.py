@@ -19,8 +19,6 @@ patch``, ``Binary files … differ``) are refused: patchkit applies text.
 from __future__ import annotations
 
 import dataclasses
-import email.header
-import email.parser
 import re
 from dataclasses import dataclass
 
@@ -179,6 +177,8 @@ def _mail(head: bytes) -> tuple[str | None, str | None, str | None, str]:
     """Subject (without ``[PATCH n/m]``), From, Date and message of a format-patch mail header."""
     if not _MBOX_FROM.match(head):
         return None, None, None, head.decode("utf-8", "replace").strip()
+    import email.parser  # here: a series of plain diffs, and every command that never reads one, skip the email package
+
     headers_text, _, rest = head.partition(b"\n\n")
     msg = email.parser.BytesHeaderParser().parsebytes(headers_text.split(b"\n", 1)[1] + b"\n\n")
     subject = _header(msg.get("Subject"))
@@ -191,6 +191,8 @@ def _mail(head: bytes) -> tuple[str | None, str | None, str | None, str]:
 def _header(value: object) -> str | None:
     if value is None:
         return None
+    import email.header
+
     parts = email.header.decode_header(str(value))
     text = "".join(p.decode(enc or "utf-8", "replace") if isinstance(p, bytes) else p for p, enc in parts)
     return " ".join(text.split())

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patchkit.core import diffs
-from patchkit.core.hashing import Blob, require_pin, sha256_bytes
+from patchkit.core.hashing import Blob, require_pin
 from patchkit.errors import BadInput
 from patchkit.lockfile.model import Lockfile, Patch
 from patchkit.sources.context import Context
@@ -134,13 +134,13 @@ def _overlay_candidates(repo: Repo, file: str, diff_file: str) -> Iterator[tuple
         yield patch_bytes, diff_bytes
 
 
-def _reversed_base(p: Patch, patch_bytes: bytes, diff_bytes: bytes, want: str) -> bytes | None:
-    """The base that ``diff_bytes`` reversed onto ``patch_bytes`` gives, if it has the sha256 ``want``."""
+def _reversed_base(p: Patch, patch_bytes: bytes, diff_bytes: bytes, want: str) -> Blob | None:
+    """The base ``diff_bytes`` reversed onto ``patch_bytes`` gives, if its sha256 (which it carries) is ``want``."""
     try:
-        base = base_of_committed(p, patch_bytes, diff_bytes)
+        base = Blob(base_of_committed(p, patch_bytes, diff_bytes))
     except (diffs.DiffError, diffs.ApplyError):
         return None
-    return base if sha256_bytes(base) == want else None
+    return base if base.sha256 == want else None
 
 
 def recover_base(repo: Repo, p: Patch, store: BlobStore) -> bytes | None:
@@ -161,8 +161,8 @@ def recover_base(repo: Repo, p: Patch, store: BlobStore) -> bytes | None:
     for patch_bytes, diff_bytes in _overlay_candidates(repo, str(p.file), str(p.diff.file)):
         base = _reversed_base(p, patch_bytes, diff_bytes, want)
         if base is not None:
-            store.put(base)
-            return base
+            store.put(base)  # hashed once, by the check above
+            return base.data
     return None
 
 
