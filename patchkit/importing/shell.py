@@ -1260,6 +1260,18 @@ class _Build:
     stages: list[str] = field(default_factory=list)  # each stage's ``AS`` name ("" when it has none)
     made: dict[int, list[tuple[str, str]]] = field(default_factory=dict)  # stage -> the copies made in it
     errexit: bool = False  # SHELL ["/bin/bash", "-e…", "-c"]: a RUN line stops at a failing command
+    dirs: set[str] = field(default_factory=set)  # the directories WORKDIR made
+
+    def in_image(self, written: str, dest: str) -> bool:
+        """Whether a COPY destination is a directory of the image, so that a file goes into it (docker copies
+        so, trailing ``/`` or not): ``.``, one every base image has (``/opt``), one WORKDIR made or a COPY filled."""
+        return (
+            written.endswith("/")
+            or written in (".", "..")
+            or dest in containerfile.IMAGE_DIRS
+            or dest in self.dirs
+            or any(to.startswith(dest.rstrip("/") + "/") for _, to in self.copies)
+        )
 
     def stage_copies(self, ref: str) -> list[tuple[str, str]]:
         """The repository files a stage (``--from=name`` or its index) copied in, as (repository path, path)."""
@@ -1308,6 +1320,7 @@ class BuildReader:
             elif ins.word == "WORKDIR":
                 where = _expand(build, ins.args.strip(), parsed.escape) or ins.args.strip()
                 build.workdir = posixpath.normpath(posixpath.join(build.workdir, where))
+                build.dirs.add(build.workdir)
             elif ins.word == "FROM":
                 words = ins.args.split()
                 build.stages.append(words[2] if len(words) >= 3 and words[1].lower() == "as" else "")
@@ -1331,13 +1344,13 @@ class BuildReader:
             return
         for url in [w for w in words[:-1] if re.match(r"https?://", w)] if ins.word == "ADD" else []:
             name = posixpath.basename(url.split("?", 1)[0])
-            at = posixpath.join(dest, name) if words[-1].endswith("/") else dest
+            at = posixpath.join(dest, name) if build.in_image(words[-1], dest) else dest
             self.reading.fetched[at] = url + (" (its --checksum pins it)" if "checksum" in flags else "")
         for src in words[:-1]:
             src_rel = self.context_path(build.file, src)
             if src_rel is None:
                 continue
-            into_dir = words[-1].endswith("/") or words[-1] in (".", "..") or len(words) > 2
+            into_dir = len(words) > 2 or build.in_image(words[-1], dest)
             target = posixpath.join(dest, posixpath.basename(src_rel)) if into_dir else dest
             if (self.root / src_rel).is_dir() and into_dir:
                 target = dest

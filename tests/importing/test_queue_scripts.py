@@ -450,3 +450,23 @@ def test_a_short_commit_in_a_lock_is_reported_not_taken(tmp_path: Path) -> None:
         i[:4] for i in found.issues
     ]
     assert found.upstreams[0].commit is None
+
+
+@pytest.mark.parametrize(
+    ("copy", "applied_from"),
+    [
+        ("ADD ./patches/x/a.patch /opt", "/opt/a.patch"),  # a directory every image has, no trailing slash
+        ("COPY patches/x/a.patch /tmp", "/tmp/a.patch"),
+        ("WORKDIR /src\nCOPY patches/x/a.patch .", "/src/a.patch"),
+        ("WORKDIR /src\nCOPY patches/x/a.patch /src", "/src/a.patch"),  # the directory WORKDIR made
+        ("COPY patches/x/b.patch /q/\nCOPY patches/x/a.patch /q", "/q/a.patch"),  # one a COPY filled
+    ],
+)
+def test_a_patch_copied_into_a_directory_of_the_image_is_the_repository_file(
+    tmp_path: Path, copy: str, applied_from: str
+) -> None:
+    """Docker puts a file copied to an existing directory inside it: the step applies the repository's patch."""
+    _queue(tmp_path, f"FROM scratch\n{copy}\nRUN cd /opt/x && patch -p1 < {applied_from}\n")
+    reading = BuildReader(tmp_path).read(["Containerfile"], [])
+    assert [(a.repo, a.tool) for a in reading.applies] == [("patches/x/a.patch", "patch")]
+    assert reading.unknowns == []
