@@ -58,6 +58,8 @@ _SCRIPT_DIR = re.compile(r"""\$\(\s*dirname\s+"?\$(?:0|\{0\}|\{?BASH_SOURCE(?:\[
 _CD_PWD = re.compile(r"""\$\(\s*cd\s+"?(@SD@(?:/\.\.)*)"?\s*(?:&&|;)\s*pwd(?:\s+-P)?\s*\)""")
 _TOPLEVEL = re.compile(r"\$\(\s*git\s+rev-parse\s+--show-toplevel\s*\)")
 _HEREDOC = re.compile(r"<<-?\s*['\"]?(\w+)['\"]?")
+# The command a here-document is given to is cat or tee (redirections and VAR= before it allowed).
+_CAT_HEREDOC = re.compile(r"(?:^|[;&|(]|\$\()\s*(?:\w+=\S*\s+)*(?:cat|tee)(?:\s+[^\s;&|()<]+)*\s*$")
 _VAR = re.compile(
     r"\$(?:\{(?P<braced>[#!]?[\w@*]+(?:\[[^]]*\])?)(?P<op>:?[-=+?][^}]*)?\}|(?P<plain>[A-Za-z_]\w*|[0-9@#?*]))"
 )
@@ -213,6 +215,29 @@ def _split_operator(text: str) -> list[str]:
     return out
 
 
+def _open_quote(line: str, quote: str | None) -> str | None:
+    """The quote still open at the end of ``line`` (``'``, ``"`` or ``$'``), given the one open at its start; a
+    comment (``#`` at a word's start, outside quotes) ends the line. A backslash escapes the next character
+    outside single quotes (and inside ``$'…'``)."""
+    escaped = False
+    for k, c in enumerate(line):
+        if escaped or (c == "\\" and quote != "'"):
+            escaped = not escaped
+        elif quote is not None:
+            quote = None if c == quote[-1] else quote
+        elif c in "'\"":
+            quote = "$'" if c == "'" and line[k - 1 : k] == "$" else c
+        elif c == "#" and (k == 0 or line[k - 1] in " \t;&|()"):
+            return None
+    return quote
+
+
+def _writes_only(before: str, after: str) -> bool:
+    """Whether a here-document goes to ``cat`` or ``tee`` (usage text, a file written) and from there to no other
+    command: it applies nothing, so not reading its body leaves nothing unknown."""
+    return bool(_CAT_HEREDOC.search(before)) and not re.search(r"[|;&]|\$\(", after)
+
+
 def tokens(text: str) -> tuple[list[_Tok], list[tuple[int, str]]]:
     """The shell words and operators of ``text``, each with its line; and lines that do not tokenise."""
     text = _CD_PWD.sub(r"\1", _SCRIPT_DIR.sub("@SD@", text))
@@ -227,9 +252,14 @@ def tokens(text: str) -> tuple[list[_Tok], list[tuple[int, str]]]:
             i += 1
             logical = logical[:-1] + " " + lines[i]
         i += 1
+        quote = _open_quote(logical, None)
+        while quote is not None and i < len(lines):  # a quoted string goes on over the next line
+            quote = _open_quote(lines[i], quote)
+            logical, i = logical + "\n" + lines[i], i + 1
         if m := _HEREDOC.search(logical):
             end = next((k for k in range(i, len(lines)) if lines[k].strip() == m.group(1)), len(lines) - 1)
-            bad.append((start, f"a here-document (<<{m.group(1)}) is not read"))
+            if not _writes_only(logical[: m.start()], logical[m.end() :]):
+                bad.append((start, f"a here-document (<<{m.group(1)}) is not read"))
             i = end + 1
             logical = logical[: m.start()]
         lexer = shlex.shlex(logical, posix=True, punctuation_chars=";&|<>()")

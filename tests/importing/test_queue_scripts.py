@@ -470,3 +470,65 @@ def test_a_patch_copied_into_a_directory_of_the_image_is_the_repository_file(
     reading = BuildReader(tmp_path).read(["Containerfile"], [])
     assert [(a.repo, a.tool) for a in reading.applies] == [("patches/x/a.patch", "patch")]
     assert reading.unknowns == []
+
+
+@pytest.mark.parametrize(
+    "quoted",
+    [
+        "body='{\n  \"a\": 1\n}'",  # a single-quoted JSON body over lines
+        'msg="first\nsecond"',
+        'out=$(curl -s \\\n  -d \'{\n    "k": "v"\n  }\')',  # inside a command substitution
+        "n=\"$(\n  awk '\n    { print }\n  ' f\n)\"",
+        "echo 'it''s' \"a\n# not a comment\nb\"",
+    ],
+)
+def test_a_quoted_string_over_several_lines_is_read_as_the_shell_reads_it(tmp_path: Path, quoted: str) -> None:
+    """A quote open at the end of a line continues on the next: the script is read whole, and the patch the
+    script applies after it is applied at its own line, with nothing called unreadable."""
+    (tmp_path / "patches/x").mkdir(parents=True)
+    (tmp_path / "patches/x/a.patch").write_text("")
+    script = f"#!/bin/bash\nset -e\n{quoted}\ngit -C /opt/x apply patches/x/a.patch\n"
+    (tmp_path / "apply.sh").write_text(script)
+    reading = BuildReader(tmp_path).read([], ["apply.sh"])
+    assert reading.unknowns == []
+    line = script.split("\n").index("git -C /opt/x apply patches/x/a.patch") + 1
+    assert [(a.repo, a.line) for a in reading.applies] == [("patches/x/a.patch", line)]
+
+
+def test_a_quote_never_closed_is_one_unknown_at_the_line_it_opens(tmp_path: Path) -> None:
+    (tmp_path / "apply.sh").write_text("#!/bin/bash\necho ok\necho 'open\nmore\nmore\n")
+    reading = BuildReader(tmp_path).read([], ["apply.sh"])
+    assert [(u.line, "No closing quotation" in u.reason) for u in reading.unknowns] == [(3, True)]
+
+
+def test_an_ansi_c_quoted_string_with_an_escaped_quote_opens_nothing(tmp_path: Path) -> None:
+    (tmp_path / "patches/x").mkdir(parents=True)
+    (tmp_path / "patches/x/a.patch").write_text("")
+    (tmp_path / "apply.sh").write_text("#!/bin/bash\nIFS=$'\\n\\t'; echo $'don\\'t'\ngit apply patches/x/a.patch\n")
+    reading = BuildReader(tmp_path).read([], ["apply.sh"])
+    assert [(a.repo, a.line) for a in reading.applies] == [("patches/x/a.patch", 3)]
+
+
+@pytest.mark.parametrize(
+    ("step", "unknown"),
+    [
+        ("cat <<USAGE\nusage: apply.sh PROFILE\nUSAGE", False),  # usage text
+        ("    cat << 'EOF'\nhelp\nEOF", False),
+        ('cat > "$OUT" <<EOF\n{"k": 1}\nEOF', False),  # a file written
+        ("tee /etc/x.conf <<-EOF\n\tk=v\n\tEOF", False),
+        ("cat <<EOF | patch -p1 -d /opt/x\n--- a/f\nEOF", True),  # piped into patch: unknown
+        ("python3 - <<PY\nprint(1)\nPY", True),  # a program's body: it may edit files
+        ("patch -p1 -d /opt/x <<EOF\n--- a/f\nEOF", True),
+    ],
+)
+def test_a_here_document_only_printed_or_written_leaves_nothing_unknown(
+    tmp_path: Path, step: str, unknown: bool
+) -> None:
+    (tmp_path / "patches/x").mkdir(parents=True)
+    (tmp_path / "patches/x/a.patch").write_text("")
+    script = f"#!/bin/bash\n{step}\ngit apply patches/x/a.patch\n"
+    (tmp_path / "apply.sh").write_text(script)
+    reading = BuildReader(tmp_path).read([], ["apply.sh"])
+    assert [u.line for u in reading.unknowns if "here-document" in u.reason] == ([2] if unknown else [])
+    assert unknown or reading.unknowns == []
+    assert [a.repo for a in reading.applies] == ["patches/x/a.patch"]
