@@ -441,7 +441,7 @@ class _Importer:
                         continue
                     known = by_source.get(rel)
                     if known is not None:
-                        if known.target != target:
+                        if known.target != target and not compose.also_placed(cf.mounts, m, rel, known.target):
                             self.issue(
                                 "mount-conflict",
                                 m.compose,
