@@ -50,6 +50,8 @@ _CLONE = re.compile(r"git\s+clone\s+(?:-\S+\s+)*(?P<url>(?:https?|git|ssh|file):
 _PROFILE_ARG = re.compile(r"[A-Z_]*PROFILE[A-Z_]*")
 _FROM_DIGEST = re.compile(r"\S+@sha256:[0-9a-f]{64}")
 _FULL_COMMIT = re.compile(r"[0-9a-f]{40}")
+# A checkout of a commit in the current clone, or in the directory ``git -C`` names: the ref it checks out.
+_CHECKOUT = re.compile(r"git\s+(?:-C\s+\S+\s+)?checkout\s+(?:-[-\w]+\s+)*(?P<ref>[^\s;&|)]+)")
 _DIGEST_REF = re.compile(r"^(?P<repo>[^@\s]+?)(?::[\w.-]+)?@(?P<digest>sha256:[0-9a-f]{64})$")
 _GITHUB = re.compile(r"github\.com[/:](?P<owner>[\w.-]+)/(?P<repo>[\w.-]+?)(?:\.git)?/?$")
 
@@ -217,6 +219,7 @@ def _one(
             commit = next(
                 (p.value for p in stated if _states_commit(p, name) and _FULL_COMMIT.fullmatch(p.value)), None
             )
+    commit = commit or _checked_out(texts, name)
     if commit is None:
         found.issues.append(
             (
@@ -747,6 +750,33 @@ def _image(found: Found, name: str, ref: str, rel: str) -> None:
         return
     repository = familiar_repository(m["repo"])
     found.images.append(Image(name=_patch_name(name), repository=repository, digest=Digest(m["digest"])))
+
+
+def _checked_out(texts: dict[str, str], name: str) -> str | None:
+    """The one full commit the build checks out in its clone of ``name`` (``git clone …/name.git && cd name &&
+    git checkout <sha>``, ``git -C DIR checkout $SHA`` with ``SHA=<sha>`` set in the same file), read from what
+    follows the clone up to the next one. None when no file, or more than one commit, is stated that way: a
+    branch, an abbreviation or a variable with no literal value is no pin."""
+    found: set[str] = set()
+    for text in texts.values():
+        clones = list(_CLONE.finditer(text))
+        for k, m in enumerate(clones):
+            url = m.group("url")
+            if url.rstrip("/").removesuffix(".git").rsplit("/", 1)[-1].lower() != name.lower():
+                continue
+            after = text[m.end() : clones[k + 1].start() if k + 1 < len(clones) else len(text)]
+            for ref in _CHECKOUT.findall(after):
+                found.add(_literal(text, ref))
+    return found.pop() if len(found) == 1 and _FULL_COMMIT.fullmatch(next(iter(found))) else None
+
+
+def _literal(text: str, ref: str) -> str:
+    """A checkout's ref, a ``$VAR``/``${VAR}`` read from the file's one assignment of it (shell, ARG, ENV)."""
+    var = re.fullmatch(r"\$\{?(\w+)\}?", ref)
+    if var is None:
+        return ref
+    values = set(re.findall(rf"(?m)^\s*(?:export\s+|ARG\s+|ENV\s+)?{var[1]}=[\"']?([0-9a-f]{{40}})\b", text))
+    return values.pop() if len(values) == 1 else ref
 
 
 def _clone_url(text: str, name: str) -> str | None:

@@ -532,3 +532,73 @@ def test_a_here_document_only_printed_or_written_leaves_nothing_unknown(
     assert [u.line for u in reading.unknowns if "here-document" in u.reason] == ([2] if unknown else [])
     assert unknown or reading.unknowns == []
     assert [a.repo for a in reading.applies] == ["patches/x/a.patch"]
+
+
+CLONE_FORMS = [
+    # a Containerfile: clone, cd, checkout and apply in one RUN line; another upstream cloned before it
+    (
+        "Containerfile",
+        "FROM scratch\nCOPY patches/x /q/\n"
+        "RUN git clone https://github.com/o/other.git && cd other && git checkout " + "d" * 40 + "\n"
+        "RUN git clone https://github.com/o/x.git /opt/x && cd /opt/x && git checkout {sha} && \\\n"
+        "    for p in /q/*.patch; do patch -p1 < $p; done\n",
+    ),
+    # a script: the commit in a variable, fetched shallow, then checked out
+    (
+        "build.sh",
+        "#!/bin/bash\nset -e\nX_SHA={sha}\ngit clone https://github.com/o/x.git x\ncd x\n"
+        "git fetch --depth=1 origin $X_SHA\ngit checkout -q ${{X_SHA}}\n"
+        "for p in ../patches/x/*.patch; do git apply $p; done\n",
+    ),
+    # git -C DIR checkout, and ARG for the commit
+    (
+        "Containerfile",
+        "FROM scratch\nARG X_REF={sha}\nCOPY patches/x /q/\n"
+        "RUN git clone https://github.com/o/x /src/x && git -C /src/x checkout --detach $X_REF && \\\n"
+        "    git -C /src/x apply /q/a.patch /q/b.patch\n",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "text"), CLONE_FORMS, ids=["containerfile", "script", "arg"])
+def test_the_commit_a_build_checks_out_after_cloning_the_upstream_is_the_series_commit(
+    tmp_path: Path, name: str, text: str
+) -> None:
+    from patchkit.importing.queue import recognise
+
+    _queue(tmp_path, "FROM scratch\n")
+    (tmp_path / name).write_text(text.format(sha="c" * 40))
+    found = recognise(tmp_path)
+    (up,) = found.upstreams
+    assert (up.name, str(up.commit), up.git) == (
+        "x",
+        "c" * 40,
+        "https://github.com/o/x" + (".git" if "x.git" in text else ""),
+    )
+    assert not [i for i in found.issues if i[0] in ("queue-commit-unknown", "queue-url-unknown")]
+
+
+@pytest.mark.parametrize(
+    "checkout",
+    [
+        "git checkout main",  # a branch: it moves
+        "git checkout " + "c" * 12,  # abbreviated
+        "git checkout " + "c" * 40 + " && git checkout " + "e" * 40,  # two commits: which one holds is not read
+        "git checkout $UNSET",
+        "",
+    ],
+)
+def test_a_checkout_that_names_no_one_full_commit_leaves_the_commit_unknown(tmp_path: Path, checkout: str) -> None:
+    from patchkit.importing.queue import recognise
+
+    _queue(tmp_path, "FROM scratch\n")
+    run = (
+        f"git clone https://github.com/o/x.git /opt/x && cd /opt/x && {checkout} && "
+        if checkout
+        else "git clone https://github.com/o/x.git /opt/x && cd /opt/x && "
+    )
+    (tmp_path / "Containerfile").write_text(f"FROM scratch\nCOPY patches/x /q/\nRUN {run}git apply /q/a.patch\n")
+    found = recognise(tmp_path)
+    (up,) = found.upstreams
+    assert up.commit is None
+    assert [i[0] for i in found.issues if i[0] == "queue-commit-unknown"] == ["queue-commit-unknown"]
