@@ -602,3 +602,31 @@ def test_a_checkout_that_names_no_one_full_commit_leaves_the_commit_unknown(tmp_
     (up,) = found.upstreams
     assert up.commit is None
     assert [i[0] for i in found.issues if i[0] == "queue-commit-unknown"] == ["queue-commit-unknown"]
+
+
+@pytest.mark.parametrize(
+    ("script", "commit"),
+    [
+        # the fork and the commit in variables, as build scripts keep them at their top
+        (
+            "X_FORK=https://github.com/o/x.git\nX_SHA={sha}\ngit clone $X_FORK x\ncd x\n"
+            "git fetch --depth=1 origin $X_SHA\ngit checkout -q $X_SHA\n",
+            "c" * 40,
+        ),
+        ('X_FORK="https://github.com/o/x.git"\ngit clone "${{X_FORK}}" -b main --depth 1\ncd x\n', None),
+        ("git clone -b main --depth 1 https://github.com/o/x.git\ncd x\n", None),  # options that take a value
+    ],
+)
+def test_a_clone_url_in_a_variable_or_after_options_is_the_series_url(
+    tmp_path: Path, script: str, commit: str | None
+) -> None:
+    from patchkit.importing.queue import recognise
+
+    _queue(tmp_path, "FROM scratch\n")
+    (tmp_path / "build.sh").write_text(
+        "#!/bin/bash\nset -e\n" + script.format(sha="c" * 40) + "for p in ../patches/x/*.patch; do git apply $p; done\n"
+    )
+    found = recognise(tmp_path)
+    (up,) = found.upstreams
+    assert (up.git, up.commit and str(up.commit)) == ("https://github.com/o/x.git", commit)
+    assert not [i for i in found.issues if i[0] == "queue-url-unknown"]
