@@ -1163,6 +1163,8 @@ class _Importer:
         out: dict[str, Image] = {}
         for cf in composes:
             for use in cf.images:
+                if use.digest is None and use.built:
+                    continue  # the tag its build: gets; what it starts FROM is pinned (or reported) in the Dockerfile
                 if use.digest is None:
                     self.issue(
                         "image-unpinned",

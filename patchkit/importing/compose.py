@@ -88,6 +88,7 @@ class ImageUse:
     repository: str
     tag: str | None
     digest: str | None
+    built: bool = False  # the service has a build: the image is the name its build is tagged with
 
 
 @dataclass(frozen=True)
@@ -256,9 +257,9 @@ class _Uses:
     def service(self, path: str, service: str, svc: Any, lines: list[str]) -> None:
         """One service's image, mounts, run-time text (command, entrypoint, environment) and model paths."""
         image = _get(svc, "image")
-        if isinstance(image, yaml.ScalarNode):
-            self.images.append(_image(path, service, image))
         key = next((k for k, _ in _pairs(svc) if str(k.value) == "build"), None)
+        if isinstance(image, yaml.ScalarNode):
+            self.images.append(dataclasses.replace(_image(path, service, image), built=key is not None))
         if key is not None and (use := _build(path, service, _get(svc, "build"))) is not None:
             line = key.start_mark.line + 1
             self.builds.append(dataclasses.replace(use, line=line, comment=_comment_above(lines, line)))

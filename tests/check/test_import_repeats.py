@@ -499,3 +499,19 @@ def test_a_package_file_one_service_mounts_at_two_package_paths_is_still_a_confl
     (root / "patches/sched.py").write_text("POLICY = 'fcfs'\n")
     assert _imported(root, invoke, "mount-conflict") == [("mount-conflict", "compose.yaml", 6)]
     assert _checked(root, invoke, "mount-target") == (1, [("mount-target", "compose.yaml", 6)])
+
+
+def test_the_image_name_a_built_service_is_tagged_with_is_no_unpinned_image(tmp_path: Path, invoke: Invoke) -> None:
+    """``build:`` with ``image: NAME:latest`` names what the build makes: there is no digest to pin in advance, and
+    the image it starts FROM is what is pinned, or reported at the Dockerfile's line until it is."""
+    root = tmp_path / "deploy"
+    text = (
+        "services:\n  vllm:\n    build:\n      context: .\n      dockerfile: Dockerfile.vllm\n"
+        "    image: vllm-server:latest\n  proxy:\n    image: caddy:2\n"
+    )
+    (root / "patches").mkdir(parents=True)
+    (root / "compose.yaml").write_text(text)
+    (root / "Dockerfile.vllm").write_text("FROM vllm/vllm-openai:v0.9.0\nCMD [\"serve\"]\n")
+    said = _imported(root, invoke, "image-unpinned")
+    assert said == [("image-unpinned", "compose.yaml", 8), ("image-unpinned", "Dockerfile.vllm", 1)]
+    assert _checked(root, invoke, "image-unpinned") == (1, said)
