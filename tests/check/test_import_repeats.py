@@ -511,7 +511,7 @@ def test_the_image_name_a_built_service_is_tagged_with_is_no_unpinned_image(tmp_
     )
     (root / "patches").mkdir(parents=True)
     (root / "compose.yaml").write_text(text)
-    (root / "Dockerfile.vllm").write_text("FROM vllm/vllm-openai:v0.9.0\nCMD [\"serve\"]\n")
+    (root / "Dockerfile.vllm").write_text('FROM vllm/vllm-openai:v0.9.0\nCMD ["serve"]\n')
     said = _imported(root, invoke, "image-unpinned")
     assert said == [("image-unpinned", "compose.yaml", 8), ("image-unpinned", "Dockerfile.vllm", 1)]
     assert _checked(root, invoke, "image-unpinned") == (1, said)

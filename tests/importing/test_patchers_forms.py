@@ -59,6 +59,19 @@ TARGETS = {
         '    return Path(vllm.__file__).parent / "v1/core/sched/scheduler.py"\n\n\np = target()\n',
         [SCHED],
     ),
+    # the package found by searching the interpreter's path, as many build-time patchers do
+    "sys-path-search": (
+        "p = None\nfor entry in sys.path:\n"
+        "    cand = os.path.join(entry, 'vllm', 'v1', 'core', 'sched', 'scheduler.py')\n"
+        "    if os.path.exists(cand):\n        p = Path(cand)\n        break\n"
+        "if p is None:\n    sys.exit('no vllm')\n",
+        [SCHED],
+    ),
+    "site-packages-search": (
+        "import site\nfor d in site.getsitepackages():\n"
+        "    p = Path(d) / 'vllm/v1/core/sched/scheduler.py'\n    if p.exists():\n        break\n",
+        [SCHED],
+    ),
     "env-get-default": (
         'p = Path(os.environ.get("SCHED_FILE", "/usr/local/lib/python3.12/site-packages/' + SCHED + '"))\n',
         [SCHED],
