@@ -227,7 +227,9 @@ class _Importer:
         if not files and not builds:
             raise BadInput(
                 f"{self.root}: no compose file (compose.yaml, compose.*.yaml, docker-compose.yml) "
-                "and no Dockerfile or Containerfile (at the top, or in docker/, deploy/, build/)",
+                "and no Dockerfile or Containerfile (at the top, or in "
+                + ", ".join(f"{place}/" for place in dockerfile.PLACES)
+                + ")",
                 "run patchkit import in the repository that holds the deployment's compose or build files",
             )
         self.builds, self.reading = queue.read_build(self.root)
