@@ -58,6 +58,11 @@ _SCRIPT_DIR = re.compile(r"""\$\(\s*dirname\s+"?\$(?:0|\{0\}|\{?BASH_SOURCE(?:\[
 _CD_PWD = re.compile(r"""\$\(\s*cd\s+"?(@SD@(?:/\.\.)*)"?\s*(?:&&|;)\s*pwd(?:\s+-P)?\s*\)""")
 _TOPLEVEL = re.compile(r"\$\(\s*git\s+rev-parse\s+--show-toplevel\s*\)")
 _HEREDOC = re.compile(r"<<-?\s*['\"]?(\w+)['\"]?")
+# The command a here-document is given to is a Python interpreter that runs it (no script argument): group 1 ends it.
+_PY_HEREDOC = re.compile(
+    r"(?:^|[;&|]|(?<!\$)\()\s*(?:\w+=\S*\s+)*((?:\S*/)?python(?:3(?:\.\d+)?)?)(?:\s+-[A-Za-z]+)*(?:\s+-)?"
+    r"(?:\s*\d?>>?\s*\S+)*\s*$"
+)
 # The command a here-document is given to is cat or tee (redirections and VAR= before it allowed).
 _CAT_HEREDOC = re.compile(r"(?:^|[;&|(]|\$\()\s*(?:\w+=\S*\s+)*(?:cat|tee)(?:\s+[^\s;&|()<]+)*\s*$")
 _VAR = re.compile(
@@ -258,10 +263,16 @@ def tokens(text: str) -> tuple[list[_Tok], list[tuple[int, str]]]:
             logical, i = logical + "\n" + lines[i], i + 1
         if m := _HEREDOC.search(logical):
             end = next((k for k in range(i, len(lines)) if lines[k].strip() == m.group(1)), len(lines) - 1)
-            if not _writes_only(logical[: m.start()], logical[m.end() :]):
+            tabs = m.group(0).startswith("<<-")  # <<- strips the leading tabs of each line
+            before, body = logical[: m.start()], "\n".join(b.lstrip("\t") if tabs else b for b in lines[i:end])
+            code = _PY_HEREDOC.search(before)
+            if code is None and not _writes_only(before, logical[m.end() :]):
                 bad.append((start, f"a here-document (<<{m.group(1)}) is not read"))
             i = end + 1
-            logical = logical[: m.start()]
+            # python3 - <<PY runs its body: read as python3 -c BODY (an inline patcher is judged as one)
+            logical = (
+                before if code is None else before[: code.end(1)] + " -c " + shlex.quote(body) + before[code.end(1) :]
+            )
         lexer = shlex.shlex(logical, posix=True, punctuation_chars=";&|<>()")
         lexer.whitespace_split = True
         lexer.commenters = "#"

@@ -517,7 +517,9 @@ def test_an_ansi_c_quoted_string_with_an_escaped_quote_opens_nothing(tmp_path: P
         ('cat > "$OUT" <<EOF\n{"k": 1}\nEOF', False),  # a file written
         ("tee /etc/x.conf <<-EOF\n\tk=v\n\tEOF", False),
         ("cat <<EOF | patch -p1 -d /opt/x\n--- a/f\nEOF", True),  # piped into patch: unknown
-        ("python3 - <<PY\nprint(1)\nPY", True),  # a program's body: it may edit files
+        ("python3 - <<PY\nprint(1)\nPY", False),  # a program's body: read as the program it is
+        ("python3 > /tmp/c.json <<'PY'\nprint('{}')\nPY", False),
+        ("python3 tool.py <<EOF\ninput\nEOF", True),  # a script's input: not read
         ("patch -p1 -d /opt/x <<EOF\n--- a/f\nEOF", True),
     ],
 )
@@ -630,3 +632,25 @@ def test_a_clone_url_in_a_variable_or_after_options_is_the_series_url(
     (up,) = found.upstreams
     assert (up.git, up.commit and str(up.commit)) == ("https://github.com/o/x.git", commit)
     assert not [i for i in found.issues if i[0] == "queue-url-unknown"]
+
+
+def test_a_python_here_document_is_read_as_the_inline_program_it_runs(tmp_path: Path) -> None:
+    """``python3 - <<'PY'`` runs its body: an edit of a package file in it is an inline patcher, at its line."""
+    body = (
+        "import vllm, pathlib\np = pathlib.Path(vllm.__file__).parent / 'envs.py'\n"
+        "p.write_text(p.read_text().replace('a = 1', 'a = 2'))"
+    )
+    tabbed = body.replace("\n", "\n\t")
+    script = f"#!/bin/bash\necho start\npython3 - <<'PY'\n{body}\nPY\npython3 >/tmp/log <<-EOF\n\t{tabbed}\n\tEOF\n"
+    (tmp_path / "fix.sh").write_text(script)
+    reading = BuildReader(tmp_path).read([], ["fix.sh"])
+    assert reading.unknowns == []
+    assert [(f, line) for f, line, _ in reading.inline] == [("fix.sh", 3), ("fix.sh", 8)]
+    assert reading.inline[0][2] == reading.inline[1][2] == body
+
+
+def test_a_python_here_document_inside_a_command_substitution_stays_unknown(tmp_path: Path) -> None:
+    """``out=$(python3 - <<PY …)``: what the substitution runs is not read, so its body is not either; said."""
+    (tmp_path / "fix.sh").write_text("#!/bin/bash\nout=$(python3 - <<'PY'\nprint(1)\nPY\n)\n")
+    reading = BuildReader(tmp_path).read([], ["fix.sh"])
+    assert [(u.line, "here-document" in u.reason) for u in reading.unknowns] == [(2, True)]
