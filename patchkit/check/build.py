@@ -37,7 +37,7 @@ def image_builds(state: State) -> list[Finding]:
     out: list[Finding] = []
     uses: dict[str, compose.BuildUse] = {}
     for c in composes:
-        out += [_unpinned_service(u) for u in c.images if u.digest is None]
+        out += [_unpinned_service(u) for u in c.images if u.digest is None and not u.built]
         out += [f for u in c.images if (f := _invalid_digest(u)) is not None]
         for u in c.builds:
             rel = _built_file(state, u)

@@ -11,6 +11,8 @@ from patchkit.errors import BadInput
 from patchkit.lockfile.model import GENERATED
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from patchkit.emit.config import DeployConfig
     from patchkit.importing import compose
 
@@ -144,7 +146,22 @@ def mounts(state: State) -> list[Finding]:
             out.append(Finding("compose-invalid", rel, None, e.message, e.hint))
             continue
         for m in parsed.mounts:
-            out += _one_mount(state, rel, m, pinned)
+            out += _one_mount(state, rel, m, _placed_too(parsed.mounts, m, pinned))
+    return out
+
+
+def _placed_too(
+    mounts: Sequence[compose.Mount], m: compose.Mount, pinned: dict[str, str | None]
+) -> dict[str, str | None]:
+    """The pins, less the target of each file ``m`` puts elsewhere while its service also mounts it at its pinned
+    target (a script mounted alone and in its directory): the container has it at both, as import pinned it."""
+    from patchkit.importing import compose
+
+    out = dict(pinned)
+    for file, target in pinned.items():
+        at = m.places(file)
+        if target is not None and at not in (None, target) and compose.also_placed(mounts, m, file, target):
+            out[file] = None
     return out
 
 

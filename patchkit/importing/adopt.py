@@ -227,7 +227,9 @@ class _Importer:
         if not files and not builds:
             raise BadInput(
                 f"{self.root}: no compose file (compose.yaml, compose.*.yaml, docker-compose.yml) "
-                "and no Dockerfile or Containerfile (at the top, or in docker/, deploy/, build/)",
+                "and no Dockerfile or Containerfile (at the top, or in "
+                + ", ".join(f"{place}/" for place in dockerfile.PLACES)
+                + ")",
                 "run patchkit import in the repository that holds the deployment's compose or build files",
             )
         self.builds, self.reading = queue.read_build(self.root)
@@ -441,7 +443,7 @@ class _Importer:
                         continue
                     known = by_source.get(rel)
                     if known is not None:
-                        if known.target != target:
+                        if known.target != target and not compose.also_placed(cf.mounts, m, rel, known.target):
                             self.issue(
                                 "mount-conflict",
                                 m.compose,
@@ -1163,6 +1165,8 @@ class _Importer:
         out: dict[str, Image] = {}
         for cf in composes:
             for use in cf.images:
+                if use.digest is None and use.built:
+                    continue  # the tag its build: gets; what it starts FROM is pinned (or reported) in the Dockerfile
                 if use.digest is None:
                     self.issue(
                         "image-unpinned",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
@@ -24,6 +24,7 @@ import yaml  # type: ignore[import-untyped]  # PyYAML ships no type information
 from patchkit.core.values import ContainerPath
 from patchkit.errors import BadInput
 
+_PYTHON_TREE = re.compile(r"/(?:site|dist)-packages(?:/|$)")
 COMPOSE_NAMES = re.compile(r"(docker-)?compose([.-][A-Za-z0-9_.-]+)?\.ya?ml")
 _VAR = re.compile(
     r"\$(?:\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?+])(?P<arg>[^}]*))?\}|(?P<bare>[A-Za-z_][A-Za-z0-9_]*)|(?P<dollar>\$))"
@@ -48,6 +49,18 @@ class Mount:
     @property
     def where(self) -> str:
         return f"{self.compose}:{self.line}"
+
+    def places(self, rel: str) -> str | None:
+        """Where this mount puts the repository file ``rel`` in the container (itself, or a file below a mounted
+        directory), if it does."""
+        src = self.repo_source
+        if src is None or src.startswith(".."):
+            return None
+        if rel == src:
+            return self.target
+        if src == "." or rel.startswith(src.rstrip("/") + "/"):
+            return self.target.rstrip("/") + "/" + (rel if src == "." else rel[len(src.rstrip("/")) + 1 :])
+        return None
 
     @property
     def repo_source(self) -> str | None:
@@ -75,6 +88,7 @@ class ImageUse:
     repository: str
     tag: str | None
     digest: str | None
+    built: bool = False  # the service has a build: the image is the name its build is tagged with
 
 
 @dataclass(frozen=True)
@@ -150,6 +164,19 @@ def interpolate(value: str) -> str:
 # A compose file is a few hundred lines; these bounds are far above any real one.
 MAX_COMPOSE_BYTES = 4 << 20
 MAX_EXPANDED_NODES = 200_000
+
+
+def also_placed(mounts: Sequence[Mount], m: Mount, rel: str, target: str) -> bool:
+    """Whether ``m``'s service (same compose file) also mounts ``rel`` at ``target``, both outside a Python tree.
+
+    One container then has the file at both paths (a script mounted alone
+    and in its directory): no conflict, and the lockfile's one target for it
+    is one the compose file gives it. A package file at two paths is not
+    this: each path is an upstream file of its own.
+    """
+    if _PYTHON_TREE.search(target) or _PYTHON_TREE.search(m.places(rel) or ""):
+        return False
+    return any(o.compose == m.compose and o.service == m.service and o.places(rel) == target for o in mounts)
 
 
 def _check_expansion(path: str, root: Any) -> None:
@@ -230,9 +257,9 @@ class _Uses:
     def service(self, path: str, service: str, svc: Any, lines: list[str]) -> None:
         """One service's image, mounts, run-time text (command, entrypoint, environment) and model paths."""
         image = _get(svc, "image")
-        if isinstance(image, yaml.ScalarNode):
-            self.images.append(_image(path, service, image))
         key = next((k for k, _ in _pairs(svc) if str(k.value) == "build"), None)
+        if isinstance(image, yaml.ScalarNode):
+            self.images.append(dataclasses.replace(_image(path, service, image), built=key is not None))
         if key is not None and (use := _build(path, service, _get(svc, "build"))) is not None:
             line = key.start_mark.line + 1
             self.builds.append(dataclasses.replace(use, line=line, comment=_comment_above(lines, line)))

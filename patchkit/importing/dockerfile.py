@@ -55,6 +55,12 @@ _PLACE_VALUES = frozenset(
 )
 _PLACERS = frozenset({"cp", "install", "mv", "rsync"})
 _IN_PYTHON_TREE = re.compile(r"/(?:site|dist)-packages(?:/|$)")
+# Directories every Linux base image has: a file copied to one goes into it, as docker copies it.
+_TOP_DIRS = ("bin", "etc", "home", "mnt", "opt", "root", "srv", "tmp", "usr", "var")
+IMAGE_DIRS = frozenset(
+    {"/", *("/" + d for d in _TOP_DIRS), "/var/" + "tmp"}
+    | {f"/usr/{d}" for d in ("bin", "lib", "local", "local/bin", "local/lib", "share", "src")}
+)
 _SEPARATORS = frozenset({"&&", "||", ";", "|"})
 _NOT_BUILDS = (".dockerignore", ".md", ".txt", ".rst", ".orig", ".bak", ".swp")
 
@@ -120,6 +126,7 @@ class _Stage:
     workdir: str = "/"
     env: dict[str, str] = field(default_factory=dict)
     files: dict[str, Copied] = field(default_factory=dict)  # container path -> what put it there
+    dirs: set[str] = field(default_factory=set)  # the directories WORKDIR made
 
 
 # -- the file: directives, instructions, continuations, comments, here-documents
@@ -514,6 +521,7 @@ class _Reader:
         stage = _Stage(name)
         if parent is not None:
             stage.workdir, stage.env, stage.files = parent.workdir, dict(parent.env), dict(parent.files)
+            stage.dirs = set(parent.dirs)
         self.stages.append(stage)
         if parent is not None or ref == "scratch":
             return
@@ -533,6 +541,7 @@ class _Reader:
             self.problem("copy-unresolved", line, f"WORKDIR {args}: a variable in it has no value", "give it a default")
             return
         stage.workdir = str(PurePosixPath(stage.workdir) / value)
+        stage.dirs.update(str(p) for p in (PurePosixPath(stage.workdir), *PurePosixPath(stage.workdir).parents))
 
     def copy(self, ins: Instruction) -> None:
         stage = self.stages[-1]
@@ -551,8 +560,8 @@ class _Reader:
             )
             return
         sources, dest = [str(r) for r in resolved[:-1]], str(resolved[-1])
-        into_dir = dest.endswith("/") or len(sources) > 1
-        dest_path = PurePosixPath(stage.workdir) / dest
+        dest_path = PurePosixPath(posixpath.normpath(str(PurePosixPath(stage.workdir) / dest)))
+        into_dir = dest.endswith("/") or len(sources) > 1 or self.in_image(stage, dest, dest_path)
         source_stage = flags.get("from")
         if source_stage is not None:
             self.copy_from(stage, source_stage, sources, dest_path, into_dir)
@@ -629,6 +638,7 @@ class _Reader:
             dest = sources.pop()
             into = len(sources) > 1 or dest.endswith("/")
         target = PurePosixPath(posixpath.normpath(str(cwd / dest)))
+        into = into or self.in_image(stage, dest, target)
         for src in sources:
             c = stage.files.get(posixpath.normpath(str(cwd / src)))
             if c is None:
@@ -673,6 +683,18 @@ class _Reader:
                 continue  # a glob does not match dot files
             at = str(base / path[len(root) + 1 :])
             stage.files[at] = Copied(c.rel, at, self.b.file, ins.line, ins.comment)
+
+    @classmethod
+    def in_image(cls, stage: _Stage, written: str, path: PurePosixPath) -> bool:
+        """Whether a copy's destination written without a trailing ``/`` is a directory of the image, so that a
+        file goes into it: ``.``, a directory every base image has (``/opt``, ``/tmp``), one ``WORKDIR`` made,
+        or one the build filled. Docker copies so; taking ``/opt`` as the file's new name lost the file."""
+        return (
+            written in (".", "..")
+            or str(path) in IMAGE_DIRS
+            or str(path) in stage.dirs
+            or cls.is_directory(stage, path)
+        )
 
     @staticmethod
     def is_directory(stage: _Stage, path: PurePosixPath) -> bool:

@@ -10,7 +10,10 @@ refuses to build or start instead of running unpatched. The checks read:
   branch raises, calls ``sys.exit``/``exit``/``os._exit`` with anything but 0
   or None, or returns a failure the caller turns into one: a nonzero number
   from a function the script passes to ``sys.exit``, or None/False that each
-  caller checks (``if x is None:``/``if not x:``) with a branch that fails.
+  caller checks (``if x is None:``/``if not x:``) with a branch that fails, or
+  exits with a code it chooses by it (``sys.exit(0 if x else 1)``);
+- ``if OLD in src: … elif OLDER in src: … else: <fails>``: each text of the
+  chain is checked by its last ``else``.
 
 The edits are ``str.replace(OLD, NEW[, n])``, ``re.sub``/``re.subn`` and a
 compiled pattern's ``.sub``/``.subn``. A check covers an edit when it reads
@@ -128,6 +131,7 @@ class _Anchors:
         self.asserts: list[ast.Assert] = []
         self.results: dict[str, list[str]] = {}  # function -> the names its results are stored in
         self.exit_with: set[str] = set()  # functions whose result the script exits with: sys.exit(main())
+        self.exit_calls: list[ast.Call] = []  # sys.exit(…), exit(…), SystemExit(…)
         self.loops_else: list[ast.For] = []  # search loops whose else (nothing found) may fail
         self.swallowed: set[int] = set()  # ids of nodes in a try whose handler catches a miss and goes on
         tries: list[ast.Try] = []
@@ -152,8 +156,10 @@ class _Anchors:
             self.ifs.append(n)
         elif isinstance(n, ast.Assert):
             self.asserts.append(n)
-        elif isinstance(n, ast.Call) and (exits_with := _exits_with(n)) is not None:
-            self.exit_with.add(exits_with)
+        elif isinstance(n, ast.Call) and _callee(n) in _EXITS:
+            self.exit_calls.append(n)
+            if (exits_with := _exits_with(n)) is not None:
+                self.exit_with.add(exits_with)
         self._bind_all(n)
 
     def _bind_all(self, n: ast.AST) -> None:
@@ -256,6 +262,10 @@ class _Anchors:
         """Every test that guards a branch: an if's (either branch may be the failing one) or an assert's."""
         out: list[tuple[ast.expr, list[list[ast.stmt]]]] = [(n.test, [[ast.Raise()]]) for n in self.asserts]
         out += [(n.test, [n.body, n.orelse]) for n in self.ifs]
+        # if OLD in s: … elif OLDER in s: … else: fail — each text is checked by the chain's failing else.
+        for n in self.ifs:
+            tests, last = _chain(n)
+            out += [(t, [last]) for t in tests] if len(tests) > 1 else []
         # for … : if FOUND: …; break / else: fail — the else runs when the search found nothing.
         for loop in self.loops_else:
             found = [n for n in ast.walk(ast.Module(loop.body, [])) if isinstance(n, ast.If) and _breaks(n.body)]
@@ -274,6 +284,13 @@ class _Anchors:
                 return _failure_code(stmt.value.args[0] if stmt.value.args else None)
             if isinstance(stmt, ast.Return):
                 return depth < _DEPTH and self._returns_failure(stmt, depth)
+            if (
+                isinstance(stmt, ast.If)
+                and stmt.orelse
+                and self.fails(stmt.body, depth)
+                and self.fails(stmt.orelse, depth)
+            ):
+                return True  # if …: <fails> else: <fails> (a diagnosis, then the same failure either way)
         return False
 
     def _returns_failure(self, stmt: ast.Return, depth: int) -> bool:
@@ -295,7 +312,29 @@ class _Anchors:
         return all(self._none_checked(name, depth) for name in names)
 
     def _none_checked(self, name: str, depth: int) -> bool:
-        return any(_tests_empty(n.test, name) and self.fails(n.body, depth + 1) for n in self.ifs)
+        """Whether an empty result stops the script: ``if not x: sys.exit(1)``, or an exit code chosen by it
+        (``sys.exit(0 if x else 1)``, ``sys.exit(1 if not x else 0)``, ``sys.exit(not x)``)."""
+        return any(_tests_empty(n.test, name) and self.fails(n.body, depth + 1) for n in self.ifs) or any(
+            _exits_when_empty(c.args[0], name) for c in self.exit_calls if c.args
+        )
+
+
+def _chain(n: ast.If) -> tuple[list[ast.expr], list[ast.stmt]]:
+    """An ``if``/``elif`` chain's tests, and its last ``else`` (empty when there is none)."""
+    tests = [n.test]
+    while len(n.orelse) == 1 and isinstance(n.orelse[0], ast.If):
+        n = n.orelse[0]
+        tests.append(n.test)
+    return tests, n.orelse
+
+
+def _exits_when_empty(arg: ast.expr, name: str) -> bool:
+    """Whether the exit code ``arg`` is a failure when ``name`` is empty (None, False, 0)."""
+    if isinstance(arg, ast.IfExp):
+        if isinstance(arg.test, ast.Name) and arg.test.id == name:
+            return _failure_code(arg.orelse)
+        return _tests_empty(arg.test, name) and _failure_code(arg.body)
+    return _tests_empty(arg, name) and isinstance(arg, ast.UnaryOp)
 
 
 def _breaks(body: list[ast.stmt]) -> bool:

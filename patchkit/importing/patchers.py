@@ -20,7 +20,8 @@ without running it, the upstream files it edits: paths built from
 ``.parents[N]``, ``os.path.dirname``, ``/`` and ``os.path.join``), a spec or
 module from ``importlib.util.find_spec("a.b")`` / ``importlib.import_module
 ("a.b")`` (its ``.origin``, ``.__file__``, ``.submodule_search_locations``),
-``inspect.getfile``, literal ``…/site-packages/…`` paths, names assigned
+``inspect.getfile``, a search of ``sys.path`` or ``site.getsitepackages()``, literal
+``…/site-packages/…`` paths, names assigned
 once, the returns of the script's own functions, a parameter's default and
 the arguments the script passes it, and loops over a literal table of edits.
 A path an environment variable may override (``os.environ.get("X", P)``, or a
@@ -198,6 +199,10 @@ class _Reader:
     def loop(self, target: ast.expr, it: ast.expr) -> None:
         """``for rel, old, new in EDITS`` over a literal table: each name takes its column."""
         rows = self.names.get(it.id, [(0, it)])[-1][1] if isinstance(it, ast.Name) else it
+        if isinstance(target, ast.Name) and _python_trees(rows):
+            # for d in sys.path / site.getsitepackages(): each entry is a Python tree the package may be in
+            self.loops.setdefault(target.id, []).append(ast.Call(ast.Name("getsitepackages"), [], []))
+            return
         if not isinstance(rows, ast.List | ast.Tuple):
             return
         names = target.elts if isinstance(target, ast.Tuple) else [target]
@@ -349,6 +354,13 @@ class _Reader:
         if rest or not package:
             return [("path", full.replace(".", "/") + ".py")]
         return [("path", full.replace(".", "/") + "/__init__.py")]
+
+
+def _python_trees(it: ast.expr) -> bool:
+    """``sys.path`` or ``site.getsitepackages()``: what a search for an installed package walks."""
+    if isinstance(it, ast.Attribute) and it.attr == "path" and isinstance(it.value, ast.Name):
+        return it.value.id == "sys"
+    return isinstance(it, ast.Call) and _callee(it) in _SITE_ROOT
 
 
 def _callee(node: ast.Call) -> str | None:

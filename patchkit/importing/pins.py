@@ -105,8 +105,29 @@ def _valid(what: str, value: str) -> bool:
     if what in ("commit", "release"):
         return _COMMIT.fullmatch(value) is not None
     if what == "git":
-        return _URL.fullmatch(value) is not None or _OWNER_REPO.fullmatch(value) is not None
+        if _OWNER_REPO.fullmatch(value):
+            return True
+        return _URL.fullmatch(value) is not None and _repository_url(value)
     return _VERSION.fullmatch(value) is not None or "==" in value
+
+
+def _repository_url(value: str) -> bool:
+    """Whether a URL is written as a repository's, not as where a service listens (``VLLM_URL=http://127.0.0.1:8001``,
+    ``…/v1/models``): a git form (``git+``, ``ssh``, ``git``, ``git@``, a ``.git`` path), or http(s) to a named
+    host without a port or a query, with at least an owner and a name in its path."""
+    from urllib.parse import urlsplit
+
+    if not value.startswith(("http://", "https://")) or value.rstrip("/").endswith(".git"):
+        return True
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError:
+        return False
+    host = parts.hostname or ""
+    if port is not None or parts.query or host == "localhost" or re.fullmatch(r"[\d.]+|\[?[0-9a-f:]+\]?", host):
+        return False
+    return len([s for s in parts.path.split("/") if s]) >= 2
 
 
 def git_url(value: str) -> str:

@@ -46,10 +46,17 @@ from patchkit.oci.ref import familiar_repository
 from patchkit.series.parse import PatchParseError, parse_patch, pr_numbers
 
 _SUFFIXES = (".patch", ".diff")
-_CLONE = re.compile(r"git\s+clone\s+(?:-\S+\s+)*(?P<url>(?:https?|git|ssh|file)://\S+|[\w.-]+@[\w.-]+:\S+)")
+_URL = r"(?:https?|git|ssh|file)://[^\s\"';&|)]+|[\w.-]+@[\w.-]+:[^\s\"';&|)]+"
+# ``git clone [OPTIONS] URL``: the URL written, or a variable holding it (options that take a value skipped).
+_CLONE = re.compile(
+    r"git\s+clone\s+(?:(?:-b|--branch|-o|--origin|--depth|-c|--config|--reference|-j|--jobs|--filter|--template)"
+    rf"\s+\S+\s+|-\S+\s+)*[\"']?(?P<url>{_URL}|\$\{{?\w+\}}?)"
+)
 _PROFILE_ARG = re.compile(r"[A-Z_]*PROFILE[A-Z_]*")
 _FROM_DIGEST = re.compile(r"\S+@sha256:[0-9a-f]{64}")
 _FULL_COMMIT = re.compile(r"[0-9a-f]{40}")
+# A checkout of a commit in the current clone, or in the directory ``git -C`` names: the ref it checks out.
+_CHECKOUT = re.compile(r"git\s+(?:-C\s+\S+\s+)?checkout\s+(?:-[-\w]+\s+)*(?P<ref>[^\s;&|)]+)")
 _DIGEST_REF = re.compile(r"^(?P<repo>[^@\s]+?)(?::[\w.-]+)?@(?P<digest>sha256:[0-9a-f]{64})$")
 _GITHUB = re.compile(r"github\.com[/:](?P<owner>[\w.-]+)/(?P<repo>[\w.-]+?)(?:\.git)?/?$")
 
@@ -217,6 +224,7 @@ def _one(
             commit = next(
                 (p.value for p in stated if _states_commit(p, name) and _FULL_COMMIT.fullmatch(p.value)), None
             )
+    commit = commit or _checked_out(texts, name)
     if commit is None:
         found.issues.append(
             (
@@ -749,12 +757,42 @@ def _image(found: Found, name: str, ref: str, rel: str) -> None:
     found.images.append(Image(name=_patch_name(name), repository=repository, digest=Digest(m["digest"])))
 
 
+def _clones(text: str, name: str) -> list[tuple[str, int, int]]:
+    """Each ``git clone`` of ``name`` in ``text``: its URL (a variable read from the file's one assignment of it),
+    and where what follows it starts and ends (the next clone)."""
+    clones = list(_CLONE.finditer(text))
+    out = []
+    for k, m in enumerate(clones):
+        url = _literal(text, m.group("url"), _URL)
+        if url.rstrip("/").removesuffix(".git").rsplit("/", 1)[-1].lower() == name.lower() and "$" not in url:
+            out.append((url, m.end(), clones[k + 1].start() if k + 1 < len(clones) else len(text)))
+    return out
+
+
+def _checked_out(texts: dict[str, str], name: str) -> str | None:
+    """The one full commit the build checks out in its clone of ``name`` (``git clone …/name.git && cd name &&
+    git checkout <sha>``, ``git -C DIR checkout $SHA`` with ``SHA=<sha>`` set in the same file), read from what
+    follows the clone up to the next one. None when no file, or more than one commit, is stated that way: a
+    branch, an abbreviation or a variable with no literal value is no pin."""
+    found: set[str] = set()
+    for text in texts.values():
+        for _, start, end in _clones(text, name):
+            found.update(_literal(text, ref, "[0-9a-f]{40}") for ref in _CHECKOUT.findall(text[start:end]))
+    return found.pop() if len(found) == 1 and _FULL_COMMIT.fullmatch(next(iter(found))) else None
+
+
+def _literal(text: str, word: str, value: str) -> str:
+    """``word``, or for a ``$VAR``/``${VAR}`` the value (of the form ``value``) of the file's one assignment of it
+    (shell, ``ARG``, ``ENV``); the word itself when there is no such one."""
+    var = re.fullmatch(r"\$\{?(\w+)\}?", word)
+    if var is None:
+        return word
+    values = set(re.findall(rf"(?m)^\s*(?:export\s+|ARG\s+|ENV\s+)?{var[1]}=[\"']?({value})[\"']?\s*(?:#.*)?$", text))
+    return values.pop() if len(values) == 1 else word
+
+
 def _clone_url(text: str, name: str) -> str | None:
-    for m in _CLONE.finditer(text):
-        url = m.group("url")
-        if url.rstrip("/").removesuffix(".git").rsplit("/", 1)[-1].lower() == name.lower():
-            return url
-    return None
+    return next((url for url, _, _ in _clones(text, name)), None)
 
 
 def _patch_name(stem: str) -> str:

@@ -58,6 +58,13 @@ _SCRIPT_DIR = re.compile(r"""\$\(\s*dirname\s+"?\$(?:0|\{0\}|\{?BASH_SOURCE(?:\[
 _CD_PWD = re.compile(r"""\$\(\s*cd\s+"?(@SD@(?:/\.\.)*)"?\s*(?:&&|;)\s*pwd(?:\s+-P)?\s*\)""")
 _TOPLEVEL = re.compile(r"\$\(\s*git\s+rev-parse\s+--show-toplevel\s*\)")
 _HEREDOC = re.compile(r"<<-?\s*['\"]?(\w+)['\"]?")
+# The command a here-document is given to is a Python interpreter that runs it (no script argument): group 1 ends it.
+_PY_HEREDOC = re.compile(
+    r"(?:^|[;&|]|(?<!\$)\()\s*(?:\w+=\S*\s+)*((?:\S*/)?python(?:3(?:\.\d+)?)?)(?:\s+-[A-Za-z]+)*(?:\s+-)?"
+    r"(?:\s*\d?>>?\s*\S+)*\s*$"
+)
+# The command a here-document is given to is cat or tee (redirections and VAR= before it allowed).
+_CAT_HEREDOC = re.compile(r"(?:^|[;&|(]|\$\()\s*(?:\w+=\S*\s+)*(?:cat|tee)(?:\s+[^\s;&|()<]+)*\s*$")
 _VAR = re.compile(
     r"\$(?:\{(?P<braced>[#!]?[\w@*]+(?:\[[^]]*\])?)(?P<op>:?[-=+?][^}]*)?\}|(?P<plain>[A-Za-z_]\w*|[0-9@#?*]))"
 )
@@ -213,6 +220,29 @@ def _split_operator(text: str) -> list[str]:
     return out
 
 
+def _open_quote(line: str, quote: str | None) -> str | None:
+    """The quote still open at the end of ``line`` (``'``, ``"`` or ``$'``), given the one open at its start; a
+    comment (``#`` at a word's start, outside quotes) ends the line. A backslash escapes the next character
+    outside single quotes (and inside ``$'…'``)."""
+    escaped = False
+    for k, c in enumerate(line):
+        if escaped or (c == "\\" and quote != "'"):
+            escaped = not escaped
+        elif quote is not None:
+            quote = None if c == quote[-1] else quote
+        elif c in "'\"":
+            quote = "$'" if c == "'" and line[k - 1 : k] == "$" else c
+        elif c == "#" and (k == 0 or line[k - 1] in " \t;&|()"):
+            return None
+    return quote
+
+
+def _writes_only(before: str, after: str) -> bool:
+    """Whether a here-document goes to ``cat`` or ``tee`` (usage text, a file written) and from there to no other
+    command: it applies nothing, so not reading its body leaves nothing unknown."""
+    return bool(_CAT_HEREDOC.search(before)) and not re.search(r"[|;&]|\$\(", after)
+
+
 def tokens(text: str) -> tuple[list[_Tok], list[tuple[int, str]]]:
     """The shell words and operators of ``text``, each with its line; and lines that do not tokenise."""
     text = _CD_PWD.sub(r"\1", _SCRIPT_DIR.sub("@SD@", text))
@@ -227,11 +257,22 @@ def tokens(text: str) -> tuple[list[_Tok], list[tuple[int, str]]]:
             i += 1
             logical = logical[:-1] + " " + lines[i]
         i += 1
+        quote = _open_quote(logical, None)
+        while quote is not None and i < len(lines):  # a quoted string goes on over the next line
+            quote = _open_quote(lines[i], quote)
+            logical, i = logical + "\n" + lines[i], i + 1
         if m := _HEREDOC.search(logical):
             end = next((k for k in range(i, len(lines)) if lines[k].strip() == m.group(1)), len(lines) - 1)
-            bad.append((start, f"a here-document (<<{m.group(1)}) is not read"))
+            tabs = m.group(0).startswith("<<-")  # <<- strips the leading tabs of each line
+            before, body = logical[: m.start()], "\n".join(b.lstrip("\t") if tabs else b for b in lines[i:end])
+            code = _PY_HEREDOC.search(before)
+            if code is None and not _writes_only(before, logical[m.end() :]):
+                bad.append((start, f"a here-document (<<{m.group(1)}) is not read"))
             i = end + 1
-            logical = logical[: m.start()]
+            # python3 - <<PY runs its body: read as python3 -c BODY (an inline patcher is judged as one)
+            logical = (
+                before if code is None else before[: code.end(1)] + " -c " + shlex.quote(body) + before[code.end(1) :]
+            )
         lexer = shlex.shlex(logical, posix=True, punctuation_chars=";&|<>()")
         lexer.whitespace_split = True
         lexer.commenters = "#"
@@ -1260,6 +1301,18 @@ class _Build:
     stages: list[str] = field(default_factory=list)  # each stage's ``AS`` name ("" when it has none)
     made: dict[int, list[tuple[str, str]]] = field(default_factory=dict)  # stage -> the copies made in it
     errexit: bool = False  # SHELL ["/bin/bash", "-e…", "-c"]: a RUN line stops at a failing command
+    dirs: set[str] = field(default_factory=set)  # the directories WORKDIR made
+
+    def in_image(self, written: str, dest: str) -> bool:
+        """Whether a COPY destination is a directory of the image, so that a file goes into it (docker copies
+        so, trailing ``/`` or not): ``.``, one every base image has (``/opt``), one WORKDIR made or a COPY filled."""
+        return (
+            written.endswith("/")
+            or written in (".", "..")
+            or dest in containerfile.IMAGE_DIRS
+            or dest in self.dirs
+            or any(to.startswith(dest.rstrip("/") + "/") for _, to in self.copies)
+        )
 
     def stage_copies(self, ref: str) -> list[tuple[str, str]]:
         """The repository files a stage (``--from=name`` or its index) copied in, as (repository path, path)."""
@@ -1308,6 +1361,7 @@ class BuildReader:
             elif ins.word == "WORKDIR":
                 where = _expand(build, ins.args.strip(), parsed.escape) or ins.args.strip()
                 build.workdir = posixpath.normpath(posixpath.join(build.workdir, where))
+                build.dirs.add(build.workdir)
             elif ins.word == "FROM":
                 words = ins.args.split()
                 build.stages.append(words[2] if len(words) >= 3 and words[1].lower() == "as" else "")
@@ -1331,13 +1385,13 @@ class BuildReader:
             return
         for url in [w for w in words[:-1] if re.match(r"https?://", w)] if ins.word == "ADD" else []:
             name = posixpath.basename(url.split("?", 1)[0])
-            at = posixpath.join(dest, name) if words[-1].endswith("/") else dest
+            at = posixpath.join(dest, name) if build.in_image(words[-1], dest) else dest
             self.reading.fetched[at] = url + (" (its --checksum pins it)" if "checksum" in flags else "")
         for src in words[:-1]:
             src_rel = self.context_path(build.file, src)
             if src_rel is None:
                 continue
-            into_dir = words[-1].endswith("/") or words[-1] in (".", "..") or len(words) > 2
+            into_dir = len(words) > 2 or build.in_image(words[-1], dest)
             target = posixpath.join(dest, posixpath.basename(src_rel)) if into_dir else dest
             if (self.root / src_rel).is_dir() and into_dir:
                 target = dest

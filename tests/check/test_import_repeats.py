@@ -466,3 +466,52 @@ def test_another_directory_mounted_where_a_pinned_one_is_fails_check_until_the_p
     (root / "compose.tp2.yaml").write_text(tp2 + "      - ./config/tp1:/etc/vllm:ro\n")  # the same files
     _relock(root, invoke)
     assert _checked(root, invoke, "mount-unpinned", "mount-target") == (0, [])
+
+
+@pytest.mark.parametrize(
+    "volumes",
+    [
+        ("./scripts/run.sh:/app/run.sh:ro", "./scripts:/app/scripts:ro"),  # alone first, then in its directory
+        ("./scripts:/app/scripts:ro", "./scripts/run.sh:/app/run.sh:ro"),  # the directory first
+        ("./scripts/run.sh:/app/run.sh:ro", "./scripts/run.sh:/opt/bin/run.sh:ro"),  # one file at two paths
+    ],
+)
+def test_a_file_one_service_mounts_at_two_paths_is_no_conflict(
+    tmp_path: Path, invoke: Invoke, volumes: tuple[str, str]
+) -> None:
+    """One container with a script at two paths holds the same file twice: nothing disagrees, and check says
+    nothing of either mount; the file is pinned once."""
+    root = tmp_path / "deploy"
+    _compose(root, *volumes)
+    (root / "scripts").mkdir()
+    (root / "scripts/run.sh").write_text("#!/bin/sh\nexec vllm serve\n")
+    (root / "scripts/gen.py").write_text("print('config')\n")
+    assert _imported(root, invoke, "mount-conflict") == []
+    code, said = _checked(root, invoke, "mount-target", "mount-unpinned", "orphan")
+    assert (code, said) == (0, [])
+
+
+def test_a_package_file_one_service_mounts_at_two_package_paths_is_still_a_conflict(
+    tmp_path: Path, invoke: Invoke
+) -> None:
+    root = tmp_path / "deploy"
+    _compose(root, f"./patches/sched.py:{SITE}/vllm/core/sched.py:ro", f"./patches/sched.py:{SITE}/vllm/sched.py:ro")
+    (root / "patches/sched.py").write_text("POLICY = 'fcfs'\n")
+    assert _imported(root, invoke, "mount-conflict") == [("mount-conflict", "compose.yaml", 6)]
+    assert _checked(root, invoke, "mount-target") == (1, [("mount-target", "compose.yaml", 6)])
+
+
+def test_the_image_name_a_built_service_is_tagged_with_is_no_unpinned_image(tmp_path: Path, invoke: Invoke) -> None:
+    """``build:`` with ``image: NAME:latest`` names what the build makes: there is no digest to pin in advance, and
+    the image it starts FROM is what is pinned, or reported at the Dockerfile's line until it is."""
+    root = tmp_path / "deploy"
+    text = (
+        "services:\n  vllm:\n    build:\n      context: .\n      dockerfile: Dockerfile.vllm\n"
+        "    image: vllm-server:latest\n  proxy:\n    image: caddy:2\n"
+    )
+    (root / "patches").mkdir(parents=True)
+    (root / "compose.yaml").write_text(text)
+    (root / "Dockerfile.vllm").write_text('FROM vllm/vllm-openai:v0.9.0\nCMD ["serve"]\n')
+    said = _imported(root, invoke, "image-unpinned")
+    assert said == [("image-unpinned", "compose.yaml", 8), ("image-unpinned", "Dockerfile.vllm", 1)]
+    assert _checked(root, invoke, "image-unpinned") == (1, said)

@@ -201,6 +201,8 @@ def test_a_repository_with_neither_compose_nor_dockerfile_is_refused_with_both_n
     assert run.exit_code == 2
     assert "no compose file" in run.stderr and "Dockerfile" in run.stderr
     assert "Traceback" not in run.stderr
+    # every place a Dockerfile is looked for is named, so the user knows where one would be found
+    assert all(f"{place}/" in run.stderr for place in ("docker", "deploy", "build", "container", ".devcontainer"))
 
 
 @pytest.mark.parametrize(

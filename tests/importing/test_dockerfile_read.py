@@ -275,3 +275,22 @@ class TestTheFormsRealDockerfilesUse:
             (tmp_path / "Containerfile").write_text(text)
             dockerfile.read(tmp_path, "Containerfile", text)
             BuildReader(tmp_path).read(["Containerfile"], [])
+
+
+@pytest.mark.parametrize(
+    ("text", "at"),
+    [
+        ("COPY p/x.patch /opt", "/opt/x.patch"),  # a directory every image has
+        ("ADD ./p/x.patch /tmp", "/tmp/x.patch"),
+        ("WORKDIR /work\nCOPY p/x.patch .", "/work/x.patch"),  # '.' is the working directory
+        ("WORKDIR /work\nCOPY p/x.patch /work", "/work/x.patch"),  # WORKDIR made it
+        ("COPY p/y.py /stage/\nCOPY p/x.patch /stage", "/stage/x.patch"),  # the build filled it
+        ("COPY p/x.patch /opt/fix.patch", "/opt/fix.patch"),  # a file name stays one
+    ],
+)
+def test_a_single_file_copied_to_a_directory_the_image_has_goes_into_it(tmp_path: Path, text: str, at: str) -> None:
+    # Docker writes a file to DEST/<name> when DEST is a directory of the image, trailing slash or not.
+    _tree(tmp_path, "p/x.patch", "p/y.py")
+    got = _copied(tmp_path, f"FROM base@{DIGEST}\n{text}\n")
+    assert got[at] == "p/x.patch"
+    assert "/opt" not in got and "/tmp" not in got and "/work" not in got and "/stage" not in got

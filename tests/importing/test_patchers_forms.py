@@ -59,6 +59,19 @@ TARGETS = {
         '    return Path(vllm.__file__).parent / "v1/core/sched/scheduler.py"\n\n\np = target()\n',
         [SCHED],
     ),
+    # the package found by searching the interpreter's path, as many build-time patchers do
+    "sys-path-search": (
+        "p = None\nfor entry in sys.path:\n"
+        "    cand = os.path.join(entry, 'vllm', 'v1', 'core', 'sched', 'scheduler.py')\n"
+        "    if os.path.exists(cand):\n        p = Path(cand)\n        break\n"
+        "if p is None:\n    sys.exit('no vllm')\n",
+        [SCHED],
+    ),
+    "site-packages-search": (
+        "import site\nfor d in site.getsitepackages():\n"
+        "    p = Path(d) / 'vllm/v1/core/sched/scheduler.py'\n    if p.exists():\n        break\n",
+        [SCHED],
+    ),
     "env-get-default": (
         'p = Path(os.environ.get("SCHED_FILE", "/usr/local/lib/python3.12/site-packages/' + SCHED + '"))\n',
         [SCHED],
@@ -153,6 +166,27 @@ ANCHORED = {
         "lines[[i for i, line in enumerate(lines) if line == OLD][0]] = NEW\n"
         "with open(p, 'w') as f:\n    f.write(''.join(lines))\nos.replace(p, p)\n"
     ),
+    # the result picks the exit code: False from a miss exits 1
+    "false-returned-to-a-chosen-exit-code": (
+        "def patch():\n    if OLD not in src:\n        print('moved')\n        return False\n"
+        "    p.write_text(src.replace(OLD, NEW))\n    return True\n\n\n"
+        "ok = patch()\nsys.exit(0 if ok else 1)\n"
+    ),
+    "false-returned-to-exit-not": (
+        "def patch():\n    if OLD not in src:\n        return False\n    p.write_text(src.replace(OLD, NEW))\n"
+        "    return True\n\n\nok = patch()\nraise SystemExit(1 if not ok else 0)\n"
+    ),
+    # one of two texts (an older and a newer upstream), the chain failing when neither is there
+    "elif-chain-else-fails": (
+        "OLDER = 'if block_size != 32:'\n"
+        "def patch():\n    if OLD in src:\n        out = src.replace(OLD, NEW)\n"
+        "    elif OLDER in src:\n        out = src.replace(OLDER, NEW)\n    else:\n        return False\n"
+        "    p.write_text(out)\n    return True\n\n\nok = patch()\nsys.exit(0 if ok else 1)\n"
+    ),
+    "failing-in-both-branches-of-a-diagnosis": (
+        "if OLD in src:\n    p.write_text(src.replace(OLD, NEW))\nelse:\n    print('looking closer')\n"
+        "    if re.search('block_size', src):\n        sys.exit('moved')\n    else:\n        raise SystemExit(2)\n"
+    ),
     "line-splice-fail-closed": (
         "lines = src.splitlines(keepends=True)\nat = [i for i, line in enumerate(lines) if line == OLD]\n"
         "if len(at) != 1:\n    sys.exit('moved')\n"
@@ -178,6 +212,23 @@ NOT_ANCHORED = {
     "none-returned-unchecked": (
         "def edit(text):\n    if OLD not in text:\n        return None\n    return text.replace(OLD, NEW)\n\n\n"
         "out = edit(src)\np.write_text(out or src)\n"
+    ),
+    "false-returned-exit-code-ignores-it": (
+        "def patch():\n    if OLD not in src:\n        return False\n    p.write_text(src.replace(OLD, NEW))\n"
+        "    return True\n\n\nok = patch()\nsys.exit(0 if ok or not ok else 1)\n"
+    ),
+    "false-returned-exit-0-either-way": (
+        "def patch():\n    if OLD not in src:\n        return False\n    p.write_text(src.replace(OLD, NEW))\n"
+        "    return True\n\n\nok = patch()\nsys.exit(0 if ok else 0)\n"
+    ),
+    "elif-chain-else-passes": (
+        "OLDER = 'if block_size != 32:'\n"
+        "if OLD in src:\n    src = src.replace(OLD, NEW)\nelif OLDER in src:\n    src = src.replace(OLDER, NEW)\n"
+        "else:\n    print('nothing to patch')\np.write_text(src)\n"
+    ),
+    "failing-in-one-branch-of-a-diagnosis": (
+        "if OLD in src:\n    p.write_text(src.replace(OLD, NEW))\nelse:\n"
+        "    if re.search('block_size', src):\n        sys.exit('moved')\n    else:\n        print('nothing')\n"
     ),
     "subn-count-only-printed": "src, n = re.subn(OLD, NEW, src)\nprint(n)\np.write_text(src)\n",
     "one-of-two-checked": (

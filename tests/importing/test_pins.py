@@ -50,6 +50,12 @@ def test_key_value_spellings(line: str, want: tuple[str, str, str]) -> None:
         "# VLLM_COMMIT=" + C1,  # commented out
         "COMMIT=" + C1,  # names no upstream
         "VLLM_REPO=eviction and write",  # prose is no repository
+        # where a service listens is no repository
+        "VLLM_URL=http://127.0.0.1:8001",
+        "VLLM_URL=http://localhost:8000/v1",
+        "VLLM_SERVER_URL=http://vllm:8000/v1/models",
+        "VLLM_API_URL=https://vllm.internal.example:443/v1/chat",
+        "AITER_URL=https://example.com/health?full=1",
     ],
 )
 def test_what_is_not_a_pin_is_not_read_as_one(line: str) -> None:

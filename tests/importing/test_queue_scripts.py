@@ -450,3 +450,207 @@ def test_a_short_commit_in_a_lock_is_reported_not_taken(tmp_path: Path) -> None:
         i[:4] for i in found.issues
     ]
     assert found.upstreams[0].commit is None
+
+
+@pytest.mark.parametrize(
+    ("copy", "applied_from"),
+    [
+        ("ADD ./patches/x/a.patch /opt", "/opt/a.patch"),  # a directory every image has, no trailing slash
+        ("COPY patches/x/a.patch /tmp", "/tmp/a.patch"),
+        ("WORKDIR /src\nCOPY patches/x/a.patch .", "/src/a.patch"),
+        ("WORKDIR /src\nCOPY patches/x/a.patch /src", "/src/a.patch"),  # the directory WORKDIR made
+        ("COPY patches/x/b.patch /q/\nCOPY patches/x/a.patch /q", "/q/a.patch"),  # one a COPY filled
+    ],
+)
+def test_a_patch_copied_into_a_directory_of_the_image_is_the_repository_file(
+    tmp_path: Path, copy: str, applied_from: str
+) -> None:
+    """Docker puts a file copied to an existing directory inside it: the step applies the repository's patch."""
+    _queue(tmp_path, f"FROM scratch\n{copy}\nRUN cd /opt/x && patch -p1 < {applied_from}\n")
+    reading = BuildReader(tmp_path).read(["Containerfile"], [])
+    assert [(a.repo, a.tool) for a in reading.applies] == [("patches/x/a.patch", "patch")]
+    assert reading.unknowns == []
+
+
+@pytest.mark.parametrize(
+    "quoted",
+    [
+        "body='{\n  \"a\": 1\n}'",  # a single-quoted JSON body over lines
+        'msg="first\nsecond"',
+        'out=$(curl -s \\\n  -d \'{\n    "k": "v"\n  }\')',  # inside a command substitution
+        "n=\"$(\n  awk '\n    { print }\n  ' f\n)\"",
+        "echo 'it''s' \"a\n# not a comment\nb\"",
+    ],
+)
+def test_a_quoted_string_over_several_lines_is_read_as_the_shell_reads_it(tmp_path: Path, quoted: str) -> None:
+    """A quote open at the end of a line continues on the next: the script is read whole, and the patch the
+    script applies after it is applied at its own line, with nothing called unreadable."""
+    (tmp_path / "patches/x").mkdir(parents=True)
+    (tmp_path / "patches/x/a.patch").write_text("")
+    script = f"#!/bin/bash\nset -e\n{quoted}\ngit -C /opt/x apply patches/x/a.patch\n"
+    (tmp_path / "apply.sh").write_text(script)
+    reading = BuildReader(tmp_path).read([], ["apply.sh"])
+    assert reading.unknowns == []
+    line = script.split("\n").index("git -C /opt/x apply patches/x/a.patch") + 1
+    assert [(a.repo, a.line) for a in reading.applies] == [("patches/x/a.patch", line)]
+
+
+def test_a_quote_never_closed_is_one_unknown_at_the_line_it_opens(tmp_path: Path) -> None:
+    (tmp_path / "apply.sh").write_text("#!/bin/bash\necho ok\necho 'open\nmore\nmore\n")
+    reading = BuildReader(tmp_path).read([], ["apply.sh"])
+    assert [(u.line, "No closing quotation" in u.reason) for u in reading.unknowns] == [(3, True)]
+
+
+def test_an_ansi_c_quoted_string_with_an_escaped_quote_opens_nothing(tmp_path: Path) -> None:
+    (tmp_path / "patches/x").mkdir(parents=True)
+    (tmp_path / "patches/x/a.patch").write_text("")
+    (tmp_path / "apply.sh").write_text("#!/bin/bash\nIFS=$'\\n\\t'; echo $'don\\'t'\ngit apply patches/x/a.patch\n")
+    reading = BuildReader(tmp_path).read([], ["apply.sh"])
+    assert [(a.repo, a.line) for a in reading.applies] == [("patches/x/a.patch", 3)]
+
+
+@pytest.mark.parametrize(
+    ("step", "unknown"),
+    [
+        ("cat <<USAGE\nusage: apply.sh PROFILE\nUSAGE", False),  # usage text
+        ("    cat << 'EOF'\nhelp\nEOF", False),
+        ('cat > "$OUT" <<EOF\n{"k": 1}\nEOF', False),  # a file written
+        ("tee /etc/x.conf <<-EOF\n\tk=v\n\tEOF", False),
+        ("cat <<EOF | patch -p1 -d /opt/x\n--- a/f\nEOF", True),  # piped into patch: unknown
+        ("python3 - <<PY\nprint(1)\nPY", False),  # a program's body: read as the program it is
+        ("python3 > /tmp/c.json <<'PY'\nprint('{}')\nPY", False),
+        ("python3 tool.py <<EOF\ninput\nEOF", True),  # a script's input: not read
+        ("patch -p1 -d /opt/x <<EOF\n--- a/f\nEOF", True),
+    ],
+)
+def test_a_here_document_only_printed_or_written_leaves_nothing_unknown(
+    tmp_path: Path, step: str, unknown: bool
+) -> None:
+    (tmp_path / "patches/x").mkdir(parents=True)
+    (tmp_path / "patches/x/a.patch").write_text("")
+    script = f"#!/bin/bash\n{step}\ngit apply patches/x/a.patch\n"
+    (tmp_path / "apply.sh").write_text(script)
+    reading = BuildReader(tmp_path).read([], ["apply.sh"])
+    assert [u.line for u in reading.unknowns if "here-document" in u.reason] == ([2] if unknown else [])
+    assert unknown or reading.unknowns == []
+    assert [a.repo for a in reading.applies] == ["patches/x/a.patch"]
+
+
+CLONE_FORMS = [
+    # a Containerfile: clone, cd, checkout and apply in one RUN line; another upstream cloned before it
+    (
+        "Containerfile",
+        "FROM scratch\nCOPY patches/x /q/\n"
+        "RUN git clone https://github.com/o/other.git && cd other && git checkout " + "d" * 40 + "\n"
+        "RUN git clone https://github.com/o/x.git /opt/x && cd /opt/x && git checkout {sha} && \\\n"
+        "    for p in /q/*.patch; do patch -p1 < $p; done\n",
+    ),
+    # a script: the commit in a variable, fetched shallow, then checked out
+    (
+        "build.sh",
+        "#!/bin/bash\nset -e\nX_SHA={sha}\ngit clone https://github.com/o/x.git x\ncd x\n"
+        "git fetch --depth=1 origin $X_SHA\ngit checkout -q ${{X_SHA}}\n"
+        "for p in ../patches/x/*.patch; do git apply $p; done\n",
+    ),
+    # git -C DIR checkout, and ARG for the commit
+    (
+        "Containerfile",
+        "FROM scratch\nARG X_REF={sha}\nCOPY patches/x /q/\n"
+        "RUN git clone https://github.com/o/x /src/x && git -C /src/x checkout --detach $X_REF && \\\n"
+        "    git -C /src/x apply /q/a.patch /q/b.patch\n",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "text"), CLONE_FORMS, ids=["containerfile", "script", "arg"])
+def test_the_commit_a_build_checks_out_after_cloning_the_upstream_is_the_series_commit(
+    tmp_path: Path, name: str, text: str
+) -> None:
+    from patchkit.importing.queue import recognise
+
+    _queue(tmp_path, "FROM scratch\n")
+    (tmp_path / name).write_text(text.format(sha="c" * 40))
+    found = recognise(tmp_path)
+    (up,) = found.upstreams
+    assert (up.name, str(up.commit), up.git) == (
+        "x",
+        "c" * 40,
+        "https://github.com/o/x" + (".git" if "x.git" in text else ""),
+    )
+    assert not [i for i in found.issues if i[0] in ("queue-commit-unknown", "queue-url-unknown")]
+
+
+@pytest.mark.parametrize(
+    "checkout",
+    [
+        "git checkout main",  # a branch: it moves
+        "git checkout " + "c" * 12,  # abbreviated
+        "git checkout " + "c" * 40 + " && git checkout " + "e" * 40,  # two commits: which one holds is not read
+        "git checkout $UNSET",
+        "",
+    ],
+)
+def test_a_checkout_that_names_no_one_full_commit_leaves_the_commit_unknown(tmp_path: Path, checkout: str) -> None:
+    from patchkit.importing.queue import recognise
+
+    _queue(tmp_path, "FROM scratch\n")
+    run = (
+        f"git clone https://github.com/o/x.git /opt/x && cd /opt/x && {checkout} && "
+        if checkout
+        else "git clone https://github.com/o/x.git /opt/x && cd /opt/x && "
+    )
+    (tmp_path / "Containerfile").write_text(f"FROM scratch\nCOPY patches/x /q/\nRUN {run}git apply /q/a.patch\n")
+    found = recognise(tmp_path)
+    (up,) = found.upstreams
+    assert up.commit is None
+    assert [i[0] for i in found.issues if i[0] == "queue-commit-unknown"] == ["queue-commit-unknown"]
+
+
+@pytest.mark.parametrize(
+    ("script", "commit"),
+    [
+        # the fork and the commit in variables, as build scripts keep them at their top
+        (
+            "X_FORK=https://github.com/o/x.git\nX_SHA={sha}\ngit clone $X_FORK x\ncd x\n"
+            "git fetch --depth=1 origin $X_SHA\ngit checkout -q $X_SHA\n",
+            "c" * 40,
+        ),
+        ('X_FORK="https://github.com/o/x.git"\ngit clone "${{X_FORK}}" -b main --depth 1\ncd x\n', None),
+        ("git clone -b main --depth 1 https://github.com/o/x.git\ncd x\n", None),  # options that take a value
+    ],
+)
+def test_a_clone_url_in_a_variable_or_after_options_is_the_series_url(
+    tmp_path: Path, script: str, commit: str | None
+) -> None:
+    from patchkit.importing.queue import recognise
+
+    _queue(tmp_path, "FROM scratch\n")
+    (tmp_path / "build.sh").write_text(
+        "#!/bin/bash\nset -e\n" + script.format(sha="c" * 40) + "for p in ../patches/x/*.patch; do git apply $p; done\n"
+    )
+    found = recognise(tmp_path)
+    (up,) = found.upstreams
+    assert (up.git, up.commit and str(up.commit)) == ("https://github.com/o/x.git", commit)
+    assert not [i for i in found.issues if i[0] == "queue-url-unknown"]
+
+
+def test_a_python_here_document_is_read_as_the_inline_program_it_runs(tmp_path: Path) -> None:
+    """``python3 - <<'PY'`` runs its body: an edit of a package file in it is an inline patcher, at its line."""
+    body = (
+        "import vllm, pathlib\np = pathlib.Path(vllm.__file__).parent / 'envs.py'\n"
+        "p.write_text(p.read_text().replace('a = 1', 'a = 2'))"
+    )
+    tabbed = body.replace("\n", "\n\t")
+    script = f"#!/bin/bash\necho start\npython3 - <<'PY'\n{body}\nPY\npython3 >/tmp/log <<-EOF\n\t{tabbed}\n\tEOF\n"
+    (tmp_path / "fix.sh").write_text(script)
+    reading = BuildReader(tmp_path).read([], ["fix.sh"])
+    assert reading.unknowns == []
+    assert [(f, line) for f, line, _ in reading.inline] == [("fix.sh", 3), ("fix.sh", 8)]
+    assert reading.inline[0][2] == reading.inline[1][2] == body
+
+
+def test_a_python_here_document_inside_a_command_substitution_stays_unknown(tmp_path: Path) -> None:
+    """``out=$(python3 - <<PY …)``: what the substitution runs is not read, so its body is not either; said."""
+    (tmp_path / "fix.sh").write_text("#!/bin/bash\nout=$(python3 - <<'PY'\nprint(1)\nPY\n)\n")
+    reading = BuildReader(tmp_path).read([], ["fix.sh"])
+    assert [(u.line, "here-document" in u.reason) for u in reading.unknowns] == [(2, True)]
