@@ -48,6 +48,9 @@ _VAR = re.compile(
 )
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _NESTED = 64  # defaults in defaults (${A:-${B:-…}}) read; deeper is refused, not read slowly
+MAX_VALUE = 1 << 20  # characters of variables one word expands to: ARG B=$A$A doubles at each line
+# A build file is read (a character at a time, in places) up to a size far above any real one.
+MAX_BUILD_FILE = 128 << 10
 _SKIP = ("__pycache__/", ".pyc")
 # Files named after a Dockerfile that are not one: its ignore file, notes about it.
 _PLACE_VALUES = frozenset(
@@ -134,6 +137,10 @@ class _Stage:
 
 class Unreadable(ValueError):
     """A Dockerfile line ``docker build`` itself would refuse (an unclosed quote or here-document)."""
+
+
+class TooLarge(Unreadable):
+    """A word whose variables expand to more than ``MAX_VALUE`` characters: not read."""
 
 
 @dataclass(frozen=True)
@@ -255,17 +262,18 @@ def _directives(lines: list[str], out: Parsed) -> int:
 def _logical(lines: list[str], n: int, escape: str) -> tuple[str, int]:
     """The instruction starting at line ``n`` with its continuation lines joined; and the line after it."""
     ends = re.compile(re.escape(escape) + r"[ \t]*$")
-    logical = lines[n].lstrip()
+    parts = [lines[n].lstrip()]
     n += 1
-    while ends.search(logical):
-        logical = ends.sub("", logical, count=1)
+    # Only the last line read can end in the escape: looking at it alone keeps a long instruction linear.
+    while ends.search(parts[-1]):
+        parts[-1] = ends.sub("", parts[-1], count=1)
         while n < len(lines) and (not lines[n].strip() or lines[n].lstrip().startswith("#")):
             n += 1  # comment and empty lines inside an instruction are dropped
         if n >= len(lines):
             break
-        logical += lines[n]
+        parts.append(lines[n])
         n += 1
-    return logical, n
+    return "".join(parts), n
 
 
 def _heredocs(lines: list[str], n: int, rest: str, out: Parsed, start: int) -> tuple[tuple[Heredoc, ...] | None, int]:
@@ -323,6 +331,7 @@ class _Expander:
         self.escape = escape
         self.missing = False
         self.nested = 0
+        self.size = 0  # characters the variables replaced so far, defaults included
 
     def word(self, word: str) -> str:
         out: list[str] = []
@@ -394,6 +403,9 @@ class _Expander:
             out.append(m.group(0))
         else:
             out.append(have)
+        self.size += len(out[-1])
+        if self.size > MAX_VALUE:
+            raise TooLarge(f"{word[:40]}…: its variables expand to more than {MAX_VALUE} characters")
         return end
 
 
@@ -460,9 +472,9 @@ class _Reader:
             try:
                 self.instruction(ins)
             except Unreadable as e:
-                self.problem(
-                    "build-unreadable", ins.line, f"{ins.word} {e}", "close the quote: docker build refuses it too"
-                )
+                fix = "close the quote: docker build refuses it too"
+                fix = "write the value out" if isinstance(e, TooLarge) else fix
+                self.problem("build-unreadable", ins.line, f"{ins.word} {e}", fix)
         final = next((s for s in self.stages if self.target and s.name == self.target), None)
         final = final or (self.stages[-1] if self.stages else None)
         if final is not None:
@@ -783,6 +795,10 @@ def read(
     if context is None:
         context = _guess_context(root, rel, text)
     build = Build(rel, context)
+    if len(text) > MAX_BUILD_FILE:
+        fix = "keep the Dockerfile to its instructions (a long script can be a file it copies)"
+        build.problems.append(("build-unreadable", 1, f"over {MAX_BUILD_FILE >> 10} KiB: not read", fix))
+        return build
     _Reader(root, build, args or {}, target).run(text)
     return build
 

@@ -73,6 +73,15 @@ _NAME_ASSIGN = re.compile(r"^(?P<name>[A-Za-z_]\w*)(?P<op>\+?=)(?P<value>.*)$", 
 _GLOB = re.compile(r"[*?[]")
 _TEST = re.compile(r"^(?P<a>\S*)\s*(?:=|==)\s*(?P<b>\S*)$")
 _DEPTH = 6
+# Bounds that keep a hostile script's reading short: the commands, loop passes and calls one build's
+# reading runs in all (loops and calls that multiply stop there), and the characters one value holds
+# (``A="$A$A"`` doubles at each line).
+MAX_STEPS = 10_000
+MAX_VALUE = 1 << 20
+# shlex builds a word a character at a time, in time that grows as the square of its length; a
+# build file is read up to a size far above any real one (a larger one is said, and not read).
+MAX_WORD = 4096
+MAX_BUILD_FILE = containerfile.MAX_BUILD_FILE
 
 
 @dataclass(frozen=True)
@@ -252,10 +261,12 @@ def tokens(text: str) -> tuple[list[_Tok], list[tuple[int, str]]]:
     lines = text.split("\n")
     i = 0
     while i < len(lines):
-        start, logical = i + 1, lines[i]
-        while logical.endswith("\\") and i + 1 < len(lines):
+        start, parts = i + 1, [lines[i]]
+        while parts[-1].endswith("\\") and i + 1 < len(lines):  # joined once: a long continuation stays linear
             i += 1
-            logical = logical[:-1] + " " + lines[i]
+            parts[-1] = parts[-1][:-1] + " "
+            parts.append(lines[i])
+        logical = "".join(parts)
         i += 1
         quote = _open_quote(logical, None)
         while quote is not None and i < len(lines):  # a quoted string goes on over the next line
@@ -273,6 +284,9 @@ def tokens(text: str) -> tuple[list[_Tok], list[tuple[int, str]]]:
             logical = (
                 before if code is None else before[: code.end(1)] + " -c " + shlex.quote(body) + before[code.end(1) :]
             )
+        if len(logical) > MAX_WORD and _longest_word(logical) > MAX_WORD:
+            bad.append((start, f"a word of more than {MAX_WORD} characters is not read"))
+            continue
         lexer = shlex.shlex(logical, posix=True, punctuation_chars=";&|<>()")
         lexer.whitespace_split = True
         lexer.commenters = "#"
@@ -286,6 +300,29 @@ def tokens(text: str) -> tuple[list[_Tok], list[tuple[int, str]]]:
             out.extend(_Tok(p, start) for p in parts)
         out.append(_Tok("\n", start))
     return out, bad
+
+
+def _longest_word(text: str) -> int:
+    """About the longest word shlex makes of ``text`` (quoted blanks and escaped characters stay in a word)."""
+    longest = run = 0
+    quote = ""
+    escaped = False
+    for c in text:
+        if escaped:
+            escaped = False
+        elif quote:
+            quote = "" if c == quote else quote
+            escaped = c == "\\" and quote == '"'
+        elif c in "'\"":
+            quote = c
+        elif c == "\\":
+            escaped = True
+        elif c.isspace():
+            run = 0
+            continue
+        run += 1
+        longest = max(longest, run)
+    return longest
 
 
 class _Parser:
@@ -503,6 +540,22 @@ class _Stop(Exception):
     """``exit`` (or an unreadable ``case``) ends one reading of a script."""
 
 
+class _TooLong(Exception):
+    """The build's reading has run ``MAX_STEPS`` steps: nothing more of it is read."""
+
+
+@dataclass
+class _Budget:
+    """The steps left to one build's reading, shared by every script and step it reads."""
+
+    left: int = MAX_STEPS
+
+    def spend(self) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise _TooLong
+
+
 Locate = Callable[[str], str | None]
 
 
@@ -534,9 +587,12 @@ class _Reader:
     def text(self, rel: str) -> str:
         return _read_text(self.root, rel)
 
-    def __init__(self, root: Path, reading: Reading, locate: Locate, expand_glob: Callable[[str], list[str]]) -> None:
+    def __init__(
+        self, root: Path, reading: Reading, locate: Locate, expand_glob: Callable[[str], list[str]], budget: _Budget
+    ) -> None:
         self.root = root
         self.reading = reading
+        self.budget = budget
         self.locate = locate
         self.expand_glob = expand_glob
         self.split: tuple[str, list[str]] | None = None  # the input a case picks the profile on, and its branches
@@ -566,6 +622,7 @@ class _Reader:
                 return list(ctx.variables[name])
             return f"{word} is not set by anything read"
         problem: list[str] = []
+        size = [len(word)]
 
         def one(m: re.Match[str]) -> str:
             name = m["plain"] or m["braced"] or ""
@@ -573,7 +630,12 @@ class _Reader:
             name = name.removesuffix("[0]")
             got = ctx.variables.get(name)
             if got is not None and (got or not op.startswith(":")) and not op.lstrip(":").startswith("+"):
-                return " ".join(got)
+                text = " ".join(got)
+                size[0] += len(text)
+                if size[0] > MAX_VALUE:
+                    problem.append(f"{word[:40]} expands to more than {MAX_VALUE} characters")
+                    return ""
+                return text
             if op.lstrip(":")[:1] in ("-", "="):
                 return op.lstrip(":")[1:].strip("\"'")
             problem.append(f"${name} is not set by anything read")
@@ -595,11 +657,15 @@ class _Reader:
 
     def words(self, ctx: _Context, words: list[str], line: int) -> list[str] | str:
         out: list[str] = []
+        size = 0
         for w in words:
             got = self.value(ctx, w, line)
             if isinstance(got, str):
                 return got
             out.extend(got)
+            size += sum(len(g) + 1 for g in got)
+            if size > MAX_VALUE:
+                return f"{' '.join(words)[:40]} expands to more than {MAX_VALUE} characters"
         return out
 
     @staticmethod
@@ -646,6 +712,7 @@ class _Reader:
             self.guard |= files
 
     def node(self, ctx: _Context, node: _Node) -> None:
+        self.budget.spend()
         if isinstance(node, _Simple):
             self.simple(ctx, node)
         elif isinstance(node, _Array):
@@ -838,6 +905,9 @@ class _Reader:
             ctx.inputs.discard(name)
             return
         joined = " ".join(got)
+        if op == "+=" and len(joined) + sum(len(v) + 1 for v in ctx.variables.get(name, [])) > MAX_VALUE:
+            ctx.variables.pop(name, None)  # grown past what is read: unknown from here on
+            return
         ctx.variables[name] = [(" ".join(ctx.variables.get(name, [])) + joined) if op == "+=" else joined]
 
     def cd(self, ctx: _Context, node: _Simple, words: list[str]) -> None:
@@ -1324,11 +1394,18 @@ class BuildReader:
     """Reads a repository's Containerfiles and scripts into one :class:`Reading`."""
 
     def text(self, rel: str) -> str:
-        return _read_text(self.root, rel)
+        """The build file ``rel``; empty, and said, when it is over ``MAX_BUILD_FILE`` bytes."""
+        text = _read_text(self.root, rel)
+        if len(text) > MAX_BUILD_FILE:
+            self.reading.add_unknown(rel, 1, f"over {MAX_BUILD_FILE >> 10} KiB: not read as a build file")
+            return ""
+        return text
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.reading = Reading()
+        self.budget = _Budget()
+        self.files: dict[str, bool] = {}
 
     def read(self, dockerfiles: list[str], scripts: list[str]) -> Reading:
         """Every Containerfile, then every script no build step ran (read on its own, from its directory)."""
@@ -1454,8 +1531,14 @@ class BuildReader:
         """A path as a standalone script names it: in the repository (never outside), when it exists."""
         if path.startswith(REPO + "/") or path == REPO:
             rel = posixpath.normpath(path[len(REPO) + 1 :] or ".")
-            return rel if not rel.startswith("..") and (self.root / rel).is_file() else None
+            return rel if not rel.startswith("..") and self.is_file(rel) else None
         return None
+
+    def is_file(self, rel: str) -> bool:
+        """Whether the repository has the file ``rel``, asked once per reading: a loop asks again and again."""
+        if (known := self.files.get(rel)) is None:
+            known = self.files[rel] = (self.root / rel).is_file()
+        return known
 
     def container_path(self, path: str, copies: list[tuple[str, str]]) -> str | None:
         """The repository file a container path is, through the build's COPY lines (the last one wins)."""
@@ -1464,7 +1547,7 @@ class BuildReader:
         for src, dst in reversed(copies):
             if path == dst or path.startswith(dst.rstrip("/") + "/"):
                 rel = posixpath.normpath(posixpath.join(src, path[len(dst) :].lstrip("/")) if path != dst else src)
-                if not rel.startswith("..") and (self.root / rel).is_file():
+                if not rel.startswith("..") and self.is_file(rel):
                     return rel
         return None
 
@@ -1474,12 +1557,15 @@ class BuildReader:
         for line, why in bad:
             self.reading.add_unknown(ctx.file, line, why)
         start = len(self.reading.applies), len(self.reading.runs)
-        reader = _Reader(self.root, self.reading, locate, lambda p: self.glob(p, copies))
+        reader = _Reader(self.root, self.reading, locate, lambda p: self.glob(p, copies), self.budget)
         try:
             with contextlib.suppress(_Stop):
                 reader.run(_copy(ctx), nodes)
         except RecursionError:
             self.reading.add_unknown(ctx.file, 1, "nested too deeply to read")
+            return
+        except _TooLong:
+            self.reading.add_unknown(ctx.file, 1, _TOO_LONG)
             return
         if reader.split is None:
             return
@@ -1491,8 +1577,12 @@ class BuildReader:
             one.profile = profile
             one.chosen[variable] = profile
             one.variables[variable] = [profile]
-            with contextlib.suppress(_Stop, RecursionError):
-                reader.run(one, nodes)
+            try:
+                with contextlib.suppress(_Stop, RecursionError):
+                    reader.run(one, nodes)
+            except _TooLong:
+                self.reading.add_unknown(ctx.file, 1, _TOO_LONG)
+                return
 
     def glob(self, pattern: str, copies: list[tuple[str, str]]) -> list[str]:
         """The files a glob matches, sorted (as the shell sorts them), as paths in the build."""
@@ -1521,6 +1611,11 @@ class BuildReader:
                 if not rel.startswith("..") and (self.root / rel).is_dir():
                     return rel
         return None
+
+
+_TOO_LONG = (
+    f"the build's scripts ran {MAX_STEPS} commands when read (loops or calls that multiply): the rest is not read"
+)
 
 
 def _copy(ctx: _Context) -> _Context:
