@@ -117,6 +117,7 @@ class Build:
     bases: list[BaseImage] = field(default_factory=list)
     copied: list[Copied] = field(default_factory=list)
     args: dict[str, tuple[str, int]] = field(default_factory=dict)  # every ARG/ENV default, with its line
+    runs: list[tuple[str, int]] = field(default_factory=list)  # every RUN line's text (variables expanded), line
     problems: list[tuple[str, int, str, str]] = field(default_factory=list)  # (kind, line, message, fix)
 
 
@@ -485,8 +486,17 @@ class _Reader:
             self.workdir(ins.line, ins.args)
         elif ins.word in ("COPY", "ADD"):
             self.copy(ins)
-        elif ins.word == "RUN" and not ins.heredocs:
-            self.run_copies(ins)
+        elif ins.word == "RUN":
+            self.b.runs.append((" ".join(w if w is not None else "$" for w in self.expanded(ins)), ins.line))
+            if not ins.heredocs:
+                self.run_copies(ins)
+
+    def expanded(self, ins: Instruction) -> list[str | None]:
+        """A RUN line's words with the stage's ARG/ENV values in them (None: a variable with no value)."""
+        try:
+            return [expand(w, self.stages[-1].env, self.escape) for w in split_words(ins.options()[1], self.escape)]
+        except Unreadable:
+            return []
 
     def scope(self) -> dict[str, str]:
         return self.stages[-1].env if self.stages else self.globals

@@ -36,6 +36,8 @@ _COMMIT = re.compile(r"[0-9a-f]{7,40}")
 _VERSION = re.compile(r"v?\d+(?:\.\d+)*(?:[.+-]?[A-Za-z0-9.+-]*)?")
 _OWNER_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 _URL = re.compile(r"(?:git\+)?(?:https?|ssh|git|file)://\S+|git@[\w.-]+:\S+")
+# A package installed from a git repository at a ref: git+URL@REF (the last @ of the URL; ssh's user is before).
+_PIP_GIT = re.compile(r"git\+(?P<url>(?:https?|ssh|git)://[^\s\"'#]+)@(?P<ref>[\w.\-/]+)(?=[\s\"'#;&|]|$)")
 _GITHUB = re.compile(r"github\.com[/:](?P<repo>[\w.-]+/[\w.-]+?)(?:\.git)?/?$")
 _ROLES = (
     ("git", re.compile(r"(?:^|_)(?:repo|repository|url|git|git_url|remote|source_repo)$")),
@@ -266,6 +268,21 @@ def from_build(build: dockerfile.Build, given: dict[str, tuple[str, int]] | None
         file, line = given.get(key, (build.file, line))
         if (pin := _pin(key, value, file, line, None)) is not None:
             out.append(pin)
+    return out + [p for text, line in build.runs for p in installed(text, build.file, line)]
+
+
+def installed(text: str, file: str, line: int) -> list[Pin]:
+    """``pip install git+URL@REF`` (``uv pip``, ``name @ git+URL@REF#egg=…`` too) in a build step: the repository,
+    and the commit when the ref is one (a branch or tag states only the repository)."""
+    out = []
+    for m in _PIP_GIT.finditer(text):
+        url, ref = m["url"], m["ref"]
+        if "$" in url or not _repository_url(url):
+            continue
+        name = repo_name(url)
+        out.append(Pin(name, "git", url, file, line, "pip install"))
+        if _COMMIT.fullmatch(ref):
+            out.append(Pin(name, "commit", ref, file, line, "pip install"))
     return out
 
 
@@ -286,7 +303,7 @@ def from_dockerfile(rel: str, text: str) -> list[Pin]:
                 env[key] = value
                 if (pin := _pin(key, value, rel, ins.line, None)) is not None:
                     out.append(Pin(pin.name, pin.what, pin.value, rel, ins.line, key))
-    return out
+    return out + [p for ins in parsed.instructions if ins.word == "RUN" for p in installed(ins.args, rel, ins.line)]
 
 
 def _same(what: str, a: str, b: str) -> bool:

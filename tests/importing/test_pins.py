@@ -112,3 +112,32 @@ def test_pins_agree_or_are_reported() -> None:
     url1 = pins.Pin("aiter", "git", "https://github.com/ROCm/aiter.git", "a", 1)
     url2 = pins.Pin("aiter", "git", "ROCm/aiter", "b", 1)
     assert pins.agree([url1, url2])[1] == []
+
+
+@pytest.mark.parametrize(
+    ("run", "want"),
+    [
+        (
+            f"RUN pip install -U git+https://github.com/vllm-project/vllm.git@{C1}",
+            {("vllm", "git", "https://github.com/vllm-project/vllm.git"), ("vllm", "commit", C1)},
+        ),
+        (
+            f'RUN uv pip install --system "aiter @ git+ssh://git@github.com/ROCm/aiter@{C2}#egg=aiter" && true',
+            {("aiter", "git", "ssh://git@github.com/ROCm/aiter"), ("aiter", "commit", C2)},
+        ),
+        # a branch or tag states the repository, not a commit
+        (
+            "RUN pip install git+https://github.com/vllm-project/vllm@main",
+            {("vllm", "git", "https://github.com/vllm-project/vllm")},
+        ),
+        ("RUN pip install vllm==0.9.0", set()),  # a release from an index: no repository written
+        ("RUN pip install git+$FORK@" + C1, set()),  # a variable with no value is no repository
+    ],
+)
+def test_a_package_installed_from_git_at_a_commit_is_a_pin_of_the_build(
+    tmp_path: Path, run: str, want: set[tuple[str, str, str]]
+) -> None:
+    text = f"FROM x@sha256:{'a' * 64}\n\n{run}\n"
+    build = dockerfile.read(tmp_path, "Containerfile", text)
+    assert _triples(pins.from_build(build)) == {(*w, 3) for w in want}
+    assert {(p.name, p.what, p.value) for p in pins.from_dockerfile("Containerfile", text)} == want
