@@ -47,6 +47,11 @@ _ROLES = (
 )
 _LIST_KEYS = ("upstreams", "dependencies", "components", "repos", "repositories", "sources", "projects")
 _PREFIXES = re.compile(r"_(?:base|package|release|source|upstream|git|pinned)$")
+# Words of a key naming what is not a code repository: an image's, a registry's, a model's or a dataset's.
+_NOT_CODE = frozenset(
+    {"image", "img", "docker", "container", "registry", "model", "models", "hf", "hub", "huggingface"}
+    | {"dataset", "datasets", "tokenizer", "weights", "weight", "checkpoint", "ckpt"}
+)
 _NOT_NAMES = frozenset({"base", "package", "release", "source", "upstream", "git", "pinned", "build", "image"})
 
 
@@ -79,6 +84,12 @@ class Stated:
     where: dict[str, str] = field(default_factory=dict)  # what -> file:line
 
 
+def _not_code(key: str | None) -> bool:
+    """Whether a key's words name an image, a registry, a model or a dataset: what it holds is no code upstream."""
+    words = set(re.split(r"[_\-.\s]+", key.lower())) if key else set()
+    return bool(words & _NOT_CODE or {w.removesuffix("s") for w in words} & _NOT_CODE)
+
+
 def roles(key: str) -> list[tuple[str, str]]:
     """``(upstream prefix, what)`` each a key may name, in order: ``VLLM_COMMIT`` is ``[("vllm", "commit")]``.
 
@@ -89,6 +100,8 @@ def roles(key: str) -> list[tuple[str, str]]:
     out = []
     for what, pattern in _ROLES:
         m = pattern.search(low)
+        if what == "git" and _not_code(low):
+            continue  # IMAGE_REPO=vllm/vllm-openai, MODEL_REPO=Qwen/Qwen3-8B: no code upstream
         if m is not None:
             prefix = _PREFIXES.sub("", low[: m.start()].strip("_"))
             out.append(("" if prefix in _NOT_NAMES else prefix, what))
@@ -184,8 +197,8 @@ def _walk(node: Any, context: str | None, rel: str, lines: list[str], out: list[
         for item in node:
             _walk(item, None, rel, lines, out, context)
         return
-    if not isinstance(node, dict):
-        return
+    if not isinstance(node, dict) or _not_code(context) or _not_code(listed_under):
+        return  # {"image": {"repository": "rocm/vllm"}}, {"models": [{"repo": "Qwen/Qwen3-8B"}]}: no code upstream
     scalars = {str(k): v for k, v in node.items() if isinstance(v, str)}
     repo = next((v for k, v in scalars.items() if any(w == "git" for _, w in roles(k)) and _valid("git", v)), None)
     own = repo_name(git_url(repo)) if repo else None
