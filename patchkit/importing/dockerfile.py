@@ -753,7 +753,9 @@ class _Reader:
             if path.is_dir() and not path.is_symlink():
                 self.copy_tree(stage, line, path, dest, comment)
             elif path.is_file() and not path.is_symlink():
-                target = dest / path.name if into_dir or several else dest
+                # a module copied to a package's directory (no module name) goes into it, as RUN cp is read
+                module = path.suffix == ".py" and not dest.suffix and _IN_PYTHON_TREE.search(str(dest)) is not None
+                target = dest / path.name if into_dir or several or module else dest
                 self.add(stage, line, path, str(target), comment)
 
     def copy_tree(self, stage: _Stage, line: int, top: Path, dest: PurePosixPath, comment: str) -> None:
