@@ -213,6 +213,22 @@ class _Importer:
     def read(self, rel: str, what: str) -> bytes:
         return read_inside(self.root, rel, what)
 
+    def compressed_queue(self) -> None:
+        """A patch queue kept compressed (``patches/0.5.0/01-x.patch.gz``, applied by ``git apply <(gunzip -c …)``)
+        is refused as what it is, not as a repository with nothing in it."""
+        folder = self.root / "patches"
+        packed = sorted(
+            p.relative_to(self.root).as_posix()
+            for p in (folder.rglob("*") if folder.is_dir() and not folder.is_symlink() else [])
+            if p.is_file() and p.name.endswith((".patch.gz", ".diff.gz", ".patch.xz", ".diff.xz", ".patch.bz2"))
+        )
+        if packed:
+            raise BadInput(
+                f"{self.root}: patches/ holds compressed patches ({', '.join(packed[:3])}"
+                f"{', …' if len(packed) > 3 else ''}), which patchkit does not read",
+                "keep the patches uncompressed (gunzip them; git stores them compressed anyway) and import again",
+            )
+
     def read_text(self, rel: str, what: str) -> str:
         return _utf8(rel, read_inside(self.root, rel, what))
 
@@ -225,6 +241,7 @@ class _Importer:
         if not files and not delivers and queue.has_queue(self.root):
             return self.read_builds(self.patch_queue(), builds)
         if not files and not builds:
+            self.compressed_queue()
             raise BadInput(
                 f"{self.root}: no compose file (compose.yaml, compose.*.yaml, docker-compose.yml) "
                 "and no Dockerfile or Containerfile (at the top, or in "

@@ -120,6 +120,7 @@ class Build:
     bases: list[BaseImage] = field(default_factory=list)
     copied: list[Copied] = field(default_factory=list)
     args: dict[str, tuple[str, int]] = field(default_factory=dict)  # every ARG/ENV default, with its line
+    runs: list[tuple[str, int]] = field(default_factory=list)  # every RUN line's text (variables expanded), line
     problems: list[tuple[str, int, str, str]] = field(default_factory=list)  # (kind, line, message, fix)
 
 
@@ -497,8 +498,17 @@ class _Reader:
             self.workdir(ins.line, ins.args)
         elif ins.word in ("COPY", "ADD"):
             self.copy(ins)
-        elif ins.word == "RUN" and not ins.heredocs:
-            self.run_copies(ins)
+        elif ins.word == "RUN":
+            self.b.runs.append((" ".join(w if w is not None else "$" for w in self.expanded(ins)), ins.line))
+            if not ins.heredocs:
+                self.run_copies(ins)
+
+    def expanded(self, ins: Instruction) -> list[str | None]:
+        """A RUN line's words with the stage's ARG/ENV values in them (None: a variable with no value)."""
+        try:
+            return [expand(w, self.stages[-1].env, self.escape) for w in split_words(ins.options()[1], self.escape)]
+        except Unreadable:
+            return []
 
     def scope(self) -> dict[str, str]:
         return self.stages[-1].env if self.stages else self.globals
@@ -755,7 +765,9 @@ class _Reader:
             if path.is_dir() and not path.is_symlink():
                 self.copy_tree(stage, line, path, dest, comment)
             elif path.is_file() and not path.is_symlink():
-                target = dest / path.name if into_dir or several else dest
+                # a module copied to a package's directory (no module name) goes into it, as RUN cp is read
+                module = path.suffix == ".py" and not dest.suffix and _IN_PYTHON_TREE.search(str(dest)) is not None
+                target = dest / path.name if into_dir or several or module else dest
                 self.add(stage, line, path, str(target), comment)
 
     def copy_tree(self, stage: _Stage, line: int, top: Path, dest: PurePosixPath, comment: str) -> None:

@@ -36,6 +36,8 @@ _COMMIT = re.compile(r"[0-9a-f]{7,40}")
 _VERSION = re.compile(r"v?\d+(?:\.\d+)*(?:[.+-]?[A-Za-z0-9.+-]*)?")
 _OWNER_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 _URL = re.compile(r"(?:git\+)?(?:https?|ssh|git|file)://\S+|git@[\w.-]+:\S+")
+# A package installed from a git repository at a ref: git+URL@REF (the last @ of the URL; ssh's user is before).
+_PIP_GIT = re.compile(r"git\+(?P<url>(?:https?|ssh|git)://[^\s\"'#]+)@(?P<ref>[\w.\-/]+)(?=[\s\"'#;&|]|$)")
 _GITHUB = re.compile(r"github\.com[/:](?P<repo>[\w.-]+/[\w.-]+?)(?:\.git)?/?$")
 _ROLES = (
     ("git", re.compile(r"(?:^|_)(?:repo|repository|url|git|git_url|remote|source_repo)$")),
@@ -45,6 +47,11 @@ _ROLES = (
 )
 _LIST_KEYS = ("upstreams", "dependencies", "components", "repos", "repositories", "sources", "projects")
 _PREFIXES = re.compile(r"_(?:base|package|release|source|upstream|git|pinned)$")
+# Words of a key naming what is not a code repository: an image's, a registry's, a model's or a dataset's.
+_NOT_CODE = frozenset(
+    {"image", "img", "docker", "container", "registry", "model", "models", "hf", "hub", "huggingface"}
+    | {"dataset", "datasets", "tokenizer", "weights", "weight", "checkpoint", "ckpt"}
+)
 _NOT_NAMES = frozenset({"base", "package", "release", "source", "upstream", "git", "pinned", "build", "image"})
 
 
@@ -77,6 +84,12 @@ class Stated:
     where: dict[str, str] = field(default_factory=dict)  # what -> file:line
 
 
+def _not_code(key: str | None) -> bool:
+    """Whether a key's words name an image, a registry, a model or a dataset: what it holds is no code upstream."""
+    words = set(re.split(r"[_\-.\s]+", key.lower())) if key else set()
+    return bool(words & _NOT_CODE or {w.removesuffix("s") for w in words} & _NOT_CODE)
+
+
 def roles(key: str) -> list[tuple[str, str]]:
     """``(upstream prefix, what)`` each a key may name, in order: ``VLLM_COMMIT`` is ``[("vllm", "commit")]``.
 
@@ -87,6 +100,8 @@ def roles(key: str) -> list[tuple[str, str]]:
     out = []
     for what, pattern in _ROLES:
         m = pattern.search(low)
+        if what == "git" and _not_code(low):
+            continue  # IMAGE_REPO=vllm/vllm-openai, MODEL_REPO=Qwen/Qwen3-8B: no code upstream
         if m is not None:
             prefix = _PREFIXES.sub("", low[: m.start()].strip("_"))
             out.append(("" if prefix in _NOT_NAMES else prefix, what))
@@ -182,8 +197,8 @@ def _walk(node: Any, context: str | None, rel: str, lines: list[str], out: list[
         for item in node:
             _walk(item, None, rel, lines, out, context)
         return
-    if not isinstance(node, dict):
-        return
+    if not isinstance(node, dict) or _not_code(context) or _not_code(listed_under):
+        return  # {"image": {"repository": "rocm/vllm"}}, {"models": [{"repo": "Qwen/Qwen3-8B"}]}: no code upstream
     scalars = {str(k): v for k, v in node.items() if isinstance(v, str)}
     repo = next((v for k, v in scalars.items() if any(w == "git" for _, w in roles(k)) and _valid("git", v)), None)
     own = repo_name(git_url(repo)) if repo else None
@@ -266,6 +281,21 @@ def from_build(build: dockerfile.Build, given: dict[str, tuple[str, int]] | None
         file, line = given.get(key, (build.file, line))
         if (pin := _pin(key, value, file, line, None)) is not None:
             out.append(pin)
+    return out + [p for text, line in build.runs for p in installed(text, build.file, line)]
+
+
+def installed(text: str, file: str, line: int) -> list[Pin]:
+    """``pip install git+URL@REF`` (``uv pip``, ``name @ git+URL@REF#egg=…`` too) in a build step: the repository,
+    and the commit when the ref is one (a branch or tag states only the repository)."""
+    out = []
+    for m in _PIP_GIT.finditer(text):
+        url, ref = m["url"], m["ref"]
+        if "$" in url or not _repository_url(url):
+            continue
+        name = repo_name(url)
+        out.append(Pin(name, "git", url, file, line, "pip install"))
+        if _COMMIT.fullmatch(ref):
+            out.append(Pin(name, "commit", ref, file, line, "pip install"))
     return out
 
 
@@ -286,7 +316,7 @@ def from_dockerfile(rel: str, text: str) -> list[Pin]:
                 env[key] = value
                 if (pin := _pin(key, value, rel, ins.line, None)) is not None:
                     out.append(Pin(pin.name, pin.what, pin.value, rel, ins.line, key))
-    return out
+    return out + [p for ins in parsed.instructions if ins.word == "RUN" for p in installed(ins.args, rel, ins.line)]
 
 
 def _same(what: str, a: str, b: str) -> bool:

@@ -347,3 +347,21 @@ def test_a_patch_queue_built_from_a_tag_only_image_is_reported_by_import_and_che
     assert list(lock["series"]) == ["vllm"] and "patches" not in lock
     assert ("image-unpinned", "Containerfile", 1) in _issues(out)
     assert ("image-unpinned", "error", "Containerfile", 1) in _check(root, invoke)[1]
+
+
+def test_a_compressed_patch_queue_is_refused_as_what_it_is(tmp_path: Path, invoke: Invoke) -> None:
+    """``patches/0.5.0/*.patch.gz`` applied by ``git apply <(gunzip -c …)``: refused naming the compressed patches,
+    not as a repository with neither compose file nor Dockerfile."""
+    import gzip
+
+    root = tmp_path / "queue"
+    (root / "patches/0.5.0").mkdir(parents=True)
+    for name in ("01-a.patch.gz", "02-b.patch.gz"):
+        (root / "patches/0.5.0" / name).write_bytes(gzip.compress(b"--- a/x\n+++ b/x\n"))
+    (root / "build.sh").write_text(
+        "#!/bin/bash\nfor p in patches/0.5.0/*.patch.gz; do git -C vllm apply <(gunzip -c $p); done\n"
+    )
+    run = invoke("import", str(root))
+    assert run.exit_code == 2
+    assert "compressed patches (patches/0.5.0/01-a.patch.gz, patches/0.5.0/02-b.patch.gz)" in run.stderr
+    assert "Traceback" not in run.stderr and not (root / "lockfile.toml").exists()

@@ -294,3 +294,11 @@ def test_a_single_file_copied_to_a_directory_the_image_has_goes_into_it(tmp_path
     got = _copied(tmp_path, f"FROM base@{DIGEST}\n{text}\n")
     assert got[at] == "p/x.patch"
     assert "/opt" not in got and "/tmp" not in got and "/work" not in got and "/stage" not in got
+
+
+def test_a_module_copied_to_a_package_directory_goes_into_it(tmp_path: Path) -> None:
+    """``COPY fix.py …/site-packages/vllm/ops``: the base image has the package's directory, so the module goes into
+    it (no module is named ``ops``), as ``RUN cp`` of a module is read."""
+    _tree(tmp_path, "p/y.py", "p/x.patch")
+    text = f"FROM base@{DIGEST}\nCOPY p/y.py {SITE}/vllm/ops\nCOPY p/x.patch {SITE}/vllm/fix.patch\n"
+    assert _copied(tmp_path, text) == {f"{SITE}/vllm/ops/y.py": "p/y.py", f"{SITE}/vllm/fix.patch": "p/x.patch"}

@@ -50,6 +50,16 @@ def test_key_value_spellings(line: str, want: tuple[str, str, str]) -> None:
         "# VLLM_COMMIT=" + C1,  # commented out
         "COMMIT=" + C1,  # names no upstream
         "VLLM_REPO=eviction and write",  # prose is no repository
+        # an image's or a model's repository is no code upstream
+        "IMAGE_REPO=vllm/vllm-openai",
+        'BASE_IMAGE_REPO="rocm/vllm"',
+        "VLLM_IMAGE_REPO=rocm/vllm-dev",
+        "DOCKER_REPO=rocm/vllm",
+        "REGISTRY_REPOSITORY=ghcr.io/o/vllm",
+        "MODEL_REPO=Qwen/Qwen3-8B",
+        "HF_REPO=meta-llama/Llama-3.1-8B",
+        "MODEL_URL=https://huggingface.co/Qwen/Qwen3-8B",
+        "TOKENIZER_REPO=Qwen/Qwen3-8B",
         # where a service listens is no repository
         "VLLM_URL=http://127.0.0.1:8001",
         "VLLM_URL=http://localhost:8000/v1",
@@ -112,3 +122,48 @@ def test_pins_agree_or_are_reported() -> None:
     url1 = pins.Pin("aiter", "git", "https://github.com/ROCm/aiter.git", "a", 1)
     url2 = pins.Pin("aiter", "git", "ROCm/aiter", "b", 1)
     assert pins.agree([url1, url2])[1] == []
+
+
+@pytest.mark.parametrize(
+    ("run", "want"),
+    [
+        (
+            f"RUN pip install -U git+https://github.com/vllm-project/vllm.git@{C1}",
+            {("vllm", "git", "https://github.com/vllm-project/vllm.git"), ("vllm", "commit", C1)},
+        ),
+        (
+            f'RUN uv pip install --system "aiter @ git+ssh://git@github.com/ROCm/aiter@{C2}#egg=aiter" && true',
+            {("aiter", "git", "ssh://git@github.com/ROCm/aiter"), ("aiter", "commit", C2)},
+        ),
+        # a branch or tag states the repository, not a commit
+        (
+            "RUN pip install git+https://github.com/vllm-project/vllm@main",
+            {("vllm", "git", "https://github.com/vllm-project/vllm")},
+        ),
+        ("RUN pip install vllm==0.9.0", set()),  # a release from an index: no repository written
+        ("RUN pip install git+$FORK@" + C1, set()),  # a variable with no value is no repository
+    ],
+)
+def test_a_package_installed_from_git_at_a_commit_is_a_pin_of_the_build(
+    tmp_path: Path, run: str, want: set[tuple[str, str, str]]
+) -> None:
+    text = f"FROM x@sha256:{'a' * 64}\n\n{run}\n"
+    build = dockerfile.read(tmp_path, "Containerfile", text)
+    assert _triples(pins.from_build(build)) == {(*w, 3) for w in want}
+    assert {(p.name, p.what, p.value) for p in pins.from_dockerfile("Containerfile", text)} == want
+
+
+def test_a_json_lock_s_image_and_model_objects_declare_no_upstream() -> None:
+    """A stack lock pins its image and model beside the code: their repositories are no code upstreams, and the
+    vllm image's repository is no second vllm repository (no conflict with the real one)."""
+    text = json.dumps(
+        {
+            "image": {"repository": "rocm/vllm", "tag": "v0.11.0"},
+            "model": {"repo": "Qwen/Qwen3-8B", "revision": C2},
+            "models": [{"repo": "meta-llama/Llama-3.1-8B", "revision": C2}],
+            "vllm": {"repo": "vllm-project/vllm", "commit": C1},
+        },
+        indent=2,
+    )
+    got = {(p.name, p.what, p.value) for p in pins.json_lock("stack.lock.json", text)}
+    assert got == {("vllm", "git", "vllm-project/vllm"), ("vllm", "commit", C1)}
