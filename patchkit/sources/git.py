@@ -209,7 +209,7 @@ class GitSource(UpstreamSource):
 
     def _fetch(self, *refspecs: str) -> tuple[int, str]:
         with self._progress(f"git fetch {re.sub(r'//[^/@]*@', '//', self.url)}", unit=None):  # never a token on screen
-            status, _, err = self._git("fetch", "--no-tags", "--quiet", "origin", *refspecs)
+            status, _, err = self._git("fetch", "--no-tags", "--no-recurse-submodules", "--quiet", "origin", *refspecs)
         return status, err
 
     def _fetch_commit(self, sha: str) -> str:
@@ -475,9 +475,13 @@ def _write_config(git_dir: Path, url: str) -> None:
 
 
 def _run_git(git_dir: Path, *args: str) -> tuple[int, bytes, str]:
-    """Run git on the repository ``git_dir``, its hooks off; never raises on a non-zero status."""
+    """Run git on the repository ``git_dir``, its hooks off; never raises on a non-zero status.
+
+    ``ext::`` URLs stay refused whatever the user's git allows (``protocol.allow=always``):
+    an ``ext::`` URL is a command, and the URL comes from a lockfile anyone may have written.
+    """
     try:
-        argv = ["-c", f"core.hooksPath={os.devnull}", f"--git-dir={git_dir}", *args]
+        argv = ["-c", f"core.hooksPath={os.devnull}", "-c", "protocol.ext.allow=never", f"--git-dir={git_dir}", *args]
         return gitclient.run(git_dir.parent, argv, env=gitclient.repo_env(git_dir))
     except gitclient.GitMissing as e:
         raise SourceError(str(e), e.hint) from e

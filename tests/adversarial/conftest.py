@@ -29,7 +29,9 @@ clone carrying a journal, rebase states or hooks changes nothing in ``.git``;
 malformed rebase states), ``test_apply_kill`` (``apply --to`` killed with
 SIGKILL, finished or undone by the next run),
 ``test_races`` (files
-changed while hashed, directories swapped for links, killed writers). ``corpus.py`` holds the
+changed while hashed, directories swapped for links, killed writers), ``test_build_bombs``
+(build files whose static reading would never end), ``test_hostile_upstream`` (an ``ext::``
+URL in the lockfile). ``corpus.py`` holds the
 corrupted deployments ``test_no_internal_error`` runs every command on: add
 an attack there, or a module here.
 """
