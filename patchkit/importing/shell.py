@@ -78,9 +78,11 @@ _DEPTH = 6
 # (``A="$A$A"`` doubles at each line).
 MAX_STEPS = 10_000
 MAX_VALUE = 1 << 20
-# shlex builds a word a character at a time, in time that grows as the square of its length; a
-# build file is read up to a size far above any real one (a larger one is said, and not read).
-MAX_WORD = 4096
+# shlex builds a word a character at a time, in time that grows with the square of its length (64 KiB:
+# about 0.1 s). A program given to ``python3 -c`` or ``python3 - <<PY`` is one word, and real patchers
+# run to several KiB, so the bound sits far above them; a build file is read up to a size far above any
+# real one (a larger one is said, and not read).
+MAX_WORD = 64 << 10
 MAX_BUILD_FILE = containerfile.MAX_BUILD_FILE
 
 

@@ -57,7 +57,7 @@ BOMBS: dict[str, tuple[str, str, str]] = {
     ),
     "long continuation": ("Dockerfile", FROM + "RUN true " + "\\\n x" * 100_000 + "\n", "Dockerfile"),
     "a word of a million characters": ("Dockerfile", FROM + "RUN echo " + "a" * 1_000_000 + "\n", "Dockerfile:1"),
-    "a long word under the size limit": ("build.sh", "#!/bin/sh\necho '" + "a " * 60_000 + "'\n", "more than 4096"),
+    "a long word under the size limit": ("build.sh", "#!/bin/sh\necho '" + "a " * 60_000 + "'\n", "more than 65536"),
 }
 
 

@@ -654,3 +654,14 @@ def test_a_python_here_document_inside_a_command_substitution_stays_unknown(tmp_
     (tmp_path / "fix.sh").write_text("#!/bin/bash\nout=$(python3 - <<'PY'\nprint(1)\nPY\n)\n")
     reading = BuildReader(tmp_path).read([], ["fix.sh"])
     assert [(u.line, "here-document" in u.reason) for u in reading.unknowns] == [(2, True)]
+
+
+def test_a_python_here_document_of_several_kib_is_read_whole(tmp_path: Path) -> None:
+    """A real inline patcher runs to several KiB: its body, one ``-c`` word to the shell reader, is read, not cut."""
+    edits = "".join(f"p.write_text(p.read_text().replace('a{i} = 1', 'a{i} = 2'))\n" for i in range(150))
+    body = "import vllm, pathlib\np = pathlib.Path(vllm.__file__).parent / 'envs.py'\n" + edits.rstrip("\n")
+    assert len(body) > 8 << 10
+    (tmp_path / "fix.sh").write_text(f"#!/bin/bash\npython3 - <<'PY'\n{body}\nPY\n")
+    reading = BuildReader(tmp_path).read([], ["fix.sh"])
+    assert reading.unknowns == []
+    assert [(f, line, code) for f, line, code in reading.inline] == [("fix.sh", 2, body)]
