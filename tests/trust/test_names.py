@@ -14,17 +14,8 @@ from patchkit.trust import names
 
 
 def _bound_in_whole_file(data: bytes, word: bytes) -> bool:
-    """The screen's forms searched over the whole file: what the line-by-line search must equal."""
-    w = re.escape(word)
-    pattern = (
-        rb"(?m)(?:^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+" + w + rb"\b"
-        rb"|\bimport\b[^\n]*\b" + w + rb"\b"
-        rb"|\bas[ \t]+" + w + rb"\b"
-        rb"|\b" + w + rb"\b[^\n=]*(?<![=!<>])=(?!=)"
-        rb"|\bfor\b[^\n]*\b" + w + rb"\b[^\n]*\bin\b"
-        rb"|[(,][ \t]*\*{0,2}" + w + rb"[ \t]*[,:)=])"
-    )
-    return re.search(pattern, data) is not None
+    """The same forms searched over the whole file: what the search of the word's lines alone must equal."""
+    return re.search(names.binding_pattern(word), data) is not None
 
 
 EDGES = [
