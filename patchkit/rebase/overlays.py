@@ -241,7 +241,8 @@ def read_bases(
     store: BlobStore,
 ) -> dict[str, bytes]:
     """Each patch's base bytes, verified and kept in ``store``: offline first, else ``old_source`` at its pin."""
-    return _bases(repo, lock, patches, old_source, store)
+    with store.batch():
+        return _bases(repo, lock, patches, old_source, store)
 
 
 def _moved_target(target: str, old_path: str, new_path: str) -> str:
@@ -282,13 +283,14 @@ def plan(
     if not patches:
         return result
     paths = [str(b.path) for _, b in patches]
-    # git reads the new files on another core while the bases are read and verified here.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="theirs") as pool:
+    # git reads the new files on another core while the bases are read and verified here. The bases
+    # recovered and the new files go into the cache in one pack, not a thousand files (BlobStore.batch).
+    with store.batch(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="theirs") as pool:
         reading = pool.submit(new.read, paths)
         bases = _bases(repo, lock, patches, old_source, store)
         ours = _read_ours(repo, patches, bases)
         theirs, renames = _theirs(up, paths, reading, new, old_source)
-    inputs, their_sha256 = _sides(patches, bases, ours, theirs, renames, store)
+        inputs, their_sha256 = _sides(patches, bases, ours, theirs, renames, store)
     merges = _merges(inputs)
     if replay:
         result.remembered = resolutions.replay_all(repo, inputs, merges)
@@ -800,14 +802,15 @@ def conflict_file(r: PatchResult) -> str:
 def save(repo: Repo, lock_bytes: bytes, result: Plan, store: BlobStore) -> list[str]:
     """Write the work area for a blocked plan; the state file last, so a crash leaves no half state."""
     files: dict[str, bytes] = {}
-    for r in result.results:
-        if r.merge is None:
-            continue
-        store.put(r.merge.merged)
-        if r.name in result.ours:
-            store.put(result.ours[r.name])
-        if r.outcome in (Outcome.CONFLICT, Outcome.BROKEN):
-            files[conflict_file(r)] = r.merge.merged
+    with store.batch():  # stored before the state file that names them is written
+        for r in result.results:
+            if r.merge is None:
+                continue
+            store.put(r.merge.merged)
+            if r.name in result.ours:
+                store.put(result.ours[r.name])
+            if r.outcome in (Outcome.CONFLICT, Outcome.BROKEN):
+                files[conflict_file(r)] = r.merge.merged
     state = OverlayState(
         upstream=result.upstream,
         old_pin=result.old_pin,
