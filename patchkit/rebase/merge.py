@@ -232,9 +232,13 @@ def rebase_files(items: Sequence[tuple[bytes, bytes, bytes, str]]) -> list[Merge
         _refuse_binary(base, ours, theirs, path)
     need = [k for k, (base, ours, theirs, _) in enumerate(items) if len({base, ours, theirs}) == 3]
     merged: list[gitmerge.Merged | None] = [None] * len(items)
-    for k, m in zip(need, gitmerge.merge_many([items[k][:3] for k in need], _LABELS), strict=True):
-        merged[k] = m
-    return map_items(_analyse, [(*item, m) for item, m in zip(items, merged, strict=True)])
+    # git merges in a process of its own while the workers read the same files (_study): on two
+    # cores the two overlap, and nothing the workers compute waits for git's answer.
+    with gitmerge.merging([items[k][:3] for k in need], _LABELS) as git_result:
+        studies = map_items(_study, items)
+        for k, m in zip(need, git_result(), strict=True):
+            merged[k] = m
+    return [_result(items[k], studies[k], merged[k]) for k in range(len(items))]
 
 
 def _refuse_binary(base: bytes, ours: bytes, theirs: bytes, path: str) -> None:
@@ -252,46 +256,43 @@ def _trivial(base: bytes, ours: bytes, theirs: bytes) -> gitmerge.Merged:
     return gitmerge.Merged(ours if theirs == base else theirs)
 
 
-def _analyse(item: tuple[bytes, bytes, bytes, str, gitmerge.Merged | None]) -> MergeResult:
-    """One file's result from its three versions and git's merge of them (None: a trivial merge)."""
-    base, ours, theirs, path, git = item
+@dataclass(frozen=True)
+class _Study:
+    """What one file's three versions say before git's merge is known (:func:`_study`).
+
+    ``gone`` holds, per hunk of the patch, whether each of its changes went
+    upstream; ``flags`` are the review flags the file has if its merge is clean.
+    ``unchanged`` is the whole result when upstream did not touch the file.
+    """
+
+    hunks: tuple[HunkRef, ...]
+    gone: tuple[tuple[bool, ...], ...]
+    flags: tuple[ReviewFlag, ...]
+    unchanged: MergeResult | None = None
+
+
+def _study(item: tuple[bytes, bytes, bytes, str]) -> _Study:
+    """One file's hunks, which of their changes upstream made, and its review flags; on a worker, beside git."""
+    base, ours, theirs, path = item
     base_lines, our_lines, their_lines = split_lines(base), split_lines(ours), split_lines(theirs)
     our_changes = _changes(_matching_blocks(base_lines, our_lines))
     our_groups = _group(our_changes)
     if theirs == base:
         # The fast path: no merge and no Python analysis, since upstream did not touch the file.
         hunks = tuple(_hunk_ref(our_changes, g, len(base_lines), ()) for g in our_groups)
-        return MergeResult(Outcome.UNCHANGED, ours, hunks_remaining=hunks)
-    result = git if git is not None else _trivial(base, ours, theirs)
-    merged = result.data
-    conflicts = tuple(
-        Conflict(c.start + 1, c.end, _range(c.base), _range(c.ours), _range(c.theirs)) for c in result.conflicts
-    )
+        return _Study((), (), (), MergeResult(Outcome.UNCHANGED, ours, hunks_remaining=hunks))
     their_changes = _changes(_matching_blocks(base_lines, their_lines))
     our_kinds, their_kinds = _stretch_kinds(our_changes, their_changes, our_lines, their_lines)
 
     defs = None
     if path.endswith((".py", ".pyi")) and _may_share_block(base_lines, our_changes, their_changes):
         defs = _python_defs(base)
-    our_hunks = [
+    our_hunks = tuple(
         _hunk_ref(our_changes, g, len(base_lines), _names(defs, our_changes, g, our_lines)) for g in our_groups
-    ]
-    gone = [[our_kinds[k] == "same" for k in g] for g in our_groups]
-
-    if conflicts:
-        outcome = Outcome.CONFLICT
-    elif merged == theirs:
-        outcome = Outcome.UPSTREAMED
-        gone = [[True for _ in g] for g in our_groups]
-    elif any(all(g) for g in gone):
-        # Only a whole hunk of the patch now upstream makes it partly upstreamed; a hunk upstream took
-        # some lines of stays the patch's (hunks_partly_upstreamed) and the outcome is clean.
-        outcome = Outcome.PARTIALLY_UPSTREAMED
-    else:
-        outcome = Outcome.CLEAN
-
+    )
+    gone = tuple(tuple(our_kinds[k] == "same" for k in g) for g in our_groups)
     flags: tuple[ReviewFlag, ...] = ()
-    if defs is not None and outcome in (Outcome.CLEAN, Outcome.PARTIALLY_UPSTREAMED):
+    if defs is not None:  # kept by _result only if the merge is clean (CLEAN or PARTIALLY_UPSTREAMED)
         flags = _review_flags(
             defs,
             [(our_hunks[i], [our_changes[k] for k in g if our_kinds[k] != "same"]) for i, g in enumerate(our_groups)],
@@ -306,14 +307,41 @@ def _analyse(item: tuple[bytes, bytes, bytes, str, gitmerge.Merged | None]) -> M
             and _edit_parses(defs, len(base_lines), their_lines, their_changes)
         ):
             flags = ()
+    return _Study(our_hunks, gone, flags)
+
+
+def _result(item: tuple[bytes, bytes, bytes, str], study: _Study, git: gitmerge.Merged | None) -> MergeResult:
+    """One file's result from its study and git's merge of it (None: a trivial merge)."""
+    if study.unchanged is not None:
+        return study.unchanged
+    base, ours, theirs, _ = item
+    result = git if git is not None else _trivial(base, ours, theirs)
+    merged = result.data
+    conflicts = tuple(
+        Conflict(c.start + 1, c.end, _range(c.base), _range(c.ours), _range(c.theirs)) for c in result.conflicts
+    )
+    gone = study.gone
+    if conflicts:
+        outcome = Outcome.CONFLICT
+    elif merged == theirs:
+        outcome = Outcome.UPSTREAMED
+        gone = tuple(tuple(True for _ in g) for g in gone)
+    elif any(all(g) for g in gone):
+        # Only a whole hunk of the patch now upstream makes it partly upstreamed; a hunk upstream took
+        # some lines of stays the patch's (hunks_partly_upstreamed) and the outcome is clean.
+        outcome = Outcome.PARTIALLY_UPSTREAMED
+    else:
+        outcome = Outcome.CLEAN
+    clean = outcome in (Outcome.CLEAN, Outcome.PARTIALLY_UPSTREAMED)
+    hunks = study.hunks
     return MergeResult(
         outcome,
         merged,
         conflicts=conflicts,
-        hunks_upstreamed=tuple(h for h, g in zip(our_hunks, gone, strict=True) if all(g)),
-        hunks_remaining=tuple(h for h, g in zip(our_hunks, gone, strict=True) if not all(g)),
-        hunks_partly_upstreamed=tuple(h for h, g in zip(our_hunks, gone, strict=True) if any(g) and not all(g)),
-        review_flags=flags,
+        hunks_upstreamed=tuple(h for h, g in zip(hunks, gone, strict=True) if all(g)),
+        hunks_remaining=tuple(h for h, g in zip(hunks, gone, strict=True) if not all(g)),
+        hunks_partly_upstreamed=tuple(h for h, g in zip(hunks, gone, strict=True) if any(g) and not all(g)),
+        review_flags=study.flags if clean else (),
     )
 
 

@@ -98,6 +98,48 @@ def run(
     return status, out, err
 
 
+class Running:
+    """A git command started and not waited for (``start``); ``result`` waits and gives what ``run`` gives.
+
+    Dropped without ``result`` (the caller raised), git is terminated.
+    """
+
+    def __init__(self, process: git.Git.AutoInterrupt) -> None:
+        self._process = process
+
+    def result(self) -> tuple[int, bytes, str]:
+        """(status, stdout bytes, stderr text) once git has ended; its output is read as it comes, never lost."""
+        proc = self._process.proc
+        if proc is None:
+            raise GitFailed("a git command was stopped before its result was read")
+        out, err = proc.communicate()
+        return proc.returncode, out, err.decode("utf-8", "replace")
+
+    def stop(self) -> None:
+        """End git if it still runs (its result no longer wanted) and wait for it: nothing of it outlives this."""
+        proc = self._process.proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def start(cwd: Path, args: Sequence[str], *, env: Mapping[str, str] = NO_PROMPT) -> Running:
+    """Start ``git ARGS`` in ``cwd`` without input and go on; ``result()`` waits for it.
+
+    For work that overlaps a long git command (a merge of a thousand files)
+    without a thread, so that worker processes may still be forked: git
+    writes into pipes, and waits on a full one until ``result`` reads it.
+    Raises ``GitMissing`` when git cannot be started.
+    """
+    import git
+
+    try:
+        process = _client(cwd, env).execute(["git", *args], as_process=True)
+    except git.GitCommandNotFound as e:
+        raise GitMissing("git is not installed (or not on PATH)", "install git") from e
+    return Running(process)
+
+
 @contextlib.contextmanager
 def _input(data: bytes | None) -> Iterator[BinaryIO | None]:
     """``data`` as a file git reads its standard input from (None: no input)."""

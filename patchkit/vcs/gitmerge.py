@@ -9,7 +9,9 @@ three, so no rename or add/delete case can arise), merges them with one
 merged files back from the loose objects merge-ort wrote (``git cat-file
 --batch`` if any is not there): one git process for any number of files,
 plus two ``git diff-tree`` when some file conflicts (they locate each
-conflict in the three versions, below).
+conflict in the three versions, below). ``merging`` starts the merge and lets
+the caller work while git runs (the rebase reads the same files on its
+workers meanwhile); ``merge_many`` waits at once.
 
 The result is byte for byte what ``git cherry-pick`` or ``git merge-tree``
 gives for that file with ``merge.conflictStyle=diff3``: the same clean or
@@ -31,6 +33,7 @@ conflicting chunks, and each one is checked against the markers git wrote.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -38,11 +41,11 @@ import secrets
 import struct
 import tempfile
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchkit.vcs.gitclient import GitFailed, repo_env, run
+from patchkit.vcs.gitclient import GitFailed, Running, repo_env, run, start
 
 #: What git deems a binary file: a NUL byte in the first 8,000 bytes (``buffer_is_binary``).
 BINARY_PROBE = 8000
@@ -108,12 +111,28 @@ def merge_many(triples: Sequence[tuple[bytes, bytes, bytes]], labels: Labels) ->
     those. Raises ``GitFailed`` when git dies or answers what it should not,
     ``GitMissing`` when git is not installed.
     """
+    with merging(triples, labels) as result:
+        return result()
+
+
+@contextlib.contextmanager
+def merging(triples: Sequence[tuple[bytes, bytes, bytes]], labels: Labels) -> Iterator[Callable[[], list[Merged]]]:
+    """:func:`merge_many`, started: git merges while the block runs; the function it gives waits for the result.
+
+    The caller does other work meanwhile (the analysis of the same files, on
+    forked workers): git's merge runs in a process of its own, on another core.
+    """
     if not triples:
-        return []
+        yield list
+        return
     room = 3 * sum(len(blob) for triple in triples for blob in triple)
     with tempfile.TemporaryDirectory(prefix="patchkit-merge-", dir=_memory_dir(room)) as tmp:
-        git_dir = _scratch(Path(tmp))
-        return _Batch(git_dir, triples).run(labels)
+        batch = _Batch(_scratch(Path(tmp)), triples)
+        started = batch.start()
+        try:
+            yield lambda: batch.finish(started, labels)
+        finally:
+            started[1].stop()  # before its directory goes: a block that raised leaves no git behind
 
 
 def _memory_dir(room: int) -> str | None:
@@ -164,20 +183,34 @@ class _Batch:
         nonce = secrets.token_hex(16)
         self.refs = (f"refs/patchkit/{nonce}/base", f"refs/patchkit/{nonce}/ours", f"refs/patchkit/{nonce}/theirs")
 
-    def git(self, args: Sequence[str], stdin: bytes | None = None, ok: tuple[int, ...] = (0,)) -> tuple[int, bytes]:
+    def _config(self) -> list[str]:
         argv = [f"--git-dir={self.git_dir}"]
         for value in _CONFIG:
             argv += ["-c", value]
-        status, out, err = run(self.git_dir, [*argv, *args], env=self.env, stdin=stdin, strip=False)
+        return argv
+
+    def git(self, args: Sequence[str], stdin: bytes | None = None, ok: tuple[int, ...] = (0,)) -> tuple[int, bytes]:
+        done = run(self.git_dir, [*self._config(), *args], env=self.env, stdin=stdin, strip=False)
+        return self._checked(args[0], done, ok)
+
+    @staticmethod
+    def _checked(command: str, done: tuple[int, bytes, str], ok: tuple[int, ...]) -> tuple[int, bytes]:
+        status, out, err = done
         if status not in ok:
             reason = err.strip().splitlines()[-1] if err.strip() else f"exit status {status}"
-            raise GitFailed(f"git {args[0]} in a scratch merge repository failed: {reason}")
+            raise GitFailed(f"git {command} in a scratch merge repository failed: {reason}")
         return status, out
 
-    def run(self, labels: Labels) -> list[Merged]:
+    def start(self) -> tuple[str, Running]:
+        """Write the objects and start git's merge; the base commit's id and the merge, running."""
         base_id = self.load()
         merge = ["merge-tree", "--write-tree", "-z", "--name-only", self.refs[1], self.refs[2]]
-        status, out = self.git(merge, ok=(0, 1))
+        return base_id, start(self.git_dir, [*self._config(), *merge], env=self.env)
+
+    def finish(self, started: tuple[str, Running], labels: Labels) -> list[Merged]:
+        """Wait for git's merge and read every file's result back."""
+        base_id, running = started
+        status, out = self._checked("merge-tree", running.result(), ok=(0, 1))
         fields = out.split(b"\0")
         tree = fields[0].decode("ascii")
         conflicted = {int(name) for name in fields[1 : fields.index(b"", 1)]} if status == 1 else set()

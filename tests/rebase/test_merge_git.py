@@ -24,6 +24,7 @@ import random
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -383,13 +384,16 @@ def test_many_files_cost_a_handful_of_git_processes(monkeypatch: pytest.MonkeyPa
     from patchkit.vcs import gitclient
 
     calls: list[str] = []
-    real = gitclient.run
 
-    def counting(*args: object, **kwargs: object) -> object:
-        calls.append(str(args[1]))
-        return real(*args, **kwargs)  # type: ignore[arg-type]
+    def counting(real: Any) -> Any:
+        def call(*args: object, **kwargs: object) -> object:
+            calls.append(str(args[1]))
+            return real(*args, **kwargs)
 
-    monkeypatch.setattr(gitmerge, "run", counting)
+        return call
+
+    monkeypatch.setattr(gitmerge, "run", counting(gitclient.run))
+    monkeypatch.setattr(gitmerge, "start", counting(gitclient.start))  # the merge, started beside the analysis
     items = [(b"a\nb\nc\nd\ne\n", b"a\nB\nc\nd\ne\n", b"a\nb\nc\nd\nE%d\n" % k, "f.py") for k in range(200)]
     items += [(b"x\n", b"y\n", b"z\n", "g.py")]  # one conflict: two diff-tree runs locate it
     results = rebase_files(items)
@@ -468,3 +472,31 @@ def test_a_conflict_after_a_clean_change_is_placed_where_git_wrote_it_past_a_lon
     assert _conflicts_placed((base, ours, theirs), result)
     (c,) = result.conflicts
     assert ((c.base.start, c.base.end), (c.ours.start, c.ours.end), c.theirs.start) == ((2, 3), (2, 4), 3)
+
+
+def test_an_analysis_that_raises_leaves_no_git_and_no_scratch_repository(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """git merges beside the analysis; when the analysis fails, git is ended and its directory removed."""
+    from patchkit.rebase import merge
+    from patchkit.vcs import gitclient
+
+    started: list[gitclient.Running] = []
+
+    def recording(*args: Any, **kwargs: Any) -> gitclient.Running:
+        running = gitclient.start(*args, **kwargs)
+        started.append(running)
+        return running
+
+    def failing(fn: Any, items: Any, **_: Any) -> Any:
+        raise RuntimeError("the analysis failed")
+
+    monkeypatch.setattr(gitmerge, "start", recording)
+    monkeypatch.setattr(gitmerge, "_memory_dir", lambda room: str(tmp_path))
+    monkeypatch.setattr(merge, "map_items", failing)
+    items = [(b"a\nb\nc\n", b"a\nB\nc\n", b"a\nb\nC%d\n" % k, "f.py") for k in range(50)]
+    with pytest.raises(RuntimeError, match="the analysis failed"):
+        rebase_files(items)
+    (running,) = started
+    assert running._process.proc is not None and running._process.proc.returncode is not None
+    assert list(tmp_path.iterdir()) == []

@@ -115,9 +115,9 @@ def test_a_patchs_files_merge_in_one_git_batch(tmp_path: Path, monkeypatch: pyte
         ["git", "format-patch", "--stdout", f"{base}..HEAD"], cwd=repo, check=True, capture_output=True
     ).stdout
     batches: list[int] = []
-    real = gitmerge.merge_many
+    real = gitmerge.merging
     monkeypatch.setattr(
-        gitmerge, "merge_many", lambda triples, labels: batches.append(len(triples)) or real(triples, labels)
+        gitmerge, "merging", lambda triples, labels: batches.append(len(triples)) or real(triples, labels)
     )
     new = {p: d.replace(b"line 15\n", b"line fifteen\n") for p, d in files.items()}
     result = rebase_series([Item("edit", "p.patch", parse_patch(patch, "p.patch"))], _reader(files), _reader(new))
