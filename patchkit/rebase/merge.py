@@ -546,12 +546,8 @@ def _matching_blocks(a: Sequence[bytes], b: Sequence[bytes]) -> list[_Block]:
     """
     n, m = len(a), len(b)
     limit = min(n, m)
-    head = 0
-    while head < limit and a[head] == b[head]:
-        head += 1
-    tail = 0
-    while tail < limit - head and a[n - 1 - tail] == b[m - 1 - tail]:
-        tail += 1
+    head = _common_run(a, b, limit, 0, 0, 1)
+    tail = _common_run(a, b, limit - head, n - 1, m - 1, -1)
     blocks: list[_Block] = [(0, 0, head)] if head else []
     if head < n - tail and head < m - tail:
         matcher = line_matcher(a[head : n - tail], b[head : m - tail])
@@ -560,6 +556,30 @@ def _matching_blocks(a: Sequence[bytes], b: Sequence[bytes]) -> list[_Block]:
         blocks.append((n - tail, m - tail, tail))
     blocks.append((n, m, 0))
     return blocks
+
+
+def _common_run(a: Sequence[bytes], b: Sequence[bytes], limit: int, i: int, j: int, step: int) -> int:
+    """How many lines from ``a[i]`` and ``b[j]`` on, going by ``step`` (1 or -1), are equal; at most ``limit``.
+
+    Found by halving with slice comparisons, which compare the lines in C:
+    a patched file is mostly its base's lines, so a loop line by line cost
+    more than the patience matcher it spares.
+    """
+    found, left = 0, limit
+    while left:
+        size = (left + 1) // 2
+        if step > 0:
+            same = a[i + found : i + found + size] == b[j + found : j + found + size]
+        else:
+            same = a[i - found - size + 1 : i - found + 1] == b[j - found - size + 1 : j - found + 1]
+        if same:
+            found += size
+            left -= size
+        elif size == 1:
+            break
+        else:
+            left = size - 1
+    return found
 
 
 def _changes(blocks: list[_Block]) -> list[_Change]:

@@ -823,3 +823,19 @@ def test_a_patched_decorator_and_an_upstream_body_edit_of_one_function_are_flagg
     result = rebase_file(base, ours, theirs, path="m.py")
     assert result.outcome is Outcome.CLEAN
     assert [f.definition for f in result.review_flags] == ["f"]
+
+
+def test_the_common_first_and_last_lines_are_those_a_line_by_line_walk_finds() -> None:
+    """The halving search for the lines two files share at each end equals the plain walk, on every length."""
+    from patchkit.rebase.merge import _common_run
+
+    rng = random.Random(11)
+    for _ in range(20_000):
+        a = [rng.choice((b"x\n", b"y\n", b"x", b"\r\n")) for _ in range(rng.randrange(0, 14))]
+        b = [rng.choice((b"x\n", b"y\n", b"x", b"\r\n")) for _ in range(rng.randrange(0, 14))]
+        limit = min(len(a), len(b))
+        head = next((k for k in range(limit) if a[k] != b[k]), limit)
+        assert _common_run(a, b, limit, 0, 0, 1) == head
+        rest = limit - head
+        tail = next((k for k in range(rest) if a[-1 - k] != b[-1 - k]), rest)
+        assert _common_run(a, b, rest, len(a) - 1, len(b) - 1, -1) == tail
