@@ -54,9 +54,15 @@ def stale_pins(root: Path, changes: list[Change]) -> list[StalePin]:
             text = (root / rel).read_bytes().decode("utf-8")
         except (OSError, UnicodeDecodeError):
             continue
+        # Only the pins the file holds at all are looked for line by line: one search of the whole
+        # text each, where every line used to be searched for every pin that moved.
+        whole = text.lower()
+        held = {old: c for old, c in moved.items() if old in whole}
+        if not held:
+            continue
         for n, line in enumerate(text.splitlines(), start=1):
             low = line.lower()
-            out += [StalePin(rel, n, c.what, old, c.new) for old, c in moved.items() if old in low]
+            out += [StalePin(rel, n, c.what, old, c.new) for old, c in held.items() if old in low]
     return out
 
 
