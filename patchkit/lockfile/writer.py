@@ -24,6 +24,10 @@ from patchkit.lockfile.model import HEADER, LOCKFILE, Lockfile
 _ESCAPED = re.compile(r'[\x00-\x08\x0a-\x1f\x7f"\\]')
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
+# The last lockfile rendered and its text. A rebase renders the same lockfile for its journal and then to write
+# it; the model is frozen through and through, so the same object always has the same text.
+_last: list[tuple[Lockfile, str]] = []
+
 
 def dumps(lock: Lockfile) -> str:
     """The canonical text of a lockfile: same content, same bytes.
@@ -32,7 +36,12 @@ def dumps(lock: Lockfile) -> str:
     left out, arrays of references are written one per line so a pull request
     shows each added or dropped reference on its own line.
     """
-    return HEADER + "\n" + render(LOCKFILE.write(lock))
+    last = _last[:1]
+    if last and last[0][0] is lock:
+        return last[0][1]
+    text = HEADER + "\n" + render(LOCKFILE.write(lock))
+    _last[:] = [(lock, text)]
+    return text
 
 
 def render(doc: Mapping[str, object]) -> str:

@@ -386,3 +386,13 @@ def test_the_writer_writes_what_tomli_w_writes() -> None:
         assert render(doc) == tomli_w.dumps(doc), doc
     assert escaped > 200  # the escapes were exercised, not only plain strings
     assert render(LOCKFILE.write(every_field())) == tomli_w.dumps(LOCKFILE.write(every_field()))
+
+
+def test_a_lockfile_rendered_again_or_changed_gives_its_own_text() -> None:
+    """The writer remembers the last lockfile it rendered: the same object, the same text; a changed copy, its own."""
+    lock = every_field()
+    text = dumps(lock)
+    assert dumps(lock) is text
+    renamed = dataclasses.replace(lock, name="other")
+    assert dumps(renamed) == text.replace('name = "prod"', 'name = "other"', 1) != text
+    assert dumps(lock) == text
