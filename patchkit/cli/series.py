@@ -45,13 +45,12 @@ def rebase_series(
     remembered: bool = True,
 ) -> bool:
     """Start, continue or abort the rebase of one series (False: this rebase is not one); exit 1 on a stop."""
+    if name is None and not (cont or abort):
+        return False  # the overlays' rebase: the series machinery is not even imported
     from patchkit.rebase.series import in_progress
 
-    if name is None:
-        if not (cont or abort):
-            return False
-        if not in_progress(find_repo(ctx).root):
-            return False
+    if name is None and not in_progress(find_repo(ctx).root):
+        return False
     from patchkit.rebase import bump
 
     if abort:

@@ -8,16 +8,18 @@ patch. Neither engine renders: the commands call these.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from patchkit.core.safe import printable
 from patchkit.rebase import explain
-from patchkit.rebase.bump import Done
 from patchkit.rebase.merge import Outcome
 from patchkit.rebase.overlays import PatchResult, Plan, Started, conflict_file, review_lines
-from patchkit.rebase.series import PatchOutcome, PatchRebase
-from patchkit.series.stalepins import StalePin
 from patchkit.trust.pycheck import Problem
+
+if TYPE_CHECKING:  # the series' machinery is imported by the series' reports only: an overlays' rebase needs none
+    from patchkit.rebase.bump import Done
+    from patchkit.rebase.series import PatchRebase
+    from patchkit.series.stalepins import StalePin
 
 # --------------------------------------------------------------------------- an overlays' rebase
 
@@ -326,6 +328,8 @@ def series_patch_json(r: PatchRebase, causes: dict[tuple[str, str], explain.Caus
 
 def series_summary_markdown(done: Done) -> str:
     """A pull-request description of a series rebase: outcomes, drop candidates, broken files, interdiffs."""
+    from patchkit.rebase.series import PatchOutcome
+
     out = [
         f"## Rebase of series `{done.series.name}`",
         "",

@@ -47,3 +47,17 @@ def test_a_mistyped_command_is_told_the_nearest_one() -> None:
     result = CliRunner().invoke(cli, ["chek"])
     assert result.exit_code == 2
     assert "Error: No such command 'chek'. Did you mean 'check'?" in result.output
+
+
+def test_an_overlays_rebase_does_not_import_the_series_machinery() -> None:
+    """``patchkit rebase`` without ``--series`` decides so, and renders its report, with no series module loaded."""
+    probe = (
+        "import sys\n"
+        "import patchkit.formats.rebase\n"
+        "from patchkit.cli.series import rebase_series\n"
+        "assert not rebase_series(None, None, 'x', cont=False, abort=False, fmt='text', accept={}, summary=None)\n"
+        "series = ('patchkit.series', 'patchkit.rebase.series', 'patchkit.rebase.bump')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(series)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

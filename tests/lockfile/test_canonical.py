@@ -8,6 +8,7 @@ lockfile is written back byte for byte.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import tomllib
 from collections.abc import Callable
@@ -306,3 +307,92 @@ def test_a_hand_edited_lockfile_is_reported_at_its_first_changed_line() -> None:
     [f] = pins.canonical(_state(swapped))
     assert (f.code, f.line) == ("lockfile-format", swapped.split("\n").index('kind = "overlay"') + 1)
     assert pins.canonical(_state(text)) == []
+
+
+# --------------------------------------------------------------------------- the writer against tomli_w
+
+# Characters tomli_w escapes or passes through: quotes, backslashes, every control character, non-ASCII,
+# line and paragraph separators, a byte-order mark, characters TOML gives meaning to.
+HOSTILE = ['"', "\\", "'", "\t", "\n", "\r", "\r\n", "\x00", "\x1b", "\x7f", "\x08", "\x0c", "\x85", "\u2028", "\ufeff"]
+HOSTILE += [chr(c) for c in range(32)] + ["é", "→", "😀", "#", "=", "[", "]", ".", " ", '"""', "a", "0", "-", "_"]
+
+
+def _hostile(rng: random.Random) -> str:
+    """A string of plain and hostile characters (sometimes empty, sometimes with nothing to escape)."""
+    pool = HOSTILE if rng.random() < 0.7 else ["a", "Z", "0", "-", "_", "é", " ", "/"]
+    return "".join(rng.choice(pool) for _ in range(rng.choice((0, 1, 2, 5, 12, 40))))
+
+
+def _hostile_strings(rng: random.Random, record: Any) -> Any:
+    """``record`` with some of its plain string fields (names and keys among them) hostile, its records likewise.
+
+    The model's records take any string; its checked values (digests, paths) refuse one and stay.
+    """
+    if isinstance(record, tuple):
+        return tuple(_hostile_strings(rng, x) for x in record)
+    if not dataclasses.is_dataclass(record) or isinstance(record, type):
+        return record
+    changes = {}
+    for f in dataclasses.fields(record):
+        value = getattr(record, f.name)
+        if value.__class__ is str and rng.random() < 0.5:
+            changes[f.name] = _hostile(rng)
+        elif isinstance(value, tuple) or dataclasses.is_dataclass(value):
+            changes[f.name] = _hostile_strings(rng, value)
+    try:
+        return dataclasses.replace(record, **changes)
+    except ValueError:  # a checked value (a digest, a path): kept as it is
+        return record
+
+
+def _document(rng: random.Random, depth: int = 0) -> dict[str, Any]:
+    """A TOML document of the kinds of value tomli_w writes: tables, arrays of tables short and long, scalars."""
+    doc: dict[str, Any] = {}
+    for _ in range(rng.randint(0, 5)):
+        key = _hostile(rng) if rng.random() < 0.3 else rng.choice(("name", "a-b", "x_1", "sha256", "9"))
+        kind = rng.random()
+        if kind < 0.3:
+            doc[key] = _hostile(rng)
+        elif kind < 0.4:
+            doc[key] = rng.choice((0, -7, 10**20, True, False, 1.5))
+        elif kind < 0.5:
+            doc[key] = [_hostile(rng) for _ in range(rng.randint(0, 3))]
+        elif kind < 0.7 and depth < 3:
+            doc[key] = _document(rng, depth + 1)
+        elif kind < 0.9 and depth < 3:
+            # Short entries: tomli_w may write them inline; long ones as [[key]].
+            doc[key] = [_document(rng, depth + 1) for _ in range(rng.randint(1, 3))]
+        else:
+            doc[key] = [rng.choice((1, "s", [])), {"k": _hostile(rng)}]  # mixed: an inline array
+    return doc
+
+
+def test_the_writer_writes_what_tomli_w_writes() -> None:
+    """The writer's fast path is byte for byte tomli_w's text, on lockfiles with hostile strings and raw documents."""
+    import tomli_w
+
+    from patchkit.lockfile.model import HEADER, LOCKFILE
+    from patchkit.lockfile.writer import render
+
+    rng = random.Random(30)
+    escaped = 0
+    for _ in range(300):
+        lock = _hostile_strings(rng, lockfile(rng))
+        want = tomli_w.dumps(LOCKFILE.write(lock))
+        assert dumps(lock) == HEADER + "\n" + want
+        escaped += "\\" in want
+    for _ in range(1500):
+        doc = _document(rng)
+        assert render(doc) == tomli_w.dumps(doc), doc
+    assert escaped > 200  # the escapes were exercised, not only plain strings
+    assert render(LOCKFILE.write(every_field())) == tomli_w.dumps(LOCKFILE.write(every_field()))
+
+
+def test_a_lockfile_rendered_again_or_changed_gives_its_own_text() -> None:
+    """The writer remembers the last lockfile it rendered: the same object, the same text; a changed copy, its own."""
+    lock = every_field()
+    text = dumps(lock)
+    assert dumps(lock) is text
+    renamed = dataclasses.replace(lock, name="other")
+    assert dumps(renamed) == text.replace('name = "prod"', 'name = "other"', 1) != text
+    assert dumps(lock) == text
