@@ -897,8 +897,9 @@ TIMED = (
     ("patchkit.rebase.overlays", "prepare", 0, "prepare: new pins and diffs"),
     ("patchkit.rebase.overlays", "_diffs", 1, "diffs: canonical_diff on every core"),
     ("patchkit.rebase.overlays", "sums_dropped", 0, "SHA256SUMS entries dropped (read the old one)"),
+    ("patchkit.rebase.overlays", "dumps", 0, "render lockfile.toml (for the journal)"),
     ("patchkit.rebase.overlays", "finish", 0, "persist.finish: render and write"),
-    ("patchkit.store.persist", "dumps", 1, "render lockfile.toml"),
+    ("patchkit.store.persist", "dumps", 1, "render lockfile.toml (the text rendered for the journal)"),
     ("patchkit.lockfile.writer", "expected_sums", 1, "render SHA256SUMS"),
     ("patchkit.store.persist", "write_all", 1, "write_all: journal, in-place writes, renames, sync"),
 )
