@@ -32,6 +32,7 @@ broken with a reason. Each regenerated patch gets its interdiff, file by file.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -156,8 +157,12 @@ def rebase_series(
     old_state = dict(old_read(paths))
     new_state = dict(new_read(paths))
     out = SeriesRebase()
-    for it in items:
-        result = _rebase_patch(it, old_state, new_state, resolved.get(it.name, {}), memory)
+    premerged: dict[_Triple, MergeResult] = {}
+    ahead = 0  # the items before this index have had their merges run ahead
+    for i, it in enumerate(items):
+        if i >= ahead:
+            ahead = _premerge_wave(items, i, old_state, new_state, premerged)
+        result = _rebase_patch(it, old_state, new_state, resolved.get(it.name, {}), memory, premerged)
         refuse_nested(it, new_state, it.patch.paths)
         out.patches.append(result)
         if result.outcome is PatchOutcome.CONFLICT:
@@ -325,12 +330,17 @@ def _rebase_patch(
     old_state: dict[str, bytes | None],
     new_state: dict[str, bytes | None],
     resolved: dict[str, bytes],
-    memory: Memory | None = None,
+    memory: Memory | None,
+    premerged: dict[_Triple, MergeResult],
 ) -> PatchRebase:
-    """One patch rebased from the old tree onto the new; both states advance past it."""
+    """One patch rebased from the old tree onto the new; both states advance past it.
+
+    ``premerged`` holds merges run ahead (:func:`_premerge_wave`), by their
+    exact inputs; a merge asked for with other inputs runs when asked.
+    """
     result = PatchRebase(it.name, it.file, PatchOutcome.CLEAN)
     rebasing = _Rebasing(it, old_state, new_state, resolved, result, memory)
-    rebasing.premerged = _premerge(it, old_state, new_state)
+    rebasing.premerged = premerged
     for change in it.patch.files:
         rebasing.change(change)
     return rebasing.finish()
@@ -340,22 +350,46 @@ def _rebase_patch(
 _Triple = tuple[bytes, bytes, bytes, str]
 
 
-def _premerge(
-    it: Item, old_state: dict[str, bytes | None], new_state: dict[str, bytes | None]
-) -> dict[_Triple, MergeResult]:
-    """The merges the patch's changes will most likely ask for, all in one git batch.
+# At most this many files merged ahead in one batch: a batch this small is studied in this process, not forked out.
+_WAVE_FILES = 60
 
-    Each new file, deletion or modification is merged as the trees stand
-    before the patch; a merge asked for with other inputs (a patch that
-    changes one path twice, a rename) is run on its own when asked. A file
-    that cannot be merged here is left for the replay to report.
+
+def _premerge_wave(
+    items: Sequence[Item],
+    first: int,
+    old_state: dict[str, bytes | None],
+    new_state: dict[str, bytes | None],
+    premerged: dict[_Triple, MergeResult],
+) -> int:
+    """Run ahead, in one git batch, the likely merges of the patches from ``first`` on; the index after them.
+
+    The wave is the run of patches from ``first`` that touch none of each
+    other's paths: a patch's merges read only its own paths, which no other
+    patch of the wave changes, so the trees as they stand now are the trees
+    each patch will see when its turn comes. A patch that touches a path an
+    earlier one of the wave touched ends the wave (it must see that patch's
+    result). Each merge is kept by its exact inputs: one asked for with any
+    other input is never taken from here, so the results are those of merging
+    patch by patch whatever the guess. Earlier waves' merges are dropped.
     """
-    wanted = [t for t in (_likely(it, c, old_state, new_state) for c in it.patch.files) if t is not None]
+    premerged.clear()
+    seen: set[str] = set()
+    wanted: list[_Triple] = []
+    end = first
+    while end < len(items):
+        it = items[end]
+        paths = set(it.patch.paths)
+        likely = [t for t in (_likely(it, c, old_state, new_state) for c in it.patch.files) if t is not None]
+        if end > first and (paths & seen or len(wanted) + len(likely) > _WAVE_FILES):
+            break
+        seen |= paths
+        wanted += likely
+        end += 1
     wanted = [t for t in dict.fromkeys(wanted) if t[1] != t[2]]
-    try:
-        return dict(zip(wanted, rebase_files(wanted), strict=True))
-    except BinaryFileError:
-        return {}
+    # On a binary file, each merge runs when its turn comes, and the binary file is reported there.
+    with contextlib.suppress(BinaryFileError):
+        premerged.update(zip(wanted, rebase_files(wanted), strict=True))
+    return end
 
 
 def _likely(
