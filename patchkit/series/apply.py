@@ -146,6 +146,9 @@ def nested(state: dict[str, bytes | None], touched: Iterable[str]) -> tuple[str,
     replace the other's directory.
     """
     live = {p for p, data in state.items() if data is not None}
+    # Every live path after a NUL, searched at C speed: a file below ``path`` shows as "\0path/" in it.
+    # Only a sieve (a name may hold a NUL when quoted): a hit is confirmed path by path.
+    names: str | None = None
     for path in dict.fromkeys(touched):
         if path not in live:
             continue
@@ -153,6 +156,9 @@ def nested(state: dict[str, bytes | None], touched: Iterable[str]) -> tuple[str,
         outer = next(("/".join(parts[:i]) for i in range(1, len(parts)) if "/".join(parts[:i]) in live), None)
         if outer is not None:
             return path, outer
+        names = "\0" + "\0".join(live) if names is None else names
+        if f"\0{path}/" not in names:
+            continue
         inner = next((p for p in live if p.startswith(f"{path}/")), None)
         if inner is not None:
             return inner, path

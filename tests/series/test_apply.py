@@ -223,3 +223,16 @@ def test_apply_as_a_user_runs_it(queue: Queue, tmp_path: Path) -> None:
     missing = subprocess.run([*argv, str(tmp_path / "nowhere")], capture_output=True, text=True, check=False)
     assert missing.returncode == 2
     assert missing.stderr.startswith("patchkit: error: ") and "Traceback" not in missing.stderr
+
+
+def test_nested_finds_a_file_below_or_above_a_touched_one_and_nothing_else() -> None:
+    """``a/b`` and ``a`` cannot both be files, whichever of the two the patch touched; siblings and
+    look-alike names (``a.py/``, ``ab/``) are fine, and a deleted file is no longer in the way."""
+    from patchkit.series.apply import nested
+
+    state: dict[str, bytes | None] = {"pkg/a": b"x", "pkg/a/b.py": b"y", "pkg/ab/c.py": b"z", "pkg/a.py": b"w"}
+    assert nested(state, ["pkg/a"]) == ("pkg/a/b.py", "pkg/a")
+    assert nested(state, ["pkg/a/b.py"]) == ("pkg/a/b.py", "pkg/a")
+    assert nested(state, ["pkg/ab/c.py", "pkg/a.py"]) is None
+    assert nested({**state, "pkg/a": None}, ["pkg/a/b.py", "pkg/a"]) is None
+    assert nested({"b": b"", "a\0b/c": b""}, ["b"]) is None  # "a<NUL>b/c" is no file below "b"
