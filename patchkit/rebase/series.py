@@ -181,7 +181,8 @@ def rebase_series(
     by_name = {it.name: it for it in items}
     for r in out.patches:
         if r.new_bytes is not None:
-            r.interdiffs = interdiffs(by_name[r.name].patch, r.new_bytes, r.file)
+            it = by_name[r.name]
+            r.interdiffs = interdiffs(it.patch, r.new_bytes, r.file, it.data)
     return out
 
 

@@ -100,11 +100,16 @@ class Applied:
 
 @dataclass(frozen=True)
 class Item:
-    """A patch to apply: its name, the repository file it came from, and what it parsed to."""
+    """A patch to apply: its name, the repository file it came from, and what it parsed to.
+
+    ``data`` is the file's bytes when the reader kept them (a rebase compares
+    a regenerated patch with them), else None.
+    """
 
     name: str
     file: str
     patch: ParsedPatch
+    data: bytes | None = None
 
 
 def apply_series(items: Sequence[Item], read: Reader, *, carried: Callable[[str], bool] | None = None) -> Applied:

@@ -66,7 +66,7 @@ def load(repo: Repo, series: Series, profile: str | None) -> list[Item]:
             lambda _: f"{p.file}: patch '{p.name}' does not match its pin in lockfile.toml",  # noqa: B023 - called at once
             f"if the change is intended: patchkit lock; if not: git checkout -- {p.file}",
         )
-        items.append(Item(p.name, str(p.file), parse_patch(data, str(p.file), strip=series.strip)))
+        items.append(Item(p.name, str(p.file), parse_patch(data, str(p.file), strip=series.strip), data))
     return items
 
 

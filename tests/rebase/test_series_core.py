@@ -181,3 +181,29 @@ def test_merges_run_ahead_in_waves_give_the_patch_by_patch_result(
     before = new["pkg/m1.py"].replace(b"line 3\n", b"line three 1\n")
     after = before.replace(b"line 20\n", b"line twenty\n")
     assert f"index {series._blob(before)}..{series._blob(after)} 100644\n".encode() in p4
+
+
+def test_a_patch_regenerated_to_its_own_bytes_is_not_parsed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A canonical patch whose files upstream left alone comes out byte for byte as it went in: its
+    interdiff reads the patch as already parsed, and equals what parsing the bytes again gives."""
+    from patchkit.series import checks
+
+    files = {f"pkg/m{k}.py": b"".join(b"line %d\n" % i for i in range(30)) for k in range(3)}
+    items = _queue(tmp_path, files, [(f"pkg/m{k}.py", b"line 3\n", b"line three %d\n" % k) for k in range(3)])
+    first = rebase_series(items, _reader(files), _reader(files))  # canonical bytes, same tree
+    canonical = [
+        Item(it.name, it.file, parse_patch(r.new_bytes or b"", it.file), r.new_bytes)
+        for it, r in zip(items, first.patches, strict=True)
+    ]
+    newer = {**files, "pkg/m1.py": files["pkg/m1.py"].replace(b"line 20\n", b"line twenty\n")}
+    parsed: list[bytes] = []
+    real = checks.parse_patch
+    monkeypatch.setattr(checks, "parse_patch", lambda data, *a, **k: parsed.append(data) or real(data, *a, **k))
+    kept = rebase_series(canonical, _reader(files), _reader(newer))
+    assert [r.new_bytes == it.data for r, it in zip(kept.patches, canonical, strict=True)] == [True, False, True]
+    assert parsed == [kept.patches[1].new_bytes]  # only the patch whose file upstream changed
+    unknown = rebase_series([Item(it.name, it.file, it.patch) for it in canonical], _reader(files), _reader(newer))
+    assert [r.interdiffs for r in kept.patches] == [r.interdiffs for r in unknown.patches]
+    assert [r.new_bytes for r in kept.patches] == [r.new_bytes for r in unknown.patches]
