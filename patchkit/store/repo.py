@@ -11,7 +11,7 @@ import os
 import stat
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -57,6 +57,8 @@ class Escape(Exception):
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# Path components that make a path not a plain one below the repository.
+_NOT_PLAIN = frozenset(("", ".", ".."))
 
 
 class Dirs:
@@ -104,7 +106,7 @@ class Dirs:
         (or ``ELOOP``) for a symlink or a file on the way, ``ENOENT``.
         """
         parts = rel.split("/")
-        if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        if rel.startswith("/") or not _NOT_PLAIN.isdisjoint(parts):
             raise BadInput(f"{rel}: not a plain path inside the repository; refusing to use it")
         return self.directory(rel.rpartition("/")[0], create=create), parts[-1]
 
@@ -338,21 +340,25 @@ def contained_all(root: Path, rels: Iterable[str]) -> None:
             _prove(dirs, rel)
 
 
-def _prove(dirs: Dirs, rel: str) -> None:
-    """Raise ``BadInput`` unless ``rel`` is safe to write below ``dirs.root`` (resolved through ``dirs``)."""
+def _prove(dirs: Dirs, rel: str) -> os.stat_result | None:
+    """Raise ``BadInput`` unless ``rel`` is safe to write below ``dirs.root`` (resolved through ``dirs``).
+
+    Returns what it found there, the ``lstat`` of a regular file, or None when nothing is there.
+    """
     parts = rel.split("/")
-    if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+    if rel.startswith("/") or not _NOT_PLAIN.isdisjoint(parts):
         raise BadInput(f"{rel}: not a plain path inside the repository; refusing to write it")
     try:
         directory, name = dirs.at(rel)
         st = os.stat(name, dir_fd=directory, follow_symlinks=False)
     except FileNotFoundError:
-        return
+        return None
     except OSError as e:
         if e.errno in (errno.ENOTDIR, errno.ELOOP):
             _name_the_component(dirs.root, rel)
         raise BadInput(f"{rel}: cannot inspect ({e.strerror})") from e
     _refuse_kind(rel, rel, st, directory=False, top=dirs.root)
+    return st
 
 
 def _name_the_component(top: str, rel: str) -> None:
@@ -679,14 +685,20 @@ def write_all(
     written, always staged. ``executable``: paths whose new file gets the
     execute bits. Returns the paths that changed, in order.
     """
-    contained_all(root, (*files, *deletes))
-    for rel in (*files, *deletes):
-        why = _unwritable(rel, tree=tree)
-        if why is not None:
-            raise BadInput(f"{rel}: {why}; refusing to write it", "patchkit writes only its own files")
+    deletes = list(deletes)
     with Dirs(root) as dirs:
-        changed = [(rel, data, how) for rel, data in files.items() if (how := _how(dirs, rel, data, tree)) is not None]
-        removals = [rel for rel in deletes if _lstat(dirs, rel) is not None]
+        # What each path holds now, found while proving it contained: read once, not again for ``_how``.
+        found = {rel: _prove(dirs, rel) for rel in (*files, *deletes)}
+        for rel in found:
+            why = _unwritable(rel, tree=tree)
+            if why is not None:
+                raise BadInput(f"{rel}: {why}; refusing to write it", "patchkit writes only its own files")
+        changed = [
+            (rel, data, how)
+            for rel, data in files.items()
+            if (how := _how(dirs, rel, data, tree, found[rel])) is not None
+        ]
+        removals = [rel for rel in deletes if found[rel] is not None]
     if not changed and not removals:
         return []
     if len(changed) + len(removals) <= 1:
@@ -695,12 +707,24 @@ def write_all(
         _make_executable(staged, executable)
         _carry_out(root, [(str(tmp.relative_to(root)), rel) for rel, tmp in staged], [], removals)
         return [rel for rel, _, _ in changed] + removals
-    _journaled(root, changed, removals, tree=tree, executable=executable)
+    # An in-place file no longer than its new bytes needs no truncation after them.
+    fits = {rel for rel, data, how in changed if how == "in-place" and _size(found[rel]) <= len(data)}
+    _journaled(root, changed, removals, tree=tree, executable=executable, fits=fits)
     return [rel for rel, _, _ in changed] + removals
 
 
+def _size(st: os.stat_result | None) -> int:
+    return st.st_size if st is not None else 0
+
+
 def _journaled(
-    root: Path, changed: list[tuple[str, bytes, str]], removals: list[str], *, tree: bool, executable: Iterable[str]
+    root: Path,
+    changed: list[tuple[str, bytes, str]],
+    removals: list[str],
+    *,
+    tree: bool,
+    executable: Iterable[str],
+    fits: set[str],
 ) -> None:
     """The transaction of ``write_all`` under its journal: staging announced, staged, committed, carried out."""
     place = journal_place(root, tree=tree)
@@ -727,7 +751,7 @@ def _journaled(
         if isinstance(e, OSError):
             raise _write_failed(place.data, e) from e
         raise
-    _carry_out(root, replace, in_place, removals)
+    _carry_out(root, replace, in_place, removals, fits=fits)
     place.clear()
 
 
@@ -767,24 +791,15 @@ def _unwritable(rel: str, *, tree: bool) -> str | None:
     return None
 
 
-def _lstat(dirs: Dirs, rel: str) -> os.stat_result | None:
-    """The ``lstat`` of ``rel`` resolved through ``dirs``; None when it cannot be had (missing, a link on the way)."""
-    try:
-        directory, name = dirs.at(rel)
-        return os.stat(name, dir_fd=directory, follow_symlinks=False)
-    except OSError:
-        return None
-
-
-def _how(dirs: Dirs, rel: str, data: bytes, tree: bool = False) -> str | None:
+def _how(dirs: Dirs, rel: str, data: bytes, tree: bool, st: os.stat_result | None) -> str | None:
     """How ``rel`` gets its new bytes: None when it holds them already, else "in-place" or "stage".
 
     In place only for an existing regular file of a managed directory with a
     single link (writing through a hard link would change the other name too)
     that this process may write; staged (temporary file, rename) otherwise,
-    and always in a ``tree``. The file is opened only when its size says it may already hold ``data``.
+    and always in a ``tree``. ``st`` is the file's ``lstat`` (None: missing). The file is opened only
+    when its size says it may already hold ``data``.
     """
-    st = _lstat(dirs, rel)
     if st is None or not stat.S_ISREG(st.st_mode):
         return "stage"
     if st.st_size == len(data) and _holds(dirs, rel, data):
@@ -860,8 +875,18 @@ def _write_journal_data(data_file: Path, in_place: list[tuple[str, bytes]]) -> l
     return writes
 
 
-def _carry_out(root: Path, replace: list[tuple[str, str]], write: list[tuple[str, bytes]], delete: list[str]) -> None:
+def _carry_out(
+    root: Path,
+    replace: list[tuple[str, str]],
+    write: list[tuple[str, bytes]],
+    delete: list[str],
+    *,
+    fits: Collection[str] = (),
+) -> None:
     """Do what a journal lists: the in-place writes, the renames, the deletions; then make them durable.
+
+    ``fits``: files of ``write`` known (from their size just before) to be no longer than their new
+    bytes, which therefore need no truncation; recovery knows none and truncates every file.
 
     Every path is resolved through ``Dirs``: a directory swapped for a
     symlink meanwhile stops the write (``ENOTDIR``) instead of leading outside.
@@ -869,7 +894,7 @@ def _carry_out(root: Path, replace: list[tuple[str, str]], write: list[tuple[str
     with Dirs(root) as dirs:
         try:
             for rel, data in write:
-                _overwrite(dirs, rel, data)
+                _overwrite(dirs, rel, data, truncate=rel not in fits)
             for tmp, rel in replace:
                 source, tmp_name = dirs.at(tmp)
                 target, name = dirs.at(rel)
@@ -890,8 +915,11 @@ def _carry_out(root: Path, replace: list[tuple[str, str]], write: list[tuple[str
             ) from e
 
 
-def _overwrite(dirs: Dirs, rel: str, data: bytes) -> None:
-    """Write ``data`` over the file ``rel`` (creating it, and its directory, when missing)."""
+def _overwrite(dirs: Dirs, rel: str, data: bytes, *, truncate: bool = True) -> None:
+    """Write ``data`` over the file ``rel`` (creating it, and its directory, when missing).
+
+    ``truncate``: cut what the file held past ``data``; needless when it held no more.
+    """
     try:
         # No O_TRUNC: truncating to zero first makes ext4 flush the file at close (auto_da_alloc).
         fd = dirs.open(rel, os.O_WRONLY | os.O_CREAT, 0o644, create=True)
@@ -902,7 +930,8 @@ def _overwrite(dirs: Dirs, rel: str, data: bytes) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.ftruncate(fd, len(data))
+        if truncate:
+            os.ftruncate(fd, len(data))
     finally:
         os.close(fd)
 
