@@ -11,7 +11,7 @@ import os
 import stat
 import sys
 import threading
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -707,14 +707,8 @@ def write_all(
         _make_executable(staged, executable)
         _carry_out(root, [(str(tmp.relative_to(root)), rel) for rel, tmp in staged], [], removals)
         return [rel for rel, _, _ in changed] + removals
-    # An in-place file no longer than its new bytes needs no truncation after them.
-    fits = {rel for rel, data, how in changed if how == "in-place" and _size(found[rel]) <= len(data)}
-    _journaled(root, changed, removals, tree=tree, executable=executable, fits=fits)
+    _journaled(root, changed, removals, tree=tree, executable=executable)
     return [rel for rel, _, _ in changed] + removals
-
-
-def _size(st: os.stat_result | None) -> int:
-    return st.st_size if st is not None else 0
 
 
 def _journaled(
@@ -724,7 +718,6 @@ def _journaled(
     *,
     tree: bool,
     executable: Iterable[str],
-    fits: set[str],
 ) -> None:
     """The transaction of ``write_all`` under its journal: staging announced, staged, committed, carried out."""
     place = journal_place(root, tree=tree)
@@ -751,7 +744,7 @@ def _journaled(
         if isinstance(e, OSError):
             raise _write_failed(place.data, e) from e
         raise
-    _carry_out(root, replace, in_place, removals, fits=fits)
+    _carry_out(root, replace, in_place, removals)
     place.clear()
 
 
@@ -880,13 +873,8 @@ def _carry_out(
     replace: list[tuple[str, str]],
     write: list[tuple[str, bytes]],
     delete: list[str],
-    *,
-    fits: Collection[str] = (),
 ) -> None:
     """Do what a journal lists: the in-place writes, the renames, the deletions; then make them durable.
-
-    ``fits``: files of ``write`` known (from their size just before) to be no longer than their new
-    bytes, which therefore need no truncation; recovery knows none and truncates every file.
 
     Every path is resolved through ``Dirs``: a directory swapped for a
     symlink meanwhile stops the write (``ENOTDIR``) instead of leading outside.
@@ -894,7 +882,7 @@ def _carry_out(
     with Dirs(root) as dirs:
         try:
             for rel, data in write:
-                _overwrite(dirs, rel, data, truncate=rel not in fits)
+                _overwrite(dirs, rel, data)
             for tmp, rel in replace:
                 source, tmp_name = dirs.at(tmp)
                 target, name = dirs.at(rel)
@@ -915,10 +903,12 @@ def _carry_out(
             ) from e
 
 
-def _overwrite(dirs: Dirs, rel: str, data: bytes, *, truncate: bool = True) -> None:
+def _overwrite(dirs: Dirs, rel: str, data: bytes) -> None:
     """Write ``data`` over the file ``rel`` (creating it, and its directory, when missing).
 
-    ``truncate``: cut what the file held past ``data``; needless when it held no more.
+    It always ends with a truncation to ``data``'s length, even when the file
+    was shorter when the transaction began: what it holds at the write is
+    not known then, and the file must hold ``data`` and nothing after it.
     """
     try:
         # No O_TRUNC: truncating to zero first makes ext4 flush the file at close (auto_da_alloc).
@@ -930,8 +920,7 @@ def _overwrite(dirs: Dirs, rel: str, data: bytes, *, truncate: bool = True) -> N
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        if truncate:
-            os.ftruncate(fd, len(data))
+        os.ftruncate(fd, len(data))
     finally:
         os.close(fd)
 

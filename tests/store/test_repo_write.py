@@ -89,7 +89,7 @@ import os, signal, sys
 from pathlib import Path
 import patchkit.store.repo as repo
 real = repo._carry_out
-def carry_out(root, replace, write, delete, **_):
+def carry_out(root, replace, write, delete):
     rel, data = next(item for item in write if item[0] == "patches/b.py")
     with open(root / rel, "r+b") as f:
         f.write(data[: len(data) // 2])
