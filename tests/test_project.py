@@ -66,16 +66,23 @@ def test_lock_pins_every_declared_dependency_with_hashes() -> None:
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
     declared = project["dependencies"] + project["optional-dependencies"]["test"]
     text = (REPO_ROOT / "requirements.lock").read_text()
-    pinned = set()
+    pinned: dict[str, set[str]] = {}  # name -> the extras pinned with it
     for entry in re.split(r"\n(?=[A-Za-z0-9])", text.split("\n", 2)[2]):
         head = entry.split(" ", 1)[0]
         name, _, version = head.partition("==")
         assert version and "--hash=sha256:" in entry, f"not pinned with a hash: {head}"
-        pinned.add(_canonical(name))
+        bare, _, extras = name.partition("[")
+        pinned[_canonical(bare)] = {e.strip() for e in extras.rstrip("]").split(",") if e.strip()}
     for requirement in declared:
-        match = re.match(r"[A-Za-z0-9._-]+", requirement)
+        match = re.match(r"([A-Za-z0-9._-]+)(?:\[([^\]]*)\])?", requirement)
         assert match is not None
-        assert _canonical(match.group()) in pinned, f"{requirement} is declared but requirements.lock lacks it"
+        name = _canonical(match.group(1))
+        assert name in pinned, f"{requirement} is declared but requirements.lock lacks it"
+        # pip's hash-checking mode accepts a request for an extra only when the extra itself is pinned.
+        wanted = {e.strip() for e in (match.group(2) or "").split(",") if e.strip()}
+        assert wanted <= pinned[name], f"{requirement}: the lock pins it without its extras (uv --no-strip-extras)"
+    # The same for what a dependency requests: pytest-cov asks for coverage[toml].
+    assert "toml" in pinned["coverage"], "requirements.lock pins coverage without the toml extra pytest-cov requests"
 
 
 def test_lockfile_doc_example_is_canonical() -> None:
